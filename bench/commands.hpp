@@ -1,0 +1,24 @@
+// Subcommands of the `pipebench` executable. Each registers its options on
+// the CLI11 app and returns the handler to run when it was selected.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace pipebench::cli {
+
+// Exit codes (docs/cli.md). Library errors map to these in main.cpp.
+enum ExitCode : int {
+  kOk = 0,
+  kInternalError = 1,    // a bug or an unexpected failure
+  kUsageError = 2,       // bad command line
+  kInvalidWorkload = 3,  // the workload file or an override is invalid
+  kInvalidSchedule = 4,  // a schedule failed validation
+};
+
+using Handler = std::function<int()>;
+
+Handler add_plan_command(CLI::App& app);
+
+}  // namespace pipebench::cli

@@ -1,0 +1,79 @@
+// Cost of the planner's schedule machinery: generation, validation (which
+// includes a unit-cost simulation for deadlock detection) and simulation, for
+// p up to 64 stages and m up to 1024 micro-batches; and a whole `plan` of a
+// 64-stage, 1024-micro-batch run. Items processed = schedule actions.
+#include <string>
+
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include "pipebench/config.hpp"
+#include "pipebench/plan.hpp"
+#include "pipebench/plan_format.hpp"
+#include "pipebench/schedule.hpp"
+#include "pipebench/simulate.hpp"
+#include "pipebench/validate.hpp"
+
+namespace {
+
+using pipebench::ScheduleKind;
+
+template <ScheduleKind Kind>
+void BM_GenerateValidateSimulate(benchmark::State& state) {
+  const int p = static_cast<int>(state.range(0));
+  const int m = static_cast<int>(state.range(1));
+  std::size_t actions = 0;
+  for (auto _ : state) {
+    auto s = pipebench::make_schedule(Kind, pipebench::RunMode::train, p, m);
+    pipebench::validate_schedule(s);
+    auto r = pipebench::simulate(s, pipebench::SimCosts::unit(s));
+    benchmark::DoNotOptimize(r.makespan);
+    actions = s.total_actions();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * actions));
+}
+
+void Sizes(benchmark::internal::Benchmark* b) {
+  for (int p : {4, 16, 64})
+    for (int m : {8, 128, 1024}) b->Args({p, m});
+  b->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(BM_GenerateValidateSimulate<ScheduleKind::gpipe>)->Name("gpipe")->Apply(Sizes);
+BENCHMARK(BM_GenerateValidateSimulate<ScheduleKind::one_f_one_b>)->Name("1f1b")->Apply(Sizes);
+BENCHMARK(BM_GenerateValidateSimulate<ScheduleKind::eager_one_f_one_b>)->Name("eager-1f1b")->Apply(Sizes);
+
+// The whole `pipebench plan --format json` work for one run, minus file I/O.
+void BM_PlanWholeRun(benchmark::State& state) {
+  const int p = static_cast<int>(state.range(0));
+  const int m = static_cast<int>(state.range(1));
+  const std::string toml = fmt::format(R"(schema = 1
+[job]
+name = "bench"
+[model]
+hidden = 1024
+layers = {}
+heads = 16
+seq_len = 1024
+vocab = 32000
+[device]
+backend = "sim"
+memory_capacity = "80GiB"
+[[run]]
+name = "big"
+pipeline_size = {}
+num_microbatches = {}
+schedule = "1f1b"
+)", p, p, m);
+  const pipebench::Job job = pipebench::parse_job(toml, "bench.toml");
+  for (auto _ : state) {
+    const auto plan = pipebench::plan_job(job);
+    const std::string text = pipebench::format_plan_json(plan);
+    benchmark::DoNotOptimize(text.data());
+  }
+}
+BENCHMARK(BM_PlanWholeRun)->Args({64, 1024})->Args({8, 64})->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

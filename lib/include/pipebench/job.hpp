@@ -1,0 +1,102 @@
+// Validated workload: the value types a jobs/*.toml file becomes.
+// config.hpp builds them; everything downstream (plan, runtime, results)
+// reads them and never re-parses TOML. Field names follow the TOML keys
+// (docs/workload-format.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pipebench {
+
+enum class ModelKind { gpt, mlp };
+enum class DType { fp32, bf16, fp16 };
+enum class OptimizerKind { sgd, adamw };
+enum class BackendKind { cpu, sim, cuda };
+// The training schedules of SPEC §4. Inference runs ignore this and use the
+// forward-only schedule.
+enum class ScheduleKind { gpipe, one_f_one_b, eager_one_f_one_b };
+enum class RunMode { train, inference };
+enum class Remainder { first, last, balanced };
+enum class BalanceBy { flops, params };
+
+std::string_view to_string(ModelKind v);
+std::string_view to_string(DType v);
+std::string_view to_string(OptimizerKind v);
+std::string_view to_string(BackendKind v);
+std::string_view to_string(ScheduleKind v);
+std::string_view to_string(RunMode v);
+std::string_view to_string(Remainder v);
+std::string_view to_string(BalanceBy v);
+
+// Bytes per element of a storage dtype.
+int dtype_bytes(DType d);
+
+struct ModelSpec {
+  ModelKind kind = ModelKind::gpt;
+  int hidden = 256;
+  int layers = 8;          // transformer / MLP blocks, numbered 0..layers-1 internally
+  int heads = 4;           // gpt only; hidden % heads == 0
+  int ffn_hidden = 1024;   // default 4*hidden
+  int seq_len = 128;
+  int vocab = 4096;
+  DType dtype = DType::fp32;
+  std::uint64_t seed = 1234;
+};
+
+struct TrainSpec {
+  OptimizerKind optimizer = OptimizerKind::adamw;
+  double learning_rate = 1e-3;
+  int warmup = 2;            // steps run and recorded, flagged, not counted
+  int repeats = 5;           // counted steps
+  double grad_clip = 1.0;    // global-norm clipping threshold; 0 = off
+  double step_timeout_s = 600.0;  // watchdog for one step (runner)
+};
+
+struct DeviceSpec {
+  BackendKind backend = BackendKind::cpu;
+  std::uint64_t memory_capacity_bytes = 4ull << 30;
+  int threads_per_rank = 1;
+  double sim_flops_per_s = 2.0e12;    // sim backend / cost-weighted planner
+  double sim_link_latency_us = 5.0;   // per transfer
+  double sim_link_gbps = 100.0;       // gigabits per second
+};
+
+struct RunSpec {
+  std::string name;
+  int pipeline_size = 1;
+  int micro_batch_size = 1;
+  int num_microbatches = 1;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  RunMode mode = RunMode::train;
+  std::vector<int> layers_per_stage;   // empty: computed from `remainder`
+  int layers_per_stage_origin = 0;     // 0 or 1, for printed layer numbers only
+  Remainder remainder = Remainder::first;
+  BalanceBy balance_by = BalanceBy::flops;  // cost used by remainder = "balanced"
+  std::string baseline;                // name of the baseline run ("" = none)
+  int source_line = 0;                 // line of this [[run]] in the workload file
+
+  int global_batch() const { return micro_batch_size * num_microbatches; }
+};
+
+struct Job {
+  int schema = 1;
+  std::string name;
+  std::string description;
+  ModelSpec model;
+  TrainSpec train;
+  DeviceSpec device;
+  std::vector<RunSpec> runs;
+
+  std::string source_path;             // the workload file as given
+  std::string effective_toml;          // the TOML after --set overrides, re-serialised
+  std::vector<std::string> overrides;  // the --set arguments, in order
+  std::vector<std::string> warnings;   // non-fatal findings of validation
+
+  const RunSpec* find_run(std::string_view run_name) const;
+};
+
+}  // namespace pipebench

@@ -1,0 +1,56 @@
+// Minimal streaming JSON writer (RFC 8259 output, UTF-8 passed through,
+// control characters escaped). Used for `plan --format json` and reports.
+// Commas are inserted automatically; keys are only valid inside objects.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pipebench {
+
+class JsonWriter {
+ public:
+  explicit JsonWriter(int indent = 2) : indent_(indent) {}
+
+  JsonWriter& begin_object();
+  JsonWriter& end_object();
+  JsonWriter& begin_array();
+  JsonWriter& end_array();
+  JsonWriter& key(std::string_view k);
+
+  JsonWriter& value(std::string_view v);
+  JsonWriter& value(const char* v) { return value(std::string_view(v)); }
+  JsonWriter& value(const std::string& v) { return value(std::string_view(v)); }
+  JsonWriter& value(double v);           // non-finite values are written as null
+  JsonWriter& value(std::int64_t v);
+  JsonWriter& value(int v) { return value(static_cast<std::int64_t>(v)); }
+  JsonWriter& value(std::uint64_t v);
+  JsonWriter& value(bool v);
+  JsonWriter& null();
+
+  template <typename T>
+  JsonWriter& field(std::string_view k, const T& v) { return key(k).value(v); }
+  template <typename T>
+  JsonWriter& array(std::string_view k, const std::vector<T>& items) {
+    key(k).begin_array();
+    for (const auto& x : items) value(x);
+    return end_array();
+  }
+
+  const std::string& str() const { return out_; }
+
+ private:
+  void before_value();
+  JsonWriter& close(char bracket);
+  void newline();
+  std::string out_;
+  std::vector<bool> first_;  // per open container: nothing written yet
+  bool after_key_ = false;
+  int indent_;
+};
+
+std::string json_escape(std::string_view s);
+
+}  // namespace pipebench

@@ -1,0 +1,72 @@
+// Model description: parameter counts, FLOPs and activation bytes of every
+// piece of a `gpt` or `mlp` model, as functions of the [model] keys, the
+// micro-batch size and the storage dtype. The planner reads these now; the
+// backends must allocate exactly these sizes (docs/model.md has the formulas).
+//
+// A model is a sequence of pieces: embedding, blocks 0..L-1, head. The
+// embedding lives on the first stage; the head (final LayerNorm, LM head,
+// softmax cross-entropy) on the last. Embedding and LM head are untied, so the
+// model is the same whatever the split. Every piece keeps its own input for
+// backward; nothing is counted twice across a stage boundary.
+#pragma once
+
+#include <cstdint>
+
+#include "pipebench/job.hpp"
+
+namespace pipebench {
+
+// What one piece (or a sum of pieces) costs for one micro-batch.
+struct Cost {
+  std::int64_t params = 0;              // trainable parameters (elements)
+  double forward_flops = 0.0;           // matmul FLOPs (2 per multiply-add)
+  double backward_flops = 0.0;          // input + weight gradients: 2x forward
+  std::int64_t activation_bytes = 0;    // kept from forward until backward
+
+  Cost& operator+=(const Cost& o) {
+    params += o.params;
+    forward_flops += o.forward_flops;
+    backward_flops += o.backward_flops;
+    activation_bytes += o.activation_bytes;
+    return *this;
+  }
+};
+
+// Bytes per parameter held by each training state, by optimizer and dtype.
+// fp32: params 4, grads 4, AdamW m+v 8, SGD 0.
+// bf16/fp16: params 2, grads 2, AdamW fp32 master+m+v 12, SGD fp32 master 4.
+struct StateBytes {
+  int params;
+  int grads;
+  int optimizer;
+};
+StateBytes state_bytes_per_param(OptimizerKind opt, DType dtype);
+
+class ModelDesc {
+ public:
+  // `dtype` is the storage dtype actually used (the cpu backend: fp32).
+  ModelDesc(const ModelSpec& spec, DType dtype);
+
+  const ModelSpec& spec() const { return spec_; }
+  DType dtype() const { return dtype_; }
+
+  Cost embedding(int micro_batch) const;
+  Cost block(int micro_batch) const;   // all blocks of a model are identical
+  Cost head(int micro_batch) const;
+
+  // Sum of the pieces a stage holds: blocks [first, first+count), plus the
+  // embedding and/or head.
+  Cost stage(int micro_batch, int num_layers, bool has_embedding, bool has_head) const;
+
+  // One stage-boundary tensor (activation forward, its gradient backward):
+  // micro_batch x seq_len x hidden elements.
+  std::int64_t boundary_bytes(int micro_batch) const;
+
+  std::int64_t total_params() const;
+
+ private:
+  ModelSpec spec_;
+  DType dtype_;
+};
+
+}  // namespace pipebench

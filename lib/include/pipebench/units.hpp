@@ -1,0 +1,26 @@
+// Byte sizes as written in workload files ("4GiB", "512MB", "1.5 GiB", 1024).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace pipebench {
+
+// Parses "<number>[ ]<unit>" with units B, KB/MB/GB/TB (powers of 1000) and
+// KiB/MiB/GiB/TiB (powers of 1024), case-sensitive as written here. A bare
+// number is bytes. Returns nullopt for anything else, or for a non-positive
+// or non-integral byte count.
+std::optional<std::uint64_t> parse_bytes(std::string_view text);
+
+// "1.50 GiB"-style rendering with binary units, for tables.
+std::string format_bytes(double bytes);
+
+// Engineering rendering of a count ("1.23 G", "456.0 M") for parameters and FLOPs.
+std::string format_count(double count);
+
+// "12,345,678": exact integers with thousands separators.
+std::string group_digits(std::int64_t value);
+
+}  // namespace pipebench

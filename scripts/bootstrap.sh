@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages pipebench needs (only those missing), then
+# configures and builds with the `default` CMake preset. Idempotent: a second
+# run installs nothing and rebuilds only what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  cmake ninja-build g++ pkg-config git python3
+  libopenmpi-dev openmpi-bin
+  libhdf5-dev hdf5-tools python3-h5py
+  libtoml11-dev libcli11-dev libfmt-dev
+  libopenblas-dev
+  catch2 libbenchmark-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "pipebench: installing missing packages: ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "pipebench: need root or sudo to install ${missing[*]}" >&2; exit 1; }
+    SUDO=sudo
+  fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [[ ! -f build/build.ninja ]]; then
+  cmake --preset default
+fi
+cmake --build --preset default

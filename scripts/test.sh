@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole test suite: set up (scripts/bootstrap.sh), then every ctest test.
+# Extra arguments go to ctest (e.g. -L unit, -LE slow, -R partition).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+# Open MPI refuses to run as root unless told; tests oversubscribe 2 cores.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+exec ctest --preset default -j "$(nproc)" "$@"
