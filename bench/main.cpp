@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   CLI::App app{"pipebench " PIPEBENCH_VERSION " - benchmark suite for pipeline-parallel training", "pipebench"};
   app.set_version_flag("--version", "pipebench " PIPEBENCH_VERSION);
   app.require_subcommand(1);
-  app.footer("Run 'pipebench COMMAND --help' for a command's options. Exit codes: docs/cli.md.");
+  app.footer("Run 'pipebench COMMAND --help' for a command's options. Exit codes: docs/cli.md.\n");
   const cli::Handler plan = cli::add_plan_command(app);
 
   try {

@@ -361,7 +361,8 @@ void link_runs(Job& job, const std::vector<const Value*>& run_values,
     for (std::size_t j = 0; j < i; ++j)
       if (job.runs[j].name == job.runs[i].name)
         throw ConfigError(fmt::format("{}: run.{}.name: duplicate run name (first defined at line {})",
-                                      where(file, *run_values[i]), job.runs[i].name, job.runs[j].source_line));
+                                      where(file, run_values[i]->as_table().at("name")), job.runs[i].name,
+                                      job.runs[j].source_line));
   }
   for (std::size_t i = 0; i < job.runs.size(); ++i) {
     RunSpec& run = job.runs[i];
@@ -458,7 +459,7 @@ Job build_job(Value root, const std::string& file, const std::vector<std::string
   link_runs(job, run_values, explicit_baselines, file);
   top.reject_unknown_keys();
 
-  job.effective_toml = toml::format(root);
+  job.effective_toml = toml::format(root, 0);  // width 0: tables as [sections], never inline
   return job;
 }
 

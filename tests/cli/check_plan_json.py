@@ -1,0 +1,36 @@
+#!/usr/bin/env python3
+"""`pipebench plan JOB --format json` is one JSON document with the keys of
+docs/plan.md, and its numbers agree with the closed forms they stand for."""
+import json
+import subprocess
+import sys
+
+pipebench, job = sys.argv[1], sys.argv[2]
+proc = subprocess.run([pipebench, "plan", job, "--format", "json"], capture_output=True, text=True, check=True)
+doc = json.loads(proc.stdout)
+RUN_KEYS = ["name", "pipeline_size", "num_microbatches", "schedule", "layers_per_stage", "stage_params",
+            "bubble_analytic", "unit", "simulated", "memory"]
+MEM_KEYS = ["stage", "params_bytes", "grads_bytes", "optimizer_bytes", "activation_bytes_per_microbatch",
+            "activations_peak_bytes", "total_bytes"]
+assert doc["runs"], "no runs"
+for run in doc["runs"]:
+    for k in RUN_KEYS:
+        assert k in run, f"run {run.get('name')}: missing {k}"
+    for k in ["time_steps", "bubble", "peak_live_activations"]:
+        assert k in run["unit"], f"unit.{k} missing"
+    for k in ["makespan_s", "bubble", "peak_live_activations"]:
+        assert k in run["simulated"], f"simulated.{k} missing"
+    p, m = run["pipeline_size"], run["num_microbatches"]
+    assert len(run["layers_per_stage"]) == p and len(run["stage_params"]) == p and len(run["memory"]) == p
+    assert sum(run["layers_per_stage"]) == doc["model"]["layers"]
+    assert sum(run["stage_params"]) == doc["model"]["total_params"]
+    assert abs(run["bubble_analytic"] - (p - 1) / (m + p - 1)) < 1e-12
+    assert abs(run["unit"]["bubble"] - run["bubble_analytic"]) < 1e-12
+    steps = p + m - 1 if run["mode"] == "inference" else 2 * (m + p - 1)
+    assert run["unit"]["time_steps"] == steps, (run["unit"]["time_steps"], steps)
+    for mem in run["memory"]:
+        for k in MEM_KEYS:
+            assert k in mem, f"memory.{k} missing"
+        total = mem["params_bytes"] + mem["grads_bytes"] + mem["optimizer_bytes"] + mem["activations_peak_bytes"]
+        assert mem["total_bytes"] == total
+print(f"ok: {job}: {len(doc['runs'])} runs")

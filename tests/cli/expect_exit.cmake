@@ -1,0 +1,8 @@
+# Exit codes are part of the contract (docs/cli.md): usage errors 2, invalid workloads 3.
+foreach(case "2;plan" "2;plan;${JOB};--format;xml" "3;plan;${JOB};--run;no_such_run" "0;plan;${JOB};--run;two_stage_pipeline")
+  list(POP_FRONT case expected)
+  execute_process(COMMAND ${CMD} ${case} RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+  if(NOT rc EQUAL expected)
+    message(FATAL_ERROR "pipebench ${case}: exit ${rc}, expected ${expected}")
+  endif()
+endforeach()

@@ -1,0 +1,138 @@
+// The planner: memory estimates equal the model formulas times the schedule's
+// peaks, capacity warnings, bubbles, and the JSON document's contract.
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "pipebench/config.hpp"
+#include "pipebench/error.hpp"
+#include "pipebench/plan.hpp"
+#include "pipebench/plan_format.hpp"
+
+using namespace pipebench;
+
+namespace {
+const std::string kJob = R"(schema = 1
+[job]
+name = "p"
+[model]
+hidden = 64
+layers = 8
+heads = 4
+seq_len = 32
+vocab = 512
+[device]
+memory_capacity = "64MiB"
+[[run]]
+name = "base"
+micro_batch_size = 2
+num_microbatches = 6
+[[run]]
+name = "pipe"
+pipeline_size = 4
+micro_batch_size = 2
+num_microbatches = 6
+schedule = "1f1b"
+[[run]]
+name = "fill"
+pipeline_size = 4
+micro_batch_size = 2
+num_microbatches = 6
+schedule = "gpipe"
+[[run]]
+name = "serve"
+mode = "inference"
+pipeline_size = 2
+micro_batch_size = 2
+num_microbatches = 6
+)";
+}  // namespace
+
+TEST_CASE("memory estimate: params, grads, AdamW state, activations at the schedule's peak", "[plan]") {
+  const Job job = parse_job(kJob, "p.toml");
+  const JobPlan plan = plan_job(job);
+  REQUIRE(plan.runs.size() == 4);
+  const ModelDesc model(job.model, DType::fp32);
+  const RunPlan& pipe = plan.runs[1];
+  REQUIRE(pipe.stages.size() == 4);
+  for (int s = 0; s < 4; ++s) {
+    const StagePlan& sp = pipe.stages[static_cast<std::size_t>(s)];
+    const Cost c = model.stage(2, 2, s == 0, s == 3);
+    CHECK(sp.params_bytes == 4 * c.params);
+    CHECK(sp.grads_bytes == 4 * c.params);
+    CHECK(sp.optimizer_bytes == 8 * c.params);
+    CHECK(sp.activation_bytes_per_microbatch == c.activation_bytes);
+    CHECK(sp.peak_live_activations == std::min(4 - s, 6));
+    CHECK(sp.activations_peak_bytes == sp.peak_live_activations * c.activation_bytes);
+    CHECK(sp.total_bytes == 16 * c.params + sp.activations_peak_bytes);
+  }
+  // GPipe keeps all m micro-batches on every stage.
+  for (const auto& sp : plan.runs[2].stages) CHECK(sp.peak_live_activations == 6);
+  // Inference: no gradients or optimizer state, one micro-batch in flight.
+  for (const auto& sp : plan.runs[3].stages) {
+    CHECK(sp.grads_bytes == 0);
+    CHECK(sp.optimizer_bytes == 0);
+    CHECK(sp.peak_live_activations == 0);
+    CHECK(sp.activations_peak_bytes == sp.activation_bytes_per_microbatch);
+  }
+  CHECK(pipe.bubble_analytic == Approx(3.0 / 9.0));
+  CHECK(pipe.unit.bubble == Approx(3.0 / 9.0));
+  CHECK(pipe.unit.makespan == 18.0);
+  CHECK(plan.runs[3].unit.makespan == 7.0);
+}
+
+TEST_CASE("capacity: above 90% a stage is flagged", "[plan]") {
+  const Job tight = parse_job(kJob, "p.toml", {"device.memory_capacity=2MiB"});
+  const JobPlan plan = plan_job(tight, {"pipe"});
+  REQUIRE(plan.runs.size() == 1);
+  CHECK_FALSE(plan.runs[0].warnings.empty());
+  CHECK_THAT(plan.runs[0].warnings[0], Catch::Contains("run pipe stage 0") && Catch::Contains("it will not fit"));
+  CHECK(plan.runs[0].stages[0].capacity_fraction > 1.0);
+  CHECK(plan_job(parse_job(kJob, "p.toml"), {"pipe"}).runs[0].warnings.empty());
+}
+
+TEST_CASE("cost-weighted simulation uses FLOPs at sim_flops_per_s and the link model", "[plan]") {
+  const Job job = parse_job(kJob, "p.toml", {"device.sim_flops_per_s=1e9", "device.sim_link_latency_us=10",
+                                             "device.sim_link_gbps=8"});
+  const RunPlan rp = plan_run(job, job.runs[1]);
+  const ModelDesc model(job.model, DType::fp32);
+  CHECK(rp.costs.forward[1] == Approx(model.stage(2, 2, false, false).forward_flops / 1e9));
+  CHECK(rp.costs.backward[3] == Approx(model.stage(2, 2, false, true).backward_flops / 1e9));
+  // 10 us + 2*32*64*4 bytes * 8 bits / 8e9 bit/s
+  CHECK(rp.costs.transfer == Approx(10e-6 + 16384.0 * 8 / 8e9));
+  CHECK(rp.simulated.completed);
+  CHECK(rp.simulated.makespan > 0.0);
+}
+
+TEST_CASE("plan_job rejects unknown run names", "[plan]") {
+  const Job job = parse_job(kJob, "p.toml");
+  CHECK_THROWS_AS(plan_job(job, {"nope"}), ConfigError);
+  CHECK_THROWS_WITH(plan_job(job, {"nope"}), Catch::Contains("runs: base, pipe, fill, serve"));
+}
+
+TEST_CASE("JSON plan carries the documented keys", "[plan][json]") {
+  const Job job = parse_job(kJob, "p.toml");
+  const std::string json = format_plan_json(plan_job(job, {"pipe"}));
+  for (const char* key : {"\"name\": \"pipe\"", "\"pipeline_size\": 4", "\"num_microbatches\": 6",
+                          "\"schedule\": \"1f1b\"", "\"layers_per_stage\"", "\"stage_params\"", "\"bubble_analytic\"",
+                          "\"unit\"", "\"time_steps\": 18", "\"simulated\"", "\"makespan_s\"", "\"memory\"",
+                          "\"params_bytes\"", "\"grads_bytes\"", "\"optimizer_bytes\"",
+                          "\"activation_bytes_per_microbatch\"", "\"activations_peak_bytes\"", "\"total_bytes\"",
+                          "\"peak_live_activations\": [\n"})
+    CHECK_THAT(json, Catch::Contains(key));
+}
+
+TEST_CASE("text plan: partition table, memory table, grid or summary", "[plan][text]") {
+  const Job job = parse_job(kJob, "p.toml");
+  const std::string text = format_plan_text(plan_job(job, {"pipe"}));
+  CHECK_THAT(text, Catch::Contains("layers (0-based)"));
+  CHECK_THAT(text, Catch::Contains("  0     0-1"));
+  CHECK_THAT(text, Catch::Contains("embedding"));
+  CHECK_THAT(text, Catch::Contains("final norm + LM head + loss"));
+  CHECK_THAT(text, Catch::Contains("bubble: analytic (p-1)/(m+p-1) = 0.3333"));
+  CHECK_THAT(text, Catch::Contains("step x rank"));
+  const Job big = parse_job(kJob, "p.toml", {"run.pipe.num_microbatches=64"});
+  const std::string summary = format_plan_text(plan_job(big, {"pipe"}));
+  CHECK_THAT(summary, Catch::Contains("too large for a grid"));
+  CHECK_THAT(summary, Catch::Contains("idle steps"));
+}

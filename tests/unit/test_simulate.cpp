@@ -1,0 +1,74 @@
+// Cost-weighted simulation: closed forms for balanced stages, the slowest
+// stage bounding the step, transfer costs on the critical path.
+#include <catch2/catch.hpp>
+
+#include "pipebench/error.hpp"
+#include "pipebench/schedule.hpp"
+#include "pipebench/simulate.hpp"
+
+using namespace pipebench;
+
+namespace {
+SimCosts uniform(const Schedule& s, double f, double b, double transfer = 0.0) {
+  const auto V = static_cast<std::size_t>(s.num_virtual_stages());
+  return {std::vector<double>(V, f), std::vector<double>(V, b), std::vector<double>(V, 0.0), transfer};
+}
+}  // namespace
+
+TEST_CASE("balanced stages: makespan (m+p-1)(tf+tb) for gpipe and 1f1b", "[simulate]") {
+  for (int p : {1, 2, 4, 7})
+    for (int m : {1, 4, 16}) {
+      INFO("p = " << p << ", m = " << m);
+      for (const Schedule& s : {make_gpipe(p, m), make_1f1b(p, m)}) {
+        const SimResult r = simulate(s, uniform(s, 1.0, 2.0));
+        CHECK(r.makespan == Approx(3.0 * (m + p - 1)));
+        CHECK(r.bubble == Approx(static_cast<double>(p - 1) / (m + p - 1)));
+        for (double busy : r.busy) CHECK(busy == Approx(3.0 * m));
+      }
+    }
+}
+
+TEST_CASE("forward-only with transfers: latency of one micro-batch adds (p-1) transfers", "[simulate]") {
+  const Schedule s = make_forward_only(4, 5);
+  const SimResult r = simulate(s, uniform(s, 1.0, 0.0, 0.25));
+  // Stage s starts micro-batch j at j + s*(1 + 0.25); the last ends at 4 + 3*1.25 + 1.
+  CHECK(r.makespan == Approx(5.0 + 3 * 1.25));
+}
+
+TEST_CASE("a slow stage bounds the step: gpipe makespan with one slow stage", "[simulate]") {
+  const Schedule s = make_gpipe(3, 8);
+  SimCosts c = uniform(s, 1.0, 2.0);
+  c.forward[1] = 3.0;
+  c.backward[1] = 6.0;
+  const SimResult r = simulate(s, c);
+  // Forward: F0 reaches stage 1 at t=1, stage 1 then runs 8 x 3; the last F7 of stage 2
+  // ends at 1 + 24 + 1 = 26. Backward mirrors: 2 + 8 x 6 + 2.
+  CHECK(r.makespan == Approx(26.0 + 2.0 + 48.0 + 2.0));
+  CHECK(r.busy[1] == Approx(72.0));
+  CHECK(r.bubble == Approx(1.0 - (24.0 + 72.0 + 24.0) / (3 * 78.0)));
+}
+
+TEST_CASE("simulate rejects mismatched costs and out-of-range actions", "[simulate]") {
+  const Schedule s = make_gpipe(2, 2);
+  SimCosts c = SimCosts::unit(s);
+  c.forward.pop_back();
+  CHECK_THROWS_AS(simulate(s, c), ScheduleError);
+  Schedule bad = s;
+  bad.actions[0].push_back({ActionKind::F, 5, 0});
+  CHECK_THROWS_AS(simulate(bad, SimCosts::unit(bad)), ScheduleError);
+}
+
+TEST_CASE("W releases activations when present", "[simulate]") {
+  Schedule s = make_gpipe(1, 2);
+  // F0 F1 B0 B1 W0 W1: B no longer frees; W does.
+  s.actions[0].push_back({ActionKind::W, 0, 0});
+  s.actions[0].push_back({ActionKind::W, 1, 0});
+  CHECK(peak_live_activations(s) == std::vector<int>{2});
+  Schedule t = make_gpipe(1, 2);
+  t.actions[0] = {{ActionKind::F, 0, 0}, {ActionKind::B, 0, 0}, {ActionKind::F, 1, 0},
+                  {ActionKind::W, 0, 0}, {ActionKind::B, 1, 0}, {ActionKind::W, 1, 0}};
+  CHECK(peak_live_activations(t) == std::vector<int>{2});
+  const SimResult r = simulate(t, SimCosts::unit(t));
+  CHECK(r.completed);
+  CHECK(r.makespan == 6.0);
+}

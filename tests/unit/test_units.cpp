@@ -1,0 +1,43 @@
+// Byte-size parsing and rendering; the JSON writer.
+#include <catch2/catch.hpp>
+
+#include "pipebench/json.hpp"
+#include "pipebench/units.hpp"
+
+using namespace pipebench;
+
+TEST_CASE("parse_bytes: binary and decimal units, bare numbers", "[units]") {
+  CHECK(parse_bytes("4GiB") == 4ull << 30);
+  CHECK(parse_bytes("4 GiB") == 4ull << 30);
+  CHECK(parse_bytes("1.5GiB") == 1610612736ull);
+  CHECK(parse_bytes("512MB") == 512000000ull);
+  CHECK(parse_bytes("80GB") == 80000000000ull);
+  CHECK(parse_bytes("1024") == 1024ull);
+  CHECK(parse_bytes("7B") == 7ull);
+  CHECK(parse_bytes("2TiB") == 2ull << 40);
+  for (const char* bad : {"", "GiB", "4gib", "4 XB", "-1GiB", "0", "0.5B", "1.2.3MB", "4GiB extra"})
+    CHECK_FALSE(parse_bytes(bad).has_value());
+}
+
+TEST_CASE("format helpers", "[units]") {
+  CHECK(format_bytes(512) == "512 B");
+  CHECK(format_bytes(1536) == "1.50 KiB");
+  CHECK(format_bytes(4.0 * (1ull << 30)) == "4.00 GiB");
+  CHECK(format_count(1234567) == "1.23 M");
+  CHECK(group_digits(0) == "0");
+  CHECK(group_digits(1234567) == "1,234,567");
+  CHECK(group_digits(-32256) == "-32,256");
+  CHECK(group_digits(999) == "999");
+}
+
+TEST_CASE("JsonWriter: nesting, commas, escaping, non-finite numbers", "[json]") {
+  JsonWriter w(0);
+  w.begin_object();
+  w.field("a", 1).field("s", "q\"\\\n\x01<").field("x", 0.5).field("nan", 0.0 / 0.0);
+  w.array("v", std::vector<int>{1, 2});
+  w.key("o").begin_object().end_object();
+  w.key("e").begin_array().end_array();
+  w.field("t", true);
+  w.end_object();
+  CHECK(w.str() == R"({"a":1,"s":"q\"\\\n\u0001<","x":0.5,"nan":null,"v":[1,2],"o":{},"e":[],"t":true})");
+}
