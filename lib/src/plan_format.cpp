@@ -63,7 +63,7 @@ std::string partition_table(const RunPlan& rp) {
     if (s > 0) {
       const auto prev = rp.stages[s - 1].cost.params;
       const auto d = sp.cost.params - prev;
-      delta = (d > 0 ? "+" : "") + group_digits(d);
+      delta = fmt::format("{}{}", d > 0 ? "+" : "", group_digits(d));
       ratio = fmt::format("{:.3f}", static_cast<double>(sp.cost.params) / static_cast<double>(prev));
     }
     t.add({std::to_string(s), layer_range_text(sp.range, origin), std::to_string(sp.range.num_layers),
@@ -101,7 +101,7 @@ std::string timeline_summary(const RunPlan& rp) {
 
 std::string join_ints(const std::vector<int>& v) {
   std::string s;
-  for (int x : v) s += (s.empty() ? "" : " ") + std::to_string(x);
+  for (int x : v) s += fmt::format("{}{}", s.empty() ? "" : " ", x);
   return s;
 }
 
