@@ -4,7 +4,9 @@
 #include "pipebench/config.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <optional>

@@ -14,15 +14,15 @@ namespace {
 class EndTimes {
  public:
   EndTimes(int stages, int microbatches)
-      : m_(microbatches), ends_(3 * static_cast<std::size_t>(stages) * static_cast<std::size_t>(microbatches), -1.0) {}
+      : stages_(static_cast<std::size_t>(stages)),
+        m_(static_cast<std::size_t>(microbatches)),
+        ends_(3 * stages_ * m_, -1.0) {}
   double& at(ActionKind k, int v, int mb) {
-    return ends_[(static_cast<std::size_t>(k) * stages() + static_cast<std::size_t>(v)) * static_cast<std::size_t>(m_) +
-                 static_cast<std::size_t>(mb)];
+    return ends_[(static_cast<std::size_t>(k) * stages_ + static_cast<std::size_t>(v)) * m_ + static_cast<std::size_t>(mb)];
   }
 
  private:
-  std::size_t stages() const { return ends_.size() / 3 / static_cast<std::size_t>(m_); }
-  int m_;
+  std::size_t stages_, m_;
   std::vector<double> ends_;
 };
 

@@ -1,6 +1,7 @@
 #include "pipebench/units.hpp"
 
 #include <array>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <utility>
