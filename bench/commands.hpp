@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -15,10 +16,13 @@ enum ExitCode : int {
   kUsageError = 2,       // bad command line
   kInvalidWorkload = 3,  // the workload file or an override is invalid
   kInvalidSchedule = 4,  // a schedule failed validation
+  kRunFailed = 5,        // a run failed (OOM, NaN, timeout, error); results were written
 };
 
 using Handler = std::function<int()>;
 
 Handler add_plan_command(CLI::App& app);
+// `command_line` is recorded in the results.
+Handler add_run_command(CLI::App& app, const std::string& command_line);
 
 }  // namespace pipebench::cli

@@ -1,0 +1,47 @@
+// `pipebench run JOB.toml [-o DIR] [--run NAME]... [--set k=v]... [--backend B]
+//                  [--label L] [--dry-run]`, under mpirun / srun.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include "commands.hpp"
+#include "pipebench/config.hpp"
+#include "pipebench/runner.hpp"
+
+namespace pipebench::cli {
+
+namespace {
+struct RunCmdOptions {
+  std::string job_path;
+  std::vector<std::string> overrides;
+  std::string backend;
+  RunOptions run;
+};
+}  // namespace
+
+Handler add_run_command(CLI::App& app, const std::string& command_line) {
+  auto opts = std::make_shared<RunCmdOptions>();
+  opts->run.command_line = command_line;
+  CLI::App* cmd = app.add_subcommand(
+      "run", "Run a workload under mpirun/srun (rank r = stage r) and write an HDF5 results file");
+  cmd->add_option("job", opts->job_path, "workload file (jobs/*.toml)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-o,--output", opts->run.output_dir, "results folder (default: results)");
+  cmd->add_option("--run", opts->run.run_names, "only this run (repeatable; default: all runs)");
+  cmd->add_option("--set", opts->overrides, "override a key before validation: dotted.key=value, run.NAME.key=value (repeatable)");
+  cmd->add_option("--backend", opts->backend, "shorthand for --set device.backend=B")
+      ->check(CLI::IsMember({"cpu", "sim", "cuda"}));
+  cmd->add_option("--label", opts->run.label, "tag of a measurement campaign: results/<job>/<label>/...");
+  cmd->add_flag("--dry-run", opts->run.dry_run, "build every stage, check its layer range against the plan, print, exit");
+  return [opts] {
+    std::vector<std::string> overrides = opts->overrides;
+    if (!opts->backend.empty()) overrides.push_back("device.backend=" + opts->backend);
+    const Job job = load_job(opts->job_path, overrides);
+    const RunOutcome outcome = run_job(job, opts->run);
+    return outcome.any_failed ? kRunFailed : kOk;
+  };
+}
+
+}  // namespace pipebench::cli

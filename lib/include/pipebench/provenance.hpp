@@ -1,0 +1,26 @@
+// Where and with what a result was measured (SPEC §7 /provenance): CPU, MPI
+// library, compiler and flags, BLAS, GPU/driver/CUDA/NCCL where present,
+// Slurm job, and an allow-listed environment (never the whole environment).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace pipebench {
+
+// Environment variables recorded when set (docs/results-format.md).
+const std::vector<std::string>& provenance_env_allow_list();
+
+// Attributes of /provenance for this process (call on rank 0 after MPI_Init).
+std::map<std::string, std::string> collect_provenance();
+
+// The Slurm job id, or "" outside Slurm.
+std::string slurm_job_id();
+
+// "20261129T104001Z"
+std::string utc_stamp();
+// "2026-11-29T10:40:01Z"
+std::string utc_iso8601();
+
+}  // namespace pipebench

@@ -1,0 +1,25 @@
+#include "pipebench/records.hpp"
+
+namespace pipebench {
+
+std::string_view to_string(RunStatus s) {
+  switch (s) {
+    case RunStatus::ok: return "ok";
+    case RunStatus::failed: return "failed";
+    case RunStatus::skipped: return "skipped";
+  }
+  return "?";
+}
+
+std::string_view to_string(FailureKind k) {
+  switch (k) {
+    case FailureKind::none: return "";
+    case FailureKind::oom: return "oom";
+    case FailureKind::nan: return "nan";
+    case FailureKind::timeout: return "timeout";
+    case FailureKind::error: return "error";
+  }
+  return "?";
+}
+
+}  // namespace pipebench

@@ -1,0 +1,380 @@
+#include "pipebench/runner.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <type_traits>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include "pipebench/backend.hpp"
+#include "pipebench/clock.hpp"
+#include "pipebench/metrics.hpp"
+#include "pipebench/mpi_comm.hpp"
+#include "pipebench/plan.hpp"
+#include "pipebench/provenance.hpp"
+#include "pipebench/results.hpp"
+#include "pipebench/runtime.hpp"
+#include "pipebench/transport_mpi.hpp"
+#include "pipebench/units.hpp"
+
+namespace pipebench {
+
+namespace {
+
+// ---- RankRecord <-> bytes, for gathering on rank 0 -------------------------
+
+class Packer {
+ public:
+  template <typename T>
+  void put(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const auto* p = reinterpret_cast<const char*>(&v);
+    bytes.insert(bytes.end(), p, p + sizeof(T));
+  }
+  template <typename T>
+  void put_vector(const std::vector<T>& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    put<std::uint64_t>(v.size());
+    const auto* p = reinterpret_cast<const char*>(v.data());
+    bytes.insert(bytes.end(), p, p + v.size() * sizeof(T));
+  }
+  void put_string(const std::string& s) { put_vector(std::vector<char>(s.begin(), s.end())); }
+  std::vector<char> bytes;
+};
+
+class Unpacker {
+ public:
+  Unpacker(const char* data, std::size_t size) : p_(data), end_(data + size) {}
+  template <typename T>
+  T get() {
+    T v;
+    take(&v, sizeof(T));
+    return v;
+  }
+  template <typename T>
+  std::vector<T> get_vector() {
+    std::vector<T> v(get<std::uint64_t>());
+    take(v.data(), v.size() * sizeof(T));
+    return v;
+  }
+  std::string get_string() {
+    const auto v = get_vector<char>();
+    return {v.begin(), v.end()};
+  }
+
+ private:
+  void take(void* out, std::size_t n) {
+    if (static_cast<std::size_t>(end_ - p_) < n) throw Error("corrupt rank record while gathering");
+    std::memcpy(out, p_, n);
+    p_ += n;
+  }
+  const char* p_;
+  const char* end_;
+};
+
+std::vector<char> pack(const RankRecord& r) {
+  Packer p;
+  p.put(r.rank);
+  p.put_string(r.hostname);
+  p.put(r.pid);
+  p.put_vector(r.steps);
+  p.put_vector(r.events);
+  p.put(r.peak_mem_by_category);
+  p.put(r.peak_mem_bytes);
+  p.put(r.memory_capacity_bytes);
+  p.put(r.stage_params);
+  p.put(r.stage_layers);
+  p.put(r.peak_live_activations);
+  p.put(r.failure);
+  p.put(r.failure_is_origin);
+  p.put_string(r.failure_message);
+  return std::move(p.bytes);
+}
+
+RankRecord unpack(const char* data, std::size_t size) {
+  Unpacker u(data, size);
+  RankRecord r;
+  r.rank = u.get<int>();
+  r.hostname = u.get_string();
+  r.pid = u.get<std::int64_t>();
+  r.steps = u.get_vector<StepRecord>();
+  r.events = u.get_vector<EventRecord>();
+  r.peak_mem_by_category = u.get<decltype(r.peak_mem_by_category)>();
+  r.peak_mem_bytes = u.get<std::uint64_t>();
+  r.memory_capacity_bytes = u.get<std::uint64_t>();
+  r.stage_params = u.get<std::int64_t>();
+  r.stage_layers = u.get<std::array<int, 2>>();
+  r.peak_live_activations = u.get<int>();
+  r.failure = u.get<FailureKind>();
+  r.failure_is_origin = u.get<bool>();
+  r.failure_message = u.get_string();
+  return r;
+}
+
+// Every rank's record on rank 0 of `comm` (empty elsewhere).
+std::vector<RankRecord> gather_records(MPI_Comm comm, const RankRecord& mine) {
+  int rank = 0, size = 1;
+  PIPEBENCH_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_size(comm, &size));
+  const std::vector<char> bytes = pack(mine);
+  const int n = static_cast<int>(bytes.size());
+  std::vector<int> sizes(static_cast<std::size_t>(size)), offsets(static_cast<std::size_t>(size));
+  PIPEBENCH_MPI_CHECK(MPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, comm));
+  int total = 0;
+  for (int i = 0; i < size; ++i) {
+    offsets[static_cast<std::size_t>(i)] = total;
+    total += sizes[static_cast<std::size_t>(i)];
+  }
+  std::vector<char> all(rank == 0 ? static_cast<std::size_t>(total) : 0);
+  PIPEBENCH_MPI_CHECK(MPI_Gatherv(bytes.data(), n, MPI_CHAR, all.data(), sizes.data(), offsets.data(), MPI_CHAR, 0, comm));
+  std::vector<RankRecord> out;
+  if (rank == 0)
+    for (int i = 0; i < size; ++i)
+      out.push_back(unpack(all.data() + offsets[static_cast<std::size_t>(i)], static_cast<std::size_t>(sizes[static_cast<std::size_t>(i)])));
+  return out;
+}
+
+// ---- the hard watchdog ------------------------------------------------------
+
+// Cooperative timeouts end a run cleanly when a rank waits too long. A rank
+// stuck inside a computation cannot notice; this thread ends the process
+// (mpirun then stops the others) when a step overruns its timeout by far.
+class Watchdog {
+ public:
+  Watchdog() : thread_([this] { loop(); }) {}
+  ~Watchdog() {
+    stop_ = true;
+    thread_.join();
+  }
+  // 0 disarms.
+  void arm(double hard_deadline_s, std::string what) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      what_ = std::move(what);
+    }
+    deadline_ = hard_deadline_s;
+  }
+
+ private:
+  void loop() {
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      const double d = deadline_;
+      if (d > 0.0 && now_s() > d) {
+        std::lock_guard<std::mutex> lock(mu_);
+        std::fprintf(stderr, "pipebench: watchdog: %s did not finish long after its step timeout; aborting (exit 124)\n",
+                     what_.c_str());
+        std::fflush(stderr);
+        std::_Exit(124);
+      }
+    }
+  }
+  std::atomic<bool> stop_{false};
+  std::atomic<double> deadline_{0.0};
+  std::mutex mu_;
+  std::string what_;
+  std::thread thread_;
+};
+
+// ---- console ------------------------------------------------------------------
+
+std::string fmt_time(double s) {
+  if (std::isnan(s)) return "-";
+  if (s >= 1.0) return fmt::format("{:.3f} s", s);
+  if (s >= 1e-3) return fmt::format("{:.3f} ms", s * 1e3);
+  return fmt::format("{:.1f} us", s * 1e6);
+}
+
+std::string fmt_num(double v, const char* spec = "{:.4f}") { return std::isnan(v) ? "-" : fmt::format(fmt::runtime(spec), v); }
+
+double median_column(const std::vector<std::vector<double>>& rows, const std::vector<std::uint8_t>& warm, std::size_t col) {
+  std::vector<double> v;
+  for (std::size_t k = 0; k < rows.size(); ++k)
+    if (!warm[k]) v.push_back(rows[k][col]);
+  return compute_stats(v).median;
+}
+
+void print_run_summary(const RunResult& r) {
+  fmt::print("  -- {}: status {}{}\n", r.spec.name, to_string(r.status),
+             r.status == RunStatus::failed
+                 ? fmt::format(" ({} on rank {}): {}", to_string(r.failure_kind), r.failing_rank, r.failure_message)
+                 : "");
+  if (r.status == RunStatus::skipped) return;
+  fmt::print("     {:>5} {:>9} {:>12} {:>12} {:>12} {:>12} {:>10} {:>6}\n", "stage", "layers", "busy", "comm wait",
+             "idle", "peak mem", "of cap", "live");
+  for (std::size_t i = 0; i < r.peak_mem_bytes.size(); ++i) {
+    const auto& l = r.stage_layers[i];
+    fmt::print("     {:>5} {:>9} {:>12} {:>12} {:>12} {:>12} {:>9.1f}% {:>6}\n", i,
+               fmt::format("{}-{}", l[0] + r.spec.layers_per_stage_origin, l[1] + r.spec.layers_per_stage_origin),
+               fmt_time(median_column(r.busy_s, r.is_warmup, i)), fmt_time(median_column(r.comm_wait_s, r.is_warmup, i)),
+               fmt_time(median_column(r.idle_s, r.is_warmup, i)), format_bytes(static_cast<double>(r.peak_mem_bytes[i])),
+               100.0 * static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]),
+               r.peak_live_activations[i]);
+  }
+  fmt::print("     step time median {} (min {}, max {}, p90 {}, CV {}), slowest stage {}\n", fmt_time(r.step_time.median),
+             fmt_time(r.step_time.min), fmt_time(r.step_time.max), fmt_time(r.step_time.p90), fmt_num(r.step_time.cv, "{:.3f}"),
+             fmt_time(r.slowest_stage_median_s));
+  fmt::print("     bubble measured {} / analytic {} / simulated {}; throughput {} samples/s\n",
+             fmt_num(r.bubble_measured_median), fmt_num(r.bubble_analytic), fmt_num(r.bubble_simulated),
+             fmt_num(r.throughput_samples_per_s, "{:.1f}"));
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+RunOutcome run_job(const Job& job, const RunOptions& options) {
+  int world_rank = 0, world_size = 1;
+  PIPEBENCH_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+  const bool root = world_rank == 0;
+
+  // Plans first, on every rank: invalid selections fail before anything runs.
+  const JobPlan plan = plan_job(job, options.run_names);
+  (void)make_backend(job, world_rank);  // a backend this build lacks is a ConfigError, everywhere alike
+  const FaultInjection fault = FaultInjection::from_env();
+
+  // Hosts and pids of the world, for the header and /provenance.
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const std::int64_t pid = getpid();
+  std::vector<char> hosts(root ? 256 * static_cast<std::size_t>(world_size) : 0);
+  std::vector<std::int64_t> pids(root ? static_cast<std::size_t>(world_size) : 0);
+  PIPEBENCH_MPI_CHECK(MPI_Gather(host, 256, MPI_CHAR, hosts.data(), 256, MPI_CHAR, 0, MPI_COMM_WORLD));
+  PIPEBENCH_MPI_CHECK(MPI_Gather(&pid, 1, MPI_INT64_T, pids.data(), 1, MPI_INT64_T, 0, MPI_COMM_WORLD));
+
+  JobResult jr;
+  if (root) {
+    for (int i = 0; i < world_size; ++i) jr.hostnames.emplace_back(&hosts[256 * static_cast<std::size_t>(i)]);
+    jr.pids = pids;
+    jr.provenance_attrs = collect_provenance();
+    std::string unique_hosts;
+    for (const auto& h : jr.hostnames)
+      if (unique_hosts.find(h) == std::string::npos) unique_hosts += (unique_hosts.empty() ? "" : ",") + h;
+    fmt::print("pipebench {} run: job \"{}\" ({}){}\n", PIPEBENCH_VERSION, job.name, job.source_path,
+               options.dry_run ? " [dry run]" : "");
+    fmt::print("  world {} ranks on {}; backend {}; warmup {} + repeats {} steps; step timeout {} s\n", world_size,
+               unique_hosts, to_string(job.device.backend), job.train.warmup, job.train.repeats, job.train.step_timeout_s);
+    fmt::print("  MPI: {}\n  compiler: {}\n", jr.provenance_attrs["mpi_library_version"].substr(0, 80),
+               jr.provenance_attrs["compiler"]);
+    for (const auto& o : job.overrides) fmt::print("  override: --set {}\n", o);
+    for (const auto& w : job.warnings) fmt::print("  warning: {}\n", w);
+    std::fflush(stdout);
+  }
+
+  Watchdog watchdog;
+  RunOutcome outcome;
+  for (const RunPlan& rp : plan.runs) {
+    const int p = rp.run.pipeline_size;
+    if (p > world_size) {
+      const std::string reason = fmt::format("needs {} ranks, the world has {}", p, world_size);
+      if (root) {
+        fmt::print("\n== run {}: skipped ({})\n", rp.run.name, reason);
+        jr.runs.push_back(skipped_run(job, rp, reason));
+      }
+      continue;
+    }
+    if (root)
+      fmt::print("\n== run {}: {} ranks, {}, schedule {}, micro_batch_size {} x {} micro-batches\n", rp.run.name, p,
+                 to_string(rp.run.mode), rp.schedule.name, rp.run.micro_batch_size, rp.run.num_microbatches);
+    MPI_Comm comm = MPI_COMM_NULL;
+    PIPEBENCH_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, world_rank < p ? 0 : MPI_UNDEFINED, world_rank, &comm));
+    if (comm != MPI_COMM_NULL) {
+      bool clean = true;
+      {
+        RunComm rc(comm);
+        auto backend = make_backend(job, world_rank);
+        LinkModel link;
+        if (job.device.backend == BackendKind::sim)
+          link = {true, job.device.sim_link_latency_us * 1e-6, job.device.sim_link_gbps * 1e9};
+        MpiTransport transport(rc, rp.schedule.chunks_per_rank, rp.run.num_microbatches, link);
+        ExecOptions eo;
+        eo.dry_run = options.dry_run;
+        eo.fault = fault;
+        const int total_steps = job.train.warmup + job.train.repeats;
+        const double grace = std::max(30.0, job.train.step_timeout_s);
+        watchdog.arm(now_s() + (total_steps + 1) * job.train.step_timeout_s + grace, "run " + rp.run.name);
+        eo.on_step = [&](const StepProgress& s) {
+          fmt::print("  [{}] step {}/{}{:<8} time {:>12}  bubble {}  loss {}\n", rp.run.name, s.step + 1, total_steps,
+                     s.warmup ? " warm-up" : "", fmt_time(s.step_time_s),
+                     fmt_num(s.step_time_s > 0 ? 1.0 - s.busy_sum_s / (p * s.step_time_s) : NAN),
+                     fmt_num(s.loss, "{:.6f}"));
+          std::fflush(stdout);
+        };
+        const RankRecord rec = execute_run(job, rp, rc, *backend, transport, eo);
+        watchdog.arm(0.0, "");
+        clean = rec.failure == FailureKind::none;
+        const auto records = gather_records(rc.control(), rec);
+        if (root) {
+          if (options.dry_run) {
+            fmt::print("     {:>5} {:>11} {:>11} {:>14} {:>12}  {}\n", "stage", "plan", "built", "params", "memory", "check");
+            for (const auto& r : records) {
+              const auto& st = rp.partition.stages[static_cast<std::size_t>(r.rank)];
+              const bool same = r.stage_layers[0] == st.first_layer && r.stage_layers[1] == st.last_layer();
+              fmt::print("     {:>5} {:>11} {:>11} {:>14} {:>12}  {}\n", r.rank, layer_range_text(st, rp.run.layers_per_stage_origin),
+                         fmt::format("{}-{}", r.stage_layers[0] + rp.run.layers_per_stage_origin,
+                                     r.stage_layers[1] + rp.run.layers_per_stage_origin),
+                         group_digits(r.stage_params), format_bytes(static_cast<double>(r.peak_mem_bytes)),
+                         r.failure != FailureKind::none ? r.failure_message : same ? "ok" : "MISMATCH");
+            }
+          }
+          jr.runs.push_back(assemble_run(job, rp, records));
+          if (!options.dry_run) print_run_summary(jr.runs.back());
+          else if (jr.runs.back().status == RunStatus::failed)
+            fmt::print("  -- {}: {}\n", rp.run.name, jr.runs.back().failure_message);
+        }
+      }
+      // A failed run may leave an unmatched step barrier on `comm`; such a
+      // communicator is never freed (one per failed run), so no later
+      // collective can be matched against it.
+      if (clean) MPI_Comm_free(&comm);
+    }
+    PIPEBENCH_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  }
+
+  if (root) {
+    decide(jr.runs);
+    std::size_t ok = 0, failed = 0;
+    for (const auto& r : jr.runs) {
+      ok += r.status == RunStatus::ok;
+      failed += r.status == RunStatus::failed;
+    }
+    outcome.any_failed = failed > 0;
+    jr.status = ok == jr.runs.size() ? "ok" : ok == 0 ? "failed" : "partial";
+  }
+  int any_failed = outcome.any_failed ? 1 : 0;
+  PIPEBENCH_MPI_CHECK(MPI_Bcast(&any_failed, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  outcome.any_failed = any_failed != 0;
+  if (!root || options.dry_run) return outcome;
+
+  jr.evidence_level = job.device.backend == BackendKind::sim   ? "simulated"
+                      : job.device.backend == BackendKind::cpu ? "measured-cpu"
+                                                               : "measured-gpu";
+  jr.root_attrs["tool_version"] = PIPEBENCH_VERSION;
+  jr.root_attrs["git_sha"] = PIPEBENCH_GIT_SHA;
+  jr.root_attrs["created_utc"] = utc_iso8601();
+  jr.root_attrs["job_name"] = job.name;
+  jr.root_attrs["job_toml"] = job.effective_toml;
+  jr.root_attrs["command_line"] = options.command_line;
+  jr.root_attrs["label"] = options.label;
+  jr.overrides = job.overrides;
+  const std::string id = slurm_job_id().empty() ? std::to_string(getpid()) : slurm_job_id();
+  outcome.results_path =
+      write_results(default_results_path(options.output_dir, job.name, options.label, utc_stamp(), id), jr);
+  fmt::print("\n{:<24} {:<8} {:>12} {:>10} {:>10} {:>10}  {}\n", "run", "status", "step time", "bubble", "analytic",
+             "peak mem", "decision");
+  for (const auto& r : jr.runs)
+    fmt::print("{:<24} {:<8} {:>12} {:>10} {:>10} {:>10}  {}\n", r.spec.name, to_string(r.status),
+               fmt_time(r.step_time.median), fmt_num(r.bubble_measured_median), fmt_num(r.bubble_analytic),
+               format_bytes(static_cast<double>(r.peak_mem_max_bytes)), r.decision);
+  fmt::print("\nresults: {}\n", outcome.results_path);
+  std::fflush(stdout);
+  return outcome;
+}
+
+}  // namespace pipebench
