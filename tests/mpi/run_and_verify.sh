@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Runs `pipebench run` under mpirun, checks its exit code, then checks the
+# results file it wrote with verify_results (and optional extra checkers).
+#   run_and_verify.sh MPIEXEC PIPEBENCH VERIFY NP JOB OUTDIR EXPECTED_RC [RUN ARGS...] -- [VERIFY ARGS...] [-- CHECKER...]
+set -uo pipefail
+mpiexec=$1 pipebench=$2 verify=$3 np=$4 job=$5 outdir=$6 expected_rc=$7
+shift 7
+run_args=() verify_args=() checker=()
+while (($#)) && [[ $1 != -- ]]; do run_args+=("$1"); shift; done
+(($#)) && shift
+while (($#)) && [[ $1 != -- ]]; do verify_args+=("$1"); shift; done
+(($#)) && shift
+checker=("$@")
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+rm -rf "$outdir"
+env_args=()
+[[ -n ${PIPEBENCH_FAULT:-} ]] && env_args=(-x PIPEBENCH_FAULT)
+"$mpiexec" -np "$np" --oversubscribe "${env_args[@]}" "$pipebench" run "$job" -o "$outdir" "${run_args[@]}"
+rc=$?
+if [[ $rc -ne $expected_rc ]]; then
+  echo "FAIL: pipebench run exited $rc, expected $expected_rc"
+  exit 1
+fi
+mapfile -t files < <(find "$outdir" -name '*.h5' | sort)
+if [[ ${#files[@]} -ne 1 ]]; then
+  echo "FAIL: expected exactly one results file under $outdir, found ${#files[@]}: ${files[*]}"
+  exit 1
+fi
+if ls "$outdir"/*/*.tmp-* >/dev/null 2>&1; then
+  echo "FAIL: a temporary file was left behind"
+  exit 1
+fi
+"$verify" "${files[0]}" "$job" "$np" "${verify_args[@]}" || exit 1
+if ((${#checker[@]})); then
+  "${checker[@]}" "${files[0]}" || exit 1
+fi
+echo "PASS"

@@ -1,0 +1,127 @@
+// Checks a results file written by `pipebench run` against the plan of the
+// same workload, with exact quantities only (never times):
+//   verify_results FILE JOB.toml WORLD [RUN=STATUS[:KIND]]... [RUNS=N]
+// For every run: its status (default: ok, or skipped when it needs more than
+// WORLD ranks) and failure kind; for ok runs, every rank's events are exactly
+// its schedule's actions, step after step; peak activation bytes are the
+// schedule's peak live micro-batches x the model's bytes per micro-batch;
+// params/grads/optimizer/comm bytes are the model's formulas; the layer
+// ranges built are the plan's. Exits 1 listing every mismatch.
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "pipebench/config.hpp"
+#include "pipebench/plan.hpp"
+#include "pipebench/results.hpp"
+
+using namespace pipebench;
+
+namespace {
+
+std::vector<std::string> problems;
+
+template <typename A, typename B>
+void expect_eq(const A& got, const B& want, const std::string& what) {
+  if (!(got == want)) problems.push_back(fmt::format("{}: got {}, expected {}", what, got, want));
+}
+
+void check_ok_run(const Job& job, const RunPlan& plan, const RunResult& r) {
+  const std::string run = r.spec.name;
+  const int p = plan.run.pipeline_size;
+  const int steps = job.train.warmup + job.train.repeats;
+  const bool train = plan.run.mode == RunMode::train;
+  expect_eq(r.step_time_s.size(), static_cast<std::size_t>(steps), run + ": steps recorded");
+  expect_eq(r.is_warmup.size(), static_cast<std::size_t>(steps), run + ": is_warmup length");
+  for (int k = 0; k < steps && k < static_cast<int>(r.is_warmup.size()); ++k)
+    expect_eq(static_cast<int>(r.is_warmup[static_cast<std::size_t>(k)]), k < job.train.warmup ? 1 : 0,
+              fmt::format("{}: is_warmup[{}]", run, k));
+  expect_eq(r.schedule_name, plan.schedule.name, run + ": schedule");
+  expect_eq(r.busy_s.size(), static_cast<std::size_t>(steps), run + ": busy_s rows");
+  if (!r.busy_s.empty()) expect_eq(r.busy_s[0].size(), static_cast<std::size_t>(p), run + ": busy_s columns");
+
+  // Events: per rank and step, exactly the schedule's actions in order.
+  std::map<std::pair<int, int>, std::vector<Action>> seen;
+  for (const auto& e : r.events) seen[{e.rank, e.step}].push_back({e.kind, e.microbatch, e.chunk});
+  for (int rank = 0; rank < p; ++rank)
+    for (int k = 0; k < steps; ++k) {
+      const auto& got = seen[{rank, k}];
+      const auto& want = plan.schedule.actions[static_cast<std::size_t>(rank)];
+      if (got != want)
+        problems.push_back(fmt::format("{}: rank {} step {} executed [{}], schedule says [{}]", run, rank, k,
+                                       to_text(got), to_text(want)));
+    }
+  expect_eq(r.events.size(), static_cast<std::size_t>(steps) * plan.schedule.total_actions(), run + ": event count");
+
+  // Memory: exactly the model's sizes.
+  const ModelDesc model(job.model, plan.storage_dtype);
+  const StateBytes per = state_bytes_per_param(job.train.optimizer, plan.storage_dtype);
+  const auto boundary = static_cast<std::uint64_t>(model.boundary_bytes(plan.run.micro_batch_size));
+  for (int rank = 0; rank < p; ++rank) {
+    const auto R = static_cast<std::size_t>(rank);
+    const StagePlan& sp = plan.stages[R];
+    const auto params = static_cast<std::uint64_t>(sp.cost.params);
+    const std::string who = fmt::format("{}: rank {}", run, rank);
+    auto cat = [&](MemCategory c) { return r.peak_mem_by_category[static_cast<std::size_t>(c)].at(R); };
+    expect_eq(cat(MemCategory::params), params * static_cast<std::uint64_t>(per.params), who + " peak params bytes");
+    expect_eq(cat(MemCategory::grads), train ? params * static_cast<std::uint64_t>(per.grads) : 0u, who + " peak grads bytes");
+    expect_eq(cat(MemCategory::optimizer), train ? params * static_cast<std::uint64_t>(per.optimizer) : 0u,
+              who + " peak optimizer bytes");
+    const int live = plan.unit.peak_live_activations[R];
+    const auto act = static_cast<std::uint64_t>(sp.activation_bytes_per_microbatch);
+    expect_eq(cat(MemCategory::activations), train ? static_cast<std::uint64_t>(live) * act : act,
+              who + " peak activation bytes");
+    const std::uint64_t neighbours = (rank > 0 ? 1u : 0u) + (rank + 1 < p ? 1u : 0u);
+    expect_eq(cat(MemCategory::comm), 2 * neighbours * boundary, who + " peak comm bytes");
+    expect_eq(r.peak_live_activations.at(R), train ? live : 1, who + " peak live activations");
+    expect_eq(r.stage_params.at(R), sp.cost.params, who + " stage_params");
+    expect_eq(r.stage_layers.at(R)[0], sp.range.first_layer, who + " first layer built");
+    expect_eq(r.stage_layers.at(R)[1], sp.range.last_layer(), who + " last layer built");
+    expect_eq(r.memory_capacity_bytes.at(R), job.device.memory_capacity_bytes, who + " capacity");
+  }
+  if (plan.run.mode == RunMode::inference)
+    expect_eq(r.microbatch_latency_s.size(), static_cast<std::size_t>(steps), run + ": microbatch_latency_s rows");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: verify_results FILE JOB.toml WORLD [RUN=STATUS[:KIND]]... [RUNS=N]\n");
+    return 2;
+  }
+  const JobResult jr = read_results(argv[1]);
+  const Job job = load_job(argv[2]);
+  const int world = std::stoi(argv[3]);
+  std::map<std::string, std::string> expected;
+  for (int i = 4; i < argc; ++i) {
+    const std::string a = argv[i];
+    expected[a.substr(0, a.find('='))] = a.substr(a.find('=') + 1);
+  }
+  std::size_t runs_expected = job.runs.size();  // all, unless RUNS=N (a --run selection)
+  if (expected.count("RUNS")) runs_expected = std::stoul(expected["RUNS"]);
+  expect_eq(jr.runs.size(), runs_expected, "number of runs");
+  for (const auto& r : jr.runs) {
+    const RunSpec* spec = job.find_run(r.spec.name);
+    if (!spec) {
+      problems.push_back("unexpected run " + r.spec.name);
+      continue;
+    }
+    const RunPlan plan = plan_run(job, *spec);
+    std::string want = spec->pipeline_size > world ? "skipped" : "ok";
+    if (expected.count(r.spec.name)) want = expected[r.spec.name];
+    std::string got(to_string(r.status));
+    if (r.failure_kind != FailureKind::none) got += ":" + std::string(to_string(r.failure_kind));
+    expect_eq(got, want, r.spec.name + ": status");
+    expect_eq(r.bubble_analytic, plan.bubble_analytic, r.spec.name + ": bubble_analytic");
+    if (r.status == RunStatus::ok) check_ok_run(job, plan, r);
+    if (r.failure_kind == FailureKind::oom && r.failure_message.find("out of memory") == std::string::npos)
+      problems.push_back(r.spec.name + ": oom failure message lacks 'out of memory': " + r.failure_message);
+  }
+  for (const auto& p : problems) std::fprintf(stderr, "MISMATCH %s\n", p.c_str());
+  std::printf("%s: %zu runs checked, %zu mismatches\n", argv[1], jr.runs.size(), problems.size());
+  return problems.empty() ? 0 : 1;
+}
