@@ -1,0 +1,132 @@
+// HDF5 results: write/read round trip, never overwriting, the default path.
+#include <filesystem>
+#include <fstream>
+
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include "pipebench/results.hpp"
+
+using namespace pipebench;
+namespace fs = std::filesystem;
+
+namespace {
+JobResult sample() {
+  JobResult jr;
+  jr.root_attrs = {{"tool_version", "0.1.0"}, {"job_name", "t"}, {"job_toml", "schema = 1\n"}, {"label", "x"}};
+  jr.overrides = {"model.hidden=8", "run.p.schedule=gpipe"};
+  jr.hostnames = {"a", "b"};
+  jr.pids = {11, 12};
+  jr.provenance_attrs = {{"cpu_model", "CPU \"quoted\" <x>"}, {"environment", "A=1\nB=2\n"}};
+  jr.status = "partial";
+  jr.evidence_level = "simulated";
+  RunResult r;
+  r.spec.name = "p";
+  r.spec.pipeline_size = 2;
+  r.spec.micro_batch_size = 3;
+  r.spec.num_microbatches = 4;
+  r.schedule_name = "1f1b";
+  r.layers_per_stage = {2, 2};
+  r.warmup = 1;
+  r.repeats = 1;
+  r.step_time_s = {0.5, 0.25};
+  r.is_warmup = {1, 0};
+  r.loss = {NAN, 2.5};
+  r.busy_s = {{0.1, 0.2}, {0.3, 0.4}};
+  r.comm_wait_s = r.idle_s = r.forward_s = r.backward_s = r.optimizer_s = r.busy_s;
+  r.slowest_stage_s = r.bubble_measured = r.grad_norm = r.imbalance = {1.0, 2.0};
+  r.clipped = {0, 1};
+  r.peak_mem_bytes = {100, 200};
+  for (auto& c : r.peak_mem_by_category) c = {1, 2};
+  r.memory_capacity_bytes = {1000, 1000};
+  r.stage_params = {7, 8};
+  r.peak_live_activations = {2, 1};
+  r.stage_layers = {{0, 1}, {2, 3}};
+  r.events = {{0, 1, ActionKind::B, 3, 0, 0.5, 0.75}};
+  r.decision = "not_feasible";
+  r.decision_reasons = {"one", "two"};
+  r.failure_kind = FailureKind::oom;
+  r.status = RunStatus::failed;
+  r.failure_message = "rank 1: out of memory";
+  r.failing_rank = 1;
+  jr.runs.push_back(r);
+  RunResult s;
+  s.spec.name = "a_skipped";  // created second: read back second (creation order, not name order)
+  s.status = RunStatus::skipped;
+  s.failure_message = "needs 8 ranks";
+  jr.runs.push_back(s);
+  return jr;
+}
+
+fs::path temp_dir() {
+  const fs::path d = fs::temp_directory_path() / ("pipebench-test-" + std::to_string(getpid()));
+  fs::remove_all(d);
+  return d;
+}
+}  // namespace
+
+TEST_CASE("results round trip through HDF5", "[results]") {
+  const fs::path dir = temp_dir();
+  const std::string path = write_results((dir / "t" / "r.h5").string(), sample());
+  CHECK(path == (dir / "t" / "r.h5").string());
+  const JobResult back = read_results(path);
+  CHECK(back.status == "partial");
+  CHECK(back.evidence_level == "simulated");
+  CHECK(back.overrides == sample().overrides);
+  CHECK(back.root_attrs.at("job_toml") == "schema = 1\n");
+  CHECK(back.provenance_attrs.at("cpu_model") == "CPU \"quoted\" <x>");
+  CHECK(back.hostnames == std::vector<std::string>{"a", "b"});
+  CHECK(back.pids == std::vector<std::int64_t>{11, 12});
+  REQUIRE(back.runs.size() == 2);
+  const RunResult& r = back.runs[0];
+  CHECK(r.spec.name == "p");
+  CHECK(r.status == RunStatus::failed);
+  CHECK(r.failure_kind == FailureKind::oom);
+  CHECK(r.failing_rank == 1);
+  CHECK(r.layers_per_stage == std::vector<int>{2, 2});
+  CHECK(r.busy_s == sample().runs[0].busy_s);
+  CHECK(std::isnan(r.loss[0]));
+  CHECK(r.loss[1] == 2.5);
+  CHECK(r.stage_layers[1] == std::array<int, 2>{2, 3});
+  REQUIRE(r.events.size() == 1);
+  CHECK(r.events[0].kind == ActionKind::B);
+  CHECK(r.events[0].microbatch == 3);
+  CHECK(r.events[0].end_s == 0.75);
+  CHECK(r.decision_reasons == std::vector<std::string>{"one", "two"});
+  CHECK(back.runs[1].spec.name == "a_skipped");
+  CHECK(back.runs[1].status == RunStatus::skipped);
+  CHECK(back.runs[1].step_time_s.empty());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("write_results never overwrites and leaves no temporary file", "[results]") {
+  const fs::path dir = temp_dir();
+  const std::string first = write_results((dir / "r.h5").string(), sample());
+  const std::string second = write_results((dir / "r.h5").string(), sample());
+  const std::string third = write_results((dir / "r.h5").string(), sample());
+  CHECK(first == (dir / "r.h5").string());
+  CHECK(second == (dir / "r-1.h5").string());
+  CHECK(third == (dir / "r-2.h5").string());
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    ++files;
+    CHECK(e.path().extension() == ".h5");
+  }
+  CHECK(files == 3);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("read_results rejects what is not a results file", "[results]") {
+  const fs::path dir = temp_dir();
+  fs::create_directories(dir);
+  std::ofstream(dir / "x.h5") << "not hdf5";
+  CHECK_THROWS_AS(read_results((dir / "x.h5").string()), ResultsError);
+  CHECK_THROWS_AS(read_results((dir / "missing.h5").string()), ResultsError);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("default results path: results/<job>/[<label>/]<stamp>-<id>.h5", "[results]") {
+  CHECK(default_results_path("results", "default", "", "20261129T104001Z", "123") ==
+        "results/default/20261129T104001Z-123.h5");
+  CHECK(default_results_path("out", "j", "nightly", "20261129T104001Z", "9") == "out/j/nightly/20261129T104001Z-9.h5");
+}
