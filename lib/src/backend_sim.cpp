@@ -10,7 +10,9 @@
 
 namespace pipebench {
 
-SimBackend::SimBackend(const Job& job, int rank) : job_(job), memory_(rank, job.device.memory_capacity_bytes) {}
+SimBackend::SimBackend(const Job& job, int rank) : job_(job), memory_(rank, job.device.memory_capacity_bytes) {
+  tighten_timer_slack();  // a modelled action must not wake up 50 us late
+}
 
 void SimBackend::build(const StageSpec& spec) {
   spec_ = spec;

@@ -9,6 +9,10 @@
 
 namespace pipebench {
 
+namespace {
+constexpr double kSpinSeconds = 20e-6;
+}  // namespace
+
 void mpi_check(int rc, const char* call, const char* file, int line) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
@@ -30,7 +34,6 @@ RunComm::~RunComm() {
 }
 
 void RunComm::wait(MPI_Request& req, const char* what) {
-  // Spin briefly (latency), then yield the core (ranks may outnumber cores).
   const double start = now_s();
   for (long polls = 0;; ++polls) {
     int done = 0;
@@ -47,7 +50,9 @@ void RunComm::wait(MPI_Request& req, const char* what) {
         throw StepTimeoutError(fmt::format("rank {} waited {:.3f} s for {} and passed the step timeout", rank_,
                                            now_s() - start, what));
     }
-    if (now_s() - start > 200e-6) sched_yield();
+    // Spin briefly for latency, then yield the core at every poll: ranks may
+    // outnumber cores, and a spinning waiter would delay the rank it waits for.
+    if (now_s() - start > kSpinSeconds) sched_yield();
   }
 }
 

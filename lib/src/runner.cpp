@@ -238,6 +238,7 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
   const JobPlan plan = plan_job(job, options.run_names);
   (void)make_backend(job, world_rank);  // a backend this build lacks is a ConfigError, everywhere alike
   const FaultInjection fault = FaultInjection::from_env();
+  tighten_timer_slack();  // modelled sleeps and waiting naps wake on time
 
   // Hosts and pids of the world, for the header and /provenance.
   char host[256] = {};

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Measures, on the sim backend:
+#  1. the median measured bubble of 1F1B on 4 balanced stages with >= 2 ms
+#     actions, m = 4, 8, 16, against the analytic (p-1)/(m+p-1), with the
+#     job's link model (5 us + 100 Gbit/s) and with a free link (the
+#     executor's own error; the analytic formula has no transfers);
+#  2. the executor's overhead per action: the same runs with zero-duration
+#     actions and a free link, median step time / actions per rank.
+# Usage: bench/whole/sim_bubble.sh [NP]   (stages = ranks, default 4; needs a build in build/)
+# NP must divide the 8 layers (1, 2, 4, 8) for the stages to stay balanced.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+np=${1:-4}
+out=$(mktemp -d)
+stages=()
+for r in m4 m8 m16; do stages+=(--set "run.$r.pipeline_size=$np"); done
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun -np "$np" --oversubscribe build/bench/pipebench run bench/whole/sim_bubble.toml -o "$out/timed" "${stages[@]}" > "$out/timed.log"
+free_link=(--set device.sim_link_latency_us=0 --set device.sim_link_gbps=1e12)
+mpirun -np "$np" --oversubscribe build/bench/pipebench run bench/whole/sim_bubble.toml -o "$out/free" "${stages[@]}" \
+  "${free_link[@]}" > "$out/free.log"
+mpirun -np "$np" --oversubscribe build/bench/pipebench run bench/whole/sim_bubble.toml -o "$out/zero" "${stages[@]}" \
+  "${free_link[@]}" --set device.sim_flops_per_s=1e30 > "$out/zero.log"
+/usr/bin/python3 - "$out" "$np" <<'PY'
+import glob, sys
+import h5py, numpy as np
+out, np_ = sys.argv[1], int(sys.argv[2])
+print(f"sim backend, {np_} ranks on {open('/proc/cpuinfo').read().count('processor')} cores")
+print(f"{'m':>3} {'analytic':>9} | {'link model':>10} {'diff':>8} | {'free link':>10} {'diff':>8} {'simulated':>9} | "
+      f"{'zero-cost step':>14} {'per action':>11}")
+files = {k: h5py.File(glob.glob(f"{out}/{k}/*/*.h5")[0]) for k in ("timed", "free", "zero")}
+for name in files["timed"]["runs"]:
+    t, f, z = (files[k]["runs"][name] for k in ("timed", "free", "zero"))
+    m = int(t.attrs["num_microbatches"])
+    a = t.attrs["bubble_analytic"]
+    bt, bf = t.attrs["bubble_measured_median"], f.attrs["bubble_measured_median"]
+    step0 = z.attrs["step_time_median_s"]
+    print(f"{m:3d} {a:9.4f} | {bt:10.4f} {bt - a:+8.4f} | {bf:10.4f} {bf - a:+8.4f} {f.attrs['bubble_simulated']:9.4f} | "
+          f"{step0 * 1e6:11.1f} us {step0 / (2 * m) * 1e6:8.1f} us")
+PY
+rm -rf "$out"
