@@ -87,24 +87,18 @@ RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<Ra
   RunResult r = base_result(job, plan);
   const std::size_t P = ranks.size();
 
-  // Failure: the first rank that failed by itself names the kind.
+  // Failure: the first rank that failed by itself names the kind; ranks that
+  // were only told by a peer come second.
+  const RankRecord* failed = nullptr;
   for (const auto& rk : ranks)
-    if (rk.failure != FailureKind::none && rk.failure_is_origin) {
-      r.status = RunStatus::failed;
-      r.failure_kind = rk.failure;
-      r.failure_message = rk.failure_message;
-      r.failing_rank = rk.rank;
-      break;
-    }
-  if (r.status == RunStatus::ok)
-    for (const auto& rk : ranks)
-      if (rk.failure != FailureKind::none) {
-        r.status = RunStatus::failed;
-        r.failure_kind = rk.failure;
-        r.failure_message = rk.failure_message;
-        r.failing_rank = rk.rank;
-        break;
-      }
+    if (rk.failure != FailureKind::none && (!failed || (rk.failure_is_origin && !failed->failure_is_origin)))
+      failed = &rk;
+  if (failed) {
+    r.status = RunStatus::failed;
+    r.failure_kind = failed->failure;
+    r.failure_message = failed->failure_message;
+    r.failing_rank = failed->rank;
+  }
 
   // Per-rank figures.
   for (const auto& rk : ranks) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <unistd.h>
@@ -226,6 +227,20 @@ void print_run_summary(const RunResult& r) {
   std::fflush(stdout);
 }
 
+// Seed 000's check before timing: per stage, the planned and the built layer range.
+void print_dry_run(const RunPlan& rp, const std::vector<RankRecord>& records) {
+  const int origin = rp.run.layers_per_stage_origin;
+  fmt::print("     {:>5} {:>11} {:>11} {:>14} {:>12}  {}\n", "stage", "plan", "built", "params", "memory", "check");
+  for (const auto& r : records) {
+    const auto& st = rp.partition.stages[static_cast<std::size_t>(r.rank)];
+    const bool same = r.stage_layers[0] == st.first_layer && r.stage_layers[1] == st.last_layer();
+    fmt::print("     {:>5} {:>11} {:>11} {:>14} {:>12}  {}\n", r.rank, layer_range_text(st, origin),
+               fmt::format("{}-{}", r.stage_layers[0] + origin, r.stage_layers[1] + origin), group_digits(r.stage_params),
+               format_bytes(static_cast<double>(r.peak_mem_bytes)),
+               r.failure != FailureKind::none ? r.failure_message : same ? "ok" : "MISMATCH");
+  }
+}
+
 }  // namespace
 
 RunOutcome run_job(const Job& job, const RunOptions& options) {
@@ -312,18 +327,7 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
         clean = rec.failure == FailureKind::none;
         const auto records = gather_records(rc.control(), rec);
         if (root) {
-          if (options.dry_run) {
-            fmt::print("     {:>5} {:>11} {:>11} {:>14} {:>12}  {}\n", "stage", "plan", "built", "params", "memory", "check");
-            for (const auto& r : records) {
-              const auto& st = rp.partition.stages[static_cast<std::size_t>(r.rank)];
-              const bool same = r.stage_layers[0] == st.first_layer && r.stage_layers[1] == st.last_layer();
-              fmt::print("     {:>5} {:>11} {:>11} {:>14} {:>12}  {}\n", r.rank, layer_range_text(st, rp.run.layers_per_stage_origin),
-                         fmt::format("{}-{}", r.stage_layers[0] + rp.run.layers_per_stage_origin,
-                                     r.stage_layers[1] + rp.run.layers_per_stage_origin),
-                         group_digits(r.stage_params), format_bytes(static_cast<double>(r.peak_mem_bytes)),
-                         r.failure != FailureKind::none ? r.failure_message : same ? "ok" : "MISMATCH");
-            }
-          }
+          if (options.dry_run) print_dry_run(rp, records);
           jr.runs.push_back(assemble_run(job, rp, records));
           if (!options.dry_run) print_run_summary(jr.runs.back());
           else if (jr.runs.back().status == RunStatus::failed)
