@@ -35,10 +35,9 @@ void SimBackend::build(const StageSpec& spec) {
     memory_.reserve(MemCategory::grads, params * static_cast<std::uint64_t>(per.grads), "gradients");
     memory_.reserve(MemCategory::optimizer, params * static_cast<std::uint64_t>(per.optimizer), "optimizer state");
   }
-  const int neighbours = (spec.rank > 0 ? 1 : 0) + (spec.rank + 1 < spec.num_stages ? 1 : 0);
-  if (neighbours > 0)
-    memory_.reserve(MemCategory::comm, 2ull * static_cast<std::uint64_t>(neighbours) * boundary_bytes_,
-                    "boundary send/receive buffers");
+  const auto comm = static_cast<std::uint64_t>(model.comm_bytes(spec.micro_batch_size, spec.num_microbatches,
+                                                                 spec.rank > 0, spec.rank + 1 < spec.num_stages, train));
+  if (comm > 0) memory_.reserve(MemCategory::comm, comm, "boundary send/receive buffers");
 }
 
 void SimBackend::busy_for(double seconds, const char* what) {

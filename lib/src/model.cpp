@@ -84,4 +84,10 @@ std::int64_t ModelDesc::total_params() const {
   return stage(1, spec_.layers, true, true).params;
 }
 
+std::int64_t ModelDesc::comm_bytes(int b, int m, bool has_prev, bool has_next, bool train) const {
+  const std::int64_t per_prev = train ? m + 1 : 1;
+  const std::int64_t per_next = train ? m + 1 : m;
+  return boundary_bytes(b) * ((has_prev ? per_prev : 0) + (has_next ? per_next : 0));
+}
+
 }  // namespace pipebench

@@ -11,7 +11,7 @@ doc = json.loads(proc.stdout)
 RUN_KEYS = ["name", "pipeline_size", "num_microbatches", "schedule", "layers_per_stage", "stage_params",
             "bubble_analytic", "unit", "simulated", "memory"]
 MEM_KEYS = ["stage", "params_bytes", "grads_bytes", "optimizer_bytes", "activation_bytes_per_microbatch",
-            "activations_peak_bytes", "total_bytes"]
+            "activations_peak_bytes", "comm_bytes", "total_bytes"]
 assert doc["runs"], "no runs"
 for run in doc["runs"]:
     for k in RUN_KEYS:
@@ -31,6 +31,7 @@ for run in doc["runs"]:
     for mem in run["memory"]:
         for k in MEM_KEYS:
             assert k in mem, f"memory.{k} missing"
-        total = mem["params_bytes"] + mem["grads_bytes"] + mem["optimizer_bytes"] + mem["activations_peak_bytes"]
+        total = (mem["params_bytes"] + mem["grads_bytes"] + mem["optimizer_bytes"] + mem["activations_peak_bytes"]
+                 + mem["comm_bytes"])
         assert mem["total_bytes"] == total
 print(f"ok: {job}: {len(doc['runs'])} runs")

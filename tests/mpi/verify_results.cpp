@@ -74,8 +74,10 @@ void check_ok_run(const Job& job, const RunPlan& plan, const RunResult& r) {
     const auto act = static_cast<std::uint64_t>(sp.activation_bytes_per_microbatch);
     expect_eq(cat(MemCategory::activations), train ? static_cast<std::uint64_t>(live) * act : act,
               who + " peak activation bytes");
-    const std::uint64_t neighbours = (rank > 0 ? 1u : 0u) + (rank + 1 < p ? 1u : 0u);
-    expect_eq(cat(MemCategory::comm), 2 * neighbours * boundary, who + " peak comm bytes");
+    expect_eq(cat(MemCategory::comm), static_cast<std::uint64_t>(sp.comm_bytes), who + " peak comm bytes");
+    const auto m = static_cast<std::uint64_t>(plan.run.num_microbatches);
+    const std::uint64_t per_prev = rank > 0 ? (train ? m + 1 : 1) : 0, per_next = rank + 1 < p ? (train ? m + 1 : m) : 0;
+    expect_eq(static_cast<std::uint64_t>(sp.comm_bytes), (per_prev + per_next) * boundary, who + " planned comm bytes");
     expect_eq(r.peak_live_activations.at(R), train ? live : 1, who + " peak live activations");
     expect_eq(r.stage_params.at(R), sp.cost.params, who + " stage_params");
     expect_eq(r.stage_layers.at(R)[0], sp.range.first_layer, who + " first layer built");

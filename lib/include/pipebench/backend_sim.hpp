@@ -5,9 +5,9 @@
 // a laptop. Boundary tensors are modelled (logical size only).
 //
 // Accounting: build reserves params, and for training grads and optimizer
-// state (model.hpp sizes), plus comm: two boundary tensors per neighbour
-// (send + receive). forward(mb) reserves the micro-batch's activation bytes;
-// training releases them in backward(mb) (or weight_grad(mb) when the
+// state (model.hpp sizes), plus the communication buffers of
+// ModelDesc::comm_bytes (as the cpu backend allocates them). forward(mb)
+// reserves the micro-batch's activation bytes; training releases them in backward(mb) (or weight_grad(mb) when the
 // schedule splits the backward, B and W then taking half the backward time
 // each), inference at the end of forward(mb).
 #pragma once

@@ -10,8 +10,10 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "pipebench/error.hpp"
 
@@ -50,6 +52,47 @@ class MemoryTracker {
   std::uint64_t capacity_;
   std::array<std::uint64_t, kNumMemCategories> current_{}, peak_{};
   std::uint64_t total_ = 0, peak_total_ = 0;
+};
+
+// An array whose bytes are reserved in a MemoryTracker for its lifetime
+// (reserved before allocating, so an over-capacity request allocates
+// nothing). Zero-initialised. Move-only.
+template <typename T>
+class TrackedArray {
+ public:
+  TrackedArray() = default;
+  TrackedArray(MemoryTracker& tracker, MemCategory cat, std::size_t n, std::string_view what)
+      : tracker_(&tracker), cat_(cat), n_(n) {
+    tracker.reserve(cat, bytes(), what);
+    data_.reset(new T[n]());
+  }
+  TrackedArray(TrackedArray&& o) noexcept { *this = std::move(o); }
+  TrackedArray& operator=(TrackedArray&& o) noexcept {
+    reset();
+    tracker_ = std::exchange(o.tracker_, nullptr);
+    cat_ = o.cat_;
+    n_ = std::exchange(o.n_, 0);
+    data_ = std::move(o.data_);
+    return *this;
+  }
+  ~TrackedArray() { reset(); }
+
+  void reset() {
+    if (tracker_ && n_) tracker_->release(cat_, bytes());
+    data_.reset();
+    tracker_ = nullptr;
+    n_ = 0;
+  }
+  T* data() const { return data_.get(); }
+  std::size_t size() const { return n_; }
+  std::uint64_t bytes() const { return static_cast<std::uint64_t>(n_) * sizeof(T); }
+  explicit operator bool() const { return data_ != nullptr; }
+
+ private:
+  MemoryTracker* tracker_ = nullptr;
+  MemCategory cat_ = MemCategory::workspace;
+  std::size_t n_ = 0;
+  std::unique_ptr<T[]> data_;
 };
 
 }  // namespace pipebench

@@ -64,6 +64,15 @@ class ModelDesc {
 
   std::int64_t total_params() const;
 
+  // Communication buffers a stage holds (the runner's design, docs/runner.md):
+  // per neighbouring stage one receive buffer, and one send buffer per
+  // micro-batch (sends complete at the end of the step). Training: a stage
+  // with a previous stage receives activations and sends gradients back; with
+  // a next stage it sends activations and receives gradients: m + 1 boundary
+  // tensors per neighbour. Inference: 1 (receive) from the previous stage,
+  // m (send) to the next.
+  std::int64_t comm_bytes(int micro_batch, int num_microbatches, bool has_prev, bool has_next, bool train) const;
+
  private:
   ModelSpec spec_;
   DType dtype_;

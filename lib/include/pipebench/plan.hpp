@@ -33,7 +33,8 @@ struct StagePlan {
   // Training: peak_live_activations x per-micro-batch bytes. Inference:
   // one micro-batch's bytes (an upper bound of the forward working set).
   std::int64_t activations_peak_bytes = 0;
-  std::int64_t total_bytes = 0;             // params + grads + optimizer + activations
+  std::int64_t comm_bytes = 0;              // boundary buffers (ModelDesc::comm_bytes)
+  std::int64_t total_bytes = 0;             // params + grads + optimizer + activations + comm
   double capacity_fraction = 0.0;           // total / memory_capacity
 };
 

@@ -1,0 +1,68 @@
+// fp32 CPU kernels of the `cpu` backend: forward and backward of every layer
+// of the model description (docs/model.md). GEMMs go to OpenBLAS
+// (cblas_sgemm); the rest are plain loops over contiguous row-major buffers,
+// no allocation inside. Shapes use T = tokens (B·s), C = channels.
+//
+// Conventions: parameter-gradient outputs (dW, db, dgamma, ...) ACCUMULATE
+// (+=), so micro-batches add up in the order they are run; input-gradient
+// outputs (dx, ...) are overwritten unless a function says otherwise.
+// Weights of a linear layer are [in, out]: y = x·W + b.
+#pragma once
+
+#include <cstdint>
+
+namespace pipebench::cpu {
+
+// Threads OpenBLAS may use in this process.
+void set_blas_threads(int threads);
+// OpenBLAS's build description ("OpenBLAS 0.3.21 ... Haswell MAX_THREADS=64").
+const char* blas_config();
+
+// y[T,out] = x[T,in]·W[in,out] + b[out]. With accumulate, y += instead of y =.
+void linear_forward(const float* x, const float* W, const float* b, float* y, int T, int in, int out,
+                    bool accumulate = false);
+// dW += xᵀ·dy, db += Σ_t dy; dx = dy·Wᵀ (dx may be null; with accumulate_dx, dx +=).
+void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db, int T, int in,
+                     int out, bool accumulate_dx = false);
+
+// out = (x - mean)·rstd·gamma + beta per row; saves mean and rstd per row.
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* out, float* mean, float* rstd,
+                       int T, int C);
+// dx += ..., dgamma += ..., dbeta += ... (dx accumulates: LayerNorms sit on residual branches).
+void layernorm_backward(const float* dout, const float* x, const float* gamma, const float* mean, const float* rstd,
+                        float* dx, float* dgamma, float* dbeta, int T, int C);
+
+// GELU, tanh approximation.
+void gelu_forward(const float* in, float* out, std::int64_t n);
+// din = dout · gelu'(in)  (din may alias dout).
+void gelu_backward(const float* in, const float* dout, float* din, std::int64_t n);
+
+// Causal multi-head self-attention over qkv[T, 3C] (q | k | v, heads of
+// d = C/heads contiguous inside each), T = B·s. probs[B, heads, s, s] are the
+// softmax(q·kᵀ/√d) rows (zero above the diagonal); out[T, C].
+void attention_forward(const float* qkv, float* probs, float* out, int B, int s, int C, int heads);
+// dqkv[T, 3C] (overwritten) from dout[T, C]; `scratch` holds s·s floats.
+void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv, float* scratch, int B,
+                        int s, int C, int heads);
+
+// out[b, t] = wte[tokens[b, t]] + wpe[t].
+void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, float* out, int B, int s, int C);
+// dwte[tokens] += dout, dwpe[t] += dout, in token order.
+void embedding_backward(const std::int32_t* tokens, const float* dout, float* dwte, float* dwpe, int B, int s, int C);
+
+// In place: logits[T, V] become softmax probabilities. Returns the mean
+// cross-entropy -log p[target] over the T tokens (accumulated in double).
+double softmax_crossentropy_forward(float* logits_to_probs, const std::int32_t* targets, int T, int V);
+// In place: probs become dlogits = (probs - onehot(target)) · scale.
+void softmax_crossentropy_backward(float* probs_to_dlogits, const std::int32_t* targets, int T, int V, float scale);
+
+// AdamW (decoupled weight decay `wd`) on n parameters; `t` is the 1-based
+// step count; gradients are multiplied by grad_scale (clipping) first.
+void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n, float lr, float beta1, float beta2,
+                  float eps, float wd, int t, float grad_scale);
+void sgd_update(float* p, const float* g, std::int64_t n, float lr, float grad_scale);
+
+// Σ x² in double.
+double sum_squares(const float* x, std::int64_t n);
+
+}  // namespace pipebench::cpu
