@@ -87,17 +87,4 @@ void SimBackend::optimizer_step(int /*step*/, double /*grad_scale*/) { busy_for(
 Buffer SimBackend::recv_buffer(ActionKind, int) { return {nullptr, 0, boundary_bytes_}; }
 Buffer SimBackend::send_buffer(ActionKind, int) { return {nullptr, 0, boundary_bytes_}; }
 
-std::unique_ptr<Backend> make_backend(const Job& job, int rank) {
-  switch (job.device.backend) {
-    case BackendKind::sim: return std::make_unique<SimBackend>(job, rank);
-    case BackendKind::cpu:
-      throw ConfigError(fmt::format("{}: device.backend = \"cpu\": the cpu backend is not built yet; use --backend sim",
-                                    job.source_path));
-    case BackendKind::cuda:
-      throw ConfigError(fmt::format("{}: device.backend = \"cuda\": the cuda backend is not built yet; use --backend sim",
-                                    job.source_path));
-  }
-  throw ConfigError("unknown backend");
-}
-
 }  // namespace pipebench

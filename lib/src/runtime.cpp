@@ -138,11 +138,14 @@ void run_step(const Job& job, const RunPlan& plan, RunComm& comm, Backend& backe
   sr.loss = has_loss_here ? loss_sum / sched.num_microbatches : std::numeric_limits<double>::quiet_NaN();
   sr.grad_norm = std::numeric_limits<double>::quiet_NaN();
   if (train) {
-    std::vector<double> sq{backend.local_grad_sq_norm()};
+    std::vector<double> sq(static_cast<std::size_t>(job.model.layers) + 2, 0.0);
+    backend.grad_sq_norm_by_piece(sq);
     comm.allreduce(sq, MPI_SUM);
+    double total = 0.0;
+    for (double x : sq) total += x;  // in piece order: the same sum for every split
     double scale = 1.0;
     if (backend.computes_loss()) {
-      sr.grad_norm = std::sqrt(sq[0]);
+      sr.grad_norm = std::sqrt(total);
       if (job.train.grad_clip > 0.0 && sr.grad_norm > job.train.grad_clip) {
         scale = job.train.grad_clip / sr.grad_norm;
         sr.clipped = true;

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "pipebench/job.hpp"
 #include "pipebench/memory.hpp"
@@ -66,8 +67,12 @@ class Backend {
   virtual void weight_grad(int step, int microbatch) = 0;
   // Last stage, after forward(mb): that micro-batch's loss.
   virtual double loss(int microbatch) const = 0;
-  // Sum of squares of this stage's accumulated gradients.
-  virtual double local_grad_sq_norm() const = 0;
+  // Adds the sum of squares of each of this stage's pieces' accumulated
+  // gradients at per_piece[piece id] (0 embedding, 1+i block i, layers+1
+  // head; the vector has layers+2 entries). Reducing these per-piece sums
+  // across ranks is exact (one contributor per entry), and summing them in
+  // piece order makes the global norm bit-identical for every split.
+  virtual void grad_sq_norm_by_piece(std::vector<double>& per_piece) const = 0;
   // Applies the step's update with gradients multiplied by `grad_scale`
   // (clipping), then clears the gradients.
   virtual void optimizer_step(int step, double grad_scale) = 0;

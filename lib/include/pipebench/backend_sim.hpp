@@ -30,7 +30,7 @@ class SimBackend final : public Backend {
   void backward(int step, int microbatch) override;
   void weight_grad(int step, int microbatch) override;
   double loss(int microbatch) const override;
-  double local_grad_sq_norm() const override { return 0.0; }
+  void grad_sq_norm_by_piece(std::vector<double>&) const override {}
   void optimizer_step(int step, double grad_scale) override;
   Buffer recv_buffer(ActionKind kind, int microbatch) override;
   Buffer send_buffer(ActionKind kind, int microbatch) override;
