@@ -1,0 +1,291 @@
+// Gradient checks of the cpu backend: every kernel, then whole stages,
+// against central finite differences on tiny shapes. The scalar checked is
+// L = Σ out ⊙ R for fixed random R (so dout = R), accumulated in double.
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "pipebench/backend_cpu.hpp"
+#include "pipebench/config.hpp"
+#include "pipebench/cpu_kernels.hpp"
+
+#include <fmt/format.h>
+
+using namespace pipebench;
+
+namespace {
+
+std::vector<float> randn(std::size_t n, unsigned seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+double dot(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+// Central differences of `loss` w.r.t. every element of `x` (changed in place
+// and restored), compared with `analytic`.
+void check_gradient(std::vector<float>& x, const std::vector<float>& analytic, const std::function<double()>& loss,
+                    const char* what, float eps = 1e-2f, double tol = 2e-2) {
+  REQUIRE(x.size() == analytic.size());
+  double worst = 0.0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float keep = x[i];
+    x[i] = keep + eps;
+    const double up = loss();
+    x[i] = keep - eps;
+    const double down = loss();
+    x[i] = keep;
+    const double numeric = (up - down) / (2.0 * eps);
+    const double err = std::fabs(numeric - analytic[i]) / std::max(1.0, std::fabs(numeric));
+    worst = std::max(worst, err);
+    if (err > tol) FAIL_CHECK(what << "[" << i << "]: analytic " << analytic[i] << ", numeric " << numeric);
+  }
+  INFO(what << ": worst relative error " << worst);
+  CHECK(worst <= tol);
+}
+
+}  // namespace
+
+TEST_CASE("linear: dx, dW, db", "[cpu][gradcheck]") {
+  const int T = 5, in = 4, out = 3;
+  auto x = randn(T * in, 1), W = randn(in * out, 2), b = randn(out, 3), R = randn(T * out, 4);
+  auto loss = [&] {
+    std::vector<float> y(T * out);
+    cpu::linear_forward(x.data(), W.data(), b.data(), y.data(), T, in, out);
+    return dot(y, R);
+  };
+  std::vector<float> dx(x.size()), dW(W.size(), 0.0f), db(b.size(), 0.0f);
+  cpu::linear_backward(x.data(), W.data(), R.data(), dx.data(), dW.data(), db.data(), T, in, out);
+  check_gradient(x, dx, loss, "dx");
+  check_gradient(W, dW, loss, "dW");
+  check_gradient(b, db, loss, "db");
+  // Accumulation: a second backward doubles the parameter gradients.
+  std::vector<float> dW2 = dW, db2 = db;
+  cpu::linear_backward(x.data(), W.data(), R.data(), nullptr, dW2.data(), db2.data(), T, in, out);
+  CHECK(dW2[3] == Approx(2 * dW[3]));
+  CHECK(db2[1] == Approx(2 * db[1]));
+}
+
+TEST_CASE("layernorm: dx, dgamma, dbeta", "[cpu][gradcheck]") {
+  const int T = 4, C = 6;
+  auto x = randn(T * C, 5), g = randn(C, 6), be = randn(C, 7), R = randn(T * C, 8);
+  auto loss = [&] {
+    std::vector<float> y(T * C), mean(T), rstd(T);
+    cpu::layernorm_forward(x.data(), g.data(), be.data(), y.data(), mean.data(), rstd.data(), T, C);
+    return dot(y, R);
+  };
+  std::vector<float> y(T * C), mean(T), rstd(T), dx(T * C, 0.0f), dg(C, 0.0f), db(C, 0.0f);
+  cpu::layernorm_forward(x.data(), g.data(), be.data(), y.data(), mean.data(), rstd.data(), T, C);
+  cpu::layernorm_backward(R.data(), x.data(), g.data(), mean.data(), rstd.data(), dx.data(), dg.data(), db.data(), T, C);
+  check_gradient(x, dx, loss, "dx", 1e-2f, 3e-2);
+  check_gradient(g, dg, loss, "dgamma");
+  check_gradient(be, db, loss, "dbeta");
+}
+
+TEST_CASE("gelu", "[cpu][gradcheck]") {
+  auto x = randn(20, 9, 2.0f), R = randn(20, 10);
+  auto loss = [&] {
+    std::vector<float> y(20);
+    cpu::gelu_forward(x.data(), y.data(), 20);
+    return dot(y, R);
+  };
+  std::vector<float> dx(20);
+  cpu::gelu_backward(x.data(), R.data(), dx.data(), 20);
+  check_gradient(x, dx, loss, "dx", 1e-3f);
+  std::vector<float> y(1);
+  const float zero = 0.0f;
+  cpu::gelu_forward(&zero, y.data(), 1);
+  CHECK(y[0] == 0.0f);
+}
+
+TEST_CASE("causal attention: dqkv; probabilities are causal and normalised", "[cpu][gradcheck]") {
+  const int B = 2, s = 4, C = 6, heads = 2, T = B * s;
+  auto qkv = randn(T * 3 * C, 11), R = randn(T * C, 12);
+  std::vector<float> probs(B * heads * s * s), out(T * C);
+  auto loss = [&] {
+    cpu::attention_forward(qkv.data(), probs.data(), out.data(), B, s, C, heads);
+    return dot(out, R);
+  };
+  loss();
+  for (int bh = 0; bh < B * heads; ++bh)
+    for (int i = 0; i < s; ++i) {
+      double row = 0.0;
+      for (int j = 0; j < s; ++j) {
+        const float p = probs[(bh * s + i) * s + j];
+        if (j > i) CHECK(p == 0.0f);
+        row += p;
+      }
+      CHECK(row == Approx(1.0).epsilon(1e-5));
+    }
+  std::vector<float> dqkv(qkv.size()), scratch(s * s);
+  cpu::attention_backward(R.data(), qkv.data(), probs.data(), dqkv.data(), scratch.data(), B, s, C, heads);
+  check_gradient(qkv, dqkv, loss, "dqkv");
+}
+
+TEST_CASE("embedding: dwte, dwpe", "[cpu][gradcheck]") {
+  const int B = 2, s = 3, C = 4, V = 5;
+  const std::vector<std::int32_t> tokens{1, 4, 1, 0, 2, 4};
+  auto wte = randn(V * C, 13), wpe = randn(s * C, 14), R = randn(B * s * C, 15);
+  auto loss = [&] {
+    std::vector<float> y(B * s * C);
+    cpu::embedding_forward(tokens.data(), wte.data(), wpe.data(), y.data(), B, s, C);
+    return dot(y, R);
+  };
+  std::vector<float> dwte(wte.size(), 0.0f), dwpe(wpe.size(), 0.0f);
+  cpu::embedding_backward(tokens.data(), R.data(), dwte.data(), dwpe.data(), B, s, C);
+  check_gradient(wte, dwte, loss, "dwte");
+  check_gradient(wpe, dwpe, loss, "dwpe");
+}
+
+TEST_CASE("softmax cross-entropy: loss and dlogits", "[cpu][gradcheck]") {
+  const int T = 3, V = 5;
+  const std::vector<std::int32_t> targets{0, 3, 4};
+  auto logits = randn(T * V, 16);
+  auto loss = [&] {
+    std::vector<float> p = logits;
+    return cpu::softmax_crossentropy_forward(p.data(), targets.data(), T, V);
+  };
+  std::vector<float> d = logits;
+  const double l = cpu::softmax_crossentropy_forward(d.data(), targets.data(), T, V);
+  double expected = 0.0;
+  for (int t = 0; t < T; ++t) {
+    double z = 0.0;
+    for (int v = 0; v < V; ++v) z += std::exp(static_cast<double>(logits[t * V + v]));
+    expected -= std::log(std::exp(static_cast<double>(logits[t * V + targets[t]])) / z);
+  }
+  CHECK(l == Approx(expected / T).epsilon(1e-6));
+  cpu::softmax_crossentropy_backward(d.data(), targets.data(), T, V, 1.0f / T);
+  check_gradient(logits, d, loss, "dlogits", 1e-2f);
+}
+
+TEST_CASE("optimizers", "[cpu]") {
+  std::vector<float> p{1.0f, -2.0f}, g{0.5f, 0.25f}, m(2, 0.0f), v(2, 0.0f);
+  cpu::sgd_update(p.data(), g.data(), 2, 0.1f, 2.0f);
+  CHECK(p[0] == Approx(0.9f));
+  CHECK(p[1] == Approx(-2.05f));
+  // First AdamW step without decay moves every parameter by lr (bias-corrected m/sqrt(v) = sign(g)).
+  std::vector<float> q{1.0f, -2.0f};
+  cpu::adamw_update(q.data(), g.data(), m.data(), v.data(), 2, 0.01f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 1.0f);
+  CHECK(q[0] == Approx(0.99f));
+  CHECK(q[1] == Approx(-2.01f));
+}
+
+namespace {
+
+Job tiny_job(const char* kind) {
+  return parse_job(fmt::format(R"(schema = 1
+[job]
+name = "g"
+[model]
+kind = "{}"
+hidden = 8
+layers = 2
+heads = 2
+ffn_hidden = 12
+seq_len = 4
+vocab = 11
+seed = 3
+[[run]]
+name = "r"
+)", kind),
+                   "g.toml");
+}
+
+StageSpec stage(int rank, int stages, int first, int count, bool embedding, bool head) {
+  StageSpec s;
+  s.rank = rank;
+  s.num_stages = stages;
+  s.range = {first, count, embedding, head};
+  s.micro_batch_size = 2;
+  s.num_microbatches = 1;
+  s.mode = RunMode::train;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("whole stage (embedding, blocks, head): d loss / d every parameter", "[cpu][gradcheck]") {
+  for (const char* kind : {"gpt", "mlp"}) {
+    INFO(kind);
+    const Job job = tiny_job(kind);
+    CpuBackend be(job, 0);
+    be.build(stage(0, 1, 0, 2, true, true));
+    be.begin_step(0, 1e300);
+    be.forward(0, 0);
+    be.backward(0, 0);
+    const auto n = static_cast<std::size_t>(be.built_params());
+    std::vector<float> analytic(be.grads(), be.grads() + n);
+    std::vector<float> params(be.params(), be.params() + n);
+    auto loss = [&] {
+      std::copy(params.begin(), params.end(), be.params());
+      be.forward(0, 0);
+      return be.loss(0);
+    };
+    check_gradient(params, analytic, loss, kind, 1e-2f, 3e-2);
+  }
+}
+
+TEST_CASE("middle stage: d(Σ out ⊙ R) / d parameters and the gradient it sends back", "[cpu][gradcheck]") {
+  const Job job = tiny_job("gpt");
+  CpuBackend be(job, 1);
+  be.build(stage(1, 3, 1, 1, false, false));
+  be.begin_step(0, 1e300);
+  const Buffer in = be.recv_buffer(ActionKind::F, 0);
+  const std::size_t n_in = in.bytes / sizeof(float);
+  std::vector<float> x = randn(n_in, 21), R = randn(n_in, 22);
+  auto run_forward = [&] {
+    std::copy(x.begin(), x.end(), static_cast<float*>(in.data));
+    be.forward(0, 0);
+    const auto* out = static_cast<const float*>(be.send_buffer(ActionKind::F, 0).data);
+    return dot(std::vector<float>(out, out + n_in), R);
+  };
+  run_forward();
+  const Buffer dy = be.recv_buffer(ActionKind::B, 0);
+  std::copy(R.begin(), R.end(), static_cast<float*>(dy.data));
+  be.backward(0, 0);
+  const auto* dx = static_cast<const float*>(be.send_buffer(ActionKind::B, 0).data);
+  std::vector<float> dinput(dx, dx + n_in);
+  const auto n = static_cast<std::size_t>(be.built_params());
+  std::vector<float> analytic(be.grads(), be.grads() + n);
+  std::vector<float> params(be.params(), be.params() + n);
+  auto loss = [&] {
+    std::copy(params.begin(), params.end(), be.params());
+    return run_forward();
+  };
+  check_gradient(params, analytic, loss, "params", 1e-2f, 3e-2);
+  check_gradient(x, dinput, loss, "input", 1e-2f, 3e-2);
+}
+
+TEST_CASE("cpu memory: exactly the model description's bytes", "[cpu][memory]") {
+  const Job job = tiny_job("gpt");
+  const ModelDesc model(job.model, DType::fp32);
+  CpuBackend be(job, 0);
+  StageSpec s = stage(0, 2, 0, 1, true, false);
+  s.num_microbatches = 3;
+  be.build(s);
+  const Cost c = model.stage(2, 1, true, false);
+  const auto& mem = be.memory();
+  CHECK(mem.current(MemCategory::params) == static_cast<std::uint64_t>(4 * c.params));
+  CHECK(mem.current(MemCategory::grads) == static_cast<std::uint64_t>(4 * c.params));
+  CHECK(mem.current(MemCategory::optimizer) == static_cast<std::uint64_t>(8 * c.params));
+  CHECK(mem.current(MemCategory::comm) == static_cast<std::uint64_t>(model.comm_bytes(2, 3, false, true, true)));
+  be.begin_step(0, 1e300);
+  be.forward(0, 0);
+  be.forward(0, 1);
+  CHECK(mem.current(MemCategory::activations) == static_cast<std::uint64_t>(2 * c.activation_bytes));
+  std::fill_n(static_cast<float*>(be.recv_buffer(ActionKind::B, 0).data), 2 * 4 * 8, 0.5f);
+  be.backward(0, 0);
+  CHECK(mem.current(MemCategory::activations) == static_cast<std::uint64_t>(c.activation_bytes));
+  CHECK(mem.peak(MemCategory::activations) == static_cast<std::uint64_t>(2 * c.activation_bytes));
+  CHECK(be.peak_live_activations() == 2);
+}
