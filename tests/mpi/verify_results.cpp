@@ -1,12 +1,19 @@
 // Checks a results file written by `pipebench run` against the plan of the
 // same workload, with exact quantities only (never times):
-//   verify_results FILE JOB.toml WORLD [RUN=STATUS[:KIND]]... [RUNS=N]
+//   verify_results FILE JOB.toml WORLD [RUN=STATUS[:KIND]]... [RUNS=N] [EXACT_LOSS]
+//                  [LOSS0=RUN:OTHER]... [LOSS_FALLS=RUN:RATIO]
 // For every run: its status (default: ok, or skipped when it needs more than
 // WORLD ranks) and failure kind; for ok runs, every rank's events are exactly
 // its schedule's actions, step after step; peak activation bytes are the
 // schedule's peak live micro-batches x the model's bytes per micro-batch;
 // params/grads/optimizer/comm bytes are the model's formulas; the layer
-// ranges built are the plan's. Exits 1 listing every mismatch.
+// ranges built are the plan's. With a loss-computing backend, losses are
+// finite; EXACT_LOSS: every ok run with a baseline has the baseline's losses
+// bit for bit (loss_max_rel_dev == 0); LOSS0=A:B: run A's first-step loss
+// equals run B's exactly (inference vs training forward); LOSS_FALLS=R:X:
+// the mean of R's last 5 losses is at most X times its first.
+// Exits 1 listing every mismatch.
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -101,7 +108,9 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> expected;
   for (int i = 4; i < argc; ++i) {
     const std::string a = argv[i];
-    expected[a.substr(0, a.find('='))] = a.substr(a.find('=') + 1);
+    const auto eq = a.find('=');
+    if (eq == std::string::npos) expected[a] = "";
+    else if (a.rfind("LOSS", 0) != 0) expected[a.substr(0, eq)] = a.substr(eq + 1);
   }
   std::size_t runs_expected = job.runs.size();  // all, unless RUNS=N (a --run selection)
   if (expected.count("RUNS")) runs_expected = std::stoul(expected["RUNS"]);
@@ -122,6 +131,48 @@ int main(int argc, char** argv) {
     if (r.status == RunStatus::ok) check_ok_run(job, plan, r);
     if (r.failure_kind == FailureKind::oom && r.failure_message.find("out of memory") == std::string::npos)
       problems.push_back(r.spec.name + ": oom failure message lacks 'out of memory': " + r.failure_message);
+  }
+  auto run_named = [&](const std::string& name) -> const RunResult* {
+    for (const auto& r : jr.runs)
+      if (r.spec.name == name) return &r;
+    problems.push_back("no run named " + name + " in the file");
+    return nullptr;
+  };
+  auto split = [](const std::string& v) { return std::make_pair(v.substr(0, v.find(':')), v.substr(v.find(':') + 1)); };
+  if (job.device.backend == BackendKind::cpu)
+    for (const auto& r : jr.runs)
+      for (std::size_t k = 0; r.status == RunStatus::ok && k < r.loss.size(); ++k)
+        if (!std::isfinite(r.loss[k])) problems.push_back(fmt::format("{}: loss[{}] is {}", r.spec.name, k, r.loss[k]));
+  if (expected.count("EXACT_LOSS"))
+    for (const auto& r : jr.runs) {
+      if (r.status != RunStatus::ok || r.baseline.empty()) continue;
+      const RunResult* base = run_named(r.baseline);
+      if (!base) continue;
+      expect_eq(r.loss_max_rel_dev, 0.0, r.spec.name + ": loss_max_rel_dev");
+      for (std::size_t k = 0; k < std::min(r.loss.size(), base->loss.size()); ++k)
+        if (r.loss[k] != base->loss[k])
+          problems.push_back(fmt::format("{}: loss[{}] = {:.17g}, baseline {:.17g}", r.spec.name, k, r.loss[k], base->loss[k]));
+    }
+  for (int i = 4; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("LOSS0=", 0) == 0) {
+      const auto [x, y] = split(a.substr(6));
+      const RunResult *rx = run_named(x), *ry = run_named(y);
+      if (rx && ry && !rx->loss.empty() && !ry->loss.empty())
+        expect_eq(rx->loss[0], ry->loss[0], x + ": first-step loss vs " + y);
+    } else if (a.rfind("LOSS_FALLS=", 0) == 0) {
+      const auto [x, ratio] = split(a.substr(11));
+      const RunResult* r = run_named(x);
+      if (!r || r->loss.size() < 6) {
+        problems.push_back(x + ": too few steps for LOSS_FALLS");
+        continue;
+      }
+      double tail = 0.0;
+      for (std::size_t k = r->loss.size() - 5; k < r->loss.size(); ++k) tail += r->loss[k] / 5.0;
+      std::printf("%s: first loss %.4f, mean of the last 5 %.4f\n", x.c_str(), r->loss[0], tail);
+      if (!(tail <= std::stod(ratio) * r->loss[0]))
+        problems.push_back(fmt::format("{}: mean of the last 5 losses {:.4f} > {} x first {:.4f}", x, tail, ratio, r->loss[0]));
+    }
   }
   for (const auto& p : problems) std::fprintf(stderr, "MISMATCH %s\n", p.c_str());
   std::printf("%s: %zu runs checked, %zu mismatches\n", argv[1], jr.runs.size(), problems.size());
