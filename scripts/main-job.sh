@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The main job: set up (scripts/bootstrap.sh), print the plan of
-# jobs/default.toml, then run it under mpirun with 2 ranks (single-stage
-# baseline vs 2-stage pipeline) and print where the results file is.
-# Until the cpu backend exists the run uses the sim backend (--backend sim).
-# Extra arguments go to `pipebench run` (e.g. --label NAME, --set k=v).
+# jobs/default.toml, then run it under mpirun with 2 ranks on the cpu backend
+# (single-stage baseline vs 2-stage pipeline, real fp32 training) and print
+# where the results file is. Extra arguments go to `pipebench run`
+# (e.g. --label NAME, --set k=v, --backend sim).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -13,4 +13,4 @@ echo
 # Open MPI refuses to run as root unless told; --oversubscribe lets 2 ranks
 # start on a 1-core machine.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-exec mpirun -np 2 --oversubscribe build/bench/pipebench run jobs/default.toml --backend sim "$@"
+exec mpirun -np 2 --oversubscribe build/bench/pipebench run jobs/default.toml "$@"

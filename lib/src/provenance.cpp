@@ -65,7 +65,7 @@ std::map<std::string, std::string> collect_provenance() {
   p["compiler"] = fmt::format("{} {}", PIPEBENCH_COMPILER_ID, __VERSION__);
   p["compiler_flags"] = PIPEBENCH_CXX_FLAGS;
   p["build_type"] = PIPEBENCH_BUILD_TYPE;
-  p["blas"] = "none (sim backend)";
+  p["blas"] = "none";  // the runner fills it in for backends that use BLAS
   p["gpu_names"] = "";
   p["gpu_uuids"] = "";
   p["driver_version"] = "";

@@ -15,6 +15,7 @@
 
 #include "pipebench/backend.hpp"
 #include "pipebench/clock.hpp"
+#include "pipebench/cpu_kernels.hpp"
 #include "pipebench/metrics.hpp"
 #include "pipebench/mpi_comm.hpp"
 #include "pipebench/plan.hpp"
@@ -269,13 +270,17 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
     for (int i = 0; i < world_size; ++i) jr.hostnames.emplace_back(&hosts[256 * static_cast<std::size_t>(i)]);
     jr.pids = pids;
     jr.provenance_attrs = collect_provenance();
+    if (job.device.backend == BackendKind::cpu)
+      jr.provenance_attrs["blas"] = fmt::format("{} (threads_per_rank {})", cpu::blas_config(), job.device.threads_per_rank);
     std::string unique_hosts;
     for (const auto& h : jr.hostnames)
       if (unique_hosts.find(h) == std::string::npos) unique_hosts += (unique_hosts.empty() ? "" : ",") + h;
     fmt::print("pipebench {} run: job \"{}\" ({}){}\n", PIPEBENCH_VERSION, job.name, job.source_path,
                options.dry_run ? " [dry run]" : "");
-    fmt::print("  world {} ranks on {}; backend {}; warmup {} + repeats {} steps; step timeout {} s\n", world_size,
-               unique_hosts, to_string(job.device.backend), job.train.warmup, job.train.repeats, job.train.step_timeout_s);
+    fmt::print("  world {} ranks on {}; backend {}, {} thread(s) per rank; warmup {} + repeats {} steps; step timeout {} s\n",
+               world_size, unique_hosts, to_string(job.device.backend), job.device.threads_per_rank, job.train.warmup,
+               job.train.repeats, job.train.step_timeout_s);
+    if (job.device.backend == BackendKind::cpu) fmt::print("  BLAS: {}\n", jr.provenance_attrs["blas"]);
     fmt::print("  MPI: {}\n  compiler: {}\n", jr.provenance_attrs["mpi_library_version"].substr(0, 80),
                jr.provenance_attrs["compiler"]);
     for (const auto& o : job.overrides) fmt::print("  override: --set {}\n", o);
