@@ -2,6 +2,7 @@
 // against central finite differences on tiny shapes. The scalar checked is
 // L = Σ out ⊙ R for fixed random R (so dout = R), accumulated in double.
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
@@ -288,4 +289,42 @@ TEST_CASE("cpu memory: exactly the model description's bytes", "[cpu][memory]") 
   CHECK(mem.current(MemCategory::activations) == static_cast<std::uint64_t>(c.activation_bytes));
   CHECK(mem.peak(MemCategory::activations) == static_cast<std::uint64_t>(2 * c.activation_bytes));
   CHECK(be.peak_live_activations() == 2);
+}
+
+TEST_CASE("inference logits equal the training forward's, pipelined or not", "[cpu]") {
+  const Job job = tiny_job("gpt");
+  const std::size_t n = 2 * 4 * 11;  // tokens x vocab
+  // Training forward, one stage.
+  CpuBackend train(job, 0);
+  train.build(stage(0, 1, 0, 2, true, true));
+  train.begin_step(3, 1e300);
+  train.forward(3, 0);
+  const std::vector<float> reference(train.probs(0), train.probs(0) + n);
+  // Inference, one stage.
+  StageSpec one = stage(0, 1, 0, 2, true, true);
+  one.mode = RunMode::inference;
+  CpuBackend single(job, 0);
+  single.keep_probs_for_testing(true);
+  single.build(one);
+  single.begin_step(3, 1e300);
+  single.forward(3, 0);
+  CHECK(std::vector<float>(single.probs(0), single.probs(0) + n) == reference);
+  CHECK(single.loss(0) == train.loss(0));
+  CHECK(single.memory().current(MemCategory::activations) == 0);
+  // Inference, two stages: the first stage's output is the second's input.
+  StageSpec first = stage(0, 2, 0, 1, true, false), second = stage(1, 2, 1, 1, false, true);
+  first.mode = second.mode = RunMode::inference;
+  CpuBackend a(job, 0), b(job, 1);
+  b.keep_probs_for_testing(true);
+  a.build(first);
+  b.build(second);
+  a.begin_step(3, 1e300);
+  b.begin_step(3, 1e300);
+  a.forward(3, 0);
+  const Buffer out = a.send_buffer(ActionKind::F, 0), in = b.recv_buffer(ActionKind::F, 0);
+  REQUIRE(out.bytes == in.bytes);
+  std::memcpy(in.data, out.data, out.bytes);
+  b.forward(3, 0);
+  CHECK(std::vector<float>(b.probs(0), b.probs(0) + n) == reference);
+  CHECK(b.loss(0) == train.loss(0));
 }
