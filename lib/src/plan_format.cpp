@@ -20,12 +20,6 @@ std::string stage_notes(const StageRange& r) {
   return "";
 }
 
-std::string format_seconds(double s) {
-  if (s >= 1.0) return fmt::format("{:.3f} s", s);
-  if (s >= 1e-3) return fmt::format("{:.3f} ms", s * 1e3);
-  return fmt::format("{:.3f} us", s * 1e6);
-}
-
 // A simple left-aligned table: header row, rule, rows.
 class Table {
  public:

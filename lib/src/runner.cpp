@@ -186,13 +186,6 @@ class Watchdog {
 
 // ---- console ------------------------------------------------------------------
 
-std::string fmt_time(double s) {
-  if (std::isnan(s)) return "-";
-  if (s >= 1.0) return fmt::format("{:.3f} s", s);
-  if (s >= 1e-3) return fmt::format("{:.3f} ms", s * 1e3);
-  return fmt::format("{:.1f} us", s * 1e6);
-}
-
 std::string fmt_num(double v, const char* spec = "{:.4f}") { return std::isnan(v) ? "-" : fmt::format(fmt::runtime(spec), v); }
 
 double median_column(const std::vector<std::vector<double>>& rows, const std::vector<std::uint8_t>& warm, std::size_t col) {
@@ -214,14 +207,14 @@ void print_run_summary(const RunResult& r) {
     const auto& l = r.stage_layers[i];
     fmt::print("     {:>5} {:>9} {:>12} {:>12} {:>12} {:>12} {:>9.1f}% {:>6}\n", i,
                fmt::format("{}-{}", l[0] + r.spec.layers_per_stage_origin, l[1] + r.spec.layers_per_stage_origin),
-               fmt_time(median_column(r.busy_s, r.is_warmup, i)), fmt_time(median_column(r.comm_wait_s, r.is_warmup, i)),
-               fmt_time(median_column(r.idle_s, r.is_warmup, i)), format_bytes(static_cast<double>(r.peak_mem_bytes[i])),
+               format_seconds(median_column(r.busy_s, r.is_warmup, i)), format_seconds(median_column(r.comm_wait_s, r.is_warmup, i)),
+               format_seconds(median_column(r.idle_s, r.is_warmup, i)), format_bytes(static_cast<double>(r.peak_mem_bytes[i])),
                100.0 * static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]),
                r.peak_live_activations[i]);
   }
-  fmt::print("     step time median {} (min {}, max {}, p90 {}, CV {}), slowest stage {}\n", fmt_time(r.step_time.median),
-             fmt_time(r.step_time.min), fmt_time(r.step_time.max), fmt_time(r.step_time.p90), fmt_num(r.step_time.cv, "{:.3f}"),
-             fmt_time(r.slowest_stage_median_s));
+  fmt::print("     step time median {} (min {}, max {}, p90 {}, CV {}), slowest stage {}\n", format_seconds(r.step_time.median),
+             format_seconds(r.step_time.min), format_seconds(r.step_time.max), format_seconds(r.step_time.p90), fmt_num(r.step_time.cv, "{:.3f}"),
+             format_seconds(r.slowest_stage_median_s));
   fmt::print("     bubble measured {} / analytic {} / simulated {}; throughput {} samples/s\n",
              fmt_num(r.bubble_measured_median), fmt_num(r.bubble_analytic), fmt_num(r.bubble_simulated),
              fmt_num(r.throughput_samples_per_s, "{:.1f}"));
@@ -322,7 +315,7 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
         watchdog.arm(now_s() + (total_steps + 1) * job.train.step_timeout_s + grace, "run " + rp.run.name);
         eo.on_step = [&](const StepProgress& s) {
           fmt::print("  [{}] step {}/{}{:<8} time {:>12}  bubble {}  loss {}\n", rp.run.name, s.step + 1, total_steps,
-                     s.warmup ? " warm-up" : "", fmt_time(s.step_time_s),
+                     s.warmup ? " warm-up" : "", format_seconds(s.step_time_s),
                      fmt_num(s.step_time_s > 0 ? 1.0 - s.busy_sum_s / (p * s.step_time_s) : NAN),
                      fmt_num(s.loss, "{:.6f}"));
           std::fflush(stdout);
@@ -380,7 +373,7 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
              "peak mem", "decision");
   for (const auto& r : jr.runs)
     fmt::print("{:<24} {:<8} {:>12} {:>10} {:>10} {:>10}  {}\n", r.spec.name, to_string(r.status),
-               fmt_time(r.step_time.median), fmt_num(r.bubble_measured_median), fmt_num(r.bubble_analytic),
+               format_seconds(r.step_time.median), fmt_num(r.bubble_measured_median), fmt_num(r.bubble_analytic),
                format_bytes(static_cast<double>(r.peak_mem_max_bytes)), r.decision);
   fmt::print("\nresults: {}\n", outcome.results_path);
   std::fflush(stdout);

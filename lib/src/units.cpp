@@ -60,6 +60,13 @@ std::string format_count(double count) {
   return k == 0 ? fmt::format("{:.0f}", v) : fmt::format("{:.2f}{}", v, kNames[k]);
 }
 
+std::string format_seconds(double s) {
+  if (std::isnan(s)) return "-";
+  if (std::fabs(s) >= 1.0) return fmt::format("{:.3f} s", s);
+  if (std::fabs(s) >= 1e-3) return fmt::format("{:.3f} ms", s * 1e3);
+  return fmt::format("{:.1f} us", s * 1e6);
+}
+
 std::string group_digits(std::int64_t value) {
   const std::string digits = fmt::format("{}", value < 0 ? -value : value);
   std::string out;

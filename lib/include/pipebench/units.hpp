@@ -20,6 +20,9 @@ std::string format_bytes(double bytes);
 // Engineering rendering of a count ("1.23 G", "456.0 M") for parameters and FLOPs.
 std::string format_count(double count);
 
+// "1.234 s", "12.345 ms", "56.7 us"; "-" for NaN.
+std::string format_seconds(double seconds);
+
 // "12,345,678": exact integers with thousands separators.
 std::string group_digits(std::int64_t value);
 
