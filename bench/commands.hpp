@@ -17,6 +17,7 @@ enum ExitCode : int {
   kInvalidWorkload = 3,  // the workload file or an override is invalid
   kInvalidSchedule = 4,  // a schedule failed validation
   kRunFailed = 5,        // a run failed (OOM, NaN, timeout, error); results were written
+  kRegression = 6,       // report --fail-on-regression: a run regressed
 };
 
 using Handler = std::function<int()>;
@@ -24,5 +25,6 @@ using Handler = std::function<int()>;
 Handler add_plan_command(CLI::App& app);
 // `command_line` is recorded in the results.
 Handler add_run_command(CLI::App& app, const std::string& command_line);
+Handler add_report_command(CLI::App& app);
 
 }  // namespace pipebench::cli

@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   app.footer("Run 'pipebench COMMAND --help' for a command's options. Exit codes: docs/cli.md.\n");
   const cli::Handler plan = cli::add_plan_command(app);
   const cli::Handler run = cli::add_run_command(app, joined(argc, argv));
+  const cli::Handler report = cli::add_report_command(app);
 
   try {
     app.parse(argc, argv);
@@ -65,7 +66,7 @@ int main(int argc, char** argv) {
   // Only rank 0 speaks for errors every rank hits alike (invalid workloads).
   const bool speak = world_rank() == 0;
   try {
-    const int rc = with_mpi ? run() : plan();
+    const int rc = with_mpi ? run() : app.got_subcommand("report") ? report() : plan();
     return finish(rc, true);
   } catch (const ConfigError& e) {
     if (speak) fmt::print(stderr, "pipebench: invalid workload: {}\n", e.what());

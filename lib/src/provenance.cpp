@@ -27,15 +27,6 @@ std::string cpu_model() {
   return "unknown";
 }
 
-std::string utc_format(const char* fmt_string) {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof(buf), fmt_string, &tm);
-  return buf;
-}
-
 }  // namespace
 
 const std::vector<std::string>& provenance_env_allow_list() {
@@ -50,8 +41,6 @@ const std::vector<std::string>& provenance_env_allow_list() {
 }
 
 std::string slurm_job_id() { return env_or("SLURM_JOB_ID", ""); }
-std::string utc_stamp() { return utc_format("%Y%m%dT%H%M%SZ"); }
-std::string utc_iso8601() { return utc_format("%Y-%m-%dT%H:%M:%SZ"); }
 
 std::map<std::string, std::string> collect_provenance() {
   std::map<std::string, std::string> p;

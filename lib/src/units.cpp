@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <ctime>
 #include <utility>
 
 #include <fmt/format.h>
@@ -66,6 +67,20 @@ std::string format_seconds(double s) {
   if (std::fabs(s) >= 1e-3) return fmt::format("{:.3f} ms", s * 1e3);
   return fmt::format("{:.1f} us", s * 1e6);
 }
+
+namespace {
+std::string utc_format(const char* pattern) {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof(buf), pattern, &tm);
+  return buf;
+}
+}  // namespace
+
+std::string utc_stamp() { return utc_format("%Y%m%dT%H%M%SZ"); }
+std::string utc_iso8601() { return utc_format("%Y-%m-%dT%H:%M:%SZ"); }
 
 std::string group_digits(std::int64_t value) {
   const std::string digits = fmt::format("{}", value < 0 ? -value : value);

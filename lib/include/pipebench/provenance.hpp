@@ -18,9 +18,4 @@ std::map<std::string, std::string> collect_provenance();
 // The Slurm job id, or "" outside Slurm.
 std::string slurm_job_id();
 
-// "20261129T104001Z"
-std::string utc_stamp();
-// "2026-11-29T10:40:01Z"
-std::string utc_iso8601();
-
 }  // namespace pipebench

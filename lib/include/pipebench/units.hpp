@@ -23,6 +23,11 @@ std::string format_count(double count);
 // "1.234 s", "12.345 ms", "56.7 us"; "-" for NaN.
 std::string format_seconds(double seconds);
 
+// The current UTC time: "20261129T104001Z" (file names) and
+// "2026-11-29T10:40:01Z" (ISO 8601).
+std::string utc_stamp();
+std::string utc_iso8601();
+
 // "12,345,678": exact integers with thousands separators.
 std::string group_digits(std::int64_t value);
 

@@ -1,0 +1,61 @@
+// `pipebench report RESULTS... -o DIR [--history DIR]... [--threshold 0.05]
+//  [--alpha 0.01] [--fail-on-regression]`: no MPI needed.
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "pipebench/error.hpp"
+#include "pipebench/report.hpp"
+
+namespace pipebench::cli {
+
+namespace {
+struct ReportCmdOptions {
+  ReportOptions report;
+  std::string out_dir;
+  bool fail_on_regression = false;
+};
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) throw Error(fmt::format("cannot write {}", path.string()));
+}
+}  // namespace
+
+Handler add_report_command(CLI::App& app) {
+  auto opts = std::make_shared<ReportCmdOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "report", "Turn results files into index.html, report.md and summary.json, with trends and regression flags");
+  cmd->add_option("results", opts->report.inputs, "results files or folders (searched recursively)")->required();
+  cmd->add_option("-o,--output", opts->out_dir, "folder for index.html, report.md, summary.json")->required();
+  cmd->add_option("--history", opts->report.history, "more results files or folders, for trends only (repeatable)");
+  cmd->add_option("--threshold", opts->report.threshold, "relative median step-time change that counts (default 0.05)")
+      ->check(CLI::Range(0.0, 10.0));
+  cmd->add_option("--alpha", opts->report.alpha, "Mann-Whitney p-value below which a change is significant (default 0.01)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--fail-on-regression", opts->fail_on_regression, "exit 6 when any run regressed (nightly jobs)");
+  return [opts] {
+    const ReportData data = load_report(opts->report);
+    for (const auto& s : data.skipped) fmt::print(stderr, "pipebench report: skipped {}: {}\n", s.path, s.reason);
+    if (data.files.empty()) throw Error("no readable results files among the inputs");
+    const std::filesystem::path dir(opts->out_dir);
+    std::filesystem::create_directories(dir);
+    write_file(dir / "index.html", render_html(data));
+    write_file(dir / "report.md", render_markdown(data));
+    write_file(dir / "summary.json", render_summary_json(data));
+    std::size_t runs = 0;
+    for (const auto& f : data.files) runs += f.runs.size();
+    fmt::print("report: {} file(s), {} run(s), {} skipped\n", data.files.size(), runs, data.skipped.size());
+    for (const auto& t : data.trends)
+      if (t.verdict == "regression" || t.verdict == "improvement")
+        fmt::print("  {}: {} / {} median step time {:+.1f}% (p = {:.3g})\n", t.verdict, t.job, t.run, 100 * t.change, t.p_value);
+    fmt::print("report: {}\n", (dir / "index.html").string());
+    return opts->fail_on_regression && data.any_regression() ? kRegression : kOk;
+  };
+}
+
+}  // namespace pipebench::cli

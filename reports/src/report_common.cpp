@@ -1,0 +1,121 @@
+#include "report_common.hpp"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "pipebench/units.hpp"
+
+namespace pipebench::report_detail {
+
+std::string format_value(double v, const std::string& unit) {
+  if (std::isnan(v)) return "-";
+  if (unit == "s") return format_seconds(v);
+  if (unit == "bytes") return format_bytes(v);
+  if (unit == "fraction") return fmt::format("{:.4f}", v);
+  if (unit == "ratio") return fmt::format("{:.3g}", v);
+  return fmt::format("{:.1f}", v);
+}
+
+std::string format_delta(double b, double p) {
+  if (!std::isfinite(b) || !std::isfinite(p) || b == 0.0) return "";
+  return fmt::format("{:+.1f}%", 100.0 * (p - b) / std::fabs(b));
+}
+
+std::string attr(const std::map<std::string, std::string>& m, const char* key) {
+  const auto it = m.find(key);
+  return it == m.end() ? std::string() : it->second;
+}
+
+std::string job_name(const FileView& f) {
+  const std::string n = attr(f.result.root_attrs, "job_name");
+  return n.empty() ? "?" : n;
+}
+
+std::optional<RunPlan> plan_of(const FileView& f, const RunResult& r) {
+  if (!f.job) return std::nullopt;
+  const RunSpec* spec = f.job->find_run(r.spec.name);
+  if (!spec) return std::nullopt;
+  try {
+    return plan_run(*f.job, *spec);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::vector<std::string> run_table_header() {
+  return {"run", "status", "mode", "stages", "micro-batch × m", "schedule", "step time (median)", "bubble measured",
+          "peak memory (max)", "decision", "failure"};
+}
+
+std::vector<std::string> run_table_row(const RunView& v) {
+  const RunResult& r = *v.run;
+  std::string failure;
+  if (r.status == RunStatus::failed)
+    failure = fmt::format("{} on rank {}: {}", to_string(r.failure_kind), r.failing_rank, r.failure_message);
+  else if (r.status == RunStatus::skipped)
+    failure = r.failure_message;
+  return {r.spec.name,
+          std::string(to_string(r.status)),
+          std::string(to_string(r.spec.mode)),
+          std::to_string(r.spec.pipeline_size),
+          fmt::format("{} × {}", r.spec.micro_batch_size, r.spec.num_microbatches),
+          r.schedule_name,
+          format_value(r.step_time.median, "s"),
+          format_value(r.bubble_measured_median, "fraction"),
+          r.status == RunStatus::skipped ? "-" : format_bytes(static_cast<double>(r.peak_mem_max_bytes)),
+          r.decision,
+          failure};
+}
+
+std::vector<std::string> partition_header(int origin) {
+  return {"stage", fmt::format("layers ({}-based)", origin), "count", "params", "Δ vs previous", "ratio vs previous", "notes"};
+}
+
+std::vector<std::vector<std::string>> partition_rows(const RunPlan& plan) {
+  std::vector<std::vector<std::string>> rows;
+  for (std::size_t s = 0; s < plan.stages.size(); ++s) {
+    const StagePlan& sp = plan.stages[s];
+    std::string delta = "-", ratio = "-";
+    if (s > 0) {
+      const auto prev = plan.stages[s - 1].cost.params;
+      delta = fmt::format("{}{}", sp.cost.params > prev ? "+" : "", group_digits(sp.cost.params - prev));
+      ratio = fmt::format("{:.3f}", static_cast<double>(sp.cost.params) / static_cast<double>(prev));
+    }
+    std::string notes;
+    if (sp.range.has_embedding) notes = "embedding";
+    if (sp.range.has_head) notes += notes.empty() ? "final norm + LM head + loss" : " + LM head";
+    rows.push_back({std::to_string(s), layer_range_text(sp.range, plan.run.layers_per_stage_origin),
+                    std::to_string(sp.range.num_layers), group_digits(sp.cost.params), delta, ratio, notes});
+  }
+  return rows;
+}
+
+std::vector<std::pair<std::string, std::string>> provenance_rows(const FileView& f) {
+  const auto& root = f.result.root_attrs;
+  const auto& p = f.result.provenance_attrs;
+  std::string hosts;
+  for (std::size_t i = 0; i < f.result.hostnames.size(); ++i)
+    hosts += fmt::format("{}{} (pid {})", i ? ", " : "", f.result.hostnames[i], i < f.result.pids.size() ? f.result.pids[i] : 0);
+  std::string overrides;
+  for (const auto& o : f.result.overrides) overrides += (overrides.empty() ? "" : " ") + ("--set " + o);
+  return {{"file", f.path},
+          {"created (UTC)", attr(root, "created_utc")},
+          {"status / evidence", f.result.status + " / " + f.result.evidence_level},
+          {"label", attr(root, "label")},
+          {"command line", attr(root, "command_line")},
+          {"overrides", overrides},
+          {"pipebench", attr(root, "tool_version") + " (git " + attr(root, "git_sha") + ")"},
+          {"hosts (per rank)", hosts},
+          {"CPU", attr(p, "cpu_model")},
+          {"GPUs", attr(p, "gpu_names")},
+          {"driver / CUDA / NCCL", attr(p, "driver_version") + " / " + attr(p, "cuda_version") + " / " + attr(p, "nccl_version")},
+          {"MPI", attr(p, "mpi_library_version")},
+          {"compiler", attr(p, "compiler") + " " + attr(p, "compiler_flags")},
+          {"BLAS", attr(p, "blas")},
+          {"Slurm job / nodes", attr(p, "slurm_job_id") + " " + attr(p, "slurm_job_nodelist")},
+          {"environment (allow-listed)", attr(p, "environment")},
+          {"hardware fingerprint", f.fingerprint}};
+}
+
+}  // namespace pipebench::report_detail

@@ -1,0 +1,38 @@
+// Helpers shared by the HTML, Markdown and JSON renderers, so that all three
+// print the same numbers the same way. Internal to the report generator.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipebench/plan.hpp"
+#include "pipebench/report.hpp"
+
+namespace pipebench::report_detail {
+
+extern const char* const kReportCss;
+
+// A value in its unit: seconds, bytes, fractions, rates; "-" for NaN.
+std::string format_value(double v, const std::string& unit);
+// "+12.3%" of pipeline against baseline; "" when undefined.
+std::string format_delta(double baseline, double pipeline);
+
+std::string job_name(const FileView& f);
+std::string attr(const std::map<std::string, std::string>& m, const char* key);
+
+// The run's plan recomputed from the file's recorded workload (partition
+// table, schedule); null when the workload could not be parsed.
+std::optional<RunPlan> plan_of(const FileView& f, const RunResult& r);
+
+// The columns of the run table, per run.
+std::vector<std::string> run_table_header();
+std::vector<std::string> run_table_row(const RunView& v);
+
+// The columns of the partition table, per stage.
+std::vector<std::string> partition_header(int origin);
+std::vector<std::vector<std::string>> partition_rows(const RunPlan& plan);
+
+// Provenance as (name, value) pairs, in a fixed order.
+std::vector<std::pair<std::string, std::string>> provenance_rows(const FileView& f);
+
+}  // namespace pipebench::report_detail

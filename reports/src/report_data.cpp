@@ -1,0 +1,312 @@
+// Loading results files and deriving what the report shows.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "pipebench/config.hpp"
+#include "pipebench/mann_whitney.hpp"
+#include "pipebench/metrics.hpp"
+#include "pipebench/report.hpp"
+#include "pipebench/results.hpp"
+#include "pipebench/units.hpp"
+
+namespace pipebench {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::vector<std::string> expand(const std::vector<std::string>& inputs, std::vector<SkippedFile>& skipped) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  for (const auto& in : inputs) {
+    std::error_code ec;
+    if (fs::is_directory(in, ec)) {
+      std::vector<std::string> found;
+      for (const auto& e : fs::recursive_directory_iterator(in, ec))
+        if (e.is_regular_file() && e.path().extension() == ".h5") found.push_back(e.path().string());
+      std::sort(found.begin(), found.end());
+      files.insert(files.end(), found.begin(), found.end());
+    } else if (fs::is_regular_file(in, ec)) {
+      files.push_back(in);
+    } else {
+      skipped.push_back({in, "no such file or folder"});
+    }
+  }
+  return files;
+}
+
+std::vector<std::size_t> counted_steps(const RunResult& r) {
+  std::vector<std::size_t> k;
+  for (std::size_t i = 0; i < r.step_time_s.size() && i < r.is_warmup.size(); ++i)
+    if (!r.is_warmup[i]) k.push_back(i);
+  return k;
+}
+
+double median(std::vector<double> v) { return compute_stats(v).median; }
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return kNaN;
+  std::sort(v.begin(), v.end());
+  const auto idx = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
+  return v[std::min(idx, v.size() - 1)];
+}
+
+std::string fingerprint_of(const JobResult& jr) {
+  const auto& p = jr.provenance_attrs;
+  auto get = [&](const char* k) { return p.count(k) ? p.at(k) : std::string(); };
+  std::string backend = "?";
+  if (!jr.runs.empty()) backend = std::string(to_string(jr.runs.front().backend));
+  std::string fp = fmt::format("{} | {} | {} ranks", backend, get("cpu_model"), jr.hostnames.size());
+  if (!get("gpu_names").empty()) fp += " | " + get("gpu_names");
+  return fp;
+}
+
+void add_advice(RunView& v) {
+  const RunResult& r = *v.run;
+  if (r.status != RunStatus::ok || r.spec.pipeline_size < 2) return;
+  const std::size_t P = r.peak_mem_bytes.size();
+  const int min_layers = r.layers_per_stage.empty() ? 0 : *std::min_element(r.layers_per_stage.begin(), r.layers_per_stage.end());
+  for (std::size_t s = 0; s < P; ++s) {
+    const double frac = static_cast<double>(r.peak_mem_bytes[s]) / static_cast<double>(r.memory_capacity_bytes[s]);
+    if (frac < kMemoryWarnFraction) continue;
+    const int layers = s < r.layers_per_stage.size() ? r.layers_per_stage[s] : 0;
+    if (layers > min_layers) {
+      const std::string other = s == 0 ? "last" : "first";
+      v.advice.push_back(fmt::format(
+          "Stage {} took the remainder ({} layers vs {}) and peaks at {:.0f}% of capacity: move the remainder to the "
+          "other end (remainder = \"{}\") or lower micro_batch_size (seed 000).",
+          s, layers, min_layers, 100 * frac, other));
+    } else {
+      v.advice.push_back(fmt::format("Stage {} peaks at {:.0f}% of capacity: lower micro_batch_size or add stages (seed 000).",
+                                     s, 100 * frac));
+    }
+  }
+  if (P >= 2 && !r.stage_params.empty()) {
+    const auto [pmin, pmax] = std::minmax_element(r.stage_params.begin(), r.stage_params.end());
+    const auto [mmin, mmax] = std::minmax_element(r.peak_mem_bytes.begin(), r.peak_mem_bytes.end());
+    const double pr = static_cast<double>(*pmax) / std::max(1.0, static_cast<double>(*pmin));
+    const double mr = static_cast<double>(*mmax) / std::max(1.0, static_cast<double>(*mmin));
+    if (pr > 1.5 && mr < 1.2)
+      v.advice.push_back(fmt::format(
+          "Stage parameters differ by {:.1f}x but memory peaks only by {:.2f}x: the stages are activation-bound; tune "
+          "micro_batch_size and seq_len rather than moving layers (seed 000).",
+          pr, mr));
+  }
+  if (v.slowest_stage >= 0) {
+    const auto k = counted_steps(r);
+    std::vector<double> per_rank(P, 0.0);
+    for (std::size_t s = 0; s < P; ++s) {
+      std::vector<double> col;
+      for (auto i : k) col.push_back(r.busy_s[i][s]);
+      per_rank[s] = median(col);
+    }
+    double mean = 0.0;
+    for (double x : per_rank) mean += x / static_cast<double>(P);
+    const double slow = per_rank[static_cast<std::size_t>(v.slowest_stage)];
+    if (mean > 0 && slow > 1.15 * mean)
+      v.advice.push_back(fmt::format(
+          "Stage {} is the slowest ({} busy vs {} mean): the others wait on it; re-split (remainder = \"balanced\") or "
+          "move its extra layers (seed 000).",
+          v.slowest_stage, format_seconds(slow), format_seconds(mean)));
+  }
+  if (r.bubble_measured_median - r.bubble_analytic > 0.05)
+    v.advice.push_back(fmt::format(
+        "The measured bubble ({:.3f}) exceeds the analytic {:.3f}: stage imbalance or communication is on the critical "
+        "path; compare comm_wait_s per stage (seed 004).",
+        r.bubble_measured_median, r.bubble_analytic));
+  if (r.bubble_analytic > 0.25 && r.spec.mode == RunMode::train)
+    v.advice.push_back(fmt::format(
+        "The pipeline bubble (p-1)/(m+p-1) is {:.2f}: more micro-batches (num_microbatches) lower it if memory allows "
+        "(seed 004).",
+        r.bubble_analytic));
+}
+
+RunView derive(const FileView& f, const RunResult& r) {
+  RunView v;
+  v.run = &r;
+  for (const auto& other : f.result.runs)
+    if (!r.baseline.empty() && other.spec.name == r.baseline && other.status != RunStatus::skipped) v.baseline = &other;
+  const auto k = counted_steps(r);
+  const std::size_t P = r.peak_mem_bytes.size();
+  // Slowest stage by median busy time.
+  double worst = -1.0;
+  for (std::size_t s = 0; s < P && !k.empty(); ++s) {
+    std::vector<double> col;
+    for (auto i : k) col.push_back(r.busy_s[i][s]);
+    const double m = median(col);
+    if (m > worst) {
+      worst = m;
+      v.slowest_stage = static_cast<int>(s);
+    }
+  }
+  if (!k.empty()) {
+    double c = 0.0;
+    for (auto i : k) c += i < r.clipped.size() ? r.clipped[i] : 0;
+    v.clip_rate = c / static_cast<double>(k.size());
+    // The counted step closest to the median step time, for the Gantt chart.
+    double best = std::numeric_limits<double>::infinity();
+    for (auto i : k)
+      if (std::fabs(r.step_time_s[i] - r.step_time.median) < best) {
+        best = std::fabs(r.step_time_s[i] - r.step_time.median);
+        v.gantt_step = static_cast<int>(i);
+      }
+  }
+  const double seq = f.job ? f.job->model.seq_len : kNaN;
+  v.tokens_per_s = r.throughput_samples_per_s * seq;
+  std::vector<double> lat;
+  for (auto i : k)
+    if (i < r.microbatch_latency_s.size())
+      for (double x : r.microbatch_latency_s[i]) lat.push_back(x);
+  v.latency_median_s = lat.empty() ? kNaN : median(lat);
+  v.latency_p99_s = percentile(lat, 0.99);
+  return v;
+}
+
+void fill_comparison(RunView& v, const RunView& base) {
+  const RunResult& r = *v.run;
+  const RunResult& b = *base.run;
+  auto row = [&](std::string metric, std::string unit, double bv, double pv, std::string note = "") {
+    v.comparison.push_back({std::move(metric), std::move(unit), bv, pv, std::move(note)});
+  };
+  row("step time (median)", "s", b.step_time.median, r.step_time.median);
+  row("throughput", "samples/s", b.throughput_samples_per_s, r.throughput_samples_per_s);
+  row("tokens/s", "tokens/s", base.tokens_per_s, v.tokens_per_s);
+  row("slowest stage (median busy)", "s", b.slowest_stage_median_s, r.slowest_stage_median_s,
+      v.slowest_stage >= 0 ? fmt::format("stage {}", v.slowest_stage) : "");
+  if (r.spec.mode == RunMode::train) {
+    row("gradient clipping rate", "fraction", base.clip_rate, v.clip_rate);
+  } else {
+    row("micro-batch latency (median)", "s", base.latency_median_s, v.latency_median_s);
+    row("micro-batch latency (p99)", "s", base.latency_p99_s, v.latency_p99_s);
+  }
+  row("bubble measured", "fraction", b.bubble_measured_median, r.bubble_measured_median);
+  row("bubble analytic", "fraction", b.bubble_analytic, r.bubble_analytic);
+  row("bubble simulated", "fraction", b.bubble_simulated, r.bubble_simulated);
+  std::string ranks;
+  double frac_max = 0.0;
+  for (std::size_t s = 0; s < r.peak_mem_bytes.size(); ++s) {
+    const double frac = static_cast<double>(r.peak_mem_bytes[s]) / static_cast<double>(r.memory_capacity_bytes[s]);
+    frac_max = std::max(frac_max, frac);
+    ranks += fmt::format("{}rank {}: {} ({:.1f}%)", ranks.empty() ? "" : ", ", s,
+                         format_bytes(static_cast<double>(r.peak_mem_bytes[s])), 100 * frac);
+  }
+  double base_frac = 0.0;
+  for (std::size_t s = 0; s < b.peak_mem_bytes.size(); ++s)
+    base_frac = std::max(base_frac, static_cast<double>(b.peak_mem_bytes[s]) / static_cast<double>(b.memory_capacity_bytes[s]));
+  row("peak memory (max over ranks)", "bytes", static_cast<double>(b.peak_mem_max_bytes), static_cast<double>(r.peak_mem_max_bytes), ranks);
+  row("peak memory / capacity (max)", "fraction", base_frac, frac_max);
+  row("loss deviation from baseline (max relative)", "ratio", kNaN, r.loss_max_rel_dev);
+}
+
+}  // namespace
+
+bool ReportData::any_regression() const {
+  return std::any_of(trends.begin(), trends.end(), [](const Trend& t) { return t.verdict == "regression"; });
+}
+
+ReportData load_report(const ReportOptions& options) {
+  ReportData d;
+  d.options = options;
+  auto load = [&](const std::vector<std::string>& inputs) {
+    std::vector<FileView> out;
+    for (const auto& path : expand(inputs, d.skipped)) {
+      FileView f;
+      f.path = path;
+      try {
+        f.result = read_results(path);
+      } catch (const std::exception& e) {
+        d.skipped.push_back({path, e.what()});
+        continue;
+      }
+      try {
+        const auto it = f.result.root_attrs.find("job_toml");
+        if (it == f.result.root_attrs.end()) throw ConfigError("no job_toml attribute");
+        f.job = parse_job(it->second, path + ":/job_toml");
+      } catch (const std::exception& e) {
+        f.job_error = e.what();
+      }
+      f.fingerprint = fingerprint_of(f.result);
+      out.push_back(std::move(f));
+    }
+    return out;
+  };
+  d.files = load(options.inputs);
+  std::vector<FileView> history = load(options.history);
+  auto created = [](const FileView& f) {
+    const auto it = f.result.root_attrs.find("created_utc");
+    return it == f.result.root_attrs.end() ? std::string() : it->second;
+  };
+  auto job_of = [](const FileView& f) {
+    const auto it = f.result.root_attrs.find("job_name");
+    return it == f.result.root_attrs.end() ? std::string("?") : it->second;
+  };
+  // Jobs in name order, the newest file of a job first.
+  std::stable_sort(d.files.begin(), d.files.end(), [&](const FileView& a, const FileView& b) {
+    if (job_of(a) != job_of(b)) return job_of(a) < job_of(b);
+    if (created(a) != created(b)) return created(a) > created(b);
+    return a.path < b.path;
+  });
+  // RunViews point into their file's runs: derive once the files are in place.
+  for (auto& f : d.files) {
+    for (const auto& r : f.result.runs) f.runs.push_back(derive(f, r));
+    for (auto& v : f.runs) {
+      for (const auto& b : f.runs)
+        if (v.baseline == b.run && v.run->status != RunStatus::skipped && v.baseline->status == RunStatus::ok)
+          fill_comparison(v, b);
+      add_advice(v);
+    }
+  }
+
+  // Trends: every file (inputs and history), grouped by job, run and fingerprint.
+  std::map<std::tuple<std::string, std::string, std::string>, Trend> groups;
+  auto add_points = [&](const FileView& f) {
+    const std::string job = job_of(f);
+    for (const auto& r : f.result.runs) {
+      if (r.status != RunStatus::ok) continue;
+      Trend& t = groups[{job, r.spec.name, f.fingerprint}];
+      t.job = job;
+      t.run = r.spec.name;
+      t.fingerprint = f.fingerprint;
+      TrendPoint p{created(f), f.path, r.step_time.median, r.bubble_measured_median,
+                   static_cast<double>(r.peak_mem_max_bytes), {}};
+      for (auto i : counted_steps(r)) p.counted_step_times.push_back(r.step_time_s[i]);
+      // The same file given twice counts once.
+      if (std::none_of(t.points.begin(), t.points.end(), [&](const TrendPoint& q) { return q.path == p.path; }))
+        t.points.push_back(std::move(p));
+    }
+  };
+  for (const auto& f : d.files) add_points(f);
+  for (const auto& f : history) add_points(f);
+  for (auto& [key, t] : groups) {
+    std::sort(t.points.begin(), t.points.end(), [](const TrendPoint& a, const TrendPoint& b) {
+      return std::tie(a.created_utc, a.path) < std::tie(b.created_utc, b.path);
+    });
+    if (t.points.size() < 2) {
+      t.verdict = "insufficient history";
+    } else {
+      const auto last = t.points.end() - 1;  // the newest
+      std::vector<double> earlier;
+      for (auto it = t.points.begin(); it != last; ++it)
+        earlier.insert(earlier.end(), it->counted_step_times.begin(), it->counted_step_times.end());
+      if (earlier.empty() || last->counted_step_times.empty()) {
+        t.verdict = "insufficient history";
+      } else {
+        const MannWhitneyResult mw = mann_whitney_u(last->counted_step_times, earlier);
+        t.p_value = mw.p_value;
+        t.change = median(last->counted_step_times) / median(earlier) - 1.0;
+        const bool significant = mw.p_value < options.alpha && std::fabs(t.change) > options.threshold;
+        t.verdict = !significant ? "no change" : t.change > 0 ? "regression" : "improvement";
+      }
+    }
+    d.trends.push_back(std::move(t));
+  }
+  return d;
+}
+
+}  // namespace pipebench

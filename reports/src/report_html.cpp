@@ -1,0 +1,304 @@
+// index.html: one self-contained page (inline CSS and SVG, no scripts, no
+// network). Every string from a file (workload, hosts, environment, messages)
+// goes through html_escape.
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "pipebench/metrics.hpp"
+#include "pipebench/units.hpp"
+#include "report_common.hpp"
+#include "svg.hpp"
+
+namespace pipebench {
+
+using namespace report_detail;
+
+std::string html_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+constexpr const char* kForward = "#4c78a8";
+constexpr const char* kBackward = "#f58518";
+constexpr const char* kWeight = "#b279a2";
+constexpr const char* kWait = "#9d9da0";
+constexpr const char* kIdle = "#e8e8e8";
+constexpr const char* kTail = "#8cc084";
+constexpr const char* kRunColor = "#4c78a8";
+constexpr const char* kBaseColor = "#9d9da0";
+const char* const kMemColors[kNumMemCategories] = {"#4c78a8", "#72b7b2", "#54a24b", "#f58518", "#e45756", "#b279a2"};
+
+std::string table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
+                  const std::vector<std::string>& row_classes = {}, const std::vector<bool>& numeric = {}) {
+  std::string s = "<table><thead><tr>";
+  for (const auto& h : header) s += "<th>" + html_escape(h) + "</th>";
+  s += "</tr></thead><tbody>";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    s += i < row_classes.size() && !row_classes[i].empty() ? "<tr class=\"" + row_classes[i] + "\">" : "<tr>";
+    for (std::size_t c = 0; c < rows[i].size(); ++c)
+      s += (c < numeric.size() && numeric[c] ? "<td class=\"num\">" : "<td>") + html_escape(rows[i][c]) + "</td>";
+    s += "</tr>";
+  }
+  return s + "</tbody></table>";
+}
+
+ActionKind kind_of(const EventRecord& e) { return e.kind; }
+
+// Measured Gantt of one counted step: compute bars, the wait for input before
+// actions that receive, idle gaps, and the end of step (gradient reduction,
+// optimizer, waiting) after the last action.
+std::string measured_gantt(const RunView& v) {
+  const RunResult& r = *v.run;
+  const int P = r.spec.pipeline_size, k = v.gantt_step;
+  svg::Gantt g;
+  g.title = fmt::format("{}: measured step {} (rank timelines)", r.spec.name, k + 1);
+  g.x_label = "time since the step barrier (s)";
+  for (int i = 0; i < P; ++i) g.rows.push_back(fmt::format("rank {}", i));
+  g.t_end = r.step_time_s[static_cast<std::size_t>(k)];
+  std::vector<std::vector<const EventRecord*>> per_rank(static_cast<std::size_t>(P));
+  for (const auto& e : r.events)
+    if (e.step == k && e.rank < P) per_rank[static_cast<std::size_t>(e.rank)].push_back(&e);
+  for (int rank = 0; rank < P; ++rank) {
+    double t = 0.0;
+    for (const EventRecord* e : per_rank[static_cast<std::size_t>(rank)]) {
+      const bool receives = (kind_of(*e) == ActionKind::F && rank > 0) || (kind_of(*e) == ActionKind::B && rank < P - 1);
+      if (e->start_s > t)
+        g.bars.push_back({rank, t, e->start_s, receives ? kWait : kIdle, "",
+                          fmt::format("{} {:.6f}-{:.6f} s", receives ? "waiting for input" : "idle", t, e->start_s)});
+      const char* color = e->kind == ActionKind::F ? kForward : e->kind == ActionKind::B ? kBackward : kWeight;
+      const std::string name = to_string(Action{e->kind, e->microbatch, e->chunk});
+      g.bars.push_back({rank, e->start_s, e->end_s, color, name, fmt::format("{} {:.6f}-{:.6f} s", name, e->start_s, e->end_s)});
+      t = e->end_s;
+    }
+    if (g.t_end > t)
+      g.bars.push_back({rank, t, g.t_end, kTail, "", "end of step: gradient reduction, optimizer, waiting for the others"});
+  }
+  g.legend = {{"forward", kForward}, {"backward", kBackward}, {"waiting for input", kWait}, {"idle", kIdle},
+              {"reduction + optimizer", kTail}};
+  return svg::gantt(g);
+}
+
+// The same run's schedule simulated with its per-action medians.
+std::string simulated_gantt(const RunView& v) {
+  const RunResult& r = *v.run;
+  const int P = r.spec.pipeline_size, m = r.spec.num_microbatches;
+  Schedule s;
+  try {
+    if (r.schedule_name == "forward-only") s = make_forward_only(P, m);
+    else if (r.schedule_name == "gpipe") s = make_gpipe(P, m);
+    else if (r.schedule_name == "1f1b") s = make_1f1b(P, m);
+    else if (r.schedule_name == "eager-1f1b") s = make_eager_1f1b(P, m);
+    else return "";
+  } catch (const std::exception&) {
+    return "";
+  }
+  std::vector<std::vector<double>> f(static_cast<std::size_t>(P)), b(static_cast<std::size_t>(P));
+  for (const auto& e : r.events)
+    if (e.step < r.warmup && r.warmup < static_cast<int>(r.step_time_s.size())) continue;
+    else if (e.rank < P) (e.kind == ActionKind::F ? f : b)[static_cast<std::size_t>(e.rank)].push_back(e.end_s - e.start_s);
+  SimCosts c;
+  for (int i = 0; i < P; ++i) {
+    c.forward.push_back(f[static_cast<std::size_t>(i)].empty() ? 0.0 : compute_stats(f[static_cast<std::size_t>(i)]).median);
+    c.backward.push_back(b[static_cast<std::size_t>(i)].empty() ? 0.0 : compute_stats(b[static_cast<std::size_t>(i)]).median);
+    c.weight.push_back(0.0);
+  }
+  const SimResult sim = simulate(s, c);
+  svg::Gantt g;
+  g.title = fmt::format("{}: {} simulated with measured medians (bubble {:.3f})", r.spec.name, s.name, sim.bubble);
+  g.x_label = "simulated time (s)";
+  for (int i = 0; i < P; ++i) g.rows.push_back(fmt::format("rank {}", i));
+  g.t_end = sim.makespan;
+  for (const auto& a : sim.timeline) {
+    const std::string name = to_string(a.action);
+    g.bars.push_back({a.rank, a.start, a.end, a.action.kind == ActionKind::F ? kForward : kBackward, name,
+                      fmt::format("{} {:.6f}-{:.6f} s", name, a.start, a.end)});
+  }
+  g.legend = {{"forward", kForward}, {"backward", kBackward}};
+  return svg::gantt(g);
+}
+
+std::string memory_chart(const RunResult& r) {
+  svg::StackedBars c;
+  c.title = fmt::format("{}: peak memory per rank by category", r.spec.name);
+  c.y_label = "bytes";
+  for (std::size_t i = 0; i < r.peak_mem_bytes.size(); ++i) {
+    c.categories.push_back(fmt::format("rank {}", i));
+    c.limit.push_back(static_cast<double>(r.memory_capacity_bytes[i]));
+  }
+  for (int cat = 0; cat < kNumMemCategories; ++cat) {
+    svg::Series s{std::string(to_string(static_cast<MemCategory>(cat))), kMemColors[cat], {}, {}};
+    for (auto v : r.peak_mem_by_category[static_cast<std::size_t>(cat)]) s.y.push_back(static_cast<double>(v));
+    c.stacks.push_back(s);
+  }
+  c.limit_label = "capacity";
+  return svg::stacked_bars(c);
+}
+
+svg::Series per_step(const RunResult& r, const std::vector<double>& values, const char* color, const std::string& name) {
+  svg::Series s{name, color, {}, {}};
+  for (std::size_t k = 0; k < values.size(); ++k) {
+    s.x.push_back(static_cast<double>(k + 1));
+    s.y.push_back(values[k]);
+  }
+  (void)r;
+  return s;
+}
+
+std::string step_chart(const RunView& v) {
+  const RunResult& r = *v.run;
+  svg::LineChart c;
+  c.title = fmt::format("{}: step time per step", r.spec.name);
+  c.x_label = "step";
+  c.y_label = "step time (s)";
+  c.series.push_back(per_step(r, r.step_time_s, kRunColor, r.spec.name));
+  if (v.baseline) c.series.push_back(per_step(*v.baseline, v.baseline->step_time_s, kBaseColor, v.baseline->spec.name));
+  c.shade_x_to = r.warmup > 0 ? r.warmup + 0.5 : -1.0;
+  c.shade_label = "warm-up";
+  return svg::line_chart(c);
+}
+
+std::string loss_chart(const RunView& v) {
+  const RunResult& r = *v.run;
+  if (std::none_of(r.loss.begin(), r.loss.end(), [](double x) { return std::isfinite(x); })) return "";
+  svg::LineChart c;
+  c.title = fmt::format("{}: loss per step{}", r.spec.name, v.baseline ? " (pipeline over baseline)" : "");
+  c.x_label = "step";
+  c.y_label = "loss";
+  if (v.baseline) c.series.push_back(per_step(*v.baseline, v.baseline->loss, kBaseColor, v.baseline->spec.name));
+  c.series.push_back(per_step(r, r.loss, kRunColor, r.spec.name));
+  c.shade_x_to = r.warmup > 0 ? r.warmup + 0.5 : -1.0;
+  c.shade_label = "warm-up";
+  return svg::line_chart(c);
+}
+
+std::string run_section(const FileView& f, const RunView& v) {
+  const RunResult& r = *v.run;
+  std::string s = fmt::format("<h3 id=\"{}\">Run {}{}</h3>", html_escape(job_name(f) + "-" + r.spec.name), html_escape(r.spec.name),
+                              v.baseline ? " vs baseline " + html_escape(v.baseline->spec.name) : "");
+  if (r.status != RunStatus::ok) {
+    s += fmt::format("<p class=\"notice\">status <b>{}</b>{}: {}</p>", to_string(r.status),
+                     r.status == RunStatus::failed ? fmt::format(" ({} on rank {})", to_string(r.failure_kind), r.failing_rank) : "",
+                     html_escape(r.failure_message));
+  }
+  if (!v.comparison.empty()) {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& c : v.comparison)
+      rows.push_back({c.metric, format_value(c.baseline, c.unit), format_value(c.pipeline, c.unit),
+                      format_delta(c.baseline, c.pipeline), c.note});
+    s += table({"metric", "single-stage baseline", "pipeline", "Δ", "note"}, rows, {}, {false, true, true, true, false});
+  }
+  s += fmt::format("<div class=\"decision {}\"><b>Decision: {}</b><ul>", html_escape(r.decision), html_escape(r.decision));
+  for (const auto& why : r.decision_reasons) s += "<li>" + html_escape(why) + "</li>";
+  s += "</ul>";
+  if (!v.advice.empty()) {
+    s += "<b>Next actions</b><ul>";
+    for (const auto& a : v.advice) s += "<li>" + html_escape(a) + "</li>";
+    s += "</ul>";
+  }
+  s += "</div>";
+  if (r.status != RunStatus::skipped && !r.peak_mem_bytes.empty()) {
+    s += "<div class=\"charts\">";
+    if (v.gantt_step >= 0) s += measured_gantt(v) + simulated_gantt(v);
+    s += memory_chart(r);
+    if (!r.step_time_s.empty()) s += step_chart(v) + loss_chart(v);
+    s += "</div>";
+  }
+  if (const auto plan = plan_of(f, r)) {
+    s += "<details><summary>Partition table</summary>";
+    s += table(partition_header(r.spec.layers_per_stage_origin), partition_rows(*plan), {},
+               {true, false, true, true, true, true, false});
+    s += "</details>";
+  }
+  return s;
+}
+
+std::string trend_chart(const Trend& t) {
+  svg::LineChart c;
+  c.title = fmt::format("{} / {}: median step time per results file", t.job, t.run);
+  c.x_label = "results file (oldest = 1)";
+  c.y_label = "step time (s)";
+  svg::Series s{"median step time", kRunColor, {}, {}};
+  for (std::size_t i = 0; i < t.points.size(); ++i) {
+    s.x.push_back(static_cast<double>(i + 1));
+    s.y.push_back(t.points[i].step_time_median_s);
+  }
+  c.series.push_back(s);
+  return svg::line_chart(c);
+}
+
+}  // namespace
+
+std::string render_html(const ReportData& d) {
+  std::string s = "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+                  "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+                  "<title>pipebench report</title><style>";
+  s += kReportCss;
+  s += "</style></head><body><h1>pipebench report</h1>";
+  s += fmt::format("<p class=\"meta\">generated {} by pipebench {} from {} results file(s){}; regression rule: Mann-Whitney "
+                   "U p &lt; {} and a median change above {:.0f}%</p>",
+                   utc_iso8601(), PIPEBENCH_VERSION, d.files.size(),
+                   d.skipped.empty() ? "" : fmt::format(", {} skipped", d.skipped.size()), d.options.alpha,
+                   100 * d.options.threshold);
+  if (!d.skipped.empty()) {
+    s += "<div class=\"notice\" id=\"skipped\"><b>Skipped files</b><ul>";
+    for (const auto& k : d.skipped) s += "<li><span class=\"path\">" + html_escape(k.path) + "</span>: " + html_escape(k.reason) + "</li>";
+    s += "</ul></div>";
+  }
+  if (!d.trends.empty()) {
+    s += "<h2 id=\"trends\">Trends and regressions</h2>";
+    std::vector<std::vector<std::string>> rows;
+    std::vector<std::string> classes;
+    for (const auto& t : d.trends) {
+      rows.push_back({t.job, t.run, t.fingerprint, std::to_string(t.points.size()),
+                      format_seconds(t.points.back().step_time_median_s),
+                      t.points.size() > 1 ? fmt::format("{:+.1f}%", 100 * t.change) : "-",
+                      t.points.size() > 1 ? fmt::format("{:.3g}", t.p_value) : "-", t.verdict});
+      classes.push_back("");
+    }
+    std::string tbl = table({"job", "run", "hardware", "files", "newest median step", "change", "p-value", "verdict"}, rows,
+                            classes, {false, false, false, true, true, true, true, false});
+    for (const char* v : {"regression", "improvement"})  // colour the verdict cells
+      for (std::size_t pos = 0; (pos = tbl.find(std::string("<td>") + v + "</td>", pos)) != std::string::npos; pos += 4)
+        tbl.replace(pos, 4, std::string("<td class=\"verdict-") + v + "\">");
+    s += tbl;
+    s += "<div class=\"charts\">";
+    for (const auto& t : d.trends)
+      if (t.points.size() > 1) s += trend_chart(t);
+    s += "</div>";
+  }
+  for (const auto& f : d.files) {
+    s += fmt::format("<h2>Job {}</h2>", html_escape(job_name(f)));
+    if (f.job && !f.job->description.empty()) s += "<p>" + html_escape(f.job->description) + "</p>";
+    if (!f.job_error.empty()) s += "<p class=\"notice\">recorded workload not readable: " + html_escape(f.job_error) + "</p>";
+    std::vector<std::vector<std::string>> prov;
+    for (const auto& [k, v] : provenance_rows(f)) prov.push_back({k, v});
+    s += "<details open><summary>Provenance</summary>" + table({"", ""}, prov) + "</details>";
+    std::vector<std::vector<std::string>> rows;
+    std::vector<std::string> classes;
+    for (const auto& v : f.runs) {
+      rows.push_back(run_table_row(v));
+      classes.push_back(v.run->status == RunStatus::ok ? "" : std::string(to_string(v.run->status)));
+    }
+    s += "<h3>Runs</h3>" + table(run_table_header(), rows, classes, {false, false, false, true, true, false, true, true, true, false, false});
+    for (const auto& v : f.runs) s += run_section(f, v);
+  }
+  return s + "</body></html>\n";
+}
+
+}  // namespace pipebench

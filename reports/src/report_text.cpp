@@ -1,0 +1,138 @@
+// report.md (the same tables as the HTML, for CI logs and wikis) and
+// summary.json (one record per run per file, for dashboards).
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "pipebench/json.hpp"
+#include "pipebench/units.hpp"
+#include "report_common.hpp"
+
+namespace pipebench {
+
+using namespace report_detail;
+
+namespace {
+
+std::string md_cell(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|') out += "\\|";
+    else if (c == '\n') out += "<br>";
+    else out += c;
+  }
+  return out;
+}
+
+std::string md_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+  std::string s = "|";
+  for (const auto& h : header) s += " " + md_cell(h) + " |";
+  s += "\n|";
+  for (std::size_t i = 0; i < header.size(); ++i) s += " --- |";
+  s += "\n";
+  for (const auto& r : rows) {
+    s += "|";
+    for (const auto& c : r) s += " " + md_cell(c) + " |";
+    s += "\n";
+  }
+  return s + "\n";
+}
+
+const Trend* trend_for(const ReportData& d, const FileView& f, const RunResult& r) {
+  for (const auto& t : d.trends)
+    if (t.job == job_name(f) && t.run == r.spec.name && t.fingerprint == f.fingerprint) return &t;
+  return nullptr;
+}
+
+}  // namespace
+
+std::string render_markdown(const ReportData& d) {
+  std::string s = fmt::format("# pipebench report\n\nGenerated {} by pipebench {} from {} results file(s).\n\n", utc_iso8601(),
+                              PIPEBENCH_VERSION, d.files.size());
+  if (!d.skipped.empty()) {
+    s += "**Skipped files**\n\n";
+    for (const auto& k : d.skipped) s += fmt::format("- `{}`: {}\n", k.path, k.reason);
+    s += "\n";
+  }
+  if (!d.trends.empty()) {
+    s += "## Trends and regressions\n\n";
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& t : d.trends)
+      rows.push_back({t.job, t.run, t.fingerprint, std::to_string(t.points.size()),
+                      format_seconds(t.points.back().step_time_median_s),
+                      t.points.size() > 1 ? fmt::format("{:+.1f}%", 100 * t.change) : "-",
+                      t.points.size() > 1 ? fmt::format("{:.3g}", t.p_value) : "-", t.verdict});
+    s += md_table({"job", "run", "hardware", "files", "newest median step", "change", "p-value", "verdict"}, rows);
+  }
+  for (const auto& f : d.files) {
+    s += fmt::format("## Job {}\n\n", job_name(f));
+    if (f.job && !f.job->description.empty()) s += f.job->description + "\n\n";
+    std::vector<std::vector<std::string>> prov;
+    for (const auto& [k, v] : provenance_rows(f))
+      if (!v.empty() && k != "environment (allow-listed)") prov.push_back({k, v});
+    s += md_table({"provenance", ""}, prov);
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& v : f.runs) rows.push_back(run_table_row(v));
+    s += "### Runs\n\n" + md_table(run_table_header(), rows);
+    for (const auto& v : f.runs) {
+      const RunResult& r = *v.run;
+      if (v.comparison.empty() && r.decision_reasons.empty()) continue;
+      s += fmt::format("### Run {}{}\n\n", r.spec.name, v.baseline ? " vs baseline " + v.baseline->spec.name : "");
+      if (!v.comparison.empty()) {
+        std::vector<std::vector<std::string>> cmp;
+        for (const auto& c : v.comparison)
+          cmp.push_back({c.metric, format_value(c.baseline, c.unit), format_value(c.pipeline, c.unit),
+                         format_delta(c.baseline, c.pipeline), c.note});
+        s += md_table({"metric", "single-stage baseline", "pipeline", "Δ", "note"}, cmp);
+      }
+      s += fmt::format("**Decision: {}**\n\n", r.decision);
+      for (const auto& why : r.decision_reasons) s += "- " + why + "\n";
+      for (const auto& a : v.advice) s += "- next: " + a + "\n";
+      s += "\n";
+      if (const auto plan = plan_of(f, r)) s += md_table(partition_header(r.spec.layers_per_stage_origin), partition_rows(*plan));
+    }
+  }
+  return s;
+}
+
+std::string render_summary_json(const ReportData& d) {
+  JsonWriter w;
+  w.begin_object();
+  w.field("tool", "pipebench report").field("tool_version", PIPEBENCH_VERSION).field("generated_utc", utc_iso8601());
+  w.key("skipped").begin_array();
+  for (const auto& k : d.skipped) w.begin_object().field("path", k.path).field("reason", k.reason).end_object();
+  w.end_array();
+  w.key("runs").begin_array();
+  for (const auto& f : d.files)
+    for (const auto& v : f.runs) {
+      const RunResult& r = *v.run;
+      w.begin_object();
+      w.field("file", f.path).field("job", job_name(f)).field("created_utc", attr(f.result.root_attrs, "created_utc"));
+      w.field("label", attr(f.result.root_attrs, "label")).field("hardware", f.fingerprint);
+      w.field("run", r.spec.name).field("status", std::string(to_string(r.status)));
+      w.field("failure_kind", std::string(to_string(r.failure_kind))).field("failure_message", r.failure_message);
+      w.field("mode", std::string(to_string(r.spec.mode))).field("pipeline_size", r.spec.pipeline_size);
+      w.field("micro_batch_size", r.spec.micro_batch_size).field("num_microbatches", r.spec.num_microbatches);
+      w.field("schedule", r.schedule_name).field("baseline", r.baseline);
+      w.field("step_time_median_s", r.step_time.median).field("step_time_cv", r.step_time.cv);
+      w.field("throughput_samples_per_s", r.throughput_samples_per_s).field("tokens_per_s", v.tokens_per_s);
+      w.field("slowest_stage", v.slowest_stage).field("slowest_stage_median_s", r.slowest_stage_median_s);
+      w.field("bubble_measured", r.bubble_measured_median).field("bubble_analytic", r.bubble_analytic);
+      w.field("bubble_simulated", r.bubble_simulated).field("peak_mem_max_bytes", r.peak_mem_max_bytes);
+      w.field("loss_max_rel_dev", r.loss_max_rel_dev).field("clip_rate", v.clip_rate);
+      w.field("decision", r.decision).array("decision_reasons", r.decision_reasons).array("advice", v.advice);
+      if (const Trend* t = trend_for(d, f, r)) {
+        w.key("trend").begin_object();
+        w.field("files", static_cast<std::int64_t>(t->points.size())).field("verdict", t->verdict);
+        w.field("change", t->change).field("p_value", t->p_value);
+        w.end_object();
+      }
+      w.end_object();
+    }
+  w.end_array();
+  w.field("any_regression", d.any_regression());
+  w.end_object();
+  return w.str() + "\n";
+}
+
+}  // namespace pipebench

@@ -1,0 +1,198 @@
+#include "svg.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "pipebench/report.hpp"
+
+namespace pipebench::svg {
+
+namespace {
+
+constexpr double kW = 640, kH = 300, kLeft = 70, kRight = 20, kTop = 34, kBottom = 52;
+
+std::string tick_label(double v) {
+  const double a = std::fabs(v);
+  if (a == 0.0) return "0";
+  if (a >= 1e4 || a < 1e-3) return fmt::format("{:.2g}", v);
+  if (a >= 100) return fmt::format("{:.0f}", v);
+  if (a >= 1) return fmt::format("{:.3g}", v);
+  return fmt::format("{:.3g}", v);
+}
+
+std::string open_svg(const std::string& title, double height = kH) {
+  return fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" viewBox=\"0 0 {} {}\" width=\"{}\" height=\"{}\" "
+      "role=\"img\" aria-label=\"{}\"><text x=\"{}\" y=\"20\" class=\"title\">{}</text>",
+      kW, height, kW, height, html_escape(title), kLeft, html_escape(title));
+}
+
+struct Scale {
+  double lo, hi, a, b;  // data [lo, hi] -> pixels [a, b]
+  double operator()(double v) const { return hi == lo ? a : a + (v - lo) / (hi - lo) * (b - a); }
+};
+
+std::string axes(const Scale& x, const Scale& y, const std::vector<double>& xt, const std::vector<double>& yt,
+                 const std::string& x_label, const std::string& y_label, double height) {
+  std::string s;
+  const double bottom = height - kBottom;
+  s += fmt::format("<line class=\"axis\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>", kLeft, bottom, kW - kRight, bottom);
+  s += fmt::format("<line class=\"axis\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>", kLeft, kTop, kLeft, bottom);
+  for (double t : yt) {
+    const double py = y(t);
+    s += fmt::format("<line class=\"grid\" x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\"/>", kLeft, py, kW - kRight, py);
+    s += fmt::format("<text class=\"tick\" x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>", kLeft - 6, py + 4, tick_label(t));
+  }
+  for (double t : xt) {
+    const double px = x(t);
+    s += fmt::format("<line class=\"axis\" x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\"/>", px, bottom, px, bottom + 4);
+    s += fmt::format("<text class=\"tick\" x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>", px, bottom + 16, tick_label(t));
+  }
+  s += fmt::format("<text class=\"label\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>", (kLeft + kW - kRight) / 2,
+                   bottom + 34, html_escape(x_label));
+  s += fmt::format("<text class=\"label\" transform=\"translate(16,{}) rotate(-90)\" text-anchor=\"middle\">{}</text>",
+                   (kTop + bottom) / 2, html_escape(y_label));
+  return s;
+}
+
+std::string legend(const std::vector<std::pair<std::string, std::string>>& items, double y) {
+  std::string s;
+  double x = kLeft;
+  for (const auto& [name, color] : items) {
+    s += fmt::format("<rect x=\"{:.0f}\" y=\"{:.0f}\" width=\"12\" height=\"12\" fill=\"{}\"/>", x, y - 10, color);
+    s += fmt::format("<text class=\"legend\" x=\"{:.0f}\" y=\"{:.0f}\">{}</text>", x + 16, y, html_escape(name));
+    x += 28 + 7.0 * static_cast<double>(name.size());
+  }
+  return s;
+}
+
+}  // namespace
+
+std::vector<double> nice_ticks(double lo, double hi, int target) {
+  if (!(hi > lo)) return {lo};
+  const double raw = (hi - lo) / target;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = mag;
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
+    if (m * mag >= raw) {
+      step = m * mag;
+      break;
+    }
+  std::vector<double> t;
+  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(std::fabs(v) < step * 1e-9 ? 0.0 : v);
+  return t;
+}
+
+std::string line_chart(const LineChart& c) {
+  double xlo = std::numeric_limits<double>::infinity(), xhi = -xlo, ylo = xlo, yhi = -xlo;
+  for (const auto& s : c.series)
+    for (std::size_t i = 0; i < s.x.size(); ++i) {
+      if (!std::isfinite(s.y[i])) continue;
+      xlo = std::min(xlo, s.x[i]);
+      xhi = std::max(xhi, s.x[i]);
+      ylo = std::min(ylo, s.y[i]);
+      yhi = std::max(yhi, s.y[i]);
+    }
+  std::string out = open_svg(c.title);
+  if (!std::isfinite(xlo)) return out + "<text x=\"70\" y=\"150\" class=\"label\">no data</text></svg>";
+  if (xhi == xlo) xhi = xlo + 1;
+  const double pad = (yhi - ylo) * 0.1 + (yhi == ylo ? std::max(std::fabs(yhi) * 0.1, 1e-9) : 0.0);
+  ylo = ylo - pad < 0 && ylo >= 0 ? 0.0 : ylo - pad;
+  yhi += pad;
+  const Scale x{xlo, xhi, kLeft, kW - kRight}, y{ylo, yhi, kH - kBottom, kTop};
+  if (c.shade_x_to >= xlo)
+    out += fmt::format("<rect class=\"shade\" x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\"><title>{}</title></rect>",
+                       kLeft, kTop, std::max(2.0, x(c.shade_x_to) - kLeft), kH - kBottom - kTop, html_escape(c.shade_label));
+  out += axes(x, y, nice_ticks(xlo, xhi, 6), nice_ticks(ylo, yhi, 5), c.x_label, c.y_label, kH);
+  std::vector<std::pair<std::string, std::string>> items;
+  for (const auto& s : c.series) {
+    std::string d;
+    bool pen = false;
+    for (std::size_t i = 0; i < s.x.size(); ++i) {
+      if (!std::isfinite(s.y[i])) {
+        pen = false;
+        continue;
+      }
+      d += fmt::format("{}{:.1f},{:.1f} ", pen ? "L" : "M", x(s.x[i]), y(s.y[i]));
+      pen = true;
+      out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"{}\"><title>{}: {} = {}</title></circle>",
+                         x(s.x[i]), y(s.y[i]), s.color, html_escape(s.name), tick_label(s.x[i]), fmt::format("{:.6g}", s.y[i]));
+    }
+    out += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\"/>", d, s.color);
+    items.push_back({s.name, s.color});
+  }
+  if (c.shade_x_to >= xlo) items.push_back({c.shade_label, "#e6e6e6"});
+  return out + legend(items, kH - 4) + "</svg>";
+}
+
+std::string stacked_bars(const StackedBars& c) {
+  const std::size_t n = c.categories.size();
+  double top = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    double sum = 0.0;
+    for (const auto& s : c.stacks) sum += s.y[i];
+    top = std::max(top, sum);
+    if (i < c.limit.size() && std::isfinite(c.limit[i])) top = std::max(top, c.limit[i]);
+  }
+  std::string out = open_svg(c.title);
+  if (n == 0 || top <= 0.0) return out + "</svg>";
+  top *= 1.08;
+  const Scale y{0.0, top, kH - kBottom, kTop};
+  out += axes(Scale{0, 1, kLeft, kW - kRight}, y, {}, nice_ticks(0.0, top, 5), "", c.y_label, kH);
+  const double slot = (kW - kRight - kLeft) / static_cast<double>(n), bw = std::min(60.0, slot * 0.6);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double cx = kLeft + slot * (static_cast<double>(i) + 0.5);
+    double base = 0.0;
+    for (const auto& s : c.stacks) {
+      const double v = s.y[i];
+      if (v > 0)
+        out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"><title>{} {}: {}</title></rect>",
+                           cx - bw / 2, y(base + v), bw, y(base) - y(base + v), s.color, html_escape(c.categories[i]),
+                           html_escape(s.name), fmt::format("{:.6g}", v));
+      base += v;
+    }
+    if (i < c.limit.size() && std::isfinite(c.limit[i]))
+      out += fmt::format("<line class=\"limit\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\"><title>{}</title></line>",
+                         cx - slot * 0.45, y(c.limit[i]), cx + slot * 0.45, y(c.limit[i]), html_escape(c.limit_label));
+    out += fmt::format("<text class=\"tick\" x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>", cx, kH - kBottom + 16,
+                       html_escape(c.categories[i]));
+  }
+  std::vector<std::pair<std::string, std::string>> items;
+  for (const auto& s : c.stacks) items.push_back({s.name, s.color});
+  if (!c.limit_label.empty()) items.push_back({c.limit_label, "#c0392b"});
+  return out + legend(items, kH - 4) + "</svg>";
+}
+
+std::string gantt(const Gantt& c) {
+  const double row_h = 22;
+  const double height = kTop + row_h * static_cast<double>(c.rows.size()) + kBottom;
+  std::string out = open_svg(c.title, height);
+  const double t_end = c.t_end > 0 ? c.t_end : 1.0;
+  const Scale x{0.0, t_end, kLeft, kW - kRight};
+  const double bottom = height - kBottom;
+  out += fmt::format("<line class=\"axis\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>", kLeft, bottom, kW - kRight, bottom);
+  for (double t : nice_ticks(0.0, t_end, 6)) {
+    out += fmt::format("<line class=\"grid\" x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\"/>", x(t), kTop, x(t), bottom);
+    out += fmt::format("<text class=\"tick\" x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>", x(t), bottom + 16, tick_label(t));
+  }
+  for (std::size_t r = 0; r < c.rows.size(); ++r)
+    out += fmt::format("<text class=\"tick\" x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>", kLeft - 6,
+                       kTop + row_h * (static_cast<double>(r) + 0.5) + 4, html_escape(c.rows[r]));
+  for (const auto& b : c.bars) {
+    const double x0 = x(b.start), w = std::max(0.5, x(b.end) - x(b.start));
+    const double y0 = kTop + row_h * b.row + 2;
+    out += fmt::format("<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\"><title>{}</title></rect>",
+                       x0, y0, w, row_h - 4, b.color, html_escape(b.tooltip));
+    if (!b.label.empty() && w > 7.0 * static_cast<double>(b.label.size()) + 2)
+      out += fmt::format("<text class=\"bar\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>", x0 + w / 2,
+                         y0 + row_h / 2 + 2, html_escape(b.label));
+  }
+  out += fmt::format("<text class=\"label\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>", (kLeft + kW - kRight) / 2,
+                     bottom + 32, html_escape(c.x_label));
+  return out + legend(c.legend, height - 4) + "</svg>";
+}
+
+}  // namespace pipebench::svg

@@ -1,0 +1,52 @@
+// Self-contained SVG charts drawn from data: axes with ticks, units and a
+// legend. Every label is escaped. Internal to the report generator.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace pipebench::svg {
+
+struct Series {
+  std::string name;
+  std::string color;
+  std::vector<double> x, y;  // NaN y values are gaps
+};
+
+struct LineChart {
+  std::string title, x_label, y_label;
+  std::vector<Series> series;
+  double shade_x_to = -1.0;  // x <= this is shaded (warm-up), when >= 0
+  std::string shade_label;
+};
+std::string line_chart(const LineChart& c);
+
+struct StackedBars {
+  std::string title, y_label;
+  std::vector<std::string> categories;  // one bar each
+  std::vector<Series> stacks;           // y[i] = value for categories[i]
+  std::vector<double> limit;            // a horizontal marker per bar (capacity), NaN for none
+  std::string limit_label;
+};
+std::string stacked_bars(const StackedBars& c);
+
+struct GanttBar {
+  int row = 0;
+  double start = 0.0, end = 0.0;
+  std::string color;
+  std::string label;   // drawn inside when it fits
+  std::string tooltip;
+};
+struct Gantt {
+  std::string title, x_label;
+  std::vector<std::string> rows;
+  std::vector<GanttBar> bars;
+  double t_end = 0.0;
+  std::vector<std::pair<std::string, std::string>> legend;  // name, color
+};
+std::string gantt(const Gantt& c);
+
+// Round tick positions covering [lo, hi].
+std::vector<double> nice_ticks(double lo, double hi, int target = 5);
+
+}  // namespace pipebench::svg
