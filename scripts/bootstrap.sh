@@ -12,6 +12,7 @@ PACKAGES=(
   libtoml11-dev libcli11-dev libfmt-dev
   libopenblas-dev
   catch2 libbenchmark-dev
+  chromium   # the report tests render index.html in headless Chromium
 )
 
 missing=()

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The main job: set up (scripts/bootstrap.sh), print the plan of
-# jobs/default.toml, then run it under mpirun with 2 ranks on the cpu backend
-# (single-stage baseline vs 2-stage pipeline, real fp32 training) and print
-# where the results file is. Extra arguments go to `pipebench run`
-# (e.g. --label NAME, --set k=v, --backend sim).
+# jobs/default.toml, run it under mpirun with 2 ranks on the cpu backend
+# (single-stage baseline vs 2-stage pipeline, real fp32 training), then write
+# the report of that run and print where index.html is. Extra arguments go to
+# `pipebench run` (e.g. --label NAME, --set k=v, --backend sim).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -13,4 +13,17 @@ echo
 # Open MPI refuses to run as root unless told; --oversubscribe lets 2 ranks
 # start on a 1-core machine.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-exec mpirun -np 2 --oversubscribe build/bench/pipebench run jobs/default.toml "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+mpirun -np 2 --oversubscribe build/bench/pipebench run jobs/default.toml "$@" | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+results=$(sed -n 's/^results: //p' "$log" | tail -1)
+if [[ -z $results ]]; then
+  echo "pipebench: the run wrote no results file (exit $rc)" >&2
+  exit "$rc"
+fi
+echo
+build/bench/pipebench report "$results" -o reports/out/default
+exit "$rc"

@@ -254,7 +254,7 @@ void decide(std::vector<RunResult>& runs) {
         ok = false;
         why.push_back(fmt::format("step time unstable: CV {:.3f} > {:.2f}; check stage balance (slowest stage {}) "
                                   "before adding steps (seed 000)",
-                                  r.step_time.cv, kStableCvMax, r.slowest_stage_median_s));
+                                  r.step_time.cv, kStableCvMax, format_seconds(r.slowest_stage_median_s)));
       }
       const double rise = r.step_time.slope * static_cast<double>(std::max(0, r.repeats - 1)) / r.step_time.median;
       if (rise > kTrendMax) {

@@ -136,7 +136,6 @@ std::string simulated_gantt(const RunView& v) {
 std::string memory_chart(const RunResult& r) {
   svg::StackedBars c;
   c.title = fmt::format("{}: peak memory per rank by category", r.spec.name);
-  c.y_label = "bytes";
   for (std::size_t i = 0; i < r.peak_mem_bytes.size(); ++i) {
     c.categories.push_back(fmt::format("rank {}", i));
     c.limit.push_back(static_cast<double>(r.memory_capacity_bytes[i]));
@@ -170,6 +169,7 @@ std::string step_chart(const RunView& v) {
   if (v.baseline) c.series.push_back(per_step(*v.baseline, v.baseline->step_time_s, kBaseColor, v.baseline->spec.name));
   c.shade_x_to = r.warmup > 0 ? r.warmup + 0.5 : -1.0;
   c.shade_label = "warm-up";
+  c.integer_x = true;
   return svg::line_chart(c);
 }
 
@@ -177,13 +177,16 @@ std::string loss_chart(const RunView& v) {
   const RunResult& r = *v.run;
   if (std::none_of(r.loss.begin(), r.loss.end(), [](double x) { return std::isfinite(x); })) return "";
   svg::LineChart c;
-  c.title = fmt::format("{}: loss per step{}", r.spec.name, v.baseline ? " (pipeline over baseline)" : "");
+  const bool identical = v.baseline && r.loss == v.baseline->loss;
+  c.title = fmt::format("{}: loss per step{}", r.spec.name,
+                        !v.baseline ? "" : identical ? " (identical to the baseline: the lines coincide)" : " (pipeline over baseline)");
   c.x_label = "step";
   c.y_label = "loss";
   if (v.baseline) c.series.push_back(per_step(*v.baseline, v.baseline->loss, kBaseColor, v.baseline->spec.name));
   c.series.push_back(per_step(r, r.loss, kRunColor, r.spec.name));
   c.shade_x_to = r.warmup > 0 ? r.warmup + 0.5 : -1.0;
   c.shade_label = "warm-up";
+  c.integer_x = true;
   return svg::line_chart(c);
 }
 
@@ -239,6 +242,7 @@ std::string trend_chart(const Trend& t) {
     s.y.push_back(t.points[i].step_time_median_s);
   }
   c.series.push_back(s);
+  c.integer_x = true;
   return svg::line_chart(c);
 }
 

@@ -12,7 +12,7 @@ namespace pipebench::svg {
 
 namespace {
 
-constexpr double kW = 640, kH = 300, kLeft = 70, kRight = 20, kTop = 34, kBottom = 52;
+constexpr double kW = 640, kH = 316, kLeft = 70, kRight = 20, kTop = 34, kBottom = 68;
 
 std::string tick_label(double v) {
   const double a = std::fabs(v);
@@ -58,13 +58,22 @@ std::string axes(const Scale& x, const Scale& y, const std::vector<double>& xt, 
   return s;
 }
 
+// Legend entries left to right, wrapping onto a second row (above `y`) when
+// the first is full.
 std::string legend(const std::vector<std::pair<std::string, std::string>>& items, double y) {
   std::string s;
-  double x = kLeft;
+  double x = kLeft, width = 0.0;
+  for (const auto& [name, color] : items) width += 28 + 7.0 * static_cast<double>(name.size());
+  if (width > kW - kRight - kLeft) y -= 16;
   for (const auto& [name, color] : items) {
+    const double w = 28 + 7.0 * static_cast<double>(name.size());
+    if (x + w - 12 > kW - kRight) {
+      x = kLeft;
+      y += 16;
+    }
     s += fmt::format("<rect x=\"{:.0f}\" y=\"{:.0f}\" width=\"12\" height=\"12\" fill=\"{}\"/>", x, y - 10, color);
     s += fmt::format("<text class=\"legend\" x=\"{:.0f}\" y=\"{:.0f}\">{}</text>", x + 16, y, html_escape(name));
-    x += 28 + 7.0 * static_cast<double>(name.size());
+    x += w;
   }
   return s;
 }
@@ -106,7 +115,12 @@ std::string line_chart(const LineChart& c) {
   if (c.shade_x_to >= xlo)
     out += fmt::format("<rect class=\"shade\" x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\"><title>{}</title></rect>",
                        kLeft, kTop, std::max(2.0, x(c.shade_x_to) - kLeft), kH - kBottom - kTop, html_escape(c.shade_label));
-  out += axes(x, y, nice_ticks(xlo, xhi, 6), nice_ticks(ylo, yhi, 5), c.x_label, c.y_label, kH);
+  std::vector<double> xt = nice_ticks(xlo, xhi, 6);
+  if (c.integer_x) {
+    xt.erase(std::remove_if(xt.begin(), xt.end(), [](double v) { return v != std::floor(v); }), xt.end());
+    if (xt.empty()) xt = {xlo};
+  }
+  out += axes(x, y, xt, nice_ticks(ylo, yhi, 5), c.x_label, c.y_label, kH);
   std::vector<std::pair<std::string, std::string>> items;
   for (const auto& s : c.series) {
     std::string d;
@@ -130,18 +144,28 @@ std::string line_chart(const LineChart& c) {
 
 std::string stacked_bars(const StackedBars& c) {
   const std::size_t n = c.categories.size();
-  double top = 0.0;
+  double bars = 0.0, limit = 0.0;
   for (std::size_t i = 0; i < n; ++i) {
     double sum = 0.0;
     for (const auto& s : c.stacks) sum += s.y[i];
-    top = std::max(top, sum);
-    if (i < c.limit.size() && std::isfinite(c.limit[i])) top = std::max(top, c.limit[i]);
+    bars = std::max(bars, sum);
+    if (i < c.limit.size() && std::isfinite(c.limit[i])) limit = std::max(limit, c.limit[i]);
   }
   std::string out = open_svg(c.title);
-  if (n == 0 || top <= 0.0) return out + "</svg>";
-  top *= 1.08;
-  const Scale y{0.0, top, kH - kBottom, kTop};
-  out += axes(Scale{0, 1, kLeft, kW - kRight}, y, {}, nice_ticks(0.0, top, 5), "", c.y_label, kH);
+  if (n == 0 || bars <= 0.0) return out + "</svg>";
+  const bool limit_on_scale = limit > 0.0 && limit <= 4.0 * bars;
+  const double top = 1.08 * (limit_on_scale ? std::max(bars, limit) : bars);
+  // Ticks in the binary unit of the top of the axis.
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  double div = 1.0;
+  while (u < 4 && top / div >= 1024.0) {
+    div *= 1024.0;
+    ++u;
+  }
+  const Scale y{0.0, top / div, kH - kBottom, kTop};
+  auto py = [&](double bytes) { return y(bytes / div); };
+  out += axes(Scale{0, 1, kLeft, kW - kRight}, y, {}, nice_ticks(0.0, top / div, 5), "", kUnits[u], kH);
   const double slot = (kW - kRight - kLeft) / static_cast<double>(n), bw = std::min(60.0, slot * 0.6);
   for (std::size_t i = 0; i < n; ++i) {
     const double cx = kLeft + slot * (static_cast<double>(i) + 0.5);
@@ -149,20 +173,23 @@ std::string stacked_bars(const StackedBars& c) {
     for (const auto& s : c.stacks) {
       const double v = s.y[i];
       if (v > 0)
-        out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"><title>{} {}: {}</title></rect>",
-                           cx - bw / 2, y(base + v), bw, y(base) - y(base + v), s.color, html_escape(c.categories[i]),
-                           html_escape(s.name), fmt::format("{:.6g}", v));
+        out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"><title>{} {}: {:.6g} {}</title></rect>",
+                           cx - bw / 2, py(base + v), bw, py(base) - py(base + v), s.color, html_escape(c.categories[i]),
+                           html_escape(s.name), v / div, kUnits[u]);
       base += v;
     }
-    if (i < c.limit.size() && std::isfinite(c.limit[i]))
+    if (limit_on_scale && i < c.limit.size() && std::isfinite(c.limit[i]))
       out += fmt::format("<line class=\"limit\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\"><title>{}</title></line>",
-                         cx - slot * 0.45, y(c.limit[i]), cx + slot * 0.45, y(c.limit[i]), html_escape(c.limit_label));
+                         cx - slot * 0.45, py(c.limit[i]), cx + slot * 0.45, py(c.limit[i]), html_escape(c.limit_label));
     out += fmt::format("<text class=\"tick\" x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>", cx, kH - kBottom + 16,
                        html_escape(c.categories[i]));
   }
   std::vector<std::pair<std::string, std::string>> items;
   for (const auto& s : c.stacks) items.push_back({s.name, s.color});
-  if (!c.limit_label.empty()) items.push_back({c.limit_label, "#c0392b"});
+  if (!c.limit_label.empty() && limit > 0.0)
+    items.push_back({limit_on_scale ? c.limit_label
+                                    : fmt::format("{} {:.3g} {} (off scale)", c.limit_label, limit / div, kUnits[u]),
+                     "#c0392b"});
   return out + legend(items, kH - 4) + "</svg>";
 }
 

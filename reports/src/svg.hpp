@@ -18,11 +18,15 @@ struct LineChart {
   std::vector<Series> series;
   double shade_x_to = -1.0;  // x <= this is shaded (warm-up), when >= 0
   std::string shade_label;
+  bool integer_x = false;    // x ticks on whole numbers only (steps, files)
 };
 std::string line_chart(const LineChart& c);
 
+// Byte values are drawn in the binary unit that suits the largest bar. A
+// limit far above the bars (over 4x) is stated in the legend instead of
+// squashing the bars.
 struct StackedBars {
-  std::string title, y_label;
+  std::string title;
   std::vector<std::string> categories;  // one bar each
   std::vector<Series> stacks;           // y[i] = value for categories[i]
   std::vector<double> limit;            // a horizontal marker per bar (capacity), NaN for none

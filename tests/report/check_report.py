@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Checks a report built from tests/report fixtures against the HDF5 files:
+the comparison tables' figures equal the files' (Markdown cells and
+summary.json), hostile strings are escaped, failed runs appear with their
+kind, the truncated file is reported as skipped.
+    check_report.py REPORT_DIR INPUTS_DIR"""
+import glob
+import json
+import math
+import os
+import re
+import sys
+
+import h5py
+
+report, inputs = sys.argv[1], sys.argv[2]
+html = open(os.path.join(report, "index.html"), encoding="utf-8").read()
+md = open(os.path.join(report, "report.md"), encoding="utf-8").read()
+summary = json.load(open(os.path.join(report, "summary.json"), encoding="utf-8"))
+problems = []
+
+
+def check(cond, what):
+    if not cond:
+        problems.append(what)
+
+
+def fmt_seconds(s):  # the report's format_seconds
+    if math.isnan(s):
+        return "-"
+    if abs(s) >= 1:
+        return f"{s:.3f} s"
+    if abs(s) >= 1e-3:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s * 1e6:.1f} us"
+
+
+def attr(g, k):
+    v = g.attrs[k]
+    return v.decode() if isinstance(v, bytes) else v
+
+
+records = {(os.path.realpath(r["file"]), r["run"]): r for r in summary["runs"]}
+checked_rows = 0
+for path in sorted(glob.glob(os.path.join(inputs, "**", "*.h5"), recursive=True)):
+    if path.endswith("truncated.h5"):
+        continue
+    with h5py.File(path, "r") as f:
+        for name, g in f["runs"].items():
+            rec = records.get((os.path.realpath(path), name))
+            check(rec is not None, f"summary.json lacks {path}:{name}")
+            if rec is None:
+                continue
+            check(rec["status"] == attr(g, "status"), f"{name}: status")
+            check(rec["failure_kind"] == attr(g, "failure_kind"), f"{name}: failure kind")
+            for key, hkey in [("step_time_median_s", "step_time_median_s"), ("bubble_measured", "bubble_measured_median"),
+                              ("bubble_analytic", "bubble_analytic"), ("peak_mem_max_bytes", "peak_mem_max_bytes")]:
+                a, b = rec[key], float(g.attrs[hkey])
+                check((a is None and math.isnan(b)) or (a is not None and a == b), f"{name}: {key} {a} != {b}")
+            base = attr(g, "baseline")
+            if base and attr(g, "status") == "ok" and attr(f["runs"][base], "status") == "ok":
+                # The Markdown comparison table: "| step time (median) | <baseline> | <pipeline> | Δ |"
+                want = (f"| step time (median) | {fmt_seconds(float(f['runs'][base].attrs['step_time_median_s']))} | "
+                        f"{fmt_seconds(float(g.attrs['step_time_median_s']))} |")
+                check(want in md, f"{name}: comparison row {want!r} not in report.md")
+                want_b = f"| bubble analytic | {float(f['runs'][base].attrs['bubble_analytic']):.4f} | {float(g.attrs['bubble_analytic']):.4f} |"
+                check(want_b in md, f"{name}: comparison row {want_b!r} not in report.md")
+                checked_rows += 1
+check(checked_rows >= 3, f"only {checked_rows} comparison tables checked")
+
+# Failed runs are listed with their kind, in every output.
+oom = [r for r in summary["runs"] if r["run"] == "oom"]
+check(len(oom) == 1 and oom[0]["status"] == "failed" and oom[0]["failure_kind"] == "oom", "oom run in summary.json")
+check(re.search(r"<td>oom</td><td>failed</td>.*?oom on rank 0: rank 0: out of memory", html, re.S) is not None,
+      "oom run with its kind and message in the HTML run table")
+check("| oom | failed |" in md, "oom run in report.md")
+check(any(r["status"] == "skipped" for r in summary["runs"]), "skipped runs are listed")
+
+# Escaping: the hostile description appears only escaped.
+check("<script>" not in html.lower(), "an unescaped <script> in index.html")
+check("&lt;script&gt;alert(&#39;pipebench&#39;)&lt;/script&gt; &amp; &quot;quoted&quot; &lt;b&gt;bold&lt;/b&gt;" in html,
+      "the escaped description")
+# The truncated file is skipped with a message.
+check(any(s["path"].endswith("truncated.h5") for s in summary["skipped"]), "truncated.h5 not listed as skipped")
+check("truncated.h5" in html and "Skipped files" in html, "truncated.h5 not reported in the HTML")
+# Self-contained: no external resources, no scripts.
+check(not re.search(r"(src|href)=\"https?:", html), "external resource in index.html")
+check(html.count("<svg") >= 8, f"only {html.count('<svg')} charts")
+
+for p in problems:
+    print("FAIL:", p)
+print(f"{len(problems)} problems; {checked_rows} comparison tables checked")
+sys.exit(1 if problems else 0)
