@@ -1,0 +1,37 @@
+// Report building blocks: escaping and the loader's handling of bad inputs.
+#include <filesystem>
+#include <fstream>
+
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include "pipebench/report.hpp"
+
+using namespace pipebench;
+
+TEST_CASE("html_escape escapes the five HTML metacharacters", "[report]") {
+  CHECK(html_escape("<script>alert('x')</script> & \"y\"") ==
+        "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;y&quot;");
+  CHECK(html_escape("plain text, 1 < 2") == "plain text, 1 &lt; 2");
+}
+
+TEST_CASE("load_report skips unreadable files and missing paths with a reason", "[report]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("pipebench-report-" + std::to_string(getpid()));
+  fs::create_directories(dir / "sub");
+  std::ofstream(dir / "sub" / "garbage.h5") << "not an HDF5 file";
+  std::ofstream(dir / "notes.txt") << "ignored: not .h5";
+  ReportOptions o;
+  o.inputs = {dir.string(), (dir / "missing.h5").string()};
+  const ReportData d = load_report(o);
+  CHECK(d.files.empty());
+  REQUIRE(d.skipped.size() == 2);
+  CHECK(d.skipped[0].path.find("garbage.h5") != std::string::npos);
+  CHECK_THAT(d.skipped[0].reason, Catch::Contains("not a readable HDF5 file"));
+  CHECK_THAT(d.skipped[1].reason, Catch::Contains("no such file"));
+  CHECK_FALSE(d.any_regression());
+  const std::string html = render_html(d);
+  CHECK_THAT(html, Catch::Contains("Skipped files"));
+  CHECK_THAT(render_summary_json(d), Catch::Contains("\"any_regression\": false"));
+  fs::remove_all(dir);
+}
