@@ -26,5 +26,6 @@ Handler add_plan_command(CLI::App& app);
 // `command_line` is recorded in the results.
 Handler add_run_command(CLI::App& app, const std::string& command_line);
 Handler add_report_command(CLI::App& app);
+Handler add_probe_command(CLI::App& app);
 
 }  // namespace pipebench::cli

@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   const cli::Handler plan = cli::add_plan_command(app);
   const cli::Handler run = cli::add_run_command(app, joined(argc, argv));
   const cli::Handler report = cli::add_report_command(app);
+  const cli::Handler probe = cli::add_probe_command(app);
 
   try {
     app.parse(argc, argv);
@@ -66,7 +67,10 @@ int main(int argc, char** argv) {
   // Only rank 0 speaks for errors every rank hits alike (invalid workloads).
   const bool speak = world_rank() == 0;
   try {
-    const int rc = with_mpi ? run() : app.got_subcommand("report") ? report() : plan();
+    const int rc = with_mpi                          ? run()
+                   : app.got_subcommand("report") ? report()
+                   : app.got_subcommand("probe")  ? probe()
+                                                  : plan();
     return finish(rc, true);
   } catch (const ConfigError& e) {
     if (speak) fmt::print(stderr, "pipebench: invalid workload: {}\n", e.what());

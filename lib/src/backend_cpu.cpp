@@ -126,7 +126,7 @@ void CpuBackend::build(const StageSpec& spec) {
   if (train) {
     // Backward temporaries: dgelu [T,f], dh [T,h], dx2 [T,h], dqkv [T,3h],
     // two ping-pong gradients [T,h] and one s x s attention scratch.
-    const std::int64_t ws = tokens_ * (f + 7 * h) + s * s;
+    const std::int64_t ws = model.cpu_workspace_bytes(b, true) / static_cast<std::int64_t>(sizeof(float));
     workspace_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(ws), "backward workspace");
   }
   slabs_.resize(m);

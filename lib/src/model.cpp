@@ -84,6 +84,13 @@ std::int64_t ModelDesc::total_params() const {
   return stage(1, spec_.layers, true, true).params;
 }
 
+std::int64_t ModelDesc::cpu_workspace_bytes(int b, bool train) const {
+  if (!train) return 0;
+  const std::int64_t h = spec_.hidden, f = spec_.ffn_hidden, s = spec_.seq_len;
+  const std::int64_t tokens = std::int64_t{b} * s;
+  return dtype_bytes(dtype_) * (tokens * (f + 7 * h) + s * s);
+}
+
 std::int64_t ModelDesc::comm_bytes(int b, int m, bool has_prev, bool has_next, bool train) const {
   const std::int64_t per_prev = train ? m + 1 : 1;
   const std::int64_t per_next = train ? m + 1 : m;

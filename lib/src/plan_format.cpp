@@ -67,12 +67,13 @@ std::string partition_table(const RunPlan& rp) {
 }
 
 std::string memory_table(const RunPlan& rp) {
-  Table t({"stage", "params", "grads", "optimizer", "act/micro-batch", "live", "act peak", "comm", "total", "of capacity"});
+  Table t({"stage", "params", "grads", "optimizer", "act/micro-batch", "live", "act peak", "comm", "workspace", "total",
+           "of capacity"});
   auto b = [](std::int64_t v) { return format_bytes(static_cast<double>(v)); };
   for (const auto& sp : rp.stages)
     t.add({std::to_string(sp.stage), b(sp.params_bytes), b(sp.grads_bytes), b(sp.optimizer_bytes),
            b(sp.activation_bytes_per_microbatch), std::to_string(sp.peak_live_activations), b(sp.activations_peak_bytes),
-           b(sp.comm_bytes), b(sp.total_bytes),
+           b(sp.comm_bytes), b(sp.workspace_bytes), b(sp.total_bytes),
            fmt::format("{:.1f}%{}", 100.0 * sp.capacity_fraction, sp.capacity_fraction > kMemoryWarnFraction ? " !" : "")});
   return t.str();
 }
@@ -205,6 +206,7 @@ std::string format_plan_json(const JobPlan& plan) {
       w.field("activation_bytes_per_microbatch", sp.activation_bytes_per_microbatch);
       w.field("peak_live_activations", sp.peak_live_activations);
       w.field("activations_peak_bytes", sp.activations_peak_bytes).field("comm_bytes", sp.comm_bytes);
+      w.field("workspace_bytes", sp.workspace_bytes);
       w.field("total_bytes", sp.total_bytes);
       w.field("capacity_bytes", job.device.memory_capacity_bytes).field("capacity_fraction", sp.capacity_fraction);
       w.end_object();

@@ -22,4 +22,15 @@ std::string_view to_string(FailureKind k) {
   return "?";
 }
 
+std::string_view to_string(TrialOutcome o) {
+  switch (o) {
+    case TrialOutcome::ok: return "ok";
+    case TrialOutcome::oom: return "oom";
+    case TrialOutcome::error: return "error";
+    case TrialOutcome::nan: return "nan";
+    case TrialOutcome::timeout: return "timeout";
+  }
+  return "?";
+}
+
 }  // namespace pipebench

@@ -109,6 +109,54 @@ void dataset_2d(hid_t group, const char* name, const std::vector<std::vector<T>>
   dataset(group, name, flat, {rows.size(), rows.empty() ? cols : rows[0].size()});
 }
 
+void dataset_strings(hid_t group, const char* name, const std::vector<std::string>& values) {
+  Hid type = vlen_string_type();
+  const hsize_t n = values.size();
+  Hid space(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
+  Hid ds(H5_CHECK(H5Dcreate2(group, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Dclose);
+  std::vector<const char*> ptrs;
+  for (const auto& v : values) ptrs.push_back(v.c_str());
+  if (n > 0) H5_CHECK(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()));
+}
+
+void write_probe(hid_t file, const ProbeResult& p) {
+  Hid g(H5_CHECK(H5Gcreate2(file, "probe", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+  attr_string(g, "run", p.options.run_name);
+  attr_scalar<std::int64_t>(g, "pipeline_size", p.options.pipeline_size);
+  attr_scalar<std::int64_t>(g, "lo", p.options.lo);
+  attr_scalar<std::int64_t>(g, "hi", p.options.hi);
+  attr_scalar<std::int64_t>(g, "steps", p.options.steps);
+  attr_scalar(g, "trial_timeout_s", p.options.trial_timeout_s);
+  attr_string(g, "launcher", p.options.launcher);
+  attr_scalar<std::int64_t>(g, "max_micro_batch", p.max_micro_batch);
+  attr_scalar<std::int64_t>(g, "recommended_micro_batch", p.recommended_micro_batch);
+  attr_string(g, "stop_reason", p.stop_reason);
+  std::vector<std::int64_t> mbs, codes;
+  std::vector<double> secs;
+  std::vector<std::string> outcome, path, command, tail;
+  std::vector<std::vector<std::uint64_t>> peaks;
+  for (const auto& t : p.trials) {
+    mbs.push_back(t.micro_batch_size);
+    codes.push_back(t.exit_code);
+    secs.push_back(t.seconds);
+    outcome.emplace_back(to_string(t.outcome));
+    path.push_back(t.results_path);
+    command.push_back(t.command);
+    tail.push_back(t.output_tail);
+    std::vector<std::uint64_t> row(static_cast<std::size_t>(p.options.pipeline_size), 0);
+    for (std::size_t r = 0; r < row.size() && r < t.peak_mem_bytes.size(); ++r) row[r] = t.peak_mem_bytes[r];
+    peaks.push_back(row);
+  }
+  dataset_1d(g, "micro_batch_size", mbs);
+  dataset_strings(g, "outcome", outcome);
+  dataset_1d(g, "exit_code", codes);
+  dataset_1d(g, "seconds", secs);
+  dataset_2d(g, "peak_mem_bytes", peaks, static_cast<std::size_t>(p.options.pipeline_size));
+  dataset_strings(g, "results_path", path);
+  dataset_strings(g, "command", command);
+  dataset_strings(g, "output_tail", tail);
+}
+
 // The compound type of /runs/<name>/events. kind is an HDF5 enum F|B|W.
 struct EventRow {
   std::int32_t step, rank;
@@ -361,6 +409,57 @@ RunResult read_run(hid_t runs, const std::string& name) {
   return r;
 }
 
+std::vector<std::string> read_dataset_strings(hid_t g, const char* name) {
+  Hid ds(H5_CHECK(H5Dopen2(g, name, H5P_DEFAULT)), H5Dclose);
+  Hid space(H5_CHECK(H5Dget_space(ds)), H5Sclose);
+  std::vector<char*> ptrs(static_cast<std::size_t>(H5_CHECK(H5Sget_simple_extent_npoints(space))), nullptr);
+  Hid type = vlen_string_type();
+  if (!ptrs.empty()) H5_CHECK(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()));
+  std::vector<std::string> out;
+  for (char* p : ptrs) {
+    out.emplace_back(p ? p : "");
+    H5free_memory(p);
+  }
+  return out;
+}
+
+ProbeResult read_probe(hid_t file) {
+  Hid g(H5_CHECK(H5Gopen2(file, "probe", H5P_DEFAULT)), H5Gclose);
+  ProbeResult p;
+  p.options.run_name = read_attr_string(g, "run");
+  p.options.pipeline_size = static_cast<int>(read_attr_scalar<std::int64_t>(g, "pipeline_size"));
+  p.options.lo = static_cast<int>(read_attr_scalar<std::int64_t>(g, "lo"));
+  p.options.hi = static_cast<int>(read_attr_scalar<std::int64_t>(g, "hi"));
+  p.options.steps = static_cast<int>(read_attr_scalar<std::int64_t>(g, "steps"));
+  p.options.trial_timeout_s = read_attr_scalar<double>(g, "trial_timeout_s");
+  p.options.launcher = read_attr_string(g, "launcher");
+  p.max_micro_batch = static_cast<int>(read_attr_scalar<std::int64_t>(g, "max_micro_batch"));
+  p.recommended_micro_batch = static_cast<int>(read_attr_scalar<std::int64_t>(g, "recommended_micro_batch"));
+  p.stop_reason = read_attr_string(g, "stop_reason");
+  const auto mbs = read_dataset<std::int64_t>(g, "micro_batch_size");
+  const auto outcome = read_dataset_strings(g, "outcome");
+  const auto codes = read_dataset<std::int64_t>(g, "exit_code");
+  const auto secs = read_dataset<double>(g, "seconds");
+  const auto peaks = read_dataset_2d<std::uint64_t>(g, "peak_mem_bytes");
+  const auto path = read_dataset_strings(g, "results_path");
+  const auto command = read_dataset_strings(g, "command");
+  const auto tail = read_dataset_strings(g, "output_tail");
+  for (std::size_t i = 0; i < mbs.size(); ++i) {
+    ProbeTrial t;
+    t.micro_batch_size = static_cast<int>(mbs[i]);
+    t.outcome = parse_enum(outcome.at(i), {TrialOutcome::ok, TrialOutcome::oom, TrialOutcome::error, TrialOutcome::nan,
+                                           TrialOutcome::timeout});
+    t.exit_code = static_cast<int>(codes.at(i));
+    t.seconds = secs.at(i);
+    if (i < peaks.size()) t.peak_mem_bytes = peaks[i];
+    t.results_path = path.at(i);
+    t.command = command.at(i);
+    t.output_tail = tail.at(i);
+    p.trials.push_back(std::move(t));
+  }
+  return p;
+}
+
 herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* out) {
   static_cast<std::vector<std::string>*>(out)->emplace_back(name);
   return 0;
@@ -401,6 +500,7 @@ std::string write_results(const std::string& path, const JobResult& result) {
     H5_CHECK(H5Pset_link_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED));
     Hid runs(H5_CHECK(H5Gcreate2(file, "runs", H5P_DEFAULT, gcpl, H5P_DEFAULT)), H5Gclose);
     for (const auto& r : result.runs) write_run(runs, r);
+    if (result.probe) write_probe(file, *result.probe);
     H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));
   }
   // Publish without ever replacing an existing file: link() fails on EEXIST.
@@ -449,6 +549,7 @@ JobResult read_results(const std::string& path) {
   std::vector<std::string> names;
   H5_CHECK(H5Literate(runs, H5_INDEX_CRT_ORDER, H5_ITER_INC, nullptr, collect_name, &names));
   for (const auto& n : names) jr.runs.push_back(read_run(runs, n));
+  if (H5Lexists(file, "probe", H5P_DEFAULT) > 0) jr.probe = read_probe(file);
   return jr;
 }
 

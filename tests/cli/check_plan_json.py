@@ -32,6 +32,6 @@ for run in doc["runs"]:
         for k in MEM_KEYS:
             assert k in mem, f"memory.{k} missing"
         total = (mem["params_bytes"] + mem["grads_bytes"] + mem["optimizer_bytes"] + mem["activations_peak_bytes"]
-                 + mem["comm_bytes"])
+                 + mem["comm_bytes"] + mem["workspace_bytes"])
         assert mem["total_bytes"] == total
 print(f"ok: {job}: {len(doc['runs'])} runs")

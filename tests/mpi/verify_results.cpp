@@ -82,6 +82,7 @@ void check_ok_run(const Job& job, const RunPlan& plan, const RunResult& r) {
     expect_eq(cat(MemCategory::activations), train ? static_cast<std::uint64_t>(live) * act : act,
               who + " peak activation bytes");
     expect_eq(cat(MemCategory::comm), static_cast<std::uint64_t>(sp.comm_bytes), who + " peak comm bytes");
+    expect_eq(cat(MemCategory::workspace), static_cast<std::uint64_t>(sp.workspace_bytes), who + " peak workspace bytes");
     const auto m = static_cast<std::uint64_t>(plan.run.num_microbatches);
     const std::uint64_t per_prev = rank > 0 ? (train ? m + 1 : 1) : 0, per_next = rank + 1 < p ? (train ? m + 1 : m) : 0;
     expect_eq(static_cast<std::uint64_t>(sp.comm_bytes), (per_prev + per_next) * boundary, who + " planned comm bytes");

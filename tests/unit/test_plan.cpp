@@ -66,7 +66,9 @@ TEST_CASE("memory estimate: params, grads, AdamW state, activations at the sched
     CHECK(sp.activations_peak_bytes == sp.peak_live_activations * c.activation_bytes);
     // comm: (m + 1) boundary tensors per neighbour, boundary = 2*32*64*4 bytes
     CHECK(sp.comm_bytes == (s == 0 || s == 3 ? 1 : 2) * 7 * 16384);
-    CHECK(sp.total_bytes == 16 * c.params + sp.activations_peak_bytes + sp.comm_bytes);
+    // cpu backend (the default): its backward workspace, tokens*(f + 7h) + s^2 floats
+    CHECK(sp.workspace_bytes == 4 * (2 * 32 * (256 + 7 * 64) + 32 * 32));
+    CHECK(sp.total_bytes == 16 * c.params + sp.activations_peak_bytes + sp.comm_bytes + sp.workspace_bytes);
   }
   // GPipe keeps all m micro-batches on every stage.
   for (const auto& sp : plan.runs[2].stages) CHECK(sp.peak_live_activations == 6);

@@ -73,6 +73,12 @@ class ModelDesc {
   // m (send) to the next.
   std::int64_t comm_bytes(int micro_batch, int num_microbatches, bool has_prev, bool has_next, bool train) const;
 
+  // The cpu backend's backward temporaries (training only), allocated once
+  // per stage: tokens·(ffn_hidden + 7·hidden) + seq_len² elements (gradients
+  // through GELU, a hidden-sized buffer, the residual, q/k/v, two ping-pong
+  // stage gradients, one attention score matrix). The sim backend has none.
+  std::int64_t cpu_workspace_bytes(int micro_batch, bool train) const;
+
  private:
   ModelSpec spec_;
   DType dtype_;

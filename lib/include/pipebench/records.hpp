@@ -7,11 +7,13 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "pipebench/job.hpp"
 #include "pipebench/memory.hpp"
+#include "pipebench/probe.hpp"
 #include "pipebench/schedule.hpp"
 
 namespace pipebench {
@@ -125,6 +127,7 @@ struct JobResult {
   std::string status = "ok";                            // ok | failed | partial
   std::string evidence_level;                           // simulated | measured-cpu | measured-gpu
   std::vector<RunResult> runs;
+  std::optional<ProbeResult> probe;  // /probe, in files written by `pipebench probe`
 };
 
 }  // namespace pipebench

@@ -1,0 +1,109 @@
+// `pipebench probe JOB.toml --run NAME [--lo 1] [--hi 256] [--steps 3]
+//   [--trial-timeout S] [--launcher "mpirun -np {ranks}"] [--set k=v]... [-o DIR]`
+// No MPI in this process: each trial is its own `pipebench run` launch.
+#include <climits>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "pipebench/config.hpp"
+#include "pipebench/plan.hpp"
+#include "pipebench/probe.hpp"
+#include "pipebench/results.hpp"
+#include "pipebench/units.hpp"
+
+namespace pipebench::cli {
+
+namespace {
+struct ProbeCmdOptions {
+  ProbeOptions probe;
+  std::string output_dir = "results";
+};
+
+// This executable's absolute path, for the trials.
+std::string self_path(const char* fallback) {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : fallback;
+}
+}  // namespace
+
+Handler add_probe_command(CLI::App& app) {
+  auto opts = std::make_shared<ProbeCmdOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "probe", "Find the largest micro_batch_size a run fits, by bisection over short trial runs (seed 000)");
+  cmd->add_option("job", opts->probe.job_path, "workload file (jobs/*.toml)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--run", opts->probe.run_name, "the run whose micro_batch_size is probed")->required();
+  cmd->add_option("--lo", opts->probe.lo, "a micro-batch size expected to fit (default 1)")->check(CLI::PositiveNumber);
+  cmd->add_option("--hi", opts->probe.hi, "an upper bound to try (default 256)")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", opts->probe.steps, "counted steps per trial (default 3)")->check(CLI::PositiveNumber);
+  cmd->add_option("--trial-timeout", opts->probe.trial_timeout_s, "seconds before a trial is killed (default 900)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--launcher", opts->probe.launcher,
+                  "command prefix of a trial; {ranks} becomes the run's pipeline_size (default \"mpirun -np {ranks}\"; "
+                  "e.g. \"srun --mpi=pmix -n {ranks}\")");
+  cmd->add_option("--set", opts->probe.overrides, "override for every trial: dotted.key=value (repeatable)");
+  cmd->add_option("-o,--output", opts->output_dir, "results folder (default: results)");
+  return [opts] {
+    ProbeOptions& p = opts->probe;
+    const Job job = load_job(p.job_path, p.overrides);
+    const RunSpec* run = job.find_run(p.run_name);
+    if (!run) throw ConfigError(fmt::format("{}: no run named \"{}\"", p.job_path, p.run_name));
+    p.pipeline_size = run->pipeline_size;
+    p.pipebench = self_path("pipebench");
+    const std::string stamp = utc_stamp();
+    p.trial_dir = (std::filesystem::path(opts->output_dir) / job.name / "probe" / fmt::format("{}-{}-trials", stamp, getpid())).string();
+    fmt::print("pipebench probe: job \"{}\", run \"{}\" ({} ranks), micro_batch_size in [{}, {}], {} steps per trial, "
+               "trial timeout {:.0f} s\n  launcher: {}\n",
+               job.name, p.run_name, p.pipeline_size, p.lo, p.hi, p.steps, p.trial_timeout_s, p.launcher);
+    fmt::print("  {:>6}  {:<8} {:>5} {:>10}  {}\n", "mbs", "outcome", "exit", "seconds", "peak memory per rank");
+    std::fflush(stdout);
+    const ProbeResult result = run_probe(p, [](const ProbeTrial& t) {
+      std::string peaks;
+      for (auto b : t.peak_mem_bytes) peaks += (peaks.empty() ? "" : ", ") + format_bytes(static_cast<double>(b));
+      fmt::print("  {:>6}  {:<8} {:>5} {:>10.1f}  {}\n", t.micro_batch_size, to_string(t.outcome), t.exit_code, t.seconds,
+                 peaks.empty() ? "-" : peaks);
+      if (t.outcome == TrialOutcome::error || t.outcome == TrialOutcome::timeout)
+        fmt::print("    output tail:\n{}\n", t.output_tail);
+      std::fflush(stdout);
+    });
+    fmt::print("\nmax_micro_batch = {}\nrecommended_micro_batch = {} (about 80% of the maximum, seed 000)\nstop: {}\n",
+               result.max_micro_batch, result.recommended_micro_batch, result.stop_reason);
+    // What the planner predicts at the limit, for comparison (docs/probe.md).
+    if (result.max_micro_batch > 0) {
+      for (int b : {result.max_micro_batch, result.max_micro_batch + 1}) {
+        Job j = load_job(p.job_path, [&] {
+          auto o = p.overrides;
+          o.push_back(fmt::format("run.{}.micro_batch_size={}", p.run_name, b));
+          return o;
+        }());
+        const RunPlan plan = plan_run(j, *j.find_run(p.run_name));
+        double worst = 0.0;
+        for (const auto& s : plan.stages) worst = std::max(worst, s.capacity_fraction);
+        fmt::print("planner at micro_batch_size {}: largest stage estimate {:.1f}% of capacity\n", b, 100 * worst);
+      }
+    }
+    JobResult jr;
+    jr.root_attrs["tool_version"] = PIPEBENCH_VERSION;
+    jr.root_attrs["created_utc"] = utc_iso8601();
+    jr.root_attrs["job_name"] = job.name;
+    jr.root_attrs["job_toml"] = job.effective_toml;
+    jr.root_attrs["command_line"] = fmt::format("pipebench probe {} --run {}", p.job_path, p.run_name);
+    jr.root_attrs["label"] = "probe";
+    jr.overrides = p.overrides;
+    jr.evidence_level = job.device.backend == BackendKind::sim ? "simulated"
+                        : job.device.backend == BackendKind::cpu ? "measured-cpu" : "measured-gpu";
+    jr.status = result.max_micro_batch > 0 ? "ok" : "failed";
+    jr.probe = result;
+    const std::string path = write_results(
+        default_results_path(opts->output_dir, job.name, "probe", stamp, std::to_string(getpid())), jr);
+    fmt::print("results: {}\n", path);
+    return result.max_micro_batch > 0 ? kOk : kRunFailed;
+  };
+}
+
+}  // namespace pipebench::cli
