@@ -35,14 +35,13 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
+// The last `lines` lines of `s` (all of it when shorter).
 std::string tail_lines(const std::string& s, std::size_t lines) {
-  std::size_t pos = s.size();
-  for (std::size_t n = 0; n <= lines && pos > 0;) {
-    pos = s.rfind('\n', pos - 1);
-    if (pos == std::string::npos) return s;
-    ++n;
-  }
-  return s.substr(pos + 1);
+  std::size_t start = s.size();
+  if (start > 0 && s[start - 1] == '\n') --start;  // a trailing newline ends the last line
+  for (std::size_t seen = 0; start > 0; --start)
+    if (s[start - 1] == '\n' && ++seen == lines) break;
+  return s.substr(start);
 }
 
 }  // namespace

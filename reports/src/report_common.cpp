@@ -91,6 +91,29 @@ std::vector<std::vector<std::string>> partition_rows(const RunPlan& plan) {
   return rows;
 }
 
+std::vector<std::string> probe_header() {
+  return {"micro_batch_size", "outcome", "exit", "seconds", "peak memory per rank"};
+}
+
+std::vector<std::vector<std::string>> probe_rows(const ProbeResult& p) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& t : p.trials) {
+    std::string peaks;
+    for (auto b : t.peak_mem_bytes)
+      if (b > 0) peaks += (peaks.empty() ? "" : ", ") + format_bytes(static_cast<double>(b));
+    rows.push_back({std::to_string(t.micro_batch_size), std::string(to_string(t.outcome)), std::to_string(t.exit_code),
+                    fmt::format("{:.1f}", t.seconds), peaks.empty() ? "-" : peaks});
+  }
+  return rows;
+}
+
+std::string probe_summary(const ProbeResult& p) {
+  return fmt::format("run {}: max_micro_batch = {}, recommended_micro_batch = {} (about 80%); searched [{}, {}] with {} "
+                     "step(s) per trial; stop: {}",
+                     p.options.run_name, p.max_micro_batch, p.recommended_micro_batch, p.options.lo, p.options.hi,
+                     p.options.steps, p.stop_reason);
+}
+
 std::vector<std::pair<std::string, std::string>> provenance_rows(const FileView& f) {
   const auto& root = f.result.root_attrs;
   const auto& p = f.result.provenance_attrs;

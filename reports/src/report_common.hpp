@@ -32,6 +32,11 @@ std::vector<std::string> run_table_row(const RunView& v);
 std::vector<std::string> partition_header(int origin);
 std::vector<std::vector<std::string>> partition_rows(const RunPlan& plan);
 
+// The micro-batch probe of a file: header and one row per trial.
+std::vector<std::string> probe_header();
+std::vector<std::vector<std::string>> probe_rows(const ProbeResult& p);
+std::string probe_summary(const ProbeResult& p);
+
 // Provenance as (name, value) pairs, in a fixed order.
 std::vector<std::pair<std::string, std::string>> provenance_rows(const FileView& f);
 

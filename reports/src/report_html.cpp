@@ -299,7 +299,12 @@ std::string render_html(const ReportData& d) {
       rows.push_back(run_table_row(v));
       classes.push_back(v.run->status == RunStatus::ok ? "" : std::string(to_string(v.run->status)));
     }
-    s += "<h3>Runs</h3>" + table(run_table_header(), rows, classes, {false, false, false, true, true, false, true, true, true, false, false});
+    if (f.result.probe) {
+      s += "<h3>Micro-batch probe</h3><p>" + html_escape(probe_summary(*f.result.probe)) + "</p>";
+      s += table(probe_header(), probe_rows(*f.result.probe), {}, {true, false, true, true, false});
+    }
+    if (!f.runs.empty())
+      s += "<h3>Runs</h3>" + table(run_table_header(), rows, classes, {false, false, false, true, true, false, true, true, true, false, false});
     for (const auto& v : f.runs) s += run_section(f, v);
   }
   return s + "</body></html>\n";

@@ -71,9 +71,12 @@ std::string render_markdown(const ReportData& d) {
     for (const auto& [k, v] : provenance_rows(f))
       if (!v.empty() && k != "environment (allow-listed)") prov.push_back({k, v});
     s += md_table({"provenance", ""}, prov);
+    if (f.result.probe)
+      s += "### Micro-batch probe\n\n" + probe_summary(*f.result.probe) + "\n\n" +
+           md_table(probe_header(), probe_rows(*f.result.probe));
     std::vector<std::vector<std::string>> rows;
     for (const auto& v : f.runs) rows.push_back(run_table_row(v));
-    s += "### Runs\n\n" + md_table(run_table_header(), rows);
+    if (!rows.empty()) s += "### Runs\n\n" + md_table(run_table_header(), rows);
     for (const auto& v : f.runs) {
       const RunResult& r = *v.run;
       if (v.comparison.empty() && r.decision_reasons.empty()) continue;
@@ -129,6 +132,16 @@ std::string render_summary_json(const ReportData& d) {
       }
       w.end_object();
     }
+  w.end_array();
+  w.key("probes").begin_array();
+  for (const auto& f : d.files) {
+    if (!f.result.probe) continue;
+    const ProbeResult& p = *f.result.probe;
+    w.begin_object().field("file", f.path).field("job", job_name(f)).field("run", p.options.run_name);
+    w.field("max_micro_batch", p.max_micro_batch).field("recommended_micro_batch", p.recommended_micro_batch);
+    w.field("stop_reason", p.stop_reason).field("trials", static_cast<std::int64_t>(p.trials.size()));
+    w.end_object();
+  }
   w.end_array();
   w.field("any_regression", d.any_regression());
   w.end_object();
