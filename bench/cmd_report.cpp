@@ -38,10 +38,13 @@ Handler add_report_command(CLI::App& app) {
   cmd->add_option("--alpha", opts->report.alpha, "Mann-Whitney p-value below which a change is significant (default 0.01)")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--fail-on-regression", opts->fail_on_regression, "exit 6 when any run regressed (nightly jobs)");
+  cmd->add_option("--expect", opts->report.expected_jobs,
+                  "a job name that must have a results file among the inputs; listed as missing otherwise (repeatable)");
   return [opts] {
     const ReportData data = load_report(opts->report);
     for (const auto& s : data.skipped) fmt::print(stderr, "pipebench report: skipped {}: {}\n", s.path, s.reason);
-    if (data.files.empty()) throw Error("no readable results files among the inputs");
+    for (const auto& m : data.missing_jobs) fmt::print(stderr, "pipebench report: missing results of job {}\n", m);
+    if (data.files.empty() && data.missing_jobs.empty()) throw Error("no readable results files among the inputs");
     const std::filesystem::path dir(opts->out_dir);
     std::filesystem::create_directories(dir);
     write_file(dir / "index.html", render_html(data));

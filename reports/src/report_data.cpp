@@ -238,6 +238,12 @@ ReportData load_report(const ReportOptions& options) {
   };
   d.files = load(options.inputs);
   std::vector<FileView> history = load(options.history);
+  for (const auto& name : options.expected_jobs)
+    if (std::none_of(d.files.begin(), d.files.end(), [&](const FileView& f) {
+          const auto it = f.result.root_attrs.find("job_name");
+          return it != f.result.root_attrs.end() && it->second == name;
+        }))
+      d.missing_jobs.push_back(name);
   auto created = [](const FileView& f) {
     const auto it = f.result.root_attrs.find("created_utc");
     return it == f.result.root_attrs.end() ? std::string() : it->second;

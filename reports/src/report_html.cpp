@@ -259,6 +259,12 @@ std::string render_html(const ReportData& d) {
                    utc_iso8601(), PIPEBENCH_VERSION, d.files.size(),
                    d.skipped.empty() ? "" : fmt::format(", {} skipped", d.skipped.size()), d.options.alpha,
                    100 * d.options.threshold);
+  if (!d.missing_jobs.empty()) {
+    s += "<div class=\"notice\" id=\"missing\"><b>Missing results</b> (expected jobs without a results file: the job "
+         "failed before writing one, was cancelled, or never ran)<ul>";
+    for (const auto& m : d.missing_jobs) s += "<li>" + html_escape(m) + "</li>";
+    s += "</ul></div>";
+  }
   if (!d.skipped.empty()) {
     s += "<div class=\"notice\" id=\"skipped\"><b>Skipped files</b><ul>";
     for (const auto& k : d.skipped) s += "<li><span class=\"path\">" + html_escape(k.path) + "</span>: " + html_escape(k.reason) + "</li>";

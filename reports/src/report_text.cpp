@@ -49,6 +49,11 @@ const Trend* trend_for(const ReportData& d, const FileView& f, const RunResult& 
 std::string render_markdown(const ReportData& d) {
   std::string s = fmt::format("# pipebench report\n\nGenerated {} by pipebench {} from {} results file(s).\n\n", utc_iso8601(),
                               PIPEBENCH_VERSION, d.files.size());
+  if (!d.missing_jobs.empty()) {
+    s += "**Missing results** (expected jobs without a results file)\n\n";
+    for (const auto& m : d.missing_jobs) s += "- " + m + "\n";
+    s += "\n";
+  }
   if (!d.skipped.empty()) {
     s += "**Skipped files**\n\n";
     for (const auto& k : d.skipped) s += fmt::format("- `{}`: {}\n", k.path, k.reason);
@@ -143,6 +148,7 @@ std::string render_summary_json(const ReportData& d) {
     w.end_object();
   }
   w.end_array();
+  w.array("missing_jobs", d.missing_jobs);
   w.field("any_regression", d.any_regression());
   w.end_object();
   return w.str() + "\n";

@@ -22,6 +22,7 @@ struct ReportOptions {
   std::vector<std::string> history; // extra files or folders: trend history only
   double threshold = 0.05;          // relative change of the median step time that matters
   double alpha = 0.01;              // Mann-Whitney p-value below which a change is significant
+  std::vector<std::string> expected_jobs;  // job names that must have a file among the inputs (nightly)
 };
 
 // One row of the seed's comparison table (metric | baseline | pipeline | Δ).
@@ -81,6 +82,7 @@ struct ReportData {
   std::vector<FileView> files;  // the inputs, newest first within a job
   std::vector<Trend> trends;
   std::vector<SkippedFile> skipped;
+  std::vector<std::string> missing_jobs;  // expected but without any readable input file
   bool any_regression() const;
 };
 
