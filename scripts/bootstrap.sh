@@ -13,6 +13,7 @@ PACKAGES=(
   libopenblas-dev
   catch2 libbenchmark-dev
   chromium   # the report tests render index.html in headless Chromium
+  slurmctld slurmd slurm-client munge   # tests/slurm starts a real single-node cluster
 )
 
 missing=()

@@ -39,3 +39,14 @@ TEST_CASE("load_report skips unreadable files and missing paths with a reason", 
   CHECK_THAT(render_summary_json(d), Catch::Contains("\"any_regression\": false"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("expected jobs without a results file are listed as missing", "[report]") {
+  ReportOptions o;
+  o.inputs = {"/nonexistent/results/nightly_cpu/nightly-20261129"};
+  o.expected_jobs = {"nightly_cpu"};
+  const ReportData d = load_report(o);
+  CHECK(d.missing_jobs == std::vector<std::string>{"nightly_cpu"});
+  CHECK_THAT(render_html(d), Catch::Contains("Missing results") && Catch::Contains("nightly_cpu"));
+  CHECK_THAT(render_markdown(d), Catch::Contains("**Missing results**"));
+  CHECK_THAT(render_summary_json(d), Catch::Contains("\"missing_jobs\": [\n    \"nightly_cpu\""));
+}
