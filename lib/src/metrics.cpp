@@ -74,6 +74,26 @@ RunResult base_result(const Job& job, const RunPlan& plan) {
 
 }  // namespace
 
+SimCosts measured_costs(const Schedule& s, const std::vector<EventRecord>& events, int warmup) {
+  const auto V = static_cast<std::size_t>(s.num_virtual_stages());
+  bool any_counted = false;
+  for (const auto& e : events) any_counted |= e.step >= warmup;
+  std::vector<std::vector<double>> f(V), b(V), w(V);
+  for (const auto& e : events) {
+    if (any_counted && e.step < warmup) continue;
+    const auto v = static_cast<std::size_t>(s.virtual_stage(e.rank, e.chunk));
+    if (v >= V) continue;
+    (e.kind == ActionKind::F ? f : e.kind == ActionKind::B ? b : w)[v].push_back(e.end_s - e.start_s);
+  }
+  SimCosts costs;
+  for (std::size_t v = 0; v < V; ++v) {
+    costs.forward.push_back(f[v].empty() ? 0.0 : median_of(f[v]));
+    costs.backward.push_back(b[v].empty() ? 0.0 : median_of(b[v]));
+    costs.weight.push_back(w[v].empty() ? 0.0 : median_of(w[v]));
+  }
+  return costs;
+}
+
 RunResult skipped_run(const Job& job, const RunPlan& plan, const std::string& reason) {
   RunResult r = base_result(job, plan);
   r.status = RunStatus::skipped;
@@ -183,21 +203,7 @@ RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<Ra
 
   // bubble_simulated: the schedule simulated with this run's per-action medians.
   if (!counted_time.empty()) {
-    const Schedule& s = plan.schedule;
-    const auto V = static_cast<std::size_t>(s.num_virtual_stages());
-    std::vector<std::vector<double>> f(V), b(V), w(V);
-    for (const auto& e : r.events) {
-      if (e.step < job.train.warmup) continue;
-      const auto v = static_cast<std::size_t>(s.virtual_stage(e.rank, e.chunk));
-      (e.kind == ActionKind::F ? f : e.kind == ActionKind::B ? b : w)[v].push_back(e.end_s - e.start_s);
-    }
-    SimCosts costs;
-    for (std::size_t v = 0; v < V; ++v) {
-      costs.forward.push_back(f[v].empty() ? 0.0 : median_of(f[v]));
-      costs.backward.push_back(b[v].empty() ? 0.0 : median_of(b[v]));
-      costs.weight.push_back(w[v].empty() ? 0.0 : median_of(w[v]));
-    }
-    const SimResult sim = simulate(s, costs);
+    const SimResult sim = simulate(plan.schedule, measured_costs(plan.schedule, r.events, job.train.warmup));
     if (sim.completed && sim.makespan > 0.0) r.bubble_simulated = sim.bubble;
   }
   return r;

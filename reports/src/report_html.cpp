@@ -58,8 +58,6 @@ std::string table(const std::vector<std::string>& header, const std::vector<std:
   return s + "</tbody></table>";
 }
 
-ActionKind kind_of(const EventRecord& e) { return e.kind; }
-
 // Measured Gantt of one counted step: compute bars, the wait for input before
 // actions that receive, idle gaps, and the end of step (gradient reduction,
 // optimizer, waiting) after the last action.
@@ -77,7 +75,7 @@ std::string measured_gantt(const RunView& v) {
   for (int rank = 0; rank < P; ++rank) {
     double t = 0.0;
     for (const EventRecord* e : per_rank[static_cast<std::size_t>(rank)]) {
-      const bool receives = (kind_of(*e) == ActionKind::F && rank > 0) || (kind_of(*e) == ActionKind::B && rank < P - 1);
+      const bool receives = (e->kind == ActionKind::F && rank > 0) || (e->kind == ActionKind::B && rank < P - 1);
       if (e->start_s > t)
         g.bars.push_back({rank, t, e->start_s, receives ? kWait : kIdle, "",
                           fmt::format("{} {:.6f}-{:.6f} s", receives ? "waiting for input" : "idle", t, e->start_s)});
@@ -108,17 +106,7 @@ std::string simulated_gantt(const RunView& v) {
   } catch (const std::exception&) {
     return "";
   }
-  std::vector<std::vector<double>> f(static_cast<std::size_t>(P)), b(static_cast<std::size_t>(P));
-  for (const auto& e : r.events)
-    if (e.step < r.warmup && r.warmup < static_cast<int>(r.step_time_s.size())) continue;
-    else if (e.rank < P) (e.kind == ActionKind::F ? f : b)[static_cast<std::size_t>(e.rank)].push_back(e.end_s - e.start_s);
-  SimCosts c;
-  for (int i = 0; i < P; ++i) {
-    c.forward.push_back(f[static_cast<std::size_t>(i)].empty() ? 0.0 : compute_stats(f[static_cast<std::size_t>(i)]).median);
-    c.backward.push_back(b[static_cast<std::size_t>(i)].empty() ? 0.0 : compute_stats(b[static_cast<std::size_t>(i)]).median);
-    c.weight.push_back(0.0);
-  }
-  const SimResult sim = simulate(s, c);
+  const SimResult sim = simulate(s, measured_costs(s, r.events, r.warmup));
   svg::Gantt g;
   g.title = fmt::format("{}: {} simulated with measured medians (bubble {:.3f})", r.spec.name, s.name, sim.bubble);
   g.x_label = "simulated time (s)";
@@ -149,13 +137,12 @@ std::string memory_chart(const RunResult& r) {
   return svg::stacked_bars(c);
 }
 
-svg::Series per_step(const RunResult& r, const std::vector<double>& values, const char* color, const std::string& name) {
+svg::Series per_step(const std::vector<double>& values, const char* color, const std::string& name) {
   svg::Series s{name, color, {}, {}};
   for (std::size_t k = 0; k < values.size(); ++k) {
     s.x.push_back(static_cast<double>(k + 1));
     s.y.push_back(values[k]);
   }
-  (void)r;
   return s;
 }
 
@@ -165,8 +152,8 @@ std::string step_chart(const RunView& v) {
   c.title = fmt::format("{}: step time per step", r.spec.name);
   c.x_label = "step";
   c.y_label = "step time (s)";
-  c.series.push_back(per_step(r, r.step_time_s, kRunColor, r.spec.name));
-  if (v.baseline) c.series.push_back(per_step(*v.baseline, v.baseline->step_time_s, kBaseColor, v.baseline->spec.name));
+  c.series.push_back(per_step(r.step_time_s, kRunColor, r.spec.name));
+  if (v.baseline) c.series.push_back(per_step(v.baseline->step_time_s, kBaseColor, v.baseline->spec.name));
   c.shade_x_to = r.warmup > 0 ? r.warmup + 0.5 : -1.0;
   c.shade_label = "warm-up";
   c.integer_x = true;
@@ -182,8 +169,8 @@ std::string loss_chart(const RunView& v) {
                         !v.baseline ? "" : identical ? " (identical to the baseline: the lines coincide)" : " (pipeline over baseline)");
   c.x_label = "step";
   c.y_label = "loss";
-  if (v.baseline) c.series.push_back(per_step(*v.baseline, v.baseline->loss, kBaseColor, v.baseline->spec.name));
-  c.series.push_back(per_step(r, r.loss, kRunColor, r.spec.name));
+  if (v.baseline) c.series.push_back(per_step(v.baseline->loss, kBaseColor, v.baseline->spec.name));
+  c.series.push_back(per_step(r.loss, kRunColor, r.spec.name));
   c.shade_x_to = r.warmup > 0 ? r.warmup + 0.5 : -1.0;
   c.shade_label = "warm-up";
   c.integer_x = true;

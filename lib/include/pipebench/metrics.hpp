@@ -20,6 +20,11 @@ inline constexpr double kLossTolLowPrecision = 2e-2;  // bf16 / fp16
 // least-squares slope per index. Empty input gives NaNs.
 Stats compute_stats(const std::vector<double>& values);
 
+// Per virtual stage, the median F, B and W durations of `events` outside the
+// first `warmup` steps (all steps when none are counted), as simulator costs
+// with free transfers: the input of bubble_simulated.
+SimCosts measured_costs(const Schedule& s, const std::vector<EventRecord>& events, int warmup);
+
 // Builds the RunResult of one executed (possibly failed) run. `ranks` holds
 // one record per run rank, in rank order.
 RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<RankRecord>& ranks);
