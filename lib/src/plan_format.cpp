@@ -49,20 +49,8 @@ class Table {
 };
 
 std::string partition_table(const RunPlan& rp) {
-  const int origin = rp.run.layers_per_stage_origin;
-  Table t({"stage", fmt::format("layers ({}-based)", origin), "count", "params", "delta vs prev", "ratio vs prev", "notes"});
-  for (std::size_t s = 0; s < rp.stages.size(); ++s) {
-    const auto& sp = rp.stages[s];
-    std::string delta = "-", ratio = "-";
-    if (s > 0) {
-      const auto prev = rp.stages[s - 1].cost.params;
-      const auto d = sp.cost.params - prev;
-      delta = fmt::format("{}{}", d > 0 ? "+" : "", group_digits(d));
-      ratio = fmt::format("{:.3f}", static_cast<double>(sp.cost.params) / static_cast<double>(prev));
-    }
-    t.add({std::to_string(s), layer_range_text(sp.range, origin), std::to_string(sp.range.num_layers),
-           group_digits(sp.cost.params), delta, ratio, stage_notes(sp.range)});
-  }
+  Table t(partition_table_header(rp.run.layers_per_stage_origin));
+  for (auto& row : partition_table_rows(rp)) t.add(std::move(row));
   return t.str();
 }
 
@@ -101,6 +89,28 @@ std::string join_ints(const std::vector<int>& v) {
 }
 
 }  // namespace
+
+std::vector<std::string> partition_table_header(int origin) {
+  return {"stage", fmt::format("layers ({}-based)", origin), "count", "params", "delta vs prev", "ratio vs prev", "notes"};
+}
+
+std::vector<std::vector<std::string>> partition_table_rows(const RunPlan& rp) {
+  std::vector<std::vector<std::string>> rows;
+  for (std::size_t s = 0; s < rp.stages.size(); ++s) {
+    const auto& sp = rp.stages[s];
+    std::string delta = "-", ratio = "-";
+    if (s > 0) {
+      const auto prev = rp.stages[s - 1].cost.params;
+      const auto d = sp.cost.params - prev;
+      delta = fmt::format("{}{}", d > 0 ? "+" : "", group_digits(d));
+      ratio = fmt::format("{:.3f}", static_cast<double>(sp.cost.params) / static_cast<double>(prev));
+    }
+    rows.push_back({std::to_string(s), layer_range_text(sp.range, rp.run.layers_per_stage_origin),
+                    std::to_string(sp.range.num_layers), group_digits(sp.cost.params), delta, ratio,
+                    stage_notes(sp.range)});
+  }
+  return rows;
+}
 
 std::string format_plan_text(const JobPlan& plan) {
   const Job& job = *plan.job;

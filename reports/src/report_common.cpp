@@ -68,29 +68,6 @@ std::vector<std::string> run_table_row(const RunView& v) {
           failure};
 }
 
-std::vector<std::string> partition_header(int origin) {
-  return {"stage", fmt::format("layers ({}-based)", origin), "count", "params", "Δ vs previous", "ratio vs previous", "notes"};
-}
-
-std::vector<std::vector<std::string>> partition_rows(const RunPlan& plan) {
-  std::vector<std::vector<std::string>> rows;
-  for (std::size_t s = 0; s < plan.stages.size(); ++s) {
-    const StagePlan& sp = plan.stages[s];
-    std::string delta = "-", ratio = "-";
-    if (s > 0) {
-      const auto prev = plan.stages[s - 1].cost.params;
-      delta = fmt::format("{}{}", sp.cost.params > prev ? "+" : "", group_digits(sp.cost.params - prev));
-      ratio = fmt::format("{:.3f}", static_cast<double>(sp.cost.params) / static_cast<double>(prev));
-    }
-    std::string notes;
-    if (sp.range.has_embedding) notes = "embedding";
-    if (sp.range.has_head) notes += notes.empty() ? "final norm + LM head + loss" : " + LM head";
-    rows.push_back({std::to_string(s), layer_range_text(sp.range, plan.run.layers_per_stage_origin),
-                    std::to_string(sp.range.num_layers), group_digits(sp.cost.params), delta, ratio, notes});
-  }
-  return rows;
-}
-
 std::vector<std::string> probe_header() {
   return {"micro_batch_size", "outcome", "exit", "seconds", "peak memory per rank"};
 }

@@ -28,10 +28,6 @@ std::optional<RunPlan> plan_of(const FileView& f, const RunResult& r);
 std::vector<std::string> run_table_header();
 std::vector<std::string> run_table_row(const RunView& v);
 
-// The columns of the partition table, per stage.
-std::vector<std::string> partition_header(int origin);
-std::vector<std::vector<std::string>> partition_rows(const RunPlan& plan);
-
 // The micro-batch probe of a file: header and one row per trial.
 std::vector<std::string> probe_header();
 std::vector<std::vector<std::string>> probe_rows(const ProbeResult& p);

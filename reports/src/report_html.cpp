@@ -9,6 +9,7 @@
 
 #include "pipebench/metrics.hpp"
 #include "pipebench/units.hpp"
+#include "pipebench/plan_format.hpp"
 #include "report_common.hpp"
 #include "svg.hpp"
 
@@ -211,7 +212,7 @@ std::string run_section(const FileView& f, const RunView& v) {
   }
   if (const auto plan = plan_of(f, r)) {
     s += "<details><summary>Partition table</summary>";
-    s += table(partition_header(r.spec.layers_per_stage_origin), partition_rows(*plan), {},
+    s += table(partition_table_header(r.spec.layers_per_stage_origin), partition_table_rows(*plan), {},
                {true, false, true, true, true, true, false});
     s += "</details>";
   }

@@ -6,6 +6,7 @@
 
 #include "pipebench/json.hpp"
 #include "pipebench/units.hpp"
+#include "pipebench/plan_format.hpp"
 #include "report_common.hpp"
 
 namespace pipebench {
@@ -97,7 +98,7 @@ std::string render_markdown(const ReportData& d) {
       for (const auto& why : r.decision_reasons) s += "- " + why + "\n";
       for (const auto& a : v.advice) s += "- next: " + a + "\n";
       s += "\n";
-      if (const auto plan = plan_of(f, r)) s += md_table(partition_header(r.spec.layers_per_stage_origin), partition_rows(*plan));
+      if (const auto plan = plan_of(f, r)) s += md_table(partition_table_header(r.spec.layers_per_stage_origin), partition_table_rows(*plan));
     }
   }
   return s;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "pipebench/plan.hpp"
 
@@ -11,6 +12,12 @@ namespace pipebench {
 // instead of printing an unreadable step x rank grid.
 inline constexpr int kGridMaxRanks = 16;
 inline constexpr int kGridMaxSteps = 64;
+
+// Seed 000's per-stage partition record: header and one row per stage
+// (stage, layer range in the run's origin, count, parameters, delta and
+// ratio to the previous stage, notes). Shared by `plan` and the report.
+std::vector<std::string> partition_table_header(int origin);
+std::vector<std::vector<std::string>> partition_table_rows(const RunPlan& plan);
 
 // Human-readable report: per run the partition table, the memory estimate,
 // bubbles, peak live activations and the timeline.
