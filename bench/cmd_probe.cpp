@@ -95,8 +95,7 @@ Handler add_probe_command(CLI::App& app) {
     jr.root_attrs["command_line"] = fmt::format("pipebench probe {} --run {}", p.job_path, p.run_name);
     jr.root_attrs["label"] = "probe";
     jr.overrides = p.overrides;
-    jr.evidence_level = job.device.backend == BackendKind::sim ? "simulated"
-                        : job.device.backend == BackendKind::cpu ? "measured-cpu" : "measured-gpu";
+    jr.evidence_level = evidence_level(job.device.backend);
     jr.status = result.max_micro_batch > 0 ? "ok" : "failed";
     jr.probe = result;
     const std::string path = write_results(

@@ -2,6 +2,15 @@
 
 namespace pipebench {
 
+std::string_view evidence_level(BackendKind backend) {
+  switch (backend) {
+    case BackendKind::sim: return "simulated";
+    case BackendKind::cpu: return "measured-cpu";
+    case BackendKind::cuda: return "measured-gpu";
+  }
+  return "?";
+}
+
 std::string_view to_string(RunStatus s) {
   switch (s) {
     case RunStatus::ok: return "ok";

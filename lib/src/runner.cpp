@@ -355,9 +355,7 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
   outcome.any_failed = any_failed != 0;
   if (!root || options.dry_run) return outcome;
 
-  jr.evidence_level = job.device.backend == BackendKind::sim   ? "simulated"
-                      : job.device.backend == BackendKind::cpu ? "measured-cpu"
-                                                               : "measured-gpu";
+  jr.evidence_level = evidence_level(job.device.backend);
   jr.root_attrs["tool_version"] = PIPEBENCH_VERSION;
   jr.root_attrs["git_sha"] = PIPEBENCH_GIT_SHA;
   jr.root_attrs["created_utc"] = utc_iso8601();

@@ -44,6 +44,9 @@ struct StepRecord {
 
 enum class RunStatus { ok, failed, skipped };
 enum class FailureKind { none, oom, nan, timeout, error };
+// The evidence a backend's figures are (SPEC §7): simulated, measured-cpu, measured-gpu.
+std::string_view evidence_level(BackendKind backend);
+
 std::string_view to_string(RunStatus s);
 std::string_view to_string(FailureKind k);
 
