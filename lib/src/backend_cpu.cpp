@@ -129,6 +129,7 @@ void CpuBackend::build(const StageSpec& spec) {
     const std::int64_t ws = model.cpu_workspace_bytes(b, true) / static_cast<std::int64_t>(sizeof(float));
     workspace_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(ws), "backward workspace");
   }
+  slab_bytes_ = static_cast<std::uint64_t>(next_act);
   slabs_.resize(m);
   loss_.assign(m, 0.0);
 
@@ -156,7 +157,7 @@ void CpuBackend::build(const StageSpec& spec) {
 void CpuBackend::begin_step(int step, double /*deadline_s*/) { step_ = step; }
 
 float* CpuBackend::act(int mb, const Piece& p, std::int64_t float_offset) const {
-  return reinterpret_cast<float*>(slabs_[static_cast<std::size_t>(mb)].data() + p.act_offset) + float_offset;
+  return reinterpret_cast<float*>(slabs_[static_cast<std::size_t>(mb)].get() + p.act_offset) + float_offset;
 }
 
 // Where piece i keeps its input x (the previous piece writes it there).
@@ -225,13 +226,31 @@ void CpuBackend::forward_piece(const Piece& p, int mb, const float* in, float* o
   }
 }
 
-void CpuBackend::forward(int /*step*/, int mb) {
+void CpuBackend::acquire_slab(int mb) {
   auto& slab = slabs_[static_cast<std::size_t>(mb)];
-  slab = TrackedArray<std::byte>(memory_, MemCategory::activations,
-                                 static_cast<std::size_t>(pieces_.back().act_offset + pieces_.back().act_bytes),
-                                 fmt::format("activations of micro-batch {}", mb));
+  if (slab) release_slab(mb);  // a forward again without backward (tests, inference probes)
+  memory_.reserve(MemCategory::activations, slab_bytes_, fmt::format("activations of micro-batch {}", mb));
+  if (!free_slabs_.empty()) {
+    slab = std::move(free_slabs_.back());
+    free_slabs_.pop_back();
+  } else {
+    slab.reset(new std::byte[slab_bytes_]);  // every byte is written by the forward
+    ++slabs_allocated_;
+  }
   ++live_;
   peak_live_ = std::max(peak_live_, live_);
+}
+
+void CpuBackend::release_slab(int mb) {
+  auto& slab = slabs_[static_cast<std::size_t>(mb)];
+  if (!slab) return;
+  memory_.release(MemCategory::activations, slab_bytes_);
+  free_slabs_.push_back(std::move(slab));
+  --live_;
+}
+
+void CpuBackend::forward(int /*step*/, int mb) {
+  acquire_slab(mb);
   const bool has_next = spec_.rank + 1 < spec_.num_stages;
   const float* in = pieces_.front().kind == PieceKind::embedding ? nullptr : recv_prev_.data();
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
@@ -247,8 +266,7 @@ void CpuBackend::forward(int /*step*/, int mb) {
       kept_probs_.resize(static_cast<std::size_t>(spec_.num_microbatches));
       kept_probs_[static_cast<std::size_t>(mb)].assign(p, p + tokens_ * job_.model.vocab);
     }
-    slab.reset();
-    --live_;
+    release_slab(mb);
   }
 }
 
@@ -335,8 +353,7 @@ void CpuBackend::backward(int /*step*/, int mb) {
     backward_piece(p, mb, dy, dx);
     dy = dx;
   }
-  slabs_[static_cast<std::size_t>(mb)].reset();
-  --live_;
+  release_slab(mb);
 }
 
 void CpuBackend::weight_grad(int /*step*/, int /*microbatch*/) {

@@ -18,6 +18,7 @@
 // grad_sq_norm_by_piece) so that every split computes it bit for bit alike.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -54,6 +55,8 @@ class CpuBackend final : public Backend {
   // latest forward (inference, when keep_probs_for_testing(true)).
   const float* probs(int microbatch) const;
   void keep_probs_for_testing(bool keep) { keep_probs_ = keep; }
+  // Activation slabs allocated from the system so far (live + cached).
+  std::size_t slabs_allocated() const { return slabs_allocated_; }
 
   enum class PieceKind { embedding, gpt, mlp, head };
   struct Tensor {
@@ -84,7 +87,17 @@ class CpuBackend final : public Backend {
   TrackedArray<float> params_, grads_, adam_m_, adam_v_, workspace_;
   TrackedArray<float> recv_prev_, recv_next_;
   std::vector<TrackedArray<float>> send_prev_, send_next_;  // per micro-batch
-  std::vector<TrackedArray<std::byte>> slabs_;              // per micro-batch
+  // Activation slabs. The tracker counts a slab from its forward to its
+  // backward; its memory then goes to a free list for the next micro-batch,
+  // like PyTorch's caching allocator: the process holds as many slabs as the
+  // schedule's peak, and the large allocations are not returned to the OS
+  // (and page-faulted in again) every step.
+  void acquire_slab(int mb);
+  void release_slab(int mb);
+  std::uint64_t slab_bytes_ = 0;
+  std::vector<std::unique_ptr<std::byte[]>> slabs_;       // per micro-batch; null when not live
+  std::vector<std::unique_ptr<std::byte[]>> free_slabs_;
+  std::size_t slabs_allocated_ = 0;
   std::vector<double> loss_;
   bool keep_probs_ = false;
   std::vector<std::vector<float>> kept_probs_;  // untracked: tests only
