@@ -12,7 +12,7 @@ namespace pipebench::svg {
 
 namespace {
 
-constexpr double kW = 640, kH = 316, kLeft = 70, kRight = 20, kTop = 34, kBottom = 68;
+constexpr double kW = 900, kH = 316, kLeft = 70, kRight = 20, kTop = 34, kBottom = 68;
 
 std::string tick_label(double v) {
   const double a = std::fabs(v);
@@ -186,10 +186,17 @@ std::string stacked_bars(const StackedBars& c) {
   }
   std::vector<std::pair<std::string, std::string>> items;
   for (const auto& s : c.stacks) items.push_back({s.name, s.color});
-  if (!c.limit_label.empty() && limit > 0.0)
+  if (!c.limit_label.empty() && limit > 0.0) {
+    int lu = 0;
+    double ldiv = 1.0;
+    while (lu < 4 && limit / ldiv >= 1024.0) {
+      ldiv *= 1024.0;
+      ++lu;
+    }
     items.push_back({limit_on_scale ? c.limit_label
-                                    : fmt::format("{} {:.3g} {} (off scale)", c.limit_label, limit / div, kUnits[u]),
+                                    : fmt::format("{} {:.3g} {} (off scale)", c.limit_label, limit / ldiv, kUnits[lu]),
                      "#c0392b"});
+  }
   return out + legend(items, kH - 4) + "</svg>";
 }
 
