@@ -14,6 +14,7 @@
 #include "pipebench/plan.hpp"
 #include "pipebench/probe.hpp"
 #include "pipebench/results.hpp"
+#include "pipebench/runner.hpp"
 #include "pipebench/units.hpp"
 
 namespace pipebench::cli {
@@ -88,14 +89,7 @@ Handler add_probe_command(CLI::App& app) {
       }
     }
     JobResult jr;
-    jr.root_attrs["tool_version"] = PIPEBENCH_VERSION;
-    jr.root_attrs["created_utc"] = utc_iso8601();
-    jr.root_attrs["job_name"] = job.name;
-    jr.root_attrs["job_toml"] = job.effective_toml;
-    jr.root_attrs["command_line"] = fmt::format("pipebench probe {} --run {}", p.job_path, p.run_name);
-    jr.root_attrs["label"] = "probe";
-    jr.overrides = p.overrides;
-    jr.evidence_level = evidence_level(job.device.backend);
+    describe_job_result(jr, job, fmt::format("pipebench probe {} --run {}", p.job_path, p.run_name), "probe");
     jr.status = result.max_micro_batch > 0 ? "ok" : "failed";
     jr.probe = result;
     const std::string path = write_results(

@@ -74,6 +74,14 @@ RunResult base_result(const Job& job, const RunPlan& plan) {
 
 }  // namespace
 
+double counted_median(const std::vector<std::vector<double>>& rows, const std::vector<std::uint8_t>& is_warmup,
+                      std::size_t col) {
+  std::vector<double> v;
+  for (std::size_t k = 0; k < rows.size() && k < is_warmup.size(); ++k)
+    if (!is_warmup[k]) v.push_back(rows[k][col]);
+  return median_of(v);
+}
+
 SimCosts measured_costs(const Schedule& s, const std::vector<EventRecord>& events, int warmup) {
   const auto V = static_cast<std::size_t>(s.num_virtual_stages());
   bool any_counted = false;

@@ -188,13 +188,6 @@ class Watchdog {
 
 std::string fmt_num(double v, const char* spec = "{:.4f}") { return std::isnan(v) ? "-" : fmt::format(fmt::runtime(spec), v); }
 
-double median_column(const std::vector<std::vector<double>>& rows, const std::vector<std::uint8_t>& warm, std::size_t col) {
-  std::vector<double> v;
-  for (std::size_t k = 0; k < rows.size(); ++k)
-    if (!warm[k]) v.push_back(rows[k][col]);
-  return compute_stats(v).median;
-}
-
 void print_run_summary(const RunResult& r) {
   fmt::print("  -- {}: status {}{}\n", r.spec.name, to_string(r.status),
              r.status == RunStatus::failed
@@ -207,8 +200,8 @@ void print_run_summary(const RunResult& r) {
     const auto& l = r.stage_layers[i];
     fmt::print("     {:>5} {:>9} {:>12} {:>12} {:>12} {:>12} {:>9.1f}% {:>6}\n", i,
                fmt::format("{}-{}", l[0] + r.spec.layers_per_stage_origin, l[1] + r.spec.layers_per_stage_origin),
-               format_seconds(median_column(r.busy_s, r.is_warmup, i)), format_seconds(median_column(r.comm_wait_s, r.is_warmup, i)),
-               format_seconds(median_column(r.idle_s, r.is_warmup, i)), format_bytes(static_cast<double>(r.peak_mem_bytes[i])),
+               format_seconds(counted_median(r.busy_s, r.is_warmup, i)), format_seconds(counted_median(r.comm_wait_s, r.is_warmup, i)),
+               format_seconds(counted_median(r.idle_s, r.is_warmup, i)), format_bytes(static_cast<double>(r.peak_mem_bytes[i])),
                100.0 * static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]),
                r.peak_live_activations[i]);
   }
@@ -236,6 +229,18 @@ void print_dry_run(const RunPlan& rp, const std::vector<RankRecord>& records) {
 }
 
 }  // namespace
+
+void describe_job_result(JobResult& jr, const Job& job, const std::string& command_line, const std::string& label) {
+  jr.evidence_level = evidence_level(job.device.backend);
+  jr.root_attrs["tool_version"] = PIPEBENCH_VERSION;
+  jr.root_attrs["git_sha"] = PIPEBENCH_GIT_SHA;
+  jr.root_attrs["created_utc"] = utc_iso8601();
+  jr.root_attrs["job_name"] = job.name;
+  jr.root_attrs["job_toml"] = job.effective_toml;
+  jr.root_attrs["command_line"] = command_line;
+  jr.root_attrs["label"] = label;
+  jr.overrides = job.overrides;
+}
 
 RunOutcome run_job(const Job& job, const RunOptions& options) {
   int world_rank = 0, world_size = 1;
@@ -355,15 +360,7 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
   outcome.any_failed = any_failed != 0;
   if (!root || options.dry_run) return outcome;
 
-  jr.evidence_level = evidence_level(job.device.backend);
-  jr.root_attrs["tool_version"] = PIPEBENCH_VERSION;
-  jr.root_attrs["git_sha"] = PIPEBENCH_GIT_SHA;
-  jr.root_attrs["created_utc"] = utc_iso8601();
-  jr.root_attrs["job_name"] = job.name;
-  jr.root_attrs["job_toml"] = job.effective_toml;
-  jr.root_attrs["command_line"] = options.command_line;
-  jr.root_attrs["label"] = options.label;
-  jr.overrides = job.overrides;
+  describe_job_result(jr, job, options.command_line, options.label);
   const std::string id = slurm_job_id().empty() ? std::to_string(getpid()) : slurm_job_id();
   outcome.results_path =
       write_results(default_results_path(options.output_dir, job.name, options.label, utc_stamp(), id), jr);

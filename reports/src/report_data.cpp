@@ -99,16 +99,9 @@ void add_advice(RunView& v) {
           pr, mr));
   }
   if (v.slowest_stage >= 0) {
-    const auto k = counted_steps(r);
-    std::vector<double> per_rank(P, 0.0);
-    for (std::size_t s = 0; s < P; ++s) {
-      std::vector<double> col;
-      for (auto i : k) col.push_back(r.busy_s[i][s]);
-      per_rank[s] = median(col);
-    }
     double mean = 0.0;
-    for (double x : per_rank) mean += x / static_cast<double>(P);
-    const double slow = per_rank[static_cast<std::size_t>(v.slowest_stage)];
+    for (double x : v.busy_median_s) mean += x / static_cast<double>(P);
+    const double slow = v.busy_median_s[static_cast<std::size_t>(v.slowest_stage)];
     if (mean > 0 && slow > 1.15 * mean)
       v.advice.push_back(fmt::format(
           "Stage {} is the slowest ({} busy vs {} mean): the others wait on it; re-split (remainder = \"balanced\") or "
@@ -137,11 +130,9 @@ RunView derive(const FileView& f, const RunResult& r) {
   // Slowest stage by median busy time.
   double worst = -1.0;
   for (std::size_t s = 0; s < P && !k.empty(); ++s) {
-    std::vector<double> col;
-    for (auto i : k) col.push_back(r.busy_s[i][s]);
-    const double m = median(col);
-    if (m > worst) {
-      worst = m;
+    v.busy_median_s.push_back(counted_median(r.busy_s, r.is_warmup, s));
+    if (v.busy_median_s.back() > worst) {
+      worst = v.busy_median_s.back();
       v.slowest_stage = static_cast<int>(s);
     }
   }

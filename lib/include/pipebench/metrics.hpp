@@ -20,6 +20,11 @@ inline constexpr double kLossTolLowPrecision = 2e-2;  // bf16 / fp16
 // least-squares slope per index. Empty input gives NaNs.
 Stats compute_stats(const std::vector<double>& values);
 
+// Median of column `col` of a [steps][ranks] table over the counted
+// (non-warm-up) steps; NaN when there are none.
+double counted_median(const std::vector<std::vector<double>>& rows, const std::vector<std::uint8_t>& is_warmup,
+                      std::size_t col);
+
 // Per virtual stage, the median F, B and W durations of `events` outside the
 // first `warmup` steps (all steps when none are counted), as simulator costs
 // with free transfers: the input of bubble_simulated.

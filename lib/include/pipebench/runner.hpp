@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "pipebench/job.hpp"
+#include "pipebench/records.hpp"
 
 namespace pipebench {
 
@@ -27,6 +28,11 @@ struct RunOutcome {
   bool any_failed = false;   // some run has status failed
   std::string results_path;  // on rank 0 when a file was written
 };
+
+// The identity of a results file of `job` (SPEC §7 root attributes: tool
+// version, git sha, creation time, job name and effective TOML, command
+// line, label, overrides, evidence level). Used by `run` and `probe`.
+void describe_job_result(JobResult& jr, const Job& job, const std::string& command_line, const std::string& label);
 
 // Collective over MPI_COMM_WORLD (MPI must be initialised). Throws
 // ConfigError (same on every rank) for a workload the runner cannot execute.

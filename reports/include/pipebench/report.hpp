@@ -39,6 +39,7 @@ struct RunView {
   const RunResult* baseline = nullptr;    // same file; null if none
   std::vector<ComparisonRow> comparison;  // empty without a baseline
   std::vector<std::string> advice;        // seed 000's next actions
+  std::vector<double> busy_median_s;      // per rank, over counted steps
   int slowest_stage = -1;                 // by median busy time
   double clip_rate = 0.0;                 // clipped steps / counted steps
   double tokens_per_s = 0.0;
