@@ -37,11 +37,6 @@ class SimBackend final : public Backend {
   const MemoryTracker& memory() const override { return memory_; }
   int peak_live_activations() const override { return peak_live_; }
 
-  // Durations the backend models, seconds.
-  double forward_seconds() const { return forward_s_; }
-  double backward_seconds() const { return backward_s_; }
-  double optimizer_seconds() const { return optimizer_s_; }
-
  private:
   void busy_for(double seconds, const char* what);
   void release_activation();
