@@ -18,6 +18,7 @@ enum ExitCode : int {
   kInvalidSchedule = 4,  // a schedule failed validation
   kRunFailed = 5,        // a run failed (OOM, NaN, timeout, error); results were written
   kRegression = 6,       // report --fail-on-regression: a run regressed
+  kDeviceUnavailable = 7,  // run --backend cuda: no usable GPU (none, driver too old, built without CUDA, shared with NCCL)
 };
 
 using Handler = std::function<int()>;

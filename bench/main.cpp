@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include "commands.hpp"
+#include "pipebench/cuda_device.hpp"
 #include "pipebench/error.hpp"
 
 namespace {
@@ -75,6 +76,9 @@ int main(int argc, char** argv) {
   } catch (const ConfigError& e) {
     if (speak) fmt::print(stderr, "pipebench: invalid workload: {}\n", e.what());
     return finish(cli::kInvalidWorkload, true);
+  } catch (const DeviceUnavailableError& e) {
+    if (speak) fmt::print(stderr, "pipebench: no usable GPU: {}\n", e.what());
+    return finish(cli::kDeviceUnavailable, true);
   } catch (const ScheduleError& e) {
     if (speak) fmt::print(stderr, "pipebench: {}\n", e.what());
     return finish(cli::kInvalidSchedule, true);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "pipebench/backend_cpu.hpp"
+#include "pipebench/backend_cuda.hpp"
 #include "pipebench/backend_sim.hpp"
 #include "pipebench/error.hpp"
 
@@ -12,9 +13,7 @@ std::unique_ptr<Backend> make_backend(const Job& job, int rank) {
   switch (job.device.backend) {
     case BackendKind::sim: return std::make_unique<SimBackend>(job, rank);
     case BackendKind::cpu: return std::make_unique<CpuBackend>(job, rank);
-    case BackendKind::cuda:
-      throw ConfigError(fmt::format("{}: device.backend = \"cuda\": the cuda backend is not built yet; use --backend sim",
-                                    job.source_path));
+    case BackendKind::cuda: return make_cuda_backend(job, rank);
   }
   throw ConfigError("unknown backend");
 }

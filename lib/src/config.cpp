@@ -299,6 +299,12 @@ DeviceSpec read_device(TableReader& r) {
   d.sim_flops_per_s = r.number("sim_flops_per_s", d.sim_flops_per_s, 0.0, false);
   d.sim_link_latency_us = r.number("sim_link_latency_us", d.sim_link_latency_us, 0.0, true);
   d.sim_link_gbps = r.number("sim_link_gbps", d.sim_link_gbps, 0.0, false);
+  d.transport = r.choice<TransportKind>(
+      "transport", d.transport,
+      {{"auto", TransportKind::automatic}, {"mpi", TransportKind::mpi}, {"nccl", TransportKind::nccl}});
+  if (d.transport == TransportKind::nccl && d.backend != BackendKind::cuda)
+    r.fail_at(*r.find("transport"), "transport",
+              "\"nccl\" moves GPU memory and needs backend = \"cuda\" (use \"mpi\" or \"auto\")");
   r.reject_unknown_keys();
   return d;
 }

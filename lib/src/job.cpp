@@ -15,6 +15,15 @@ std::string_view to_string(DType v) {
 
 std::string_view to_string(OptimizerKind v) { return v == OptimizerKind::sgd ? "sgd" : "adamw"; }
 
+std::string_view to_string(TransportKind v) {
+  switch (v) {
+    case TransportKind::automatic: return "auto";
+    case TransportKind::mpi: return "mpi";
+    case TransportKind::nccl: return "nccl";
+  }
+  return "?";
+}
+
 std::string_view to_string(BackendKind v) {
   switch (v) {
     case BackendKind::cpu: return "cpu";

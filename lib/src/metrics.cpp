@@ -151,12 +151,13 @@ RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<Ra
   std::vector<double> counted_time, counted_slowest, counted_bubble, counted_imbalance;
   for (std::size_t k = 0; k < steps; ++k) {
     double t = 0.0, busy_sum = 0.0, busy_max = 0.0;
-    std::vector<double> busy(P), wait(P), idle(P), fwd(P), bwd(P), opt(P);
+    std::vector<double> busy(P), wait(P), transfer(P), idle(P), fwd(P), bwd(P), opt(P);
     for (std::size_t i = 0; i < P; ++i) {
       const StepRecord& s = ranks[i].steps[k];
       t = std::max(t, s.end_s);
       busy[i] = s.busy_s;
       wait[i] = s.comm_wait_s;
+      transfer[i] = s.comm_transfer_s;
       fwd[i] = s.forward_s;
       bwd[i] = s.backward_s;
       opt[i] = s.optimizer_s;
@@ -177,6 +178,7 @@ RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<Ra
     r.bubble_measured.push_back(bubble);
     r.busy_s.push_back(busy);
     r.comm_wait_s.push_back(wait);
+    r.comm_transfer_s.push_back(transfer);
     r.idle_s.push_back(idle);
     r.forward_s.push_back(fwd);
     r.backward_s.push_back(bwd);

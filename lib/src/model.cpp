@@ -91,6 +91,22 @@ std::int64_t ModelDesc::cpu_workspace_bytes(int b, bool train) const {
   return dtype_bytes(dtype_) * (tokens * (f + 7 * h) + s * s);
 }
 
+std::int64_t ModelDesc::cuda_workspace_bytes(int b, bool train) const {
+  const std::int64_t h = spec_.hidden, f = spec_.ffn_hidden, s = spec_.seq_len, a = spec_.heads;
+  const std::int64_t tokens = std::int64_t{b} * s;
+  const std::int64_t temporaries = train ? dtype_bytes(dtype_) * (tokens * (f + 7 * h) + a * s * s) : 0;
+  return temporaries + 4 * tokens + kCudaNormSlotsBytes;
+}
+
+std::int64_t ModelDesc::workspace_bytes(BackendKind backend, int b, bool train) const {
+  switch (backend) {
+    case BackendKind::cpu: return cpu_workspace_bytes(b, train);
+    case BackendKind::cuda: return cuda_workspace_bytes(b, train);
+    case BackendKind::sim: return 0;
+  }
+  return 0;
+}
+
 std::int64_t ModelDesc::comm_bytes(int b, int m, bool has_prev, bool has_next, bool train) const {
   const std::int64_t per_prev = train ? m + 1 : 1;
   const std::int64_t per_next = train ? m + 1 : m;

@@ -34,11 +34,19 @@ RunComm::~RunComm() {
 }
 
 void RunComm::wait(MPI_Request& req, const char* what) {
+  wait_for(
+      [&req] {
+        int done = 0;
+        PIPEBENCH_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+        return done != 0;
+      },
+      what);
+}
+
+void RunComm::wait_for(const std::function<bool()>& done, const char* what) {
   const double start = now_s();
   for (long polls = 0;; ++polls) {
-    int done = 0;
-    PIPEBENCH_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-    if (done) return;
+    if (done()) return;
     if (!aborted_ && (polls & 15) == 0) {
       int pending = 0;
       MPI_Status st;

@@ -58,7 +58,7 @@ RunPlan plan_run(const Job& job, const RunSpec& run) {
     sp.peak_live_activations = plan.unit.peak_live_activations[s];
     sp.activations_peak_bytes = sp.activation_bytes_per_microbatch * (train ? sp.peak_live_activations : 1);
     sp.comm_bytes = model.comm_bytes(b, m, s > 0, s + 1 < plan.partition.stages.size(), train);
-    sp.workspace_bytes = job.device.backend == BackendKind::cpu ? model.cpu_workspace_bytes(b, train) : 0;
+    sp.workspace_bytes = model.workspace_bytes(job.device.backend, b, train);
     sp.total_bytes = sp.params_bytes + sp.grads_bytes + sp.optimizer_bytes + sp.activations_peak_bytes + sp.comm_bytes +
                      sp.workspace_bytes;
     sp.capacity_fraction = static_cast<double>(sp.total_bytes) / capacity;

@@ -57,6 +57,7 @@ std::map<std::string, std::string> collect_provenance() {
   p["blas"] = "none";  // the runner fills it in for backends that use BLAS
   p["gpu_names"] = "";
   p["gpu_uuids"] = "";
+  p["gpu_pci_bus_ids"] = "";
   p["driver_version"] = "";
   p["cuda_version"] = "";
   p["nccl_version"] = "";

@@ -223,6 +223,7 @@ void write_run(hid_t runs, const RunResult& r) {
   dataset_1d(g, "loss", r.loss);
   dataset_2d(g, "busy_s", r.busy_s, P);
   dataset_2d(g, "comm_wait_s", r.comm_wait_s, P);
+  dataset_2d(g, "comm_transfer_s", r.comm_transfer_s, P);
   dataset_2d(g, "idle_s", r.idle_s, P);
   dataset_2d(g, "forward_s", r.forward_s, P);
   dataset_2d(g, "backward_s", r.backward_s, P);
@@ -380,6 +381,8 @@ RunResult read_run(hid_t runs, const std::string& name) {
   r.loss = read_dataset<double>(g, "loss");
   r.busy_s = read_dataset_2d<double>(g, "busy_s");
   r.comm_wait_s = read_dataset_2d<double>(g, "comm_wait_s");
+  if (H5Lexists(g, "comm_transfer_s", H5P_DEFAULT) > 0)  // files before 0.1.0's cuda backend lack it
+    r.comm_transfer_s = read_dataset_2d<double>(g, "comm_transfer_s");
   r.idle_s = read_dataset_2d<double>(g, "idle_s");
   r.forward_s = read_dataset_2d<double>(g, "forward_s");
   r.backward_s = read_dataset_2d<double>(g, "backward_s");

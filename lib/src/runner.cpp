@@ -16,6 +16,8 @@
 #include "pipebench/backend.hpp"
 #include "pipebench/clock.hpp"
 #include "pipebench/cpu_kernels.hpp"
+#include "pipebench/cuda_device.hpp"
+#include "pipebench/device_binding.hpp"
 #include "pipebench/metrics.hpp"
 #include "pipebench/mpi_comm.hpp"
 #include "pipebench/plan.hpp"
@@ -23,6 +25,7 @@
 #include "pipebench/results.hpp"
 #include "pipebench/runtime.hpp"
 #include "pipebench/transport_mpi.hpp"
+#include "pipebench/transport_nccl.hpp"
 #include "pipebench/units.hpp"
 
 namespace pipebench {
@@ -250,7 +253,20 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
 
   // Plans first, on every rank: invalid selections fail before anything runs.
   const JobPlan plan = plan_job(job, options.run_names);
-  (void)make_backend(job, world_rank);  // a backend this build lacks is a ConfigError, everywhere alike
+  const TransportKind transport_kind = job.device.resolved_transport();
+  GpuBinding gpus;
+  if (job.device.backend == BackendKind::cuda) {
+    // Every rank alike: DeviceUnavailableError (exit 7) without a usable GPU.
+    gpus = bind_gpus(MPI_COMM_WORLD);
+    if (transport_kind == TransportKind::nccl) {
+      int widest = 1;
+      for (const RunPlan& rp : plan.runs)
+        if (rp.run.pipeline_size <= world_size) widest = std::max(widest, rp.run.pipeline_size);
+      require_one_gpu_per_rank(gpus, widest);
+    }
+  } else {
+    (void)make_backend(job, world_rank);  // a backend this build lacks fails here, everywhere alike
+  }
   const FaultInjection fault = FaultInjection::from_env();
   tighten_timer_slack();  // modelled sleeps and waiting naps wake on time
 
@@ -270,6 +286,23 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
     jr.provenance_attrs = collect_provenance();
     if (job.device.backend == BackendKind::cpu)
       jr.provenance_attrs["blas"] = fmt::format("{} (threads_per_rank {})", cpu::blas_config(), job.device.threads_per_rank);
+    if (!gpus.gpus.empty()) {
+      // Per world rank, comma-separated in rank order.
+      std::string names, uuids, pcis;
+      for (const GpuInfo& g : gpus.gpus) {
+        const char* sep = names.empty() ? "" : ",";
+        names += sep + g.name;
+        uuids += sep + g.uuid;
+        pcis += sep + g.pci_bus_id;
+      }
+      jr.provenance_attrs["gpu_names"] = names;
+      jr.provenance_attrs["gpu_uuids"] = uuids;
+      jr.provenance_attrs["gpu_pci_bus_ids"] = pcis;
+      jr.provenance_attrs["driver_version"] = cuda_driver_version();
+      jr.provenance_attrs["cuda_version"] = cuda_runtime_version();
+      jr.provenance_attrs["nccl_version"] = nccl_version();
+      jr.provenance_attrs["transport"] = std::string(to_string(transport_kind));
+    }
     std::string unique_hosts;
     for (const auto& h : jr.hostnames)
       if (unique_hosts.find(h) == std::string::npos) unique_hosts += (unique_hosts.empty() ? "" : ",") + h;
@@ -279,6 +312,16 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
                world_size, unique_hosts, to_string(job.device.backend), job.device.threads_per_rank, job.train.warmup,
                job.train.repeats, job.train.step_timeout_s);
     if (job.device.backend == BackendKind::cpu) fmt::print("  BLAS: {}\n", jr.provenance_attrs["blas"]);
+    if (!gpus.gpus.empty()) {
+      fmt::print("  CUDA runtime {}, driver {}, NCCL {}; transport {}\n", jr.provenance_attrs["cuda_version"],
+                 jr.provenance_attrs["driver_version"], jr.provenance_attrs["nccl_version"], to_string(transport_kind));
+      for (std::size_t r = 0; r < gpus.gpus.size(); ++r) {
+        const GpuInfo& g = gpus.gpus[r];
+        fmt::print("  rank {} ({} local {}): GPU {} {} sm_{}{} {} {} {}\n", r, gpus.hosts[r], gpus.local_ranks[r],
+                   g.ordinal, g.name, g.cc_major, g.cc_minor, format_bytes(static_cast<double>(g.total_bytes)), g.uuid,
+                   g.pci_bus_id);
+      }
+    }
     fmt::print("  MPI: {}\n  compiler: {}\n", jr.provenance_attrs["mpi_library_version"].substr(0, 80),
                jr.provenance_attrs["compiler"]);
     for (const auto& o : job.overrides) fmt::print("  override: --set {}\n", o);
@@ -311,8 +354,14 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
         LinkModel link;
         if (job.device.backend == BackendKind::sim)
           link = {true, job.device.sim_link_latency_us * 1e-6, job.device.sim_link_gbps * 1e9};
-        MpiTransport transport(rc, rp.schedule.chunks_per_rank, rp.run.num_microbatches, link);
+        const bool nccl = transport_kind == TransportKind::nccl && p > 1;
+        std::unique_ptr<Transport> transport;
+        if (nccl)
+          transport = make_nccl_transport(rc, rp.schedule, rp.run.num_microbatches, rp.run.mode == RunMode::train);
+        else
+          transport = std::make_unique<MpiTransport>(rc, rp.schedule.chunks_per_rank, rp.run.num_microbatches, link);
         ExecOptions eo;
+        eo.transport_uses_device_memory = nccl;
         eo.dry_run = options.dry_run;
         eo.fault = fault;
         const int total_steps = job.train.warmup + job.train.repeats;
@@ -325,7 +374,7 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
                      fmt_num(s.loss, "{:.6f}"));
           std::fflush(stdout);
         };
-        const RankRecord rec = execute_run(job, rp, rc, *backend, transport, eo);
+        const RankRecord rec = execute_run(job, rp, rc, *backend, *transport, eo);
         watchdog.arm(0.0, "");
         clean = rec.failure == FailureKind::none;
         const auto records = gather_records(rc.control(), rec);

@@ -73,6 +73,17 @@ void run_step(const Job& job, const RunPlan& plan, RunComm& comm, Backend& backe
 
   StepRecord sr;
   double loss_sum = 0.0;
+  auto add = [&sr](RecvTiming t) {
+    sr.comm_wait_s += t.blocked_s;
+    sr.comm_transfer_s += t.transfer_s;
+  };
+  // An action's compute time: the backend's device clock where it has one.
+  auto finish = [&](EventRecord& ev) {
+    ev.end_s = now_s() - t0;
+    const double device_s = backend.last_action_device_s();
+    if (device_s >= 0.0) ev.end_s = ev.start_s + device_s;
+    return ev.end_s - ev.start_s;
+  };
   for (const Action& a : sched.actions[static_cast<std::size_t>(rank)]) {
     const int v = sched.virtual_stage(rank, a.chunk);
     EventRecord ev{step, rank, a.kind, a.microbatch, a.chunk, 0.0, 0.0};
@@ -81,15 +92,14 @@ void run_step(const Job& job, const RunPlan& plan, RunComm& comm, Backend& backe
         if (v > 0) {
           const int from = sched.rank_of(v - 1);
           const int chunk = (v - 1) / sched.num_ranks;
-          sr.comm_wait_s += transport.recv(from, {ActionKind::F, step, a.microbatch, chunk},
-                                           backend.recv_buffer(ActionKind::F, a.microbatch));
+          add(transport.recv(from, {ActionKind::F, step, a.microbatch, chunk},
+                             backend.recv_buffer(ActionKind::F, a.microbatch)));
         }
         if (opt.fault.fires(FaultInjection::Kind::error, plan.run.name, rank, step))
           throw Error(fmt::format("injected error (PIPEBENCH_FAULT) on rank {} at step {}", rank, step));
         ev.start_s = now_s() - t0;
         backend.forward(step, a.microbatch);
-        ev.end_s = now_s() - t0;
-        sr.forward_s += ev.end_s - ev.start_s;
+        sr.forward_s += finish(ev);
         if (v == V - 1) {
           double l = backend.loss(a.microbatch);
           if (opt.fault.fires(FaultInjection::Kind::nan, plan.run.name, rank, step))
@@ -110,13 +120,12 @@ void run_step(const Job& job, const RunPlan& plan, RunComm& comm, Backend& backe
         if (v < V - 1) {
           const int from = sched.rank_of(v + 1);
           const int chunk = (v + 1) / sched.num_ranks;
-          sr.comm_wait_s += transport.recv(from, {ActionKind::B, step, a.microbatch, chunk},
-                                           backend.recv_buffer(ActionKind::B, a.microbatch));
+          add(transport.recv(from, {ActionKind::B, step, a.microbatch, chunk},
+                             backend.recv_buffer(ActionKind::B, a.microbatch)));
         }
         ev.start_s = now_s() - t0;
         backend.backward(step, a.microbatch);
-        ev.end_s = now_s() - t0;
-        sr.backward_s += ev.end_s - ev.start_s;
+        sr.backward_s += finish(ev);
         if (v > 0)
           transport.send(sched.rank_of(v - 1), {ActionKind::B, step, a.microbatch, a.chunk},
                          backend.send_buffer(ActionKind::B, a.microbatch));
@@ -125,8 +134,7 @@ void run_step(const Job& job, const RunPlan& plan, RunComm& comm, Backend& backe
       case ActionKind::W: {
         ev.start_s = now_s() - t0;
         backend.weight_grad(step, a.microbatch);
-        ev.end_s = now_s() - t0;
-        sr.backward_s += ev.end_s - ev.start_s;
+        sr.backward_s += finish(ev);
         break;
       }
     }
@@ -183,7 +191,7 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
   rec.rank = comm.rank();
   rec.hostname = host_name();
   rec.pid = static_cast<std::int64_t>(getpid());
-  rec.memory_capacity_bytes = job.device.memory_capacity_bytes;
+  rec.memory_capacity_bytes = backend.memory().capacity();  // cuda: min(memory_capacity, the device)
   const int steps = job.train.warmup + job.train.repeats;
   try {
     const StageRange& range = plan.partition.stages[static_cast<std::size_t>(comm.rank())];
@@ -195,6 +203,7 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
     spec.num_microbatches = plan.run.num_microbatches;
     spec.mode = plan.run.mode;
     spec.dtype = plan.storage_dtype;
+    spec.transport_uses_device_memory = opt.transport_uses_device_memory;
     for (const auto& a : plan.schedule.actions[static_cast<std::size_t>(comm.rank())])
       spec.split_backward |= a.kind == ActionKind::W;
     backend.build(spec);

@@ -45,7 +45,7 @@ void MpiTransport::send(int peer, const BoundaryKey& key, const Buffer& buf) {
   }
 }
 
-double MpiTransport::recv(int peer, const BoundaryKey& key, const Buffer& buf) {
+RecvTiming MpiTransport::recv(int peer, const BoundaryKey& key, const Buffer& buf) {
   const double start = now_s();
   const std::string what = fmt::format("{}{} of step {} from rank {}", key.kind == ActionKind::F ? "activation F" : "gradient B",
                                        key.microbatch, key.step, peer);
@@ -69,12 +69,14 @@ double MpiTransport::recv(int peer, const BoundaryKey& key, const Buffer& buf) {
                             "of step {} ({} bytes)",
                             comm_.rank(), letter(static_cast<int>(key.kind)), key.microbatch, key.chunk, key.step,
                             buf.logical_bytes, peer, letter(h.kind), h.microbatch, h.chunk, h.step, h.logical_bytes));
+  const double ready = now_s();
   if (buf.bytes > 0) receive(buf.data, buf.bytes, 1);
   if (link_.enabled) {
     const double arrival = h.send_time_s + link_.latency_s + 8.0 * static_cast<double>(h.logical_bytes) / link_.bits_per_s;
     sleep_until_s(step_start_s_ + arrival);
   }
-  return now_s() - start;
+  const double end = now_s();
+  return {end - start, end - ready};
 }
 
 void MpiTransport::complete_sends() {

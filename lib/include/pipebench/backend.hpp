@@ -43,6 +43,9 @@ struct StageSpec {
   RunMode mode = RunMode::train;
   DType dtype = DType::fp32;    // storage dtype
   bool split_backward = false;  // the schedule has W actions: B is input-grad only
+  // The transport reads and writes device memory itself (NCCL). When false,
+  // a device backend hands the transport host copies of its boundary tensors.
+  bool transport_uses_device_memory = false;
 };
 
 class Backend {
@@ -82,6 +85,11 @@ class Backend {
   // input gradient to send.
   virtual Buffer recv_buffer(ActionKind kind, int microbatch) = 0;
   virtual Buffer send_buffer(ActionKind kind, int microbatch) = 0;
+
+  // Device time of the latest forward/backward/weight_grad measured by the
+  // backend itself (CUDA events), or a negative value when it has no such
+  // clock (the executor then uses its host clock).
+  virtual double last_action_device_s() const { return -1.0; }
 
   virtual const MemoryTracker& memory() const = 0;
   // Micro-batches whose activations are held at once, at most, so far.

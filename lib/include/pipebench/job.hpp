@@ -16,6 +16,8 @@ enum class ModelKind { gpt, mlp };
 enum class DType { fp32, bf16, fp16 };
 enum class OptimizerKind { sgd, adamw };
 enum class BackendKind { cpu, sim, cuda };
+// How boundary tensors move: auto = nccl for the cuda backend, else mpi.
+enum class TransportKind { automatic, mpi, nccl };
 // The training schedules of SPEC §4. Inference runs ignore this and use the
 // forward-only schedule.
 enum class ScheduleKind { gpipe, one_f_one_b, eager_one_f_one_b };
@@ -27,6 +29,7 @@ std::string_view to_string(ModelKind v);
 std::string_view to_string(DType v);
 std::string_view to_string(OptimizerKind v);
 std::string_view to_string(BackendKind v);
+std::string_view to_string(TransportKind v);
 std::string_view to_string(ScheduleKind v);
 std::string_view to_string(RunMode v);
 std::string_view to_string(Remainder v);
@@ -63,6 +66,13 @@ struct DeviceSpec {
   double sim_flops_per_s = 2.0e12;    // sim backend / cost-weighted planner
   double sim_link_latency_us = 5.0;   // per transfer
   double sim_link_gbps = 100.0;       // gigabits per second
+  TransportKind transport = TransportKind::automatic;
+
+  // The transport a run uses: `transport`, with automatic resolved.
+  TransportKind resolved_transport() const {
+    if (transport != TransportKind::automatic) return transport;
+    return backend == BackendKind::cuda ? TransportKind::nccl : TransportKind::mpi;
+  }
 };
 
 struct RunSpec {

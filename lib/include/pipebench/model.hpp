@@ -79,6 +79,17 @@ class ModelDesc {
   // stage gradients, one attention score matrix). The sim backend has none.
   std::int64_t cpu_workspace_bytes(int micro_batch, bool train) const;
 
+  // The cuda backend's workspace, allocated once per stage: in training the
+  // cpu backend's temporaries with one attention score matrix per head
+  // (tokens·(ffn_hidden + 7·hidden) + heads·seq_len² elements), and always
+  // 4·tokens bytes of fp32 per-token losses plus kCudaNormSlotsBytes of
+  // gradient-norm partial sums.
+  static constexpr std::int64_t kCudaNormSlotsBytes = 256 * 8;
+  std::int64_t cuda_workspace_bytes(int micro_batch, bool train) const;
+
+  // The workspace of `backend` (sim: none).
+  std::int64_t workspace_bytes(BackendKind backend, int micro_batch, bool train) const;
+
  private:
   ModelSpec spec_;
   DType dtype_;

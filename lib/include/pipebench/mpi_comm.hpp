@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ class RunComm {
 
   // Waits for a posted request; throws PeerAbortedError or StepTimeoutError.
   void wait(MPI_Request& req, const char* what);
+  // Waits until done() is true (e.g. a CUDA event of an NCCL receive), with
+  // the same abort and deadline checks.
+  void wait_for(const std::function<bool()>& done, const char* what);
   void set_deadline(double deadline_s) { deadline_s_ = deadline_s; }
 
   void barrier();

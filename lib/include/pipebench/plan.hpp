@@ -34,7 +34,7 @@ struct StagePlan {
   // one micro-batch's bytes (an upper bound of the forward working set).
   std::int64_t activations_peak_bytes = 0;
   std::int64_t comm_bytes = 0;              // boundary buffers (ModelDesc::comm_bytes)
-  std::int64_t workspace_bytes = 0;         // cpu backend: ModelDesc::cpu_workspace_bytes; else 0
+  std::int64_t workspace_bytes = 0;         // ModelDesc::workspace_bytes of the backend (sim: 0)
   std::int64_t total_bytes = 0;             // params + grads + optimizer + activations + comm + workspace
   double capacity_fraction = 0.0;           // total / memory_capacity
 };

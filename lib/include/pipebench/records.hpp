@@ -33,7 +33,8 @@ struct EventRecord {
 struct StepRecord {
   double end_s = 0.0;        // from the start barrier to this rank's end of step
   double busy_s = 0.0;       // forward + backward + W + loss + optimizer compute
-  double comm_wait_s = 0.0;  // blocked in boundary receives
+  double comm_wait_s = 0.0;  // blocked in boundary receives (waiting for the peer + moving the data)
+  double comm_transfer_s = 0.0;  // the part of comm_wait_s after the tensor was ready at the peer
   double forward_s = 0.0;
   double backward_s = 0.0;   // B and W
   double optimizer_s = 0.0;  // gradient-norm reduction excluded; the update itself
@@ -92,7 +93,7 @@ struct RunResult {
   std::vector<double> step_time_s, loss, slowest_stage_s, bubble_measured, grad_norm, imbalance;
   std::vector<std::uint8_t> is_warmup, clipped;
   // [steps][ranks]
-  std::vector<std::vector<double>> busy_s, comm_wait_s, idle_s, forward_s, backward_s, optimizer_s;
+  std::vector<std::vector<double>> busy_s, comm_wait_s, comm_transfer_s, idle_s, forward_s, backward_s, optimizer_s;
   // [ranks]
   std::vector<std::uint64_t> peak_mem_bytes, memory_capacity_bytes;
   std::array<std::vector<std::uint64_t>, kNumMemCategories> peak_mem_by_category;

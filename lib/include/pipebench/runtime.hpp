@@ -48,6 +48,7 @@ struct StepProgress {
 
 struct ExecOptions {
   bool dry_run = false;  // build and check only
+  bool transport_uses_device_memory = false;  // StageSpec::transport_uses_device_memory
   FaultInjection fault;
   std::function<void(const StepProgress&)> on_step;  // called on run rank 0
 };

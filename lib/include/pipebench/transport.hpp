@@ -17,6 +17,13 @@ struct BoundaryKey {
   int chunk = 0;  // the chunk of the *sending* virtual stage
 };
 
+// Seconds a recv() blocked: in all, and the part after the sender had the
+// tensor ready (its header arrived), i.e. moving the payload.
+struct RecvTiming {
+  double blocked_s = 0.0;
+  double transfer_s = 0.0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -25,9 +32,9 @@ class Transport {
   // Starts sending; returns at once. The buffer must stay valid until
   // complete_sends().
   virtual void send(int peer, const BoundaryKey& key, const Buffer& buf) = 0;
-  // Blocks until the tensor `key` from `peer` is in `buf`; returns the
-  // seconds spent waiting. Verifies that what arrived is what was expected.
-  virtual double recv(int peer, const BoundaryKey& key, const Buffer& buf) = 0;
+  // Blocks until the tensor `key` from `peer` is in `buf`. Verifies that
+  // what arrived is what was expected.
+  virtual RecvTiming recv(int peer, const BoundaryKey& key, const Buffer& buf) = 0;
   // Waits for every send of this step.
   virtual void complete_sends() = 0;
   // After a failure: drops pending sends (receives never outlive recv()).

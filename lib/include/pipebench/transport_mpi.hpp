@@ -28,7 +28,7 @@ class MpiTransport final : public Transport {
 
   void begin_step(double step_start_s) override;
   void send(int peer, const BoundaryKey& key, const Buffer& buf) override;
-  double recv(int peer, const BoundaryKey& key, const Buffer& buf) override;
+  RecvTiming recv(int peer, const BoundaryKey& key, const Buffer& buf) override;
   void complete_sends() override;
   void abandon() override;
 
