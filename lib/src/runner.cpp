@@ -191,7 +191,16 @@ class Watchdog {
 
 std::string fmt_num(double v, const char* spec = "{:.4f}") { return std::isnan(v) ? "-" : fmt::format(fmt::runtime(spec), v); }
 
-void print_run_summary(const RunResult& r) {
+// FLOPs of one step's matmuls over all stages (docs/model.md), for the
+// achieved model TFLOP/s of the summary.
+double step_model_flops(const RunPlan& rp) {
+  double per_microbatch = 0.0;
+  for (const StagePlan& sp : rp.stages)
+    per_microbatch += sp.cost.forward_flops + (rp.run.mode == RunMode::train ? sp.cost.backward_flops : 0.0);
+  return per_microbatch * rp.run.num_microbatches;
+}
+
+void print_run_summary(const RunResult& r, const RunPlan& rp) {
   fmt::print("  -- {}: status {}{}\n", r.spec.name, to_string(r.status),
              r.status == RunStatus::failed
                  ? fmt::format(" ({} on rank {}): {}", to_string(r.failure_kind), r.failing_rank, r.failure_message)
@@ -211,9 +220,11 @@ void print_run_summary(const RunResult& r) {
   fmt::print("     step time median {} (min {}, max {}, p90 {}, CV {}), slowest stage {}\n", format_seconds(r.step_time.median),
              format_seconds(r.step_time.min), format_seconds(r.step_time.max), format_seconds(r.step_time.p90), fmt_num(r.step_time.cv, "{:.3f}"),
              format_seconds(r.slowest_stage_median_s));
-  fmt::print("     bubble measured {} / analytic {} / simulated {}; throughput {} samples/s\n",
+  fmt::print("     bubble measured {} / analytic {} / simulated {}; throughput {} samples/s, {} model TFLOP/s "
+             "({} per rank)\n",
              fmt_num(r.bubble_measured_median), fmt_num(r.bubble_analytic), fmt_num(r.bubble_simulated),
-             fmt_num(r.throughput_samples_per_s, "{:.1f}"));
+             fmt_num(r.throughput_samples_per_s, "{:.1f}"), fmt_num(step_model_flops(rp) / r.step_time.median / 1e12, "{:.3f}"),
+             fmt_num(step_model_flops(rp) / r.step_time.median / 1e12 / static_cast<double>(rp.stages.size()), "{:.3f}"));
   std::fflush(stdout);
 }
 
@@ -381,7 +392,7 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
         if (root) {
           if (options.dry_run) print_dry_run(rp, records);
           jr.runs.push_back(assemble_run(job, rp, records));
-          if (!options.dry_run) print_run_summary(jr.runs.back());
+          if (!options.dry_run) print_run_summary(jr.runs.back(), rp);
           else if (jr.runs.back().status == RunStatus::failed)
             fmt::print("  -- {}: {}\n", rp.run.name, jr.runs.back().failure_message);
         }

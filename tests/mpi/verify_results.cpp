@@ -1,7 +1,7 @@
 // Checks a results file written by `pipebench run` against the plan of the
 // same workload, with exact quantities only (never times):
 //   verify_results FILE JOB.toml WORLD [RUN=STATUS[:KIND]]... [RUNS=N] [EXACT_LOSS]
-//                  [LOSS0=RUN:OTHER]... [LOSS_FALLS=RUN:RATIO]
+//                  [LOSS0=RUN:OTHER]... [LOSS_FALLS=RUN:RATIO] [LOSS_REL=X]
 // For every run: its status (default: ok, or skipped when it needs more than
 // WORLD ranks) and failure kind; for ok runs, every rank's events are exactly
 // its schedule's actions, step after step; peak activation bytes are the
@@ -161,6 +161,11 @@ int main(int argc, char** argv) {
       const RunResult *rx = run_named(x), *ry = run_named(y);
       if (rx && ry && !rx->loss.empty() && !ry->loss.empty())
         expect_eq(rx->loss[0], ry->loss[0], x + ": first-step loss vs " + y);
+    } else if (a.rfind("LOSS_REL=", 0) == 0) {  // every ok run with a baseline: loss_max_rel_dev <= X
+      const double tol = std::stod(a.substr(9));
+      for (const auto& r : jr.runs)
+        if (r.status == RunStatus::ok && !r.spec.baseline.empty() && !(r.loss_max_rel_dev <= tol))
+          problems.push_back(fmt::format("{}: loss_max_rel_dev {:.3g} > {}", r.spec.name, r.loss_max_rel_dev, tol));
     } else if (a.rfind("LOSS_FALLS=", 0) == 0) {
       const auto [x, ratio] = split(a.substr(11));
       const RunResult* r = run_named(x);

@@ -1,0 +1,88 @@
+// cuBLAS GEMM throughput on this GPU, the reference for the cuda backend's
+// step figures (tools/gpu-check.sh prints it next to them): TFLOP/s of
+// C[M,N] = A[M,K]·B[K,N] with fp32 accumulation, as the backend calls it
+// (cublasGemmEx, CUBLAS_COMPUTE_32F; fp32 without TF32), median of 20
+// CUDA-event-timed calls after 3 warm-ups; bf16 and fp16 also as a ratio to
+// fp32 measured in the same run.
+//   bench_cuda_gemm [M N K]...     (default: 4096 4096 4096)
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+namespace {
+
+#define CHECK_CUDA(x)                                                                  \
+  do {                                                                                 \
+    cudaError_t rc_ = (x);                                                             \
+    if (rc_ != cudaSuccess) {                                                          \
+      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(rc_));                   \
+      std::exit(1);                                                                    \
+    }                                                                                  \
+  } while (0)
+#define CHECK_CUBLAS(x)                                                                \
+  do {                                                                                 \
+    if ((x) != CUBLAS_STATUS_SUCCESS) {                                                \
+      std::fprintf(stderr, "%s failed\n", #x);                                         \
+      std::exit(1);                                                                    \
+    }                                                                                  \
+  } while (0)
+
+double tflops(cublasHandle_t h, cudaDataType_t type, int M, int N, int K) {
+  const std::size_t esize = type == CUDA_R_32F ? 4 : 2;
+  void *A, *B, *C;
+  CHECK_CUDA(cudaMalloc(&A, esize * M * K));
+  CHECK_CUDA(cudaMalloc(&B, esize * K * N));
+  CHECK_CUDA(cudaMalloc(&C, esize * M * N));
+  CHECK_CUDA(cudaMemset(A, 0, esize * M * K));
+  CHECK_CUDA(cudaMemset(B, 0, esize * K * N));
+  CHECK_CUBLAS(cublasSetMathMode(h, type == CUDA_R_32F ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH));
+  const float alpha = 1.0f, beta = 0.0f;
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < 23; ++i) {
+    CHECK_CUDA(cudaEventRecord(e0));
+    CHECK_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, type, N, A, type, K, &beta, C, type, N,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CHECK_CUDA(cudaEventRecord(e1));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float t = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= 3) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  const double median_s = ms[ms.size() / 2] * 1e-3;
+  cudaFree(A);
+  cudaFree(B);
+  cudaFree(C);
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 2.0 * M * N * K / median_s / 1e12;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> shapes;
+  for (int i = 1; i < argc; ++i) shapes.push_back(std::atoi(argv[i]));
+  if (shapes.empty() || shapes.size() % 3 != 0) shapes = {4096, 4096, 4096};
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  cublasHandle_t h;
+  CHECK_CUBLAS(cublasCreate(&h));
+  std::printf("GEMM TFLOP/s on %s (cublasGemmEx, fp32 accumulation, median of 20)\n", prop.name);
+  std::printf("%6s %6s %6s %10s %10s %10s %12s %12s\n", "M", "N", "K", "fp32", "bf16", "fp16", "bf16/fp32", "fp16/fp32");
+  for (std::size_t i = 0; i < shapes.size(); i += 3) {
+    const int M = shapes[i], N = shapes[i + 1], K = shapes[i + 2];
+    const double f32 = tflops(h, CUDA_R_32F, M, N, K), b16 = tflops(h, CUDA_R_16BF, M, N, K),
+                 h16 = tflops(h, CUDA_R_16F, M, N, K);
+    std::printf("%6d %6d %6d %10.1f %10.1f %10.1f %12.2f %12.2f\n", M, N, K, f32, b16, h16, b16 / f32, h16 / f32);
+  }
+  cublasDestroy(h);
+  return 0;
+}

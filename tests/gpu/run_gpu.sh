@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# run_gpu.sh MODE GPU_TESTS RUN_AND_VERIFY MPIEXEC PIPEBENCH VERIFY JOB OUTDIR
+#   np1            1 rank, --backend cuda: baseline run, results checked (events, memory == plan)
+#   np2_mpi        2 ranks on GPU 0 with the MPI transport (host staging): both runs,
+#                  the pipeline's losses within 1e-4 of the baseline's
+#   np2_nccl       2 ranks on 2 GPUs with NCCL (skipped with fewer than 2 GPUs)
+#   refuse_shared  2 ranks made to share GPU 0 with NCCL: exit 7 and a message that says how to launch
+# Exits 77 (skipped) when no usable GPU is visible.
+set -uo pipefail
+mode=$1 gpu_tests=$2 run_and_verify=$3 mpiexec=$4 pipebench=$5 verify=$6 job=$7 outdir=$8
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+out=$("$gpu_tests" --list-tests 2>&1)
+if [[ $? -eq 77 ]]; then
+  echo "$out" | head -1
+  exit 77
+fi
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [[ -n ${CUDA_VISIBLE_DEVICES:-} ]]; then gpus=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .); fi
+
+case $mode in
+  np1)
+    exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 1 "$job" "$outdir" 0 --run single -- RUNS=1 ;;
+  np2_mpi)
+    CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" \
+      "$outdir" 0 --set device.transport=mpi -- LOSS_REL=1e-4 ;;
+  np2_nccl)
+    if ((gpus < 2)); then
+      echo "SKIP: the nccl transport needs 2 GPUs, this machine shows $gpus"
+      exit 77
+    fi
+    exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" "$outdir" 0 -- LOSS_REL=1e-4 ;;
+  refuse_shared)
+    msg=$(CUDA_VISIBLE_DEVICES=0 "$mpiexec" -np 2 --oversubscribe -x CUDA_VISIBLE_DEVICES "$pipebench" run "$job" \
+          -o "$outdir" 2>&1)
+    rc=$?
+    echo "$msg"
+    [[ $rc -eq 7 ]] || { echo "FAIL: exit $rc, expected 7"; exit 1; }
+    grep -q "share GPU" <<<"$msg" || { echo "FAIL: no 'share GPU' in the message"; exit 1; }
+    grep -q "device.transport=mpi" <<<"$msg" || { echo "FAIL: the message does not say how to fix the launch"; exit 1; }
+    echo PASS ;;
+  *) echo "unknown mode $mode"; exit 2 ;;
+esac
