@@ -79,11 +79,11 @@ class ModelDesc {
   // stage gradients, one attention score matrix). The sim backend has none.
   std::int64_t cpu_workspace_bytes(int micro_batch, bool train) const;
 
-  // The cuda backend's workspace, allocated once per stage: in training the
-  // cpu backend's temporaries with one attention score matrix per head
-  // (tokens·(ffn_hidden + 7·hidden) + heads·seq_len² elements), and always
-  // 4·tokens bytes of fp32 per-token losses plus kCudaNormSlotsBytes of
-  // gradient-norm partial sums.
+  // The cuda backend's workspace, allocated once per stage: always
+  // kCudaNormSlotsBytes of gradient-norm partial sums and 4·tokens bytes of
+  // fp32 per-token losses, then in training the cpu backend's temporaries
+  // with one attention score matrix per head (tokens·(ffn_hidden + 7·hidden)
+  // + heads·seq_len² elements).
   static constexpr std::int64_t kCudaNormSlotsBytes = 256 * 8;
   std::int64_t cuda_workspace_bytes(int micro_batch, bool train) const;
 

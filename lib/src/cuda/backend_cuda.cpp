@@ -231,6 +231,12 @@ class CudaBackend final : public Backend {
   std::byte* elem(const DeviceBuffer& b, std::int64_t elements) const { return b.data() + elements * e_; }
   void* w(const Piece& p, std::size_t t) const { return elem(params_, p.tensors[t].offset); }
   void* g(const Piece& p, std::size_t t) const { return elem(grads_, p.tensors[t].offset); }
+  // Workspace layout (ModelDesc::cuda_workspace_bytes): norm partial sums,
+  // per-token losses, then the backward's temporaries (aligned: cudaMalloc
+  // returns 256-byte-aligned memory and the first two parts are multiples of 4).
+  double* norm_partials() const { return reinterpret_cast<double*>(workspace_.data()); }
+  float* token_losses() const { return reinterpret_cast<float*>(workspace_.data() + ModelDesc::kCudaNormSlotsBytes); }
+  std::byte* temporaries() const { return workspace_.data() + ModelDesc::kCudaNormSlotsBytes + 4 * tokens_; }
 
   // Row-major C[M,N] = alpha·op(A)·op(B) + beta·C; lda/ldb/ldc are the stored
   // row lengths; `batch` matrices at the given element strides.
@@ -261,6 +267,10 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   cudaEvent_t ev_start_ = nullptr, ev_end_ = nullptr;
   double last_action_s_ = -1.0;
+  // fp16 keeps gradients in range with a static loss scale: d(loss)/d(logits)
+  // is not divided by tokens × micro-batches; the norm and the optimizer
+  // divide instead (grad_unscale_ = 1 / that product; 1 for fp32 and bf16).
+  double grad_unscale_ = 1.0;
   DeviceBuffer params_, grads_, master_, adam_m_, adam_v_, workspace_;
   DeviceBuffer recv_prev_, recv_next_;
   std::vector<DeviceBuffer> send_prev_, send_next_;
@@ -352,6 +362,15 @@ void CudaBackend::build(const StageSpec& spec) {
                             "description ({}, {})",
                             next_param, next_act, expected.params, expected.activation_bytes));
   num_params_ = next_param;
+  if (dt_ == DType::fp16) grad_unscale_ = 1.0 / (static_cast<double>(tokens_) * spec.num_microbatches);
+  if (spec.range.has_head) {
+    // The head's int32 targets follow its fp16/bf16 activations in the slab.
+    const std::int64_t at = pieces_.back().act_offset + HeadActs(tokens_, h, V).targets * e_;
+    if (at % 4 != 0)
+      throw Error(fmt::format("cuda backend: the targets of the head would sit at slab offset {}, not 4-byte aligned, "
+                              "with dtype {}: use an even seq_len or micro_batch_size",
+                              at, to_string(dt_)));
+  }
 
   const auto n = static_cast<std::uint64_t>(next_param);
   const StateBytes per_param = state_bytes_per_param(job_.train.optimizer, dt_);
@@ -519,9 +538,7 @@ void CudaBackend::forward_piece(const Piece& p, int mb, const std::byte* in, std
       linear_forward(act(mb, p, a.ln), w(p, 2), nullptr, probs, T, h, V, false);
       auto* targets = reinterpret_cast<std::int32_t*>(act(mb, p, a.targets));
       upload_tokens(mb, targets, true);
-      auto* losses = reinterpret_cast<float*>(workspace_.data() + workspace_.bytes() -
-                                              static_cast<std::uint64_t>(ModelDesc::kCudaNormSlotsBytes) -
-                                              static_cast<std::uint64_t>(4 * tokens_));
+      float* losses = token_losses();
       gpu::softmax_crossentropy_forward(dt_, probs, targets, losses, T, V, stream_);
       cuda_check(cudaMemcpyAsync(host_losses_.data(), losses, host_losses_.size() * sizeof(float), cudaMemcpyDeviceToHost,
                                  stream_),
@@ -595,7 +612,7 @@ void CudaBackend::backward_piece(const Piece& p, int mb, const std::byte* dy, st
   const std::size_t Th_bytes = static_cast<std::size_t>(Th * e_);
   // Workspace carving (ModelDesc::cuda_workspace_bytes): dgelu [T,f], dh, dx2,
   // dqkv [T,3h], ping, pong, then the heads' score matrices.
-  std::byte* dgelu = workspace_.data();
+  std::byte* dgelu = temporaries();
   std::byte* dh = dgelu + std::int64_t{T} * f * e_;
   std::byte* dx2 = dh + Th * e_;
   std::byte* dqkv = dx2 + Th * e_;
@@ -653,7 +670,7 @@ void CudaBackend::backward_piece(const Piece& p, int mb, const std::byte* dy, st
     case PieceKind::head: {
       const HeadActs a(T, h, V);
       std::byte* probs = act(mb, p, a.probs);
-      const float scale = 1.0f / (static_cast<float>(T) * static_cast<float>(spec_.num_microbatches));
+      const float scale = dt_ == DType::fp16 ? 1.0f : 1.0f / (static_cast<float>(T) * static_cast<float>(spec_.num_microbatches));
       gpu::softmax_crossentropy_backward(dt_, probs, reinterpret_cast<const std::int32_t*>(act(mb, p, a.targets)), T, V,
                                          scale, stream_);
       linear_backward(act(mb, p, a.ln), w(p, 2), probs, dh, g(p, 2), nullptr, T, h, V, false);
@@ -672,7 +689,7 @@ void CudaBackend::backward(int /*step*/, int mb) {
     cuda_check(cudaMemcpyAsync(recv_next_.data(), host_recv_next_[0].data(), recv_next_.bytes(), cudaMemcpyHostToDevice, stream_),
                "staging the received gradient");
   const std::int64_t Th = tokens_ * job_.model.hidden;
-  std::byte* ping = workspace_.data() + (tokens_ * job_.model.ffn_hidden + 5 * Th) * e_;
+  std::byte* ping = temporaries() + (tokens_ * job_.model.ffn_hidden + 5 * Th) * e_;
   std::byte* pong = ping + Th * e_;
   const std::byte* dy = has_next ? recv_next_.data() : nullptr;
   for (std::size_t k = pieces_.size(); k-- > 0;) {
@@ -690,8 +707,7 @@ void CudaBackend::backward(int /*step*/, int mb) {
 }
 
 void CudaBackend::grad_sq_norm_by_piece(std::vector<double>& per_piece) const {
-  auto* partials = reinterpret_cast<double*>(workspace_.data() + workspace_.bytes() -
-                                             static_cast<std::uint64_t>(ModelDesc::kCudaNormSlotsBytes));
+  double* partials = norm_partials();
   std::vector<double> host(gpu::kSumSquaresSlots);
   for (const Piece& p : pieces_) {
     cuda_check(cudaMemsetAsync(partials, 0, sizeof(double) * host.size(), stream_), "memset");
@@ -702,14 +718,14 @@ void CudaBackend::grad_sq_norm_by_piece(std::vector<double>& per_piece) const {
     cuda_check(cudaStreamSynchronize(stream_), "reading gradient norms");
     double sum = 0.0;
     for (double x : host) sum += x;
-    per_piece.at(static_cast<std::size_t>(p.id)) += sum;
+    per_piece.at(static_cast<std::size_t>(p.id)) += sum * grad_unscale_ * grad_unscale_;
   }
 }
 
 void CudaBackend::optimizer_step(int /*step*/, double grad_scale) {
   ++optimizer_steps_;
   const auto lr = static_cast<float>(job_.train.learning_rate);
-  const auto scale = static_cast<float>(grad_scale);
+  const auto scale = static_cast<float>(grad_scale * grad_unscale_);
   for (const Piece& p : pieces_)
     for (std::size_t t = 0; t < p.tensors.size(); ++t) {
       const Tensor& tt = p.tensors[t];

@@ -64,18 +64,6 @@ unsigned blocks_for(std::int64_t n, int threads = kThreads) {
 // ---- kernels ------------------------------------------------------------------
 
 template <typename T>
-__global__ void convert_from_float_k(const float* src, T* dst, std::int64_t n) {
-  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x)
-    dst[i] = from_f<T>(src[i]);
-}
-
-template <typename T>
-__global__ void convert_to_float_k(const T* src, float* dst, std::int64_t n) {
-  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x)
-    dst[i] = to_f(src[i]);
-}
-
-template <typename T>
 __global__ void embedding_forward_k(const std::int32_t* tokens, const T* wte, const T* wpe, T* out, int T_, int s, int C) {
   const std::int64_t n = std::int64_t{T_} * C;
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x) {
@@ -208,9 +196,9 @@ __global__ void causal_softmax_k(T* scores, int s, std::int64_t rows) {
   for (int j = lane; j <= i; j += 32) mx = fmaxf(mx, to_f(r[j]));
   mx = warp_max(mx);
   float sum = 0.0f;
-  for (int j = lane; j <= i; j += 32) sum += __expf(to_f(r[j]) - mx);
+  for (int j = lane; j <= i; j += 32) sum += expf(to_f(r[j]) - mx);
   const float inv = 1.0f / warp_sum(sum);
-  for (int j = lane; j < s; j += 32) r[j] = from_f<T>(j <= i ? __expf(to_f(r[j]) - mx) * inv : 0.0f);
+  for (int j = lane; j < s; j += 32) r[j] = from_f<T>(j <= i ? expf(to_f(r[j]) - mx) * inv : 0.0f);
 }
 
 template <typename T>
@@ -321,22 +309,6 @@ unsigned rows_blocks(std::int64_t rows) { return static_cast<unsigned>((rows + k
 void check_launch(const char* what) {
   const cudaError_t rc = cudaGetLastError();
   if (rc != cudaSuccess) throw Error(std::string("CUDA kernel ") + what + ": " + cudaGetErrorString(rc));
-}
-
-void convert_from_float(DType dt, const float* src, void* dst, std::int64_t n, cudaStream_t st) {
-  dispatch(dt, [&](auto t) {
-    using T = decltype(t);
-    convert_from_float_k<T><<<blocks_for(n), kThreads, 0, st>>>(src, as<T>(dst), n);
-  });
-  check_launch("convert_from_float");
-}
-
-void convert_to_float(DType dt, const void* src, float* dst, std::int64_t n, cudaStream_t st) {
-  dispatch(dt, [&](auto t) {
-    using T = decltype(t);
-    convert_to_float_k<T><<<blocks_for(n), kThreads, 0, st>>>(as<T>(src), dst, n);
-  });
-  check_launch("convert_to_float");
 }
 
 void embedding_forward(DType dt, const std::int32_t* tokens, const void* wte, const void* wpe, void* out, int T_, int s,

@@ -21,11 +21,6 @@ namespace pipebench::gpu {
 // Throws pipebench::Error naming the kernel when a launch failed.
 void check_launch(const char* what);
 
-// dst[i] = (T) src[i] (weights are drawn on the host in fp32).
-void convert_from_float(DType dt, const float* src, void* dst, std::int64_t n, cudaStream_t stream);
-// dst[i] = (float) src[i] (tests, logits).
-void convert_to_float(DType dt, const void* src, float* dst, std::int64_t n, cudaStream_t stream);
-
 // out[b·s + t] = wte[tokens[b·s + t]] + wpe[t]; channels C.
 void embedding_forward(DType dt, const std::int32_t* tokens, const void* wte, const void* wpe, void* out, int T, int s,
                        int C, cudaStream_t stream);
