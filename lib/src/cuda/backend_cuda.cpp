@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "kernels.hpp"
+#include "pipebench/gemm_layout.hpp"
 #include "pipebench/cuda_device.hpp"
 #include "pipebench/error.hpp"
 #include "pipebench/synthetic.hpp"
@@ -238,11 +239,8 @@ class CudaBackend final : public Backend {
   float* token_losses() const { return reinterpret_cast<float*>(workspace_.data() + ModelDesc::kCudaNormSlotsBytes); }
   std::byte* temporaries() const { return workspace_.data() + ModelDesc::kCudaNormSlotsBytes + 4 * tokens_; }
 
-  // Row-major C[M,N] = alpha·op(A)·op(B) + beta·C; lda/ldb/ldc are the stored
-  // row lengths; `batch` matrices at the given element strides.
-  void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const void* A, int lda, const void* B, int ldb,
-            float beta, void* C, int ldc, int batch = 1, std::int64_t sA = 0, std::int64_t sB = 0,
-            std::int64_t sC = 0) const;
+  // Runs the row-major product `g` (gemm_layout.hpp) through cuBLAS.
+  void gemm(const gemm::RowMajor& g, const void* A, const void* B, void* C) const;
   void linear_forward(const void* x, const void* W, const void* b, void* y, int T, int in, int out, bool accumulate) const;
   void linear_backward(const void* x, const void* W, const void* dy, void* dx, void* dW, void* db, int T, int in, int out,
                        bool accumulate_dx) const;
@@ -435,32 +433,33 @@ void CudaBackend::build(const StageSpec& spec) {
   cuda_check(cudaDeviceSynchronize(), "build");
 }
 
-void CudaBackend::gemm(bool ta, bool tb, int M, int N, int K, float alpha, const void* A, int lda, const void* B, int ldb,
-                       float beta, void* C, int ldc, int batch, std::int64_t sA, std::int64_t sB, std::int64_t sC) const {
-  // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ.
-  const cublasOperation_t opA = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opB = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+void CudaBackend::gemm(const gemm::RowMajor& g, const void* A, const void* B, void* C) const {
+  const gemm::ColumnMajor c = gemm::to_column_major(g);
+  const cublasOperation_t first = c.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t second = c.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cudaDataType_t type = cuda_type(dt_);
-  if (batch == 1)
-    cublas_check(cublasGemmEx(cublas_, opB, opA, N, M, K, &alpha, B, type, ldb, A, type, lda, &beta, C, type, ldc,
-                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+  if (c.batch == 1)
+    cublas_check(cublasGemmEx(cublas_, first, second, c.m, c.n, c.k, &c.alpha, B, type, c.ld_first, A, type, c.ld_second,
+                              &c.beta, C, type, c.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "GemmEx");
   else
-    cublas_check(cublasGemmStridedBatchedEx(cublas_, opB, opA, N, M, K, &alpha, B, type, ldb, sB, A, type, lda, sA, &beta,
-                                            C, type, ldc, sC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    cublas_check(cublasGemmStridedBatchedEx(cublas_, first, second, c.m, c.n, c.k, &c.alpha, B, type, c.ld_first,
+                                            c.stride_first, A, type, c.ld_second, c.stride_second, &c.beta, C, type,
+                                            c.ldc, c.stride_c, c.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "GemmStridedBatchedEx");
 }
 
 void CudaBackend::linear_forward(const void* x, const void* W, const void* b, void* y, int T, int in, int out,
                                  bool accumulate) const {
-  gemm(false, false, T, out, in, 1.0f, x, in, W, out, accumulate ? 1.0f : 0.0f, y, out);
+  gemm(gemm::linear_forward(T, in, out, accumulate), x, W, y);
   if (b) gpu::add_bias(dt_, y, b, T, out, stream_);
 }
 
 void CudaBackend::linear_backward(const void* x, const void* W, const void* dy, void* dx, void* dW, void* db, int T,
                                   int in, int out, bool accumulate_dx) const {
-  gemm(true, false, in, out, T, 1.0f, x, in, dy, out, 1.0f, dW, out);
+  gemm(gemm::linear_weight_grad(T, in, out), x, dy, dW);
   if (db) gpu::bias_backward(dt_, dy, db, T, out, stream_);
-  if (dx) gemm(false, true, T, in, out, 1.0f, dy, out, W, out, accumulate_dx ? 1.0f : 0.0f, dx, in);
+  if (dx) gemm(gemm::linear_input_grad(T, in, out, accumulate_dx), dy, W, dx);
 }
 
 void CudaBackend::upload_tokens(int mb, std::int32_t* dst, bool targets) {
@@ -491,22 +490,16 @@ void CudaBackend::forward_piece(const Piece& p, int mb, const std::byte* in, std
       gpu::layernorm_forward(dt_, x, w(p, 0), w(p, 1), act(mb, p, a.ln1), act(mb, p, a.mean1), act(mb, p, a.rstd1), T, h, stream_);
       linear_forward(act(mb, p, a.ln1), w(p, 2), w(p, 3), act(mb, p, a.qkv), T, h, 3 * h, false);
       // Attention, per sequence: scores = Q·Kᵀ/√d for all heads at once, causal softmax, out = P·V.
-      const int heads = ms.heads, d = h / heads;
-      const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-      const std::int64_t ld = 3 * std::int64_t{h};
+      const gemm::Attention at(s, h, ms.heads);
       for (int bi = 0; bi < B; ++bi) {
-        const std::byte* q = act(mb, p, a.qkv + std::int64_t{bi} * s * ld);
-        const std::byte* k = q + h * e_;
-        std::byte* P = act(mb, p, a.probs + std::int64_t{bi} * heads * s * s);
-        gemm(false, true, s, s, d, scale, q, static_cast<int>(ld), k, static_cast<int>(ld), 0.0f, P, s, heads, d, d,
-             std::int64_t{s} * s);
+        const std::byte* q = act(mb, p, a.qkv + std::int64_t{bi} * s * 3 * h);
+        gemm(at.scores(), q, q + h * e_, act(mb, p, a.probs + bi * at.heads * at.ss()));
       }
-      gpu::causal_softmax(dt_, act(mb, p, a.probs), s, std::int64_t{B} * heads, stream_);
+      gpu::causal_softmax(dt_, act(mb, p, a.probs), s, std::int64_t{B} * at.heads, stream_);
       for (int bi = 0; bi < B; ++bi) {
-        const std::byte* v = act(mb, p, a.qkv + std::int64_t{bi} * s * ld + 2 * h);
-        const std::byte* P = act(mb, p, a.probs + std::int64_t{bi} * heads * s * s);
-        std::byte* o = act(mb, p, a.attn + std::int64_t{bi} * s * h);
-        gemm(false, false, s, d, s, 1.0f, P, s, v, static_cast<int>(ld), 0.0f, o, h, heads, std::int64_t{s} * s, d, d);
+        const std::byte* q = act(mb, p, a.qkv + std::int64_t{bi} * s * 3 * h);
+        gemm(at.values(), act(mb, p, a.probs + bi * at.heads * at.ss()), q + 2 * h * e_,
+             act(mb, p, a.attn + std::int64_t{bi} * s * h));
       }
       std::byte* x2 = act(mb, p, a.x2);
       cuda_check(cudaMemcpyAsync(x2, x, Th_bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
@@ -632,24 +625,20 @@ void CudaBackend::backward_piece(const Piece& p, int mb, const std::byte* dy, st
                               g(p, 7), T, h, stream_);
       linear_backward(act(mb, p, a.attn), w(p, 4), dx2, dh, g(p, 4), g(p, 5), T, h, h, false);
       // Attention backward per sequence, all heads at once (cpu_kernels attention_backward).
-      const int heads = ms.heads, d = h / heads;
-      const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-      const std::int64_t ld = 3 * std::int64_t{h}, ss = std::int64_t{s} * s;
+      const gemm::Attention at(s, h, ms.heads);
       for (int bi = 0; bi < B; ++bi) {
-        const std::int64_t base = std::int64_t{bi} * s * ld;
+        const std::int64_t base = std::int64_t{bi} * s * 3 * h;
         const std::byte* q = act(mb, p, a.qkv + base);
         const std::byte* k = q + h * e_;
         const std::byte* v = q + 2 * h * e_;
         std::byte* dq = dqkv + base * e_;
-        std::byte* dk = dq + h * e_;
-        std::byte* dv = dq + 2 * h * e_;
-        const std::byte* P = act(mb, p, a.probs + std::int64_t{bi} * heads * ss);
+        const std::byte* P = act(mb, p, a.probs + bi * at.heads * at.ss());
         const std::byte* dO = dh + std::int64_t{bi} * s * h * e_;
-        gemm(true, false, s, d, s, 1.0f, P, s, dO, h, 0.0f, dv, static_cast<int>(ld), heads, ss, d, d);    // dV = Pᵀ·dO
-        gemm(false, true, s, s, d, 1.0f, dO, h, v, static_cast<int>(ld), 0.0f, scratch, s, heads, d, d, ss);  // dP = dO·Vᵀ
-        gpu::causal_softmax_backward(dt_, P, scratch, s, heads, stream_);
-        gemm(false, false, s, d, s, scale, scratch, s, k, static_cast<int>(ld), 0.0f, dq, static_cast<int>(ld), heads, ss, d, d);
-        gemm(true, false, s, d, s, scale, scratch, s, q, static_cast<int>(ld), 0.0f, dk, static_cast<int>(ld), heads, ss, d, d);
+        gemm(at.dv(), P, dO, dq + 2 * h * e_);
+        gemm(at.dp(), dO, v, scratch);
+        gpu::causal_softmax_backward(dt_, P, scratch, s, at.heads, stream_);
+        gemm(at.dq(), scratch, k, dq);
+        gemm(at.dk(), scratch, q, dq + h * e_);
       }
       linear_backward(act(mb, p, a.ln1), w(p, 2), dqkv, dh, g(p, 2), g(p, 3), T, h, 3 * h, false);
       cuda_check(cudaMemcpyAsync(dx, dx2, Th_bytes, cudaMemcpyDeviceToDevice, stream_), "copy");

@@ -1,0 +1,93 @@
+// The GEMMs of the cuda backend as data, without CUDA: the row-major
+// products the model needs (linear layers, attention per sequence over all
+// heads), and their translation into cuBLAS's column-major arguments. The
+// backend executes exactly these descriptions; the unit tests execute them
+// with column-major CBLAS on the CPU and compare with the cpu backend's
+// kernels, so the argument lists are checked on machines without a GPU.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace pipebench::gemm {
+
+// Row-major C[M,N] = alpha·op(A)·op(B) + beta·C for `batch` matrices, A/B/C
+// advancing by sA/sB/sC elements; lda/ldb/ldc are the stored row lengths.
+// op(A) is [M,K] (A stored [K,M] when ta), op(B) is [K,N] (B stored [N,K] when tb).
+struct RowMajor {
+  bool ta = false, tb = false;
+  int M = 0, N = 0, K = 0;
+  float alpha = 1.0f;
+  int lda = 0, ldb = 0;
+  float beta = 0.0f;
+  int ldc = 0;
+  int batch = 1;
+  std::int64_t sA = 0, sB = 0, sC = 0;
+};
+
+// cuBLAS (column-major) arguments computing the same product: Cᵀ = op(B)ᵀ·op(A)ᵀ,
+// so cuBLAS's first matrix is B and its second is A.
+struct ColumnMajor {
+  bool trans_first = false, trans_second = false;  // transa, transb of cublasGemm*
+  int m = 0, n = 0, k = 0;
+  int ld_first = 0, ld_second = 0, ldc = 0;        // of B, of A, of C
+  std::int64_t stride_first = 0, stride_second = 0, stride_c = 0;
+  int batch = 1;
+  float alpha = 1.0f, beta = 0.0f;
+};
+
+inline ColumnMajor to_column_major(const RowMajor& g) {
+  ColumnMajor c;
+  c.trans_first = g.tb;
+  c.trans_second = g.ta;
+  c.m = g.N;
+  c.n = g.M;
+  c.k = g.K;
+  c.ld_first = g.ldb;
+  c.ld_second = g.lda;
+  c.ldc = g.ldc;
+  c.stride_first = g.sB;
+  c.stride_second = g.sA;
+  c.stride_c = g.sC;
+  c.batch = g.batch;
+  c.alpha = g.alpha;
+  c.beta = g.beta;
+  return c;
+}
+
+// Linear layers, weights [in, out] (cpu_kernels.hpp): y[T,out] (+)= x·W,
+// dW[in,out] += xᵀ·dy, dx[T,in] (+)= dy·Wᵀ.
+inline RowMajor linear_forward(int T, int in, int out, bool accumulate) {
+  return {false, false, T, out, in, 1.0f, in, out, accumulate ? 1.0f : 0.0f, out};
+}
+inline RowMajor linear_weight_grad(int T, int in, int out) { return {true, false, in, out, T, 1.0f, in, out, 1.0f, out}; }
+inline RowMajor linear_input_grad(int T, int in, int out, bool accumulate) {
+  return {false, true, T, in, out, 1.0f, out, out, accumulate ? 1.0f : 0.0f, in};
+}
+
+// Causal self-attention of one sequence of s tokens, all `heads` heads of
+// d = h/heads channels at once (batch = heads). Operands, as element
+// offsets from the sequence's start: q = qkv, k = qkv + h, v = qkv + 2h
+// (row length 3h); probabilities P and the scratch dP are [heads, s, s];
+// out and dout are [s, h] (head i at column i·d).
+struct Attention {
+  int s, d, heads, h;
+  Attention(int seq, int hidden, int num_heads) : s(seq), d(hidden / num_heads), heads(num_heads), h(hidden) {}
+  std::int64_t ss() const { return std::int64_t{s} * s; }
+  float scale() const { return 1.0f / std::sqrt(static_cast<float>(d)); }  // as cpu_kernels computes it
+
+  // P = scale·Q·Kᵀ (before the causal softmax).
+  RowMajor scores() const { return {false, true, s, s, d, scale(), 3 * h, 3 * h, 0.0f, s, heads, d, d, ss()}; }
+  // out = P·V.
+  RowMajor values() const { return {false, false, s, d, s, 1.0f, s, 3 * h, 0.0f, h, heads, ss(), d, d}; }
+  // dV = Pᵀ·dout.
+  RowMajor dv() const { return {true, false, s, d, s, 1.0f, s, h, 0.0f, 3 * h, heads, ss(), d, d}; }
+  // dP = dout·Vᵀ.
+  RowMajor dp() const { return {false, true, s, s, d, 1.0f, h, 3 * h, 0.0f, s, heads, d, d, ss()}; }
+  // dQ = scale·dS·K.
+  RowMajor dq() const { return {false, false, s, d, s, scale(), s, 3 * h, 0.0f, 3 * h, heads, ss(), d, d}; }
+  // dK = scale·dSᵀ·Q.
+  RowMajor dk() const { return {true, false, s, d, s, scale(), s, 3 * h, 0.0f, 3 * h, heads, ss(), d, d}; }
+};
+
+}  // namespace pipebench::gemm
