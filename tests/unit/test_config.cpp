@@ -223,6 +223,16 @@ TEST_CASE("warnings: a baseline with a different global batch, cpu with bf16, ig
   CHECK(inf.runs[1].baseline.empty());  // no inference baseline exists
 }
 
+TEST_CASE("device.transport: auto resolves by backend; nccl needs the cuda backend", "[config]") {
+  CHECK(parse_job(kBase, "w.toml").device.resolved_transport() == TransportKind::mpi);
+  CHECK(parse_job(kBase, "w.toml", {"device.backend=\"cuda\""}).device.resolved_transport() == TransportKind::nccl);
+  CHECK(parse_job(kBase, "w.toml", {"device.backend=\"cuda\"", "device.transport=\"mpi\""}).device.resolved_transport() ==
+        TransportKind::mpi);
+  CHECK_THAT(error_of(kBase, {"device.transport=\"nccl\""}),
+             Catch::Contains("device.transport") && Catch::Contains("needs backend = \"cuda\""));
+  CHECK_THAT(error_of(kBase, {"device.transport=\"ib\""}), Catch::Contains("device.transport"));
+}
+
 TEST_CASE("load_job reads files and reports a missing one", "[config]") {
   CHECK_THROWS_WITH(load_job("/nonexistent/x.toml"), Catch::Contains("/nonexistent/x.toml: cannot open workload file"));
 }

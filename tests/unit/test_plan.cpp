@@ -85,6 +85,27 @@ TEST_CASE("memory estimate: params, grads, AdamW state, activations at the sched
   CHECK(plan.runs[3].unit.makespan == 7.0);
 }
 
+TEST_CASE("memory estimate on the cuda backend: bf16 state bytes and its workspace", "[plan]") {
+  const Job job = parse_job(kJob, "p.toml", {"device.backend=\"cuda\"", "model.dtype=\"bf16\""});
+  const JobPlan plan = plan_job(job, {"pipe", "serve"});
+  const ModelDesc model(job.model, DType::bf16);
+  REQUIRE(plan.runs[0].storage_dtype == DType::bf16);
+  for (int s = 0; s < 4; ++s) {
+    const StagePlan& sp = plan.runs[0].stages[static_cast<std::size_t>(s)];
+    const Cost c = model.stage(2, 2, s == 0, s == 3);
+    CHECK(sp.params_bytes == 2 * c.params);
+    CHECK(sp.grads_bytes == 2 * c.params);
+    CHECK(sp.optimizer_bytes == 12 * c.params);  // fp32 master + AdamW m, v
+    CHECK(sp.comm_bytes == (s == 0 || s == 3 ? 1 : 2) * 7 * 8192);  // boundary 2*32*64*2 bytes
+    // norm partials (2 KiB) + fp32 token losses + bf16 temporaries tokens*(f + 7h) + heads*s^2
+    CHECK(sp.workspace_bytes == 2048 + 4 * 64 + 2 * (64 * (256 + 7 * 64) + 4 * 32 * 32));
+  }
+  for (const StagePlan& sp : plan.runs[1].stages) CHECK(sp.workspace_bytes == 2048 + 4 * 64);  // inference
+  // The sim backend models no workspace.
+  const Job sim = parse_job(kJob, "p.toml", {"device.backend=\"sim\""});
+  CHECK(plan_job(sim, {"pipe"}).runs[0].stages[0].workspace_bytes == 0);
+}
+
 TEST_CASE("capacity: above 90% a stage is flagged", "[plan]") {
   const Job tight = parse_job(kJob, "p.toml", {"device.memory_capacity=2MiB"});
   const JobPlan plan = plan_job(tight, {"pipe"});
