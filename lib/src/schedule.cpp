@@ -153,4 +153,17 @@ std::string to_text(const Schedule& s) {
   return out;
 }
 
+std::vector<BoundaryLink> boundary_links(const Schedule& s, bool train) {
+  std::vector<BoundaryLink> links;
+  for (int v = 0; v + 1 < s.num_virtual_stages(); ++v) {
+    const int a = s.rank_of(v), b = s.rank_of(v + 1);
+    if (a == b) continue;
+    links.push_back({a, b, ActionKind::F});
+    if (train) links.push_back({b, a, ActionKind::B});
+  }
+  std::sort(links.begin(), links.end());
+  links.erase(std::unique(links.begin(), links.end()), links.end());
+  return links;
+}
+
 }  // namespace pipebench

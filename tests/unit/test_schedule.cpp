@@ -174,3 +174,17 @@ TEST_CASE("chunks: two model chunks per rank follow virtual-stage dependencies",
   CHECK(r.makespan == 8);
   CHECK(r.peak_live_activations == std::vector<int>{2, 2});
 }
+
+TEST_CASE("boundary_links: one per neighbouring pair and direction, gradients only in training", "[schedule]") {
+  using L = BoundaryLink;
+  const auto F = ActionKind::F, B = ActionKind::B;
+  CHECK(boundary_links(make_1f1b(1, 4), true).empty());
+  CHECK(boundary_links(make_1f1b(3, 4), true) ==
+        std::vector<L>{{0, 1, F}, {1, 0, B}, {1, 2, F}, {2, 1, B}});
+  CHECK(boundary_links(make_forward_only(3, 4), false) == std::vector<L>{{0, 1, F}, {1, 2, F}});
+  // Two chunks per rank (virtual stages 0..3 on ranks 0,1,0,1): the wrap 1 -> 0 carries
+  // activations too, and 0 -> 1 gradients; each directed (link, kind) once.
+  Schedule two_chunks = make_gpipe(2, 2);
+  two_chunks.chunks_per_rank = 2;
+  CHECK(boundary_links(two_chunks, true) == std::vector<L>{{0, 1, F}, {0, 1, B}, {1, 0, F}, {1, 0, B}});
+}

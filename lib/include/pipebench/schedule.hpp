@@ -85,6 +85,19 @@ Schedule make_eager_1f1b(int p, int m);
 // The schedule a run uses: forward-only for inference, else `kind`.
 Schedule make_schedule(ScheduleKind kind, RunMode mode, int p, int m);
 
+// A directed stage-boundary link: tensors of `kind` (F: activations, B:
+// gradients) travel from rank `src` to rank `dst`.
+struct BoundaryLink {
+  int src = 0, dst = 0;
+  ActionKind kind = ActionKind::F;
+  friend bool operator==(const BoundaryLink&, const BoundaryLink&) = default;
+  friend auto operator<=>(const BoundaryLink&, const BoundaryLink&) = default;
+};
+// The links a schedule's boundary tensors use (virtual stage v -> v+1 for
+// activations; v+1 -> v for gradients when `train`), each once, sorted.
+// The NCCL transport builds one communicator per link.
+std::vector<BoundaryLink> boundary_links(const Schedule& s, bool train);
+
 // One rank's list: "F0 F1 B0 B1".
 std::string to_text(const std::vector<Action>& actions);
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <tuple>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -26,12 +25,6 @@ void cuda_check(cudaError_t rc, const char* what) {
   if (rc != cudaSuccess) throw Error(fmt::format("nccl transport: {}: {}", what, cudaGetErrorString(rc)));
 }
 
-// A directed link: tensors of `kind` from run rank `src` to run rank `dst`.
-struct LinkKey {
-  int src, dst, kind;
-  bool operator<(const LinkKey& o) const { return std::tie(src, dst, kind) < std::tie(o.src, o.dst, o.kind); }
-};
-
 struct Link {
   ncclComm_t comm = nullptr;  // two ranks: 0 = src, 1 = dst
   cudaStream_t stream = nullptr;
@@ -43,17 +36,7 @@ class NcclTransport final : public Transport {
   NcclTransport(RunComm& comm, const Schedule& sched, int num_microbatches, bool train)
       : comm_(comm), headers_(comm, sched.chunks_per_rank, num_microbatches, LinkModel{}) {
     // The links of this schedule, in one order on every rank.
-    std::vector<LinkKey> links;
-    for (int v = 0; v + 1 < sched.num_virtual_stages(); ++v) {
-      const int a = sched.rank_of(v), b = sched.rank_of(v + 1);
-      if (a == b) continue;
-      links.push_back({a, b, static_cast<int>(ActionKind::F)});
-      if (train) links.push_back({b, a, static_cast<int>(ActionKind::B)});
-    }
-    std::sort(links.begin(), links.end());
-    links.erase(std::unique(links.begin(), links.end(),
-                            [](const LinkKey& x, const LinkKey& y) { return !(x < y) && !(y < x); }),
-                links.end());
+    const std::vector<BoundaryLink> links = boundary_links(sched, train);
 
     // The run's communicator: unique id from run rank 0, broadcast over MPI.
     ncclUniqueId id{};
@@ -62,7 +45,7 @@ class NcclTransport final : public Transport {
     nccl_check(ncclCommInitRank(&run_comm_, comm_.size(), id, comm_.rank()), "ncclCommInitRank");
 
     // One split per link (collective over the run); ranks outside it take no part.
-    for (const LinkKey& k : links) {
+    for (const BoundaryLink& k : links) {
       const bool mine = comm_.rank() == k.src || comm_.rank() == k.dst;
       ncclComm_t c = nullptr;
       nccl_check(ncclCommSplit(run_comm_, mine ? 0 : NCCL_SPLIT_NOCOLOR, comm_.rank() == k.src ? 0 : 1, &c, nullptr),
@@ -78,7 +61,7 @@ class NcclTransport final : public Transport {
     // operation): one byte each way's sender to receiver, links in the same
     // order on every rank, so the pairwise handshakes cannot wait in a cycle.
     cuda_check(cudaMalloc(&probe_byte_, 1), "cudaMalloc (1 byte)");
-    for (const LinkKey& k : links) {
+    for (const BoundaryLink& k : links) {
       auto it = links_.find(k);
       if (it == links_.end()) continue;
       const bool sender = comm_.rank() == k.src;
@@ -133,7 +116,7 @@ class NcclTransport final : public Transport {
 
  private:
   Link& link(int src, int dst, ActionKind kind) {
-    auto it = links_.find({src, dst, static_cast<int>(kind)});
+    auto it = links_.find(BoundaryLink{src, dst, kind});
     if (it == links_.end())
       throw Error(fmt::format("nccl transport: no link from rank {} to rank {} for {} tensors", src, dst,
                               kind == ActionKind::F ? "activation" : "gradient"));
@@ -159,7 +142,7 @@ class NcclTransport final : public Transport {
   RunComm& comm_;
   MpiTransport headers_;
   ncclComm_t run_comm_ = nullptr;
-  std::map<LinkKey, Link> links_;
+  std::map<BoundaryLink, Link> links_;
   std::vector<Link*> used_;
   void* probe_byte_ = nullptr;
 };
