@@ -312,8 +312,8 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
       jr.provenance_attrs["driver_version"] = cuda_driver_version();
       jr.provenance_attrs["cuda_version"] = cuda_runtime_version();
       jr.provenance_attrs["nccl_version"] = nccl_version();
-      jr.provenance_attrs["transport"] = std::string(to_string(transport_kind));
     }
+    jr.provenance_attrs["transport"] = std::string(to_string(transport_kind));
     std::string unique_hosts;
     for (const auto& h : jr.hostnames)
       if (unique_hosts.find(h) == std::string::npos) unique_hosts += (unique_hosts.empty() ? "" : ",") + h;
