@@ -14,44 +14,7 @@ namespace pipebench {
 
 namespace {
 
-constexpr float kInitStd = 0.02f;
 constexpr float kAdamBeta1 = 0.9f, kAdamBeta2 = 0.95f, kAdamEps = 1e-8f, kWeightDecay = 0.01f;
-
-// Float offsets of one gpt block's saved activations inside its slab region
-// (docs/model.md order): per token x, ln1, ln1 mean/rstd, qkv, attn, x2,
-// ln2, ln2 mean/rstd, pre, gelu; then the attention probabilities.
-struct GptActs {
-  std::int64_t x, ln1, mean1, rstd1, qkv, attn, x2, ln2, mean2, rstd2, pre, gelu, probs, end;
-  GptActs(std::int64_t T, std::int64_t h, std::int64_t f) {
-    x = 0;
-    ln1 = x + T * h;
-    mean1 = ln1 + T * h;
-    rstd1 = mean1 + T;
-    qkv = rstd1 + T;
-    attn = qkv + 3 * T * h;
-    x2 = attn + T * h;
-    ln2 = x2 + T * h;
-    mean2 = ln2 + T * h;
-    rstd2 = mean2 + T;
-    pre = rstd2 + T;
-    gelu = pre + T * f;
-    probs = gelu + T * f;
-    end = probs;  // + B * heads * s * s
-  }
-};
-
-// Head: x, ln, mean, rstd, probs [T, V], then int32 targets.
-struct HeadActs {
-  std::int64_t x, ln, mean, rstd, probs, targets;
-  HeadActs(std::int64_t T, std::int64_t h, std::int64_t V) {
-    x = 0;
-    ln = T * h;
-    mean = ln + T * h;
-    rstd = mean + T;
-    probs = rstd + T;
-    targets = probs + T * V;
-  }
-};
 
 }  // namespace
 
@@ -63,47 +26,15 @@ void CpuBackend::build(const StageSpec& spec) {
   spec_ = spec;
   const ModelSpec& ms = job_.model;
   const ModelDesc model(ms, DType::fp32);
-  const std::int64_t h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, V = ms.vocab, L = ms.layers;
+  const std::int64_t h = ms.hidden;
   const int b = spec.micro_batch_size;
-  tokens_ = static_cast<std::int64_t>(b) * s;
+  tokens_ = static_cast<std::int64_t>(b) * ms.seq_len;
   const bool train = spec.mode == RunMode::train;
   layers_ = {spec.range.first_layer, spec.range.last_layer()};
 
-  // The tensor table: offsets into the flat buffers, in docs/model.md order.
-  std::int64_t next_param = 0, next_act = 0;
-  auto add_piece = [&](PieceKind kind, int id, std::vector<std::pair<std::int64_t, bool>> sizes, std::int64_t act_bytes) {
-    Piece p;
-    p.kind = kind;
-    p.id = id;
-    for (const auto& [n, matrix] : sizes) {
-      p.tensors.push_back({next_param, n, matrix});
-      next_param += n;
-    }
-    p.act_offset = next_act;
-    p.act_bytes = act_bytes;
-    next_act += act_bytes;
-    pieces_.push_back(p);
-  };
-  if (spec.range.has_embedding)
-    add_piece(PieceKind::embedding, 0, {{V * h, true}, {s * h, true}}, model.embedding(b).activation_bytes);
-  for (int layer = spec.range.first_layer; layer <= spec.range.last_layer(); ++layer) {
-    if (ms.kind == ModelKind::gpt)
-      add_piece(PieceKind::gpt, 1 + layer,
-                {{h, false}, {h, false}, {h * 3 * h, true}, {3 * h, false}, {h * h, true}, {h, false},
-                 {h, false}, {h, false}, {h * f, true}, {f, false}, {f * h, true}, {h, false}},
-                model.block(b).activation_bytes);
-    else
-      add_piece(PieceKind::mlp, 1 + layer, {{h * f, true}, {f, false}, {f * h, true}, {h, false}},
-                model.block(b).activation_bytes);
-  }
-  if (spec.range.has_head)
-    add_piece(PieceKind::head, static_cast<int>(L) + 1, {{h, false}, {h, false}, {h * V, true}},
-              model.head(b).activation_bytes);
-  const Cost expected = model.stage(b, spec.range.num_layers, spec.range.has_embedding, spec.range.has_head);
-  if (next_param != expected.params || next_act != expected.activation_bytes)
-    throw Error(fmt::format("cpu backend: tensor table ({} params, {} activation bytes) disagrees with the model "
-                            "description ({}, {})",
-                            next_param, next_act, expected.params, expected.activation_bytes));
+  const StageLayout layout = stage_layout(ms, DType::fp32, spec.range, b, "cpu");
+  pieces_ = layout.pieces;
+  const std::int64_t next_param = layout.params, next_act = layout.activation_bytes;
 
   const auto n = static_cast<std::size_t>(next_param);
   params_ = TrackedArray<float>(memory_, MemCategory::params, n, "parameters");
@@ -134,24 +65,8 @@ void CpuBackend::build(const StageSpec& spec) {
   loss_.assign(m, 0.0);
 
   // Initial weights: a function of (seed, piece, tensor, element) only.
-  const float proj_std = kInitStd / std::sqrt(2.0f * static_cast<float>(L));
-  float* P = params_.data();
-  for (const Piece& p : pieces_) {
-    for (std::size_t t = 0; t < p.tensors.size(); ++t) {
-      const Tensor& tt = p.tensors[t];
-      float* w = P + tt.offset;
-      const bool gamma = !tt.matrix && ((p.kind == PieceKind::gpt && (t == 0 || t == 6)) ||
-                                        (p.kind == PieceKind::head && t == 0));
-      if (!tt.matrix) {
-        std::fill(w, w + tt.size, gamma ? 1.0f : 0.0f);
-        continue;
-      }
-      const bool residual_proj = (p.kind == PieceKind::gpt && (t == 4 || t == 10)) || (p.kind == PieceKind::mlp && t == 2);
-      const float stdev = residual_proj ? proj_std : kInitStd;
-      for (std::int64_t i = 0; i < tt.size; ++i)
-        w[i] = stdev * init_normal(ms.seed, p.id, static_cast<int>(t), static_cast<std::uint64_t>(i));
-    }
-  }
+  for (const Piece& p : pieces_)
+    for (std::size_t t = 0; t < p.tensors.size(); ++t) initial_values(ms, p, t, params_.data() + p.tensors[t].offset);
 }
 
 void CpuBackend::begin_step(int step, double /*deadline_s*/) { step_ = step; }
@@ -363,7 +278,7 @@ void CpuBackend::weight_grad(int /*step*/, int /*microbatch*/) {
 void CpuBackend::grad_sq_norm_by_piece(std::vector<double>& per_piece) const {
   for (const Piece& p : pieces_) {
     double sum = 0.0;
-    for (const Tensor& t : p.tensors) sum += cpu::sum_squares(grads_.data() + t.offset, t.size);
+    for (const TensorSlot& t : p.tensors) sum += cpu::sum_squares(grads_.data() + t.offset, t.size);
     per_piece.at(static_cast<std::size_t>(p.id)) += sum;
   }
 }
@@ -373,7 +288,7 @@ void CpuBackend::optimizer_step(int /*step*/, double grad_scale) {
   const auto lr = static_cast<float>(job_.train.learning_rate);
   const auto scale = static_cast<float>(grad_scale);
   for (const Piece& p : pieces_)
-    for (const Tensor& t : p.tensors) {
+    for (const TensorSlot& t : p.tensors) {
       float* w = params_.data() + t.offset;
       const float* g = grads_.data() + t.offset;
       if (job_.train.optimizer == OptimizerKind::adamw)

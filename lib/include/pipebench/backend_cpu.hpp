@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "pipebench/backend.hpp"
+#include "pipebench/stage_layout.hpp"
 
 namespace pipebench {
 
@@ -58,19 +59,7 @@ class CpuBackend final : public Backend {
   // Activation slabs allocated from the system so far (live + cached).
   std::size_t slabs_allocated() const { return slabs_allocated_; }
 
-  enum class PieceKind { embedding, gpt, mlp, head };
-  struct Tensor {
-    std::int64_t offset = 0;  // in the flat parameter buffer
-    std::int64_t size = 0;
-    bool matrix = false;      // weight decay applies to matrices only
-  };
-  struct Piece {
-    PieceKind kind = PieceKind::gpt;
-    int id = 0;                       // global piece id: 0 embedding, 1+i block i, L+1 head
-    std::vector<Tensor> tensors;      // in the order of docs/model.md
-    std::int64_t act_offset = 0;      // bytes into a micro-batch's activation slab
-    std::int64_t act_bytes = 0;
-  };
+  using Piece = PieceLayout;  // stage_layout.hpp
 
  private:
   float* act(int mb, const Piece& p, std::int64_t float_offset) const;

@@ -18,6 +18,7 @@
 
 #include "kernels.hpp"
 #include "pipebench/gemm_layout.hpp"
+#include "pipebench/stage_layout.hpp"
 #include "pipebench/cuda_device.hpp"
 #include "pipebench/error.hpp"
 #include "pipebench/synthetic.hpp"
@@ -27,7 +28,6 @@ namespace pipebench {
 
 namespace {
 
-constexpr float kInitStd = 0.02f;
 constexpr float kAdamBeta1 = 0.9f, kAdamBeta2 = 0.95f, kAdamEps = 1e-8f, kWeightDecay = 0.01f;
 
 void cuda_check(cudaError_t rc, const char* what) {
@@ -153,39 +153,6 @@ class HostBuffer {
   std::size_t bytes_ = 0;
 };
 
-// Element offsets of one gpt block's saved activations (the cpu backend's layout).
-struct GptActs {
-  std::int64_t x, ln1, mean1, rstd1, qkv, attn, x2, ln2, mean2, rstd2, pre, gelu, probs;
-  GptActs(std::int64_t T, std::int64_t h, std::int64_t f) {
-    x = 0;
-    ln1 = x + T * h;
-    mean1 = ln1 + T * h;
-    rstd1 = mean1 + T;
-    qkv = rstd1 + T;
-    attn = qkv + 3 * T * h;
-    x2 = attn + T * h;
-    ln2 = x2 + T * h;
-    mean2 = ln2 + T * h;
-    rstd2 = mean2 + T;
-    pre = rstd2 + T;
-    gelu = pre + T * f;
-    probs = gelu + T * f;
-  }
-};
-
-// Head: x, ln, mean, rstd, probs [T, V] (elements), then int32 targets.
-struct HeadActs {
-  std::int64_t x, ln, mean, rstd, probs, targets;
-  HeadActs(std::int64_t T, std::int64_t h, std::int64_t V) {
-    x = 0;
-    ln = T * h;
-    mean = ln + T * h;
-    rstd = mean + T;
-    probs = rstd + T;
-    targets = probs + T * V;
-  }
-};
-
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const Job& job, int rank);
@@ -212,18 +179,7 @@ class CudaBackend final : public Backend {
   int peak_live_activations() const override { return peak_live_; }
 
  private:
-  enum class PieceKind { embedding, gpt, mlp, head };
-  struct Tensor {
-    std::int64_t offset = 0;  // elements into the flat parameter buffer
-    std::int64_t size = 0;
-    bool matrix = false;
-  };
-  struct Piece {
-    PieceKind kind = PieceKind::gpt;
-    int id = 0;
-    std::vector<Tensor> tensors;
-    std::int64_t act_offset = 0;  // bytes into a slab
-  };
+  using Piece = PieceLayout;  // stage_layout.hpp
 
   static std::uint64_t device_capacity(const Job& job);
   std::byte* act(int mb, const Piece& p, std::int64_t elements) const {
@@ -320,45 +276,15 @@ void CudaBackend::build(const StageSpec& spec) {
   if (dt_ != DType::fp32) cublas_check(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
   const ModelSpec& ms = job_.model;
   const ModelDesc model(ms, dt_);
-  const std::int64_t h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, V = ms.vocab, L = ms.layers;
+  const std::int64_t h = ms.hidden, V = ms.vocab;
   const int b = spec.micro_batch_size;
-  tokens_ = std::int64_t{b} * s;
+  tokens_ = std::int64_t{b} * ms.seq_len;
   const bool train = spec.mode == RunMode::train;
   layers_ = {spec.range.first_layer, spec.range.last_layer()};
 
-  std::int64_t next_param = 0, next_act = 0;
-  auto add_piece = [&](PieceKind kind, int id, std::vector<std::pair<std::int64_t, bool>> sizes, std::int64_t act_bytes) {
-    Piece p;
-    p.kind = kind;
-    p.id = id;
-    for (const auto& [n, matrix] : sizes) {
-      p.tensors.push_back({next_param, n, matrix});
-      next_param += n;
-    }
-    p.act_offset = next_act;
-    next_act += act_bytes;
-    pieces_.push_back(p);
-  };
-  if (spec.range.has_embedding)
-    add_piece(PieceKind::embedding, 0, {{V * h, true}, {s * h, true}}, model.embedding(b).activation_bytes);
-  for (int layer = spec.range.first_layer; layer <= spec.range.last_layer(); ++layer) {
-    if (ms.kind == ModelKind::gpt)
-      add_piece(PieceKind::gpt, 1 + layer,
-                {{h, false}, {h, false}, {h * 3 * h, true}, {3 * h, false}, {h * h, true}, {h, false},
-                 {h, false}, {h, false}, {h * f, true}, {f, false}, {f * h, true}, {h, false}},
-                model.block(b).activation_bytes);
-    else
-      add_piece(PieceKind::mlp, 1 + layer, {{h * f, true}, {f, false}, {f * h, true}, {h, false}},
-                model.block(b).activation_bytes);
-  }
-  if (spec.range.has_head)
-    add_piece(PieceKind::head, static_cast<int>(L) + 1, {{h, false}, {h, false}, {h * V, true}},
-              model.head(b).activation_bytes);
-  const Cost expected = model.stage(b, spec.range.num_layers, spec.range.has_embedding, spec.range.has_head);
-  if (next_param != expected.params || next_act != expected.activation_bytes)
-    throw Error(fmt::format("cuda backend: tensor table ({} params, {} activation bytes) disagrees with the model "
-                            "description ({}, {})",
-                            next_param, next_act, expected.params, expected.activation_bytes));
+  const StageLayout layout = stage_layout(ms, dt_, spec.range, b, "cuda");
+  pieces_ = layout.pieces;
+  const std::int64_t next_param = layout.params, next_act = layout.activation_bytes;
   num_params_ = next_param;
   if (dt_ == DType::fp16) grad_unscale_ = 1.0 / (static_cast<double>(tokens_) * spec.num_microbatches);
   if (spec.range.has_head) {
@@ -406,22 +332,13 @@ void CudaBackend::build(const StageSpec& spec) {
 
   // Initial weights: the cpu backend's values (seed, piece, tensor, element),
   // rounded to the storage dtype; the fp32 master keeps them exactly.
-  const float proj_std = kInitStd / std::sqrt(2.0f * static_cast<float>(L));
   std::vector<float> host;
   std::vector<std::byte> rounded;
   for (const Piece& p : pieces_) {
     for (std::size_t t = 0; t < p.tensors.size(); ++t) {
-      const Tensor& tt = p.tensors[t];
-      host.assign(static_cast<std::size_t>(tt.size), 0.0f);
-      if (!tt.matrix) {
-        const bool gamma = (p.kind == PieceKind::gpt && (t == 0 || t == 6)) || (p.kind == PieceKind::head && t == 0);
-        std::fill(host.begin(), host.end(), gamma ? 1.0f : 0.0f);
-      } else {
-        const bool residual_proj = (p.kind == PieceKind::gpt && (t == 4 || t == 10)) || (p.kind == PieceKind::mlp && t == 2);
-        const float stdev = residual_proj ? proj_std : kInitStd;
-        for (std::int64_t i = 0; i < tt.size; ++i)
-          host[static_cast<std::size_t>(i)] = stdev * init_normal(ms.seed, p.id, static_cast<int>(t), static_cast<std::uint64_t>(i));
-      }
+      const TensorSlot& tt = p.tensors[t];
+      host.resize(static_cast<std::size_t>(tt.size));
+      initial_values(ms, p, t, host.data());
       rounded.resize(host.size() * static_cast<std::size_t>(e_));
       round_on_host(dt_, host.data(), rounded.data(), host.size());
       cuda_check(cudaMemcpy(w(p, t), rounded.data(), rounded.size(), cudaMemcpyHostToDevice), "uploading weights");
@@ -717,7 +634,7 @@ void CudaBackend::optimizer_step(int /*step*/, double grad_scale) {
   const auto scale = static_cast<float>(grad_scale * grad_unscale_);
   for (const Piece& p : pieces_)
     for (std::size_t t = 0; t < p.tensors.size(); ++t) {
-      const Tensor& tt = p.tensors[t];
+      const TensorSlot& tt = p.tensors[t];
       float* master = master_.bytes() ? reinterpret_cast<float*>(master_.data()) + tt.offset : nullptr;
       if (job_.train.optimizer == OptimizerKind::adamw)
         gpu::adamw_update(dt_, w(p, t), g(p, t), master, reinterpret_cast<float*>(adam_m_.data()) + tt.offset,
