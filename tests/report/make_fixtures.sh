@@ -19,6 +19,6 @@ run 1 inputs "$src/tests/data/report/xss.toml"
 f=$(find "$out/inputs/runner_schedules" -name '*.h5' | head -1)
 head -c 3000 "$f" > "$out/inputs/truncated.h5"
 for i in 1 2 3; do run 2 nightly "$src/tests/data/report/regression.toml"; done
-run 2 slow "$src/tests/data/report/regression.toml" --set device.sim_flops_per_s=2e9
+run 2 slow "$src/tests/data/report/regression.toml" --set device.sim_flops_per_s=5e8
 run 2 same "$src/tests/data/report/regression.toml"
 echo "fixtures in $out"
