@@ -16,7 +16,7 @@
 # Needs the build dependencies of scripts/bootstrap.sh (installed here when
 # missing and apt can reach a mirror) and the CUDA toolkit under /usr/local/cuda.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 out=${1:-gpu-check-out}
 build=${PIPEBENCH_GPU_BUILD:-build-gpu}
 mkdir -p "$out"
@@ -34,7 +34,7 @@ step() {  # step NAME COMMAND...: runs, logs to $out/NAME.log, records PASS/FAIL
   local verdict=PASS
   ((rc == 0)) || { verdict="FAIL (exit $rc)"; failed=1; }
   summary+=("$(printf '%-22s %-16s %4ds' "$name" "$verdict" $((SECONDS - t0)))")
-  return $rc
+  return "$rc"
 }
 
 echo "pipebench gpu-check $(git rev-parse --short HEAD 2>/dev/null) on $(hostname), $(date -u +%FT%TZ)"
