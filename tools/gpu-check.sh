@@ -65,8 +65,21 @@ build_all() {
     cmake --build "$build" -j "$(nproc)" --target pipebench gpu_tests verify_results bench_cuda_gemm
 }
 
+# The gpu tests; skipping the cross-check (no usable GPU after all) is a failure here.
+gpu_tests() {
+  local log="$out/ctest-gpu.txt"
+  ctest --test-dir "$build" -L gpu --output-on-failure -V >"$log" 2>&1
+  local rc=$?
+  grep -E "SKIP|Passed|Failed|Skipped|tests passed" "$log"
+  if grep -q "gpu.cross_check .*Skipped" "$log"; then
+    echo "FAIL: gpu.cross_check was skipped: $(grep -m1 'SKIP:' "$log")"
+    return 1
+  fi
+  return $rc
+}
+
 if step build build_all; then
-  step gpu-tests ctest --test-dir "$build" -L gpu --output-on-failure
+  step gpu-tests gpu_tests
   # 4096 tokens (micro-batch 4 x seq 1024) through hidden 1024: qkv, fc1, LM head; then the square reference.
   step gemm "$build/bench/bench_cuda_gemm" 4096 3072 1024 4096 4096 1024 4096 50304 1024 4096 4096 4096
   step baseline-1gpu "$build/bench/pipebench" run jobs/gpu/gpt_350m_cuda.toml --run baseline -o "$out/results"
