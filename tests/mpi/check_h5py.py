@@ -15,7 +15,7 @@ RUN_ATTRS = ["status", "failure_kind", "failure_message", "pipeline_size", "micr
              "bubble_simulated", "step_time_median_s", "slowest_stage_median_s", "bubble_measured_median",
              "peak_mem_max_bytes", "loss_max_rel_dev", "decision", "decision_reasons"]
 STEP = ["step_time_s", "is_warmup", "loss", "slowest_stage_s", "bubble_measured", "grad_norm", "clipped"]
-STEP_RANK = ["busy_s", "comm_wait_s", "idle_s", "forward_s", "backward_s", "optimizer_s"]
+STEP_RANK = ["busy_s", "comm_wait_s", "comm_transfer_s", "idle_s", "forward_s", "backward_s", "optimizer_s"]
 RANK = ["peak_mem_bytes", "memory_capacity_bytes", "stage_params", "peak_live_activations"] + [
     f"peak_mem_{c}_bytes" for c in ["params", "grads", "optimizer", "activations", "workspace", "comm"]]
 EVENT_FIELDS = ["step", "rank", "kind", "microbatch", "chunk", "start_s", "end_s"]

@@ -50,6 +50,18 @@ void check_ok_run(const Job& job, const RunPlan& plan, const RunResult& r) {
   expect_eq(r.busy_s.size(), static_cast<std::size_t>(steps), run + ": busy_s rows");
   if (!r.busy_s.empty()) expect_eq(r.busy_s[0].size(), static_cast<std::size_t>(p), run + ": busy_s columns");
 
+  // The transfer is the part of the blocked time after the tensor was ready.
+  expect_eq(r.comm_transfer_s.size(), static_cast<std::size_t>(steps), run + ": comm_transfer_s rows");
+  for (std::size_t k = 0; k < r.comm_transfer_s.size() && k < r.comm_wait_s.size(); ++k)
+    for (std::size_t i = 0; i < r.comm_transfer_s[k].size(); ++i)
+      if (!(r.comm_transfer_s[k][i] >= 0.0 && r.comm_transfer_s[k][i] <= r.comm_wait_s[k][i]))
+        problems.push_back(fmt::format("{}: step {} rank {}: comm_transfer_s {} not within [0, comm_wait_s {}]", run, k, i,
+                                       r.comm_transfer_s[k][i], r.comm_wait_s[k][i]));
+  double transfer_sum = 0.0;
+  for (const auto& row : r.comm_transfer_s)
+    for (double x : row) transfer_sum += x;
+  if (p > 1 && !(transfer_sum > 0.0)) problems.push_back(run + ": a pipeline with no transfer time at all");
+
   // Events: per rank and step, exactly the schedule's actions in order.
   std::map<std::pair<int, int>, std::vector<Action>> seen;
   for (const auto& e : r.events) seen[{e.rank, e.step}].push_back({e.kind, e.microbatch, e.chunk});
