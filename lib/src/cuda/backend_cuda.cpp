@@ -209,7 +209,6 @@ class CudaBackend final : public Backend {
   void finish_action();
 
   const Job& job_;
-  int rank_;
   MemoryTracker memory_;
   StageSpec spec_;
   DType dt_ = DType::fp32;
@@ -249,7 +248,7 @@ std::uint64_t CudaBackend::device_capacity(const Job& job) {
 }
 
 CudaBackend::CudaBackend(const Job& job, int rank)
-    : job_(job), rank_(rank), memory_(rank, device_capacity(job)) {
+    : job_(job), memory_(rank, device_capacity(job)) {
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   cublas_check(cublasCreate(&cublas_), "cublasCreate");
   cublas_check(cublasSetStream(cublas_, stream_), "cublasSetStream");
