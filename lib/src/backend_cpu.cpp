@@ -12,12 +12,6 @@
 
 namespace pipebench {
 
-namespace {
-
-constexpr float kAdamBeta1 = 0.9f, kAdamBeta2 = 0.95f, kAdamEps = 1e-8f, kWeightDecay = 0.01f;
-
-}  // namespace
-
 CpuBackend::CpuBackend(const Job& job, int rank) : job_(job), memory_(rank, job.device.memory_capacity_bytes) {
   cpu::set_blas_threads(job.device.threads_per_rank);
 }
@@ -293,7 +287,7 @@ void CpuBackend::optimizer_step(int /*step*/, double grad_scale) {
       const float* g = grads_.data() + t.offset;
       if (job_.train.optimizer == OptimizerKind::adamw)
         cpu::adamw_update(w, g, adam_m_.data() + t.offset, adam_v_.data() + t.offset, t.size, lr, kAdamBeta1,
-                          kAdamBeta2, kAdamEps, t.matrix ? kWeightDecay : 0.0f, optimizer_steps_, scale);
+                          kAdamBeta2, kAdamEps, t.matrix ? kAdamWeightDecay : 0.0f, optimizer_steps_, scale);
       else
         cpu::sgd_update(w, g, t.size, lr, scale);
     }

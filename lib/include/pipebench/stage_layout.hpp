@@ -47,6 +47,10 @@ StageLayout stage_layout(const ModelSpec& model, DType dtype, const StageRange& 
 // tensor, element) only, so every split starts from the same model.
 void initial_values(const ModelSpec& model, const PieceLayout& piece, std::size_t t, float* out);
 
+// AdamW as both real backends apply it (not workload keys): betas 0.9 and
+// 0.95, eps 1e-8, decoupled weight decay 0.01 on matrices only.
+inline constexpr float kAdamBeta1 = 0.9f, kAdamBeta2 = 0.95f, kAdamEps = 1e-8f, kAdamWeightDecay = 0.01f;
+
 // Element offsets of one gpt block's saved activations inside its slab
 // region (docs/model.md order): per token x, ln1, ln1 mean/rstd, qkv, attn,
 // x2, ln2, ln2 mean/rstd, pre, gelu; then the attention probabilities.

@@ -28,27 +28,14 @@ namespace pipebench {
 
 namespace {
 
-constexpr float kAdamBeta1 = 0.9f, kAdamBeta2 = 0.95f, kAdamEps = 1e-8f, kWeightDecay = 0.01f;
 
 void cuda_check(cudaError_t rc, const char* what) {
   if (rc != cudaSuccess) throw Error(fmt::format("cuda backend: {}: {} ({})", what, cudaGetErrorString(rc), cudaGetErrorName(rc)));
 }
 
-const char* cublas_status_text(cublasStatus_t st) {
-  switch (st) {
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    default: return "cuBLAS error";
-  }
-}
-
 void cublas_check(cublasStatus_t st, const char* what) {
   if (st == CUBLAS_STATUS_ALLOC_FAILED) throw OutOfMemoryError(fmt::format("out of memory: cuBLAS {}: CUBLAS_STATUS_ALLOC_FAILED", what));
-  if (st != CUBLAS_STATUS_SUCCESS) throw Error(fmt::format("cuda backend: cuBLAS {}: {} ({})", what, cublas_status_text(st), static_cast<int>(st)));
+  if (st != CUBLAS_STATUS_SUCCESS) throw Error(fmt::format("cuda backend: cuBLAS {}: {} ({})", what, cublasGetStatusString(st), cublasGetStatusName(st)));
 }
 
 cudaDataType_t cuda_type(DType dt) {
@@ -638,7 +625,7 @@ void CudaBackend::optimizer_step(int /*step*/, double grad_scale) {
       if (job_.train.optimizer == OptimizerKind::adamw)
         gpu::adamw_update(dt_, w(p, t), g(p, t), master, reinterpret_cast<float*>(adam_m_.data()) + tt.offset,
                           reinterpret_cast<float*>(adam_v_.data()) + tt.offset, tt.size, lr, kAdamBeta1, kAdamBeta2,
-                          kAdamEps, tt.matrix ? kWeightDecay : 0.0f, optimizer_steps_, scale, stream_);
+                          kAdamEps, tt.matrix ? kAdamWeightDecay : 0.0f, optimizer_steps_, scale, stream_);
       else
         gpu::sgd_update(dt_, w(p, t), g(p, t), master, tt.size, lr, scale, stream_);
     }
