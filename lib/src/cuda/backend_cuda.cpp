@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include "check.hpp"
 #include "kernels.hpp"
 #include "pipebench/gemm_layout.hpp"
 #include "pipebench/stage_layout.hpp"
@@ -28,10 +29,7 @@ namespace pipebench {
 
 namespace {
 
-
-void cuda_check(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess) throw Error(fmt::format("cuda backend: {}: {} ({})", what, cudaGetErrorString(rc), cudaGetErrorName(rc)));
-}
+constexpr const char* kWho = "cuda backend";
 
 void cublas_check(cublasStatus_t st, const char* what) {
   if (st == CUBLAS_STATUS_ALLOC_FAILED) throw OutOfMemoryError(fmt::format("out of memory: cuBLAS {}: CUBLAS_STATUS_ALLOC_FAILED", what));
@@ -92,7 +90,7 @@ class DeviceBuffer {
     ptr_ = cuda_malloc_or_oom(tracker, cat, bytes, what);
     tracker_ = &tracker;
     bytes_ = bytes;
-    if (zero) cuda_check(cudaMemset(ptr_, 0, bytes), "cudaMemset");
+    if (zero) cuda_check(cudaMemset(ptr_, 0, bytes), kWho, "cudaMemset");
   }
   DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
@@ -125,7 +123,7 @@ class DeviceBuffer {
 class HostBuffer {
  public:
   explicit HostBuffer(std::size_t bytes) : bytes_(bytes) {
-    if (bytes) cuda_check(cudaMallocHost(&ptr_, bytes), "cudaMallocHost (staging buffer)");
+    if (bytes) cuda_check(cudaMallocHost(&ptr_, bytes), kWho, "cudaMallocHost (staging buffer)");
   }
   HostBuffer(HostBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(o.bytes_) {}
   HostBuffer& operator=(HostBuffer&&) = delete;
@@ -230,19 +228,19 @@ class CudaBackend final : public Backend {
 std::uint64_t CudaBackend::device_capacity(const Job& job) {
   (void)cuda_device_count();  // DeviceUnavailableError when there is none
   std::size_t free_b = 0, total_b = 0;
-  cuda_check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  cuda_check(cudaMemGetInfo(&free_b, &total_b), kWho, "cudaMemGetInfo");
   return std::min<std::uint64_t>(job.device.memory_capacity_bytes, total_b);
 }
 
 CudaBackend::CudaBackend(const Job& job, int rank)
     : job_(job), memory_(rank, device_capacity(job)) {
-  cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), kWho, "cudaStreamCreate");
   cublas_check(cublasCreate(&cublas_), "cublasCreate");
   cublas_check(cublasSetStream(cublas_, stream_), "cublasSetStream");
   // fp32 GEMMs stay fp32 (no TF32), as the cpu reference computes them.
   cublas_check(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
-  cuda_check(cudaEventCreate(&ev_start_), "cudaEventCreate");
-  cuda_check(cudaEventCreate(&ev_end_), "cudaEventCreate");
+  cuda_check(cudaEventCreate(&ev_start_), kWho, "cudaEventCreate");
+  cuda_check(cudaEventCreate(&ev_end_), kWho, "cudaEventCreate");
 }
 
 CudaBackend::~CudaBackend() {
@@ -327,13 +325,13 @@ void CudaBackend::build(const StageSpec& spec) {
       initial_values(ms, p, t, host.data());
       rounded.resize(host.size() * static_cast<std::size_t>(e_));
       round_on_host(dt_, host.data(), rounded.data(), host.size());
-      cuda_check(cudaMemcpy(w(p, t), rounded.data(), rounded.size(), cudaMemcpyHostToDevice), "uploading weights");
+      cuda_check(cudaMemcpy(w(p, t), rounded.data(), rounded.size(), cudaMemcpyHostToDevice), kWho, "uploading weights");
       if (master_.bytes())
-        cuda_check(cudaMemcpy(master_.data() + tt.offset * 4, host.data(), host.size() * 4, cudaMemcpyHostToDevice),
+        cuda_check(cudaMemcpy(master_.data() + tt.offset * 4, host.data(), host.size() * 4, cudaMemcpyHostToDevice), kWho,
                    "uploading master weights");
     }
   }
-  cuda_check(cudaDeviceSynchronize(), "build");
+  cuda_check(cudaDeviceSynchronize(), kWho, "build");
 }
 
 void CudaBackend::gemm(const gemm::RowMajor& g, const void* A, const void* B, void* C) const {
@@ -369,9 +367,9 @@ void CudaBackend::upload_tokens(int mb, std::int32_t* dst, bool targets) {
   std::vector<std::int32_t> tok, tgt;
   synthetic_batch(job_.model, step_, mb, spec_.micro_batch_size, tok, tgt);
   const auto& src = targets ? tgt : tok;
-  cuda_check(cudaMemcpyAsync(dst, src.data(), src.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice, stream_),
+  cuda_check(cudaMemcpyAsync(dst, src.data(), src.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice, stream_), kWho,
              "uploading tokens");
-  cuda_check(cudaStreamSynchronize(stream_), "uploading tokens");  // `src` dies here
+  cuda_check(cudaStreamSynchronize(stream_), kWho, "uploading tokens");  // `src` dies here
 }
 
 void CudaBackend::forward_piece(const Piece& p, int mb, const std::byte* in, std::byte* out) {
@@ -389,7 +387,7 @@ void CudaBackend::forward_piece(const Piece& p, int mb, const std::byte* in, std
     case PieceKind::gpt: {
       const GptActs a(T, h, f);
       std::byte* x = act(mb, p, a.x);
-      if (in != x) cuda_check(cudaMemcpyAsync(x, in, Th_bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
+      if (in != x) cuda_check(cudaMemcpyAsync(x, in, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
       gpu::layernorm_forward(dt_, x, w(p, 0), w(p, 1), act(mb, p, a.ln1), act(mb, p, a.mean1), act(mb, p, a.rstd1), T, h, stream_);
       linear_forward(act(mb, p, a.ln1), w(p, 2), w(p, 3), act(mb, p, a.qkv), T, h, 3 * h, false);
       // Attention, per sequence: scores = Q·Kᵀ/√d for all heads at once, causal softmax, out = P·V.
@@ -405,30 +403,30 @@ void CudaBackend::forward_piece(const Piece& p, int mb, const std::byte* in, std
              act(mb, p, a.attn + std::int64_t{bi} * s * h));
       }
       std::byte* x2 = act(mb, p, a.x2);
-      cuda_check(cudaMemcpyAsync(x2, x, Th_bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
+      cuda_check(cudaMemcpyAsync(x2, x, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
       linear_forward(act(mb, p, a.attn), w(p, 4), w(p, 5), x2, T, h, h, true);
       gpu::layernorm_forward(dt_, x2, w(p, 6), w(p, 7), act(mb, p, a.ln2), act(mb, p, a.mean2), act(mb, p, a.rstd2), T, h, stream_);
       linear_forward(act(mb, p, a.ln2), w(p, 8), w(p, 9), act(mb, p, a.pre), T, h, f, false);
       gpu::gelu_forward(dt_, act(mb, p, a.pre), act(mb, p, a.gelu), std::int64_t{T} * f, stream_);
-      cuda_check(cudaMemcpyAsync(out, x2, Th_bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
+      cuda_check(cudaMemcpyAsync(out, x2, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
       linear_forward(act(mb, p, a.gelu), w(p, 10), w(p, 11), out, T, f, h, true);
       break;
     }
     case PieceKind::mlp: {
       std::byte* x = act(mb, p, 0);
-      if (in != x) cuda_check(cudaMemcpyAsync(x, in, Th_bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
+      if (in != x) cuda_check(cudaMemcpyAsync(x, in, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
       std::byte* pre = act(mb, p, std::int64_t{T} * h);
       std::byte* gl = act(mb, p, std::int64_t{T} * h + std::int64_t{T} * f);
       linear_forward(x, w(p, 0), w(p, 1), pre, T, h, f, false);
       gpu::gelu_forward(dt_, pre, gl, std::int64_t{T} * f, stream_);
-      cuda_check(cudaMemcpyAsync(out, x, Th_bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
+      cuda_check(cudaMemcpyAsync(out, x, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
       linear_forward(gl, w(p, 2), w(p, 3), out, T, f, h, true);
       break;
     }
     case PieceKind::head: {
       const HeadActs a(T, h, V);
       std::byte* x = act(mb, p, a.x);
-      if (in != x) cuda_check(cudaMemcpyAsync(x, in, Th_bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
+      if (in != x) cuda_check(cudaMemcpyAsync(x, in, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
       gpu::layernorm_forward(dt_, x, w(p, 0), w(p, 1), act(mb, p, a.ln), act(mb, p, a.mean), act(mb, p, a.rstd), T, h, stream_);
       std::byte* probs = act(mb, p, a.probs);
       linear_forward(act(mb, p, a.ln), w(p, 2), nullptr, probs, T, h, V, false);
@@ -437,9 +435,9 @@ void CudaBackend::forward_piece(const Piece& p, int mb, const std::byte* in, std
       float* losses = token_losses();
       gpu::softmax_crossentropy_forward(dt_, probs, targets, losses, T, V, stream_);
       cuda_check(cudaMemcpyAsync(host_losses_.data(), losses, host_losses_.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                                 stream_),
+                                 stream_), kWho,
                  "reading losses");
-      cuda_check(cudaStreamSynchronize(stream_), "reading losses");
+      cuda_check(cudaStreamSynchronize(stream_), kWho, "reading losses");
       double sum = 0.0;
       for (float l : host_losses_) sum += static_cast<double>(l);
       loss_[static_cast<std::size_t>(mb)] = sum / static_cast<double>(T);
@@ -471,13 +469,13 @@ void CudaBackend::release_slab(int mb) {
   --live_;
 }
 
-void CudaBackend::start_action() { cuda_check(cudaEventRecord(ev_start_, stream_), "cudaEventRecord"); }
+void CudaBackend::start_action() { cuda_check(cudaEventRecord(ev_start_, stream_), kWho, "cudaEventRecord"); }
 
 void CudaBackend::finish_action() {
-  cuda_check(cudaEventRecord(ev_end_, stream_), "cudaEventRecord");
-  cuda_check(cudaEventSynchronize(ev_end_), "an action on the device");
+  cuda_check(cudaEventRecord(ev_end_, stream_), kWho, "cudaEventRecord");
+  cuda_check(cudaEventSynchronize(ev_end_), kWho, "an action on the device");
   float ms = 0.0f;
-  cuda_check(cudaEventElapsedTime(&ms, ev_start_, ev_end_), "cudaEventElapsedTime");
+  cuda_check(cudaEventElapsedTime(&ms, ev_start_, ev_end_), kWho, "cudaEventElapsedTime");
   last_action_s_ = static_cast<double>(ms) * 1e-3;
 }
 
@@ -486,7 +484,7 @@ void CudaBackend::forward(int /*step*/, int mb) {
   start_action();
   const bool has_next = spec_.rank + 1 < spec_.num_stages;
   if (!host_recv_prev_.empty())
-    cuda_check(cudaMemcpyAsync(recv_prev_.data(), host_recv_prev_[0].data(), recv_prev_.bytes(), cudaMemcpyHostToDevice, stream_),
+    cuda_check(cudaMemcpyAsync(recv_prev_.data(), host_recv_prev_[0].data(), recv_prev_.bytes(), cudaMemcpyHostToDevice, stream_), kWho,
                "staging the received activation");
   const std::byte* in = pieces_.front().kind == PieceKind::embedding ? nullptr : recv_prev_.data();
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
@@ -523,7 +521,7 @@ void CudaBackend::backward_piece(const Piece& p, int mb, const std::byte* dy, st
       linear_backward(act(mb, p, a.gelu), w(p, 10), dy, dgelu, g(p, 10), g(p, 11), T, f, h, false);
       gpu::gelu_backward(dt_, act(mb, p, a.pre), dgelu, dgelu, std::int64_t{T} * f, stream_);
       linear_backward(act(mb, p, a.ln2), w(p, 8), dgelu, dh, g(p, 8), g(p, 9), T, h, f, false);
-      cuda_check(cudaMemcpyAsync(dx2, dy, Th_bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
+      cuda_check(cudaMemcpyAsync(dx2, dy, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
       gpu::layernorm_backward(dt_, dh, act(mb, p, a.x2), w(p, 6), act(mb, p, a.mean2), act(mb, p, a.rstd2), dx2, g(p, 6),
                               g(p, 7), T, h, stream_);
       linear_backward(act(mb, p, a.attn), w(p, 4), dx2, dh, g(p, 4), g(p, 5), T, h, h, false);
@@ -544,7 +542,7 @@ void CudaBackend::backward_piece(const Piece& p, int mb, const std::byte* dy, st
         gemm(at.dk(), scratch, q, dq + h * e_);
       }
       linear_backward(act(mb, p, a.ln1), w(p, 2), dqkv, dh, g(p, 2), g(p, 3), T, h, 3 * h, false);
-      cuda_check(cudaMemcpyAsync(dx, dx2, Th_bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
+      cuda_check(cudaMemcpyAsync(dx, dx2, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
       gpu::layernorm_backward(dt_, dh, act(mb, p, a.x), w(p, 0), act(mb, p, a.mean1), act(mb, p, a.rstd1), dx, g(p, 0),
                               g(p, 1), T, h, stream_);
       break;
@@ -555,7 +553,7 @@ void CudaBackend::backward_piece(const Piece& p, int mb, const std::byte* dy, st
       const std::byte* gl = act(mb, p, Th + std::int64_t{T} * f);
       linear_backward(gl, w(p, 2), dy, dgelu, g(p, 2), g(p, 3), T, f, h, false);
       gpu::gelu_backward(dt_, pre, dgelu, dgelu, std::int64_t{T} * f, stream_);
-      cuda_check(cudaMemcpyAsync(dx, dy, Th_bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
+      cuda_check(cudaMemcpyAsync(dx, dy, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
       linear_backward(x, w(p, 0), dgelu, dx, g(p, 0), g(p, 1), T, h, f, true);
       break;
     }
@@ -566,7 +564,7 @@ void CudaBackend::backward_piece(const Piece& p, int mb, const std::byte* dy, st
       gpu::softmax_crossentropy_backward(dt_, probs, reinterpret_cast<const std::int32_t*>(act(mb, p, a.targets)), T, V,
                                          scale, stream_);
       linear_backward(act(mb, p, a.ln), w(p, 2), probs, dh, g(p, 2), nullptr, T, h, V, false);
-      cuda_check(cudaMemsetAsync(dx, 0, Th_bytes, stream_), "memset");
+      cuda_check(cudaMemsetAsync(dx, 0, Th_bytes, stream_), kWho, "memset");
       gpu::layernorm_backward(dt_, dh, act(mb, p, a.x), w(p, 0), act(mb, p, a.mean), act(mb, p, a.rstd), dx, g(p, 0),
                               g(p, 1), T, h, stream_);
       break;
@@ -578,7 +576,7 @@ void CudaBackend::backward(int /*step*/, int mb) {
   start_action();
   const bool has_next = spec_.rank + 1 < spec_.num_stages, has_prev = spec_.rank > 0;
   if (!host_recv_next_.empty())
-    cuda_check(cudaMemcpyAsync(recv_next_.data(), host_recv_next_[0].data(), recv_next_.bytes(), cudaMemcpyHostToDevice, stream_),
+    cuda_check(cudaMemcpyAsync(recv_next_.data(), host_recv_next_[0].data(), recv_next_.bytes(), cudaMemcpyHostToDevice, stream_), kWho,
                "staging the received gradient");
   const std::int64_t Th = tokens_ * job_.model.hidden;
   std::byte* ping = temporaries() + (tokens_ * job_.model.ffn_hidden + 5 * Th) * e_;
@@ -602,12 +600,12 @@ void CudaBackend::grad_sq_norm_by_piece(std::vector<double>& per_piece) const {
   double* partials = norm_partials();
   std::vector<double> host(gpu::kSumSquaresSlots);
   for (const Piece& p : pieces_) {
-    cuda_check(cudaMemsetAsync(partials, 0, sizeof(double) * host.size(), stream_), "memset");
+    cuda_check(cudaMemsetAsync(partials, 0, sizeof(double) * host.size(), stream_), kWho, "memset");
     for (std::size_t t = 0; t < p.tensors.size(); ++t)
       gpu::sum_squares_accumulate(dt_, g(p, t), p.tensors[t].size, partials, stream_);
-    cuda_check(cudaMemcpyAsync(host.data(), partials, sizeof(double) * host.size(), cudaMemcpyDeviceToHost, stream_),
+    cuda_check(cudaMemcpyAsync(host.data(), partials, sizeof(double) * host.size(), cudaMemcpyDeviceToHost, stream_), kWho,
                "reading gradient norms");
-    cuda_check(cudaStreamSynchronize(stream_), "reading gradient norms");
+    cuda_check(cudaStreamSynchronize(stream_), kWho, "reading gradient norms");
     double sum = 0.0;
     for (double x : host) sum += x;
     per_piece.at(static_cast<std::size_t>(p.id)) += sum * grad_unscale_ * grad_unscale_;
@@ -629,8 +627,8 @@ void CudaBackend::optimizer_step(int /*step*/, double grad_scale) {
       else
         gpu::sgd_update(dt_, w(p, t), g(p, t), master, tt.size, lr, scale, stream_);
     }
-  cuda_check(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), stream_), "clearing gradients");
-  cuda_check(cudaStreamSynchronize(stream_), "the optimizer step");
+  cuda_check(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), stream_), kWho, "clearing gradients");
+  cuda_check(cudaStreamSynchronize(stream_), kWho, "the optimizer step");
 }
 
 Buffer CudaBackend::recv_buffer(ActionKind kind, int /*mb*/) {
@@ -648,7 +646,7 @@ Buffer CudaBackend::send_buffer(ActionKind kind, int mb) {
   DeviceBuffer& b = (fwd ? send_next_ : send_prev_).at(static_cast<std::size_t>(mb));
   if (!spec_.transport_uses_device_memory) {
     HostBuffer& hb = (fwd ? host_send_next_ : host_send_prev_).at(static_cast<std::size_t>(mb));
-    cuda_check(cudaMemcpy(hb.data(), b.data(), b.bytes(), cudaMemcpyDeviceToHost), "staging a boundary tensor");
+    cuda_check(cudaMemcpy(hb.data(), b.data(), b.bytes(), cudaMemcpyDeviceToHost), kWho, "staging a boundary tensor");
     return {hb.data(), hb.bytes(), hb.bytes()};
   }
   return {b.data(), static_cast<std::size_t>(b.bytes()), b.bytes()};

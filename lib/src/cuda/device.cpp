@@ -4,15 +4,13 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
+#include "check.hpp"
+
 namespace pipebench {
 
 namespace {
 
 std::string version_text(int v) { return fmt::format("{}.{}", v / 1000, (v % 1000) / 10); }
-
-void check(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess) throw Error(fmt::format("{}: {} ({})", what, cudaGetErrorString(rc), cudaGetErrorName(rc)));
-}
 
 }  // namespace
 
@@ -45,7 +43,7 @@ int cuda_device_count() {
 
 GpuInfo cuda_device_info(int ordinal) {
   cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, ordinal), "cudaGetDeviceProperties");
+  cuda_check(cudaGetDeviceProperties(&prop, ordinal), "CUDA", "cudaGetDeviceProperties");
   GpuInfo g;
   g.ordinal = ordinal;
   g.name = prop.name;
@@ -54,7 +52,7 @@ GpuInfo cuda_device_info(int ordinal) {
                        u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
                        u[15]);
   char bus[32] = {};
-  check(cudaDeviceGetPCIBusId(bus, sizeof(bus), ordinal), "cudaDeviceGetPCIBusId");
+  cuda_check(cudaDeviceGetPCIBusId(bus, sizeof(bus), ordinal), "CUDA", "cudaDeviceGetPCIBusId");
   g.pci_bus_id = bus;
   g.total_bytes = prop.totalGlobalMem;
   g.cc_major = prop.major;
@@ -62,7 +60,7 @@ GpuInfo cuda_device_info(int ordinal) {
   return g;
 }
 
-void cuda_set_device(int ordinal) { check(cudaSetDevice(ordinal), "cudaSetDevice"); }
+void cuda_set_device(int ordinal) { cuda_check(cudaSetDevice(ordinal), "CUDA", "cudaSetDevice"); }
 
 std::string cuda_driver_version() {
   int v = 0;

@@ -5,6 +5,8 @@
 // reduction orders, no atomics.
 #include "kernels.hpp"
 
+#include "check.hpp"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -306,10 +308,7 @@ unsigned rows_blocks(std::int64_t rows) { return static_cast<unsigned>((rows + k
 
 }  // namespace
 
-void check_launch(const char* what) {
-  const cudaError_t rc = cudaGetLastError();
-  if (rc != cudaSuccess) throw Error(std::string("CUDA kernel ") + what + ": " + cudaGetErrorString(rc));
-}
+void check_launch(const char* what) { cuda_check(cudaGetLastError(), "CUDA kernel", what); }
 
 void embedding_forward(DType dt, const std::int32_t* tokens, const void* wte, const void* wpe, void* out, int T_, int s,
                        int C, cudaStream_t st) {

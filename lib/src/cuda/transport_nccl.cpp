@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
+#include "check.hpp"
 #include "pipebench/clock.hpp"
 #include "pipebench/cuda_device.hpp"
 #include "pipebench/transport_mpi.hpp"
@@ -16,13 +17,11 @@ namespace pipebench {
 
 namespace {
 
+constexpr const char* kWho = "nccl transport";
+
 void nccl_check(ncclResult_t rc, const char* what) {
   if (rc != ncclSuccess && rc != ncclInProgress)
     throw Error(fmt::format("NCCL {}: {} ({})", what, ncclGetErrorString(rc), static_cast<int>(rc)));
-}
-
-void cuda_check(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess) throw Error(fmt::format("nccl transport: {}: {}", what, cudaGetErrorString(rc)));
 }
 
 struct Link {
@@ -53,21 +52,21 @@ class NcclTransport final : public Transport {
       if (!mine) continue;
       Link l;
       l.comm = c;
-      cuda_check(cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking), "cudaStreamCreate");
-      cuda_check(cudaEventCreateWithFlags(&l.done, cudaEventDisableTiming), "cudaEventCreate");
+      cuda_check(cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking), kWho, "cudaStreamCreate");
+      cuda_check(cudaEventCreateWithFlags(&l.done, cudaEventDisableTiming), kWho, "cudaEventCreate");
       links_[k] = l;
     }
     // Connect every link now (NCCL connects peers lazily, at their first
     // operation): one byte each way's sender to receiver, links in the same
     // order on every rank, so the pairwise handshakes cannot wait in a cycle.
-    cuda_check(cudaMalloc(&probe_byte_, 1), "cudaMalloc (1 byte)");
+    cuda_check(cudaMalloc(&probe_byte_, 1), kWho, "cudaMalloc (1 byte)");
     for (const BoundaryLink& k : links) {
       auto it = links_.find(k);
       if (it == links_.end()) continue;
       const bool sender = comm_.rank() == k.src;
       if (sender) nccl_check(ncclSend(probe_byte_, 1, ncclUint8, 1, it->second.comm, it->second.stream), "ncclSend");
       else nccl_check(ncclRecv(probe_byte_, 1, ncclUint8, 0, it->second.comm, it->second.stream), "ncclRecv");
-      cuda_check(cudaStreamSynchronize(it->second.stream), "connecting an NCCL link");
+      cuda_check(cudaStreamSynchronize(it->second.stream), kWho, "connecting an NCCL link");
     }
   }
 
@@ -90,17 +89,17 @@ class NcclTransport final : public Transport {
     const double ready = now_s();
     Link& l = link(peer, comm_.rank(), key.kind);
     nccl_check(ncclRecv(buf.data, buf.bytes, ncclUint8, 0, l.comm, l.stream), "ncclRecv");
-    cuda_check(cudaEventRecord(l.done, l.stream), "cudaEventRecord");
+    cuda_check(cudaEventRecord(l.done, l.stream), kWho, "cudaEventRecord");
     const std::string what = fmt::format("the NCCL transfer of {}{} from rank {}",
                                          key.kind == ActionKind::F ? "activation F" : "gradient B", key.microbatch, peer);
     comm_.wait_for([&] { return cudaEventQuery(l.done) != cudaErrorNotReady; }, what.c_str());
-    cuda_check(cudaEventQuery(l.done), "an NCCL receive");
+    cuda_check(cudaEventQuery(l.done), kWho, "an NCCL receive");
     const double end = now_s();
     return {end - start, end - ready};
   }
 
   void complete_sends() override {
-    for (Link* l : used_) cuda_check(cudaEventRecord(l->done, l->stream), "cudaEventRecord");
+    for (Link* l : used_) cuda_check(cudaEventRecord(l->done, l->stream), kWho, "cudaEventRecord");
     for (Link* l : used_)
       comm_.wait_for([l] { return cudaEventQuery(l->done) != cudaErrorNotReady; }, "the NCCL sends of this step");
     used_.clear();
