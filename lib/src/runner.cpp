@@ -220,11 +220,12 @@ void print_run_summary(const RunResult& r, const RunPlan& rp) {
   fmt::print("     step time median {} (min {}, max {}, p90 {}, CV {}), slowest stage {}\n", format_seconds(r.step_time.median),
              format_seconds(r.step_time.min), format_seconds(r.step_time.max), format_seconds(r.step_time.p90), fmt_num(r.step_time.cv, "{:.3f}"),
              format_seconds(r.slowest_stage_median_s));
+  const double tflops = step_model_flops(rp) / r.step_time.median / 1e12;
   fmt::print("     bubble measured {} / analytic {} / simulated {}; throughput {} samples/s, {} model TFLOP/s "
              "({} per rank)\n",
              fmt_num(r.bubble_measured_median), fmt_num(r.bubble_analytic), fmt_num(r.bubble_simulated),
-             fmt_num(r.throughput_samples_per_s, "{:.1f}"), fmt_num(step_model_flops(rp) / r.step_time.median / 1e12, "{:.3f}"),
-             fmt_num(step_model_flops(rp) / r.step_time.median / 1e12 / static_cast<double>(rp.stages.size()), "{:.3f}"));
+             fmt_num(r.throughput_samples_per_s, "{:.1f}"), fmt_num(tflops, "{:.3f}"),
+             fmt_num(tflops / static_cast<double>(rp.stages.size()), "{:.3f}"));
   std::fflush(stdout);
 }
 

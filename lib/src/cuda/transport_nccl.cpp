@@ -80,7 +80,6 @@ class NcclTransport final : public Transport {
     // the receiver may post its ncclRecv as soon as the header arrives.
     headers_.send(peer, key, Buffer{nullptr, 0, buf.logical_bytes});
     nccl_check(ncclSend(buf.data, buf.bytes, ncclUint8, 1, l.comm, l.stream), "ncclSend");
-    used_.push_back(&l);
   }
 
   RecvTiming recv(int peer, const BoundaryKey& key, const Buffer& buf) override {
@@ -98,11 +97,14 @@ class NcclTransport final : public Transport {
     return {end - start, end - ready};
   }
 
+  // Every link this rank sends on: an event after its queued sends (an idle
+  // stream's completes at once).
   void complete_sends() override {
-    for (Link* l : used_) cuda_check(cudaEventRecord(l->done, l->stream), kWho, "cudaEventRecord");
-    for (Link* l : used_)
-      comm_.wait_for([l] { return cudaEventQuery(l->done) != cudaErrorNotReady; }, "the NCCL sends of this step");
-    used_.clear();
+    for (auto& [key, l] : links_)
+      if (key.src == comm_.rank()) cuda_check(cudaEventRecord(l.done, l.stream), kWho, "cudaEventRecord");
+    for (auto& [key, l] : links_)
+      if (key.src == comm_.rank())
+        comm_.wait_for([&l] { return cudaEventQuery(l.done) != cudaErrorNotReady; }, "the NCCL sends of this step");
     headers_.complete_sends();
   }
 
@@ -131,7 +133,6 @@ class NcclTransport final : public Transport {
       cudaStreamDestroy(l.stream);
     }
     links_.clear();
-    used_.clear();
     if (run_comm_) abort ? ncclCommAbort(run_comm_) : ncclCommDestroy(run_comm_);
     run_comm_ = nullptr;
     if (probe_byte_) cudaFree(probe_byte_);
@@ -142,7 +143,6 @@ class NcclTransport final : public Transport {
   MpiTransport headers_;
   ncclComm_t run_comm_ = nullptr;
   std::map<BoundaryLink, Link> links_;
-  std::vector<Link*> used_;
   void* probe_byte_ = nullptr;
 };
 
