@@ -1,6 +1,7 @@
 #include "pipebench/device_binding.hpp"
 
-#include <cstdio>
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <unistd.h>
 
@@ -12,71 +13,67 @@ namespace pipebench {
 
 namespace {
 
-constexpr std::size_t kField = 256;
+// What each rank reports about its choice, gathered in one collective.
+struct RankDevice {
+  char host[256];
+  char failure[512];  // empty when the rank has a usable device
+  char name[256];
+  char uuid[64];
+  char pci_bus_id[32];
+  int ordinal, cc_major, cc_minor, local_rank;
+  std::uint64_t total_bytes;
+};
 
-// Every rank's `text` (at most kField - 1 bytes), on every rank.
-std::vector<std::string> allgather_text(MPI_Comm comm, const std::string& text) {
-  int size = 1;
-  PIPEBENCH_MPI_CHECK(MPI_Comm_size(comm, &size));
-  char mine[kField] = {};
-  std::memcpy(mine, text.data(), std::min(text.size(), kField - 1));
-  std::vector<char> all(kField * static_cast<std::size_t>(size));
-  PIPEBENCH_MPI_CHECK(MPI_Allgather(mine, static_cast<int>(kField), MPI_CHAR, all.data(), static_cast<int>(kField),
-                                    MPI_CHAR, comm));
-  std::vector<std::string> out;
-  for (int i = 0; i < size; ++i) out.emplace_back(&all[kField * static_cast<std::size_t>(i)]);
-  return out;
+void copy_text(char* dst, std::size_t size, const std::string& text) {
+  std::memset(dst, 0, size);
+  std::memcpy(dst, text.data(), std::min(text.size(), size - 1));
 }
 
 }  // namespace
 
 GpuBinding bind_gpus(MPI_Comm world) {
-  int rank = 0;
+  int rank = 0, size = 1;
   PIPEBENCH_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_size(world, &size));
   MPI_Comm node = MPI_COMM_NULL;
   PIPEBENCH_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-  int local = 0;
-  PIPEBENCH_MPI_CHECK(MPI_Comm_rank(node, &local));
+  RankDevice mine{};
+  PIPEBENCH_MPI_CHECK(MPI_Comm_rank(node, &mine.local_rank));
   PIPEBENCH_MPI_CHECK(MPI_Comm_free(&node));
-  char host[kField] = {};
-  gethostname(host, kField - 1);
-
-  GpuInfo mine;
-  std::string failure;
+  gethostname(mine.host, sizeof(mine.host) - 1);
   try {
     const int count = cuda_device_count();
-    const int ordinal = count == 1 ? 0 : local % count;
-    cuda_set_device(ordinal);
-    mine = cuda_device_info(ordinal);
+    const GpuInfo g = cuda_device_info(count == 1 ? 0 : mine.local_rank % count);
+    cuda_set_device(g.ordinal);
+    copy_text(mine.name, sizeof(mine.name), g.name);
+    copy_text(mine.uuid, sizeof(mine.uuid), g.uuid);
+    copy_text(mine.pci_bus_id, sizeof(mine.pci_bus_id), g.pci_bus_id);
+    mine.ordinal = g.ordinal;
+    mine.cc_major = g.cc_major;
+    mine.cc_minor = g.cc_minor;
+    mine.total_bytes = g.total_bytes;
   } catch (const std::exception& e) {
-    failure = e.what();
+    copy_text(mine.failure, sizeof(mine.failure), e.what());
   }
-  const auto failures = allgather_text(world, failure);
-  for (std::size_t r = 0; r < failures.size(); ++r)
-    if (!failures[r].empty()) {
-      // The same one line on every rank: main prints it once (rank 0).
-      const auto hosts = allgather_text(world, host);
-      throw DeviceUnavailableError(fmt::format("--backend cuda: rank {} on {}: {}", r, hosts[r], failures[r]));
-    }
+  std::vector<RankDevice> all(static_cast<std::size_t>(size));
+  PIPEBENCH_MPI_CHECK(MPI_Allgather(&mine, sizeof(RankDevice), MPI_BYTE, all.data(), sizeof(RankDevice), MPI_BYTE, world));
 
   GpuBinding b;
-  b.hosts = allgather_text(world, host);
-  const auto names = allgather_text(world, mine.name);
-  const auto uuids = allgather_text(world, mine.uuid);
-  const auto pcis = allgather_text(world, mine.pci_bus_id);
-  const auto rest = allgather_text(world, fmt::format("{} {} {} {} {}", mine.ordinal, mine.total_bytes, mine.cc_major,
-                                                      mine.cc_minor, local));
-  for (std::size_t r = 0; r < names.size(); ++r) {
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    const RankDevice& d = all[r];
+    // The same one line on every rank: main prints it once (rank 0).
+    if (d.failure[0]) throw DeviceUnavailableError(fmt::format("--backend cuda: rank {} on {}: {}", r, d.host, d.failure));
     GpuInfo g;
-    g.name = names[r];
-    g.uuid = uuids[r];
-    g.pci_bus_id = pcis[r];
-    int local_rank = 0;
-    unsigned long long total = 0;
-    std::sscanf(rest[r].c_str(), "%d %llu %d %d %d", &g.ordinal, &total, &g.cc_major, &g.cc_minor, &local_rank);
-    g.total_bytes = total;
-    b.gpus.push_back(g);
-    b.local_ranks.push_back(local_rank);
+    g.ordinal = d.ordinal;
+    g.name = d.name;
+    g.uuid = d.uuid;
+    g.pci_bus_id = d.pci_bus_id;
+    g.total_bytes = d.total_bytes;
+    g.cc_major = d.cc_major;
+    g.cc_minor = d.cc_minor;
+    b.hosts.emplace_back(d.host);
+    b.local_ranks.push_back(d.local_rank);
+    b.gpus.push_back(std::move(g));
   }
   return b;
 }
