@@ -9,6 +9,21 @@
 
 namespace pipebench {
 
+StageSpec stage_spec(const RunPlan& plan, int rank, bool transport_uses_device_memory) {
+  const auto r = static_cast<std::size_t>(rank);
+  StageSpec spec;
+  spec.rank = rank;
+  spec.num_stages = plan.run.pipeline_size;
+  spec.range = plan.partition.stages.at(r);
+  spec.micro_batch_size = plan.run.micro_batch_size;
+  spec.num_microbatches = plan.run.num_microbatches;
+  spec.mode = plan.run.mode;
+  spec.dtype = plan.storage_dtype;
+  spec.transport_uses_device_memory = transport_uses_device_memory;
+  for (const auto& a : plan.schedule.actions.at(r)) spec.split_backward |= a.kind == ActionKind::W;
+  return spec;
+}
+
 std::unique_ptr<Backend> make_backend(const Job& job, int rank) {
   switch (job.device.backend) {
     case BackendKind::sim: return std::make_unique<SimBackend>(job, rank);

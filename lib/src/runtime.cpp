@@ -195,18 +195,7 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
   const int steps = job.train.warmup + job.train.repeats;
   try {
     const StageRange& range = plan.partition.stages[static_cast<std::size_t>(comm.rank())];
-    StageSpec spec;
-    spec.rank = comm.rank();
-    spec.num_stages = comm.size();
-    spec.range = range;
-    spec.micro_batch_size = plan.run.micro_batch_size;
-    spec.num_microbatches = plan.run.num_microbatches;
-    spec.mode = plan.run.mode;
-    spec.dtype = plan.storage_dtype;
-    spec.transport_uses_device_memory = opt.transport_uses_device_memory;
-    for (const auto& a : plan.schedule.actions[static_cast<std::size_t>(comm.rank())])
-      spec.split_backward |= a.kind == ActionKind::W;
-    backend.build(spec);
+    backend.build(stage_spec(plan, comm.rank(), opt.transport_uses_device_memory));
     const auto built = backend.built_layers();
     rec.stage_layers = {built.first, built.second};
     rec.stage_params = backend.built_params();

@@ -47,15 +47,7 @@ StepFigures train(const Job& job, const std::string& run_name, int steps, MakeBa
   std::vector<std::unique_ptr<Backend>> stages;
   for (int s = 0; s < p; ++s) {
     stages.push_back(make(s));
-    StageSpec spec;
-    spec.rank = s;
-    spec.num_stages = p;
-    spec.range = rp.partition.stages[static_cast<std::size_t>(s)];
-    spec.micro_batch_size = rp.run.micro_batch_size;
-    spec.num_microbatches = m;
-    spec.mode = rp.run.mode;
-    spec.dtype = plan.runs[0].storage_dtype;
-    stages.back()->build(spec);
+    stages.back()->build(stage_spec(rp, s, false));
   }
   auto move = [](Backend& from, Backend& to, ActionKind kind, int mb) {
     const Buffer src = from.send_buffer(kind, mb), dst = to.recv_buffer(kind, mb);
@@ -149,15 +141,7 @@ TEST_CASE("cuda memory tracker: the model description's bytes, capacity min(memo
     const RunPlan& rp = plan.runs[0];
     for (int s = 0; s < 2; ++s) {
       auto b = make_cuda_backend(job, s);
-      StageSpec spec;
-      spec.rank = s;
-      spec.num_stages = 2;
-      spec.range = rp.partition.stages[static_cast<std::size_t>(s)];
-      spec.micro_batch_size = rp.run.micro_batch_size;
-      spec.num_microbatches = rp.run.num_microbatches;
-      spec.dtype = rp.storage_dtype;
-      spec.transport_uses_device_memory = true;
-      b->build(spec);
+      b->build(stage_spec(rp, s, true));
       const StagePlan& sp = rp.stages[static_cast<std::size_t>(s)];
       const MemoryTracker& mem = b->memory();
       CHECK(mem.capacity() == std::min<std::uint64_t>(job.device.memory_capacity_bytes, cuda_device_info(0).total_bytes));
@@ -177,12 +161,7 @@ TEST_CASE("cuda: a stage beyond the capacity is an out-of-memory error", "[gpu]"
   const Job job = tiny_job({"device.memory_capacity=\"64KiB\""});
   auto b = make_cuda_backend(job, 0);
   const JobPlan plan = plan_job(job, {"single"});
-  StageSpec spec;
-  spec.range = plan.runs[0].partition.stages[0];
-  spec.micro_batch_size = 2;
-  spec.num_microbatches = 4;
-  spec.dtype = DType::fp32;
-  REQUIRE_THROWS_WITH(b->build(spec), Catch::Contains("out of memory"));
+  REQUIRE_THROWS_WITH(b->build(stage_spec(plan.runs[0], 0, false)), Catch::Contains("out of memory"));
 }
 
 int main(int argc, char** argv) {

@@ -20,6 +20,7 @@
 #include "pipebench/memory.hpp"
 #include "pipebench/model.hpp"
 #include "pipebench/partition.hpp"
+#include "pipebench/plan.hpp"
 #include "pipebench/schedule.hpp"
 
 namespace pipebench {
@@ -47,6 +48,11 @@ struct StageSpec {
   // a device backend hands the transport host copies of its boundary tensors.
   bool transport_uses_device_memory = false;
 };
+
+// What rank `rank` of `plan` builds: its stage of the partition, the run's
+// micro-batching, mode and storage dtype, split backward when its actions
+// have W.
+StageSpec stage_spec(const RunPlan& plan, int rank, bool transport_uses_device_memory);
 
 class Backend {
  public:
