@@ -81,6 +81,10 @@ void CpuBackend::forward_piece(const Piece& p, int mb, const float* in, float* o
   const int B = spec_.micro_batch_size;
   const float* W = params_.data();
   auto w = [&](std::size_t t) { return W + p.tensors[t].offset; };
+  // Every piece but the embedding keeps its input at the start of its slab
+  // region; only a stage's first piece gets it from elsewhere (the receive buffer).
+  if (p.kind != PieceKind::embedding && in != act(mb, p, 0))
+    std::memcpy(act(mb, p, 0), in, sizeof(float) * static_cast<std::size_t>(T) * h);
   switch (p.kind) {
     case PieceKind::embedding: {
       auto* tokens = reinterpret_cast<std::int32_t*>(act(mb, p, 0));
@@ -93,7 +97,6 @@ void CpuBackend::forward_piece(const Piece& p, int mb, const float* in, float* o
     case PieceKind::gpt: {
       const GptActs a(T, h, f);
       float* x = act(mb, p, a.x);
-      if (in != x) std::memcpy(x, in, sizeof(float) * static_cast<std::size_t>(T) * h);
       cpu::layernorm_forward(x, w(0), w(1), act(mb, p, a.ln1), act(mb, p, a.mean1), act(mb, p, a.rstd1), T, h);
       cpu::linear_forward(act(mb, p, a.ln1), w(2), w(3), act(mb, p, a.qkv), T, h, 3 * h);
       cpu::attention_forward(act(mb, p, a.qkv), act(mb, p, a.probs), act(mb, p, a.attn), B, s, h, ms.heads);
@@ -109,7 +112,6 @@ void CpuBackend::forward_piece(const Piece& p, int mb, const float* in, float* o
     }
     case PieceKind::mlp: {
       float* x = act(mb, p, 0);
-      if (in != x) std::memcpy(x, in, sizeof(float) * static_cast<std::size_t>(T) * h);
       float* pre = x + static_cast<std::int64_t>(T) * h;
       float* gl = pre + static_cast<std::int64_t>(T) * f;
       cpu::linear_forward(x, w(0), w(1), pre, T, h, f);
@@ -121,7 +123,6 @@ void CpuBackend::forward_piece(const Piece& p, int mb, const float* in, float* o
     case PieceKind::head: {
       const HeadActs a(T, h, V);
       float* x = act(mb, p, a.x);
-      if (in != x) std::memcpy(x, in, sizeof(float) * static_cast<std::size_t>(T) * h);
       cpu::layernorm_forward(x, w(0), w(1), act(mb, p, a.ln), act(mb, p, a.mean), act(mb, p, a.rstd), T, h);
       float* probs = act(mb, p, a.probs);
       cpu::linear_forward(act(mb, p, a.ln), w(2), nullptr, probs, T, h, V);

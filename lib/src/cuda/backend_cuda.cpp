@@ -377,6 +377,10 @@ void CudaBackend::forward_piece(const Piece& p, int mb, const std::byte* in, std
   const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, V = ms.vocab;
   const int B = spec_.micro_batch_size;
   const std::size_t Th_bytes = static_cast<std::size_t>(tokens_ * h * e_);
+  // Every piece but the embedding keeps its input at the start of its slab
+  // region; only a stage's first piece gets it from elsewhere (the receive buffer).
+  if (p.kind != PieceKind::embedding && in != act(mb, p, 0))
+    cuda_check(cudaMemcpyAsync(act(mb, p, 0), in, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
   switch (p.kind) {
     case PieceKind::embedding: {
       auto* tokens = reinterpret_cast<std::int32_t*>(act(mb, p, 0));
@@ -387,7 +391,6 @@ void CudaBackend::forward_piece(const Piece& p, int mb, const std::byte* in, std
     case PieceKind::gpt: {
       const GptActs a(T, h, f);
       std::byte* x = act(mb, p, a.x);
-      if (in != x) cuda_check(cudaMemcpyAsync(x, in, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
       gpu::layernorm_forward(dt_, x, w(p, 0), w(p, 1), act(mb, p, a.ln1), act(mb, p, a.mean1), act(mb, p, a.rstd1), T, h, stream_);
       linear_forward(act(mb, p, a.ln1), w(p, 2), w(p, 3), act(mb, p, a.qkv), T, h, 3 * h, false);
       // Attention, per sequence: scores = Q·Kᵀ/√d for all heads at once, causal softmax, out = P·V.
@@ -414,7 +417,6 @@ void CudaBackend::forward_piece(const Piece& p, int mb, const std::byte* in, std
     }
     case PieceKind::mlp: {
       std::byte* x = act(mb, p, 0);
-      if (in != x) cuda_check(cudaMemcpyAsync(x, in, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
       std::byte* pre = act(mb, p, std::int64_t{T} * h);
       std::byte* gl = act(mb, p, std::int64_t{T} * h + std::int64_t{T} * f);
       linear_forward(x, w(p, 0), w(p, 1), pre, T, h, f, false);
@@ -426,7 +428,6 @@ void CudaBackend::forward_piece(const Piece& p, int mb, const std::byte* in, std
     case PieceKind::head: {
       const HeadActs a(T, h, V);
       std::byte* x = act(mb, p, a.x);
-      if (in != x) cuda_check(cudaMemcpyAsync(x, in, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
       gpu::layernorm_forward(dt_, x, w(p, 0), w(p, 1), act(mb, p, a.ln), act(mb, p, a.mean), act(mb, p, a.rstd), T, h, stream_);
       std::byte* probs = act(mb, p, a.probs);
       linear_forward(act(mb, p, a.ln), w(p, 2), nullptr, probs, T, h, V, false);
