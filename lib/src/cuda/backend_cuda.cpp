@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include <cublas_v2.h>
@@ -213,7 +214,8 @@ class CudaBackend final : public Backend {
   DeviceBuffer recv_prev_, recv_next_;
   std::vector<DeviceBuffer> send_prev_, send_next_;
   // Host staging for a transport that moves host memory (MPI).
-  std::vector<HostBuffer> host_recv_prev_, host_recv_next_, host_send_prev_, host_send_next_;
+  std::optional<HostBuffer> host_recv_prev_, host_recv_next_;
+  std::vector<HostBuffer> host_send_prev_, host_send_next_;  // per micro-batch
   std::uint64_t slab_bytes_ = 0;
   // Activation slabs, cached like the cpu backend's: a slab is counted in the
   // tracker from its forward to its backward, its device memory then waits in
@@ -302,8 +304,8 @@ void CudaBackend::build(const StageSpec& spec) {
     if (has_prev && train) send_prev_.emplace_back(memory_, MemCategory::comm, boundary, "gradient send buffer");
   }
   if (staging) {
-    if (has_prev) host_recv_prev_.emplace_back(boundary);
-    if (has_next && train) host_recv_next_.emplace_back(boundary);
+    if (has_prev) host_recv_prev_.emplace(boundary);
+    if (has_next && train) host_recv_next_.emplace(boundary);
     for (std::size_t i = 0; i < send_next_.size(); ++i) host_send_next_.emplace_back(boundary);
     for (std::size_t i = 0; i < send_prev_.size(); ++i) host_send_prev_.emplace_back(boundary);
   }
@@ -484,8 +486,8 @@ void CudaBackend::forward(int /*step*/, int mb) {
   acquire_slab(mb);
   start_action();
   const bool has_next = spec_.rank + 1 < spec_.num_stages;
-  if (!host_recv_prev_.empty())
-    cuda_check(cudaMemcpyAsync(recv_prev_.data(), host_recv_prev_[0].data(), recv_prev_.bytes(), cudaMemcpyHostToDevice, stream_), kWho,
+  if (host_recv_prev_)
+    cuda_check(cudaMemcpyAsync(recv_prev_.data(), host_recv_prev_->data(), recv_prev_.bytes(), cudaMemcpyHostToDevice, stream_), kWho,
                "staging the received activation");
   const std::byte* in = pieces_.front().kind == PieceKind::embedding ? nullptr : recv_prev_.data();
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
@@ -576,8 +578,8 @@ void CudaBackend::backward_piece(const Piece& p, int mb, const std::byte* dy, st
 void CudaBackend::backward(int /*step*/, int mb) {
   start_action();
   const bool has_next = spec_.rank + 1 < spec_.num_stages, has_prev = spec_.rank > 0;
-  if (!host_recv_next_.empty())
-    cuda_check(cudaMemcpyAsync(recv_next_.data(), host_recv_next_[0].data(), recv_next_.bytes(), cudaMemcpyHostToDevice, stream_), kWho,
+  if (host_recv_next_)
+    cuda_check(cudaMemcpyAsync(recv_next_.data(), host_recv_next_->data(), recv_next_.bytes(), cudaMemcpyHostToDevice, stream_), kWho,
                "staging the received gradient");
   const std::int64_t Th = tokens_ * job_.model.hidden;
   std::byte* ping = temporaries() + (tokens_ * job_.model.ffn_hidden + 5 * Th) * e_;
@@ -635,7 +637,7 @@ void CudaBackend::optimizer_step(int /*step*/, double grad_scale) {
 Buffer CudaBackend::recv_buffer(ActionKind kind, int /*mb*/) {
   const bool fwd = kind == ActionKind::F;
   if (!spec_.transport_uses_device_memory) {
-    HostBuffer& hb = (fwd ? host_recv_prev_ : host_recv_next_).at(0);
+    HostBuffer& hb = (fwd ? host_recv_prev_ : host_recv_next_).value();
     return {hb.data(), hb.bytes(), hb.bytes()};
   }
   DeviceBuffer& b = fwd ? recv_prev_ : recv_next_;
