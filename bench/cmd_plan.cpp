@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "pipebench/config.hpp"
-#include "pipebench/plan.hpp"
-#include "pipebench/plan_format.hpp"
+#include "pipebench/core/config.hpp"
+#include "pipebench/plan/plan.hpp"
+#include "pipebench/plan/plan_format.hpp"
 
 namespace pipebench::cli {
 

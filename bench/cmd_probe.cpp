@@ -10,12 +10,12 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "pipebench/config.hpp"
-#include "pipebench/plan.hpp"
-#include "pipebench/probe.hpp"
-#include "pipebench/results.hpp"
-#include "pipebench/runner.hpp"
-#include "pipebench/units.hpp"
+#include "pipebench/core/config.hpp"
+#include "pipebench/plan/plan.hpp"
+#include "pipebench/probe/probe.hpp"
+#include "pipebench/results/results.hpp"
+#include "pipebench/runtime/runner.hpp"
+#include "pipebench/core/units.hpp"
 
 namespace pipebench::cli {
 

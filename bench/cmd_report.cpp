@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
-#include "pipebench/error.hpp"
-#include "pipebench/report.hpp"
+#include "pipebench/core/error.hpp"
+#include "pipebench/report/report.hpp"
 
 namespace pipebench::cli {
 

@@ -8,8 +8,8 @@
 #include <mpi.h>
 
 #include "commands.hpp"
-#include "pipebench/config.hpp"
-#include "pipebench/runner.hpp"
+#include "pipebench/core/config.hpp"
+#include "pipebench/runtime/runner.hpp"
 
 namespace pipebench::cli {
 

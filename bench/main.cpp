@@ -10,8 +10,8 @@
 #include <mpi.h>
 
 #include "commands.hpp"
-#include "pipebench/cuda_device.hpp"
-#include "pipebench/error.hpp"
+#include "pipebench/backends/cuda_device.hpp"
+#include "pipebench/core/error.hpp"
 
 namespace {
 

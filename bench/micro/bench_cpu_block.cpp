@@ -12,9 +12,9 @@
 #include <cblas.h>
 #include <fmt/format.h>
 
-#include "pipebench/backend_cpu.hpp"
-#include "pipebench/config.hpp"
-#include "pipebench/cpu_kernels.hpp"
+#include "pipebench/backends/backend_cpu.hpp"
+#include "pipebench/core/config.hpp"
+#include "pipebench/backends/cpu_kernels.hpp"
 
 namespace {
 

@@ -7,12 +7,12 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
-#include "pipebench/config.hpp"
-#include "pipebench/plan.hpp"
-#include "pipebench/plan_format.hpp"
-#include "pipebench/schedule.hpp"
-#include "pipebench/simulate.hpp"
-#include "pipebench/validate.hpp"
+#include "pipebench/core/config.hpp"
+#include "pipebench/plan/plan.hpp"
+#include "pipebench/plan/plan_format.hpp"
+#include "pipebench/schedule/schedule.hpp"
+#include "pipebench/schedule/simulate.hpp"
+#include "pipebench/schedule/validate.hpp"
 
 namespace {
 

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "pipebench/units.hpp"
+#include "pipebench/core/units.hpp"
 
 namespace pipebench::report_detail {
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "pipebench/plan.hpp"
-#include "pipebench/report.hpp"
+#include "pipebench/plan/plan.hpp"
+#include "pipebench/report/report.hpp"
 
 namespace pipebench::report_detail {
 

@@ -8,12 +8,12 @@
 
 #include <fmt/format.h>
 
-#include "pipebench/config.hpp"
-#include "pipebench/mann_whitney.hpp"
-#include "pipebench/metrics.hpp"
-#include "pipebench/report.hpp"
-#include "pipebench/results.hpp"
-#include "pipebench/units.hpp"
+#include "pipebench/core/config.hpp"
+#include "pipebench/results/mann_whitney.hpp"
+#include "pipebench/results/metrics.hpp"
+#include "pipebench/report/report.hpp"
+#include "pipebench/results/results.hpp"
+#include "pipebench/core/units.hpp"
 
 namespace pipebench {
 

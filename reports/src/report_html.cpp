@@ -7,9 +7,9 @@
 
 #include <fmt/format.h>
 
-#include "pipebench/metrics.hpp"
-#include "pipebench/units.hpp"
-#include "pipebench/plan_format.hpp"
+#include "pipebench/results/metrics.hpp"
+#include "pipebench/core/units.hpp"
+#include "pipebench/plan/plan_format.hpp"
 #include "report_common.hpp"
 #include "svg.hpp"
 

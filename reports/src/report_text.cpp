@@ -4,9 +4,9 @@
 
 #include <fmt/format.h>
 
-#include "pipebench/json.hpp"
-#include "pipebench/units.hpp"
-#include "pipebench/plan_format.hpp"
+#include "pipebench/core/json.hpp"
+#include "pipebench/core/units.hpp"
+#include "pipebench/plan/plan_format.hpp"
 #include "report_common.hpp"
 
 namespace pipebench {

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "pipebench/report.hpp"
+#include "pipebench/report/report.hpp"
 
 namespace pipebench::svg {
 

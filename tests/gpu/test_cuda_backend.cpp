@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "pipebench/backend_cpu.hpp"
-#include "pipebench/backend_cuda.hpp"
-#include "pipebench/config.hpp"
-#include "pipebench/cuda_device.hpp"
-#include "pipebench/model.hpp"
-#include "pipebench/plan.hpp"
+#include "pipebench/backends/backend_cpu.hpp"
+#include "pipebench/backends/backend_cuda.hpp"
+#include "pipebench/core/config.hpp"
+#include "pipebench/backends/cuda_device.hpp"
+#include "pipebench/model/model.hpp"
+#include "pipebench/plan/plan.hpp"
 
 using namespace pipebench;
 

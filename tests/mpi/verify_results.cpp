@@ -21,9 +21,9 @@
 
 #include <fmt/format.h>
 
-#include "pipebench/config.hpp"
-#include "pipebench/plan.hpp"
-#include "pipebench/results.hpp"
+#include "pipebench/core/config.hpp"
+#include "pipebench/plan/plan.hpp"
+#include "pipebench/results/results.hpp"
 
 using namespace pipebench;
 

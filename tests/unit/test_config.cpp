@@ -4,8 +4,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "pipebench/config.hpp"
-#include "pipebench/error.hpp"
+#include "pipebench/core/config.hpp"
+#include "pipebench/core/error.hpp"
 
 using namespace pipebench;
 

@@ -9,9 +9,9 @@
 
 #include <catch2/catch.hpp>
 
-#include "pipebench/backend_cpu.hpp"
-#include "pipebench/config.hpp"
-#include "pipebench/cpu_kernels.hpp"
+#include "pipebench/backends/backend_cpu.hpp"
+#include "pipebench/core/config.hpp"
+#include "pipebench/backends/cpu_kernels.hpp"
 
 #include <fmt/format.h>
 

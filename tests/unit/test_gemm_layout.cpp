@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "pipebench/cpu_kernels.hpp"
-#include "pipebench/gemm_layout.hpp"
+#include "pipebench/backends/cpu_kernels.hpp"
+#include "pipebench/backends/gemm_layout.hpp"
 
 using namespace pipebench;
 

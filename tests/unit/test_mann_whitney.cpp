@@ -3,7 +3,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "pipebench/mann_whitney.hpp"
+#include "pipebench/results/mann_whitney.hpp"
 
 using namespace pipebench;
 

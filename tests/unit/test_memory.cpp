@@ -1,7 +1,7 @@
 // Memory tracker: categories, current and peak, the out-of-memory contract.
 #include <catch2/catch.hpp>
 
-#include "pipebench/memory.hpp"
+#include "pipebench/plan/memory.hpp"
 
 using namespace pipebench;
 

@@ -3,8 +3,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "pipebench/config.hpp"
-#include "pipebench/metrics.hpp"
+#include "pipebench/core/config.hpp"
+#include "pipebench/results/metrics.hpp"
 
 using namespace pipebench;
 

@@ -2,7 +2,7 @@
 // hand computation for small shapes.
 #include <catch2/catch.hpp>
 
-#include "pipebench/model.hpp"
+#include "pipebench/model/model.hpp"
 
 using namespace pipebench;
 

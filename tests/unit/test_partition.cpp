@@ -7,7 +7,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "pipebench/partition.hpp"
+#include "pipebench/plan/partition.hpp"
 
 using namespace pipebench;
 

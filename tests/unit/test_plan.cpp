@@ -4,10 +4,10 @@
 
 #include <catch2/catch.hpp>
 
-#include "pipebench/config.hpp"
-#include "pipebench/error.hpp"
-#include "pipebench/plan.hpp"
-#include "pipebench/plan_format.hpp"
+#include "pipebench/core/config.hpp"
+#include "pipebench/core/error.hpp"
+#include "pipebench/plan/plan.hpp"
+#include "pipebench/plan/plan_format.hpp"
 
 using namespace pipebench;
 

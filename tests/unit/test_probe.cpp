@@ -5,7 +5,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "pipebench/probe.hpp"
+#include "pipebench/probe/probe.hpp"
 
 using namespace pipebench;
 

@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 #include <unistd.h>
 
-#include "pipebench/report.hpp"
+#include "pipebench/report/report.hpp"
 
 using namespace pipebench;
 

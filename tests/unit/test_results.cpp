@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 #include <unistd.h>
 
-#include "pipebench/results.hpp"
+#include "pipebench/results/results.hpp"
 
 using namespace pipebench;
 namespace fs = std::filesystem;

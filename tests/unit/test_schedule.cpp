@@ -5,10 +5,10 @@
 
 #include <catch2/catch.hpp>
 
-#include "pipebench/error.hpp"
-#include "pipebench/schedule.hpp"
-#include "pipebench/simulate.hpp"
-#include "pipebench/validate.hpp"
+#include "pipebench/core/error.hpp"
+#include "pipebench/schedule/schedule.hpp"
+#include "pipebench/schedule/simulate.hpp"
+#include "pipebench/schedule/validate.hpp"
 
 using namespace pipebench;
 

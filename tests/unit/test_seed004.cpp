@@ -10,9 +10,9 @@
 
 #include <catch2/catch.hpp>
 
-#include "pipebench/error.hpp"
-#include "pipebench/schedule.hpp"
-#include "pipebench/simulate.hpp"
+#include "pipebench/core/error.hpp"
+#include "pipebench/schedule/schedule.hpp"
+#include "pipebench/schedule/simulate.hpp"
 
 using namespace pipebench;
 

@@ -2,9 +2,9 @@
 // stage bounding the step, transfer costs on the critical path.
 #include <catch2/catch.hpp>
 
-#include "pipebench/error.hpp"
-#include "pipebench/schedule.hpp"
-#include "pipebench/simulate.hpp"
+#include "pipebench/core/error.hpp"
+#include "pipebench/schedule/schedule.hpp"
+#include "pipebench/schedule/simulate.hpp"
 
 using namespace pipebench;
 

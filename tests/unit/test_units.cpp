@@ -1,8 +1,8 @@
 // Byte-size parsing and rendering; the JSON writer.
 #include <catch2/catch.hpp>
 
-#include "pipebench/json.hpp"
-#include "pipebench/units.hpp"
+#include "pipebench/core/json.hpp"
+#include "pipebench/core/units.hpp"
 
 using namespace pipebench;
 

@@ -1,0 +1,114 @@
+// The compute side of one pipeline stage on one rank. The executor
+// (runtime.hpp) drives it action by action; backends (sim now, cpu and cuda
+// later) implement it without the executor changing.
+//
+// Contract, per step: begin_step; then for each schedule action in order,
+// forward(mb) / backward(mb) / weight_grad(mb), with the boundary tensors
+// moved by the Transport through recv_buffer()/send_buffer(); then
+// local_grad_sq_norm() and optimizer_step(). Every byte a backend holds is
+// accounted in its MemoryTracker, in the sizes of the model description.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pipebench/core/job.hpp"
+#include "pipebench/plan/memory.hpp"
+#include "pipebench/model/model.hpp"
+#include "pipebench/plan/partition.hpp"
+#include "pipebench/plan/plan.hpp"
+#include "pipebench/schedule/schedule.hpp"
+
+namespace pipebench {
+
+// A stage-boundary tensor as the transport sees it. `data` may be null with
+// `bytes` 0 when the backend models the tensor without holding it (sim);
+// `logical_bytes` is always the size the model says it has.
+struct Buffer {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  std::uint64_t logical_bytes = 0;
+};
+
+// What a rank must build.
+struct StageSpec {
+  int rank = 0;                 // rank in the run = stage index
+  int num_stages = 1;
+  StageRange range;             // layers, embedding, head
+  int micro_batch_size = 1;
+  int num_microbatches = 1;
+  RunMode mode = RunMode::train;
+  DType dtype = DType::fp32;    // storage dtype
+  bool split_backward = false;  // the schedule has W actions: B is input-grad only
+  // The transport reads and writes device memory itself (NCCL). When false,
+  // a device backend hands the transport host copies of its boundary tensors.
+  bool transport_uses_device_memory = false;
+};
+
+// What rank `rank` of `plan` builds: its stage of the partition, the run's
+// micro-batching, mode and storage dtype, split backward when its actions
+// have W.
+StageSpec stage_spec(const RunPlan& plan, int rank, bool transport_uses_device_memory);
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  // Whether forward on the last stage produces a real loss value.
+  virtual bool computes_loss() const = 0;
+
+  // Allocates and initialises the stage (parameters, gradients, optimizer
+  // state, communication buffers). May throw OutOfMemoryError.
+  virtual void build(const StageSpec& spec) = 0;
+  // The layers actually built, 0-based inclusive, and their parameter count.
+  virtual std::pair<int, int> built_layers() const = 0;
+  virtual std::int64_t built_params() const = 0;
+
+  // `deadline_s` (now_s() clock) is when the step times out; long actions
+  // must not run past it (they throw StepTimeoutError).
+  virtual void begin_step(int step, double deadline_s) = 0;
+  virtual void forward(int step, int microbatch) = 0;
+  virtual void backward(int step, int microbatch) = 0;
+  virtual void weight_grad(int step, int microbatch) = 0;
+  // Last stage, after forward(mb): that micro-batch's loss.
+  virtual double loss(int microbatch) const = 0;
+  // Adds the sum of squares of each of this stage's pieces' accumulated
+  // gradients at per_piece[piece id] (0 embedding, 1+i block i, layers+1
+  // head; the vector has layers+2 entries). Reducing these per-piece sums
+  // across ranks is exact (one contributor per entry), and summing them in
+  // piece order makes the global norm bit-identical for every split.
+  virtual void grad_sq_norm_by_piece(std::vector<double>& per_piece) const = 0;
+  // Applies the step's update with gradients multiplied by `grad_scale`
+  // (clipping), then clears the gradients.
+  virtual void optimizer_step(int step, double grad_scale) = 0;
+
+  // F: where the activation from the previous stage lands (recv) / the output
+  // activation to send; B: the gradient from the next stage (recv) / the
+  // input gradient to send.
+  virtual Buffer recv_buffer(ActionKind kind, int microbatch) = 0;
+  virtual Buffer send_buffer(ActionKind kind, int microbatch) = 0;
+
+  // Device time of the latest forward/backward/weight_grad measured by the
+  // backend itself (CUDA events), or a negative value when it has no such
+  // clock (the executor then uses its host clock).
+  virtual double last_action_device_s() const { return -1.0; }
+
+  virtual const MemoryTracker& memory() const = 0;
+  // Micro-batches whose activations are held at once, at most, so far.
+  virtual int peak_live_activations() const = 0;
+};
+
+class StepTimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The backend named by job.device.backend for `rank`; throws ConfigError for
+// one this build does not have (e.g. cuda without a CUDA build).
+std::unique_ptr<Backend> make_backend(const Job& job, int rank);
+
+}  // namespace pipebench

@@ -1,0 +1,97 @@
+// The `cpu` backend: real fp32 training of the stage's pieces (embedding,
+// gpt/mlp blocks, head) with OpenBLAS (cpu_kernels.hpp).
+//
+// Memory, all through the tracker, in the model description's sizes:
+//   params / grads: one flat buffer each, carved by a tensor table (llm.c);
+//   optimizer: AdamW m and v (8 bytes/param), SGD none;
+//   activations: one slab per micro-batch of exactly Cost::activation_bytes,
+//     carved per piece; reserved at forward(mb), released at backward(mb)
+//     (training) or at the end of forward(mb) (inference);
+//   comm: ModelDesc::comm_bytes (one receive buffer per neighbour, one send
+//     buffer per micro-batch);
+//   workspace: the backward's temporaries, sized once at build.
+//
+// Determinism: weights from (seed, piece, tensor, element), data from (seed,
+// step, micro-batch) (synthetic.hpp); gradients accumulate in the order the
+// schedule runs backwards, which is micro-batch order for every shipped
+// schedule; the gradient norm is reduced per piece (see
+// grad_sq_norm_by_piece) so that every split computes it bit for bit alike.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "pipebench/backends/backend.hpp"
+#include "pipebench/backends/stage_layout.hpp"
+
+namespace pipebench {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const Job& job, int rank);
+
+  std::string_view name() const override { return "cpu"; }
+  bool computes_loss() const override { return true; }
+  void build(const StageSpec& spec) override;
+  std::pair<int, int> built_layers() const override { return layers_; }
+  std::int64_t built_params() const override { return static_cast<std::int64_t>(params_.size()); }
+  void begin_step(int step, double deadline_s) override;
+  void forward(int step, int microbatch) override;
+  void backward(int step, int microbatch) override;
+  void weight_grad(int step, int microbatch) override;
+  double loss(int microbatch) const override { return loss_[static_cast<std::size_t>(microbatch)]; }
+  void grad_sq_norm_by_piece(std::vector<double>& per_piece) const override;
+  void optimizer_step(int step, double grad_scale) override;
+  Buffer recv_buffer(ActionKind kind, int microbatch) override;
+  Buffer send_buffer(ActionKind kind, int microbatch) override;
+  const MemoryTracker& memory() const override { return memory_; }
+  int peak_live_activations() const override { return peak_live_; }
+
+  // For tests: the flat parameter and gradient buffers of this stage.
+  float* params() { return params_.data(); }
+  const float* grads() const { return grads_.data(); }
+  // For tests: the last stage's softmax probabilities [T, vocab] of
+  // micro-batch mb, between its forward and backward (training), or of its
+  // latest forward (inference, when keep_probs_for_testing(true)).
+  const float* probs(int microbatch) const;
+  void keep_probs_for_testing(bool keep) { keep_probs_ = keep; }
+  // Activation slabs allocated from the system so far (live + cached).
+  std::size_t slabs_allocated() const { return slabs_allocated_; }
+
+  using Piece = PieceLayout;  // stage_layout.hpp
+
+ private:
+  float* act(int mb, const Piece& p, std::int64_t float_offset) const;
+  void forward_piece(const Piece& p, int mb, const float* in, float* out);
+  void backward_piece(const Piece& p, int mb, const float* dy, float* dx);
+  float* piece_input(int mb, std::size_t piece_index) const;
+
+  const Job& job_;
+  MemoryTracker memory_;
+  StageSpec spec_;
+  std::vector<Piece> pieces_;
+  std::pair<int, int> layers_{-1, -1};
+  std::int64_t tokens_ = 0;  // T = micro_batch_size * seq_len
+  TrackedArray<float> params_, grads_, adam_m_, adam_v_, workspace_;
+  TrackedArray<float> recv_prev_, recv_next_;
+  std::vector<TrackedArray<float>> send_prev_, send_next_;  // per micro-batch
+  // Activation slabs. The tracker counts a slab from its forward to its
+  // backward; its memory then goes to a free list for the next micro-batch,
+  // like PyTorch's caching allocator: the process holds as many slabs as the
+  // schedule's peak, and the large allocations are not returned to the OS
+  // (and page-faulted in again) every step.
+  void acquire_slab(int mb);
+  void release_slab(int mb);
+  std::uint64_t slab_bytes_ = 0;
+  std::vector<std::unique_ptr<std::byte[]>> slabs_;       // per micro-batch; null when not live
+  std::vector<std::unique_ptr<std::byte[]>> free_slabs_;
+  std::size_t slabs_allocated_ = 0;
+  std::vector<double> loss_;
+  bool keep_probs_ = false;
+  std::vector<std::vector<float>> kept_probs_;  // untracked: tests only
+  int step_ = 0, optimizer_steps_ = 0;
+  int live_ = 0, peak_live_ = 0;
+};
+
+}  // namespace pipebench

@@ -1,0 +1,55 @@
+// The `sim` backend: no math. Each action sleeps (absolute deadline) for its
+// modelled duration: FLOPs of the stage (model.hpp) at [device]
+// sim_flops_per_s; the optimizer at 2 (SGD) or 12 (AdamW) FLOPs per
+// parameter. Memory is accounted, never allocated, so a 70B model "runs" on
+// a laptop. Boundary tensors are modelled (logical size only).
+//
+// Accounting: build reserves params, and for training grads and optimizer
+// state (model.hpp sizes), plus the communication buffers of
+// ModelDesc::comm_bytes (as the cpu backend allocates them). forward(mb)
+// reserves the micro-batch's activation bytes; training releases them in backward(mb) (or weight_grad(mb) when the
+// schedule splits the backward, B and W then taking half the backward time
+// each), inference at the end of forward(mb).
+#pragma once
+
+#include "pipebench/backends/backend.hpp"
+
+namespace pipebench {
+
+class SimBackend final : public Backend {
+ public:
+  explicit SimBackend(const Job& job, int rank);
+
+  std::string_view name() const override { return "sim"; }
+  bool computes_loss() const override { return false; }
+  void build(const StageSpec& spec) override;
+  std::pair<int, int> built_layers() const override { return layers_; }
+  std::int64_t built_params() const override { return cost_.params; }
+  void begin_step(int step, double deadline_s) override;
+  void forward(int step, int microbatch) override;
+  void backward(int step, int microbatch) override;
+  void weight_grad(int step, int microbatch) override;
+  double loss(int microbatch) const override;
+  void grad_sq_norm_by_piece(std::vector<double>&) const override {}
+  void optimizer_step(int step, double grad_scale) override;
+  Buffer recv_buffer(ActionKind kind, int microbatch) override;
+  Buffer send_buffer(ActionKind kind, int microbatch) override;
+  const MemoryTracker& memory() const override { return memory_; }
+  int peak_live_activations() const override { return peak_live_; }
+
+ private:
+  void busy_for(double seconds, const char* what);
+  void release_activation();
+
+  const Job& job_;
+  MemoryTracker memory_;
+  StageSpec spec_;
+  Cost cost_;
+  std::pair<int, int> layers_{-1, -1};
+  std::uint64_t boundary_bytes_ = 0;
+  double forward_s_ = 0.0, backward_s_ = 0.0, optimizer_s_ = 0.0;
+  double deadline_s_ = 0.0;
+  int live_ = 0, peak_live_ = 0;
+};
+
+}  // namespace pipebench

@@ -1,0 +1,19 @@
+// The one way the cuda/ sources turn a CUDA runtime error into an Error:
+// "<who>: <what>: <description> (<cudaError name>)". No fmt here: kernels.cu
+// (nvcc, C++17) includes it too.
+#pragma once
+
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "pipebench/core/error.hpp"
+
+namespace pipebench {
+
+inline void cuda_check(cudaError_t rc, const char* who, const char* what) {
+  if (rc == cudaSuccess) return;
+  throw Error(std::string(who) + ": " + what + ": " + cudaGetErrorString(rc) + " (" + cudaGetErrorName(rc) + ")");
+}
+
+}  // namespace pipebench

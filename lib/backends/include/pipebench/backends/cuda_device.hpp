@@ -1,0 +1,47 @@
+// The GPUs this process can see, without CUDA headers: every caller compiles
+// whether or not the build has CUDA. In a build without it
+// (PIPEBENCH_CUDA=OFF or no toolkit) cuda_built() is false and the queries
+// throw DeviceUnavailableError saying so.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "pipebench/core/error.hpp"
+
+namespace pipebench {
+
+// `--backend cuda` cannot run here: no device, a driver too old for this
+// build, or a build without CUDA. One line, no stack of context; the
+// executable exits with code 7 (docs/cli.md).
+class DeviceUnavailableError : public Error {
+ public:
+  using Error::Error;
+};
+
+struct GpuInfo {
+  int ordinal = -1;             // CUDA ordinal within this process's CUDA_VISIBLE_DEVICES
+  std::string name;             // "NVIDIA H200"
+  std::string uuid;             // "GPU-8c1f..." (as nvidia-smi -L prints it)
+  std::string pci_bus_id;       // "0000:19:00.0"
+  std::uint64_t total_bytes = 0;
+  int cc_major = 0, cc_minor = 0;
+};
+
+// Whether this build has the cuda backend and the NCCL transport.
+bool cuda_built();
+
+// The number of visible devices (>= 1), or DeviceUnavailableError with the
+// reason (no device, no/old driver, built without CUDA).
+int cuda_device_count();
+GpuInfo cuda_device_info(int ordinal);
+// Makes `ordinal` this process's device (cudaSetDevice).
+void cuda_set_device(int ordinal);
+
+// Versions for /provenance ("" without CUDA): driver "13.0", runtime "13.0",
+// NCCL "2.28.3".
+std::string cuda_driver_version();
+std::string cuda_runtime_version();
+std::string nccl_version();
+
+}  // namespace pipebench

@@ -1,0 +1,68 @@
+// How the real backends (cpu, cuda) lay out a stage: the tensor table —
+// offsets of every parameter tensor into one flat buffer, in docs/model.md
+// order (llm.c style) — and each piece's region of a micro-batch's
+// activation slab, with the offsets of what a gpt block and the head save.
+// One layout for both backends, so the cuda backend is the cpu backend's
+// model element for element. Sizes are the model description's.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pipebench/core/job.hpp"
+#include "pipebench/plan/partition.hpp"
+
+namespace pipebench {
+
+enum class PieceKind { embedding, gpt, mlp, head };
+
+struct TensorSlot {
+  std::int64_t offset = 0;  // elements into the flat parameter buffer
+  std::int64_t size = 0;
+  bool matrix = false;      // weight decay applies to matrices only
+};
+
+struct PieceLayout {
+  PieceKind kind = PieceKind::gpt;
+  int id = 0;                      // global piece id: 0 embedding, 1+i block i, layers+1 head
+  std::vector<TensorSlot> tensors;  // docs/model.md order
+  std::int64_t act_offset = 0;     // bytes into a micro-batch's activation slab
+  std::int64_t act_bytes = 0;
+};
+
+struct StageLayout {
+  std::vector<PieceLayout> pieces;
+  std::int64_t params = 0;            // elements
+  std::int64_t activation_bytes = 0;  // one micro-batch's slab
+};
+
+// The layout of the stage holding `range`, activations in `dtype`. Throws
+// Error if it disagrees with ModelDesc (a bug, named with `backend`).
+StageLayout stage_layout(const ModelSpec& model, DType dtype, const StageRange& range, int micro_batch_size,
+                         const char* backend);
+
+// The initial values of tensor `t` of `piece` (t.size elements into `out`):
+// LayerNorm gains 1, biases and betas 0, matrices N(0, 0.02²) — residual
+// projections N(0, (0.02/√(2·layers))²) — drawn from (seed, piece id,
+// tensor, element) only, so every split starts from the same model.
+void initial_values(const ModelSpec& model, const PieceLayout& piece, std::size_t t, float* out);
+
+// AdamW as both real backends apply it (not workload keys): betas 0.9 and
+// 0.95, eps 1e-8, decoupled weight decay 0.01 on matrices only.
+inline constexpr float kAdamBeta1 = 0.9f, kAdamBeta2 = 0.95f, kAdamEps = 1e-8f, kAdamWeightDecay = 0.01f;
+
+// Element offsets of one gpt block's saved activations inside its slab
+// region (docs/model.md order): per token x, ln1, ln1 mean/rstd, qkv, attn,
+// x2, ln2, ln2 mean/rstd, pre, gelu; then the attention probabilities.
+struct GptActs {
+  std::int64_t x, ln1, mean1, rstd1, qkv, attn, x2, ln2, mean2, rstd2, pre, gelu, probs;
+  GptActs(std::int64_t T, std::int64_t h, std::int64_t f);
+};
+
+// Head: x, ln, mean, rstd, probs [T, V] (elements), then the int32 targets.
+struct HeadActs {
+  std::int64_t x, ln, mean, rstd, probs, targets;
+  HeadActs(std::int64_t T, std::int64_t h, std::int64_t V);
+};
+
+}  // namespace pipebench

@@ -1,0 +1,308 @@
+#include "pipebench/backends/backend_cpu.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "pipebench/backends/cpu_kernels.hpp"
+#include "pipebench/core/error.hpp"
+#include "pipebench/model/synthetic.hpp"
+
+namespace pipebench {
+
+CpuBackend::CpuBackend(const Job& job, int rank) : job_(job), memory_(rank, job.device.memory_capacity_bytes) {
+  cpu::set_blas_threads(job.device.threads_per_rank);
+}
+
+void CpuBackend::build(const StageSpec& spec) {
+  spec_ = spec;
+  const ModelSpec& ms = job_.model;
+  const ModelDesc model(ms, DType::fp32);
+  const std::int64_t h = ms.hidden;
+  const int b = spec.micro_batch_size;
+  tokens_ = static_cast<std::int64_t>(b) * ms.seq_len;
+  const bool train = spec.mode == RunMode::train;
+  layers_ = {spec.range.first_layer, spec.range.last_layer()};
+
+  const StageLayout layout = stage_layout(ms, DType::fp32, spec.range, b, "cpu");
+  pieces_ = layout.pieces;
+  const std::int64_t next_param = layout.params, next_act = layout.activation_bytes;
+
+  const auto n = static_cast<std::size_t>(next_param);
+  params_ = TrackedArray<float>(memory_, MemCategory::params, n, "parameters");
+  if (train) {
+    grads_ = TrackedArray<float>(memory_, MemCategory::grads, n, "gradients");
+    if (job_.train.optimizer == OptimizerKind::adamw) {
+      adam_m_ = TrackedArray<float>(memory_, MemCategory::optimizer, n, "AdamW first moments");
+      adam_v_ = TrackedArray<float>(memory_, MemCategory::optimizer, n, "AdamW second moments");
+    }
+  }
+  const bool has_prev = spec.rank > 0, has_next = spec.rank + 1 < spec.num_stages;
+  const auto boundary = static_cast<std::size_t>(tokens_ * h);
+  const auto m = static_cast<std::size_t>(spec.num_microbatches);
+  if (has_prev) recv_prev_ = TrackedArray<float>(memory_, MemCategory::comm, boundary, "activation receive buffer");
+  if (has_next && train) recv_next_ = TrackedArray<float>(memory_, MemCategory::comm, boundary, "gradient receive buffer");
+  for (std::size_t i = 0; i < m; ++i) {
+    if (has_next) send_next_.emplace_back(memory_, MemCategory::comm, boundary, "activation send buffer");
+    if (has_prev && train) send_prev_.emplace_back(memory_, MemCategory::comm, boundary, "gradient send buffer");
+  }
+  if (train) {
+    // Backward temporaries: dgelu [T,f], dh [T,h], dx2 [T,h], dqkv [T,3h],
+    // two ping-pong gradients [T,h] and one s x s attention scratch.
+    const std::int64_t ws = model.cpu_workspace_bytes(b, true) / static_cast<std::int64_t>(sizeof(float));
+    workspace_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(ws), "backward workspace");
+  }
+  slab_bytes_ = static_cast<std::uint64_t>(next_act);
+  slabs_.resize(m);
+  loss_.assign(m, 0.0);
+
+  // Initial weights: a function of (seed, piece, tensor, element) only.
+  for (const Piece& p : pieces_)
+    for (std::size_t t = 0; t < p.tensors.size(); ++t) initial_values(ms, p, t, params_.data() + p.tensors[t].offset);
+}
+
+void CpuBackend::begin_step(int step, double /*deadline_s*/) { step_ = step; }
+
+float* CpuBackend::act(int mb, const Piece& p, std::int64_t float_offset) const {
+  return reinterpret_cast<float*>(slabs_[static_cast<std::size_t>(mb)].get() + p.act_offset) + float_offset;
+}
+
+// Where piece i keeps its input x (the previous piece writes it there).
+float* CpuBackend::piece_input(int mb, std::size_t i) const {
+  const Piece& p = pieces_[i];
+  return p.kind == PieceKind::embedding ? nullptr : act(mb, p, 0);
+}
+
+void CpuBackend::forward_piece(const Piece& p, int mb, const float* in, float* out) {
+  const ModelSpec& ms = job_.model;
+  const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, V = ms.vocab;
+  const int B = spec_.micro_batch_size;
+  const float* W = params_.data();
+  auto w = [&](std::size_t t) { return W + p.tensors[t].offset; };
+  // Every piece but the embedding keeps its input at the start of its slab
+  // region; only a stage's first piece gets it from elsewhere (the receive buffer).
+  if (p.kind != PieceKind::embedding && in != act(mb, p, 0))
+    std::memcpy(act(mb, p, 0), in, sizeof(float) * static_cast<std::size_t>(T) * h);
+  switch (p.kind) {
+    case PieceKind::embedding: {
+      auto* tokens = reinterpret_cast<std::int32_t*>(act(mb, p, 0));
+      std::vector<std::int32_t> tok, tgt;
+      synthetic_batch(ms, step_, mb, B, tok, tgt);
+      std::copy(tok.begin(), tok.end(), tokens);
+      cpu::embedding_forward(tokens, w(0), w(1), out, B, s, h);
+      break;
+    }
+    case PieceKind::gpt: {
+      const GptActs a(T, h, f);
+      float* x = act(mb, p, a.x);
+      cpu::layernorm_forward(x, w(0), w(1), act(mb, p, a.ln1), act(mb, p, a.mean1), act(mb, p, a.rstd1), T, h);
+      cpu::linear_forward(act(mb, p, a.ln1), w(2), w(3), act(mb, p, a.qkv), T, h, 3 * h);
+      cpu::attention_forward(act(mb, p, a.qkv), act(mb, p, a.probs), act(mb, p, a.attn), B, s, h, ms.heads);
+      float* x2 = act(mb, p, a.x2);
+      std::memcpy(x2, x, sizeof(float) * static_cast<std::size_t>(T) * h);
+      cpu::linear_forward(act(mb, p, a.attn), w(4), w(5), x2, T, h, h, true);
+      cpu::layernorm_forward(x2, w(6), w(7), act(mb, p, a.ln2), act(mb, p, a.mean2), act(mb, p, a.rstd2), T, h);
+      cpu::linear_forward(act(mb, p, a.ln2), w(8), w(9), act(mb, p, a.pre), T, h, f);
+      cpu::gelu_forward(act(mb, p, a.pre), act(mb, p, a.gelu), static_cast<std::int64_t>(T) * f);
+      std::memcpy(out, x2, sizeof(float) * static_cast<std::size_t>(T) * h);
+      cpu::linear_forward(act(mb, p, a.gelu), w(10), w(11), out, T, f, h, true);
+      break;
+    }
+    case PieceKind::mlp: {
+      float* x = act(mb, p, 0);
+      float* pre = x + static_cast<std::int64_t>(T) * h;
+      float* gl = pre + static_cast<std::int64_t>(T) * f;
+      cpu::linear_forward(x, w(0), w(1), pre, T, h, f);
+      cpu::gelu_forward(pre, gl, static_cast<std::int64_t>(T) * f);
+      std::memcpy(out, x, sizeof(float) * static_cast<std::size_t>(T) * h);
+      cpu::linear_forward(gl, w(2), w(3), out, T, f, h, true);
+      break;
+    }
+    case PieceKind::head: {
+      const HeadActs a(T, h, V);
+      float* x = act(mb, p, a.x);
+      cpu::layernorm_forward(x, w(0), w(1), act(mb, p, a.ln), act(mb, p, a.mean), act(mb, p, a.rstd), T, h);
+      float* probs = act(mb, p, a.probs);
+      cpu::linear_forward(act(mb, p, a.ln), w(2), nullptr, probs, T, h, V);
+      auto* targets = reinterpret_cast<std::int32_t*>(act(mb, p, a.targets));
+      std::vector<std::int32_t> tok, tgt;
+      synthetic_batch(ms, step_, mb, B, tok, tgt);
+      std::copy(tgt.begin(), tgt.end(), targets);
+      loss_[static_cast<std::size_t>(mb)] = cpu::softmax_crossentropy_forward(probs, targets, T, V);
+      break;
+    }
+  }
+}
+
+void CpuBackend::acquire_slab(int mb) {
+  auto& slab = slabs_[static_cast<std::size_t>(mb)];
+  if (slab) release_slab(mb);  // a forward again without backward (tests, inference probes)
+  memory_.reserve(MemCategory::activations, slab_bytes_, fmt::format("activations of micro-batch {}", mb));
+  if (!free_slabs_.empty()) {
+    slab = std::move(free_slabs_.back());
+    free_slabs_.pop_back();
+  } else {
+    slab.reset(new std::byte[slab_bytes_]);  // every byte is written by the forward
+    ++slabs_allocated_;
+  }
+  ++live_;
+  peak_live_ = std::max(peak_live_, live_);
+}
+
+void CpuBackend::release_slab(int mb) {
+  auto& slab = slabs_[static_cast<std::size_t>(mb)];
+  if (!slab) return;
+  memory_.release(MemCategory::activations, slab_bytes_);
+  free_slabs_.push_back(std::move(slab));
+  --live_;
+}
+
+void CpuBackend::forward(int /*step*/, int mb) {
+  acquire_slab(mb);
+  const bool has_next = spec_.rank + 1 < spec_.num_stages;
+  const float* in = pieces_.front().kind == PieceKind::embedding ? nullptr : recv_prev_.data();
+  for (std::size_t i = 0; i < pieces_.size(); ++i) {
+    float* out = nullptr;
+    if (i + 1 < pieces_.size()) out = piece_input(mb, i + 1);
+    else if (has_next) out = send_next_[static_cast<std::size_t>(mb)].data();
+    forward_piece(pieces_[i], mb, in, out);
+    in = out;
+  }
+  if (spec_.mode == RunMode::inference) {
+    if (keep_probs_ && pieces_.back().kind == PieceKind::head) {
+      const float* p = act(mb, pieces_.back(), HeadActs(tokens_, job_.model.hidden, job_.model.vocab).probs);
+      kept_probs_.resize(static_cast<std::size_t>(spec_.num_microbatches));
+      kept_probs_[static_cast<std::size_t>(mb)].assign(p, p + tokens_ * job_.model.vocab);
+    }
+    release_slab(mb);
+  }
+}
+
+const float* CpuBackend::probs(int mb) const {
+  const Piece& p = pieces_.back();
+  if (p.kind != PieceKind::head) return nullptr;
+  if (spec_.mode == RunMode::inference)
+    return static_cast<std::size_t>(mb) < kept_probs_.size() ? kept_probs_[static_cast<std::size_t>(mb)].data() : nullptr;
+  if (!slabs_[static_cast<std::size_t>(mb)]) return nullptr;
+  return act(mb, p, HeadActs(tokens_, job_.model.hidden, job_.model.vocab).probs);
+}
+
+void CpuBackend::backward_piece(const Piece& p, int mb, const float* dy, float* dx) {
+  const ModelSpec& ms = job_.model;
+  const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, V = ms.vocab;
+  const int B = spec_.micro_batch_size;
+  const float* W = params_.data();
+  float* G = grads_.data();
+  auto w = [&](std::size_t t) { return W + p.tensors[t].offset; };
+  auto g = [&](std::size_t t) { return G + p.tensors[t].offset; };
+  const std::int64_t Th = static_cast<std::int64_t>(T) * h;
+  // Workspace carving (see build): dgelu, dh, dx2, dqkv, [ping, pong], scratch.
+  float* dgelu = workspace_.data();
+  float* dh = dgelu + static_cast<std::int64_t>(T) * f;
+  float* dx2 = dh + Th;
+  float* dqkv = dx2 + Th;
+  float* scratch = dqkv + 3 * Th + 2 * Th;
+  switch (p.kind) {
+    case PieceKind::embedding:
+      cpu::embedding_backward(reinterpret_cast<const std::int32_t*>(act(mb, p, 0)), dy, g(0), g(1), B, s, h);
+      break;
+    case PieceKind::gpt: {
+      const GptActs a(T, h, f);
+      cpu::linear_backward(act(mb, p, a.gelu), w(10), dy, dgelu, g(10), g(11), T, f, h);
+      cpu::gelu_backward(act(mb, p, a.pre), dgelu, dgelu, static_cast<std::int64_t>(T) * f);
+      cpu::linear_backward(act(mb, p, a.ln2), w(8), dgelu, dh, g(8), g(9), T, h, f);
+      std::memcpy(dx2, dy, sizeof(float) * static_cast<std::size_t>(Th));
+      cpu::layernorm_backward(dh, act(mb, p, a.x2), w(6), act(mb, p, a.mean2), act(mb, p, a.rstd2), dx2, g(6), g(7), T, h);
+      cpu::linear_backward(act(mb, p, a.attn), w(4), dx2, dh, g(4), g(5), T, h, h);
+      cpu::attention_backward(dh, act(mb, p, a.qkv), act(mb, p, a.probs), dqkv, scratch, B, s, h, ms.heads);
+      cpu::linear_backward(act(mb, p, a.ln1), w(2), dqkv, dh, g(2), g(3), T, h, 3 * h);
+      std::memcpy(dx, dx2, sizeof(float) * static_cast<std::size_t>(Th));
+      cpu::layernorm_backward(dh, act(mb, p, a.x), w(0), act(mb, p, a.mean1), act(mb, p, a.rstd1), dx, g(0), g(1), T, h);
+      break;
+    }
+    case PieceKind::mlp: {
+      const float* x = act(mb, p, 0);
+      const float* pre = x + Th;
+      const float* gl = pre + static_cast<std::int64_t>(T) * f;
+      cpu::linear_backward(gl, w(2), dy, dgelu, g(2), g(3), T, f, h);
+      cpu::gelu_backward(pre, dgelu, dgelu, static_cast<std::int64_t>(T) * f);
+      std::memcpy(dx, dy, sizeof(float) * static_cast<std::size_t>(Th));
+      cpu::linear_backward(x, w(0), dgelu, dx, g(0), g(1), T, h, f, true);
+      break;
+    }
+    case PieceKind::head: {
+      const HeadActs a(T, h, V);
+      float* probs = act(mb, p, a.probs);
+      // d(step loss)/d(logits): the step loss is the mean over micro-batches
+      // of the mean over tokens.
+      const float scale = 1.0f / (static_cast<float>(T) * static_cast<float>(spec_.num_microbatches));
+      cpu::softmax_crossentropy_backward(probs, reinterpret_cast<const std::int32_t*>(act(mb, p, a.targets)), T, V, scale);
+      cpu::linear_backward(act(mb, p, a.ln), w(2), probs, dh, g(2), nullptr, T, h, V);
+      std::memset(dx, 0, sizeof(float) * static_cast<std::size_t>(Th));
+      cpu::layernorm_backward(dh, act(mb, p, a.x), w(0), act(mb, p, a.mean), act(mb, p, a.rstd), dx, g(0), g(1), T, h);
+      break;
+    }
+  }
+}
+
+void CpuBackend::backward(int /*step*/, int mb) {
+  const bool has_next = spec_.rank + 1 < spec_.num_stages, has_prev = spec_.rank > 0;
+  const std::int64_t Th = tokens_ * job_.model.hidden;
+  float* ping = workspace_.data() + tokens_ * job_.model.ffn_hidden + 5 * Th;
+  float* pong = ping + Th;
+  const float* dy = has_next ? recv_next_.data() : nullptr;  // the head starts from the loss
+  for (std::size_t k = pieces_.size(); k-- > 0;) {
+    const Piece& p = pieces_[k];
+    float* dx = nullptr;
+    if (p.kind != PieceKind::embedding) {
+      if (k == 0) dx = has_prev ? send_prev_[static_cast<std::size_t>(mb)].data() : nullptr;
+      else dx = (dy == ping) ? pong : ping;
+    }
+    backward_piece(p, mb, dy, dx);
+    dy = dx;
+  }
+  release_slab(mb);
+}
+
+void CpuBackend::weight_grad(int /*step*/, int /*microbatch*/) {
+  throw Error("cpu backend: split backward (W actions) is not implemented; B computes all gradients");
+}
+
+void CpuBackend::grad_sq_norm_by_piece(std::vector<double>& per_piece) const {
+  for (const Piece& p : pieces_) {
+    double sum = 0.0;
+    for (const TensorSlot& t : p.tensors) sum += cpu::sum_squares(grads_.data() + t.offset, t.size);
+    per_piece.at(static_cast<std::size_t>(p.id)) += sum;
+  }
+}
+
+void CpuBackend::optimizer_step(int /*step*/, double grad_scale) {
+  ++optimizer_steps_;
+  const auto lr = static_cast<float>(job_.train.learning_rate);
+  const auto scale = static_cast<float>(grad_scale);
+  for (const Piece& p : pieces_)
+    for (const TensorSlot& t : p.tensors) {
+      float* w = params_.data() + t.offset;
+      const float* g = grads_.data() + t.offset;
+      if (job_.train.optimizer == OptimizerKind::adamw)
+        cpu::adamw_update(w, g, adam_m_.data() + t.offset, adam_v_.data() + t.offset, t.size, lr, kAdamBeta1,
+                          kAdamBeta2, kAdamEps, t.matrix ? kAdamWeightDecay : 0.0f, optimizer_steps_, scale);
+      else
+        cpu::sgd_update(w, g, t.size, lr, scale);
+    }
+  std::memset(grads_.data(), 0, grads_.bytes());
+}
+
+Buffer CpuBackend::recv_buffer(ActionKind kind, int /*mb*/) {
+  TrackedArray<float>& b = kind == ActionKind::F ? recv_prev_ : recv_next_;
+  return {b.data(), static_cast<std::size_t>(b.bytes()), b.bytes()};
+}
+
+Buffer CpuBackend::send_buffer(ActionKind kind, int mb) {
+  TrackedArray<float>& b = (kind == ActionKind::F ? send_next_ : send_prev_)[static_cast<std::size_t>(mb)];
+  return {b.data(), static_cast<std::size_t>(b.bytes()), b.bytes()};
+}
+
+}  // namespace pipebench

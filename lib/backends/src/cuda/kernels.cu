@@ -1,0 +1,451 @@
+// Own kernels of the cuda backend (kernels.hpp). One template per kernel over
+// the storage type T (float, __nv_bfloat16, __half), fp32 arithmetic inside,
+// dispatched on DType at the launcher. Deliberately plain: one thread per
+// element, one warp per row, one thread per column for column sums; fixed
+// reduction orders, no atomics.
+#include "kernels.hpp"
+
+#include "pipebench/backends/cuda_check.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "pipebench/core/error.hpp"
+
+namespace pipebench::gpu {
+
+namespace {
+
+constexpr float kLnEps = 1e-5f;
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+template <typename T>
+__device__ __forceinline__ T from_f(float x);
+template <>
+__device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+template <>
+__device__ __forceinline__ __half from_f<__half>(float x) { return __float2half(x); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Block-wide reductions over kThreads threads; every thread gets the result.
+template <typename V, typename Op>
+__device__ V block_reduce(V v, Op op, V* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();  // `shared` may still be read from a previous reduction
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  V r = shared[0];
+  for (int w = 1; w < kThreads / 32; ++w) r = op(r, shared[w]);
+  return r;
+}
+
+unsigned blocks_for(std::int64_t n, int threads = kThreads) {
+  const std::int64_t b = (n + threads - 1) / threads;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535LL * 512 ? 65535LL * 512 : b));
+}
+
+// ---- kernels ------------------------------------------------------------------
+
+template <typename T>
+__global__ void embedding_forward_k(const std::int32_t* tokens, const T* wte, const T* wpe, T* out, int T_, int s, int C) {
+  const std::int64_t n = std::int64_t{T_} * C;
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x) {
+    const std::int64_t t = i / C;
+    const int c = static_cast<int>(i % C);
+    out[i] = from_f<T>(to_f(wte[std::int64_t{tokens[t]} * C + c]) + to_f(wpe[(t % s) * C + c]));
+  }
+}
+
+// One thread per channel, tokens in order: deterministic scatter-add.
+template <typename T>
+__global__ void embedding_backward_k(const std::int32_t* tokens, const T* dout, T* dwte, T* dwpe, int T_, int s, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  for (int t = 0; t < T_; ++t) {
+    const float d = to_f(dout[std::int64_t{t} * C + c]);
+    T* te = dwte + std::int64_t{tokens[t]} * C + c;
+    *te = from_f<T>(to_f(*te) + d);
+    T* pe = dwpe + std::int64_t{t % s} * C + c;
+    *pe = from_f<T>(to_f(*pe) + d);
+  }
+}
+
+// One warp per row.
+template <typename T>
+__global__ void layernorm_forward_k(const T* x, const T* gamma, const T* beta, T* out, T* mean, T* rstd, int T_, int C) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= T_) return;
+  const T* xr = x + std::int64_t{row} * C;
+  float sum = 0.0f;
+  for (int c = lane; c < C; c += 32) sum += to_f(xr[c]);
+  const float m = warp_sum(sum) / static_cast<float>(C);
+  float var = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const float d = to_f(xr[c]) - m;
+    var += d * d;
+  }
+  const float r = rsqrtf(warp_sum(var) / static_cast<float>(C) + kLnEps);
+  T* o = out + std::int64_t{row} * C;
+  for (int c = lane; c < C; c += 32) o[c] = from_f<T>((to_f(xr[c]) - m) * r * to_f(gamma[c]) + to_f(beta[c]));
+  if (lane == 0) {
+    mean[row] = from_f<T>(m);
+    rstd[row] = from_f<T>(r);
+  }
+}
+
+// dx, one warp per row.
+template <typename T>
+__global__ void layernorm_backward_dx_k(const T* dout, const T* x, const T* gamma, const T* mean, const T* rstd, T* dx,
+                                        int T_, int C) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= T_) return;
+  const std::int64_t off = std::int64_t{row} * C;
+  const float m = to_f(mean[row]), r = to_f(rstd[row]);
+  float a = 0.0f, b = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const float norm = (to_f(x[off + c]) - m) * r;
+    const float dnorm = to_f(gamma[c]) * to_f(dout[off + c]);
+    a += dnorm;
+    b += dnorm * norm;
+  }
+  const float dnorm_mean = warp_sum(a) / static_cast<float>(C), dnorm_norm_mean = warp_sum(b) / static_cast<float>(C);
+  for (int c = lane; c < C; c += 32) {
+    const float norm = (to_f(x[off + c]) - m) * r;
+    const float dnorm = to_f(gamma[c]) * to_f(dout[off + c]);
+    dx[off + c] = from_f<T>(to_f(dx[off + c]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r);
+  }
+}
+
+// dgamma, dbeta: one thread per column, rows in order.
+template <typename T>
+__global__ void layernorm_backward_params_k(const T* dout, const T* x, const T* mean, const T* rstd, T* dgamma, T* dbeta,
+                                            int T_, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float dg = 0.0f, db = 0.0f;
+  for (int t = 0; t < T_; ++t) {
+    const std::int64_t i = std::int64_t{t} * C + c;
+    const float d = to_f(dout[i]);
+    db += d;
+    dg += (to_f(x[i]) - to_f(mean[t])) * to_f(rstd[t]) * d;
+  }
+  dgamma[c] = from_f<T>(to_f(dgamma[c]) + dg);
+  dbeta[c] = from_f<T>(to_f(dbeta[c]) + db);
+}
+
+template <typename T>
+__global__ void gelu_forward_k(const T* in, T* out, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x) {
+    const float x = to_f(in[i]);
+    out[i] = from_f<T>(0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x))));
+  }
+}
+
+template <typename T>
+__global__ void gelu_backward_k(const T* in, const T* dout, T* din, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x) {
+    const float x = to_f(in[i]);
+    const float th = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
+    const float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    din[i] = from_f<T>(to_f(dout[i]) * grad);
+  }
+}
+
+template <typename T>
+__global__ void add_bias_k(T* y, const T* b, int T_, int C) {
+  const std::int64_t n = std::int64_t{T_} * C;
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x)
+    y[i] = from_f<T>(to_f(y[i]) + to_f(b[i % C]));
+}
+
+template <typename T>
+__global__ void bias_backward_k(const T* dy, T* db, int T_, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float sum = 0.0f;
+  for (int t = 0; t < T_; ++t) sum += to_f(dy[std::int64_t{t} * C + c]);
+  db[c] = from_f<T>(to_f(db[c]) + sum);
+}
+
+// One warp per row of the [matrices · s, s] stack.
+template <typename T>
+__global__ void causal_softmax_k(T* scores, int s, std::int64_t rows) {
+  const std::int64_t row = blockIdx.x * std::int64_t{blockDim.x / 32} + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int i = static_cast<int>(row % s);
+  T* r = scores + row * s;
+  float mx = -INFINITY;
+  for (int j = lane; j <= i; j += 32) mx = fmaxf(mx, to_f(r[j]));
+  mx = warp_max(mx);
+  float sum = 0.0f;
+  for (int j = lane; j <= i; j += 32) sum += expf(to_f(r[j]) - mx);
+  const float inv = 1.0f / warp_sum(sum);
+  for (int j = lane; j < s; j += 32) r[j] = from_f<T>(j <= i ? expf(to_f(r[j]) - mx) * inv : 0.0f);
+}
+
+template <typename T>
+__global__ void causal_softmax_backward_k(const T* probs, T* dp, int s, std::int64_t rows) {
+  const std::int64_t row = blockIdx.x * std::int64_t{blockDim.x / 32} + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int i = static_cast<int>(row % s);
+  const T* p = probs + row * s;
+  T* d = dp + row * s;
+  float dot = 0.0f;
+  for (int j = lane; j <= i; j += 32) dot += to_f(p[j]) * to_f(d[j]);
+  dot = warp_sum(dot);
+  for (int j = lane; j < s; j += 32) d[j] = from_f<T>(j <= i ? to_f(p[j]) * (to_f(d[j]) - dot) : 0.0f);
+}
+
+// One block per token row of V logits.
+template <typename T>
+__global__ void softmax_crossentropy_forward_k(T* logits, const std::int32_t* targets, float* losses, int V) {
+  __shared__ float shared[kThreads / 32];
+  T* row = logits + std::int64_t{blockIdx.x} * V;
+  float mx = -INFINITY;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, to_f(row[v]));
+  mx = block_reduce(mx, [](float a, float b) { return fmaxf(a, b); }, shared);
+  float sum = 0.0f;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) sum += expf(to_f(row[v]) - mx);
+  sum = block_reduce(sum, [](float a, float b) { return a + b; }, shared);
+  const float inv = 1.0f / sum;
+  const int target = targets[blockIdx.x];
+  __syncthreads();  // every thread has read row[target] below before it is overwritten
+  const float p_target = expf(to_f(row[target]) - mx) * inv;
+  __syncthreads();
+  for (int v = threadIdx.x; v < V; v += blockDim.x) row[v] = from_f<T>(expf(to_f(row[v]) - mx) * inv);
+  if (threadIdx.x == 0) losses[blockIdx.x] = -logf(fmaxf(p_target, 1e-30f));
+}
+
+template <typename T>
+__global__ void softmax_crossentropy_backward_k(T* probs, const std::int32_t* targets, int V, float scale) {
+  T* row = probs + std::int64_t{blockIdx.x} * V;
+  const int target = targets[blockIdx.x];
+  for (int v = threadIdx.x; v < V; v += blockDim.x)
+    row[v] = from_f<T>((to_f(row[v]) - (v == target ? 1.0f : 0.0f)) * scale);
+}
+
+template <typename T>
+__global__ void adamw_k(T* p, const T* g, float* master, float* m, float* v, std::int64_t n, float lr, float beta1,
+                        float beta2, float eps, float wd, float c1, float c2, float grad_scale) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x) {
+    const float gi = to_f(g[i]) * grad_scale;
+    const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float w = master ? master[i] : to_f(p[i]);
+    w -= lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + wd * w);
+    if (master) master[i] = w;
+    p[i] = from_f<T>(w);
+  }
+}
+
+template <typename T>
+__global__ void sgd_k(T* p, const T* g, float* master, std::int64_t n, float lr, float grad_scale) {
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x) {
+    float w = master ? master[i] : to_f(p[i]);
+    w -= lr * to_f(g[i]) * grad_scale;
+    if (master) master[i] = w;
+    p[i] = from_f<T>(w);
+  }
+}
+
+// Exactly kSumSquaresSlots blocks of kThreads: block k owns partials[k].
+template <typename T>
+__global__ void sum_squares_k(const T* x, std::int64_t n, double* partials) {
+  __shared__ double shared[kThreads / 32];
+  double s = 0.0;
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x) {
+    const double xi = to_f(x[i]);
+    s += xi * xi;
+  }
+  s = block_reduce(s, [](double a, double b) { return a + b; }, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] += s;
+}
+
+// ---- dispatch -------------------------------------------------------------------
+
+template <typename F>
+void dispatch(DType dt, F&& f) {
+  switch (dt) {
+    case DType::fp32: f(float{}); return;
+    case DType::bf16: f(__nv_bfloat16{}); return;
+    case DType::fp16: f(__half{}); return;
+  }
+}
+
+template <typename T>
+T* as(void* p) {
+  return static_cast<T*>(p);
+}
+template <typename T>
+const T* as(const void* p) {
+  return static_cast<const T*>(p);
+}
+
+unsigned rows_blocks(std::int64_t rows) { return static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32)); }
+
+}  // namespace
+
+void check_launch(const char* what) { cuda_check(cudaGetLastError(), "CUDA kernel", what); }
+
+void embedding_forward(DType dt, const std::int32_t* tokens, const void* wte, const void* wpe, void* out, int T_, int s,
+                       int C, cudaStream_t st) {
+  dispatch(dt, [&](auto t) {
+    using T = decltype(t);
+    embedding_forward_k<T><<<blocks_for(std::int64_t{T_} * C), kThreads, 0, st>>>(tokens, as<T>(wte), as<T>(wpe), as<T>(out), T_, s, C);
+  });
+  check_launch("embedding_forward");
+}
+
+void embedding_backward(DType dt, const std::int32_t* tokens, const void* dout, void* dwte, void* dwpe, int T_, int s,
+                        int C, cudaStream_t st) {
+  dispatch(dt, [&](auto t) {
+    using T = decltype(t);
+    embedding_backward_k<T><<<blocks_for(C, 128), 128, 0, st>>>(tokens, as<T>(dout), as<T>(dwte), as<T>(dwpe), T_, s, C);
+  });
+  check_launch("embedding_backward");
+}
+
+void layernorm_forward(DType dt, const void* x, const void* gamma, const void* beta, void* out, void* mean, void* rstd,
+                       int T_, int C, cudaStream_t st) {
+  dispatch(dt, [&](auto t) {
+    using T = decltype(t);
+    layernorm_forward_k<T><<<rows_blocks(T_), kThreads, 0, st>>>(as<T>(x), as<T>(gamma), as<T>(beta), as<T>(out),
+                                                                   as<T>(mean), as<T>(rstd), T_, C);
+  });
+  check_launch("layernorm_forward");
+}
+
+void layernorm_backward(DType dt, const void* dout, const void* x, const void* gamma, const void* mean, const void* rstd,
+                        void* dx, void* dgamma, void* dbeta, int T_, int C, cudaStream_t st) {
+  dispatch(dt, [&](auto t) {
+    using T = decltype(t);
+    layernorm_backward_dx_k<T><<<rows_blocks(T_), kThreads, 0, st>>>(as<T>(dout), as<T>(x), as<T>(gamma), as<T>(mean),
+                                                                       as<T>(rstd), as<T>(dx), T_, C);
+    layernorm_backward_params_k<T><<<blocks_for(C, 128), 128, 0, st>>>(as<T>(dout), as<T>(x), as<T>(mean), as<T>(rstd),
+                                                                       as<T>(dgamma), as<T>(dbeta), T_, C);
+  });
+  check_launch("layernorm_backward");
+}
+
+void gelu_forward(DType dt, const void* in, void* out, std::int64_t n, cudaStream_t st) {
+  dispatch(dt, [&](auto t) {
+    using T = decltype(t);
+    gelu_forward_k<T><<<blocks_for(n), kThreads, 0, st>>>(as<T>(in), as<T>(out), n);
+  });
+  check_launch("gelu_forward");
+}
+
+void gelu_backward(DType dt, const void* in, const void* dout, void* din, std::int64_t n, cudaStream_t st) {
+  dispatch(dt, [&](auto t) {
+    using T = decltype(t);
+    gelu_backward_k<T><<<blocks_for(n), kThreads, 0, st>>>(as<T>(in), as<T>(dout), as<T>(din), n);
+  });
+  check_launch("gelu_backward");
+}
+
+void add_bias(DType dt, void* y, const void* b, int T_, int C, cudaStream_t st) {
+  dispatch(dt, [&](auto t) {
+    using T = decltype(t);
+    add_bias_k<T><<<blocks_for(std::int64_t{T_} * C), kThreads, 0, st>>>(as<T>(y), as<T>(b), T_, C);
+  });
+  check_launch("add_bias");
+}
+
+void bias_backward(DType dt, const void* dy, void* db, int T_, int C, cudaStream_t st) {
+  dispatch(dt, [&](auto t) {
+    using T = decltype(t);
+    bias_backward_k<T><<<blocks_for(C, 128), 128, 0, st>>>(as<T>(dy), as<T>(db), T_, C);
+  });
+  check_launch("bias_backward");
+}
+
+void causal_softmax(DType dt, void* scores, int s, std::int64_t matrices, cudaStream_t st) {
+  const std::int64_t rows = matrices * s;
+  dispatch(dt, [&](auto t) {
+    using T = decltype(t);
+    causal_softmax_k<T><<<rows_blocks(rows), kThreads, 0, st>>>(as<T>(scores), s, rows);
+  });
+  check_launch("causal_softmax");
+}
+
+void causal_softmax_backward(DType dt, const void* probs, void* dp, int s, std::int64_t matrices, cudaStream_t st) {
+  const std::int64_t rows = matrices * s;
+  dispatch(dt, [&](auto t) {
+    using T = decltype(t);
+    causal_softmax_backward_k<T><<<rows_blocks(rows), kThreads, 0, st>>>(as<T>(probs), as<T>(dp), s, rows);
+  });
+  check_launch("causal_softmax_backward");
+}
+
+void softmax_crossentropy_forward(DType dt, void* logits, const std::int32_t* targets, float* losses, int T_, int V,
+                                  cudaStream_t st) {
+  dispatch(dt, [&](auto t) {
+    using T = decltype(t);
+    softmax_crossentropy_forward_k<T><<<static_cast<unsigned>(T_), kThreads, 0, st>>>(as<T>(logits), targets, losses, V);
+  });
+  check_launch("softmax_crossentropy_forward");
+}
+
+void softmax_crossentropy_backward(DType dt, void* probs, const std::int32_t* targets, int T_, int V, float scale,
+                                   cudaStream_t st) {
+  dispatch(dt, [&](auto t) {
+    using T = decltype(t);
+    softmax_crossentropy_backward_k<T><<<static_cast<unsigned>(T_), kThreads, 0, st>>>(as<T>(probs), targets, V, scale);
+  });
+  check_launch("softmax_crossentropy_backward");
+}
+
+void adamw_update(DType dt, void* p, const void* g, float* master, float* m, float* v, std::int64_t n, float lr,
+                  float beta1, float beta2, float eps, float wd, int t, float grad_scale, cudaStream_t st) {
+  // The bias corrections as the cpu backend computes them (fp32 powf).
+  const float c1 = 1.0f - std::pow(beta1, static_cast<float>(t));
+  const float c2 = 1.0f - std::pow(beta2, static_cast<float>(t));
+  dispatch(dt, [&](auto tag) {
+    using T = decltype(tag);
+    adamw_k<T><<<blocks_for(n), kThreads, 0, st>>>(as<T>(p), as<T>(g), master, m, v, n, lr, beta1, beta2, eps, wd, c1, c2,
+                                                   grad_scale);
+  });
+  check_launch("adamw_update");
+}
+
+void sgd_update(DType dt, void* p, const void* g, float* master, std::int64_t n, float lr, float grad_scale,
+                cudaStream_t st) {
+  dispatch(dt, [&](auto t) {
+    using T = decltype(t);
+    sgd_k<T><<<blocks_for(n), kThreads, 0, st>>>(as<T>(p), as<T>(g), master, n, lr, grad_scale);
+  });
+  check_launch("sgd_update");
+}
+
+void sum_squares_accumulate(DType dt, const void* x, std::int64_t n, double* partials, cudaStream_t st) {
+  dispatch(dt, [&](auto t) {
+    using T = decltype(t);
+    sum_squares_k<T><<<kSumSquaresSlots, kThreads, 0, st>>>(as<T>(x), n, partials);
+  });
+  check_launch("sum_squares");
+}
+
+}  // namespace pipebench::gpu

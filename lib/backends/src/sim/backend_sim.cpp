@@ -1,0 +1,90 @@
+#include "pipebench/backends/backend_sim.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "pipebench/core/clock.hpp"
+#include "pipebench/core/error.hpp"
+
+namespace pipebench {
+
+SimBackend::SimBackend(const Job& job, int rank) : job_(job), memory_(rank, job.device.memory_capacity_bytes) {
+  tighten_timer_slack();  // a modelled action must not wake up 50 us late
+}
+
+void SimBackend::build(const StageSpec& spec) {
+  spec_ = spec;
+  const ModelDesc model(job_.model, spec.dtype);
+  const auto& r = spec.range;
+  cost_ = model.stage(spec.micro_batch_size, r.num_layers, r.has_embedding, r.has_head);
+  layers_ = {r.first_layer, r.last_layer()};
+  boundary_bytes_ = static_cast<std::uint64_t>(model.boundary_bytes(spec.micro_batch_size));
+  const double speed = job_.device.sim_flops_per_s;
+  forward_s_ = cost_.forward_flops / speed;
+  backward_s_ = cost_.backward_flops / speed;
+  const double opt_flops_per_param = job_.train.optimizer == OptimizerKind::adamw ? 12.0 : 2.0;
+  optimizer_s_ = opt_flops_per_param * static_cast<double>(cost_.params) / speed;
+
+  const StateBytes per = state_bytes_per_param(job_.train.optimizer, spec.dtype);
+  const auto params = static_cast<std::uint64_t>(cost_.params);
+  const bool train = spec.mode == RunMode::train;
+  memory_.reserve(MemCategory::params, params * static_cast<std::uint64_t>(per.params), "parameters");
+  if (train) {
+    memory_.reserve(MemCategory::grads, params * static_cast<std::uint64_t>(per.grads), "gradients");
+    memory_.reserve(MemCategory::optimizer, params * static_cast<std::uint64_t>(per.optimizer), "optimizer state");
+  }
+  const auto comm = static_cast<std::uint64_t>(model.comm_bytes(spec.micro_batch_size, spec.num_microbatches,
+                                                                 spec.rank > 0, spec.rank + 1 < spec.num_stages, train));
+  if (comm > 0) memory_.reserve(MemCategory::comm, comm, "boundary send/receive buffers");
+}
+
+void SimBackend::busy_for(double seconds, const char* what) {
+  const double start = now_s();
+  const double end = start + seconds;
+  if (end > deadline_s_) {
+    sleep_until_s(deadline_s_);
+    throw StepTimeoutError(fmt::format("{} modelled at {:.3f} s ran past the step timeout", what, seconds));
+  }
+  sleep_until_s(end);
+}
+
+void SimBackend::begin_step(int /*step*/, double deadline_s) { deadline_s_ = deadline_s; }
+
+void SimBackend::forward(int /*step*/, int microbatch) {
+  memory_.reserve(MemCategory::activations, static_cast<std::uint64_t>(cost_.activation_bytes),
+                  fmt::format("activations of micro-batch {}", microbatch));
+  ++live_;
+  peak_live_ = std::max(peak_live_, live_);
+  busy_for(forward_s_, "forward");
+  if (spec_.mode == RunMode::inference) release_activation();
+}
+
+void SimBackend::release_activation() {
+  memory_.release(MemCategory::activations, static_cast<std::uint64_t>(cost_.activation_bytes));
+  --live_;
+}
+
+void SimBackend::backward(int /*step*/, int /*microbatch*/) {
+  if (spec_.split_backward) {
+    busy_for(0.5 * backward_s_, "backward (input gradient)");
+    return;
+  }
+  busy_for(backward_s_, "backward");
+  release_activation();
+}
+
+void SimBackend::weight_grad(int /*step*/, int /*microbatch*/) {
+  busy_for(0.5 * backward_s_, "backward (weight gradient)");
+  release_activation();
+}
+
+double SimBackend::loss(int /*microbatch*/) const { return std::numeric_limits<double>::quiet_NaN(); }
+
+void SimBackend::optimizer_step(int /*step*/, double /*grad_scale*/) { busy_for(optimizer_s_, "optimizer step"); }
+
+Buffer SimBackend::recv_buffer(ActionKind, int) { return {nullptr, 0, boundary_bytes_}; }
+Buffer SimBackend::send_buffer(ActionKind, int) { return {nullptr, 0, boundary_bytes_}; }
+
+}  // namespace pipebench

@@ -1,0 +1,30 @@
+// TOML workload files -> validated Job (SPEC §2, docs/workload-format.md).
+//
+// Contract: load_job either returns a Job that satisfies every rule below or
+// throws ConfigError whose message starts with "<file>:<line>: <key>: " and
+// says what was expected. Nothing is partially applied.
+//  - unknown tables/keys, wrong types, non-positive sizes are errors;
+//  - len(layers_per_stage) == pipeline_size, sum == model.layers, no stage
+//    with 0 layers, pipeline_size <= model.layers;
+//  - hidden % heads == 0 (gpt); known schedule, mode, remainder, dtype, ...;
+//  - run names unique; a named baseline exists and has pipeline_size 1;
+//    a baseline with a different global batch is a warning (Job::warnings).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipebench/core/job.hpp"
+
+namespace pipebench {
+
+// Reads `path`, applies `overrides` ("dotted.key=value"; a run's key is
+// "run.NAME.key=value"), validates. Values are TOML literals; anything that
+// does not parse as one is taken as a string (so --set run.x.schedule=gpipe works).
+Job load_job(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Same, from TOML text; `source_name` is used in error messages.
+Job parse_job(const std::string& toml_text, const std::string& source_name,
+              const std::vector<std::string>& overrides = {});
+
+}  // namespace pipebench

@@ -1,0 +1,487 @@
+// TOML -> Job. Every accessor goes through TableReader, which knows the
+// dotted key of each value and the file/line it came from, and remembers
+// which keys were read so that anything left over is reported as unknown.
+#include "pipebench/core/config.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
+#include <toml.hpp>
+
+#include "pipebench/core/error.hpp"
+#include "pipebench/core/units.hpp"
+
+namespace pipebench {
+namespace {
+
+using Value = toml::basic_value<toml::discard_comments, std::map, std::vector>;
+constexpr std::string_view kOverridePrefix = "--set ";
+
+Value parse_toml(std::istream& in, const std::string& name) {
+  try {
+    return toml::parse<toml::discard_comments, std::map, std::vector>(in, name);
+  } catch (const toml::syntax_error& e) {
+    throw ConfigError(fmt::format("{}: TOML syntax error:\n{}", name, e.what()));
+  }
+}
+
+// "<file>:<line>" for values from the file, "<file> (--set k=v)" for overrides.
+std::string where(const std::string& file, const Value& v) {
+  const auto loc = v.location();
+  if (std::string_view(loc.file_name()).starts_with(kOverridePrefix))
+    return fmt::format("{} ({})", file, loc.file_name());
+  return fmt::format("{}:{}", file, loc.line());
+}
+
+std::string type_name(const Value& v) {
+  switch (v.type()) {
+    case toml::value_t::boolean: return "a boolean";
+    case toml::value_t::integer: return "an integer";
+    case toml::value_t::floating: return "a float";
+    case toml::value_t::string: return "a string";
+    case toml::value_t::array: return "an array";
+    case toml::value_t::table: return "a table";
+    default: return "a date/time";
+  }
+}
+
+class TableReader {
+ public:
+  TableReader(const Value& table, std::string prefix, const std::string& file)
+      : table_(table), prefix_(std::move(prefix)), file_(file) {}
+
+  [[noreturn]] void fail_at(const Value& v, std::string_view key, std::string_view msg) const {
+    throw ConfigError(fmt::format("{}: {}: {}", where(file_, v), dotted(key), msg));
+  }
+  [[noreturn]] void fail_missing(std::string_view key, std::string_view expected) const {
+    throw ConfigError(fmt::format("{}: {}: missing required key (expected {})",
+                                  where(file_, table_), dotted(key), expected));
+  }
+
+  const Value* find(std::string_view key) {
+    used_.insert(std::string(key));
+    const auto& t = table_.as_table();
+    auto it = t.find(std::string(key));
+    return it == t.end() ? nullptr : &it->second;
+  }
+
+  std::optional<std::string> str(std::string_view key) {
+    const Value* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) fail_at(*v, key, fmt::format("expected a string, got {}", type_name(*v)));
+    return v->as_string().str;
+  }
+  std::string str_or(std::string_view key, std::string fallback) { return str(key).value_or(std::move(fallback)); }
+  std::string str_required(std::string_view key) {
+    auto s = str(key);
+    if (!s) fail_missing(key, "a string");
+    return *s;
+  }
+
+  std::optional<std::int64_t> integer(std::string_view key) {
+    const Value* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_integer()) fail_at(*v, key, fmt::format("expected an integer, got {}", type_name(*v)));
+    return v->as_integer();
+  }
+  // An int in [min, INT_MAX]; `fallback` when absent (nullopt = required).
+  int int_at_least(std::string_view key, std::int64_t min, std::optional<int> fallback) {
+    auto i = integer(key);
+    if (!i) {
+      if (!fallback) fail_missing(key, fmt::format("an integer >= {}", min));
+      return *fallback;
+    }
+    if (*i < min || *i > INT_MAX) {
+      const char* what = min == 1 ? "a positive integer" : "an integer";
+      fail_at(*find(key), key, fmt::format("expected {} >= {}, got {}", what, min, *i));
+    }
+    return static_cast<int>(*i);
+  }
+
+  // A float (integers accepted) satisfying `lo < x` (or `lo <= x` when inclusive).
+  double number(std::string_view key, double fallback, double lo, bool inclusive) {
+    const Value* v = find(key);
+    if (!v) return fallback;
+    double x = 0.0;
+    if (v->is_floating()) x = v->as_floating();
+    else if (v->is_integer()) x = static_cast<double>(v->as_integer());
+    else fail_at(*v, key, fmt::format("expected a number, got {}", type_name(*v)));
+    if (!(inclusive ? x >= lo : x > lo) || !std::isfinite(x))
+      fail_at(*v, key, fmt::format("expected a finite number {} {}, got {}", inclusive ? ">=" : ">", lo, x));
+    return x;
+  }
+
+  // One of `choices` (the first pair member is the spelling in the file).
+  template <typename E>
+  E choice(std::string_view key, E fallback, std::initializer_list<std::pair<std::string_view, E>> choices) {
+    auto s = str(key);
+    if (!s) return fallback;
+    for (const auto& [name, value] : choices)
+      if (*s == name) return value;
+    std::string names;
+    for (const auto& c : choices) names += fmt::format("{}\"{}\"", names.empty() ? "" : ", ", c.first);
+    fail_at(*find(key), key, fmt::format("unknown value \"{}\" (expected one of {})", *s, names));
+  }
+
+  // A sub-table (absent = empty table).
+  const Value* table(std::string_view key) {
+    const Value* v = find(key);
+    if (v && !v->is_table()) fail_at(*v, key, fmt::format("expected a table, got {}", type_name(*v)));
+    return v;
+  }
+
+  // Anything present but never asked for is a typo, not something to ignore.
+  void reject_unknown_keys() const {
+    for (const auto& [k, v] : table_.as_table())
+      if (!used_.count(k)) fail_at(v, k, "unknown key (see docs/workload-format.md for the keys of this table)");
+  }
+
+  std::string dotted(std::string_view key) const {
+    return prefix_.empty() ? std::string(key) : fmt::format("{}.{}", prefix_, key);
+  }
+  const Value& value() const { return table_; }
+
+ private:
+  const Value& table_;
+  std::string prefix_;
+  const std::string& file_;
+  std::set<std::string> used_;
+};
+
+// ---- --set overrides ------------------------------------------------------
+
+// Parses the right-hand side of an override as a TOML value; anything that is
+// not a TOML literal is taken as a string. Both keep a location named after
+// the override so errors can point at it.
+Value parse_override_value(const std::string& spec, const std::string& raw) {
+  const std::string name = fmt::format("{}{}", kOverridePrefix, spec);
+  {
+    std::istringstream in("v = " + raw);
+    try {
+      auto doc = toml::parse<toml::discard_comments, std::map, std::vector>(in, name);
+      return doc.as_table().at("v");
+    } catch (const std::exception&) {
+      // not a literal: fall through to a string
+    }
+  }
+  std::string quoted;
+  for (char c : raw) {
+    if (c == '"' || c == '\\') quoted += '\\';
+    quoted += c;
+  }
+  std::istringstream in("v = \"" + quoted + "\"");
+  auto doc = parse_toml(in, name);
+  return doc.as_table().at("v");
+}
+
+std::vector<std::string> split_dots(std::string_view s) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    const auto dot = s.find('.', start);
+    parts.emplace_back(s.substr(start, dot == std::string_view::npos ? s.npos : dot - start));
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  return parts;
+}
+
+void apply_override(Value& root, const std::string& file, const std::string& spec) {
+  const auto eq = spec.find('=');
+  auto bad = [&](std::string_view why) {
+    return ConfigError(fmt::format("{} ({}{}): {}", file, kOverridePrefix, spec, why));
+  };
+  if (eq == std::string::npos || eq == 0) throw bad("expected dotted.key=value");
+  const std::string key = spec.substr(0, eq);
+  const auto parts = split_dots(key);
+  if (std::any_of(parts.begin(), parts.end(), [](const auto& p) { return p.empty(); }))
+    throw bad("empty component in the dotted key");
+  Value value = parse_override_value(spec, spec.substr(eq + 1));
+
+  Value* node = &root;
+  std::size_t i = 0;
+  if (parts[0] == "run") {
+    // run.NAME.key: select the [[run]] whose name is NAME.
+    if (parts.size() < 3) throw bad("a run key is written run.NAME.key=value");
+    Value* runs = root.as_table().count("run") ? &root.as_table().at("run") : nullptr;
+    Value* found = nullptr;
+    if (runs && runs->is_array())
+      for (auto& r : runs->as_array())
+        if (r.is_table() && r.as_table().count("name") && r.as_table().at("name").is_string() &&
+            r.as_table().at("name").as_string().str == parts[1])
+          found = &r;
+    if (!found) throw bad(fmt::format("no [[run]] named \"{}\"", parts[1]));
+    node = found;
+    i = 2;
+  }
+  for (; i + 1 < parts.size(); ++i) {
+    auto& t = node->as_table();
+    auto it = t.find(parts[i]);
+    if (it == t.end()) it = t.emplace(parts[i], Value(toml::table{})).first;
+    if (!it->second.is_table()) throw bad(fmt::format("\"{}\" is not a table", parts[i]));
+    node = &it->second;
+  }
+  node->as_table()[parts.back()] = std::move(value);
+}
+
+// ---- validation -----------------------------------------------------------
+
+bool valid_name(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+ModelSpec read_model(TableReader& r, std::vector<std::string>& warnings) {
+  ModelSpec m;
+  m.kind = r.choice<ModelKind>("kind", ModelKind::gpt, {{"gpt", ModelKind::gpt}, {"mlp", ModelKind::mlp}});
+  m.hidden = r.int_at_least("hidden", 1, std::nullopt);
+  m.layers = r.int_at_least("layers", 1, std::nullopt);
+  if (m.kind == ModelKind::gpt) {
+    m.heads = r.int_at_least("heads", 1, std::nullopt);
+    if (m.hidden % m.heads != 0)
+      r.fail_at(*r.find("heads"), "heads",
+                fmt::format("hidden ({}) must be divisible by heads ({})", m.hidden, m.heads));
+  } else {
+    m.heads = 1;
+    if (r.find("heads")) warnings.push_back(fmt::format("{}: ignored for kind = \"mlp\"", r.dotted("heads")));
+  }
+  m.ffn_hidden = r.int_at_least("ffn_hidden", 1, 4 * m.hidden);
+  m.seq_len = r.int_at_least("seq_len", 1, std::nullopt);
+  m.vocab = r.int_at_least("vocab", 2, std::nullopt);
+  m.dtype = r.choice<DType>("dtype", DType::fp32,
+                            {{"fp32", DType::fp32}, {"bf16", DType::bf16}, {"fp16", DType::fp16}});
+  if (auto s = r.integer("seed")) {
+    if (*s < 0) r.fail_at(*r.find("seed"), "seed", "expected a non-negative integer");
+    m.seed = static_cast<std::uint64_t>(*s);
+  }
+  r.reject_unknown_keys();
+  return m;
+}
+
+TrainSpec read_train(TableReader& r) {
+  TrainSpec t;
+  t.optimizer = r.choice<OptimizerKind>("optimizer", t.optimizer,
+                                        {{"sgd", OptimizerKind::sgd}, {"adamw", OptimizerKind::adamw}});
+  t.learning_rate = r.number("learning_rate", t.learning_rate, 0.0, false);
+  t.warmup = r.int_at_least("warmup", 0, t.warmup);
+  t.repeats = r.int_at_least("repeats", 1, t.repeats);
+  t.grad_clip = r.number("grad_clip", t.grad_clip, 0.0, true);
+  t.step_timeout_s = r.number("step_timeout_s", t.step_timeout_s, 0.0, false);
+  r.reject_unknown_keys();
+  return t;
+}
+
+DeviceSpec read_device(TableReader& r) {
+  DeviceSpec d;
+  d.backend = r.choice<BackendKind>("backend", d.backend,
+                                    {{"cpu", BackendKind::cpu}, {"sim", BackendKind::sim}, {"cuda", BackendKind::cuda}});
+  if (const Value* v = r.find("memory_capacity")) {
+    std::optional<std::uint64_t> bytes;
+    if (v->is_string()) bytes = parse_bytes(v->as_string().str);
+    else if (v->is_integer() && v->as_integer() > 0) bytes = static_cast<std::uint64_t>(v->as_integer());
+    if (!bytes)
+      r.fail_at(*v, "memory_capacity",
+                "expected a positive size such as \"4GiB\", \"512MB\" or a byte count");
+    d.memory_capacity_bytes = *bytes;
+  }
+  d.threads_per_rank = r.int_at_least("threads_per_rank", 1, d.threads_per_rank);
+  d.sim_flops_per_s = r.number("sim_flops_per_s", d.sim_flops_per_s, 0.0, false);
+  d.sim_link_latency_us = r.number("sim_link_latency_us", d.sim_link_latency_us, 0.0, true);
+  d.sim_link_gbps = r.number("sim_link_gbps", d.sim_link_gbps, 0.0, false);
+  d.transport = r.choice<TransportKind>(
+      "transport", d.transport,
+      {{"auto", TransportKind::automatic}, {"mpi", TransportKind::mpi}, {"nccl", TransportKind::nccl}});
+  if (d.transport == TransportKind::nccl && d.backend != BackendKind::cuda)
+    r.fail_at(*r.find("transport"), "transport",
+              "\"nccl\" moves GPU memory and needs backend = \"cuda\" (use \"mpi\" or \"auto\")");
+  r.reject_unknown_keys();
+  return d;
+}
+
+RunSpec read_run(TableReader& r, const ModelSpec& model, std::vector<std::string>& warnings,
+                 std::string& explicit_baseline) {
+  RunSpec run;
+  run.source_line = static_cast<int>(r.value().location().line());
+  run.name = r.str_required("name");
+  if (!valid_name(run.name))
+    r.fail_at(*r.find("name"), "name", "expected letters, digits, '_' or '-' only (it names an HDF5 group)");
+  run.pipeline_size = r.int_at_least("pipeline_size", 1, 1);
+  run.micro_batch_size = r.int_at_least("micro_batch_size", 1, 1);
+  run.num_microbatches = r.int_at_least("num_microbatches", 1, 1);
+  run.mode = r.choice<RunMode>("mode", RunMode::train, {{"train", RunMode::train}, {"inference", RunMode::inference}});
+  const bool schedule_given = r.find("schedule") != nullptr;
+  run.schedule = r.choice<ScheduleKind>("schedule", ScheduleKind::one_f_one_b,
+                                        {{"gpipe", ScheduleKind::gpipe},
+                                         {"fill_drain", ScheduleKind::gpipe},
+                                         {"1f1b", ScheduleKind::one_f_one_b},
+                                         {"eager-1f1b", ScheduleKind::eager_one_f_one_b}});
+  if (schedule_given && run.mode == RunMode::inference)
+    warnings.push_back(fmt::format("{}: ignored: inference runs use the forward-only schedule", r.dotted("schedule")));
+  run.remainder = r.choice<Remainder>("remainder", Remainder::first,
+                                      {{"first", Remainder::first}, {"last", Remainder::last}, {"balanced", Remainder::balanced}});
+  run.balance_by = r.choice<BalanceBy>("balance_by", BalanceBy::flops,
+                                       {{"flops", BalanceBy::flops}, {"params", BalanceBy::params}});
+  run.layers_per_stage_origin = r.int_at_least("layers_per_stage_origin", 0, 0);
+  if (run.layers_per_stage_origin > 1)
+    r.fail_at(*r.find("layers_per_stage_origin"), "layers_per_stage_origin", "expected 0 or 1");
+
+  if (run.pipeline_size > model.layers)
+    r.fail_at(*r.find("pipeline_size"), "pipeline_size",
+              fmt::format("{} stages for {} layers would leave a stage with 0 layers", run.pipeline_size, model.layers));
+
+  if (const Value* v = r.find("layers_per_stage")) {
+    if (!v->is_array()) r.fail_at(*v, "layers_per_stage", fmt::format("expected an array of integers, got {}", type_name(*v)));
+    long long sum = 0;
+    for (std::size_t i = 0; i < v->as_array().size(); ++i) {
+      const Value& e = v->as_array()[i];
+      if (!e.is_integer()) r.fail_at(*v, "layers_per_stage", fmt::format("element {} is {}, expected an integer", i, type_name(e)));
+      if (e.as_integer() < 1 || e.as_integer() > INT_MAX)
+        r.fail_at(*v, "layers_per_stage", fmt::format("stage {} has {} layers; every stage needs at least 1", i, e.as_integer()));
+      run.layers_per_stage.push_back(static_cast<int>(e.as_integer()));
+      sum += e.as_integer();
+    }
+    if (static_cast<int>(run.layers_per_stage.size()) != run.pipeline_size)
+      r.fail_at(*v, "layers_per_stage",
+                fmt::format("has {} entries but pipeline_size = {}", run.layers_per_stage.size(), run.pipeline_size));
+    if (sum != model.layers)
+      r.fail_at(*v, "layers_per_stage", fmt::format("sums to {} but model.layers = {}", sum, model.layers));
+  }
+  explicit_baseline = r.str_or("baseline", "");
+  r.reject_unknown_keys();
+  return run;
+}
+
+// Cross-run rules: unique names, baselines.
+void link_runs(Job& job, const std::vector<const Value*>& run_values,
+               const std::vector<std::string>& explicit_baselines, const std::string& file) {
+  for (std::size_t i = 0; i < job.runs.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j)
+      if (job.runs[j].name == job.runs[i].name)
+        throw ConfigError(fmt::format("{}: run.{}.name: duplicate run name (first defined at line {})",
+                                      where(file, run_values[i]->as_table().at("name")), job.runs[i].name,
+                                      job.runs[j].source_line));
+  }
+  for (std::size_t i = 0; i < job.runs.size(); ++i) {
+    RunSpec& run = job.runs[i];
+    const std::string& named = explicit_baselines[i];
+    if (!named.empty()) {
+      const RunSpec* base = job.find_run(named);
+      auto fail = [&](std::string_view why) {
+        const Value& v = run_values[i]->as_table().at("baseline");
+        throw ConfigError(fmt::format("{}: run.{}.baseline: {}", where(file, v), run.name, why));
+      };
+      if (!base) fail(fmt::format("no run named \"{}\"", named));
+      if (base == &run) fail("a run cannot be its own baseline");
+      if (base->mode != run.mode) fail(fmt::format("baseline \"{}\" is a {} run but this is a {} run",
+                                                   named, to_string(base->mode), to_string(run.mode)));
+      if (base->pipeline_size != 1)
+        job.warnings.push_back(fmt::format("run.{}.baseline: \"{}\" has pipeline_size = {}, not a single-stage baseline",
+                                           run.name, named, base->pipeline_size));
+      run.baseline = named;
+    } else if (run.pipeline_size > 1) {
+      for (const auto& other : job.runs)
+        if (other.pipeline_size == 1 && other.mode == run.mode) {
+          run.baseline = other.name;
+          break;
+        }
+    }
+    if (!run.baseline.empty()) {
+      const RunSpec* base = job.find_run(run.baseline);
+      if (base->global_batch() != run.global_batch())
+        job.warnings.push_back(fmt::format(
+            "run.{}: global batch {} (= {} x {}) differs from baseline \"{}\" ({} = {} x {}); losses are not comparable",
+            run.name, run.global_batch(), run.micro_batch_size, run.num_microbatches, base->name,
+            base->global_batch(), base->micro_batch_size, base->num_microbatches));
+    }
+  }
+}
+
+Job build_job(Value root, const std::string& file, const std::vector<std::string>& overrides) {
+  for (const auto& o : overrides) apply_override(root, file, o);
+
+  Job job;
+  job.source_path = file;
+  job.overrides = overrides;
+  TableReader top(root, "", file);
+  {
+    auto schema = top.integer("schema");
+    if (!schema) top.fail_missing("schema", "schema = 1");
+    if (*schema != 1) top.fail_at(*top.find("schema"), "schema", fmt::format("unsupported schema {} (this pipebench reads schema 1)", *schema));
+  }
+  auto sub = [&](std::string_view key, bool required) -> const Value& {
+    static const Value empty(toml::table{});
+    const Value* t = top.table(key);
+    if (!t && required) top.fail_missing(key, fmt::format("a [{}] table", key));
+    return t ? *t : empty;
+  };
+  {
+    TableReader r(sub("job", true), "job", file);
+    job.name = r.str_required("name");
+    if (!valid_name(job.name)) r.fail_at(*r.find("name"), "name", "expected letters, digits, '_' or '-' only (it names a results folder)");
+    job.description = r.str_or("description", "");
+    r.reject_unknown_keys();
+  }
+  {
+    TableReader r(sub("model", true), "model", file);
+    job.model = read_model(r, job.warnings);
+  }
+  {
+    TableReader r(sub("train", false), "train", file);
+    job.train = read_train(r);
+  }
+  {
+    TableReader r(sub("device", false), "device", file);
+    job.device = read_device(r);
+  }
+  if (job.device.backend == BackendKind::cpu && job.model.dtype != DType::fp32)
+    job.warnings.push_back(fmt::format("model.dtype = \"{}\": the cpu backend computes in fp32; memory and losses are fp32",
+                                       to_string(job.model.dtype)));
+
+  const Value* runs = top.find("run");
+  if (!runs) top.fail_missing("run", "at least one [[run]] table");
+  if (!runs->is_array() || runs->as_array().empty())
+    top.fail_at(*runs, "run", "expected one or more [[run]] tables");
+  std::vector<const Value*> run_values;
+  std::vector<std::string> explicit_baselines;
+  for (const Value& rv : runs->as_array()) {
+    if (!rv.is_table()) top.fail_at(rv, "run", "expected [[run]] tables");
+    std::string label = "run";
+    if (rv.as_table().count("name") && rv.as_table().at("name").is_string())
+      label = "run." + rv.as_table().at("name").as_string().str;
+    TableReader r(rv, label, file);
+    explicit_baselines.emplace_back();
+    job.runs.push_back(read_run(r, job.model, job.warnings, explicit_baselines.back()));
+    run_values.push_back(&rv);
+  }
+  link_runs(job, run_values, explicit_baselines, file);
+  top.reject_unknown_keys();
+
+  job.effective_toml = toml::format(root, 0);  // width 0: tables as [sections], never inline
+  return job;
+}
+
+}  // namespace
+
+Job parse_job(const std::string& toml_text, const std::string& source_name, const std::vector<std::string>& overrides) {
+  std::istringstream in(toml_text);
+  return build_job(parse_toml(in, source_name), source_name, overrides);
+}
+
+Job load_job(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(fmt::format("{}: cannot open workload file", path));
+  return build_job(parse_toml(in, path), path, overrides);
+}
+
+}  // namespace pipebench

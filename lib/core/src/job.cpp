@@ -1,0 +1,66 @@
+#include "pipebench/core/job.hpp"
+
+namespace pipebench {
+
+std::string_view to_string(ModelKind v) { return v == ModelKind::gpt ? "gpt" : "mlp"; }
+
+std::string_view to_string(DType v) {
+  switch (v) {
+    case DType::fp32: return "fp32";
+    case DType::bf16: return "bf16";
+    case DType::fp16: return "fp16";
+  }
+  return "?";
+}
+
+std::string_view to_string(OptimizerKind v) { return v == OptimizerKind::sgd ? "sgd" : "adamw"; }
+
+std::string_view to_string(TransportKind v) {
+  switch (v) {
+    case TransportKind::automatic: return "auto";
+    case TransportKind::mpi: return "mpi";
+    case TransportKind::nccl: return "nccl";
+  }
+  return "?";
+}
+
+std::string_view to_string(BackendKind v) {
+  switch (v) {
+    case BackendKind::cpu: return "cpu";
+    case BackendKind::sim: return "sim";
+    case BackendKind::cuda: return "cuda";
+  }
+  return "?";
+}
+
+std::string_view to_string(ScheduleKind v) {
+  switch (v) {
+    case ScheduleKind::gpipe: return "gpipe";
+    case ScheduleKind::one_f_one_b: return "1f1b";
+    case ScheduleKind::eager_one_f_one_b: return "eager-1f1b";
+  }
+  return "?";
+}
+
+std::string_view to_string(RunMode v) { return v == RunMode::train ? "train" : "inference"; }
+
+std::string_view to_string(Remainder v) {
+  switch (v) {
+    case Remainder::first: return "first";
+    case Remainder::last: return "last";
+    case Remainder::balanced: return "balanced";
+  }
+  return "?";
+}
+
+std::string_view to_string(BalanceBy v) { return v == BalanceBy::flops ? "flops" : "params"; }
+
+int dtype_bytes(DType d) { return d == DType::fp32 ? 4 : 2; }
+
+const RunSpec* Job::find_run(std::string_view run_name) const {
+  for (const auto& r : runs)
+    if (r.name == run_name) return &r;
+  return nullptr;
+}
+
+}  // namespace pipebench

@@ -1,0 +1,95 @@
+#include "pipebench/core/units.hpp"
+
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <ctime>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace pipebench {
+
+std::optional<std::uint64_t> parse_bytes(std::string_view text) {
+  auto trim = [](std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+  };
+  text = trim(text);
+  std::size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  if (i == 0) return std::nullopt;
+  double number = 0.0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + i, number);
+  if (ec != std::errc() || ptr != text.data() + i) return std::nullopt;
+  const std::string_view unit = trim(text.substr(i));
+  static constexpr std::array<std::pair<std::string_view, double>, 10> kUnits{{
+      {"", 1.0}, {"B", 1.0},
+      {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+  }};
+  for (const auto& [name, scale] : kUnits) {
+    if (unit != name) continue;
+    const double bytes = number * scale;
+    if (!(bytes >= 1.0) || bytes > 1.8e19 || bytes != std::floor(bytes)) return std::nullopt;
+    return static_cast<std::uint64_t>(bytes);
+  }
+  return std::nullopt;
+}
+
+std::string format_bytes(double bytes) {
+  static constexpr std::array<const char*, 6> kNames{"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  std::size_t k = 0;
+  double v = bytes;
+  while (std::fabs(v) >= 1024.0 && k + 1 < kNames.size()) {
+    v /= 1024.0;
+    ++k;
+  }
+  return k == 0 ? fmt::format("{:.0f} B", v) : fmt::format("{:.2f} {}", v, kNames[k]);
+}
+
+std::string format_count(double count) {
+  static constexpr std::array<const char*, 6> kNames{"", " K", " M", " G", " T", " P"};
+  std::size_t k = 0;
+  double v = count;
+  while (std::fabs(v) >= 1000.0 && k + 1 < kNames.size()) {
+    v /= 1000.0;
+    ++k;
+  }
+  return k == 0 ? fmt::format("{:.0f}", v) : fmt::format("{:.2f}{}", v, kNames[k]);
+}
+
+std::string format_seconds(double s) {
+  if (std::isnan(s)) return "-";
+  if (std::fabs(s) >= 1.0) return fmt::format("{:.3f} s", s);
+  if (std::fabs(s) >= 1e-3) return fmt::format("{:.3f} ms", s * 1e3);
+  return fmt::format("{:.1f} us", s * 1e6);
+}
+
+namespace {
+std::string utc_format(const char* pattern) {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof(buf), pattern, &tm);
+  return buf;
+}
+}  // namespace
+
+std::string utc_stamp() { return utc_format("%Y%m%dT%H%M%SZ"); }
+std::string utc_iso8601() { return utc_format("%Y-%m-%dT%H:%M:%SZ"); }
+
+std::string group_digits(std::int64_t value) {
+  const std::string digits = fmt::format("{}", value < 0 ? -value : value);
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return value < 0 ? "-" + out : out;
+}
+
+}  // namespace pipebench

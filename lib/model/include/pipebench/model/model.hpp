@@ -1,0 +1,98 @@
+// Model description: parameter counts, FLOPs and activation bytes of every
+// piece of a `gpt` or `mlp` model, as functions of the [model] keys, the
+// micro-batch size and the storage dtype. The planner reads these now; the
+// backends must allocate exactly these sizes (docs/model.md has the formulas).
+//
+// A model is a sequence of pieces: embedding, blocks 0..L-1, head. The
+// embedding lives on the first stage; the head (final LayerNorm, LM head,
+// softmax cross-entropy) on the last. Embedding and LM head are untied, so the
+// model is the same whatever the split. Every piece keeps its own input for
+// backward; nothing is counted twice across a stage boundary.
+#pragma once
+
+#include <cstdint>
+
+#include "pipebench/core/job.hpp"
+
+namespace pipebench {
+
+// What one piece (or a sum of pieces) costs for one micro-batch.
+struct Cost {
+  std::int64_t params = 0;              // trainable parameters (elements)
+  double forward_flops = 0.0;           // matmul FLOPs (2 per multiply-add)
+  double backward_flops = 0.0;          // input + weight gradients: 2x forward
+  std::int64_t activation_bytes = 0;    // kept from forward until backward
+
+  Cost& operator+=(const Cost& o) {
+    params += o.params;
+    forward_flops += o.forward_flops;
+    backward_flops += o.backward_flops;
+    activation_bytes += o.activation_bytes;
+    return *this;
+  }
+};
+
+// Bytes per parameter held by each training state, by optimizer and dtype.
+// fp32: params 4, grads 4, AdamW m+v 8, SGD 0.
+// bf16/fp16: params 2, grads 2, AdamW fp32 master+m+v 12, SGD fp32 master 4.
+struct StateBytes {
+  int params;
+  int grads;
+  int optimizer;
+};
+StateBytes state_bytes_per_param(OptimizerKind opt, DType dtype);
+
+class ModelDesc {
+ public:
+  // `dtype` is the storage dtype actually used (the cpu backend: fp32).
+  ModelDesc(const ModelSpec& spec, DType dtype);
+
+  const ModelSpec& spec() const { return spec_; }
+  DType dtype() const { return dtype_; }
+
+  Cost embedding(int micro_batch) const;
+  Cost block(int micro_batch) const;   // all blocks of a model are identical
+  Cost head(int micro_batch) const;
+
+  // Sum of the pieces a stage holds: blocks [first, first+count), plus the
+  // embedding and/or head.
+  Cost stage(int micro_batch, int num_layers, bool has_embedding, bool has_head) const;
+
+  // One stage-boundary tensor (activation forward, its gradient backward):
+  // micro_batch x seq_len x hidden elements.
+  std::int64_t boundary_bytes(int micro_batch) const;
+
+  std::int64_t total_params() const;
+
+  // Communication buffers a stage holds (the runner's design, docs/runner.md):
+  // per neighbouring stage one receive buffer, and one send buffer per
+  // micro-batch (sends complete at the end of the step). Training: a stage
+  // with a previous stage receives activations and sends gradients back; with
+  // a next stage it sends activations and receives gradients: m + 1 boundary
+  // tensors per neighbour. Inference: 1 (receive) from the previous stage,
+  // m (send) to the next.
+  std::int64_t comm_bytes(int micro_batch, int num_microbatches, bool has_prev, bool has_next, bool train) const;
+
+  // The cpu backend's backward temporaries (training only), allocated once
+  // per stage: tokens·(ffn_hidden + 7·hidden) + seq_len² elements (gradients
+  // through GELU, a hidden-sized buffer, the residual, q/k/v, two ping-pong
+  // stage gradients, one attention score matrix). The sim backend has none.
+  std::int64_t cpu_workspace_bytes(int micro_batch, bool train) const;
+
+  // The cuda backend's workspace, allocated once per stage: always
+  // kCudaNormSlotsBytes of gradient-norm partial sums and 4·tokens bytes of
+  // fp32 per-token losses, then in training the cpu backend's temporaries
+  // with one attention score matrix per head (tokens·(ffn_hidden + 7·hidden)
+  // + heads·seq_len² elements).
+  static constexpr std::int64_t kCudaNormSlotsBytes = 256 * 8;
+  std::int64_t cuda_workspace_bytes(int micro_batch, bool train) const;
+
+  // The workspace of `backend` (sim: none).
+  std::int64_t workspace_bytes(BackendKind backend, int micro_batch, bool train) const;
+
+ private:
+  ModelSpec spec_;
+  DType dtype_;
+};
+
+}  // namespace pipebench

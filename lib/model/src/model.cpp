@@ -1,0 +1,116 @@
+#include "pipebench/model/model.hpp"
+
+namespace pipebench {
+
+namespace {
+constexpr std::int64_t kTokenIdBytes = 4;  // int32 token ids / targets
+}
+
+StateBytes state_bytes_per_param(OptimizerKind opt, DType dtype) {
+  const bool fp32 = dtype == DType::fp32;
+  const int p = dtype_bytes(dtype);
+  if (opt == OptimizerKind::adamw) return {p, p, fp32 ? 8 : 12};
+  return {p, p, fp32 ? 0 : 4};
+}
+
+ModelDesc::ModelDesc(const ModelSpec& spec, DType dtype) : spec_(spec), dtype_(dtype) {}
+
+// Token embedding [vocab, h] + position embedding [seq_len, h]. A gather
+// forward (no matmul FLOPs); keeps the token ids for the scatter-add backward.
+Cost ModelDesc::embedding(int b) const {
+  const std::int64_t h = spec_.hidden, s = spec_.seq_len, v = spec_.vocab;
+  const std::int64_t tokens = std::int64_t{b} * s;
+  Cost c;
+  c.params = v * h + s * h;
+  c.activation_bytes = tokens * kTokenIdBytes;
+  return c;
+}
+
+Cost ModelDesc::block(int b) const {
+  const std::int64_t h = spec_.hidden, f = spec_.ffn_hidden, s = spec_.seq_len, a = spec_.heads;
+  const std::int64_t tokens = std::int64_t{b} * s;
+  const std::int64_t e = dtype_bytes(dtype_);
+  const double t = static_cast<double>(tokens);
+  Cost c;
+  if (spec_.kind == ModelKind::gpt) {
+    // ln1 [2h] + qkv [h,3h]+[3h] + proj [h,h]+[h] + ln2 [2h] + fc1 [h,f]+[f] + fc2 [f,h]+[h]
+    c.params = 4 * h * h + 2 * h * f + 9 * h + f;
+    // qkv, proj, fc1, fc2 GEMMs + QK^T and softmax(QK^T)V over all s x s pairs
+    c.forward_flops = 2.0 * t * static_cast<double>(4 * h * h + 2 * h * f) +
+                      4.0 * static_cast<double>(b) * static_cast<double>(s * s * h);
+    // Per token: x, ln1 out, qkv (3h), attention out, x + attn, ln2 out (8h total),
+    // fc1 pre-activation and GELU out (2f), mean/rstd of both LayerNorms (4);
+    // plus the attention probabilities [b, heads, s, s].
+    c.activation_bytes = e * (tokens * (8 * h + 2 * f + 4) + std::int64_t{b} * a * s * s);
+  } else {
+    // fc1 [h,f]+[f] + fc2 [f,h]+[h], residual around both.
+    c.params = 2 * h * f + f + h;
+    c.forward_flops = 2.0 * t * static_cast<double>(2 * h * f);
+    // Per token: x (fc1 input), fc1 pre-activation, GELU out.
+    c.activation_bytes = e * tokens * (h + 2 * f);
+  }
+  c.backward_flops = 2.0 * c.forward_flops;
+  return c;
+}
+
+// Final LayerNorm [2h] + LM head [h, vocab] (no bias) + softmax cross-entropy.
+Cost ModelDesc::head(int b) const {
+  const std::int64_t h = spec_.hidden, s = spec_.seq_len, v = spec_.vocab;
+  const std::int64_t tokens = std::int64_t{b} * s;
+  const std::int64_t e = dtype_bytes(dtype_);
+  Cost c;
+  c.params = 2 * h + h * v;
+  c.forward_flops = 2.0 * static_cast<double>(tokens) * static_cast<double>(h * v);
+  c.backward_flops = 2.0 * c.forward_flops;
+  // Per token: LN input, LN out, mean/rstd, softmax probabilities; int32 targets.
+  c.activation_bytes = e * tokens * (2 * h + 2 + v) + tokens * kTokenIdBytes;
+  return c;
+}
+
+Cost ModelDesc::stage(int b, int num_layers, bool has_embedding, bool has_head) const {
+  Cost total;
+  if (has_embedding) total += embedding(b);
+  const Cost one = block(b);
+  for (int i = 0; i < num_layers; ++i) total += one;
+  if (has_head) total += head(b);
+  return total;
+}
+
+std::int64_t ModelDesc::boundary_bytes(int b) const {
+  return std::int64_t{b} * spec_.seq_len * spec_.hidden * dtype_bytes(dtype_);
+}
+
+std::int64_t ModelDesc::total_params() const {
+  return stage(1, spec_.layers, true, true).params;
+}
+
+std::int64_t ModelDesc::cpu_workspace_bytes(int b, bool train) const {
+  if (!train) return 0;
+  const std::int64_t h = spec_.hidden, f = spec_.ffn_hidden, s = spec_.seq_len;
+  const std::int64_t tokens = std::int64_t{b} * s;
+  return dtype_bytes(dtype_) * (tokens * (f + 7 * h) + s * s);
+}
+
+std::int64_t ModelDesc::cuda_workspace_bytes(int b, bool train) const {
+  const std::int64_t h = spec_.hidden, f = spec_.ffn_hidden, s = spec_.seq_len, a = spec_.heads;
+  const std::int64_t tokens = std::int64_t{b} * s;
+  const std::int64_t temporaries = train ? dtype_bytes(dtype_) * (tokens * (f + 7 * h) + a * s * s) : 0;
+  return temporaries + 4 * tokens + kCudaNormSlotsBytes;
+}
+
+std::int64_t ModelDesc::workspace_bytes(BackendKind backend, int b, bool train) const {
+  switch (backend) {
+    case BackendKind::cpu: return cpu_workspace_bytes(b, train);
+    case BackendKind::cuda: return cuda_workspace_bytes(b, train);
+    case BackendKind::sim: return 0;
+  }
+  return 0;
+}
+
+std::int64_t ModelDesc::comm_bytes(int b, int m, bool has_prev, bool has_next, bool train) const {
+  const std::int64_t per_prev = train ? m + 1 : 1;
+  const std::int64_t per_next = train ? m + 1 : m;
+  return boundary_bytes(b) * ((has_prev ? per_prev : 0) + (has_next ? per_next : 0));
+}
+
+}  // namespace pipebench

@@ -1,0 +1,53 @@
+// Layer split across pipeline stages (SPEC §3, seed 000).
+//
+// Invariants of every Partition: stages are contiguous, in order, cover
+// layers 0..L-1 exactly once, and no stage is empty. Stage 0 holds the
+// embedding, the last stage the head (with one stage, both).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipebench/core/job.hpp"
+#include "pipebench/model/model.hpp"
+
+namespace pipebench {
+
+struct StageRange {
+  int first_layer = 0;  // 0-based, internal numbering
+  int num_layers = 0;
+  bool has_embedding = false;
+  bool has_head = false;
+
+  int last_layer() const { return first_layer + num_layers - 1; }
+};
+
+struct Partition {
+  std::vector<StageRange> stages;
+  bool explicit_split = false;  // from layers_per_stage rather than `remainder`
+  Remainder remainder = Remainder::first;
+};
+
+// base = L / P, rem = L % P. first: stage 0 gets base + rem; last: the last
+// stage does. Requires 1 <= P <= L.
+std::vector<int> split_even(int layers, int stages, Remainder where);
+
+// Contiguous split minimising the largest stage cost, where stage s costs the
+// sum of its layers' costs plus `first_extra` (s == 0) and `last_extra`
+// (s == P-1). No stage is empty. Among the splits reaching that minimum, the
+// most even one (least sum of squared stage costs) wins; remaining ties give
+// earlier stages more layers, so the result is deterministic. O(P * L^2).
+std::vector<int> split_balanced(const std::vector<double>& layer_cost, int stages,
+                                double first_extra, double last_extra);
+
+// The run's partition: its explicit layers_per_stage, else its remainder rule.
+// `balanced` weighs pieces by forward+backward FLOPs or by parameters
+// (run.balance_by), using `model`.
+Partition make_partition(const ModelDesc& model, const RunSpec& run);
+
+Partition partition_from_sizes(const std::vector<int>& layers_per_stage);
+
+// "a-b" in the run's numbering origin (0 or 1).
+std::string layer_range_text(const StageRange& s, int origin);
+
+}  // namespace pipebench

@@ -1,0 +1,75 @@
+// Plan: everything pipebench can say about a run without devices (SPEC §5
+// `pipebench plan`): partition, per-stage memory estimate, schedule, analytic
+// bubble, unit-cost and cost-weighted simulations. The runner builds the same
+// RunPlan before it executes, so the plan is the single source of truth for
+// what each rank builds and runs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipebench/core/job.hpp"
+#include "pipebench/model/model.hpp"
+#include "pipebench/plan/partition.hpp"
+#include "pipebench/schedule/schedule.hpp"
+#include "pipebench/schedule/simulate.hpp"
+
+namespace pipebench {
+
+// Fraction of memory capacity above which a stage is flagged (seed 000:
+// peaks must not approach the capacity).
+inline constexpr double kMemoryWarnFraction = 0.90;
+
+struct StagePlan {
+  int stage = 0;
+  StageRange range;
+  Cost cost;                                // per micro-batch of this run
+  std::int64_t params_bytes = 0;
+  std::int64_t grads_bytes = 0;             // 0 for inference
+  std::int64_t optimizer_bytes = 0;         // 0 for inference
+  std::int64_t activation_bytes_per_microbatch = 0;
+  int peak_live_activations = 0;            // from the schedule
+  // Training: peak_live_activations x per-micro-batch bytes. Inference:
+  // one micro-batch's bytes (an upper bound of the forward working set).
+  std::int64_t activations_peak_bytes = 0;
+  std::int64_t comm_bytes = 0;              // boundary buffers (ModelDesc::comm_bytes)
+  std::int64_t workspace_bytes = 0;         // ModelDesc::workspace_bytes of the backend (sim: 0)
+  std::int64_t total_bytes = 0;             // params + grads + optimizer + activations + comm + workspace
+  double capacity_fraction = 0.0;           // total / memory_capacity
+};
+
+struct RunPlan {
+  RunSpec run;
+  DType storage_dtype = DType::fp32;   // the dtype memory is counted in
+  Partition partition;
+  Schedule schedule;
+  std::vector<StagePlan> stages;
+  double bubble_analytic = 0.0;        // (p-1)/(m+p-1)
+  SimResult unit;                      // unit costs: steps and slots
+  SimCosts costs;                      // seconds, from model FLOPs and [device] speeds
+  SimResult simulated;                 // with `costs`
+  std::vector<std::string> warnings;
+};
+
+struct JobPlan {
+  const Job* job = nullptr;
+  std::vector<RunPlan> runs;
+};
+
+// The dtype the backend stores and computes in: fp32 on the cpu backend
+// (which says so in a warning), else model.dtype.
+DType storage_dtype(const Job& job);
+
+// Model-based per-virtual-stage costs in seconds: F and B from FLOPs at
+// sim_flops_per_s, W = 0, one transfer = latency + boundary bytes / bandwidth.
+SimCosts model_costs(const Job& job, const ModelDesc& model, const Partition& partition, int micro_batch_size);
+
+// Plans one run; validates its schedule (throws ScheduleError if invalid).
+RunPlan plan_run(const Job& job, const RunSpec& run);
+
+// Plans the selected runs (all when `run_names` is empty); throws
+// ConfigError for a name that is not a run of the job.
+JobPlan plan_job(const Job& job, const std::vector<std::string>& run_names = {});
+
+}  // namespace pipebench

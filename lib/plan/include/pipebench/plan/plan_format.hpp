@@ -1,0 +1,29 @@
+// Renderings of a JobPlan for `pipebench plan` (docs/plan.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipebench/plan/plan.hpp"
+
+namespace pipebench {
+
+// Above these sizes the text output summarises the timeline per rank
+// instead of printing an unreadable step x rank grid.
+inline constexpr int kGridMaxRanks = 16;
+inline constexpr int kGridMaxSteps = 64;
+
+// Seed 000's per-stage partition record: header and one row per stage
+// (stage, layer range in the run's origin, count, parameters, delta and
+// ratio to the previous stage, notes). Shared by `plan` and the report.
+std::vector<std::string> partition_table_header(int origin);
+std::vector<std::vector<std::string>> partition_table_rows(const RunPlan& plan);
+
+// Human-readable report: per run the partition table, the memory estimate,
+// bubbles, peak live activations and the timeline.
+std::string format_plan_text(const JobPlan& plan);
+
+// One JSON document (schema documented in docs/plan.md).
+std::string format_plan_json(const JobPlan& plan);
+
+}  // namespace pipebench

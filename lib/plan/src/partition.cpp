@@ -1,0 +1,115 @@
+#include "pipebench/plan/partition.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace pipebench {
+
+std::vector<int> split_even(int layers, int stages, Remainder where) {
+  if (stages < 1 || layers < stages)
+    throw std::invalid_argument(fmt::format("cannot split {} layers into {} non-empty stages", layers, stages));
+  const int base = layers / stages, rem = layers % stages;
+  std::vector<int> sizes(static_cast<std::size_t>(stages), base);
+  if (where == Remainder::last) sizes.back() += rem;
+  else sizes.front() += rem;
+  return sizes;
+}
+
+std::vector<int> split_balanced(const std::vector<double>& layer_cost, int stages,
+                                double first_extra, double last_extra) {
+  const int L = static_cast<int>(layer_cost.size());
+  if (stages < 1 || L < stages)
+    throw std::invalid_argument(fmt::format("cannot split {} layers into {} non-empty stages", L, stages));
+  std::vector<double> prefix(static_cast<std::size_t>(L) + 1, 0.0);
+  for (int i = 0; i < L; ++i) prefix[i + 1] = prefix[i] + layer_cost[i];
+  auto cost = [&](int s, int from, int to) {  // layers [from, to) on stage s
+    double c = prefix[to] - prefix[from];
+    if (s == 0) c += first_extra;
+    if (s == stages - 1) c += last_extra;
+    return c;
+  };
+  // Dynamic programme over (stage s, first layer i of stage s) on the suffix
+  // [i, L): value[s][i] combines the suffix's stage costs with `combine`.
+  // Split points are scanned from the largest stage s down and replaced only
+  // on strict improvement, so ties give earlier stages more layers.
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  const auto P = static_cast<std::size_t>(stages);
+  const auto N = static_cast<std::size_t>(L) + 1;
+  auto solve = [&](auto combine, double cap, std::vector<std::vector<int>>& cut) {
+    std::vector<std::vector<double>> value(P + 1, std::vector<double>(N, inf));
+    cut.assign(P, std::vector<int>(N, -1));
+    value[P][L] = 0.0;
+    for (int s = stages - 1; s >= 0; --s) {
+      for (int i = s; i <= L - (stages - s); ++i) {
+        for (int j = L - (stages - 1 - s); j > i; --j) {
+          const double c = cost(s, i, j);
+          if (c > cap || value[s + 1][j] == inf) continue;
+          const double v = combine(c, value[s + 1][j]);
+          if (v < value[s][i]) {
+            value[s][i] = v;
+            cut[s][i] = j;
+          }
+        }
+      }
+    }
+    return value[0][0];
+  };
+  std::vector<std::vector<int>> cut;
+  // 1. the smallest achievable maximum stage cost;
+  const double best_max = solve([](double c, double rest) { return std::max(c, rest); }, inf, cut);
+  // 2. among splits within it, the most even one (least sum of squared costs).
+  solve([](double c, double rest) { return c * c + rest; }, best_max * (1.0 + 1e-12), cut);
+  std::vector<int> sizes;
+  for (int s = 0, i = 0; s < stages; ++s) {
+    const int j = cut[s][i];
+    sizes.push_back(j - i);
+    i = j;
+  }
+  return sizes;
+}
+
+Partition partition_from_sizes(const std::vector<int>& layers_per_stage) {
+  Partition p;
+  int next = 0;
+  for (std::size_t s = 0; s < layers_per_stage.size(); ++s) {
+    StageRange r;
+    r.first_layer = next;
+    r.num_layers = layers_per_stage[s];
+    r.has_embedding = s == 0;
+    r.has_head = s + 1 == layers_per_stage.size();
+    next += r.num_layers;
+    p.stages.push_back(r);
+  }
+  return p;
+}
+
+Partition make_partition(const ModelDesc& model, const RunSpec& run) {
+  const int L = model.spec().layers, P = run.pipeline_size;
+  std::vector<int> sizes;
+  if (!run.layers_per_stage.empty()) {
+    sizes = run.layers_per_stage;
+  } else if (run.remainder == Remainder::balanced) {
+    auto weight = [&](const Cost& c) {
+      return run.balance_by == BalanceBy::params ? static_cast<double>(c.params)
+                                                 : c.forward_flops + c.backward_flops;
+    };
+    const int b = run.micro_batch_size;
+    const std::vector<double> layer(static_cast<std::size_t>(L), weight(model.block(b)));
+    sizes = split_balanced(layer, P, weight(model.embedding(b)), weight(model.head(b)));
+  } else {
+    sizes = split_even(L, P, run.remainder);
+  }
+  Partition p = partition_from_sizes(sizes);
+  p.explicit_split = !run.layers_per_stage.empty();
+  p.remainder = run.remainder;
+  return p;
+}
+
+std::string layer_range_text(const StageRange& s, int origin) {
+  return fmt::format("{}-{}", s.first_layer + origin, s.last_layer() + origin);
+}
+
+}  // namespace pipebench

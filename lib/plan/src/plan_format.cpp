@@ -1,0 +1,236 @@
+#include "pipebench/plan/plan_format.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "pipebench/core/json.hpp"
+#include "pipebench/core/units.hpp"
+#include "pipebench/schedule/validate.hpp"
+
+namespace pipebench {
+
+namespace {
+
+std::string stage_notes(const StageRange& r) {
+  if (r.has_embedding && r.has_head) return "embedding + LM head";
+  if (r.has_embedding) return "embedding";
+  if (r.has_head) return "final norm + LM head + loss";
+  return "";
+}
+
+// A simple left-aligned table: header row, rule, rows.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  std::string str() const {
+    std::vector<std::size_t> w(rows_[0].size(), 0);
+    for (const auto& r : rows_)
+      for (std::size_t i = 0; i < r.size(); ++i) w[i] = std::max(w[i], r[i].size());
+    std::string out;
+    auto line = [&](const std::vector<std::string>& r) {
+      std::string l = " ";
+      for (std::size_t i = 0; i < r.size(); ++i) l += fmt::format(" {:<{}}", r[i], w[i]);
+      while (!l.empty() && l.back() == ' ') l.pop_back();
+      out += l + '\n';
+    };
+    line(rows_[0]);
+    std::vector<std::string> rule;
+    for (auto x : w) rule.emplace_back(x, '-');
+    line(rule);
+    for (std::size_t i = 1; i < rows_.size(); ++i) line(rows_[i]);
+    return out;
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string partition_table(const RunPlan& rp) {
+  Table t(partition_table_header(rp.run.layers_per_stage_origin));
+  for (auto& row : partition_table_rows(rp)) t.add(std::move(row));
+  return t.str();
+}
+
+std::string memory_table(const RunPlan& rp) {
+  Table t({"stage", "params", "grads", "optimizer", "act/micro-batch", "live", "act peak", "comm", "workspace", "total",
+           "of capacity"});
+  auto b = [](std::int64_t v) { return format_bytes(static_cast<double>(v)); };
+  for (const auto& sp : rp.stages)
+    t.add({std::to_string(sp.stage), b(sp.params_bytes), b(sp.grads_bytes), b(sp.optimizer_bytes),
+           b(sp.activation_bytes_per_microbatch), std::to_string(sp.peak_live_activations), b(sp.activations_peak_bytes),
+           b(sp.comm_bytes), b(sp.workspace_bytes), b(sp.total_bytes),
+           fmt::format("{:.1f}%{}", 100.0 * sp.capacity_fraction, sp.capacity_fraction > kMemoryWarnFraction ? " !" : "")});
+  return t.str();
+}
+
+// Per-rank summary of a unit-cost timeline too large for a grid.
+std::string timeline_summary(const RunPlan& rp) {
+  Table t({"rank", "actions", "first start", "last end", "idle steps", "peak live"});
+  const auto& u = rp.unit;
+  std::vector<double> first(static_cast<std::size_t>(rp.schedule.num_ranks), u.makespan), last(first.size(), 0.0);
+  for (const auto& a : u.timeline) {
+    first[static_cast<std::size_t>(a.rank)] = std::min(first[static_cast<std::size_t>(a.rank)], a.start);
+    last[static_cast<std::size_t>(a.rank)] = std::max(last[static_cast<std::size_t>(a.rank)], a.end);
+  }
+  for (std::size_t r = 0; r < first.size(); ++r)
+    t.add({std::to_string(r), std::to_string(rp.schedule.actions[r].size()), fmt::format("{:.0f}", first[r]),
+           fmt::format("{:.0f}", last[r]), fmt::format("{:.0f}", u.makespan - u.busy[r]),
+           std::to_string(u.peak_live_activations[r])});
+  return t.str();
+}
+
+std::string join_ints(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += fmt::format("{}{}", s.empty() ? "" : " ", x);
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> partition_table_header(int origin) {
+  return {"stage", fmt::format("layers ({}-based)", origin), "count", "params", "delta vs prev", "ratio vs prev", "notes"};
+}
+
+std::vector<std::vector<std::string>> partition_table_rows(const RunPlan& rp) {
+  std::vector<std::vector<std::string>> rows;
+  for (std::size_t s = 0; s < rp.stages.size(); ++s) {
+    const auto& sp = rp.stages[s];
+    std::string delta = "-", ratio = "-";
+    if (s > 0) {
+      const auto prev = rp.stages[s - 1].cost.params;
+      const auto d = sp.cost.params - prev;
+      delta = fmt::format("{}{}", d > 0 ? "+" : "", group_digits(d));
+      ratio = fmt::format("{:.3f}", static_cast<double>(sp.cost.params) / static_cast<double>(prev));
+    }
+    rows.push_back({std::to_string(s), layer_range_text(sp.range, rp.run.layers_per_stage_origin),
+                    std::to_string(sp.range.num_layers), group_digits(sp.cost.params), delta, ratio,
+                    stage_notes(sp.range)});
+  }
+  return rows;
+}
+
+std::string format_plan_text(const JobPlan& plan) {
+  const Job& job = *plan.job;
+  const auto& ms = job.model;
+  std::string out;
+  out += fmt::format("pipebench plan: job \"{}\" ({})\n", job.name, job.source_path);
+  if (!job.description.empty()) out += fmt::format("  {}\n", job.description);
+  out += fmt::format("  model: {} hidden={} layers={} heads={} ffn_hidden={} seq_len={} vocab={} dtype={}; {} parameters\n",
+                     to_string(ms.kind), ms.hidden, ms.layers, ms.heads, ms.ffn_hidden, ms.seq_len, ms.vocab,
+                     to_string(ms.dtype), group_digits(ModelDesc(ms, ms.dtype).total_params()));
+  out += fmt::format("  device: backend={} memory_capacity={} sim_flops_per_s={:.3g} link={} us + {} Gbit/s; optimizer={}\n",
+                     to_string(job.device.backend), format_bytes(static_cast<double>(job.device.memory_capacity_bytes)),
+                     job.device.sim_flops_per_s, job.device.sim_link_latency_us, job.device.sim_link_gbps,
+                     to_string(job.train.optimizer));
+  for (const auto& o : job.overrides) out += fmt::format("  override: --set {}\n", o);
+  for (const auto& w : job.warnings) out += fmt::format("  warning: {}\n", w);
+
+  for (const auto& rp : plan.runs) {
+    const auto& r = rp.run;
+    const int p = r.pipeline_size, m = r.num_microbatches;
+    out += fmt::format("\n== run {}: {}, pipeline_size={}, micro_batch_size={}, num_microbatches={}, schedule={}{}\n",
+                       r.name, to_string(r.mode), p, r.micro_batch_size, m, rp.schedule.name,
+                       r.baseline.empty() ? "" : fmt::format(", baseline={}", r.baseline));
+    out += fmt::format("partition ({}):\n",
+                       rp.partition.explicit_split ? "explicit layers_per_stage"
+                                                   : fmt::format("remainder = \"{}\"{}", to_string(r.remainder),
+                                                                 r.remainder == Remainder::balanced
+                                                                     ? fmt::format(", by {}", to_string(r.balance_by))
+                                                                     : ""));
+    out += partition_table(rp);
+    out += fmt::format("memory estimate per stage ({}, {}, capacity {}):\n", to_string(rp.storage_dtype),
+                       r.mode == RunMode::train ? std::string(to_string(job.train.optimizer)) : "inference: no grads/optimizer",
+                       format_bytes(static_cast<double>(job.device.memory_capacity_bytes)));
+    out += memory_table(rp);
+    for (const auto& w : rp.warnings) out += fmt::format("  warning: {}\n", w);
+    out += fmt::format("bubble: analytic (p-1)/(m+p-1) = {:.4f}; unit-cost simulated = {:.4f} over {:.0f} steps; "
+                       "cost-weighted simulated = {:.4f}, makespan {}\n",
+                       rp.bubble_analytic, rp.unit.bubble, rp.unit.makespan, rp.simulated.bubble,
+                       format_seconds(rp.simulated.makespan));
+    out += fmt::format("peak live activations per stage: {}\n", join_ints(rp.unit.peak_live_activations));
+    if (p <= kGridMaxRanks && rp.unit.makespan <= kGridMaxSteps) {
+      out += "timeline (unit costs, step x rank):\n" + render_grid(rp.schedule, rp.unit);
+    } else {
+      out += fmt::format("timeline (unit costs): {:.0f} steps x {} ranks, too large for a grid; per rank:\n",
+                         rp.unit.makespan, p);
+      out += timeline_summary(rp);
+    }
+  }
+  return out;
+}
+
+std::string format_plan_json(const JobPlan& plan) {
+  const Job& job = *plan.job;
+  JsonWriter w;
+  w.begin_object();
+  w.field("tool", "pipebench plan").field("job", job.name).field("source", job.source_path);
+  w.array("overrides", job.overrides).array("warnings", job.warnings);
+  w.key("model").begin_object();
+  w.field("kind", to_string(job.model.kind)).field("hidden", job.model.hidden).field("layers", job.model.layers);
+  w.field("heads", job.model.heads).field("ffn_hidden", job.model.ffn_hidden).field("seq_len", job.model.seq_len);
+  w.field("vocab", job.model.vocab).field("dtype", to_string(job.model.dtype));
+  w.field("total_params", ModelDesc(job.model, job.model.dtype).total_params());
+  w.end_object();
+  w.key("runs").begin_array();
+  for (const auto& rp : plan.runs) {
+    const auto& r = rp.run;
+    w.begin_object();
+    w.field("name", r.name).field("mode", to_string(r.mode)).field("pipeline_size", r.pipeline_size);
+    w.field("micro_batch_size", r.micro_batch_size).field("num_microbatches", r.num_microbatches);
+    w.field("schedule", rp.schedule.name).field("baseline", r.baseline);
+    w.field("storage_dtype", to_string(rp.storage_dtype));
+    std::vector<int> layers;
+    std::vector<std::int64_t> params;
+    for (const auto& sp : rp.stages) {
+      layers.push_back(sp.range.num_layers);
+      params.push_back(sp.cost.params);
+    }
+    w.array("layers_per_stage", layers).field("layers_per_stage_origin", r.layers_per_stage_origin);
+    w.key("stage_layers").begin_array();
+    for (const auto& sp : rp.stages) {
+      w.begin_array().value(sp.range.first_layer + r.layers_per_stage_origin)
+          .value(sp.range.last_layer() + r.layers_per_stage_origin).end_array();
+    }
+    w.end_array();
+    w.array("stage_params", params);
+    w.field("bubble_analytic", rp.bubble_analytic);
+    w.key("unit").begin_object();
+    w.field("time_steps", static_cast<std::int64_t>(std::llround(rp.unit.makespan)));
+    w.field("bubble", rp.unit.bubble).array("peak_live_activations", rp.unit.peak_live_activations);
+    w.end_object();
+    w.key("simulated").begin_object();
+    w.field("makespan_s", rp.simulated.makespan).field("bubble", rp.simulated.bubble);
+    w.array("peak_live_activations", rp.simulated.peak_live_activations);
+    w.array("busy_s", rp.simulated.busy);
+    w.array("forward_s", rp.costs.forward).array("backward_s", rp.costs.backward);
+    w.field("transfer_s", rp.costs.transfer);
+    w.end_object();
+    w.key("memory").begin_array();
+    for (const auto& sp : rp.stages) {
+      w.begin_object();
+      w.field("stage", sp.stage).field("params_bytes", sp.params_bytes).field("grads_bytes", sp.grads_bytes);
+      w.field("optimizer_bytes", sp.optimizer_bytes);
+      w.field("activation_bytes_per_microbatch", sp.activation_bytes_per_microbatch);
+      w.field("peak_live_activations", sp.peak_live_activations);
+      w.field("activations_peak_bytes", sp.activations_peak_bytes).field("comm_bytes", sp.comm_bytes);
+      w.field("workspace_bytes", sp.workspace_bytes);
+      w.field("total_bytes", sp.total_bytes);
+      w.field("capacity_bytes", job.device.memory_capacity_bytes).field("capacity_fraction", sp.capacity_fraction);
+      w.end_object();
+    }
+    w.end_array();
+    std::vector<std::string> sched;
+    for (const auto& list : rp.schedule.actions) sched.push_back(to_text(list));
+    w.array("schedule_text", sched);
+    w.array("warnings", rp.warnings);
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+  return w.str() + "\n";
+}
+
+}  // namespace pipebench

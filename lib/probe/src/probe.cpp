@@ -1,0 +1,206 @@
+#include "pipebench/probe/probe.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "pipebench/core/clock.hpp"
+#include "pipebench/core/error.hpp"
+#include "pipebench/results/results.hpp"
+
+namespace pipebench {
+
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.,/=:+@%") ==
+                        std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The last `lines` lines of `s` (all of it when shorter).
+std::string tail_lines(const std::string& s, std::size_t lines) {
+  std::size_t start = s.size();
+  if (start > 0 && s[start - 1] == '\n') --start;  // a trailing newline ends the last line
+  for (std::size_t seen = 0; start > 0; --start)
+    if (s[start - 1] == '\n' && ++seen == lines) break;
+  return s.substr(start);
+}
+
+}  // namespace
+
+TrialOutcome classify_trial(int exit_code, bool timed_out, const std::string& output) {
+  if (timed_out) return TrialOutcome::timeout;
+  const std::string o = lower(output);
+  // Out-of-memory signatures: pipebench's tracker, PyTorch/CUDA, NCCL, cuBLAS.
+  for (const char* sig : {"out of memory", "cudaerrormemoryallocation", "outofmemoryerror", "cublas_status_alloc_failed",
+                          "failed to allocate"})
+    if (o.find(sig) != std::string::npos) return TrialOutcome::oom;
+  if (exit_code == 0) return TrialOutcome::ok;
+  // pipebench run: "status failed (nan on rank 1)", or a loss reported as nan/inf.
+  if (o.find("(nan on rank") != std::string::npos || o.find("failure_kind nan") != std::string::npos) return TrialOutcome::nan;
+  if (o.find("(timeout on rank") != std::string::npos) return TrialOutcome::timeout;
+  return TrialOutcome::error;
+}
+
+std::string trial_command(const ProbeOptions& o, int mbs) {
+  std::string launcher = o.launcher;
+  for (std::size_t p; (p = launcher.find("{ranks}")) != std::string::npos;)
+    launcher.replace(p, 7, std::to_string(o.pipeline_size));
+  std::vector<std::string> args{o.pipebench, "run", o.job_path, "--run", o.run_name};
+  for (const auto& s : o.overrides) args.insert(args.end(), {"--set", s});
+  args.insert(args.end(), {"--set", fmt::format("run.{}.micro_batch_size={}", o.run_name, mbs), "--set", "train.warmup=0",
+                           "--set", fmt::format("train.repeats={}", o.steps), "-o", o.trial_dir, "--label",
+                           fmt::format("probe-mbs{}", mbs)});
+  std::string cmd = launcher;
+  for (const auto& a : args) cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
+  return cmd;
+}
+
+ProcessResult run_process(const std::string& command, double timeout_s) {
+  char path[] = "/tmp/pipebench-trial-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) throw Error("probe: cannot create a temporary file for the trial output");
+  ProcessResult r;
+  const double start = now_s();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fd);
+    throw Error("probe: fork failed");
+  }
+  if (pid == 0) {
+    setpgid(0, 0);  // own group: a timeout kills the launcher and everything it started
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  int status = 0;
+  bool done = false;
+  while (!done) {
+    const pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) {
+      done = true;
+      break;
+    }
+    if (now_s() - start > timeout_s) {
+      r.timed_out = true;
+      kill(-pid, SIGTERM);
+      const double grace = now_s() + 5.0;
+      while (waitpid(pid, &status, WNOHANG) == 0 && now_s() < grace) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      done = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  r.seconds = now_s() - start;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  close(fd);
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.output = ss.str();
+  unlink(path);
+  return r;
+}
+
+ProbeResult run_probe(const ProbeOptions& options, const std::function<void(const ProbeTrial&)>& on_trial) {
+  if (options.lo < 1 || options.hi <= options.lo)
+    throw ConfigError(fmt::format("probe: need 1 <= lo < hi (got lo = {}, hi = {})", options.lo, options.hi));
+  ProbeResult res;
+  res.options = options;
+  auto trial = [&](int mbs) -> const ProbeTrial& {
+    ProbeTrial t;
+    t.micro_batch_size = mbs;
+    t.command = trial_command(options, mbs);
+    const ProcessResult p = run_process(t.command, options.trial_timeout_s);
+    t.exit_code = p.exit_code;
+    t.seconds = p.seconds;
+    t.outcome = classify_trial(p.exit_code, p.timed_out, p.output);
+    t.output_tail = tail_lines(p.output, 12);
+    // The trial's results file, when `pipebench run` wrote one: peak memory per rank.
+    const auto at = p.output.rfind("results: ");
+    if (at != std::string::npos) {
+      const auto eol = p.output.find('\n', at);
+      t.results_path = p.output.substr(at + 9, eol == std::string::npos ? std::string::npos : eol - at - 9);
+      try {
+        const JobResult jr = read_results(t.results_path);
+        if (!jr.runs.empty()) t.peak_mem_bytes = jr.runs.front().peak_mem_bytes;
+      } catch (const std::exception&) {
+        t.results_path.clear();
+      }
+    }
+    res.trials.push_back(std::move(t));
+    if (on_trial) on_trial(res.trials.back());
+    return res.trials.back();
+  };
+  auto fits = [](TrialOutcome o) { return o == TrialOutcome::ok || o == TrialOutcome::nan; };
+  auto finish = [&](int max, std::string reason) {
+    res.max_micro_batch = max;
+    res.recommended_micro_batch = max > 0 ? std::max(1, static_cast<int>(0.8 * max)) : 0;
+    res.stop_reason = std::move(reason);
+    return res;
+  };
+
+  int lo = options.lo, hi = options.hi;
+  const ProbeTrial& first = trial(lo);
+  if (first.outcome == TrialOutcome::oom) return finish(0, fmt::format("micro_batch_size {} (lo) does not fit", lo));
+  if (first.outcome == TrialOutcome::error)
+    return finish(0, fmt::format("micro_batch_size {} (lo) failed without an out-of-memory signature (exit {}): fix the "
+                                 "run first",
+                                 lo, first.exit_code));
+  if (first.outcome == TrialOutcome::timeout)
+    return finish(0, fmt::format("micro_batch_size {} (lo) timed out after {:.0f} s", lo, options.trial_timeout_s));
+  bool hi_failed = false;
+  TrialOutcome previous = first.outcome;
+  while (lo + 1 < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    const ProbeTrial& t = trial(mid);
+    const bool failure = t.outcome != TrialOutcome::ok;
+    const bool prev_failure = previous != TrialOutcome::ok;
+    if (failure && prev_failure && ((t.outcome == TrialOutcome::oom) != (previous == TrialOutcome::oom)))
+      return finish(lo, fmt::format("two consecutive failures mixing out-of-memory and other failures ({} then {} at {})",
+                                    to_string(previous), to_string(t.outcome), mid));
+    if (t.outcome == TrialOutcome::timeout)
+      return finish(lo, fmt::format("trial at {} timed out after {:.0f} s", mid, options.trial_timeout_s));
+    if (t.outcome == TrialOutcome::error)
+      return finish(lo, fmt::format("trial at {} failed without an out-of-memory signature (exit {})", mid, t.exit_code));
+    if (fits(t.outcome)) {
+      lo = mid;
+    } else {
+      hi = mid;
+      hi_failed = true;
+    }
+    previous = t.outcome;
+  }
+  if (!hi_failed) {
+    // Every trial fitted: the limit may be hi itself or above.
+    const ProbeTrial& t = trial(hi);
+    if (fits(t.outcome)) return finish(hi, fmt::format("hi = {} fits: the limit is at least {}; raise --hi", hi, hi));
+    if (t.outcome != TrialOutcome::oom)
+      return finish(lo, fmt::format("trial at hi = {} failed without an out-of-memory signature ({})", hi, to_string(t.outcome)));
+  }
+  return finish(lo, fmt::format("converged: {} fits, {} does not", lo, lo + 1));
+}
+
+}  // namespace pipebench

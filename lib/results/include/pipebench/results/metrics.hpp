@@ -1,0 +1,44 @@
+// Metrics of SPEC §6, computed on rank 0 from the gathered RankRecords, and
+// the seed-000 decision for pipelined runs against their baselines. Pure
+// functions: no MPI, no I/O.
+#pragma once
+
+#include <vector>
+
+#include "pipebench/plan/plan.hpp"
+#include "pipebench/results/records.hpp"
+
+namespace pipebench {
+
+// Thresholds of the decision (docs/runner.md).
+inline constexpr double kStableCvMax = 0.05;        // step-time coefficient of variation
+inline constexpr double kTrendMax = 0.05;           // rise over the counted steps, relative to the median
+inline constexpr double kLossTolFp32 = 1e-5;        // relative loss deviation, cpu/fp32
+inline constexpr double kLossTolLowPrecision = 2e-2;  // bf16 / fp16
+
+// Median, min, max, p90 (nearest rank), mean, coefficient of variation and
+// least-squares slope per index. Empty input gives NaNs.
+Stats compute_stats(const std::vector<double>& values);
+
+// Median of column `col` of a [steps][ranks] table over the counted
+// (non-warm-up) steps; NaN when there are none.
+double counted_median(const std::vector<std::vector<double>>& rows, const std::vector<std::uint8_t>& is_warmup,
+                      std::size_t col);
+
+// Per virtual stage, the median F, B and W durations of `events` outside the
+// first `warmup` steps (all steps when none are counted), as simulator costs
+// with free transfers: the input of bubble_simulated.
+SimCosts measured_costs(const Schedule& s, const std::vector<EventRecord>& events, int warmup);
+
+// Builds the RunResult of one executed (possibly failed) run. `ranks` holds
+// one record per run rank, in rank order.
+RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<RankRecord>& ranks);
+
+// A run that did not execute: not enough ranks.
+RunResult skipped_run(const Job& job, const RunPlan& plan, const std::string& reason);
+
+// Fills loss_max_rel_dev, decision and decision_reasons of every run that has
+// a baseline among `runs`.
+void decide(std::vector<RunResult>& runs);
+
+}  // namespace pipebench

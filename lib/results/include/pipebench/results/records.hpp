@@ -1,0 +1,137 @@
+// Plain records of what happened: produced by the executor on each rank,
+// gathered to rank 0, turned into a RunResult (metrics.hpp), written to HDF5
+// (results.hpp) and read back by reports and tests. Times are seconds;
+// event and step times are relative to the step's start barrier on that rank.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipebench/core/job.hpp"
+#include "pipebench/plan/memory.hpp"
+#include "pipebench/results/probe_records.hpp"
+#include "pipebench/schedule/schedule.hpp"
+
+namespace pipebench {
+
+// One executed schedule action.
+struct EventRecord {
+  std::int32_t step = 0;
+  std::int32_t rank = 0;
+  ActionKind kind = ActionKind::F;
+  std::int32_t microbatch = 0;
+  std::int32_t chunk = 0;
+  double start_s = 0.0;
+  double end_s = 0.0;
+};
+
+// One rank's view of one step.
+struct StepRecord {
+  double end_s = 0.0;        // from the start barrier to this rank's end of step
+  double busy_s = 0.0;       // forward + backward + W + loss + optimizer compute
+  double comm_wait_s = 0.0;  // blocked in boundary receives (waiting for the peer + moving the data)
+  double comm_transfer_s = 0.0;  // the part of comm_wait_s after the tensor was ready at the peer
+  double forward_s = 0.0;
+  double backward_s = 0.0;   // B and W
+  double optimizer_s = 0.0;  // gradient-norm reduction excluded; the update itself
+  double loss = 0.0;         // mean over micro-batches; last stage of a loss-computing backend, else NaN
+  double grad_norm = 0.0;    // global (all stages) L2 norm before clipping; NaN without gradients
+  bool clipped = false;
+};
+
+enum class RunStatus { ok, failed, skipped };
+enum class FailureKind { none, oom, nan, timeout, error };
+// The evidence a backend's figures are (SPEC §7): simulated, measured-cpu, measured-gpu.
+std::string_view evidence_level(BackendKind backend);
+
+std::string_view to_string(RunStatus s);
+std::string_view to_string(FailureKind k);
+
+// Everything one rank reports about one run.
+struct RankRecord {
+  int rank = 0;
+  std::string hostname;
+  std::int64_t pid = 0;
+  std::vector<StepRecord> steps;       // only the steps that completed
+  std::vector<EventRecord> events;
+  std::array<std::uint64_t, kNumMemCategories> peak_mem_by_category{};
+  std::uint64_t peak_mem_bytes = 0;
+  std::uint64_t memory_capacity_bytes = 0;
+  std::int64_t stage_params = 0;
+  std::array<int, 2> stage_layers{-1, -1};  // first/last layer actually built, 0-based
+  int peak_live_activations = 0;            // micro-batches held at once, as executed
+  FailureKind failure = FailureKind::none;
+  bool failure_is_origin = false;           // this rank failed itself (not aborted by a peer)
+  std::string failure_message;
+};
+
+// Step-time style statistics over counted steps.
+struct Stats {
+  double median = 0.0, min = 0.0, max = 0.0, p90 = 0.0, mean = 0.0;
+  double cv = 0.0;     // standard deviation / mean
+  double slope = 0.0;  // least-squares slope per step (units of the values per step)
+};
+
+// A run as written to /runs/<name>.
+struct RunResult {
+  RunSpec spec;
+  BackendKind backend = BackendKind::sim;
+  DType dtype = DType::fp32;
+  RunStatus status = RunStatus::ok;
+  FailureKind failure_kind = FailureKind::none;
+  std::string failure_message;
+  int failing_rank = -1;
+  std::string schedule_name;
+  std::vector<int> layers_per_stage;
+  int warmup = 0, repeats = 0;
+
+  // [steps] over completed steps, warm-up included and flagged.
+  std::vector<double> step_time_s, loss, slowest_stage_s, bubble_measured, grad_norm, imbalance;
+  std::vector<std::uint8_t> is_warmup, clipped;
+  // [steps][ranks]
+  std::vector<std::vector<double>> busy_s, comm_wait_s, comm_transfer_s, idle_s, forward_s, backward_s, optimizer_s;
+  // [ranks]
+  std::vector<std::uint64_t> peak_mem_bytes, memory_capacity_bytes;
+  std::array<std::vector<std::uint64_t>, kNumMemCategories> peak_mem_by_category;
+  std::vector<std::int64_t> stage_params;
+  std::vector<int> peak_live_activations;
+  std::vector<std::array<int, 2>> stage_layers;
+  std::vector<std::string> hostnames;
+  std::vector<std::int64_t> pids;
+  std::vector<EventRecord> events;
+  // inference: [steps][microbatches] latency from entering stage 0 to leaving the last stage
+  std::vector<std::vector<double>> microbatch_latency_s;
+
+  // Summaries over counted (non-warm-up) steps.
+  double bubble_analytic = 0.0;
+  double bubble_simulated = 0.0;  // simulator on measured per-action medians
+  Stats step_time;
+  double slowest_stage_median_s = 0.0;
+  double bubble_measured_median = 0.0;
+  double imbalance_median = 0.0;
+  std::uint64_t peak_mem_max_bytes = 0;
+  double loss_max_rel_dev = 0.0;  // NaN when there is no baseline or no loss
+  double throughput_samples_per_s = 0.0;
+  std::string baseline;
+  std::string decision = "not_applicable";  // feasible | not_feasible | not_applicable
+  std::vector<std::string> decision_reasons;
+  std::string skip_reason;
+};
+
+struct JobResult {
+  std::map<std::string, std::string> root_attrs;        // job_name, tool_version, ... (string attributes)
+  std::vector<std::string> overrides;                   // the --set arguments
+  std::vector<std::string> hostnames;                   // per world rank (/provenance)
+  std::vector<std::int64_t> pids;                       // per world rank (/provenance)
+  std::map<std::string, std::string> provenance_attrs;  // /provenance
+  std::string status = "ok";                            // ok | failed | partial
+  std::string evidence_level;                           // simulated | measured-cpu | measured-gpu
+  std::vector<RunResult> runs;
+  std::optional<ProbeResult> probe;  // /probe, in files written by `pipebench probe`
+};
+
+}  // namespace pipebench

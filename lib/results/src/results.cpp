@@ -1,0 +1,559 @@
+#include "pipebench/results/results.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <hdf5.h>
+
+namespace pipebench {
+
+namespace {
+
+// Every HDF5 call that returns an id or status goes through this.
+template <typename T>
+T h5_check(T rc, const char* call, const char* file, int line) {
+  if (rc < 0) throw ResultsError(fmt::format("HDF5 call {} failed at {}:{}", call, file, line));
+  return rc;
+}
+#define H5_CHECK(call) h5_check((call), #call, __FILE__, __LINE__)
+
+// Owns an hid_t and closes it with the right function.
+class Hid {
+ public:
+  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~Hid() {
+    if (id_ >= 0) close_(id_);
+  }
+  Hid(const Hid&) = delete;
+  Hid& operator=(const Hid&) = delete;
+  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+  operator hid_t() const { return id_; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+Hid vlen_string_type() {
+  Hid t(H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+  H5_CHECK(H5Tset_size(t, H5T_VARIABLE));
+  H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8));
+  return t;
+}
+
+// ---- writing -------------------------------------------------------------
+
+void attr_string(hid_t obj, const char* name, const std::string& value) {
+  Hid type = vlen_string_type();
+  Hid space(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  Hid attr(H5_CHECK(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
+  const char* p = value.c_str();
+  H5_CHECK(H5Awrite(attr, type, &p));
+}
+
+void attr_strings(hid_t obj, const char* name, const std::vector<std::string>& values) {
+  Hid type = vlen_string_type();
+  const hsize_t n = values.size();
+  Hid space(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
+  Hid attr(H5_CHECK(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
+  std::vector<const char*> ptrs;
+  for (const auto& v : values) ptrs.push_back(v.c_str());
+  if (n > 0) H5_CHECK(H5Awrite(attr, type, ptrs.data()));
+}
+
+template <typename T>
+hid_t native_type();
+template <> hid_t native_type<double>() { return H5T_NATIVE_DOUBLE; }
+template <> hid_t native_type<std::int64_t>() { return H5T_NATIVE_INT64; }
+template <> hid_t native_type<std::uint64_t>() { return H5T_NATIVE_UINT64; }
+template <> hid_t native_type<int>() { return H5T_NATIVE_INT; }
+template <> hid_t native_type<std::uint8_t>() { return H5T_NATIVE_UINT8; }
+
+template <typename T>
+void attr_scalar(hid_t obj, const char* name, T value) {
+  Hid space(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  Hid attr(H5_CHECK(H5Acreate2(obj, name, native_type<T>(), space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
+  H5_CHECK(H5Awrite(attr, native_type<T>(), &value));
+}
+
+template <typename T>
+void attr_array(hid_t obj, const char* name, const std::vector<T>& values) {
+  const hsize_t n = values.size();
+  Hid space(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
+  Hid attr(H5_CHECK(H5Acreate2(obj, name, native_type<T>(), space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
+  if (n > 0) H5_CHECK(H5Awrite(attr, native_type<T>(), values.data()));
+}
+
+template <typename T>
+void dataset(hid_t group, const char* name, const std::vector<T>& data, std::vector<hsize_t> dims) {
+  Hid space(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
+  Hid ds(H5_CHECK(H5Dcreate2(group, name, native_type<T>(), space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Dclose);
+  if (!data.empty()) H5_CHECK(H5Dwrite(ds, native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()));
+}
+
+template <typename T>
+void dataset_1d(hid_t group, const char* name, const std::vector<T>& data) {
+  dataset(group, name, data, {data.size()});
+}
+
+// rows x cols, row-major; `cols` is used when there are no rows.
+template <typename T>
+void dataset_2d(hid_t group, const char* name, const std::vector<std::vector<T>>& rows, std::size_t cols) {
+  std::vector<T> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  dataset(group, name, flat, {rows.size(), rows.empty() ? cols : rows[0].size()});
+}
+
+void dataset_strings(hid_t group, const char* name, const std::vector<std::string>& values) {
+  Hid type = vlen_string_type();
+  const hsize_t n = values.size();
+  Hid space(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
+  Hid ds(H5_CHECK(H5Dcreate2(group, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Dclose);
+  std::vector<const char*> ptrs;
+  for (const auto& v : values) ptrs.push_back(v.c_str());
+  if (n > 0) H5_CHECK(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()));
+}
+
+void write_probe(hid_t file, const ProbeResult& p) {
+  Hid g(H5_CHECK(H5Gcreate2(file, "probe", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+  attr_string(g, "run", p.options.run_name);
+  attr_scalar<std::int64_t>(g, "pipeline_size", p.options.pipeline_size);
+  attr_scalar<std::int64_t>(g, "lo", p.options.lo);
+  attr_scalar<std::int64_t>(g, "hi", p.options.hi);
+  attr_scalar<std::int64_t>(g, "steps", p.options.steps);
+  attr_scalar(g, "trial_timeout_s", p.options.trial_timeout_s);
+  attr_string(g, "launcher", p.options.launcher);
+  attr_scalar<std::int64_t>(g, "max_micro_batch", p.max_micro_batch);
+  attr_scalar<std::int64_t>(g, "recommended_micro_batch", p.recommended_micro_batch);
+  attr_string(g, "stop_reason", p.stop_reason);
+  std::vector<std::int64_t> mbs, codes;
+  std::vector<double> secs;
+  std::vector<std::string> outcome, path, command, tail;
+  std::vector<std::vector<std::uint64_t>> peaks;
+  for (const auto& t : p.trials) {
+    mbs.push_back(t.micro_batch_size);
+    codes.push_back(t.exit_code);
+    secs.push_back(t.seconds);
+    outcome.emplace_back(to_string(t.outcome));
+    path.push_back(t.results_path);
+    command.push_back(t.command);
+    tail.push_back(t.output_tail);
+    std::vector<std::uint64_t> row(static_cast<std::size_t>(p.options.pipeline_size), 0);
+    for (std::size_t r = 0; r < row.size() && r < t.peak_mem_bytes.size(); ++r) row[r] = t.peak_mem_bytes[r];
+    peaks.push_back(row);
+  }
+  dataset_1d(g, "micro_batch_size", mbs);
+  dataset_strings(g, "outcome", outcome);
+  dataset_1d(g, "exit_code", codes);
+  dataset_1d(g, "seconds", secs);
+  dataset_2d(g, "peak_mem_bytes", peaks, static_cast<std::size_t>(p.options.pipeline_size));
+  dataset_strings(g, "results_path", path);
+  dataset_strings(g, "command", command);
+  dataset_strings(g, "output_tail", tail);
+}
+
+// The compound type of /runs/<name>/events. kind is an HDF5 enum F|B|W.
+struct EventRow {
+  std::int32_t step, rank;
+  std::int8_t kind;
+  std::int32_t microbatch, chunk;
+  double start_s, end_s;
+};
+
+Hid event_type() {
+  Hid kind(H5_CHECK(H5Tenum_create(H5T_NATIVE_INT8)), H5Tclose);
+  for (std::int8_t v : {std::int8_t{0}, std::int8_t{1}, std::int8_t{2}}) {
+    const char* names[] = {"F", "B", "W"};
+    H5_CHECK(H5Tenum_insert(kind, names[v], &v));
+  }
+  Hid t(H5_CHECK(H5Tcreate(H5T_COMPOUND, sizeof(EventRow))), H5Tclose);
+  H5_CHECK(H5Tinsert(t, "step", HOFFSET(EventRow, step), H5T_NATIVE_INT32));
+  H5_CHECK(H5Tinsert(t, "rank", HOFFSET(EventRow, rank), H5T_NATIVE_INT32));
+  H5_CHECK(H5Tinsert(t, "kind", HOFFSET(EventRow, kind), kind));
+  H5_CHECK(H5Tinsert(t, "microbatch", HOFFSET(EventRow, microbatch), H5T_NATIVE_INT32));
+  H5_CHECK(H5Tinsert(t, "chunk", HOFFSET(EventRow, chunk), H5T_NATIVE_INT32));
+  H5_CHECK(H5Tinsert(t, "start_s", HOFFSET(EventRow, start_s), H5T_NATIVE_DOUBLE));
+  H5_CHECK(H5Tinsert(t, "end_s", HOFFSET(EventRow, end_s), H5T_NATIVE_DOUBLE));
+  return t;
+}
+
+void write_run(hid_t runs, const RunResult& r) {
+  Hid g(H5_CHECK(H5Gcreate2(runs, r.spec.name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+  attr_string(g, "status", std::string(to_string(r.status)));
+  attr_string(g, "failure_kind", r.failure_kind == FailureKind::none ? "" : std::string(to_string(r.failure_kind)));
+  attr_string(g, "failure_message", r.failure_message);
+  attr_scalar<std::int64_t>(g, "failing_rank", r.failing_rank);
+  attr_string(g, "mode", std::string(to_string(r.spec.mode)));
+  attr_scalar<std::int64_t>(g, "pipeline_size", r.spec.pipeline_size);
+  attr_scalar<std::int64_t>(g, "micro_batch_size", r.spec.micro_batch_size);
+  attr_scalar<std::int64_t>(g, "num_microbatches", r.spec.num_microbatches);
+  attr_string(g, "schedule", r.schedule_name);
+  attr_array<int>(g, "layers_per_stage", r.layers_per_stage);
+  attr_scalar<std::int64_t>(g, "layers_per_stage_origin", r.spec.layers_per_stage_origin);
+  attr_string(g, "backend", std::string(to_string(r.backend)));
+  attr_string(g, "dtype", std::string(to_string(r.dtype)));
+  attr_scalar<std::int64_t>(g, "warmup", r.warmup);
+  attr_scalar<std::int64_t>(g, "repeats", r.repeats);
+  attr_string(g, "baseline", r.baseline);
+  attr_scalar(g, "bubble_analytic", r.bubble_analytic);
+  attr_scalar(g, "bubble_simulated", r.bubble_simulated);
+  attr_scalar(g, "step_time_median_s", r.step_time.median);
+  attr_scalar(g, "step_time_min_s", r.step_time.min);
+  attr_scalar(g, "step_time_max_s", r.step_time.max);
+  attr_scalar(g, "step_time_p90_s", r.step_time.p90);
+  attr_scalar(g, "step_time_cv", r.step_time.cv);
+  attr_scalar(g, "step_time_slope_s_per_step", r.step_time.slope);
+  attr_scalar(g, "slowest_stage_median_s", r.slowest_stage_median_s);
+  attr_scalar(g, "bubble_measured_median", r.bubble_measured_median);
+  attr_scalar(g, "imbalance_median", r.imbalance_median);
+  attr_scalar(g, "throughput_samples_per_s", r.throughput_samples_per_s);
+  attr_scalar<std::uint64_t>(g, "peak_mem_max_bytes", r.peak_mem_max_bytes);
+  attr_scalar(g, "loss_max_rel_dev", r.loss_max_rel_dev);
+  attr_string(g, "decision", r.decision);
+  attr_strings(g, "decision_reasons", r.decision_reasons);
+
+  const std::size_t P = r.peak_mem_bytes.size();
+  dataset_1d(g, "step_time_s", r.step_time_s);
+  dataset_1d(g, "is_warmup", r.is_warmup);
+  dataset_1d(g, "loss", r.loss);
+  dataset_2d(g, "busy_s", r.busy_s, P);
+  dataset_2d(g, "comm_wait_s", r.comm_wait_s, P);
+  dataset_2d(g, "comm_transfer_s", r.comm_transfer_s, P);
+  dataset_2d(g, "idle_s", r.idle_s, P);
+  dataset_2d(g, "forward_s", r.forward_s, P);
+  dataset_2d(g, "backward_s", r.backward_s, P);
+  dataset_2d(g, "optimizer_s", r.optimizer_s, P);
+  dataset_1d(g, "slowest_stage_s", r.slowest_stage_s);
+  dataset_1d(g, "imbalance", r.imbalance);
+  dataset_1d(g, "bubble_measured", r.bubble_measured);
+  dataset_1d(g, "grad_norm", r.grad_norm);
+  dataset_1d(g, "clipped", r.clipped);
+  dataset_1d(g, "peak_mem_bytes", r.peak_mem_bytes);
+  for (int c = 0; c < kNumMemCategories; ++c)
+    dataset_1d(g, fmt::format("peak_mem_{}_bytes", to_string(static_cast<MemCategory>(c))).c_str(),
+               r.peak_mem_by_category[static_cast<std::size_t>(c)]);
+  dataset_1d(g, "memory_capacity_bytes", r.memory_capacity_bytes);
+  dataset_1d(g, "stage_params", r.stage_params);
+  dataset_1d(g, "peak_live_activations", r.peak_live_activations);
+  std::vector<std::vector<int>> layers;
+  for (const auto& l : r.stage_layers) layers.push_back({l[0], l[1]});
+  dataset_2d(g, "stage_layers", layers, 2);
+  dataset_2d(g, "microbatch_latency_s", r.microbatch_latency_s, static_cast<std::size_t>(r.spec.num_microbatches));
+
+  std::vector<EventRow> rows;
+  rows.reserve(r.events.size());
+  for (const auto& e : r.events)
+    rows.push_back({e.step, e.rank, static_cast<std::int8_t>(e.kind), e.microbatch, e.chunk, e.start_s, e.end_s});
+  Hid et = event_type();
+  const hsize_t n = rows.size();
+  Hid space(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
+  Hid ds(H5_CHECK(H5Dcreate2(g, "events", et, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Dclose);
+  if (n > 0) H5_CHECK(H5Dwrite(ds, et, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()));
+}
+
+// ---- reading -------------------------------------------------------------
+
+bool has_attr(hid_t obj, const char* name) { return H5Aexists(obj, name) > 0; }
+
+std::string read_attr_string(hid_t obj, const char* name) {
+  Hid attr(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
+  Hid type = vlen_string_type();
+  char* p = nullptr;
+  H5_CHECK(H5Aread(attr, type, &p));
+  std::string s = p ? p : "";
+  H5free_memory(p);
+  return s;
+}
+
+std::vector<std::string> read_attr_strings(hid_t obj, const char* name) {
+  Hid attr(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
+  Hid space(H5_CHECK(H5Aget_space(attr)), H5Sclose);
+  const auto n = static_cast<std::size_t>(H5_CHECK(H5Sget_simple_extent_npoints(space)));
+  std::vector<char*> ptrs(n, nullptr);
+  Hid type = vlen_string_type();
+  if (n > 0) H5_CHECK(H5Aread(attr, type, ptrs.data()));
+  std::vector<std::string> out;
+  for (char* p : ptrs) {
+    out.emplace_back(p ? p : "");
+    H5free_memory(p);
+  }
+  return out;
+}
+
+template <typename T>
+T read_attr_scalar(hid_t obj, const char* name) {
+  Hid attr(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
+  T v{};
+  H5_CHECK(H5Aread(attr, native_type<T>(), &v));
+  return v;
+}
+
+template <typename T>
+std::vector<T> read_attr_array(hid_t obj, const char* name) {
+  Hid attr(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
+  Hid space(H5_CHECK(H5Aget_space(attr)), H5Sclose);
+  std::vector<T> v(static_cast<std::size_t>(H5_CHECK(H5Sget_simple_extent_npoints(space))));
+  if (!v.empty()) H5_CHECK(H5Aread(attr, native_type<T>(), v.data()));
+  return v;
+}
+
+template <typename T>
+std::vector<T> read_dataset(hid_t g, const char* name, std::vector<hsize_t>* dims_out = nullptr) {
+  Hid ds(H5_CHECK(H5Dopen2(g, name, H5P_DEFAULT)), H5Dclose);
+  Hid space(H5_CHECK(H5Dget_space(ds)), H5Sclose);
+  const int rank = H5_CHECK(H5Sget_simple_extent_ndims(space));
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  H5_CHECK(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
+  std::size_t n = 1;
+  for (auto d : dims) n *= static_cast<std::size_t>(d);
+  std::vector<T> v(n);
+  if (n > 0) H5_CHECK(H5Dread(ds, native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()));
+  if (dims_out) *dims_out = dims;
+  return v;
+}
+
+template <typename T>
+std::vector<std::vector<T>> read_dataset_2d(hid_t g, const char* name) {
+  std::vector<hsize_t> dims;
+  const auto flat = read_dataset<T>(g, name, &dims);
+  std::vector<std::vector<T>> rows(static_cast<std::size_t>(dims.at(0)));
+  const auto cols = static_cast<std::size_t>(dims.at(1));
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    rows[i].assign(flat.begin() + static_cast<std::ptrdiff_t>(i * cols),
+                   flat.begin() + static_cast<std::ptrdiff_t>((i + 1) * cols));
+  return rows;
+}
+
+template <typename E>
+E parse_enum(const std::string& s, std::initializer_list<E> values) {
+  for (E v : values)
+    if (to_string(v) == s) return v;
+  throw ResultsError(fmt::format("unexpected value \"{}\" in results file", s));
+}
+
+RunResult read_run(hid_t runs, const std::string& name) {
+  Hid g(H5_CHECK(H5Gopen2(runs, name.c_str(), H5P_DEFAULT)), H5Gclose);
+  RunResult r;
+  r.spec.name = name;
+  r.status = parse_enum(read_attr_string(g, "status"), {RunStatus::ok, RunStatus::failed, RunStatus::skipped});
+  const std::string fk = read_attr_string(g, "failure_kind");
+  r.failure_kind = fk.empty() ? FailureKind::none
+                              : parse_enum(fk, {FailureKind::oom, FailureKind::nan, FailureKind::timeout, FailureKind::error});
+  r.failure_message = read_attr_string(g, "failure_message");
+  r.failing_rank = static_cast<int>(read_attr_scalar<std::int64_t>(g, "failing_rank"));
+  r.spec.mode = parse_enum(read_attr_string(g, "mode"), {RunMode::train, RunMode::inference});
+  r.spec.pipeline_size = static_cast<int>(read_attr_scalar<std::int64_t>(g, "pipeline_size"));
+  r.spec.micro_batch_size = static_cast<int>(read_attr_scalar<std::int64_t>(g, "micro_batch_size"));
+  r.spec.num_microbatches = static_cast<int>(read_attr_scalar<std::int64_t>(g, "num_microbatches"));
+  r.schedule_name = read_attr_string(g, "schedule");
+  r.layers_per_stage = read_attr_array<int>(g, "layers_per_stage");
+  r.spec.layers_per_stage_origin = static_cast<int>(read_attr_scalar<std::int64_t>(g, "layers_per_stage_origin"));
+  r.backend = parse_enum(read_attr_string(g, "backend"), {BackendKind::cpu, BackendKind::sim, BackendKind::cuda});
+  r.dtype = parse_enum(read_attr_string(g, "dtype"), {DType::fp32, DType::bf16, DType::fp16});
+  r.warmup = static_cast<int>(read_attr_scalar<std::int64_t>(g, "warmup"));
+  r.repeats = static_cast<int>(read_attr_scalar<std::int64_t>(g, "repeats"));
+  r.baseline = read_attr_string(g, "baseline");
+  r.spec.baseline = r.baseline;
+  r.bubble_analytic = read_attr_scalar<double>(g, "bubble_analytic");
+  r.bubble_simulated = read_attr_scalar<double>(g, "bubble_simulated");
+  r.step_time.median = read_attr_scalar<double>(g, "step_time_median_s");
+  r.step_time.min = read_attr_scalar<double>(g, "step_time_min_s");
+  r.step_time.max = read_attr_scalar<double>(g, "step_time_max_s");
+  r.step_time.p90 = read_attr_scalar<double>(g, "step_time_p90_s");
+  r.step_time.cv = read_attr_scalar<double>(g, "step_time_cv");
+  r.step_time.slope = read_attr_scalar<double>(g, "step_time_slope_s_per_step");
+  r.slowest_stage_median_s = read_attr_scalar<double>(g, "slowest_stage_median_s");
+  r.bubble_measured_median = read_attr_scalar<double>(g, "bubble_measured_median");
+  r.imbalance_median = read_attr_scalar<double>(g, "imbalance_median");
+  r.throughput_samples_per_s = read_attr_scalar<double>(g, "throughput_samples_per_s");
+  r.peak_mem_max_bytes = read_attr_scalar<std::uint64_t>(g, "peak_mem_max_bytes");
+  r.loss_max_rel_dev = read_attr_scalar<double>(g, "loss_max_rel_dev");
+  r.decision = read_attr_string(g, "decision");
+  r.decision_reasons = read_attr_strings(g, "decision_reasons");
+
+  r.step_time_s = read_dataset<double>(g, "step_time_s");
+  r.is_warmup = read_dataset<std::uint8_t>(g, "is_warmup");
+  r.loss = read_dataset<double>(g, "loss");
+  r.busy_s = read_dataset_2d<double>(g, "busy_s");
+  r.comm_wait_s = read_dataset_2d<double>(g, "comm_wait_s");
+  if (H5Lexists(g, "comm_transfer_s", H5P_DEFAULT) > 0)  // files before 0.1.0's cuda backend lack it
+    r.comm_transfer_s = read_dataset_2d<double>(g, "comm_transfer_s");
+  r.idle_s = read_dataset_2d<double>(g, "idle_s");
+  r.forward_s = read_dataset_2d<double>(g, "forward_s");
+  r.backward_s = read_dataset_2d<double>(g, "backward_s");
+  r.optimizer_s = read_dataset_2d<double>(g, "optimizer_s");
+  r.slowest_stage_s = read_dataset<double>(g, "slowest_stage_s");
+  r.imbalance = read_dataset<double>(g, "imbalance");
+  r.bubble_measured = read_dataset<double>(g, "bubble_measured");
+  r.grad_norm = read_dataset<double>(g, "grad_norm");
+  r.clipped = read_dataset<std::uint8_t>(g, "clipped");
+  r.peak_mem_bytes = read_dataset<std::uint64_t>(g, "peak_mem_bytes");
+  for (int c = 0; c < kNumMemCategories; ++c)
+    r.peak_mem_by_category[static_cast<std::size_t>(c)] = read_dataset<std::uint64_t>(
+        g, fmt::format("peak_mem_{}_bytes", to_string(static_cast<MemCategory>(c))).c_str());
+  r.memory_capacity_bytes = read_dataset<std::uint64_t>(g, "memory_capacity_bytes");
+  r.stage_params = read_dataset<std::int64_t>(g, "stage_params");
+  r.peak_live_activations = read_dataset<int>(g, "peak_live_activations");
+  for (const auto& row : read_dataset_2d<int>(g, "stage_layers")) r.stage_layers.push_back({row.at(0), row.at(1)});
+  r.microbatch_latency_s = read_dataset_2d<double>(g, "microbatch_latency_s");
+
+  Hid ds(H5_CHECK(H5Dopen2(g, "events", H5P_DEFAULT)), H5Dclose);
+  Hid space(H5_CHECK(H5Dget_space(ds)), H5Sclose);
+  std::vector<EventRow> rows(static_cast<std::size_t>(H5_CHECK(H5Sget_simple_extent_npoints(space))));
+  Hid et = event_type();
+  if (!rows.empty()) H5_CHECK(H5Dread(ds, et, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()));
+  for (const auto& e : rows)
+    r.events.push_back({e.step, e.rank, static_cast<ActionKind>(e.kind), e.microbatch, e.chunk, e.start_s, e.end_s});
+  return r;
+}
+
+std::vector<std::string> read_dataset_strings(hid_t g, const char* name) {
+  Hid ds(H5_CHECK(H5Dopen2(g, name, H5P_DEFAULT)), H5Dclose);
+  Hid space(H5_CHECK(H5Dget_space(ds)), H5Sclose);
+  std::vector<char*> ptrs(static_cast<std::size_t>(H5_CHECK(H5Sget_simple_extent_npoints(space))), nullptr);
+  Hid type = vlen_string_type();
+  if (!ptrs.empty()) H5_CHECK(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()));
+  std::vector<std::string> out;
+  for (char* p : ptrs) {
+    out.emplace_back(p ? p : "");
+    H5free_memory(p);
+  }
+  return out;
+}
+
+ProbeResult read_probe(hid_t file) {
+  Hid g(H5_CHECK(H5Gopen2(file, "probe", H5P_DEFAULT)), H5Gclose);
+  ProbeResult p;
+  p.options.run_name = read_attr_string(g, "run");
+  p.options.pipeline_size = static_cast<int>(read_attr_scalar<std::int64_t>(g, "pipeline_size"));
+  p.options.lo = static_cast<int>(read_attr_scalar<std::int64_t>(g, "lo"));
+  p.options.hi = static_cast<int>(read_attr_scalar<std::int64_t>(g, "hi"));
+  p.options.steps = static_cast<int>(read_attr_scalar<std::int64_t>(g, "steps"));
+  p.options.trial_timeout_s = read_attr_scalar<double>(g, "trial_timeout_s");
+  p.options.launcher = read_attr_string(g, "launcher");
+  p.max_micro_batch = static_cast<int>(read_attr_scalar<std::int64_t>(g, "max_micro_batch"));
+  p.recommended_micro_batch = static_cast<int>(read_attr_scalar<std::int64_t>(g, "recommended_micro_batch"));
+  p.stop_reason = read_attr_string(g, "stop_reason");
+  const auto mbs = read_dataset<std::int64_t>(g, "micro_batch_size");
+  const auto outcome = read_dataset_strings(g, "outcome");
+  const auto codes = read_dataset<std::int64_t>(g, "exit_code");
+  const auto secs = read_dataset<double>(g, "seconds");
+  const auto peaks = read_dataset_2d<std::uint64_t>(g, "peak_mem_bytes");
+  const auto path = read_dataset_strings(g, "results_path");
+  const auto command = read_dataset_strings(g, "command");
+  const auto tail = read_dataset_strings(g, "output_tail");
+  for (std::size_t i = 0; i < mbs.size(); ++i) {
+    ProbeTrial t;
+    t.micro_batch_size = static_cast<int>(mbs[i]);
+    t.outcome = parse_enum(outcome.at(i), {TrialOutcome::ok, TrialOutcome::oom, TrialOutcome::error, TrialOutcome::nan,
+                                           TrialOutcome::timeout});
+    t.exit_code = static_cast<int>(codes.at(i));
+    t.seconds = secs.at(i);
+    if (i < peaks.size()) t.peak_mem_bytes = peaks[i];
+    t.results_path = path.at(i);
+    t.command = command.at(i);
+    t.output_tail = tail.at(i);
+    p.trials.push_back(std::move(t));
+  }
+  return p;
+}
+
+herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* out) {
+  static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+  return 0;
+}
+
+}  // namespace
+
+std::string default_results_path(const std::string& base_dir, const std::string& job_name, const std::string& label,
+                                 const std::string& utc_stamp, const std::string& id) {
+  std::filesystem::path p(base_dir);
+  p /= job_name;
+  if (!label.empty()) p /= label;
+  p /= fmt::format("{}-{}.h5", utc_stamp, id);
+  return p.string();
+}
+
+std::string write_results(const std::string& path, const JobResult& result) {
+  namespace fs = std::filesystem;
+  const fs::path final_path(path);
+  if (final_path.has_parent_path()) fs::create_directories(final_path.parent_path());
+  const std::string tmp = fmt::format("{}.tmp-{}", path, getpid());
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors surface as ResultsError, not HDF5's stack dump
+  {
+    Hid file(H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)), H5Fclose);
+    attr_scalar<std::int64_t>(file, "schema_version", kResultsSchemaVersion);
+    for (const auto& [k, v] : result.root_attrs) attr_string(file, k.c_str(), v);
+    attr_strings(file, "overrides", result.overrides);
+    attr_string(file, "evidence_level", result.evidence_level);
+    attr_string(file, "status", result.status);
+    {
+      Hid prov(H5_CHECK(H5Gcreate2(file, "provenance", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+      for (const auto& [k, v] : result.provenance_attrs) attr_string(prov, k.c_str(), v);
+      attr_strings(prov, "hostnames", result.hostnames);
+      attr_array(prov, "pids", result.pids);
+    }
+    // Track creation order so readers list runs in the job's order.
+    Hid gcpl(H5_CHECK(H5Pcreate(H5P_GROUP_CREATE)), H5Pclose);
+    H5_CHECK(H5Pset_link_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED));
+    Hid runs(H5_CHECK(H5Gcreate2(file, "runs", H5P_DEFAULT, gcpl, H5P_DEFAULT)), H5Gclose);
+    for (const auto& r : result.runs) write_run(runs, r);
+    if (result.probe) write_probe(file, *result.probe);
+    H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));
+  }
+  // Publish without ever replacing an existing file: link() fails on EEXIST.
+  const fs::path stem = final_path.parent_path() / final_path.stem();
+  for (int i = 0;; ++i) {
+    const std::string candidate = i == 0 ? path : fmt::format("{}-{}.h5", stem.string(), i);
+    if (link(tmp.c_str(), candidate.c_str()) == 0) {
+      unlink(tmp.c_str());
+      return candidate;
+    }
+    if (errno != EEXIST) {
+      const std::string why = std::strerror(errno);
+      unlink(tmp.c_str());
+      throw ResultsError(fmt::format("cannot create {}: {}", candidate, why));
+    }
+  }
+}
+
+JobResult read_results(const std::string& path) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const hid_t fid = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (fid < 0) throw ResultsError(fmt::format("{}: not a readable HDF5 file", path));
+  Hid file(fid, H5Fclose);
+  if (!has_attr(file, "schema_version") || read_attr_scalar<std::int64_t>(file, "schema_version") != kResultsSchemaVersion)
+    throw ResultsError(fmt::format("{}: not a pipebench schema-{} results file", path, kResultsSchemaVersion));
+  JobResult jr;
+  for (const char* k : {"tool_version", "git_sha", "created_utc", "job_name", "job_toml", "command_line", "label"})
+    if (has_attr(file, k)) jr.root_attrs[k] = read_attr_string(file, k);
+  jr.overrides = read_attr_strings(file, "overrides");
+  jr.evidence_level = read_attr_string(file, "evidence_level");
+  jr.status = read_attr_string(file, "status");
+  {
+    Hid prov(H5_CHECK(H5Gopen2(file, "provenance", H5P_DEFAULT)), H5Gclose);
+    H5O_info_t info;
+    H5_CHECK(H5Oget_info(prov, &info));
+    for (hsize_t i = 0; i < info.num_attrs; ++i) {
+      char name[256];
+      H5_CHECK(H5Aget_name_by_idx(prov, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof(name), H5P_DEFAULT));
+      if (std::string(name) == "hostnames" || std::string(name) == "pids") continue;
+      jr.provenance_attrs[name] = read_attr_string(prov, name);
+    }
+    jr.hostnames = read_attr_strings(prov, "hostnames");
+    jr.pids = read_attr_array<std::int64_t>(prov, "pids");
+  }
+  Hid runs(H5_CHECK(H5Gopen2(file, "runs", H5P_DEFAULT)), H5Gclose);
+  std::vector<std::string> names;
+  H5_CHECK(H5Literate(runs, H5_INDEX_CRT_ORDER, H5_ITER_INC, nullptr, collect_name, &names));
+  for (const auto& n : names) jr.runs.push_back(read_run(runs, n));
+  if (H5Lexists(file, "probe", H5P_DEFAULT) > 0) jr.probe = read_probe(file);
+  return jr;
+}
+
+}  // namespace pipebench

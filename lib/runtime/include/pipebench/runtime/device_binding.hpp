@@ -1,0 +1,33 @@
+// One rank per GPU (SPEC §5): which device each rank of the world uses.
+// The node-local rank (MPI_Comm_split_type SHARED) picks a device among those
+// the process sees, so CUDA_VISIBLE_DEVICES and Slurm's GPU binding (which
+// leaves one visible device per task with --gpus-per-task=1) are honoured:
+// one visible device -> device 0; n visible -> local rank mod n.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+#include "pipebench/backends/cuda_device.hpp"
+
+namespace pipebench {
+
+struct GpuBinding {
+  std::vector<std::string> hosts;  // per world rank
+  std::vector<int> local_ranks;    // per world rank
+  std::vector<GpuInfo> gpus;       // per world rank: the device it selected
+};
+
+// Collective over `world`: selects this rank's device and gathers every
+// rank's choice. When any rank cannot use a GPU, every rank throws the same
+// DeviceUnavailableError (naming the first such rank and why).
+GpuBinding bind_gpus(MPI_Comm world);
+
+// Throws DeviceUnavailableError when two of world ranks [0, ranks) use one GPU
+// (same host and UUID): NCCL cannot put one device in a communicator twice.
+// The message says how to launch instead.
+void require_one_gpu_per_rank(const GpuBinding& binding, int ranks);
+
+}  // namespace pipebench

@@ -1,0 +1,62 @@
+// The executor: runs one rank's action list of a RunPlan's schedule, step
+// after step, with a Backend and a Transport. It never holds a schedule of
+// its own: it walks plan.schedule.actions[rank].
+//
+// Per step: a barrier (every step starts together); then each action in
+// order, receiving its input first (timed as comm wait), computing (timed as
+// busy), sending its output without waiting; then the sends complete, the
+// gradient norm is reduced over the run, clipping is decided and the
+// optimizer steps. A failure on any rank (out of memory, NaN/Inf loss, step
+// timeout, any exception) ends the run on every rank; the record says so.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "pipebench/backends/backend.hpp"
+#include "pipebench/runtime/mpi_comm.hpp"
+#include "pipebench/plan/plan.hpp"
+#include "pipebench/results/records.hpp"
+#include "pipebench/runtime/transport.hpp"
+
+namespace pipebench {
+
+// Test hook: PIPEBENCH_FAULT="KIND@RUN:RANK:STEP" makes RANK of run RUN fail
+// at STEP: KIND = nan (its loss is NaN; on the last stage) or error (it
+// throws). Documented in docs/runner.md; never set in production.
+struct FaultInjection {
+  enum class Kind { none, nan, error };
+  Kind kind = Kind::none;
+  std::string run;
+  int rank = -1;
+  int step = -1;
+
+  static FaultInjection from_env();  // throws ConfigError when malformed
+  bool fires(Kind k, const std::string& run_name, int r, int s) const {
+    return kind == k && run == run_name && rank == r && step == s;
+  }
+};
+
+// Shown on rank 0 after every step.
+struct StepProgress {
+  int step = 0;            // 0-based, warm-up included
+  bool warmup = false;
+  double step_time_s = 0;  // max over ranks
+  double busy_sum_s = 0;   // sum over ranks
+  double loss = 0;         // NaN when the backend computes none
+};
+
+struct ExecOptions {
+  bool dry_run = false;  // build and check only
+  bool transport_uses_device_memory = false;  // StageSpec::transport_uses_device_memory
+  FaultInjection fault;
+  std::function<void(const StepProgress&)> on_step;  // called on run rank 0
+};
+
+// Builds the stage on this rank, checks the built layer range against the
+// plan, then runs warmup + repeats steps. Run failures are returned in the
+// record (failure, failure_message, failure_is_origin), never thrown.
+RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backend& backend, Transport& transport,
+                       const ExecOptions& options);
+
+}  // namespace pipebench

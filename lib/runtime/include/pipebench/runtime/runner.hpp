@@ -1,0 +1,41 @@
+// `pipebench run`: executes a job's runs one after another in one MPI
+// launch and writes one HDF5 file (SPEC §5-§7, docs/runner.md).
+//
+// Run rank r is stage r and world rank r: a run with pipeline_size p uses
+// world ranks 0..p-1 (a sub-communicator); the others wait at a world
+// barrier. A run that needs more ranks than the world has is recorded as
+// skipped. Rank 0 prints the header, one line per step and a summary per
+// run, gathers every rank's records and writes the file.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipebench/core/job.hpp"
+#include "pipebench/results/records.hpp"
+
+namespace pipebench {
+
+struct RunOptions {
+  std::vector<std::string> run_names;  // empty: all runs
+  std::string output_dir = "results";
+  std::string label;                   // measurement campaign (seed 004's RUN_LABEL)
+  bool dry_run = false;                // build every stage, check, print, no steps, no file
+  std::string command_line;
+};
+
+struct RunOutcome {
+  bool any_failed = false;   // some run has status failed
+  std::string results_path;  // on rank 0 when a file was written
+};
+
+// The identity of a results file of `job` (SPEC §7 root attributes: tool
+// version, git sha, creation time, job name and effective TOML, command
+// line, label, overrides, evidence level). Used by `run` and `probe`.
+void describe_job_result(JobResult& jr, const Job& job, const std::string& command_line, const std::string& label);
+
+// Collective over MPI_COMM_WORLD (MPI must be initialised). Throws
+// ConfigError (same on every rank) for a workload the runner cannot execute.
+RunOutcome run_job(const Job& job, const RunOptions& options);
+
+}  // namespace pipebench

@@ -1,0 +1,52 @@
+// MPI point-to-point transport. Each tensor travels as a small header
+// (step, kind, micro-batch, chunk, logical bytes, send time) plus, when the
+// backend holds real data, the payload. The receiver checks the header: a
+// mismatch is an error (the executor's correctness check, on in every run).
+//
+// With a link model (the sim backend), the receiver also waits until the
+// modelled arrival: send time + latency + logical bytes / bandwidth. Send
+// times are relative to each rank's step barrier, so no global clock is
+// needed.
+#pragma once
+
+#include <vector>
+
+#include "pipebench/runtime/mpi_comm.hpp"
+#include "pipebench/runtime/transport.hpp"
+
+namespace pipebench {
+
+struct LinkModel {
+  bool enabled = false;
+  double latency_s = 0.0;
+  double bits_per_s = 0.0;
+};
+
+class MpiTransport final : public Transport {
+ public:
+  MpiTransport(RunComm& comm, int chunks_per_rank, int num_microbatches, LinkModel link);
+
+  void begin_step(double step_start_s) override;
+  void send(int peer, const BoundaryKey& key, const Buffer& buf) override;
+  RecvTiming recv(int peer, const BoundaryKey& key, const Buffer& buf) override;
+  void complete_sends() override;
+  void abandon() override;
+
+  struct Header {
+    std::int32_t step, kind, microbatch, chunk;
+    std::uint64_t logical_bytes;
+    double send_time_s;  // relative to the sender's step start
+  };
+
+ private:
+  int tag(const BoundaryKey& key, int part) const;
+
+  RunComm& comm_;
+  int chunks_, microbatches_;
+  LinkModel link_;
+  double step_start_s_ = 0.0;
+  std::vector<MPI_Request> sends_;
+  std::vector<Header> headers_;  // kept alive until complete_sends(); reserved so never reallocated mid-step
+};
+
+}  // namespace pipebench

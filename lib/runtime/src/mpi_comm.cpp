@@ -1,0 +1,107 @@
+#include "pipebench/runtime/mpi_comm.hpp"
+
+#include <sched.h>
+
+#include <fmt/format.h>
+
+#include "pipebench/backends/backend.hpp"
+#include "pipebench/core/clock.hpp"
+
+namespace pipebench {
+
+namespace {
+constexpr double kSpinSeconds = 20e-6;
+}  // namespace
+
+void mpi_check(int rc, const char* call, const char* file, int line) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  int world_rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  throw MpiError(fmt::format("rank {}: {} failed at {}:{}: {}", world_rank, call, file, line, std::string(text, len)));
+}
+
+RunComm::RunComm(MPI_Comm comm) : comm_(comm) {
+  PIPEBENCH_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_dup(comm_, &control_));
+}
+
+RunComm::~RunComm() {
+  if (control_ != MPI_COMM_NULL) MPI_Comm_free(&control_);
+}
+
+void RunComm::wait(MPI_Request& req, const char* what) {
+  wait_for(
+      [&req] {
+        int done = 0;
+        PIPEBENCH_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+        return done != 0;
+      },
+      what);
+}
+
+void RunComm::wait_for(const std::function<bool()>& done, const char* what) {
+  const double start = now_s();
+  for (long polls = 0;; ++polls) {
+    if (done()) return;
+    if (!aborted_ && (polls & 15) == 0) {
+      int pending = 0;
+      MPI_Status st;
+      PIPEBENCH_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, kAbortTag, comm_, &pending, &st));
+      if (pending)
+        throw PeerAbortedError(fmt::format("rank {} failed while rank {} waited for {}", st.MPI_SOURCE, rank_, what),
+                               st.MPI_SOURCE);
+      if (deadline_s_ > 0.0 && now_s() > deadline_s_)
+        throw StepTimeoutError(fmt::format("rank {} waited {:.3f} s for {} and passed the step timeout", rank_,
+                                           now_s() - start, what));
+    }
+    // Spin briefly for latency, then yield the core at every poll: ranks may
+    // outnumber cores, and a spinning waiter would delay the rank it waits for.
+    if (now_s() - start > kSpinSeconds) sched_yield();
+  }
+}
+
+void RunComm::barrier() {
+  MPI_Request req;
+  PIPEBENCH_MPI_CHECK(MPI_Ibarrier(comm_, &req));
+  wait(req, "the step barrier");
+}
+
+void RunComm::allreduce(std::vector<double>& values, MPI_Op op) {
+  MPI_Request req;
+  PIPEBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, op,
+                                     comm_, &req));
+  wait(req, "a reduction");
+}
+
+void RunComm::notify_abort() {
+  if (aborted_) return;
+  aborted_ = true;
+  abort_payload_.assign(static_cast<std::size_t>(size_), rank_);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    MPI_Request req;
+    PIPEBENCH_MPI_CHECK(MPI_Isend(&abort_payload_[static_cast<std::size_t>(peer)], 1, MPI_INT, peer, kAbortTag,
+                                  comm_, &req));
+    abort_sends_.push_back(req);
+  }
+}
+
+void RunComm::settle() {
+  // How many notices each rank must receive: one from every rank that aborted.
+  int mine = aborted_ ? 1 : 0, total = 0;
+  PIPEBENCH_MPI_CHECK(MPI_Allreduce(&mine, &total, 1, MPI_INT, MPI_SUM, control_));
+  const int expected = total - mine;  // nobody notifies itself
+  for (int i = 0; i < expected; ++i) {
+    int from = 0;
+    PIPEBENCH_MPI_CHECK(MPI_Recv(&from, 1, MPI_INT, MPI_ANY_SOURCE, kAbortTag, comm_, MPI_STATUS_IGNORE));
+  }
+  if (!abort_sends_.empty())
+    PIPEBENCH_MPI_CHECK(MPI_Waitall(static_cast<int>(abort_sends_.size()), abort_sends_.data(), MPI_STATUSES_IGNORE));
+  abort_sends_.clear();
+}
+
+}  // namespace pipebench

@@ -1,0 +1,439 @@
+#include "pipebench/runtime/runner.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include "pipebench/backends/backend.hpp"
+#include "pipebench/core/clock.hpp"
+#include "pipebench/backends/cpu_kernels.hpp"
+#include "pipebench/backends/cuda_device.hpp"
+#include "pipebench/runtime/device_binding.hpp"
+#include "pipebench/results/metrics.hpp"
+#include "pipebench/runtime/mpi_comm.hpp"
+#include "pipebench/plan/plan.hpp"
+#include "pipebench/runtime/provenance.hpp"
+#include "pipebench/results/results.hpp"
+#include "pipebench/runtime/executor.hpp"
+#include "pipebench/runtime/transport_mpi.hpp"
+#include "pipebench/runtime/transport_nccl.hpp"
+#include "pipebench/core/units.hpp"
+
+namespace pipebench {
+
+namespace {
+
+// ---- RankRecord <-> bytes, for gathering on rank 0 -------------------------
+
+class Packer {
+ public:
+  template <typename T>
+  void put(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const auto* p = reinterpret_cast<const char*>(&v);
+    bytes.insert(bytes.end(), p, p + sizeof(T));
+  }
+  template <typename T>
+  void put_vector(const std::vector<T>& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    put<std::uint64_t>(v.size());
+    const auto* p = reinterpret_cast<const char*>(v.data());
+    bytes.insert(bytes.end(), p, p + v.size() * sizeof(T));
+  }
+  void put_string(const std::string& s) { put_vector(std::vector<char>(s.begin(), s.end())); }
+  std::vector<char> bytes;
+};
+
+class Unpacker {
+ public:
+  Unpacker(const char* data, std::size_t size) : p_(data), end_(data + size) {}
+  template <typename T>
+  T get() {
+    T v;
+    take(&v, sizeof(T));
+    return v;
+  }
+  template <typename T>
+  std::vector<T> get_vector() {
+    std::vector<T> v(get<std::uint64_t>());
+    take(v.data(), v.size() * sizeof(T));
+    return v;
+  }
+  std::string get_string() {
+    const auto v = get_vector<char>();
+    return {v.begin(), v.end()};
+  }
+
+ private:
+  void take(void* out, std::size_t n) {
+    if (static_cast<std::size_t>(end_ - p_) < n) throw Error("corrupt rank record while gathering");
+    std::memcpy(out, p_, n);
+    p_ += n;
+  }
+  const char* p_;
+  const char* end_;
+};
+
+std::vector<char> pack(const RankRecord& r) {
+  Packer p;
+  p.put(r.rank);
+  p.put_string(r.hostname);
+  p.put(r.pid);
+  p.put_vector(r.steps);
+  p.put_vector(r.events);
+  p.put(r.peak_mem_by_category);
+  p.put(r.peak_mem_bytes);
+  p.put(r.memory_capacity_bytes);
+  p.put(r.stage_params);
+  p.put(r.stage_layers);
+  p.put(r.peak_live_activations);
+  p.put(r.failure);
+  p.put(r.failure_is_origin);
+  p.put_string(r.failure_message);
+  return std::move(p.bytes);
+}
+
+RankRecord unpack(const char* data, std::size_t size) {
+  Unpacker u(data, size);
+  RankRecord r;
+  r.rank = u.get<int>();
+  r.hostname = u.get_string();
+  r.pid = u.get<std::int64_t>();
+  r.steps = u.get_vector<StepRecord>();
+  r.events = u.get_vector<EventRecord>();
+  r.peak_mem_by_category = u.get<decltype(r.peak_mem_by_category)>();
+  r.peak_mem_bytes = u.get<std::uint64_t>();
+  r.memory_capacity_bytes = u.get<std::uint64_t>();
+  r.stage_params = u.get<std::int64_t>();
+  r.stage_layers = u.get<std::array<int, 2>>();
+  r.peak_live_activations = u.get<int>();
+  r.failure = u.get<FailureKind>();
+  r.failure_is_origin = u.get<bool>();
+  r.failure_message = u.get_string();
+  return r;
+}
+
+// Every rank's record on rank 0 of `comm` (empty elsewhere).
+std::vector<RankRecord> gather_records(MPI_Comm comm, const RankRecord& mine) {
+  int rank = 0, size = 1;
+  PIPEBENCH_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_size(comm, &size));
+  const std::vector<char> bytes = pack(mine);
+  const int n = static_cast<int>(bytes.size());
+  std::vector<int> sizes(static_cast<std::size_t>(size)), offsets(static_cast<std::size_t>(size));
+  PIPEBENCH_MPI_CHECK(MPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, comm));
+  int total = 0;
+  for (int i = 0; i < size; ++i) {
+    offsets[static_cast<std::size_t>(i)] = total;
+    total += sizes[static_cast<std::size_t>(i)];
+  }
+  std::vector<char> all(rank == 0 ? static_cast<std::size_t>(total) : 0);
+  PIPEBENCH_MPI_CHECK(MPI_Gatherv(bytes.data(), n, MPI_CHAR, all.data(), sizes.data(), offsets.data(), MPI_CHAR, 0, comm));
+  std::vector<RankRecord> out;
+  if (rank == 0)
+    for (int i = 0; i < size; ++i)
+      out.push_back(unpack(all.data() + offsets[static_cast<std::size_t>(i)], static_cast<std::size_t>(sizes[static_cast<std::size_t>(i)])));
+  return out;
+}
+
+// ---- the hard watchdog ------------------------------------------------------
+
+// Cooperative timeouts end a run cleanly when a rank waits too long. A rank
+// stuck inside a computation cannot notice; this thread ends the process
+// (mpirun then stops the others) when a step overruns its timeout by far.
+class Watchdog {
+ public:
+  Watchdog() : thread_([this] { loop(); }) {}
+  ~Watchdog() {
+    stop_ = true;
+    thread_.join();
+  }
+  // 0 disarms.
+  void arm(double hard_deadline_s, std::string what) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      what_ = std::move(what);
+    }
+    deadline_ = hard_deadline_s;
+  }
+
+ private:
+  void loop() {
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      const double d = deadline_;
+      if (d > 0.0 && now_s() > d) {
+        std::lock_guard<std::mutex> lock(mu_);
+        std::fprintf(stderr, "pipebench: watchdog: %s did not finish long after its step timeout; aborting (exit 124)\n",
+                     what_.c_str());
+        std::fflush(stderr);
+        std::_Exit(124);
+      }
+    }
+  }
+  std::atomic<bool> stop_{false};
+  std::atomic<double> deadline_{0.0};
+  std::mutex mu_;
+  std::string what_;
+  std::thread thread_;
+};
+
+// ---- console ------------------------------------------------------------------
+
+std::string fmt_num(double v, const char* spec = "{:.4f}") { return std::isnan(v) ? "-" : fmt::format(fmt::runtime(spec), v); }
+
+// FLOPs of one step's matmuls over all stages (docs/model.md), for the
+// achieved model TFLOP/s of the summary.
+double step_model_flops(const RunPlan& rp) {
+  double per_microbatch = 0.0;
+  for (const StagePlan& sp : rp.stages)
+    per_microbatch += sp.cost.forward_flops + (rp.run.mode == RunMode::train ? sp.cost.backward_flops : 0.0);
+  return per_microbatch * rp.run.num_microbatches;
+}
+
+void print_run_summary(const RunResult& r, const RunPlan& rp) {
+  fmt::print("  -- {}: status {}{}\n", r.spec.name, to_string(r.status),
+             r.status == RunStatus::failed
+                 ? fmt::format(" ({} on rank {}): {}", to_string(r.failure_kind), r.failing_rank, r.failure_message)
+                 : "");
+  if (r.status == RunStatus::skipped) return;
+  fmt::print("     {:>5} {:>9} {:>12} {:>12} {:>12} {:>12} {:>10} {:>6}\n", "stage", "layers", "busy", "comm wait",
+             "idle", "peak mem", "of cap", "live");
+  for (std::size_t i = 0; i < r.peak_mem_bytes.size(); ++i) {
+    const auto& l = r.stage_layers[i];
+    fmt::print("     {:>5} {:>9} {:>12} {:>12} {:>12} {:>12} {:>9.1f}% {:>6}\n", i,
+               fmt::format("{}-{}", l[0] + r.spec.layers_per_stage_origin, l[1] + r.spec.layers_per_stage_origin),
+               format_seconds(counted_median(r.busy_s, r.is_warmup, i)), format_seconds(counted_median(r.comm_wait_s, r.is_warmup, i)),
+               format_seconds(counted_median(r.idle_s, r.is_warmup, i)), format_bytes(static_cast<double>(r.peak_mem_bytes[i])),
+               100.0 * static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]),
+               r.peak_live_activations[i]);
+  }
+  fmt::print("     step time median {} (min {}, max {}, p90 {}, CV {}), slowest stage {}\n", format_seconds(r.step_time.median),
+             format_seconds(r.step_time.min), format_seconds(r.step_time.max), format_seconds(r.step_time.p90), fmt_num(r.step_time.cv, "{:.3f}"),
+             format_seconds(r.slowest_stage_median_s));
+  const double tflops = step_model_flops(rp) / r.step_time.median / 1e12;
+  fmt::print("     bubble measured {} / analytic {} / simulated {}; throughput {} samples/s, {} model TFLOP/s "
+             "({} per rank)\n",
+             fmt_num(r.bubble_measured_median), fmt_num(r.bubble_analytic), fmt_num(r.bubble_simulated),
+             fmt_num(r.throughput_samples_per_s, "{:.1f}"), fmt_num(tflops, "{:.3f}"),
+             fmt_num(tflops / static_cast<double>(rp.stages.size()), "{:.3f}"));
+  std::fflush(stdout);
+}
+
+// Seed 000's check before timing: per stage, the planned and the built layer range.
+void print_dry_run(const RunPlan& rp, const std::vector<RankRecord>& records) {
+  const int origin = rp.run.layers_per_stage_origin;
+  fmt::print("     {:>5} {:>11} {:>11} {:>14} {:>12}  {}\n", "stage", "plan", "built", "params", "memory", "check");
+  for (const auto& r : records) {
+    const auto& st = rp.partition.stages[static_cast<std::size_t>(r.rank)];
+    const bool same = r.stage_layers[0] == st.first_layer && r.stage_layers[1] == st.last_layer();
+    fmt::print("     {:>5} {:>11} {:>11} {:>14} {:>12}  {}\n", r.rank, layer_range_text(st, origin),
+               fmt::format("{}-{}", r.stage_layers[0] + origin, r.stage_layers[1] + origin), group_digits(r.stage_params),
+               format_bytes(static_cast<double>(r.peak_mem_bytes)),
+               r.failure != FailureKind::none ? r.failure_message : same ? "ok" : "MISMATCH");
+  }
+}
+
+}  // namespace
+
+void describe_job_result(JobResult& jr, const Job& job, const std::string& command_line, const std::string& label) {
+  jr.evidence_level = evidence_level(job.device.backend);
+  jr.root_attrs["tool_version"] = PIPEBENCH_VERSION;
+  jr.root_attrs["git_sha"] = PIPEBENCH_GIT_SHA;
+  jr.root_attrs["created_utc"] = utc_iso8601();
+  jr.root_attrs["job_name"] = job.name;
+  jr.root_attrs["job_toml"] = job.effective_toml;
+  jr.root_attrs["command_line"] = command_line;
+  jr.root_attrs["label"] = label;
+  jr.overrides = job.overrides;
+}
+
+RunOutcome run_job(const Job& job, const RunOptions& options) {
+  int world_rank = 0, world_size = 1;
+  PIPEBENCH_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+  const bool root = world_rank == 0;
+
+  // Plans first, on every rank: invalid selections fail before anything runs.
+  const JobPlan plan = plan_job(job, options.run_names);
+  const TransportKind transport_kind = job.device.resolved_transport();
+  GpuBinding gpus;
+  if (job.device.backend == BackendKind::cuda) {
+    // Every rank alike: DeviceUnavailableError (exit 7) without a usable GPU.
+    gpus = bind_gpus(MPI_COMM_WORLD);
+    if (transport_kind == TransportKind::nccl) {
+      int widest = 1;
+      for (const RunPlan& rp : plan.runs)
+        if (rp.run.pipeline_size <= world_size) widest = std::max(widest, rp.run.pipeline_size);
+      require_one_gpu_per_rank(gpus, widest);
+    }
+  } else {
+    (void)make_backend(job, world_rank);  // a backend this build lacks fails here, everywhere alike
+  }
+  const FaultInjection fault = FaultInjection::from_env();
+  tighten_timer_slack();  // modelled sleeps and waiting naps wake on time
+
+  // Hosts and pids of the world, for the header and /provenance.
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const std::int64_t pid = getpid();
+  std::vector<char> hosts(root ? 256 * static_cast<std::size_t>(world_size) : 0);
+  std::vector<std::int64_t> pids(root ? static_cast<std::size_t>(world_size) : 0);
+  PIPEBENCH_MPI_CHECK(MPI_Gather(host, 256, MPI_CHAR, hosts.data(), 256, MPI_CHAR, 0, MPI_COMM_WORLD));
+  PIPEBENCH_MPI_CHECK(MPI_Gather(&pid, 1, MPI_INT64_T, pids.data(), 1, MPI_INT64_T, 0, MPI_COMM_WORLD));
+
+  JobResult jr;
+  if (root) {
+    for (int i = 0; i < world_size; ++i) jr.hostnames.emplace_back(&hosts[256 * static_cast<std::size_t>(i)]);
+    jr.pids = pids;
+    jr.provenance_attrs = collect_provenance();
+    if (job.device.backend == BackendKind::cpu)
+      jr.provenance_attrs["blas"] = fmt::format("{} (threads_per_rank {})", cpu::blas_config(), job.device.threads_per_rank);
+    if (!gpus.gpus.empty()) {
+      // Per world rank, comma-separated in rank order.
+      std::string names, uuids, pcis;
+      for (const GpuInfo& g : gpus.gpus) {
+        const char* sep = names.empty() ? "" : ",";
+        names += sep + g.name;
+        uuids += sep + g.uuid;
+        pcis += sep + g.pci_bus_id;
+      }
+      jr.provenance_attrs["gpu_names"] = names;
+      jr.provenance_attrs["gpu_uuids"] = uuids;
+      jr.provenance_attrs["gpu_pci_bus_ids"] = pcis;
+      jr.provenance_attrs["driver_version"] = cuda_driver_version();
+      jr.provenance_attrs["cuda_version"] = cuda_runtime_version();
+      jr.provenance_attrs["nccl_version"] = nccl_version();
+    }
+    jr.provenance_attrs["transport"] = std::string(to_string(transport_kind));
+    std::string unique_hosts;
+    for (const auto& h : jr.hostnames)
+      if (unique_hosts.find(h) == std::string::npos) unique_hosts += (unique_hosts.empty() ? "" : ",") + h;
+    fmt::print("pipebench {} run: job \"{}\" ({}){}\n", PIPEBENCH_VERSION, job.name, job.source_path,
+               options.dry_run ? " [dry run]" : "");
+    fmt::print("  world {} ranks on {}; backend {}, {} thread(s) per rank; warmup {} + repeats {} steps; step timeout {} s\n",
+               world_size, unique_hosts, to_string(job.device.backend), job.device.threads_per_rank, job.train.warmup,
+               job.train.repeats, job.train.step_timeout_s);
+    if (job.device.backend == BackendKind::cpu) fmt::print("  BLAS: {}\n", jr.provenance_attrs["blas"]);
+    if (!gpus.gpus.empty()) {
+      fmt::print("  CUDA runtime {}, driver {}, NCCL {}; transport {}\n", jr.provenance_attrs["cuda_version"],
+                 jr.provenance_attrs["driver_version"], jr.provenance_attrs["nccl_version"], to_string(transport_kind));
+      for (std::size_t r = 0; r < gpus.gpus.size(); ++r) {
+        const GpuInfo& g = gpus.gpus[r];
+        fmt::print("  rank {} ({} local {}): GPU {} {} sm_{}{} {} {} {}\n", r, gpus.hosts[r], gpus.local_ranks[r],
+                   g.ordinal, g.name, g.cc_major, g.cc_minor, format_bytes(static_cast<double>(g.total_bytes)), g.uuid,
+                   g.pci_bus_id);
+      }
+    }
+    fmt::print("  MPI: {}\n  compiler: {}\n", jr.provenance_attrs["mpi_library_version"].substr(0, 80),
+               jr.provenance_attrs["compiler"]);
+    for (const auto& o : job.overrides) fmt::print("  override: --set {}\n", o);
+    for (const auto& w : job.warnings) fmt::print("  warning: {}\n", w);
+    std::fflush(stdout);
+  }
+
+  Watchdog watchdog;
+  RunOutcome outcome;
+  for (const RunPlan& rp : plan.runs) {
+    const int p = rp.run.pipeline_size;
+    if (p > world_size) {
+      const std::string reason = fmt::format("needs {} ranks, the world has {}", p, world_size);
+      if (root) {
+        fmt::print("\n== run {}: skipped ({})\n", rp.run.name, reason);
+        jr.runs.push_back(skipped_run(job, rp, reason));
+      }
+      continue;
+    }
+    if (root)
+      fmt::print("\n== run {}: {} ranks, {}, schedule {}, micro_batch_size {} x {} micro-batches\n", rp.run.name, p,
+                 to_string(rp.run.mode), rp.schedule.name, rp.run.micro_batch_size, rp.run.num_microbatches);
+    MPI_Comm comm = MPI_COMM_NULL;
+    PIPEBENCH_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, world_rank < p ? 0 : MPI_UNDEFINED, world_rank, &comm));
+    if (comm != MPI_COMM_NULL) {
+      bool clean = true;
+      {
+        RunComm rc(comm);
+        auto backend = make_backend(job, world_rank);
+        LinkModel link;
+        if (job.device.backend == BackendKind::sim)
+          link = {true, job.device.sim_link_latency_us * 1e-6, job.device.sim_link_gbps * 1e9};
+        const bool nccl = transport_kind == TransportKind::nccl && p > 1;
+        std::unique_ptr<Transport> transport;
+        if (nccl)
+          transport = make_nccl_transport(rc, rp.schedule, rp.run.num_microbatches, rp.run.mode == RunMode::train);
+        else
+          transport = std::make_unique<MpiTransport>(rc, rp.schedule.chunks_per_rank, rp.run.num_microbatches, link);
+        ExecOptions eo;
+        eo.transport_uses_device_memory = nccl;
+        eo.dry_run = options.dry_run;
+        eo.fault = fault;
+        const int total_steps = job.train.warmup + job.train.repeats;
+        const double grace = std::max(30.0, job.train.step_timeout_s);
+        watchdog.arm(now_s() + (total_steps + 1) * job.train.step_timeout_s + grace, "run " + rp.run.name);
+        eo.on_step = [&](const StepProgress& s) {
+          fmt::print("  [{}] step {}/{}{:<8} time {:>12}  bubble {}  loss {}\n", rp.run.name, s.step + 1, total_steps,
+                     s.warmup ? " warm-up" : "", format_seconds(s.step_time_s),
+                     fmt_num(s.step_time_s > 0 ? 1.0 - s.busy_sum_s / (p * s.step_time_s) : NAN),
+                     fmt_num(s.loss, "{:.6f}"));
+          std::fflush(stdout);
+        };
+        const RankRecord rec = execute_run(job, rp, rc, *backend, *transport, eo);
+        watchdog.arm(0.0, "");
+        clean = rec.failure == FailureKind::none;
+        const auto records = gather_records(rc.control(), rec);
+        if (root) {
+          if (options.dry_run) print_dry_run(rp, records);
+          jr.runs.push_back(assemble_run(job, rp, records));
+          if (!options.dry_run) print_run_summary(jr.runs.back(), rp);
+          else if (jr.runs.back().status == RunStatus::failed)
+            fmt::print("  -- {}: {}\n", rp.run.name, jr.runs.back().failure_message);
+        }
+      }
+      // A failed run may leave an unmatched step barrier on `comm`; such a
+      // communicator is never freed (one per failed run), so no later
+      // collective can be matched against it.
+      if (clean) MPI_Comm_free(&comm);
+    }
+    PIPEBENCH_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  }
+
+  if (root) {
+    decide(jr.runs);
+    std::size_t ok = 0, failed = 0;
+    for (const auto& r : jr.runs) {
+      ok += r.status == RunStatus::ok;
+      failed += r.status == RunStatus::failed;
+    }
+    outcome.any_failed = failed > 0;
+    jr.status = ok == jr.runs.size() ? "ok" : ok == 0 ? "failed" : "partial";
+  }
+  int any_failed = outcome.any_failed ? 1 : 0;
+  PIPEBENCH_MPI_CHECK(MPI_Bcast(&any_failed, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  outcome.any_failed = any_failed != 0;
+  if (!root || options.dry_run) return outcome;
+
+  describe_job_result(jr, job, options.command_line, options.label);
+  const std::string id = slurm_job_id().empty() ? std::to_string(getpid()) : slurm_job_id();
+  outcome.results_path =
+      write_results(default_results_path(options.output_dir, job.name, options.label, utc_stamp(), id), jr);
+  fmt::print("\n{:<24} {:<8} {:>12} {:>10} {:>10} {:>10}  {}\n", "run", "status", "step time", "bubble", "analytic",
+             "peak mem", "decision");
+  for (const auto& r : jr.runs)
+    fmt::print("{:<24} {:<8} {:>12} {:>10} {:>10} {:>10}  {}\n", r.spec.name, to_string(r.status),
+               format_seconds(r.step_time.median), fmt_num(r.bubble_measured_median), fmt_num(r.bubble_analytic),
+               format_bytes(static_cast<double>(r.peak_mem_max_bytes)), r.decision);
+  fmt::print("\nresults: {}\n", outcome.results_path);
+  std::fflush(stdout);
+  return outcome;
+}
+
+}  // namespace pipebench

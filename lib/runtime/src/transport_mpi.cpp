@@ -1,0 +1,105 @@
+#include "pipebench/runtime/transport_mpi.hpp"
+
+#include <fmt/format.h>
+
+#include "pipebench/core/clock.hpp"
+
+namespace pipebench {
+
+namespace {
+char letter(int kind) { return kind == static_cast<int>(ActionKind::F) ? 'F' : 'B'; }
+}  // namespace
+
+MpiTransport::MpiTransport(RunComm& comm, int chunks_per_rank, int num_microbatches, LinkModel link)
+    : comm_(comm), chunks_(chunks_per_rank), microbatches_(num_microbatches), link_(link) {
+  int* ub = nullptr;
+  int flag = 0;
+  PIPEBENCH_MPI_CHECK(MPI_Comm_get_attr(comm_.comm(), MPI_TAG_UB, &ub, &flag));
+  const long needed = 4L * chunks_ * microbatches_ + kAbortTag + 4;
+  if (flag && *ub < needed)
+    throw MpiError(fmt::format("{} micro-batches x {} chunks need MPI tags up to {}, this MPI allows {}",
+                               microbatches_, chunks_, needed, *ub));
+  // One header per send in a step: at most 2 per action; reserve so pointers stay valid.
+  headers_.reserve(static_cast<std::size_t>(4 * chunks_ * microbatches_));
+}
+
+int MpiTransport::tag(const BoundaryKey& key, int part) const {
+  const int direction = key.kind == ActionKind::F ? 0 : 1;
+  return kAbortTag + 1 + ((key.microbatch * chunks_ + key.chunk) * 2 + direction) * 2 + part;
+}
+
+void MpiTransport::begin_step(double step_start_s) {
+  step_start_s_ = step_start_s;
+  headers_.clear();
+}
+
+void MpiTransport::send(int peer, const BoundaryKey& key, const Buffer& buf) {
+  headers_.push_back(Header{key.step, static_cast<std::int32_t>(key.kind), key.microbatch, key.chunk,
+                            buf.logical_bytes, now_s() - step_start_s_});
+  MPI_Request req;
+  PIPEBENCH_MPI_CHECK(MPI_Isend(&headers_.back(), sizeof(Header), MPI_BYTE, peer, tag(key, 0), comm_.comm(), &req));
+  sends_.push_back(req);
+  if (buf.bytes > 0) {
+    PIPEBENCH_MPI_CHECK(MPI_Isend(buf.data, static_cast<int>(buf.bytes), MPI_BYTE, peer, tag(key, 1), comm_.comm(), &req));
+    sends_.push_back(req);
+  }
+}
+
+RecvTiming MpiTransport::recv(int peer, const BoundaryKey& key, const Buffer& buf) {
+  const double start = now_s();
+  const std::string what = fmt::format("{}{} of step {} from rank {}", key.kind == ActionKind::F ? "activation F" : "gradient B",
+                                       key.microbatch, key.step, peer);
+  // A receive must not outlive its target: on a failure, cancel it here.
+  auto receive = [&](void* data, std::size_t bytes, int part) {
+    MPI_Request req;
+    PIPEBENCH_MPI_CHECK(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, tag(key, part), comm_.comm(), &req));
+    try {
+      comm_.wait(req, what.c_str());
+    } catch (...) {
+      MPI_Cancel(&req);
+      MPI_Wait(&req, MPI_STATUS_IGNORE);
+      throw;
+    }
+  };
+  Header h{};
+  receive(&h, sizeof(Header), 0);
+  if (h.step != key.step || h.kind != static_cast<int>(key.kind) || h.microbatch != key.microbatch ||
+      h.chunk != key.chunk || h.logical_bytes != buf.logical_bytes)
+    throw Error(fmt::format("rank {}: expected {}{} (chunk {}) of step {} ({} bytes) from rank {}, got {}{} (chunk {}) "
+                            "of step {} ({} bytes)",
+                            comm_.rank(), letter(static_cast<int>(key.kind)), key.microbatch, key.chunk, key.step,
+                            buf.logical_bytes, peer, letter(h.kind), h.microbatch, h.chunk, h.step, h.logical_bytes));
+  const double ready = now_s();
+  if (buf.bytes > 0) receive(buf.data, buf.bytes, 1);
+  if (link_.enabled) {
+    const double arrival = h.send_time_s + link_.latency_s + 8.0 * static_cast<double>(h.logical_bytes) / link_.bits_per_s;
+    sleep_until_s(step_start_s_ + arrival);
+  }
+  const double end = now_s();
+  return {end - start, end - ready};
+}
+
+void MpiTransport::complete_sends() {
+  for (auto& req : sends_) comm_.wait(req, "a boundary send to complete");
+  sends_.clear();
+}
+
+void MpiTransport::abandon() {
+  bool in_flight = false;
+  for (auto& req : sends_) {
+    int done = 0;
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (!done) {
+      MPI_Request_free(&req);
+      in_flight = true;
+    }
+  }
+  sends_.clear();
+  // A freed send may still read its header: hand the headers to a vector
+  // that is deliberately never destroyed (at most one per failed run).
+  if (in_flight) new std::vector<Header>(std::move(headers_));
+  headers_.clear();
+  headers_.reserve(static_cast<std::size_t>(4 * chunks_ * microbatches_));
+}
+
+}  // namespace pipebench

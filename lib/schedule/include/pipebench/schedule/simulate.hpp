@@ -1,0 +1,56 @@
+// Dry-run simulator: executes a Schedule's per-rank action lists as soon as
+// their dependencies (schedule.hpp) allow, with given per-action costs, and
+// reports makespan, bubble, per-rank busy time, peak live activations and the
+// timeline. With unit costs and no transfer cost it reproduces seed 004's
+// step-indexed timelines; with costs from the model (or from measured
+// per-action medians) it predicts a step.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipebench/schedule/schedule.hpp"
+
+namespace pipebench {
+
+// Durations per virtual stage (index v = chunk * num_ranks + rank), in any
+// time unit (the result uses the same one).
+struct SimCosts {
+  std::vector<double> forward;
+  std::vector<double> backward;
+  std::vector<double> weight;   // W actions; unused when the schedule has none
+  double transfer = 0.0;        // one boundary tensor between two ranks
+
+  // F = B = W = 1, transfers free: seed 004's unit-step model.
+  static SimCosts unit(const Schedule& s);
+};
+
+struct TimedAction {
+  int rank = 0;
+  Action action;
+  double start = 0.0;
+  double end = 0.0;
+};
+
+struct SimResult {
+  bool completed = false;            // false: the schedule deadlocks (see `blocked`)
+  double makespan = 0.0;             // last end time (first start is 0)
+  double bubble = 0.0;               // 1 - sum(busy) / (num_ranks * makespan)
+  std::vector<double> busy;          // per rank, sum of its action durations
+  std::vector<int> peak_live_activations;  // per rank (see peak_live_activations())
+  std::vector<TimedAction> timeline;       // every executed action, rank-major, in order
+  std::vector<std::string> blocked;        // when !completed: each stuck rank and what it waits for
+};
+
+// Runs `s` with `costs`. Never throws for a deadlock: it returns what could
+// run and why the rest could not. Throws ScheduleError when costs do not match
+// the schedule's virtual stages.
+SimResult simulate(const Schedule& s, const SimCosts& costs);
+
+// Peak number of micro-batches whose activations a rank holds at once: F
+// creates them, B (or W, when the schedule has W for that micro-batch)
+// releases them. A property of the order alone, not of timing. 0 for every
+// rank of a schedule that does not retain activations (forward-only).
+std::vector<int> peak_live_activations(const Schedule& s);
+
+}  // namespace pipebench

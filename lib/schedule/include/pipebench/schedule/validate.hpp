@@ -1,0 +1,31 @@
+// Schedule validator and the step x rank grid (SPEC §4).
+//
+// A valid schedule has one action list per rank and, for every virtual stage
+// v and micro-batch mb: exactly one F; exactly one B when the schedule
+// retains activations (training) and none otherwise; at most one W, only
+// after its B; on each rank F(v,mb) before B(v,mb) before W(v,mb); and the
+// dependencies of schedule.hpp never deadlock (checked by simulating with
+// unit costs, which is equivalent to the executor's non-blocking sends).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipebench/schedule/schedule.hpp"
+#include "pipebench/schedule/simulate.hpp"
+
+namespace pipebench {
+
+// Every violation found, as one line each; empty when the schedule is valid.
+std::vector<std::string> check_schedule(const Schedule& s);
+
+// Throws ScheduleError listing the violations and the step x rank grid of
+// what could execute (with unit costs), for a human to read.
+void validate_schedule(const Schedule& s);
+
+// Step x rank grid of a unit-cost timeline: one row per rank, one column per
+// unit step, "." where the rank idles. Actions with non-integral start times
+// are placed at floor(start).
+std::string render_grid(const Schedule& s, const SimResult& unit_result);
+
+}  // namespace pipebench

@@ -1,0 +1,161 @@
+#include "pipebench/schedule/simulate.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "pipebench/core/error.hpp"
+
+namespace pipebench {
+
+namespace {
+
+// End times of every (kind, virtual stage, micro-batch); negative = not run yet.
+class EndTimes {
+ public:
+  EndTimes(int stages, int microbatches)
+      : stages_(static_cast<std::size_t>(stages)),
+        m_(static_cast<std::size_t>(microbatches)),
+        ends_(3 * stages_ * m_, -1.0) {}
+  double& at(ActionKind k, int v, int mb) {
+    return ends_[(static_cast<std::size_t>(k) * stages_ + static_cast<std::size_t>(v)) * m_ + static_cast<std::size_t>(mb)];
+  }
+
+ private:
+  std::size_t stages_, m_;
+  std::vector<double> ends_;
+};
+
+char letter(ActionKind k) { return k == ActionKind::F ? 'F' : k == ActionKind::B ? 'B' : 'W'; }
+
+}  // namespace
+
+SimCosts SimCosts::unit(const Schedule& s) {
+  const auto V = static_cast<std::size_t>(s.num_virtual_stages());
+  return SimCosts{std::vector<double>(V, 1.0), std::vector<double>(V, 1.0), std::vector<double>(V, 1.0), 0.0};
+}
+
+std::vector<int> peak_live_activations(const Schedule& s) {
+  std::vector<int> peaks(static_cast<std::size_t>(s.num_ranks), 0);
+  if (!s.retains_activations) return peaks;
+  for (std::size_t r = 0; r < s.actions.size(); ++r) {
+    const auto& list = s.actions[r];
+    // Micro-batches (per chunk) whose activations are released by W, not B.
+    std::vector<char> has_w(static_cast<std::size_t>(s.chunks_per_rank * s.num_microbatches), 0);
+    for (const auto& a : list)
+      if (a.kind == ActionKind::W) has_w[static_cast<std::size_t>(a.chunk * s.num_microbatches + a.microbatch)] = 1;
+    int live = 0;
+    for (const auto& a : list) {
+      const bool released_by_w = has_w[static_cast<std::size_t>(a.chunk * s.num_microbatches + a.microbatch)];
+      if (a.kind == ActionKind::F) ++live;
+      else if ((a.kind == ActionKind::B && !released_by_w) || a.kind == ActionKind::W) --live;
+      peaks[r] = std::max(peaks[r], live);
+    }
+  }
+  return peaks;
+}
+
+SimResult simulate(const Schedule& s, const SimCosts& costs) {
+  const int p = s.num_ranks, m = s.num_microbatches, V = s.num_virtual_stages();
+  const auto Vs = static_cast<std::size_t>(V);
+  if (costs.forward.size() != Vs || costs.backward.size() != Vs || costs.weight.size() != Vs)
+    throw ScheduleError(fmt::format("simulate: costs given for {} virtual stages, schedule has {}",
+                                    costs.forward.size(), V));
+  for (std::size_t r = 0; r < s.actions.size(); ++r)
+    for (const auto& a : s.actions[r])
+      if (a.microbatch < 0 || a.microbatch >= m || a.chunk < 0 || a.chunk >= s.chunks_per_rank)
+        throw ScheduleError(fmt::format("simulate: rank {} action {} is outside {} micro-batches x {} chunks",
+                                        r, to_string(a), m, s.chunks_per_rank));
+  if (s.actions.size() != static_cast<std::size_t>(p))
+    throw ScheduleError(fmt::format("simulate: {} action lists for {} ranks", s.actions.size(), p));
+  SimResult res;
+  res.busy.assign(static_cast<std::size_t>(p), 0.0);
+  res.peak_live_activations = peak_live_activations(s);
+  res.timeline.reserve(s.total_actions());
+
+  EndTimes ends(V, m);
+  std::vector<std::size_t> next(static_cast<std::size_t>(p), 0);
+  std::vector<double> free_at(static_cast<std::size_t>(p), 0.0);
+  std::vector<std::vector<TimedAction>> per_rank(static_cast<std::size_t>(p));
+  const std::size_t total = s.total_actions();
+  std::size_t done = 0;
+
+  // Ready time of `a` on rank r, or a negative value when a dependency has not
+  // run yet. `why` names the missing dependency.
+  auto ready_time = [&](int r, const Action& a, std::string* why) -> double {
+    const int v = s.virtual_stage(r, a.chunk);
+    auto need = [&](ActionKind k, int dv, bool remote) -> double {
+      const double e = ends.at(k, dv, a.microbatch);
+      if (e < 0.0) {
+        if (why) *why = fmt::format("{} waits for {}{} of stage {} (rank {})", to_string(a), letter(k), a.microbatch, dv, s.rank_of(dv));
+        return -1.0;
+      }
+      return e + (remote ? costs.transfer : 0.0);
+    };
+    switch (a.kind) {
+      case ActionKind::F:
+        return v == 0 ? 0.0 : need(ActionKind::F, v - 1, s.rank_of(v - 1) != r);
+      case ActionKind::B: {
+        const double own = need(ActionKind::F, v, false);
+        if (own < 0.0) return own;
+        if (v == V - 1) return own;
+        const double down = need(ActionKind::B, v + 1, s.rank_of(v + 1) != r);
+        return down < 0.0 ? down : std::max(own, down);
+      }
+      case ActionKind::W:
+        return need(ActionKind::B, v, false);
+    }
+    return -1.0;
+  };
+
+  // Sweep the ranks, advancing each as far as its dependencies allow;
+  // alternate directions so forward and backward chains both move quickly.
+  // An action's times depend only on its predecessors, never on sweep order.
+  for (bool upward = true; done < total; upward = !upward) {
+    std::size_t progressed = 0;
+    for (int i = 0; i < p; ++i) {
+      const int r = upward ? i : p - 1 - i;
+      const auto R = static_cast<std::size_t>(r);
+      const auto& list = s.actions[R];
+      while (next[R] < list.size()) {
+        const Action& a = list[next[R]];
+        const double ready = ready_time(r, a, nullptr);
+        if (ready < 0.0) break;
+        const int v = s.virtual_stage(r, a.chunk);
+        const auto Vi = static_cast<std::size_t>(v);
+        const double cost = a.kind == ActionKind::F ? costs.forward[Vi]
+                            : a.kind == ActionKind::B ? costs.backward[Vi] : costs.weight[Vi];
+        const double start = std::max(free_at[R], ready);
+        const double end = start + cost;
+        ends.at(a.kind, v, a.microbatch) = end;
+        free_at[R] = end;
+        res.busy[R] += cost;
+        per_rank[R].push_back({r, a, start, end});
+        ++next[R];
+        ++progressed;
+      }
+    }
+    done += progressed;
+    if (progressed == 0 && done < total) {
+      for (int r = 0; r < p; ++r) {
+        const auto R = static_cast<std::size_t>(r);
+        if (next[R] >= s.actions[R].size()) continue;
+        std::string why;
+        ready_time(r, s.actions[R][next[R]], &why);
+        res.blocked.push_back(fmt::format("rank {}: {}", r, why));
+      }
+      break;
+    }
+  }
+  res.completed = done == total;
+  for (auto& list : per_rank) {
+    for (auto& t : list) res.makespan = std::max(res.makespan, t.end);
+    res.timeline.insert(res.timeline.end(), list.begin(), list.end());
+  }
+  double sum_busy = 0.0;
+  for (double b : res.busy) sum_busy += b;
+  res.bubble = res.makespan > 0.0 ? 1.0 - sum_busy / (p * res.makespan) : 0.0;
+  return res;
+}
+
+}  // namespace pipebench

@@ -1,0 +1,130 @@
+#include "pipebench/schedule/validate.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "pipebench/core/error.hpp"
+
+namespace pipebench {
+
+namespace {
+
+// Counts and in-rank positions of every (kind, virtual stage, micro-batch).
+struct Occurrence {
+  int count = 0;
+  int rank = -1;
+  std::size_t position = 0;  // index in that rank's list (last occurrence)
+};
+
+}  // namespace
+
+std::vector<std::string> check_schedule(const Schedule& s) {
+  std::vector<std::string> errors;
+  const int p = s.num_ranks, m = s.num_microbatches, V = s.num_virtual_stages();
+  if (p < 1 || m < 1 || s.chunks_per_rank < 1) {
+    errors.push_back(fmt::format("needs num_ranks, num_microbatches and chunks_per_rank >= 1 (got {}, {}, {})",
+                                 p, m, s.chunks_per_rank));
+    return errors;
+  }
+  if (s.actions.size() != static_cast<std::size_t>(p)) {
+    errors.push_back(fmt::format("{} action lists for {} ranks", s.actions.size(), p));
+    return errors;
+  }
+  const auto slots = static_cast<std::size_t>(V) * static_cast<std::size_t>(m);
+  std::vector<Occurrence> seen[3] = {std::vector<Occurrence>(slots), std::vector<Occurrence>(slots),
+                                     std::vector<Occurrence>(slots)};
+  bool in_range = true;
+  for (int r = 0; r < p; ++r) {
+    const auto& list = s.actions[static_cast<std::size_t>(r)];
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const Action& a = list[i];
+      if (a.microbatch < 0 || a.microbatch >= m || a.chunk < 0 || a.chunk >= s.chunks_per_rank) {
+        errors.push_back(fmt::format("rank {} position {}: {} is outside {} micro-batches x {} chunks",
+                                     r, i, to_string(a), m, s.chunks_per_rank));
+        in_range = false;
+        continue;
+      }
+      auto& o = seen[static_cast<int>(a.kind)][static_cast<std::size_t>(s.virtual_stage(r, a.chunk)) *
+                                                    static_cast<std::size_t>(m) + static_cast<std::size_t>(a.microbatch)];
+      ++o.count;
+      o.rank = r;
+      o.position = i;
+    }
+  }
+  if (!in_range) return errors;
+
+  for (int v = 0; v < V; ++v) {
+    const int r = s.rank_of(v);
+    for (int mb = 0; mb < m; ++mb) {
+      const std::size_t k = static_cast<std::size_t>(v) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb);
+      const Occurrence& f = seen[0][k];
+      const Occurrence& b = seen[1][k];
+      const Occurrence& w = seen[2][k];
+      const std::string where = fmt::format("stage {} (rank {}) micro-batch {}", v, r, mb);
+      if (f.count != 1) errors.push_back(fmt::format("{}: F appears {} times, expected once", where, f.count));
+      if (s.retains_activations) {
+        if (b.count != 1) errors.push_back(fmt::format("{}: B appears {} times, expected once", where, b.count));
+      } else if (b.count + w.count != 0) {
+        errors.push_back(fmt::format("{}: a forward-only schedule has backward actions", where));
+      }
+      if (w.count > 1) errors.push_back(fmt::format("{}: W appears {} times, expected at most once", where, w.count));
+      if (f.count == 1 && b.count == 1 && b.position < f.position)
+        errors.push_back(fmt::format("{}: B at position {} comes before its F at position {}", where, b.position, f.position));
+      if (w.count == 1 && b.count == 1 && w.position < b.position)
+        errors.push_back(fmt::format("{}: W at position {} comes before its B at position {}", where, w.position, b.position));
+      if (w.count == 1 && b.count == 0)
+        errors.push_back(fmt::format("{}: W without B", where));
+    }
+  }
+  if (!errors.empty()) return errors;
+
+  const SimResult unit = simulate(s, SimCosts::unit(s));
+  if (!unit.completed) {
+    errors.push_back("deadlock: no rank can run its next action");
+    for (const auto& b : unit.blocked) errors.push_back("  " + b);
+  }
+  return errors;
+}
+
+void validate_schedule(const Schedule& s) {
+  const auto errors = check_schedule(s);
+  if (errors.empty()) return;
+  std::string msg = fmt::format("invalid schedule \"{}\" (p = {}, m = {}):\n", s.name, s.num_ranks, s.num_microbatches);
+  for (const auto& e : errors) msg += "  " + e + "\n";
+  try {
+    msg += "what can execute with unit costs (step x rank):\n" + render_grid(s, simulate(s, SimCosts::unit(s)));
+  } catch (const ScheduleError&) {
+    msg += "(no grid: actions out of range)\n";
+  }
+  throw ScheduleError(msg);
+}
+
+std::string render_grid(const Schedule& s, const SimResult& unit) {
+  int steps = 0;
+  std::size_t width = 1;
+  for (const auto& t : unit.timeline) {
+    steps = std::max(steps, static_cast<int>(std::ceil(t.end)));
+    width = std::max(width, to_string(t.action).size());
+  }
+  const auto S = static_cast<std::size_t>(steps);
+  std::vector<std::vector<std::string>> cells(static_cast<std::size_t>(s.num_ranks), std::vector<std::string>(S, "."));
+  for (const auto& t : unit.timeline) {
+    const auto step = static_cast<std::size_t>(std::floor(t.start));
+    if (step < S) cells[static_cast<std::size_t>(t.rank)][step] = to_string(t.action);
+  }
+  const std::size_t label = std::max(fmt::format("r{}", s.num_ranks - 1).size(), std::size_t{4});
+  width = std::max(width, fmt::format("{}", steps > 0 ? steps - 1 : 0).size());
+  std::string out = fmt::format("{:>{}} ", "step", label);
+  for (std::size_t t = 0; t < S; ++t) out += fmt::format(" {:>{}}", t, width);
+  out += '\n';
+  for (std::size_t r = 0; r < cells.size(); ++r) {
+    out += fmt::format("{:>{}} ", fmt::format("r{}", r), label);
+    for (const auto& c : cells[r]) out += fmt::format(" {:>{}}", c, width);
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace pipebench

@@ -1,0 +1,99 @@
+// The report generator (SPEC §8, docs/reports.md): results files in,
+// index.html + report.md + summary.json out.
+//
+// load_report reads every input through the results reader; files it cannot
+// read are listed with the reason and skipped. It derives, per file and run,
+// the figures the renderers print (so HTML and Markdown show the same
+// numbers), and, across files of the same job, run and hardware
+// fingerprint, the trend verdicts.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipebench/core/job.hpp"
+#include "pipebench/results/records.hpp"
+
+namespace pipebench {
+
+struct ReportOptions {
+  std::vector<std::string> inputs;  // files or folders (recursive) to report on
+  std::vector<std::string> history; // extra files or folders: trend history only
+  double threshold = 0.05;          // relative change of the median step time that matters
+  double alpha = 0.01;              // Mann-Whitney p-value below which a change is significant
+  std::vector<std::string> expected_jobs;  // job names that must have a file among the inputs (nightly)
+};
+
+// One row of the seed's comparison table (metric | baseline | pipeline | Δ).
+struct ComparisonRow {
+  std::string metric;
+  std::string unit;
+  double baseline = 0.0;  // NaN when not applicable
+  double pipeline = 0.0;
+  std::string note;       // e.g. which stage
+};
+
+struct RunView {
+  const RunResult* run = nullptr;
+  const RunResult* baseline = nullptr;    // same file; null if none
+  std::vector<ComparisonRow> comparison;  // empty without a baseline
+  std::vector<std::string> advice;        // seed 000's next actions
+  std::vector<double> busy_median_s;      // per rank, over counted steps
+  int slowest_stage = -1;                 // by median busy time
+  double clip_rate = 0.0;                 // clipped steps / counted steps
+  double tokens_per_s = 0.0;
+  double latency_median_s = 0.0, latency_p99_s = 0.0;  // inference
+  int gantt_step = -1;                    // the counted step drawn (median step time)
+};
+
+struct FileView {
+  std::string path;
+  JobResult result;
+  std::optional<Job> job;       // parsed from the recorded job_toml
+  std::string job_error;        // why `job` is empty
+  std::string fingerprint;      // backend + hardware + world size
+  std::vector<RunView> runs;    // in the file's order
+};
+
+struct TrendPoint {
+  std::string created_utc;
+  std::string path;
+  double step_time_median_s = 0.0;
+  double bubble_measured = 0.0;
+  double peak_mem_bytes = 0.0;
+  std::vector<double> counted_step_times;
+};
+
+struct Trend {
+  std::string job, run, fingerprint;
+  std::vector<TrendPoint> points;  // oldest first; the last is the newest
+  std::string verdict;             // regression | improvement | no change | insufficient history
+  double p_value = 1.0;
+  double change = 0.0;             // newest median / median of the earlier counted steps - 1
+};
+
+struct SkippedFile {
+  std::string path;
+  std::string reason;
+};
+
+struct ReportData {
+  ReportOptions options;
+  std::vector<FileView> files;  // the inputs, newest first within a job
+  std::vector<Trend> trends;
+  std::vector<SkippedFile> skipped;
+  std::vector<std::string> missing_jobs;  // expected but without any readable input file
+  bool any_regression() const;
+};
+
+ReportData load_report(const ReportOptions& options);
+
+std::string render_html(const ReportData& data);
+std::string render_markdown(const ReportData& data);
+std::string render_summary_json(const ReportData& data);
+
+// HTML text escaping (& < > " ').
+std::string html_escape(std::string_view s);
+
+}  // namespace pipebench
