@@ -7,20 +7,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include "pipebench/core/error.hpp"
+
 namespace pipebench::cli {
 
-// Exit codes (docs/cli.md). Library errors map to these in main.cpp.
-enum ExitCode : int {
-  kOk = 0,
-  kInternalError = 1,    // a bug or an unexpected failure
-  kUsageError = 2,       // bad command line
-  kInvalidWorkload = 3,  // the workload file or an override is invalid
-  kInvalidSchedule = 4,  // a schedule failed validation
-  kRunFailed = 5,        // a run failed (OOM, NaN, timeout, error); results were written
-  kRegression = 6,       // report --fail-on-regression: a run regressed
-  kDeviceUnavailable = 7,  // run --backend cuda: no usable GPU (none, driver too old, built without CUDA, shared with NCCL)
-};
-
+// Handlers return an ExitCode (core/error.hpp, docs/cli.md); library
+// errors map to theirs in main.cpp.
 using Handler = std::function<int()>;
 
 Handler add_plan_command(CLI::App& app);

@@ -10,7 +10,6 @@
 #include <mpi.h>
 
 #include "commands.hpp"
-#include "pipebench/backends/cuda_device.hpp"
 #include "pipebench/core/error.hpp"
 
 namespace {
@@ -58,7 +57,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
-    return rc == 0 ? cli::kOk : cli::kUsageError;
+    return rc == 0 ? kOk : kUsageError;
   }
   const bool with_mpi = app.got_subcommand("run");
   if (with_mpi) {
@@ -75,15 +74,18 @@ int main(int argc, char** argv) {
     return finish(rc, true);
   } catch (const ConfigError& e) {
     if (speak) fmt::print(stderr, "pipebench: invalid workload: {}\n", e.what());
-    return finish(cli::kInvalidWorkload, true);
+    return finish(e.exit_code(), true);
   } catch (const DeviceUnavailableError& e) {
     if (speak) fmt::print(stderr, "pipebench: no usable GPU: {}\n", e.what());
-    return finish(cli::kDeviceUnavailable, true);
+    return finish(e.exit_code(), true);
   } catch (const ScheduleError& e) {
     if (speak) fmt::print(stderr, "pipebench: {}\n", e.what());
-    return finish(cli::kInvalidSchedule, true);
+    return finish(e.exit_code(), true);
+  } catch (const Error& e) {
+    fmt::print(stderr, "pipebench: rank {}: error: {}\n", world_rank(), e.what());
+    return finish(e.exit_code(), false);
   } catch (const std::exception& e) {
     fmt::print(stderr, "pipebench: rank {}: error: {}\n", world_rank(), e.what());
-    return finish(cli::kInternalError, false);
+    return finish(kInternalError, false);
   }
 }

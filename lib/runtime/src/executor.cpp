@@ -12,11 +12,6 @@
 
 namespace pipebench {
 
-class NumericalError : public Error {
- public:
-  using Error::Error;
-};
-
 FaultInjection FaultInjection::from_env() {
   FaultInjection f;
   const char* env = std::getenv("PIPEBENCH_FAULT");

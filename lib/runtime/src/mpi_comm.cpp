@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "pipebench/backends/backend.hpp"
 #include "pipebench/core/clock.hpp"
+#include "pipebench/core/error.hpp"
 
 namespace pipebench {
 

@@ -152,4 +152,11 @@ std::unique_ptr<Transport> make_nccl_transport(RunComm& comm, const Schedule& sc
   return std::make_unique<NcclTransport>(comm, schedule, num_microbatches, train);
 }
 
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "";
+  // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
+  return fmt::format("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100);
+}
+
 }  // namespace pipebench

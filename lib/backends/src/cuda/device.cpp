@@ -2,7 +2,6 @@
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>
-#include <nccl.h>
 
 #include "pipebench/backends/cuda_check.hpp"
 
@@ -70,13 +69,6 @@ std::string cuda_driver_version() {
 std::string cuda_runtime_version() {
   int v = 0;
   return cudaRuntimeGetVersion(&v) == cudaSuccess ? version_text(v) : "";
-}
-
-std::string nccl_version() {
-  int v = 0;
-  if (ncclGetVersion(&v) != ncclSuccess) return "";
-  // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
-  return fmt::format("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100);
 }
 
 }  // namespace pipebench

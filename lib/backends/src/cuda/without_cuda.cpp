@@ -19,7 +19,6 @@ GpuInfo cuda_device_info(int) { not_built(); }
 void cuda_set_device(int) { not_built(); }
 std::string cuda_driver_version() { return ""; }
 std::string cuda_runtime_version() { return ""; }
-std::string nccl_version() { return ""; }
 std::unique_ptr<Backend> make_cuda_backend(const Job&, int) { not_built(); }
 
 }  // namespace pipebench

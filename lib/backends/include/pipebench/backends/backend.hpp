@@ -102,11 +102,6 @@ class Backend {
   virtual int peak_live_activations() const = 0;
 };
 
-class StepTimeoutError : public Error {
- public:
-  using Error::Error;
-};
-
 // The backend named by job.device.backend for `rank`; throws ConfigError for
 // one this build does not have (e.g. cuda without a CUDA build).
 std::unique_ptr<Backend> make_backend(const Job& job, int rank);

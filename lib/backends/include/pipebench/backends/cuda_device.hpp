@@ -11,14 +11,6 @@
 
 namespace pipebench {
 
-// `--backend cuda` cannot run here: no device, a driver too old for this
-// build, or a build without CUDA. One line, no stack of context; the
-// executable exits with code 7 (docs/cli.md).
-class DeviceUnavailableError : public Error {
- public:
-  using Error::Error;
-};
-
 struct GpuInfo {
   int ordinal = -1;             // CUDA ordinal within this process's CUDA_VISIBLE_DEVICES
   std::string name;             // "NVIDIA H200"
@@ -38,10 +30,9 @@ GpuInfo cuda_device_info(int ordinal);
 // Makes `ordinal` this process's device (cudaSetDevice).
 void cuda_set_device(int ordinal);
 
-// Versions for /provenance ("" without CUDA): driver "13.0", runtime "13.0",
-// NCCL "2.28.3".
+// Versions for /provenance ("" without CUDA): driver "13.0", runtime "13.0".
+// NCCL's is runtime/transport_nccl.hpp's nccl_version().
 std::string cuda_driver_version();
 std::string cuda_runtime_version();
-std::string nccl_version();
 
 }  // namespace pipebench

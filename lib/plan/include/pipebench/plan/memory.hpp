@@ -23,11 +23,6 @@ enum class MemCategory : int { params = 0, grads, optimizer, activations, worksp
 inline constexpr int kNumMemCategories = 6;
 std::string_view to_string(MemCategory c);
 
-class OutOfMemoryError : public Error {
- public:
-  using Error::Error;
-};
-
 class MemoryTracker {
  public:
   MemoryTracker(int rank, std::uint64_t capacity_bytes) : rank_(rank), capacity_(capacity_bytes) {}

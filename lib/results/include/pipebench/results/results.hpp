@@ -6,16 +6,12 @@
 
 #include <string>
 
+#include "pipebench/core/error.hpp"  // ResultsError
 #include "pipebench/results/records.hpp"
 
 namespace pipebench {
 
 inline constexpr int kResultsSchemaVersion = 1;
-
-class ResultsError : public Error {
- public:
-  using Error::Error;
-};
 
 // results/<job>/[<label>/]<UTC yyyymmddThhmmssZ>-<id>.h5 under `base_dir`,
 // where id is the Slurm job id when set, else the pid.

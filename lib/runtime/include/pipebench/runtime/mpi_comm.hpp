@@ -15,21 +15,9 @@
 
 namespace pipebench {
 
-class MpiError : public Error {
- public:
-  using Error::Error;
-};
-
 // Throws MpiError naming the call, the world rank, file and line.
 void mpi_check(int rc, const char* call, const char* file, int line);
 #define PIPEBENCH_MPI_CHECK(call) ::pipebench::mpi_check((call), #call, __FILE__, __LINE__)
-
-// A peer of this run failed and told us; `from_rank` is its rank in the run.
-class PeerAbortedError : public Error {
- public:
-  PeerAbortedError(const std::string& msg, int from) : Error(msg), from_rank(from) {}
-  int from_rank;
-};
 
 // Collectives cannot be cancelled: after a failure some ranks may have an
 // unfinished step barrier on comm() that others never entered. So everything

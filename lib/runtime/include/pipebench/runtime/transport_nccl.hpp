@@ -18,6 +18,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "pipebench/runtime/mpi_comm.hpp"
 #include "pipebench/schedule/schedule.hpp"
@@ -27,5 +28,8 @@ namespace pipebench {
 
 // Collective over `comm`. In a build without CUDA: DeviceUnavailableError.
 std::unique_ptr<Transport> make_nccl_transport(RunComm& comm, const Schedule& schedule, int num_microbatches, bool train);
+
+// NCCL's version for /provenance, "2.28.3" ("" in a build without CUDA).
+std::string nccl_version();
 
 }  // namespace pipebench
