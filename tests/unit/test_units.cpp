@@ -24,6 +24,11 @@ TEST_CASE("format helpers", "[units]") {
   CHECK(format_bytes(1536) == "1.50 KiB");
   CHECK(format_bytes(4.0 * (1ull << 30)) == "4.00 GiB");
   CHECK(format_count(1234567) == "1.23 M");
+  CHECK(format_bytes(1023) == "1023 B");
+  CHECK(format_bytes(-2048) == "-2.00 KiB");
+  CHECK(format_count(999) == "999");
+  CHECK(format_count(2.5e15) == "2.50 P");
+  CHECK(format_count(3e18) == "3000.00 P");  // past the last unit: stays in it
   CHECK(group_digits(0) == "0");
   CHECK(group_digits(1234567) == "1,234,567");
   CHECK(group_digits(-32256) == "-32,256");

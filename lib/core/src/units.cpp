@@ -39,26 +39,28 @@ std::optional<std::uint64_t> parse_bytes(std::string_view text) {
   return std::nullopt;
 }
 
-std::string format_bytes(double bytes) {
-  static constexpr std::array<const char*, 6> kNames{"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+namespace {
+// `value` scaled by `base` until below it (at most the last unit), printed
+// with two decimals and the unit, or as a whole number in the first unit.
+template <std::size_t N>
+std::string format_scaled(double value, double base, const std::array<const char*, N>& units) {
   std::size_t k = 0;
-  double v = bytes;
-  while (std::fabs(v) >= 1024.0 && k + 1 < kNames.size()) {
-    v /= 1024.0;
+  while (std::fabs(value) >= base && k + 1 < N) {
+    value /= base;
     ++k;
   }
-  return k == 0 ? fmt::format("{:.0f} B", v) : fmt::format("{:.2f} {}", v, kNames[k]);
+  return k == 0 ? fmt::format("{:.0f}{}", value, units[0]) : fmt::format("{:.2f}{}", value, units[k]);
+}
+}  // namespace
+
+std::string format_bytes(double bytes) {
+  static constexpr std::array<const char*, 6> kNames{" B", " KiB", " MiB", " GiB", " TiB", " PiB"};
+  return format_scaled(bytes, 1024.0, kNames);
 }
 
 std::string format_count(double count) {
   static constexpr std::array<const char*, 6> kNames{"", " K", " M", " G", " T", " P"};
-  std::size_t k = 0;
-  double v = count;
-  while (std::fabs(v) >= 1000.0 && k + 1 < kNames.size()) {
-    v /= 1000.0;
-    ++k;
-  }
-  return k == 0 ? fmt::format("{:.0f}", v) : fmt::format("{:.2f}{}", v, kNames[k]);
+  return format_scaled(count, 1000.0, kNames);
 }
 
 std::string format_seconds(double s) {

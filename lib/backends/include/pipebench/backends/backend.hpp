@@ -1,11 +1,12 @@
 // The compute side of one pipeline stage on one rank. The executor
-// (runtime.hpp) drives it action by action; backends (sim now, cpu and cuda
-// later) implement it without the executor changing.
+// (runtime/executor.hpp) drives it action by action; the sim (src/sim), cpu
+// (src/cpu) and cuda (src/cuda) backends implement it without the executor
+// changing.
 //
 // Contract, per step: begin_step; then for each schedule action in order,
 // forward(mb) / backward(mb) / weight_grad(mb), with the boundary tensors
 // moved by the Transport through recv_buffer()/send_buffer(); then
-// local_grad_sq_norm() and optimizer_step(). Every byte a backend holds is
+// grad_sq_norm_by_piece() and optimizer_step(). Every byte a backend holds is
 // accounted in its MemoryTracker, in the sizes of the model description.
 #pragma once
 

@@ -1,7 +1,7 @@
 // The `cuda` backend: the cpu backend's model (embedding, gpt/mlp blocks,
 // head) on one GPU, in the storage dtype of [model] dtype (fp32, bf16 or fp16,
 // fp32 accumulation), GEMMs through cuBLAS, the rest in own kernels
-// (lib/src/cuda/kernels.hpp). docs/cuda-backend.md has the design.
+// (lib/backends/src/cuda/kernels.hpp). docs/cuda-backend.md has the design.
 //
 // Memory: every device buffer goes through the memory tracker in the model
 // description's sizes (params, grads, fp32 master + AdamW m/v for bf16/fp16,
