@@ -49,134 +49,154 @@ FailureKind classify(const std::exception& e) {
   return FailureKind::error;
 }
 
-// One step on this rank; appends to rec.steps / rec.events.
-void run_step(const Job& job, const RunPlan& plan, RunComm& comm, Backend& backend, Transport& transport,
-              const ExecOptions& opt, int step, RankRecord& rec) {
-  const Schedule& sched = plan.schedule;
-  const int rank = comm.rank();
-  const int V = sched.num_virtual_stages();
-  const bool train = plan.run.mode == RunMode::train;
-  const double timeout = job.train.step_timeout_s;
+// One step of one rank, alive for that step: the action loop (receive,
+// compute, send), then the gradient norm, clipping and the optimizer, then
+// the progress line. Appends to rec.steps and rec.events.
+class StepRun {
+ public:
+  StepRun(const Job& job, const RunPlan& plan, RunComm& comm, Backend& backend, Transport& transport,
+          const ExecOptions& opt, int step)
+      : job_(job), plan_(plan), sched_(plan.schedule), comm_(comm), backend_(backend), transport_(transport),
+        opt_(opt), step_(step), rank_(comm.rank()), V_(plan.schedule.num_virtual_stages()) {}
 
-  comm.set_deadline(now_s() + timeout);
-  comm.barrier();
-  const double t0 = now_s();
-  const double deadline = t0 + timeout;
-  comm.set_deadline(deadline);
-  transport.begin_step(t0);
-  backend.begin_step(step, deadline);
+  void run(RankRecord& rec) {
+    start();
+    for (const Action& a : sched_.actions[static_cast<std::size_t>(rank_)]) rec.events.push_back(execute(a));
+    transport_.complete_sends();
+    const bool has_loss_here = rank_ == sched_.rank_of(V_ - 1) && backend_.computes_loss();
+    sr_.loss = has_loss_here ? loss_sum_ / sched_.num_microbatches : std::numeric_limits<double>::quiet_NaN();
+    sr_.grad_norm = std::numeric_limits<double>::quiet_NaN();
+    if (plan_.run.mode == RunMode::train) clip_and_step();
+    sr_.busy_s = sr_.forward_s + sr_.backward_s + sr_.optimizer_s;
+    sr_.end_s = now_s() - t0_;
+    report_progress(has_loss_here);
+    rec.steps.push_back(sr_);
+  }
 
-  StepRecord sr;
-  double loss_sum = 0.0;
-  auto add = [&sr](RecvTiming t) {
-    sr.comm_wait_s += t.blocked_s;
-    sr.comm_transfer_s += t.transfer_s;
-  };
+ private:
+  // Every step starts together (a barrier), then runs under its deadline.
+  void start() {
+    const double timeout = job_.train.step_timeout_s;
+    comm_.set_deadline(now_s() + timeout);
+    comm_.barrier();
+    t0_ = now_s();
+    comm_.set_deadline(t0_ + timeout);
+    transport_.begin_step(t0_);
+    backend_.begin_step(step_, t0_ + timeout);
+  }
+
+  EventRecord execute(const Action& a) {
+    const int v = sched_.virtual_stage(rank_, a.chunk);
+    EventRecord ev{step_, rank_, a.kind, a.microbatch, a.chunk, 0.0, 0.0};
+    switch (a.kind) {
+      case ActionKind::F:
+        if (v > 0) receive(ActionKind::F, v - 1, a.microbatch);
+        if (opt_.fault.fires(FaultInjection::Kind::error, plan_.run.name, rank_, step_))
+          throw Error(fmt::format("injected error (PIPEBENCH_FAULT) on rank {} at step {}", rank_, step_));
+        ev.start_s = now_s() - t0_;
+        backend_.forward(step_, a.microbatch);
+        sr_.forward_s += finish(ev);
+        if (v == V_ - 1) add_loss(a.microbatch);
+        if (v < V_ - 1) send(ActionKind::F, v + 1, a);
+        break;
+      case ActionKind::B:
+        if (v < V_ - 1) receive(ActionKind::B, v + 1, a.microbatch);
+        ev.start_s = now_s() - t0_;
+        backend_.backward(step_, a.microbatch);
+        sr_.backward_s += finish(ev);
+        if (v > 0) send(ActionKind::B, v - 1, a);
+        break;
+      case ActionKind::W:
+        ev.start_s = now_s() - t0_;
+        backend_.weight_grad(step_, a.microbatch);
+        sr_.backward_s += finish(ev);
+        break;
+    }
+    return ev;
+  }
+
+  // The input of `kind` for `microbatch`, from the rank holding virtual stage
+  // `from_v`; its wait and transfer count as comm time.
+  void receive(ActionKind kind, int from_v, int microbatch) {
+    const RecvTiming t = transport_.recv(sched_.rank_of(from_v), {kind, step_, microbatch, from_v / sched_.num_ranks},
+                                         backend_.recv_buffer(kind, microbatch));
+    sr_.comm_wait_s += t.blocked_s;
+    sr_.comm_transfer_s += t.transfer_s;
+  }
+
+  void send(ActionKind kind, int to_v, const Action& a) {
+    transport_.send(sched_.rank_of(to_v), {kind, step_, a.microbatch, a.chunk}, backend_.send_buffer(kind, a.microbatch));
+  }
+
   // An action's compute time: the backend's device clock where it has one.
-  auto finish = [&](EventRecord& ev) {
-    ev.end_s = now_s() - t0;
-    const double device_s = backend.last_action_device_s();
+  double finish(EventRecord& ev) {
+    ev.end_s = now_s() - t0_;
+    const double device_s = backend_.last_action_device_s();
     if (device_s >= 0.0) ev.end_s = ev.start_s + device_s;
     return ev.end_s - ev.start_s;
-  };
-  for (const Action& a : sched.actions[static_cast<std::size_t>(rank)]) {
-    const int v = sched.virtual_stage(rank, a.chunk);
-    EventRecord ev{step, rank, a.kind, a.microbatch, a.chunk, 0.0, 0.0};
-    switch (a.kind) {
-      case ActionKind::F: {
-        if (v > 0) {
-          const int from = sched.rank_of(v - 1);
-          const int chunk = (v - 1) / sched.num_ranks;
-          add(transport.recv(from, {ActionKind::F, step, a.microbatch, chunk},
-                             backend.recv_buffer(ActionKind::F, a.microbatch)));
-        }
-        if (opt.fault.fires(FaultInjection::Kind::error, plan.run.name, rank, step))
-          throw Error(fmt::format("injected error (PIPEBENCH_FAULT) on rank {} at step {}", rank, step));
-        ev.start_s = now_s() - t0;
-        backend.forward(step, a.microbatch);
-        sr.forward_s += finish(ev);
-        if (v == V - 1) {
-          double l = backend.loss(a.microbatch);
-          if (opt.fault.fires(FaultInjection::Kind::nan, plan.run.name, rank, step))
-            l = std::numeric_limits<double>::quiet_NaN();
-          else if (!backend.computes_loss())
-            l = 0.0;
-          if (!std::isfinite(l))
-            throw NumericalError(fmt::format("rank {}: loss of micro-batch {} at step {} is {}", rank, a.microbatch,
-                                             step, l));
-          loss_sum += l;
-        }
-        if (v < V - 1)
-          transport.send(sched.rank_of(v + 1), {ActionKind::F, step, a.microbatch, a.chunk},
-                         backend.send_buffer(ActionKind::F, a.microbatch));
-        break;
-      }
-      case ActionKind::B: {
-        if (v < V - 1) {
-          const int from = sched.rank_of(v + 1);
-          const int chunk = (v + 1) / sched.num_ranks;
-          add(transport.recv(from, {ActionKind::B, step, a.microbatch, chunk},
-                             backend.recv_buffer(ActionKind::B, a.microbatch)));
-        }
-        ev.start_s = now_s() - t0;
-        backend.backward(step, a.microbatch);
-        sr.backward_s += finish(ev);
-        if (v > 0)
-          transport.send(sched.rank_of(v - 1), {ActionKind::B, step, a.microbatch, a.chunk},
-                         backend.send_buffer(ActionKind::B, a.microbatch));
-        break;
-      }
-      case ActionKind::W: {
-        ev.start_s = now_s() - t0;
-        backend.weight_grad(step, a.microbatch);
-        sr.backward_s += finish(ev);
-        break;
-      }
-    }
-    rec.events.push_back(ev);
   }
-  transport.complete_sends();
 
-  const bool has_loss_here = rank == sched.rank_of(V - 1) && backend.computes_loss();
-  sr.loss = has_loss_here ? loss_sum / sched.num_microbatches : std::numeric_limits<double>::quiet_NaN();
-  sr.grad_norm = std::numeric_limits<double>::quiet_NaN();
-  if (train) {
-    std::vector<double> sq(static_cast<std::size_t>(job.model.layers) + 2, 0.0);
-    backend.grad_sq_norm_by_piece(sq);
-    comm.allreduce(sq, MPI_SUM);
+  // The last virtual stage's loss of `microbatch`; NaN/Inf ends the run.
+  void add_loss(int microbatch) {
+    double l = backend_.loss(microbatch);
+    if (opt_.fault.fires(FaultInjection::Kind::nan, plan_.run.name, rank_, step_))
+      l = std::numeric_limits<double>::quiet_NaN();
+    else if (!backend_.computes_loss())
+      l = 0.0;
+    if (!std::isfinite(l))
+      throw NumericalError(fmt::format("rank {}: loss of micro-batch {} at step {} is {}", rank_, microbatch, step_, l));
+    loss_sum_ += l;
+  }
+
+  // The global gradient norm (summed in piece order: the same sum for every
+  // split), clipping to train.grad_clip, the optimizer step.
+  void clip_and_step() {
+    std::vector<double> sq(static_cast<std::size_t>(job_.model.layers) + 2, 0.0);
+    backend_.grad_sq_norm_by_piece(sq);
+    comm_.allreduce(sq, MPI_SUM);
     double total = 0.0;
-    for (double x : sq) total += x;  // in piece order: the same sum for every split
+    for (double x : sq) total += x;
     double scale = 1.0;
-    if (backend.computes_loss()) {
-      sr.grad_norm = std::sqrt(total);
-      if (job.train.grad_clip > 0.0 && sr.grad_norm > job.train.grad_clip) {
-        scale = job.train.grad_clip / sr.grad_norm;
-        sr.clipped = true;
+    if (backend_.computes_loss()) {
+      sr_.grad_norm = std::sqrt(total);
+      if (job_.train.grad_clip > 0.0 && sr_.grad_norm > job_.train.grad_clip) {
+        scale = job_.train.grad_clip / sr_.grad_norm;
+        sr_.clipped = true;
       }
     }
     const double s0 = now_s();
-    backend.optimizer_step(step, scale);
-    sr.optimizer_s = now_s() - s0;
+    backend_.optimizer_step(step_, scale);
+    sr_.optimizer_s = now_s() - s0;
   }
-  sr.busy_s = sr.forward_s + sr.backward_s + sr.optimizer_s;
-  sr.end_s = now_s() - t0;
 
-  // Progress for rank 0: the step time (max) and loss (last stage), and busy (sum).
-  std::vector<double> maxes{sr.end_s, has_loss_here ? sr.loss : -std::numeric_limits<double>::infinity()};
-  std::vector<double> sums{sr.busy_s};
-  comm.allreduce(maxes, MPI_MAX);
-  comm.allreduce(sums, MPI_SUM);
-  rec.steps.push_back(sr);
-  if (rank == 0 && opt.on_step) {
+  // Progress for run rank 0: the step time (max) and loss (last stage), and busy (sum).
+  void report_progress(bool has_loss_here) {
+    std::vector<double> maxes{sr_.end_s, has_loss_here ? sr_.loss : -std::numeric_limits<double>::infinity()};
+    std::vector<double> sums{sr_.busy_s};
+    comm_.allreduce(maxes, MPI_MAX);
+    comm_.allreduce(sums, MPI_SUM);
+    if (rank_ != 0 || !opt_.on_step) return;
     StepProgress p;
-    p.step = step;
-    p.warmup = step < job.train.warmup;
+    p.step = step_;
+    p.warmup = step_ < job_.train.warmup;
     p.step_time_s = maxes[0];
     p.busy_sum_s = sums[0];
     p.loss = std::isinf(maxes[1]) ? std::numeric_limits<double>::quiet_NaN() : maxes[1];
-    opt.on_step(p);
+    opt_.on_step(p);
   }
-}
+
+  const Job& job_;
+  const RunPlan& plan_;
+  const Schedule& sched_;
+  RunComm& comm_;
+  Backend& backend_;
+  Transport& transport_;
+  const ExecOptions& opt_;
+  const int step_, rank_, V_;
+  double t0_ = 0.0;
+  double loss_sum_ = 0.0;
+  StepRecord sr_;
+};
 
 }  // namespace
 
@@ -199,7 +219,7 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
       throw Error(fmt::format("rank {} built layers {}-{} but the plan gives it {}-{}", comm.rank(), built.first,
                               built.second, range.first_layer, range.last_layer()));
     if (!opt.dry_run)
-      for (int step = 0; step < steps; ++step) run_step(job, plan, comm, backend, transport, opt, step, rec);
+      for (int step = 0; step < steps; ++step) StepRun(job, plan, comm, backend, transport, opt, step).run(rec);
   } catch (const PeerAbortedError& e) {
     rec.failure = FailureKind::error;  // replaced by the origin's kind when gathered
     rec.failure_message = e.what();

@@ -257,32 +257,32 @@ void describe_job_result(JobResult& jr, const Job& job, const std::string& comma
   jr.overrides = job.overrides;
 }
 
-RunOutcome run_job(const Job& job, const RunOptions& options) {
-  int world_rank = 0, world_size = 1;
-  PIPEBENCH_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
-  PIPEBENCH_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
-  const bool root = world_rank == 0;
+namespace {
 
-  // Plans first, on every rank: invalid selections fail before anything runs.
-  const JobPlan plan = plan_job(job, options.run_names);
-  const TransportKind transport_kind = job.device.resolved_transport();
+// Binds GPUs for the cuda backend (every rank alike: DeviceUnavailableError,
+// exit 7, without a usable one); for the others, makes a backend once so
+// that one this build lacks fails before anything runs, everywhere alike.
+GpuBinding bind_devices(const Job& job, const JobPlan& plan, TransportKind transport_kind, int world_rank,
+                        int world_size) {
   GpuBinding gpus;
-  if (job.device.backend == BackendKind::cuda) {
-    // Every rank alike: DeviceUnavailableError (exit 7) without a usable GPU.
-    gpus = bind_gpus(MPI_COMM_WORLD);
-    if (transport_kind == TransportKind::nccl) {
-      int widest = 1;
-      for (const RunPlan& rp : plan.runs)
-        if (rp.run.pipeline_size <= world_size) widest = std::max(widest, rp.run.pipeline_size);
-      require_one_gpu_per_rank(gpus, widest);
-    }
-  } else {
-    (void)make_backend(job, world_rank);  // a backend this build lacks fails here, everywhere alike
+  if (job.device.backend != BackendKind::cuda) {
+    (void)make_backend(job, world_rank);
+    return gpus;
   }
-  const FaultInjection fault = FaultInjection::from_env();
-  tighten_timer_slack();  // modelled sleeps and waiting naps wake on time
+  gpus = bind_gpus(MPI_COMM_WORLD);
+  if (transport_kind == TransportKind::nccl) {
+    int widest = 1;
+    for (const RunPlan& rp : plan.runs)
+      if (rp.run.pipeline_size <= world_size) widest = std::max(widest, rp.run.pipeline_size);
+    require_one_gpu_per_rank(gpus, widest);
+  }
+  return gpus;
+}
 
-  // Hosts and pids of the world, for the header and /provenance.
+// Collective: the hosts and pids of the world, and on rank 0 the job's
+// /provenance (build, MPI, BLAS, GPUs, transport) in a fresh JobResult.
+JobResult describe_world(const Job& job, const GpuBinding& gpus, TransportKind transport_kind, int world_size,
+                         bool root) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   const std::int64_t pid = getpid();
@@ -292,120 +292,146 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
   PIPEBENCH_MPI_CHECK(MPI_Gather(&pid, 1, MPI_INT64_T, pids.data(), 1, MPI_INT64_T, 0, MPI_COMM_WORLD));
 
   JobResult jr;
-  if (root) {
-    for (int i = 0; i < world_size; ++i) jr.hostnames.emplace_back(&hosts[256 * static_cast<std::size_t>(i)]);
-    jr.pids = pids;
-    jr.provenance_attrs = collect_provenance();
-    if (job.device.backend == BackendKind::cpu)
-      jr.provenance_attrs["blas"] = fmt::format("{} (threads_per_rank {})", cpu::blas_config(), job.device.threads_per_rank);
-    if (!gpus.gpus.empty()) {
-      // Per world rank, comma-separated in rank order.
-      std::string names, uuids, pcis;
-      for (const GpuInfo& g : gpus.gpus) {
-        const char* sep = names.empty() ? "" : ",";
-        names += sep + g.name;
-        uuids += sep + g.uuid;
-        pcis += sep + g.pci_bus_id;
-      }
-      jr.provenance_attrs["gpu_names"] = names;
-      jr.provenance_attrs["gpu_uuids"] = uuids;
-      jr.provenance_attrs["gpu_pci_bus_ids"] = pcis;
-      jr.provenance_attrs["driver_version"] = cuda_driver_version();
-      jr.provenance_attrs["cuda_version"] = cuda_runtime_version();
-      jr.provenance_attrs["nccl_version"] = nccl_version();
+  if (!root) return jr;
+  for (int i = 0; i < world_size; ++i) jr.hostnames.emplace_back(&hosts[256 * static_cast<std::size_t>(i)]);
+  jr.pids = pids;
+  auto& prov = jr.provenance_attrs;
+  prov = collect_provenance();
+  if (job.device.backend == BackendKind::cpu)
+    prov["blas"] = fmt::format("{} (threads_per_rank {})", cpu::blas_config(), job.device.threads_per_rank);
+  if (!gpus.gpus.empty()) {
+    // Per world rank, comma-separated in rank order.
+    std::string names, uuids, pcis;
+    for (const GpuInfo& g : gpus.gpus) {
+      const char* sep = names.empty() ? "" : ",";
+      names += sep + g.name;
+      uuids += sep + g.uuid;
+      pcis += sep + g.pci_bus_id;
     }
-    jr.provenance_attrs["transport"] = std::string(to_string(transport_kind));
-    std::string unique_hosts;
-    for (const auto& h : jr.hostnames)
-      if (unique_hosts.find(h) == std::string::npos) unique_hosts += (unique_hosts.empty() ? "" : ",") + h;
-    fmt::print("pipebench {} run: job \"{}\" ({}){}\n", PIPEBENCH_VERSION, job.name, job.source_path,
-               options.dry_run ? " [dry run]" : "");
-    fmt::print("  world {} ranks on {}; backend {}, {} thread(s) per rank; warmup {} + repeats {} steps; step timeout {} s\n",
-               world_size, unique_hosts, to_string(job.device.backend), job.device.threads_per_rank, job.train.warmup,
-               job.train.repeats, job.train.step_timeout_s);
-    if (job.device.backend == BackendKind::cpu) fmt::print("  BLAS: {}\n", jr.provenance_attrs["blas"]);
-    if (!gpus.gpus.empty()) {
-      fmt::print("  CUDA runtime {}, driver {}, NCCL {}; transport {}\n", jr.provenance_attrs["cuda_version"],
-                 jr.provenance_attrs["driver_version"], jr.provenance_attrs["nccl_version"], to_string(transport_kind));
-      for (std::size_t r = 0; r < gpus.gpus.size(); ++r) {
-        const GpuInfo& g = gpus.gpus[r];
-        fmt::print("  rank {} ({} local {}): GPU {} {} sm_{}{} {} {} {}\n", r, gpus.hosts[r], gpus.local_ranks[r],
-                   g.ordinal, g.name, g.cc_major, g.cc_minor, format_bytes(static_cast<double>(g.total_bytes)), g.uuid,
-                   g.pci_bus_id);
-      }
+    prov["gpu_names"] = names;
+    prov["gpu_uuids"] = uuids;
+    prov["gpu_pci_bus_ids"] = pcis;
+    prov["driver_version"] = cuda_driver_version();
+    prov["cuda_version"] = cuda_runtime_version();
+    prov["nccl_version"] = nccl_version();
+  }
+  prov["transport"] = std::string(to_string(transport_kind));
+  return jr;
+}
+
+// Rank 0's header: the job, the world, the backend, versions, GPUs, overrides.
+void print_job_header(const Job& job, const JobResult& jr, const GpuBinding& gpus, TransportKind transport_kind,
+                      const RunOptions& options) {
+  const auto& prov = jr.provenance_attrs;
+  std::string unique_hosts;
+  for (const auto& h : jr.hostnames)
+    if (unique_hosts.find(h) == std::string::npos) unique_hosts += (unique_hosts.empty() ? "" : ",") + h;
+  fmt::print("pipebench {} run: job \"{}\" ({}){}\n", PIPEBENCH_VERSION, job.name, job.source_path,
+             options.dry_run ? " [dry run]" : "");
+  fmt::print("  world {} ranks on {}; backend {}, {} thread(s) per rank; warmup {} + repeats {} steps; step timeout {} s\n",
+             jr.hostnames.size(), unique_hosts, to_string(job.device.backend), job.device.threads_per_rank,
+             job.train.warmup, job.train.repeats, job.train.step_timeout_s);
+  if (job.device.backend == BackendKind::cpu) fmt::print("  BLAS: {}\n", prov.at("blas"));
+  if (!gpus.gpus.empty()) {
+    fmt::print("  CUDA runtime {}, driver {}, NCCL {}; transport {}\n", prov.at("cuda_version"),
+               prov.at("driver_version"), prov.at("nccl_version"), to_string(transport_kind));
+    for (std::size_t r = 0; r < gpus.gpus.size(); ++r) {
+      const GpuInfo& g = gpus.gpus[r];
+      fmt::print("  rank {} ({} local {}): GPU {} {} sm_{}{} {} {} {}\n", r, gpus.hosts[r], gpus.local_ranks[r],
+                 g.ordinal, g.name, g.cc_major, g.cc_minor, format_bytes(static_cast<double>(g.total_bytes)), g.uuid,
+                 g.pci_bus_id);
     }
-    fmt::print("  MPI: {}\n  compiler: {}\n", jr.provenance_attrs["mpi_library_version"].substr(0, 80),
-               jr.provenance_attrs["compiler"]);
-    for (const auto& o : job.overrides) fmt::print("  override: --set {}\n", o);
-    for (const auto& w : job.warnings) fmt::print("  warning: {}\n", w);
+  }
+  fmt::print("  MPI: {}\n  compiler: {}\n", prov.at("mpi_library_version").substr(0, 80), prov.at("compiler"));
+  for (const auto& o : job.overrides) fmt::print("  override: --set {}\n", o);
+  for (const auto& w : job.warnings) fmt::print("  warning: {}\n", w);
+  std::fflush(stdout);
+}
+
+// The transport between the stages of one run: NCCL for a cuda pipeline
+// that asked for it, else MPI (with the sim backend's modelled link).
+std::unique_ptr<Transport> make_transport(const Job& job, const RunPlan& rp, RunComm& rc, bool nccl) {
+  if (nccl) return make_nccl_transport(rc, rp.schedule, rp.run.num_microbatches, rp.run.mode == RunMode::train);
+  LinkModel link;
+  if (job.device.backend == BackendKind::sim)
+    link = {true, job.device.sim_link_latency_us * 1e-6, job.device.sim_link_gbps * 1e9};
+  return std::make_unique<MpiTransport>(rc, rp.schedule.chunks_per_rank, rp.run.num_microbatches, link);
+}
+
+// Everything one run needs besides its plan, the same for every run of a job.
+struct JobContext {
+  const Job& job;
+  const RunOptions& options;
+  FaultInjection fault;
+  TransportKind transport_kind;
+  int world_rank = 0;
+};
+
+// The ranks of `rp` (run communicator `comm`) execute it; rank 0 gathers the
+// records, prints the summary and appends the RunResult to `jr`. Returns
+// whether the run ended cleanly on this rank.
+bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, Watchdog& watchdog, JobResult& jr) {
+  const Job& job = ctx.job;
+  const int p = rp.run.pipeline_size;
+  RunComm rc(comm);
+  auto backend = make_backend(job, ctx.world_rank);
+  const bool nccl = ctx.transport_kind == TransportKind::nccl && p > 1;
+  const std::unique_ptr<Transport> transport = make_transport(job, rp, rc, nccl);
+  ExecOptions eo;
+  eo.transport_uses_device_memory = nccl;
+  eo.dry_run = ctx.options.dry_run;
+  eo.fault = ctx.fault;
+  const int total_steps = job.train.warmup + job.train.repeats;
+  const double grace = std::max(30.0, job.train.step_timeout_s);
+  watchdog.arm(now_s() + (total_steps + 1) * job.train.step_timeout_s + grace, "run " + rp.run.name);
+  eo.on_step = [&](const StepProgress& s) {
+    fmt::print("  [{}] step {}/{}{:<8} time {:>12}  bubble {}  loss {}\n", rp.run.name, s.step + 1, total_steps,
+               s.warmup ? " warm-up" : "", format_seconds(s.step_time_s),
+               fmt_num(s.step_time_s > 0 ? 1.0 - s.busy_sum_s / (p * s.step_time_s) : NAN), fmt_num(s.loss, "{:.6f}"));
     std::fflush(stdout);
+  };
+  const RankRecord rec = execute_run(job, rp, rc, *backend, *transport, eo);
+  watchdog.arm(0.0, "");
+  const auto records = gather_records(rc.control(), rec);
+  if (ctx.world_rank == 0) {
+    if (ctx.options.dry_run) print_dry_run(rp, records);
+    jr.runs.push_back(assemble_run(job, rp, records));
+    if (!ctx.options.dry_run) print_run_summary(jr.runs.back(), rp);
+    else if (jr.runs.back().status == RunStatus::failed)
+      fmt::print("  -- {}: {}\n", rp.run.name, jr.runs.back().failure_message);
   }
+  return rec.failure == FailureKind::none;
+}
 
-  Watchdog watchdog;
+// Collective over the world: one run on its ranks (the others wait at the
+// closing barrier), or a skipped record when the world is too small.
+void run_one(const JobContext& ctx, const RunPlan& rp, int world_size, Watchdog& watchdog, JobResult& jr) {
+  const int p = rp.run.pipeline_size;
+  const bool root = ctx.world_rank == 0;
+  if (p > world_size) {
+    const std::string reason = fmt::format("needs {} ranks, the world has {}", p, world_size);
+    if (root) {
+      fmt::print("\n== run {}: skipped ({})\n", rp.run.name, reason);
+      jr.runs.push_back(skipped_run(ctx.job, rp, reason));
+    }
+    return;
+  }
+  if (root)
+    fmt::print("\n== run {}: {} ranks, {}, schedule {}, micro_batch_size {} x {} micro-batches\n", rp.run.name, p,
+               to_string(rp.run.mode), rp.schedule.name, rp.run.micro_batch_size, rp.run.num_microbatches);
+  MPI_Comm comm = MPI_COMM_NULL;
+  PIPEBENCH_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, ctx.world_rank < p ? 0 : MPI_UNDEFINED, ctx.world_rank, &comm));
+  // A failed run may leave an unmatched step barrier on `comm`; such a
+  // communicator is never freed (one per failed run), so no later
+  // collective can be matched against it.
+  if (comm != MPI_COMM_NULL && execute_on_ranks(ctx, rp, comm, watchdog, jr)) MPI_Comm_free(&comm);
+  PIPEBENCH_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+}
+
+// Collective: the decision and the job status on rank 0, whether any run
+// failed everywhere; rank 0 then writes the file and prints the table.
+RunOutcome finish_job(const Job& job, const RunOptions& options, bool root, JobResult& jr) {
   RunOutcome outcome;
-  for (const RunPlan& rp : plan.runs) {
-    const int p = rp.run.pipeline_size;
-    if (p > world_size) {
-      const std::string reason = fmt::format("needs {} ranks, the world has {}", p, world_size);
-      if (root) {
-        fmt::print("\n== run {}: skipped ({})\n", rp.run.name, reason);
-        jr.runs.push_back(skipped_run(job, rp, reason));
-      }
-      continue;
-    }
-    if (root)
-      fmt::print("\n== run {}: {} ranks, {}, schedule {}, micro_batch_size {} x {} micro-batches\n", rp.run.name, p,
-                 to_string(rp.run.mode), rp.schedule.name, rp.run.micro_batch_size, rp.run.num_microbatches);
-    MPI_Comm comm = MPI_COMM_NULL;
-    PIPEBENCH_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, world_rank < p ? 0 : MPI_UNDEFINED, world_rank, &comm));
-    if (comm != MPI_COMM_NULL) {
-      bool clean = true;
-      {
-        RunComm rc(comm);
-        auto backend = make_backend(job, world_rank);
-        LinkModel link;
-        if (job.device.backend == BackendKind::sim)
-          link = {true, job.device.sim_link_latency_us * 1e-6, job.device.sim_link_gbps * 1e9};
-        const bool nccl = transport_kind == TransportKind::nccl && p > 1;
-        std::unique_ptr<Transport> transport;
-        if (nccl)
-          transport = make_nccl_transport(rc, rp.schedule, rp.run.num_microbatches, rp.run.mode == RunMode::train);
-        else
-          transport = std::make_unique<MpiTransport>(rc, rp.schedule.chunks_per_rank, rp.run.num_microbatches, link);
-        ExecOptions eo;
-        eo.transport_uses_device_memory = nccl;
-        eo.dry_run = options.dry_run;
-        eo.fault = fault;
-        const int total_steps = job.train.warmup + job.train.repeats;
-        const double grace = std::max(30.0, job.train.step_timeout_s);
-        watchdog.arm(now_s() + (total_steps + 1) * job.train.step_timeout_s + grace, "run " + rp.run.name);
-        eo.on_step = [&](const StepProgress& s) {
-          fmt::print("  [{}] step {}/{}{:<8} time {:>12}  bubble {}  loss {}\n", rp.run.name, s.step + 1, total_steps,
-                     s.warmup ? " warm-up" : "", format_seconds(s.step_time_s),
-                     fmt_num(s.step_time_s > 0 ? 1.0 - s.busy_sum_s / (p * s.step_time_s) : NAN),
-                     fmt_num(s.loss, "{:.6f}"));
-          std::fflush(stdout);
-        };
-        const RankRecord rec = execute_run(job, rp, rc, *backend, *transport, eo);
-        watchdog.arm(0.0, "");
-        clean = rec.failure == FailureKind::none;
-        const auto records = gather_records(rc.control(), rec);
-        if (root) {
-          if (options.dry_run) print_dry_run(rp, records);
-          jr.runs.push_back(assemble_run(job, rp, records));
-          if (!options.dry_run) print_run_summary(jr.runs.back(), rp);
-          else if (jr.runs.back().status == RunStatus::failed)
-            fmt::print("  -- {}: {}\n", rp.run.name, jr.runs.back().failure_message);
-        }
-      }
-      // A failed run may leave an unmatched step barrier on `comm`; such a
-      // communicator is never freed (one per failed run), so no later
-      // collective can be matched against it.
-      if (clean) MPI_Comm_free(&comm);
-    }
-    PIPEBENCH_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-  }
-
   if (root) {
     decide(jr.runs);
     std::size_t ok = 0, failed = 0;
@@ -434,6 +460,28 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
   fmt::print("\nresults: {}\n", outcome.results_path);
   std::fflush(stdout);
   return outcome;
+}
+
+}  // namespace
+
+RunOutcome run_job(const Job& job, const RunOptions& options) {
+  int world_rank = 0, world_size = 1;
+  PIPEBENCH_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+  const bool root = world_rank == 0;
+
+  // Plans first, on every rank: invalid selections fail before anything runs.
+  const JobPlan plan = plan_job(job, options.run_names);
+  const JobContext ctx{job, options, FaultInjection::from_env(), job.device.resolved_transport(), world_rank};
+  const GpuBinding gpus = bind_devices(job, plan, ctx.transport_kind, world_rank, world_size);
+  tighten_timer_slack();  // modelled sleeps and waiting naps wake on time
+
+  JobResult jr = describe_world(job, gpus, ctx.transport_kind, world_size, root);
+  if (root) print_job_header(job, jr, gpus, ctx.transport_kind, options);
+
+  Watchdog watchdog;
+  for (const RunPlan& rp : plan.runs) run_one(ctx, rp, world_size, watchdog, jr);
+  return finish_job(job, options, root, jr);
 }
 
 }  // namespace pipebench
