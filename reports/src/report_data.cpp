@@ -201,66 +201,66 @@ bool ReportData::any_regression() const {
   return std::any_of(trends.begin(), trends.end(), [](const Trend& t) { return t.verdict == "regression"; });
 }
 
-ReportData load_report(const ReportOptions& options) {
-  ReportData d;
-  d.options = options;
-  auto load = [&](const std::vector<std::string>& inputs) {
-    std::vector<FileView> out;
-    for (const auto& path : expand(inputs, d.skipped)) {
-      FileView f;
-      f.path = path;
-      try {
-        f.result = read_results(path);
-      } catch (const std::exception& e) {
-        d.skipped.push_back({path, e.what()});
-        continue;
-      }
-      try {
-        const auto it = f.result.root_attrs.find("job_toml");
-        if (it == f.result.root_attrs.end()) throw ConfigError("no job_toml attribute");
-        f.job = parse_job(it->second, path + ":/job_toml");
-      } catch (const std::exception& e) {
-        f.job_error = e.what();
-      }
-      f.fingerprint = fingerprint_of(f.result);
-      out.push_back(std::move(f));
-    }
-    return out;
-  };
-  d.files = load(options.inputs);
-  std::vector<FileView> history = load(options.history);
-  for (const auto& name : options.expected_jobs)
-    if (std::none_of(d.files.begin(), d.files.end(), [&](const FileView& f) {
-          const auto it = f.result.root_attrs.find("job_name");
-          return it != f.result.root_attrs.end() && it->second == name;
-        }))
-      d.missing_jobs.push_back(name);
-  auto created = [](const FileView& f) {
-    const auto it = f.result.root_attrs.find("created_utc");
-    return it == f.result.root_attrs.end() ? std::string() : it->second;
-  };
-  auto job_of = [](const FileView& f) {
-    const auto it = f.result.root_attrs.find("job_name");
-    return it == f.result.root_attrs.end() ? std::string("?") : it->second;
-  };
-  // Jobs in name order, the newest file of a job first.
-  std::stable_sort(d.files.begin(), d.files.end(), [&](const FileView& a, const FileView& b) {
-    if (job_of(a) != job_of(b)) return job_of(a) < job_of(b);
-    if (created(a) != created(b)) return created(a) > created(b);
-    return a.path < b.path;
-  });
-  // RunViews point into their file's runs: derive once the files are in place.
-  for (auto& f : d.files) {
-    for (const auto& r : f.result.runs) f.runs.push_back(derive(f, r));
-    for (auto& v : f.runs) {
-      for (const auto& b : f.runs)
-        if (v.baseline == b.run && v.run->status != RunStatus::skipped && v.baseline->status == RunStatus::ok)
-          fill_comparison(v, b);
-      add_advice(v);
-    }
-  }
+namespace {
 
-  // Trends: every file (inputs and history), grouped by job, run and fingerprint.
+std::string root_attr(const FileView& f, const char* name, const std::string& fallback) {
+  const auto it = f.result.root_attrs.find(name);
+  return it == f.result.root_attrs.end() ? fallback : it->second;
+}
+std::string created(const FileView& f) { return root_attr(f, "created_utc", ""); }
+std::string job_of(const FileView& f) { return root_attr(f, "job_name", "?"); }
+
+// The readable results files among `inputs` (files, folders); unreadable
+// ones go to `skipped` with the reason. A file whose job TOML does not parse
+// is kept, with job_error set.
+std::vector<FileView> load_files(const std::vector<std::string>& inputs, std::vector<SkippedFile>& skipped) {
+  std::vector<FileView> out;
+  for (const auto& path : expand(inputs, skipped)) {
+    FileView f;
+    f.path = path;
+    try {
+      f.result = read_results(path);
+    } catch (const std::exception& e) {
+      skipped.push_back({path, e.what()});
+      continue;
+    }
+    try {
+      const auto it = f.result.root_attrs.find("job_toml");
+      if (it == f.result.root_attrs.end()) throw ConfigError("no job_toml attribute");
+      f.job = parse_job(it->second, path + ":/job_toml");
+    } catch (const std::exception& e) {
+      f.job_error = e.what();
+    }
+    f.fingerprint = fingerprint_of(f.result);
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+// The newest point against all earlier ones: Mann-Whitney U on the counted
+// step times, significant when p < alpha and the median moved by more than
+// the threshold.
+void judge(Trend& t, const ReportOptions& options) {
+  std::sort(t.points.begin(), t.points.end(), [](const TrendPoint& a, const TrendPoint& b) {
+    return std::tie(a.created_utc, a.path) < std::tie(b.created_utc, b.path);
+  });
+  t.verdict = "insufficient history";
+  if (t.points.size() < 2) return;
+  const auto last = t.points.end() - 1;  // the newest
+  std::vector<double> earlier;
+  for (auto it = t.points.begin(); it != last; ++it)
+    earlier.insert(earlier.end(), it->counted_step_times.begin(), it->counted_step_times.end());
+  if (earlier.empty() || last->counted_step_times.empty()) return;
+  const MannWhitneyResult mw = mann_whitney_u(last->counted_step_times, earlier);
+  t.p_value = mw.p_value;
+  t.change = median(last->counted_step_times) / median(earlier) - 1.0;
+  const bool significant = mw.p_value < options.alpha && std::fabs(t.change) > options.threshold;
+  t.verdict = !significant ? "no change" : t.change > 0 ? "regression" : "improvement";
+}
+
+// Trends: every file (inputs and history), grouped by job, run and fingerprint, judged.
+std::vector<Trend> build_trends(const std::vector<FileView>& files, const std::vector<FileView>& history,
+                                const ReportOptions& options) {
   std::map<std::tuple<std::string, std::string, std::string>, Trend> groups;
   auto add_points = [&](const FileView& f) {
     const std::string job = job_of(f);
@@ -278,31 +278,43 @@ ReportData load_report(const ReportOptions& options) {
         t.points.push_back(std::move(p));
     }
   };
-  for (const auto& f : d.files) add_points(f);
+  for (const auto& f : files) add_points(f);
   for (const auto& f : history) add_points(f);
+  std::vector<Trend> trends;
   for (auto& [key, t] : groups) {
-    std::sort(t.points.begin(), t.points.end(), [](const TrendPoint& a, const TrendPoint& b) {
-      return std::tie(a.created_utc, a.path) < std::tie(b.created_utc, b.path);
-    });
-    if (t.points.size() < 2) {
-      t.verdict = "insufficient history";
-    } else {
-      const auto last = t.points.end() - 1;  // the newest
-      std::vector<double> earlier;
-      for (auto it = t.points.begin(); it != last; ++it)
-        earlier.insert(earlier.end(), it->counted_step_times.begin(), it->counted_step_times.end());
-      if (earlier.empty() || last->counted_step_times.empty()) {
-        t.verdict = "insufficient history";
-      } else {
-        const MannWhitneyResult mw = mann_whitney_u(last->counted_step_times, earlier);
-        t.p_value = mw.p_value;
-        t.change = median(last->counted_step_times) / median(earlier) - 1.0;
-        const bool significant = mw.p_value < options.alpha && std::fabs(t.change) > options.threshold;
-        t.verdict = !significant ? "no change" : t.change > 0 ? "regression" : "improvement";
-      }
-    }
-    d.trends.push_back(std::move(t));
+    judge(t, options);
+    trends.push_back(std::move(t));
   }
+  return trends;
+}
+
+}  // namespace
+
+ReportData load_report(const ReportOptions& options) {
+  ReportData d;
+  d.options = options;
+  d.files = load_files(options.inputs, d.skipped);
+  const std::vector<FileView> history = load_files(options.history, d.skipped);
+  for (const auto& name : options.expected_jobs)
+    if (std::none_of(d.files.begin(), d.files.end(), [&](const FileView& f) { return job_of(f) == name; }))
+      d.missing_jobs.push_back(name);
+  // Jobs in name order, the newest file of a job first.
+  std::stable_sort(d.files.begin(), d.files.end(), [&](const FileView& a, const FileView& b) {
+    if (job_of(a) != job_of(b)) return job_of(a) < job_of(b);
+    if (created(a) != created(b)) return created(a) > created(b);
+    return a.path < b.path;
+  });
+  // RunViews point into their file's runs: derive once the files are in place.
+  for (auto& f : d.files) {
+    for (const auto& r : f.result.runs) f.runs.push_back(derive(f, r));
+    for (auto& v : f.runs) {
+      for (const auto& b : f.runs)
+        if (v.baseline == b.run && v.run->status != RunStatus::skipped && v.baseline->status == RunStatus::ok)
+          fill_comparison(v, b);
+      add_advice(v);
+    }
+  }
+  d.trends = build_trends(d.files, history, options);
   return d;
 }
 

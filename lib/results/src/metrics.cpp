@@ -111,24 +111,24 @@ RunResult skipped_run(const Job& job, const RunPlan& plan, const std::string& re
   return r;
 }
 
-RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<RankRecord>& ranks) {
-  RunResult r = base_result(job, plan);
-  const std::size_t P = ranks.size();
+namespace {
 
-  // Failure: the first rank that failed by itself names the kind; ranks that
-  // were only told by a peer come second.
+// The run's failure: the first rank that failed by itself names the kind;
+// ranks that were only told by a peer come second.
+void add_failure(RunResult& r, const std::vector<RankRecord>& ranks) {
   const RankRecord* failed = nullptr;
   for (const auto& rk : ranks)
     if (rk.failure != FailureKind::none && (!failed || (rk.failure_is_origin && !failed->failure_is_origin)))
       failed = &rk;
-  if (failed) {
-    r.status = RunStatus::failed;
-    r.failure_kind = failed->failure;
-    r.failure_message = failed->failure_message;
-    r.failing_rank = failed->rank;
-  }
+  if (!failed) return;
+  r.status = RunStatus::failed;
+  r.failure_kind = failed->failure;
+  r.failure_message = failed->failure_message;
+  r.failing_rank = failed->rank;
+}
 
-  // Per-rank figures.
+// Per-rank figures: memory, stage, host, and every event.
+void add_rank_figures(RunResult& r, const std::vector<RankRecord>& ranks) {
   for (const auto& rk : ranks) {
     r.peak_mem_bytes.push_back(rk.peak_mem_bytes);
     r.memory_capacity_bytes.push_back(rk.memory_capacity_bytes);
@@ -142,12 +142,16 @@ RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<Ra
     r.events.insert(r.events.end(), rk.events.begin(), rk.events.end());
   }
   r.peak_mem_max_bytes = r.peak_mem_bytes.empty() ? 0 : *std::max_element(r.peak_mem_bytes.begin(), r.peak_mem_bytes.end());
+}
 
-  // Per-step figures over the steps every rank completed.
+// Per-step figures over the steps every rank completed, and their medians
+// over the counted (non-warm-up) steps. Returns the number of steps.
+std::size_t add_step_figures(RunResult& r, const Job& job, const RunPlan& plan, const std::vector<RankRecord>& ranks) {
+  const std::size_t P = ranks.size();
   std::size_t steps = std::numeric_limits<std::size_t>::max();
   for (const auto& rk : ranks) steps = std::min(steps, rk.steps.size());
   if (ranks.empty()) steps = 0;
-  const int last = static_cast<int>(P) - 1;
+  const std::size_t last = P - 1;
   std::vector<double> counted_time, counted_slowest, counted_bubble, counted_imbalance;
   for (std::size_t k = 0; k < steps; ++k) {
     double t = 0.0, busy_sum = 0.0, busy_max = 0.0;
@@ -168,7 +172,7 @@ RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<Ra
     const bool warm = static_cast<int>(k) < job.train.warmup;
     r.step_time_s.push_back(t);
     r.is_warmup.push_back(warm ? 1 : 0);
-    r.loss.push_back(ranks[static_cast<std::size_t>(last)].steps[k].loss);
+    r.loss.push_back(ranks[last].steps[k].loss);
     r.grad_norm.push_back(ranks[0].steps[k].grad_norm);
     r.clipped.push_back(ranks[0].steps[k].clipped ? 1 : 0);
     r.slowest_stage_s.push_back(busy_max);
@@ -196,23 +200,37 @@ RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<Ra
   r.imbalance_median = median_of(counted_imbalance);
   if (!counted_time.empty())
     r.throughput_samples_per_s = static_cast<double>(plan.run.global_batch()) / r.step_time.median;
+  return steps;
+}
 
-  // Inference: per micro-batch latency from entering stage 0 to leaving the last stage.
-  if (plan.run.mode == RunMode::inference && steps > 0) {
-    const auto m = static_cast<std::size_t>(plan.run.num_microbatches);
-    r.microbatch_latency_s.assign(steps, std::vector<double>(m, kNaN));
-    std::vector<std::vector<double>> enter(steps, std::vector<double>(m, kNaN)), leave = enter;
-    for (const auto& e : r.events) {
-      if (e.kind != ActionKind::F || static_cast<std::size_t>(e.step) >= steps) continue;
-      if (e.rank == 0) enter[static_cast<std::size_t>(e.step)][static_cast<std::size_t>(e.microbatch)] = e.start_s;
-      if (e.rank == last) leave[static_cast<std::size_t>(e.step)][static_cast<std::size_t>(e.microbatch)] = e.end_s;
-    }
-    for (std::size_t k = 0; k < steps; ++k)
-      for (std::size_t j = 0; j < m; ++j) r.microbatch_latency_s[k][j] = leave[k][j] - enter[k][j];
+// Inference: per micro-batch latency from entering stage 0 to leaving the
+// last stage (`last_rank`), over the first `steps` steps.
+void add_microbatch_latency(RunResult& r, const RunPlan& plan, std::size_t steps, int last_rank) {
+  const auto m = static_cast<std::size_t>(plan.run.num_microbatches);
+  r.microbatch_latency_s.assign(steps, std::vector<double>(m, kNaN));
+  std::vector<std::vector<double>> enter(steps, std::vector<double>(m, kNaN)), leave = enter;
+  for (const auto& e : r.events) {
+    if (e.kind != ActionKind::F || static_cast<std::size_t>(e.step) >= steps) continue;
+    if (e.rank == 0) enter[static_cast<std::size_t>(e.step)][static_cast<std::size_t>(e.microbatch)] = e.start_s;
+    if (e.rank == last_rank) leave[static_cast<std::size_t>(e.step)][static_cast<std::size_t>(e.microbatch)] = e.end_s;
   }
+  for (std::size_t k = 0; k < steps; ++k)
+    for (std::size_t j = 0; j < m; ++j) r.microbatch_latency_s[k][j] = leave[k][j] - enter[k][j];
+}
+
+}  // namespace
+
+RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<RankRecord>& ranks) {
+  RunResult r = base_result(job, plan);
+  add_failure(r, ranks);
+  add_rank_figures(r, ranks);
+  const std::size_t steps = add_step_figures(r, job, plan, ranks);
+  if (plan.run.mode == RunMode::inference && steps > 0)
+    add_microbatch_latency(r, plan, steps, static_cast<int>(ranks.size()) - 1);
 
   // bubble_simulated: the schedule simulated with this run's per-action medians.
-  if (!counted_time.empty()) {
+  const bool any_counted = std::count(r.is_warmup.begin(), r.is_warmup.end(), 0) > 0;
+  if (any_counted) {
     const SimResult sim = simulate(plan.schedule, measured_costs(plan.schedule, r.events, job.train.warmup));
     if (sim.completed && sim.makespan > 0.0) r.bubble_simulated = sim.bubble;
   }

@@ -55,19 +55,28 @@ std::vector<int> peak_live_activations(const Schedule& s) {
   return peaks;
 }
 
-SimResult simulate(const Schedule& s, const SimCosts& costs) {
-  const int p = s.num_ranks, m = s.num_microbatches, V = s.num_virtual_stages();
+namespace {
+// Costs for every virtual stage, actions inside the schedule's micro-batches
+// and chunks, one action list per rank; else ScheduleError.
+void check_inputs(const Schedule& s, const SimCosts& costs) {
+  const int V = s.num_virtual_stages();
   const auto Vs = static_cast<std::size_t>(V);
   if (costs.forward.size() != Vs || costs.backward.size() != Vs || costs.weight.size() != Vs)
     throw ScheduleError(fmt::format("simulate: costs given for {} virtual stages, schedule has {}",
                                     costs.forward.size(), V));
   for (std::size_t r = 0; r < s.actions.size(); ++r)
     for (const auto& a : s.actions[r])
-      if (a.microbatch < 0 || a.microbatch >= m || a.chunk < 0 || a.chunk >= s.chunks_per_rank)
+      if (a.microbatch < 0 || a.microbatch >= s.num_microbatches || a.chunk < 0 || a.chunk >= s.chunks_per_rank)
         throw ScheduleError(fmt::format("simulate: rank {} action {} is outside {} micro-batches x {} chunks",
-                                        r, to_string(a), m, s.chunks_per_rank));
-  if (s.actions.size() != static_cast<std::size_t>(p))
-    throw ScheduleError(fmt::format("simulate: {} action lists for {} ranks", s.actions.size(), p));
+                                        r, to_string(a), s.num_microbatches, s.chunks_per_rank));
+  if (s.actions.size() != static_cast<std::size_t>(s.num_ranks))
+    throw ScheduleError(fmt::format("simulate: {} action lists for {} ranks", s.actions.size(), s.num_ranks));
+}
+}  // namespace
+
+SimResult simulate(const Schedule& s, const SimCosts& costs) {
+  check_inputs(s, costs);
+  const int p = s.num_ranks, m = s.num_microbatches, V = s.num_virtual_stages();
   SimResult res;
   res.busy.assign(static_cast<std::size_t>(p), 0.0);
   res.peak_live_activations = peak_live_activations(s);
