@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(
   cmake ninja-build g++ pkg-config git python3
+  universal-ctags   # tests/lint: function lengths
   libopenmpi-dev openmpi-bin
   libhdf5-dev hdf5-tools python3-h5py
   libtoml11-dev libcli11-dev libfmt-dev
