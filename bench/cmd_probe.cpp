@@ -11,11 +11,11 @@
 
 #include "commands.hpp"
 #include "pipebench/core/config.hpp"
+#include "pipebench/core/units.hpp"
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/probe/probe.hpp"
 #include "pipebench/results/results.hpp"
 #include "pipebench/runtime/runner.hpp"
-#include "pipebench/core/units.hpp"
 
 namespace pipebench::cli {
 

@@ -13,8 +13,8 @@
 #include <fmt/format.h>
 
 #include "pipebench/backends/backend_cpu.hpp"
-#include "pipebench/core/config.hpp"
 #include "pipebench/backends/cpu_kernels.hpp"
+#include "pipebench/core/config.hpp"
 
 namespace {
 

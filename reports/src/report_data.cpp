@@ -9,11 +9,11 @@
 #include <fmt/format.h>
 
 #include "pipebench/core/config.hpp"
+#include "pipebench/core/units.hpp"
+#include "pipebench/report/report.hpp"
 #include "pipebench/results/mann_whitney.hpp"
 #include "pipebench/results/metrics.hpp"
-#include "pipebench/report/report.hpp"
 #include "pipebench/results/results.hpp"
-#include "pipebench/core/units.hpp"
 
 namespace pipebench {
 

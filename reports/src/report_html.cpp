@@ -7,9 +7,9 @@
 
 #include <fmt/format.h>
 
-#include "pipebench/results/metrics.hpp"
 #include "pipebench/core/units.hpp"
 #include "pipebench/plan/plan_format.hpp"
+#include "pipebench/results/metrics.hpp"
 #include "report_common.hpp"
 #include "svg.hpp"
 

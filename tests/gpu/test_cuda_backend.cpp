@@ -19,8 +19,8 @@
 
 #include "pipebench/backends/backend_cpu.hpp"
 #include "pipebench/backends/backend_cuda.hpp"
-#include "pipebench/core/config.hpp"
 #include "pipebench/backends/cuda_device.hpp"
+#include "pipebench/core/config.hpp"
 #include "pipebench/model/model.hpp"
 #include "pipebench/plan/plan.hpp"
 

@@ -10,8 +10,8 @@
 #include <catch2/catch.hpp>
 
 #include "pipebench/backends/backend_cpu.hpp"
-#include "pipebench/core/config.hpp"
 #include "pipebench/backends/cpu_kernels.hpp"
+#include "pipebench/core/config.hpp"
 
 #include <fmt/format.h>
 

@@ -14,19 +14,19 @@
 #include <mpi.h>
 
 #include "pipebench/backends/backend.hpp"
-#include "pipebench/core/clock.hpp"
 #include "pipebench/backends/cpu_kernels.hpp"
 #include "pipebench/backends/cuda_device.hpp"
-#include "pipebench/runtime/device_binding.hpp"
-#include "pipebench/results/metrics.hpp"
-#include "pipebench/runtime/mpi_comm.hpp"
+#include "pipebench/core/clock.hpp"
+#include "pipebench/core/units.hpp"
 #include "pipebench/plan/plan.hpp"
-#include "pipebench/runtime/provenance.hpp"
+#include "pipebench/results/metrics.hpp"
 #include "pipebench/results/results.hpp"
+#include "pipebench/runtime/device_binding.hpp"
 #include "pipebench/runtime/executor.hpp"
+#include "pipebench/runtime/mpi_comm.hpp"
+#include "pipebench/runtime/provenance.hpp"
 #include "pipebench/runtime/transport_mpi.hpp"
 #include "pipebench/runtime/transport_nccl.hpp"
-#include "pipebench/core/units.hpp"
 
 namespace pipebench {
 

@@ -9,8 +9,8 @@
 #include <nccl.h>
 
 #include "pipebench/backends/cuda_check.hpp"
-#include "pipebench/core/clock.hpp"
 #include "pipebench/backends/cuda_device.hpp"
+#include "pipebench/core/clock.hpp"
 #include "pipebench/runtime/transport_mpi.hpp"
 
 namespace pipebench {

@@ -19,12 +19,12 @@
 
 #include "pipebench/backends/cuda_check.hpp"
 #include "kernels.hpp"
+#include "pipebench/backends/cuda_device.hpp"
 #include "pipebench/backends/gemm_layout.hpp"
 #include "pipebench/backends/stage_layout.hpp"
-#include "pipebench/backends/cuda_device.hpp"
 #include "pipebench/core/error.hpp"
-#include "pipebench/model/synthetic.hpp"
 #include "pipebench/core/units.hpp"
+#include "pipebench/model/synthetic.hpp"
 
 namespace pipebench {
 

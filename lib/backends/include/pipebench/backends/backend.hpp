@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "pipebench/core/job.hpp"
-#include "pipebench/plan/memory.hpp"
 #include "pipebench/model/model.hpp"
+#include "pipebench/plan/memory.hpp"
 #include "pipebench/plan/partition.hpp"
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/schedule/schedule.hpp"

@@ -14,9 +14,9 @@
 #include <string>
 
 #include "pipebench/backends/backend.hpp"
-#include "pipebench/runtime/mpi_comm.hpp"
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/results/records.hpp"
+#include "pipebench/runtime/mpi_comm.hpp"
 #include "pipebench/runtime/transport.hpp"
 
 namespace pipebench {

@@ -21,8 +21,8 @@
 #include <string>
 
 #include "pipebench/runtime/mpi_comm.hpp"
-#include "pipebench/schedule/schedule.hpp"
 #include "pipebench/runtime/transport.hpp"
+#include "pipebench/schedule/schedule.hpp"
 
 namespace pipebench {
 
