@@ -1,6 +1,8 @@
-// The one way the cuda/ sources turn a CUDA runtime error into an Error:
-// "<who>: <what>: <description> (<cudaError name>)". No fmt here: kernels.cu
-// (nvcc, C++17) includes it too.
+// The one way CUDA code turns a CUDA runtime error into an Error:
+// "<who>: <what>: <description> (<cudaError name>)". For sources built only
+// with the CUDA toolkit (backends/src/cuda, runtime's NCCL transport): it
+// includes the CUDA runtime headers. No fmt here: kernels.cu (nvcc, C++17)
+// includes it too.
 #pragma once
 
 #include <string>
