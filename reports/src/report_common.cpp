@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "pipebench/core/units.hpp"
+#include "pipebench/results/metrics.hpp"
 
 namespace pipebench::report_detail {
 
@@ -52,7 +53,7 @@ std::vector<std::string> run_table_row(const RunView& v) {
   const RunResult& r = *v.run;
   std::string failure;
   if (r.status == RunStatus::failed)
-    failure = fmt::format("{} on rank {}: {}", to_string(r.failure_kind), r.failing_rank, r.failure_message);
+    failure = fmt::format("{}: {}", failure_origin(r), r.failure_message);
   else if (r.status == RunStatus::skipped)
     failure = r.failure_message;
   return {r.spec.name,
@@ -102,6 +103,10 @@ std::vector<std::pair<std::string, std::string>> provenance_rows(const FileView&
   return {{"file", f.path},
           {"created (UTC)", attr(root, "created_utc")},
           {"status / evidence", f.result.status + " / " + f.result.evidence_level},
+          {"launch", f.result.launch_status == "complete"
+                         ? std::string("complete")
+                         : "INCOMPLETE (" + f.result.launch_status +
+                               "): the launch was interrupted, lost a rank or was killed; completed runs are kept"},
           {"label", attr(root, "label")},
           {"command line", attr(root, "command_line")},
           {"overrides", overrides},

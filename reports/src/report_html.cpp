@@ -184,7 +184,7 @@ std::string run_section(const FileView& f, const RunView& v) {
                               v.baseline ? " vs baseline " + html_escape(v.baseline->spec.name) : "");
   if (r.status != RunStatus::ok) {
     s += fmt::format("<p class=\"notice\">status <b>{}</b>{}: {}</p>", to_string(r.status),
-                     r.status == RunStatus::failed ? fmt::format(" ({} on rank {})", to_string(r.failure_kind), r.failing_rank) : "",
+                     r.status == RunStatus::failed ? fmt::format(" ({})", failure_origin(r)) : "",
                      html_escape(r.failure_message));
   }
   if (!v.comparison.empty()) {

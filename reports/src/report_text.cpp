@@ -118,6 +118,7 @@ std::string render_summary_json(const ReportData& d) {
       w.begin_object();
       w.field("file", f.path).field("job", job_name(f)).field("created_utc", attr(f.result.root_attrs, "created_utc"));
       w.field("label", attr(f.result.root_attrs, "label")).field("hardware", f.fingerprint);
+      w.field("launch_status", f.result.launch_status);
       w.field("run", r.spec.name).field("status", std::string(to_string(r.status)));
       w.field("failure_kind", std::string(to_string(r.failure_kind))).field("failure_message", r.failure_message);
       w.field("mode", std::string(to_string(r.spec.mode))).field("pipeline_size", r.spec.pipeline_size);

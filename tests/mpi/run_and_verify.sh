@@ -27,8 +27,9 @@ if [[ ${#files[@]} -ne 1 ]]; then
   echo "FAIL: expected exactly one results file under $outdir, found ${#files[@]}: ${files[*]}"
   exit 1
 fi
-if ls "$outdir"/*/*.tmp-* >/dev/null 2>&1; then
-  echo "FAIL: a temporary file was left behind"
+leftover=$(find "$outdir" -name '*.partial' -o -name '*.partial.tmp' -o -name '*.tmp-*')
+if [[ -n $leftover ]]; then
+  echo "FAIL: a checkpoint or temporary file was left behind: $leftover"
   exit 1
 fi
 "$verify" "${files[0]}" "$job" "$np" "${verify_args[@]}" || exit 1

@@ -11,7 +11,7 @@ mpiexec=$1 pipebench=$2 src=$3 out=$4
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 rm -rf "$out"
 run() { local np=$1 dest=$2; shift 2; "$mpiexec" -np "$np" --oversubscribe "$pipebench" run -o "$out/$dest" "$@" > /dev/null; }
-run 2 inputs "$src/tests/data/runner/schedules.toml"
+run 2 inputs "$src/tests/data/runner/schedules.toml" || [[ $? -eq 5 ]]   # its 4-stage runs are skipped on 2 ranks: exit 5
 run 2 inputs "$src/tests/data/runner/cpu_equivalence.toml" --run baseline --run p2_1f1b
 run 2 inputs "$src/tests/data/runner/failures.toml" --run before --run oom --run after || [[ $? -eq 5 ]]
 run 1 inputs "$src/tests/data/report/xss.toml"

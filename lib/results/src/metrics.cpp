@@ -102,6 +102,26 @@ SimCosts measured_costs(const Schedule& s, const std::vector<EventRecord>& event
   return costs;
 }
 
+RunResult interrupted_run(const Job& job, const RunPlan& plan) {
+  RunResult r = base_result(job, plan);
+  r.status = RunStatus::failed;
+  r.failure_kind = FailureKind::interrupted;
+  r.failing_rank = -1;
+  r.failure_message = "the launch ended during this run (a signal, a lost rank, or a kill); its figures are lost";
+  return r;
+}
+
+std::string failure_origin(const RunResult& r) {
+  if (r.failing_rank < 0) return std::string(to_string(r.failure_kind));
+  return fmt::format("{} on rank {}", to_string(r.failure_kind), r.failing_rank);
+}
+
+std::string job_status(const std::vector<RunResult>& runs) {
+  const auto ok = static_cast<std::size_t>(
+      std::count_if(runs.begin(), runs.end(), [](const RunResult& r) { return r.status == RunStatus::ok; }));
+  return ok == runs.size() ? "ok" : ok == 0 ? "failed" : "partial";
+}
+
 RunResult skipped_run(const Job& job, const RunPlan& plan, const std::string& reason) {
   RunResult r = base_result(job, plan);
   r.status = RunStatus::skipped;
@@ -266,7 +286,7 @@ void decide(std::vector<RunResult>& runs) {
     bool ok = true, undecidable = false;
     if (r.status == RunStatus::failed) {
       ok = false;
-      why.push_back(fmt::format("run failed ({}) on rank {}: {}", to_string(r.failure_kind), r.failing_rank,
+      why.push_back(fmt::format("run failed ({}): {}", failure_origin(r),
                                 r.failure_message));
       if (r.failure_kind == FailureKind::oom)
         why.push_back("next: lower micro_batch_size or add stages; do not rely on swapping memory out (seed 000)");

@@ -27,6 +27,7 @@ std::string_view to_string(FailureKind k) {
     case FailureKind::nan: return "nan";
     case FailureKind::timeout: return "timeout";
     case FailureKind::error: return "error";
+    case FailureKind::interrupted: return "interrupted";
   }
   return "?";
 }

@@ -1,6 +1,8 @@
 #include "pipebench/results/results.hpp"
 
 #include <cerrno>
+#include <cstdio>
+#include <fcntl.h>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -343,7 +345,7 @@ RunResult read_run(hid_t runs, const std::string& name) {
   r.status = parse_enum(read_attr_string(g, "status"), {RunStatus::ok, RunStatus::failed, RunStatus::skipped});
   const std::string fk = read_attr_string(g, "failure_kind");
   r.failure_kind = fk.empty() ? FailureKind::none
-                              : parse_enum(fk, {FailureKind::oom, FailureKind::nan, FailureKind::timeout, FailureKind::error});
+                              : parse_enum(fk, {FailureKind::oom, FailureKind::nan, FailureKind::timeout, FailureKind::error, FailureKind::interrupted});
   r.failure_message = read_attr_string(g, "failure_message");
   r.failing_rank = static_cast<int>(read_attr_scalar<std::int64_t>(g, "failing_rank"));
   r.spec.mode = parse_enum(read_attr_string(g, "mode"), {RunMode::train, RunMode::inference});
@@ -479,47 +481,101 @@ std::string default_results_path(const std::string& base_dir, const std::string&
   return p.string();
 }
 
-std::string write_results(const std::string& path, const JobResult& result) {
-  namespace fs = std::filesystem;
-  const fs::path final_path(path);
-  if (final_path.has_parent_path()) fs::create_directories(final_path.parent_path());
-  const std::string tmp = fmt::format("{}.tmp-{}", path, getpid());
+namespace {
+
+// `result` as a complete file at `path` (truncated first), flushed and
+// fsynced. Errors name the path and, where the OS gave one, its reason.
+void write_file(const std::string& path, const JobResult& result) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors surface as ResultsError, not HDF5's stack dump
-  {
-    Hid file(H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)), H5Fclose);
-    attr_scalar<std::int64_t>(file, "schema_version", kResultsSchemaVersion);
-    for (const auto& [k, v] : result.root_attrs) attr_string(file, k.c_str(), v);
-    attr_strings(file, "overrides", result.overrides);
-    attr_string(file, "evidence_level", result.evidence_level);
-    attr_string(file, "status", result.status);
+  errno = 0;
+  try {
     {
-      Hid prov(H5_CHECK(H5Gcreate2(file, "provenance", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
-      for (const auto& [k, v] : result.provenance_attrs) attr_string(prov, k.c_str(), v);
-      attr_strings(prov, "hostnames", result.hostnames);
-      attr_array(prov, "pids", result.pids);
+      Hid file(H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)), H5Fclose);
+      attr_scalar<std::int64_t>(file, "schema_version", kResultsSchemaVersion);
+      for (const auto& [k, v] : result.root_attrs) attr_string(file, k.c_str(), v);
+      attr_strings(file, "overrides", result.overrides);
+      attr_string(file, "evidence_level", result.evidence_level);
+      attr_string(file, "status", result.status);
+      attr_string(file, "launch_status", result.launch_status);
+      {
+        Hid prov(H5_CHECK(H5Gcreate2(file, "provenance", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+        for (const auto& [k, v] : result.provenance_attrs) attr_string(prov, k.c_str(), v);
+        attr_strings(prov, "hostnames", result.hostnames);
+        attr_array(prov, "pids", result.pids);
+      }
+      // Track creation order so readers list runs in the job's order.
+      Hid gcpl(H5_CHECK(H5Pcreate(H5P_GROUP_CREATE)), H5Pclose);
+      H5_CHECK(H5Pset_link_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED));
+      Hid runs(H5_CHECK(H5Gcreate2(file, "runs", H5P_DEFAULT, gcpl, H5P_DEFAULT)), H5Gclose);
+      for (const auto& r : result.runs) write_run(runs, r);
+      if (result.probe) write_probe(file, *result.probe);
+      H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));
     }
-    // Track creation order so readers list runs in the job's order.
-    Hid gcpl(H5_CHECK(H5Pcreate(H5P_GROUP_CREATE)), H5Pclose);
-    H5_CHECK(H5Pset_link_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED));
-    Hid runs(H5_CHECK(H5Gcreate2(file, "runs", H5P_DEFAULT, gcpl, H5P_DEFAULT)), H5Gclose);
-    for (const auto& r : result.runs) write_run(runs, r);
-    if (result.probe) write_probe(file, *result.probe);
-    H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));
+    const int fd = open(path.c_str(), O_RDONLY);
+    if (fd < 0 || fsync(fd) != 0) {
+      const int err = errno;
+      if (fd >= 0) close(fd);
+      throw ResultsError(fmt::format("fsync: {}", std::strerror(err)));
+    }
+    close(fd);
+  } catch (const ResultsError& e) {
+    const int err = errno;
+    throw ResultsError(fmt::format("cannot write results file {}: {}{}", path, e.what(),
+                                   err != 0 ? fmt::format(" ({})", std::strerror(err)) : ""));
   }
+}
+
+}  // namespace
+
+ResultsWriter::ResultsWriter(const std::string& final_path)
+    : final_(final_path), partial_(final_path + ".partial"), tmp_(final_path + ".partial.tmp") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(final_).parent_path();
+  std::error_code ec;
+  if (!dir.empty()) fs::create_directories(dir, ec);
+  if (ec) throw ResultsError(fmt::format("cannot create results folder {}: {}", dir.string(), ec.message()));
+  const int fd = open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw ResultsError(fmt::format("cannot write results file {}: {}", tmp_, std::strerror(errno)));
+  close(fd);
+}
+
+ResultsWriter::~ResultsWriter() {
+  if (!finished_) unlink(tmp_.c_str());  // FINAL.partial stays: the last checkpoint
+}
+
+void ResultsWriter::checkpoint(const JobResult& result) {
+  write_file(tmp_, result);
+  if (std::rename(tmp_.c_str(), partial_.c_str()) != 0)
+    throw ResultsError(fmt::format("cannot rename {} to {}: {}", tmp_, partial_, std::strerror(errno)));
+}
+
+std::string ResultsWriter::finish(const JobResult& result) {
+  write_file(tmp_, result);
   // Publish without ever replacing an existing file: link() fails on EEXIST.
-  const fs::path stem = final_path.parent_path() / final_path.stem();
+  const std::filesystem::path fp(final_);
+  const std::filesystem::path stem = fp.parent_path() / fp.stem();
   for (int i = 0;; ++i) {
-    const std::string candidate = i == 0 ? path : fmt::format("{}-{}.h5", stem.string(), i);
-    if (link(tmp.c_str(), candidate.c_str()) == 0) {
-      unlink(tmp.c_str());
+    const std::string candidate = i == 0 ? final_ : fmt::format("{}-{}.h5", stem.string(), i);
+    if (link(tmp_.c_str(), candidate.c_str()) == 0) {
+      unlink(tmp_.c_str());
+      unlink(partial_.c_str());
+      finished_ = true;
       return candidate;
     }
-    if (errno != EEXIST) {
-      const std::string why = std::strerror(errno);
-      unlink(tmp.c_str());
-      throw ResultsError(fmt::format("cannot create {}: {}", candidate, why));
-    }
+    if (errno != EEXIST)
+      throw ResultsError(fmt::format("cannot create results file {}: {}", candidate, std::strerror(errno)));
   }
+}
+
+bool publish_partial(const char* partial, const char* final_path) noexcept {
+  if (link(partial, final_path) != 0) return false;
+  unlink(partial);
+  return true;
+}
+
+std::string write_results(const std::string& path, const JobResult& result) {
+  ResultsWriter writer(path);
+  return writer.finish(result);
 }
 
 JobResult read_results(const std::string& path) {
@@ -535,6 +591,7 @@ JobResult read_results(const std::string& path) {
   jr.overrides = read_attr_strings(file, "overrides");
   jr.evidence_level = read_attr_string(file, "evidence_level");
   jr.status = read_attr_string(file, "status");
+  jr.launch_status = has_attr(file, "launch_status") ? read_attr_string(file, "launch_status") : "complete";
   {
     Hid prov(H5_CHECK(H5Gopen2(file, "provenance", H5P_DEFAULT)), H5Gclose);
     H5O_info_t info;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <type_traits>
 #include <unistd.h>
@@ -23,6 +24,7 @@
 #include "pipebench/results/results.hpp"
 #include "pipebench/runtime/device_binding.hpp"
 #include "pipebench/runtime/executor.hpp"
+#include "pipebench/runtime/interrupt.hpp"
 #include "pipebench/runtime/mpi_comm.hpp"
 #include "pipebench/runtime/provenance.hpp"
 #include "pipebench/runtime/transport_mpi.hpp"
@@ -365,7 +367,19 @@ struct JobContext {
   FaultInjection fault;
   TransportKind transport_kind;
   int world_rank = 0;
+  ResultsWriter* writer = nullptr;  // rank 0 without --dry-run
 };
+
+// Rank 0: the job so far (decided, with its status) as the results
+// checkpoint; with `in_progress`, that run is in it as interrupted.
+void checkpoint(const JobContext& ctx, JobResult& jr, const RunPlan* in_progress = nullptr) {
+  if (!ctx.writer) return;
+  if (in_progress) jr.runs.push_back(interrupted_run(ctx.job, *in_progress));
+  decide(jr.runs);
+  jr.status = job_status(jr.runs);
+  ctx.writer->checkpoint(jr);
+  if (in_progress) jr.runs.pop_back();
+}
 
 // The ranks of `rp` (run communicator `comm`) execute it; rank 0 gathers the
 // records, prints the summary and appends the RunResult to `jr`. Returns
@@ -413,44 +427,43 @@ void run_one(const JobContext& ctx, const RunPlan& rp, int world_size, Watchdog&
     if (root) {
       fmt::print("\n== run {}: skipped ({})\n", rp.run.name, reason);
       jr.runs.push_back(skipped_run(ctx.job, rp, reason));
+      checkpoint(ctx, jr);
     }
     return;
   }
-  if (root)
+  if (root) {
     fmt::print("\n== run {}: {} ranks, {}, schedule {}, micro_batch_size {} x {} micro-batches\n", rp.run.name, p,
                to_string(rp.run.mode), rp.schedule.name, rp.run.micro_batch_size, rp.run.num_microbatches);
+    checkpoint(ctx, jr, &rp);
+  }
   MPI_Comm comm = MPI_COMM_NULL;
   PIPEBENCH_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, ctx.world_rank < p ? 0 : MPI_UNDEFINED, ctx.world_rank, &comm));
   // A failed run may leave an unmatched step barrier on `comm`; such a
   // communicator is never freed (one per failed run), so no later
   // collective can be matched against it.
   if (comm != MPI_COMM_NULL && execute_on_ranks(ctx, rp, comm, watchdog, jr)) MPI_Comm_free(&comm);
+  if (root) checkpoint(ctx, jr);
   PIPEBENCH_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
 }
 
 // Collective: the decision and the job status on rank 0, whether any run
-// failed everywhere; rank 0 then writes the file and prints the table.
-RunOutcome finish_job(const Job& job, const RunOptions& options, bool root, JobResult& jr) {
+// failed or was skipped, everywhere; rank 0 then publishes the file and
+// prints the table.
+RunOutcome finish_job(const JobContext& ctx, bool root, JobResult& jr) {
   RunOutcome outcome;
   if (root) {
     decide(jr.runs);
-    std::size_t ok = 0, failed = 0;
-    for (const auto& r : jr.runs) {
-      ok += r.status == RunStatus::ok;
-      failed += r.status == RunStatus::failed;
-    }
-    outcome.any_failed = failed > 0;
-    jr.status = ok == jr.runs.size() ? "ok" : ok == 0 ? "failed" : "partial";
+    jr.status = job_status(jr.runs);
+    outcome.any_failed = jr.status != "ok";
   }
   int any_failed = outcome.any_failed ? 1 : 0;
   PIPEBENCH_MPI_CHECK(MPI_Bcast(&any_failed, 1, MPI_INT, 0, MPI_COMM_WORLD));
   outcome.any_failed = any_failed != 0;
-  if (!root || options.dry_run) return outcome;
+  if (!ctx.writer) return outcome;
 
-  describe_job_result(jr, job, options.command_line, options.label);
-  const std::string id = slurm_job_id().empty() ? std::to_string(getpid()) : slurm_job_id();
-  outcome.results_path =
-      write_results(default_results_path(options.output_dir, job.name, options.label, utc_stamp(), id), jr);
+  jr.launch_status = "complete";
+  outcome.results_path = ctx.writer->finish(jr);
+  stop_publishing_on_signal();
   fmt::print("\n{:<24} {:<8} {:>12} {:>10} {:>10} {:>10}  {}\n", "run", "status", "step time", "bubble", "analytic",
              "peak mem", "decision");
   for (const auto& r : jr.runs)
@@ -472,16 +485,30 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
 
   // Plans first, on every rank: invalid selections fail before anything runs.
   const JobPlan plan = plan_job(job, options.run_names);
-  const JobContext ctx{job, options, FaultInjection::from_env(), job.device.resolved_transport(), world_rank};
+  JobContext ctx{job, options, FaultInjection::from_env(), job.device.resolved_transport(), world_rank};
   const GpuBinding gpus = bind_devices(job, plan, ctx.transport_kind, world_rank, world_size);
   tighten_timer_slack();  // modelled sleeps and waiting naps wake on time
 
   JobResult jr = describe_world(job, gpus, ctx.transport_kind, world_size, root);
-  if (root) print_job_header(job, jr, gpus, ctx.transport_kind, options);
+  std::optional<ResultsWriter> writer;
+  if (root) {
+    print_job_header(job, jr, gpus, ctx.transport_kind, options);
+    if (!options.dry_run) {
+      // The file exists (as a checkpoint) before the first run: a folder
+      // that cannot take it stops the launch here, not after the last run.
+      describe_job_result(jr, job, options.command_line, options.label);
+      jr.launch_status = "incomplete";
+      const std::string id = slurm_job_id().empty() ? std::to_string(getpid()) : slurm_job_id();
+      writer.emplace(default_results_path(options.output_dir, job.name, options.label, utc_stamp(), id));
+      ctx.writer = &*writer;
+      checkpoint(ctx, jr);
+      publish_results_on_signal(writer->partial_path(), writer->final_path());
+    }
+  }
 
   Watchdog watchdog;
   for (const RunPlan& rp : plan.runs) run_one(ctx, rp, world_size, watchdog, jr);
-  return finish_job(job, options, root, jr);
+  return finish_job(ctx, root, jr);
 }
 
 }  // namespace pipebench

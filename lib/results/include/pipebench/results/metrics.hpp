@@ -35,6 +35,14 @@ SimCosts measured_costs(const Schedule& s, const std::vector<EventRecord>& event
 RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<RankRecord>& ranks);
 
 // A run that did not execute: not enough ranks.
+// The placeholder of a run in progress in a results checkpoint: failed,
+// kind interrupted. A completed run replaces it.
+RunResult interrupted_run(const Job& job, const RunPlan& plan);
+// Where a failed run failed, for people: "oom on rank 1"; "interrupted"
+// when no rank is to blame (the launch ended).
+std::string failure_origin(const RunResult& r);
+// The job's status over its runs: ok (every run ok), failed (none ok), partial.
+std::string job_status(const std::vector<RunResult>& runs);
 RunResult skipped_run(const Job& job, const RunPlan& plan, const std::string& reason);
 
 // Fills loss_max_rel_dev, decision and decision_reasons of every run that has

@@ -44,7 +44,9 @@ struct StepRecord {
 };
 
 enum class RunStatus { ok, failed, skipped };
-enum class FailureKind { none, oom, nan, timeout, error };
+// interrupted: the launch ended during this run (a signal, a lost rank);
+// the run's figures are lost, the runs before it are kept.
+enum class FailureKind { none, oom, nan, timeout, error, interrupted };
 // The evidence a backend's figures are (SPEC §7): simulated, measured-cpu, measured-gpu.
 std::string_view evidence_level(BackendKind backend);
 
@@ -129,6 +131,10 @@ struct JobResult {
   std::vector<std::int64_t> pids;                       // per world rank (/provenance)
   std::map<std::string, std::string> provenance_attrs;  // /provenance
   std::string status = "ok";                            // ok | failed | partial
+  // complete: the launch ran to its end. incomplete: a checkpoint written
+  // after the last completed run (the launch was interrupted, lost a rank or
+  // was killed; see ResultsWriter).
+  std::string launch_status = "complete";
   std::string evidence_level;                           // simulated | measured-cpu | measured-gpu
   std::vector<RunResult> runs;
   std::optional<ProbeResult> probe;  // /probe, in files written by `pipebench probe`

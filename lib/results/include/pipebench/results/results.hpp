@@ -1,7 +1,7 @@
 // HDF5 results, schema 1 (SPEC §7, docs/results-format.md): one file per
-// `pipebench run`, written by rank 0, atomically (temporary name, then a
-// hard link to the final name, which fails rather than overwrite), and the
-// reader that reports and tests use.
+// `pipebench run`, written by rank 0 run by run (ResultsWriter), published
+// atomically (a hard link to the final name, which fails rather than
+// overwrite), and the reader that reports and tests use.
 #pragma once
 
 #include <string>
@@ -18,8 +18,46 @@ inline constexpr int kResultsSchemaVersion = 1;
 std::string default_results_path(const std::string& base_dir, const std::string& job_name, const std::string& label,
                                  const std::string& utc_stamp, const std::string& id);
 
-// Writes `result` to `path` (creating parent folders). If `path` exists,
-// "-1", "-2", ... is appended before ".h5"; returns the path written.
+// A results file kept durable while a job runs (docs/results-format.md,
+// "Durability"). Until finish() the file lives as FINAL.partial, which is at
+// every moment a complete, valid results file: checkpoint() writes the whole
+// JobResult so far to FINAL.partial.tmp, flushes and fsyncs it, and renames
+// it over FINAL.partial (atomic), so a kill at any instant leaves the
+// previous checkpoint or the new one, never a torn file. finish() writes the
+// last version and publishes it as FINAL (or FINAL-1.h5, ...: an existing
+// file is never replaced) and removes FINAL.partial.
+//
+// An interrupted launch publishes FINAL.partial as FINAL with
+// publish_partial() (async-signal-safe: link and unlink only); one killed
+// outright leaves FINAL.partial, which `pipebench report` reads as it is.
+class ResultsWriter {
+ public:
+  // Creates the folders and proves the folder writable by creating
+  // FINAL.partial.tmp; ResultsError naming the path and the OS reason.
+  explicit ResultsWriter(const std::string& final_path);
+  ResultsWriter(const ResultsWriter&) = delete;
+  ResultsWriter& operator=(const ResultsWriter&) = delete;
+  ~ResultsWriter();
+
+  void checkpoint(const JobResult& result);
+  // Returns the path published.
+  std::string finish(const JobResult& result);
+
+  const std::string& final_path() const { return final_; }
+  const std::string& partial_path() const { return partial_; }
+
+ private:
+  std::string final_, partial_, tmp_;
+  bool finished_ = false;
+};
+
+// Publishes `partial` as `final` (link, then unlink `partial`); false when it
+// cannot (no checkpoint yet, `final` exists). Async-signal-safe.
+bool publish_partial(const char* partial, const char* final_path) noexcept;
+
+// Writes `result` to `path` in one go (ResultsWriter without checkpoints).
+// If `path` exists, "-1", "-2", ... is appended before ".h5"; returns the
+// path written.
 std::string write_results(const std::string& path, const JobResult& result);
 
 // Reads a file written by write_results (any schema-1 file).
