@@ -21,6 +21,15 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
+// NAME.h5, and NAME.h5.partial: the checkpoint a killed launch leaves
+// (results.hpp, ResultsWriter), read as it is and shown as incomplete.
+bool is_results_file_name(const std::string& name) {
+  auto ends_with = [&](const std::string& suffix) {
+    return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ends_with(".h5") || ends_with(".h5.partial");
+}
+
 std::vector<std::string> expand(const std::vector<std::string>& inputs, std::vector<SkippedFile>& skipped) {
   namespace fs = std::filesystem;
   std::vector<std::string> files;
@@ -29,7 +38,7 @@ std::vector<std::string> expand(const std::vector<std::string>& inputs, std::vec
     if (fs::is_directory(in, ec)) {
       std::vector<std::string> found;
       for (const auto& e : fs::recursive_directory_iterator(in, ec))
-        if (e.is_regular_file() && e.path().extension() == ".h5") found.push_back(e.path().string());
+        if (e.is_regular_file() && is_results_file_name(e.path().filename().string())) found.push_back(e.path().string());
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());
     } else if (fs::is_regular_file(in, ec)) {

@@ -116,6 +116,72 @@ TEST_CASE("write_results never overwrites and leaves no temporary file", "[resul
   fs::remove_all(dir);
 }
 
+TEST_CASE("ResultsWriter: every checkpoint is a valid file; finish publishes and removes it", "[results]") {
+  const fs::path dir = temp_dir();
+  const std::string final_path = (dir / "job" / "r.h5").string();
+  JobResult jr = sample();
+  const RunResult first = jr.runs.at(0);
+  {
+    ResultsWriter w(final_path);
+    CHECK(w.partial_path() == final_path + ".partial");
+    CHECK(fs::exists(final_path + ".partial.tmp"));  // the folder was proven writable at once
+    jr.launch_status = "incomplete";
+    jr.runs = {first};
+    w.checkpoint(jr);
+    JobResult back = read_results(w.partial_path());
+    CHECK(back.launch_status == "incomplete");
+    CHECK(back.runs.size() == 1);
+    jr.runs.push_back(first);
+    jr.runs.back().spec.name = "second";
+    w.checkpoint(jr);
+    CHECK(read_results(w.partial_path()).runs.size() == 2);
+    CHECK_FALSE(fs::exists(final_path));
+    jr.launch_status = "complete";
+    CHECK(w.finish(jr) == final_path);
+  }
+  CHECK(read_results(final_path).launch_status == "complete");
+  CHECK_FALSE(fs::exists(final_path + ".partial"));
+  CHECK_FALSE(fs::exists(final_path + ".partial.tmp"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("ResultsWriter: an abandoned launch keeps its checkpoint; publish_partial links it into place", "[results]") {
+  const fs::path dir = temp_dir();
+  const std::string final_path = (dir / "r.h5").string();
+  JobResult jr = sample();
+  jr.launch_status = "incomplete";
+  {
+    ResultsWriter w(final_path);
+    w.checkpoint(jr);
+  }  // destroyed without finish(): what a crash leaves
+  CHECK(fs::exists(final_path + ".partial"));
+  CHECK_FALSE(fs::exists(final_path + ".partial.tmp"));
+  CHECK(read_results(final_path + ".partial").runs.size() == jr.runs.size());
+  CHECK(publish_partial((final_path + ".partial").c_str(), final_path.c_str()));
+  CHECK(read_results(final_path).launch_status == "incomplete");
+  CHECK_FALSE(fs::exists(final_path + ".partial"));
+  // Never over an existing file.
+  std::ofstream(final_path + ".partial") << "x";
+  CHECK_FALSE(publish_partial((final_path + ".partial").c_str(), final_path.c_str()));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("ResultsWriter: a folder that cannot be written is refused at once, with the path and the reason", "[results]") {
+  const fs::path dir = temp_dir();
+  fs::create_directories(dir);
+  std::ofstream(dir / "plain-file") << "x";
+  const std::string bad = (dir / "plain-file" / "job" / "r.h5").string();
+  try {
+    ResultsWriter w(bad);
+    FAIL("no error for a folder under a plain file");
+  } catch (const ResultsError& e) {
+    const std::string msg = e.what();
+    CHECK_THAT(msg, Catch::Matchers::Contains((dir / "plain-file").string()));
+    CHECK_THAT(msg, Catch::Matchers::Contains("Not a directory"));
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("read_results rejects what is not a results file", "[results]") {
   const fs::path dir = temp_dir();
   fs::create_directories(dir);

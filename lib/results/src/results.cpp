@@ -520,8 +520,8 @@ void write_file(const std::string& path, const JobResult& result) {
     close(fd);
   } catch (const ResultsError& e) {
     const int err = errno;
-    throw ResultsError(fmt::format("cannot write results file {}: {}{}", path, e.what(),
-                                   err != 0 ? fmt::format(" ({})", std::strerror(err)) : ""));
+    if (err != 0) throw ResultsError(fmt::format("cannot write results file {}: {} ({})", path, std::strerror(err), e.what()));
+    throw ResultsError(fmt::format("cannot write results file {}: {}", path, e.what()));
   }
 }
 

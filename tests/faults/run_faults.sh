@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# The fault table (docs/runner.md, "Interrupted launches"): a two-run job
+# (tests/data/faults/two_runs.toml, 2 ranks, sim backend) is hit during its
+# second run, and each row checks what is left: completed runs kept in a
+# valid file, no hang, the exit code. Rerun by hand:
+#   bash tests/faults/run_faults.sh build/bench/pipebench mpirun /tmp/faults [SCENARIO...]
+# Scenarios: sigterm_mpirun sigint_mpirun sigusr1_mpirun sigkill_rank1
+# sigkill_rank0 full_folder read_only_folder (default: all). The two folder
+# rows mount a small tmpfs and are skipped where mounting is not allowed.
+set -uo pipefail
+pipebench=$(realpath "$1") mpiexec=$2 out=$3
+shift 3
+here=$(cd "$(dirname "$0")" && pwd)
+job=$here/../data/faults/two_runs.toml
+py=/usr/bin/python3   # Debian's, with h5py
+scenarios=("$@")
+((${#scenarios[@]})) || scenarios=(sigterm_mpirun sigint_mpirun sigusr1_mpirun sigkill_rank1 sigkill_rank0 full_folder read_only_folder)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+rm -rf "$out" && mkdir -p "$out"
+
+HANG_S=60  # a launch still alive this long after the fault counts as a hang
+launch_pid="" log="" rows=() failures=0 mounts=()
+cleanup() {
+  [[ -n $launch_pid ]] && kill -KILL "$launch_pid" 2>/dev/null
+  for m in "${mounts[@]}"; do umount "$m" 2>/dev/null; done
+}
+trap cleanup EXIT
+
+# start DIR: the job in the background writing under DIR; sets launch_pid,
+# log (OUT/<scenario>.log, outside DIR, which may be read-only or full).
+start() {
+  log=$out/$s.log
+  "$mpiexec" -np 2 --oversubscribe "$pipebench" run "$job" -o "$1" > "$log" 2>&1 &
+  launch_pid=$!
+}
+# Waits until the second run is under way (its first step printed).
+wait_second_run() {
+  for _ in $(seq 1 300); do
+    grep -q '\[second\] step 1/' "$log" && return 0
+    kill -0 "$launch_pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+# The pid of world rank R among mpirun's children.
+rank_pid() {
+  local p
+  for p in $(ps -o pid= --ppid "$launch_pid"); do
+    if tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then echo "$p"; return; fi
+  done
+}
+# Waits for the launch to end; sets rc to its exit code, or "hang" after HANG_S.
+finish() {
+  for _ in $(seq 1 $((HANG_S * 10))); do
+    if ! kill -0 "$launch_pid" 2>/dev/null; then
+      wait "$launch_pid"; rc=$?; launch_pid=""; return
+    fi
+    sleep 0.1
+  done
+  kill -KILL "$launch_pid" 2>/dev/null; wait "$launch_pid" 2>/dev/null; launch_pid=""
+  rc=hang
+}
+row() {  # NAME RESULT DETAIL
+  rows+=("$(printf '%-18s %-5s %s' "$1" "$2" "$3")")
+  [[ $2 == FAIL ]] && failures=$((failures + 1))
+}
+# The row for a launch that should leave DIR/<job>/*.h5 (or *.h5.partial).
+check_kept() {  # NAME DIR RC SUFFIX
+  local name=$1 dir=$2 rc=$3 suffix=$4 files verdict
+  [[ $rc == hang ]] && { row "$name" FAIL "hang: still running ${HANG_S}s after the fault"; return; }
+  [[ $rc == 0 ]] && { row "$name" FAIL "exit 0 for an interrupted launch"; return; }
+  mapfile -t files < <(find "$dir" -name "*$suffix")
+  if ((${#files[@]} != 1)); then row "$name" FAIL "exit $rc; expected one *$suffix, found ${#files[@]}"; return; fi
+  verdict=$("$py" "$here/check_interrupted.py" "${files[0]}")
+  [[ $verdict == FAIL* ]] && { row "$name" FAIL "exit $rc; $verdict"; return; }
+  row "$name" ok "exit $rc; ${files[0]#"$out"/} $verdict"
+}
+
+for s in "${scenarios[@]}"; do
+  dir=$out/$s
+  case $s in
+    sigterm_mpirun | sigint_mpirun | sigusr1_mpirun)
+      sig=${s%_mpirun}; sig=${sig#sig}
+      start "$dir"
+      wait_second_run || { row "$s" FAIL "the second run never started: $(tail -2 "$log")"; continue; }
+      kill -"${sig^^}" "$launch_pid"
+      finish
+      check_kept "$s" "$dir" "$rc" .h5
+      ;;
+    sigkill_rank1 | sigkill_rank0)
+      start "$dir"
+      wait_second_run || { row "$s" FAIL "the second run never started"; continue; }
+      pid=$(rank_pid "${s#sigkill_rank}")
+      [[ -n $pid ]] || { row "$s" FAIL "rank ${s#sigkill_rank} not found"; continue; }
+      kill -KILL "$pid"
+      finish
+      if [[ $s == sigkill_rank1 ]]; then
+        check_kept "$s" "$dir" "$rc" .h5
+      else
+        # Nothing could publish: the checkpoint stays, and report reads it.
+        check_kept "$s" "$dir" "$rc" .h5.partial
+        if "$pipebench" report "$dir" -o "$dir/report" > /dev/null 2>&1 &&
+           grep -q '"launch_status": "incomplete"' "$dir/report/summary.json"; then
+          row "  report of it" ok "reads the .h5.partial, shows launch INCOMPLETE"
+        else
+          row "  report of it" FAIL "report did not read the checkpoint as incomplete"
+        fi
+      fi
+      ;;
+    full_folder)
+      mkdir -p "$dir/fs"
+      if ! mount -t tmpfs -o size=2m tmpfs "$dir/fs" 2>/dev/null; then row "$s" skip "cannot mount a tmpfs here"; continue; fi
+      mounts+=("$dir/fs")
+      start "$dir/fs"
+      wait_second_run || { row "$s" FAIL "the second run never started"; continue; }
+      dd if=/dev/zero of="$dir/fs/filler" bs=64k 2> /dev/null   # until ENOSPC
+      finish
+      partial=$(find "$dir/fs" -name '*.h5.partial' | head -1)
+      if [[ $rc == hang || $rc == 0 ]]; then
+        row "$s" FAIL "exit $rc"
+      elif ! grep -q 'No space left on device' "$log"; then
+        row "$s" FAIL "exit $rc; no 'No space left on device' in: $(grep pipebench: "$log" | tail -1)"
+      elif [[ -z $partial ]] || [[ $("$py" "$here/check_interrupted.py" "$partial") == FAIL* ]]; then
+        row "$s" FAIL "exit $rc; the checkpoint with the first run is missing or damaged"
+      else
+        row "$s" ok "exit $rc; $(grep -o 'cannot write results file.*' "$log" | head -1 | sed "s#$out/##"); first run kept in the checkpoint"
+      fi
+      ;;
+    read_only_folder)
+      mkdir -p "$dir/fs"
+      if ! mount -t tmpfs -o ro,size=1m tmpfs "$dir/fs" 2>/dev/null; then row "$s" skip "cannot mount a tmpfs here"; continue; fi
+      mounts+=("$dir/fs")
+      start "$dir/fs/results"
+      finish
+      if [[ $rc == hang || $rc == 0 ]]; then
+        row "$s" FAIL "exit $rc"
+      elif grep -q '== run first' "$log"; then
+        row "$s" FAIL "exit $rc, but a run started before the folder was checked"
+      elif ! grep -q "$dir/fs/results.*Read-only file system" "$log"; then
+        row "$s" FAIL "exit $rc; message lacks the path or the OS reason: $(grep pipebench: "$log" | head -1)"
+      else
+        row "$s" ok "exit $rc before any run; $(grep -o 'cannot create results folder.*' "$log" | head -1 | sed "s#$out/##")"
+      fi
+      ;;
+    *) row "$s" FAIL "unknown scenario" ;;
+  esac
+done
+
+printf '%-18s %-5s %s\n' scenario result detail
+printf '%s\n' "${rows[@]}"
+exit $((failures > 0))
