@@ -74,6 +74,13 @@ class StepRun {
   }
 
  private:
+  void check_deadline(const std::string& what) const {
+    const double elapsed = now_s() - t0_;
+    if (elapsed > job_.train.step_timeout_s)
+      throw StepTimeoutError(fmt::format("rank {}: step {} passed the step timeout ({} s) after {} ({:.3f} s into the step)",
+                                         rank_, step_, job_.train.step_timeout_s, what, elapsed));
+  }
+
   // Every step starts together (a barrier), then runs under its deadline.
   void start() {
     const double timeout = job_.train.step_timeout_s;
@@ -95,7 +102,7 @@ class StepRun {
           throw Error(fmt::format("injected error (PIPEBENCH_FAULT) on rank {} at step {}", rank_, step_));
         ev.start_s = now_s() - t0_;
         backend_.forward(step_, a.microbatch);
-        sr_.forward_s += finish(ev);
+        sr_.forward_s += finish(ev, a);
         if (v == V_ - 1) add_loss(a.microbatch);
         if (v < V_ - 1) send(ActionKind::F, v + 1, a);
         break;
@@ -103,13 +110,13 @@ class StepRun {
         if (v < V_ - 1) receive(ActionKind::B, v + 1, a.microbatch);
         ev.start_s = now_s() - t0_;
         backend_.backward(step_, a.microbatch);
-        sr_.backward_s += finish(ev);
+        sr_.backward_s += finish(ev, a);
         if (v > 0) send(ActionKind::B, v - 1, a);
         break;
       case ActionKind::W:
         ev.start_s = now_s() - t0_;
         backend_.weight_grad(step_, a.microbatch);
-        sr_.backward_s += finish(ev);
+        sr_.backward_s += finish(ev, a);
         break;
     }
     return ev;
@@ -129,8 +136,11 @@ class StepRun {
   }
 
   // An action's compute time: the backend's device clock where it has one.
-  double finish(EventRecord& ev) {
+  // A step past its deadline ends here, even when no wait would notice it
+  // (a single stage, or a rank that never waits long).
+  double finish(EventRecord& ev, const Action& a) {
     ev.end_s = now_s() - t0_;
+    check_deadline(to_string(a));
     const double device_s = backend_.last_action_device_s();
     if (device_s >= 0.0) ev.end_s = ev.start_s + device_s;
     return ev.end_s - ev.start_s;
@@ -167,6 +177,7 @@ class StepRun {
     const double s0 = now_s();
     backend_.optimizer_step(step_, scale);
     sr_.optimizer_s = now_s() - s0;
+    check_deadline("the optimizer step");
   }
 
   // Progress for run rank 0: the step time (max) and loss (last stage), and busy (sum).
