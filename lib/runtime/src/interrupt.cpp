@@ -31,21 +31,7 @@ const char* signal_name(int sig) {
 }
 
 void on_signal(int sig) {
-  say("\npipebench: ");
-  say(signal_name(sig));
-  if (g_armed) {
-    g_armed = 0;
-    if (publish_partial(g_partial, g_final)) {
-      say(": launch interrupted; completed runs kept in ");
-      say(g_final);
-    } else {
-      say(": launch interrupted; the last checkpoint is ");
-      say(g_partial);
-    }
-  } else {
-    say(": launch interrupted");
-  }
-  say("\n");
+  publish_results_now(signal_name(sig));
   std::signal(sig, SIG_DFL);
   raise(sig);
 }
@@ -75,5 +61,23 @@ void publish_results_on_signal(const std::string& partial, const std::string& fi
 }
 
 void stop_publishing_on_signal() { g_armed = 0; }
+
+void publish_results_now(const char* why) noexcept {
+  say("\npipebench: ");
+  say(why);
+  if (g_armed) {
+    g_armed = 0;
+    if (publish_partial(g_partial, g_final)) {
+      say(": launch interrupted; completed runs kept in ");
+      say(g_final);
+    } else {
+      say(": launch interrupted; the last checkpoint is ");
+      say(g_partial);
+    }
+  } else {
+    say(": launch interrupted");
+  }
+  say("\n");
+}
 
 }  // namespace pipebench

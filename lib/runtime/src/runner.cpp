@@ -178,6 +178,7 @@ class Watchdog {
         std::fprintf(stderr, "pipebench: watchdog: %s did not finish long after its step timeout; aborting (exit 124)\n",
                      what_.c_str());
         std::fflush(stderr);
+        publish_results_now("watchdog");  // rank 0: the checkpoint, with this run as interrupted
         std::_Exit(124);
       }
     }

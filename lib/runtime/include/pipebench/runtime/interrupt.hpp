@@ -17,5 +17,8 @@ namespace pipebench {
 void publish_results_on_signal(const std::string& partial, const std::string& final_path);
 // Disarms (the launch published its file itself); the handlers then only end the process.
 void stop_publishing_on_signal();
+// What the handler does, for the watchdog before it ends the process:
+// publishes the checkpoint when armed and says so. Async-signal-safe.
+void publish_results_now(const char* why) noexcept;
 
 }  // namespace pipebench
