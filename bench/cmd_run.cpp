@@ -33,7 +33,16 @@ Handler add_run_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--set", opts->overrides, "override a key before validation: dotted.key=value, run.NAME.key=value (repeatable)");
   cmd->add_option("--backend", opts->backend, "shorthand for --set device.backend=B")
       ->check(CLI::IsMember({"cpu", "sim", "cuda"}));
-  cmd->add_option("--label", opts->run.label, "tag of a measurement campaign: results/<job>/<label>/...");
+  cmd->add_option("--label", opts->run.label, "tag of a measurement campaign: results/<job>/<label>/...")
+      ->check(CLI::Validator(
+          [](const std::string& s) -> std::string {
+            // One folder name under results/<job>/: never a path that leaves -o.
+            const bool ok = !s.empty() && s.size() <= 128 && s[0] != '.' &&
+                            s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
+                                std::string::npos;
+            return ok ? "" : "a label is one folder name: letters, digits, '.', '_', '-', not starting with '.'";
+          },
+          "LABEL"));
   cmd->add_flag("--dry-run", opts->run.dry_run, "build every stage, check its layer range against the plan, print, exit");
   return [opts] {
     std::vector<std::string> overrides = opts->overrides;
