@@ -1,6 +1,7 @@
 // `pipebench probe JOB.toml --run NAME [--lo 1] [--hi 256] [--steps 3]
 //   [--trial-timeout S] [--launcher "mpirun -np {ranks}"] [--set k=v]... [-o DIR]`
 // No MPI in this process: each trial is its own `pipebench run` launch.
+#include <cmath>
 #include <climits>
 #include <cstdlib>
 #include <filesystem>
@@ -43,7 +44,17 @@ Handler add_probe_command(CLI::App& app) {
   cmd->add_option("--hi", opts->probe.hi, "an upper bound to try (default 256)")->check(CLI::PositiveNumber);
   cmd->add_option("--steps", opts->probe.steps, "counted steps per trial (default 3)")->check(CLI::PositiveNumber);
   cmd->add_option("--trial-timeout", opts->probe.trial_timeout_s, "seconds before a trial is killed (default 900)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](const std::string& v) -> std::string {
+            double x = 0.0;
+            try {
+              x = std::stod(v);
+            } catch (const std::exception&) {
+              return "not a number";
+            }
+            return x > 0.0 && std::isfinite(x) ? "" : "must be a positive, finite number of seconds";
+          },
+          "SECONDS"));
   cmd->add_option("--launcher", opts->probe.launcher,
                   "command prefix of a trial; {ranks} becomes the run's pipeline_size (default \"mpirun -np {ranks}\"; "
                   "e.g. \"srun --mpi=pmix -n {ranks}\")");

@@ -1,10 +1,12 @@
 // The micro-batch probe's search and classification, with a fake launcher
 // (tests/probe/fake_trial.sh) standing in for mpirun: every outcome and every
 // stop condition.
+#include <limits>
 #include <cstdlib>
 
 #include <catch2/catch.hpp>
 
+#include "pipebench/core/error.hpp"
 #include "pipebench/probe/probe.hpp"
 
 using namespace pipebench;
@@ -43,7 +45,11 @@ std::vector<int> sizes(const ProbeResult& r) {
 }  // namespace
 
 TEST_CASE("classification: OOM signatures, plain errors, NaN, timeouts", "[probe]") {
-  CHECK(classify_trial(0, false, "ok") == TrialOutcome::ok);
+  CHECK(classify_trial(0, false, "  -- pipe: status ok") == TrialOutcome::ok);
+  // A trial that did not run the run is never a fit.
+  CHECK(classify_trial(0, false, "") == TrialOutcome::error);  // e.g. --launcher "true"
+  CHECK(classify_trial(5, false, "== run pipe: skipped (needs 2 ranks, the world has 1)") == TrialOutcome::error);
+  CHECK(classify_trial(0, false, "== run pipe: skipped (needs 2 ranks, the world has 1)\n  -- pipe: status ok") == TrialOutcome::error);
   CHECK(classify_trial(5, false, "rank 0: out of memory: tried to allocate 2 GiB") == TrialOutcome::oom);
   CHECK(classify_trial(1, false, "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate") == TrialOutcome::oom);
   CHECK(classify_trial(1, false, "cudaErrorMemoryAllocation") == TrialOutcome::oom);
@@ -147,4 +153,22 @@ TEST_CASE("a trial past its timeout is killed and stops the search", "[probe]") 
 TEST_CASE("invalid bounds are rejected", "[probe]") {
   CHECK_THROWS(run_probe(options(4, 4)));
   CHECK_THROWS(run_probe(options(0, 4)));
+}
+
+TEST_CASE("a trial timeout that is not a positive number of seconds is refused", "[probe]") {
+  for (double bad : {std::numeric_limits<double>::quiet_NaN(), 0.0, -5.0, std::numeric_limits<double>::infinity()}) {
+    ProbeOptions o = options();
+    o.trial_timeout_s = bad;
+    CHECK_THROWS_AS(run_probe(o), ConfigError);
+  }
+}
+
+TEST_CASE("a launcher that starts nothing finds no fit", "[probe]") {
+  ProbeOptions o = options(1, 8);
+  o.launcher = "true";  // exits 0 and prints nothing: the run never ran
+  const ProbeResult r = run_probe(o);
+  REQUIRE(r.trials.size() == 1);
+  CHECK(r.trials[0].outcome == TrialOutcome::error);
+  CHECK(r.max_micro_batch == 0);
+  CHECK(r.recommended_micro_batch == 0);
 }

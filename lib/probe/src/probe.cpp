@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -44,6 +45,21 @@ std::string tail_lines(const std::string& s, std::size_t lines) {
   return s.substr(start);
 }
 
+// SIGINT/SIGTERM while a trial runs: the trial's process group is in its
+// own group (Ctrl-C does not reach it), so the probe stops it, then ends
+// with the signal.
+volatile std::sig_atomic_t g_stop_signal = 0;
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+// Ends the process group `pid` leads: SIGTERM, up to `grace_s` to exit, SIGKILL.
+void stop_group(pid_t pid, int& status, double grace_s) {
+  kill(-pid, SIGTERM);
+  const double until = now_s() + grace_s;
+  while (waitpid(pid, &status, WNOHANG) == 0 && now_s() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  kill(-pid, SIGKILL);
+  waitpid(pid, &status, 0);
+}
+
 }  // namespace
 
 TrialOutcome classify_trial(int exit_code, bool timed_out, const std::string& output) {
@@ -53,7 +69,11 @@ TrialOutcome classify_trial(int exit_code, bool timed_out, const std::string& ou
   for (const char* sig : {"out of memory", "cudaerrormemoryallocation", "outofmemoryerror", "cublas_status_alloc_failed",
                           "failed to allocate"})
     if (o.find(sig) != std::string::npos) return TrialOutcome::oom;
-  if (exit_code == 0) return TrialOutcome::ok;
+  // A fit needs the run to have run: "status ok" printed, nothing skipped
+  // (a launch with too few ranks skips the run; a launcher that starts
+  // nothing exits 0 and prints nothing).
+  if (o.find(": skipped (") != std::string::npos) return TrialOutcome::error;
+  if (exit_code == 0) return o.find("status ok") != std::string::npos ? TrialOutcome::ok : TrialOutcome::error;
   // pipebench run: "status failed (nan on rank 1)", or a loss reported as nan/inf.
   if (o.find("(nan on rank") != std::string::npos || o.find("failure_kind nan") != std::string::npos) return TrialOutcome::nan;
   if (o.find("(timeout on rank") != std::string::npos) return TrialOutcome::timeout;
@@ -93,26 +113,34 @@ ProcessResult run_process(const std::string& command, double timeout_s) {
     _exit(127);
   }
   setpgid(pid, pid);
+  struct sigaction stop {}, old_int {}, old_term {};
+  stop.sa_handler = on_stop_signal;
+  sigemptyset(&stop.sa_mask);
+  sigaction(SIGINT, &stop, &old_int);
+  sigaction(SIGTERM, &stop, &old_term);
   int status = 0;
-  bool done = false;
-  while (!done) {
-    const pid_t w = waitpid(pid, &status, WNOHANG);
-    if (w == pid) {
-      done = true;
-      break;
+  while (waitpid(pid, &status, WNOHANG) != pid) {
+    if (g_stop_signal != 0) {
+      const int sig = g_stop_signal;
+      fmt::print(stderr, "\npipebench: probe: {}: stopping the running trial (process group {})\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", pid);
+      stop_group(pid, status, 5.0);
+      close(fd);
+      unlink(path);
+      sigaction(SIGINT, &old_int, nullptr);
+      sigaction(SIGTERM, &old_term, nullptr);
+      std::signal(sig, SIG_DFL);
+      raise(sig);  // ends the probe as the signal would have
     }
     if (now_s() - start > timeout_s) {
       r.timed_out = true;
-      kill(-pid, SIGTERM);
-      const double grace = now_s() + 5.0;
-      while (waitpid(pid, &status, WNOHANG) == 0 && now_s() < grace) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      kill(-pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      done = true;
+      stop_group(pid, status, 5.0);
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
   r.seconds = now_s() - start;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   close(fd);
@@ -127,6 +155,9 @@ ProcessResult run_process(const std::string& command, double timeout_s) {
 ProbeResult run_probe(const ProbeOptions& options, const std::function<void(const ProbeTrial&)>& on_trial) {
   if (options.lo < 1 || options.hi <= options.lo)
     throw ConfigError(fmt::format("probe: need 1 <= lo < hi (got lo = {}, hi = {})", options.lo, options.hi));
+  if (!(options.trial_timeout_s > 0.0) || !std::isfinite(options.trial_timeout_s))
+    throw ConfigError(fmt::format("probe: --trial-timeout must be a positive number of seconds (got {})",
+                                  options.trial_timeout_s));
   ProbeResult res;
   res.options = options;
   auto trial = [&](int mbs) -> const ProbeTrial& {
