@@ -15,9 +15,26 @@ using namespace report_detail;
 
 namespace {
 
-std::string md_cell(const std::string& s) {
+// Text from results files (names, descriptions, messages, paths) as
+// Markdown that renders as the same text: no raw HTML gets through (a
+// renderer would run it), no backtick can close a code span, and control
+// characters (terminal escapes) become spaces. Newlines stay.
+std::string md_text(const std::string& s) {
   std::string out;
   for (char c : s) {
+    if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '&') out += "&amp;";
+    else if (c == '`') out += "&#96;";
+    else if (static_cast<unsigned char>(c) < 0x20 && c != '\n') out += ' ';
+    else out += c;
+  }
+  return out;
+}
+
+std::string md_cell(const std::string& s) {
+  std::string out;
+  for (char c : md_text(s)) {
     if (c == '|') out += "\\|";
     else if (c == '\n') out += "<br>";
     else out += c;
@@ -52,12 +69,12 @@ std::string render_markdown(const ReportData& d) {
                               PIPEBENCH_VERSION, d.files.size());
   if (!d.missing_jobs.empty()) {
     s += "**Missing results** (expected jobs without a results file)\n\n";
-    for (const auto& m : d.missing_jobs) s += "- " + m + "\n";
+    for (const auto& m : d.missing_jobs) s += "- " + md_text(m) + "\n";
     s += "\n";
   }
   if (!d.skipped.empty()) {
     s += "**Skipped files**\n\n";
-    for (const auto& k : d.skipped) s += fmt::format("- `{}`: {}\n", k.path, k.reason);
+    for (const auto& k : d.skipped) s += fmt::format("- `{}`: {}\n", md_text(k.path), md_text(k.reason));
     s += "\n";
   }
   if (!d.trends.empty()) {
@@ -71,14 +88,14 @@ std::string render_markdown(const ReportData& d) {
     s += md_table({"job", "run", "hardware", "files", "newest median step", "change", "p-value", "verdict"}, rows);
   }
   for (const auto& f : d.files) {
-    s += fmt::format("## Job {}\n\n", job_name(f));
-    if (f.job && !f.job->description.empty()) s += f.job->description + "\n\n";
+    s += fmt::format("## Job {}\n\n", md_text(job_name(f)));
+    if (f.job && !f.job->description.empty()) s += md_text(f.job->description) + "\n\n";
     std::vector<std::vector<std::string>> prov;
     for (const auto& [k, v] : provenance_rows(f))
       if (!v.empty() && k != "environment (allow-listed)") prov.push_back({k, v});
     s += md_table({"provenance", ""}, prov);
     if (f.result.probe)
-      s += "### Micro-batch probe\n\n" + probe_summary(*f.result.probe) + "\n\n" +
+      s += "### Micro-batch probe\n\n" + md_text(probe_summary(*f.result.probe)) + "\n\n" +
            md_table(probe_header(), probe_rows(*f.result.probe));
     std::vector<std::vector<std::string>> rows;
     for (const auto& v : f.runs) rows.push_back(run_table_row(v));
@@ -86,7 +103,7 @@ std::string render_markdown(const ReportData& d) {
     for (const auto& v : f.runs) {
       const RunResult& r = *v.run;
       if (v.comparison.empty() && r.decision_reasons.empty()) continue;
-      s += fmt::format("### Run {}{}\n\n", r.spec.name, v.baseline ? " vs baseline " + v.baseline->spec.name : "");
+      s += fmt::format("### Run {}{}\n\n", md_text(r.spec.name), v.baseline ? " vs baseline " + md_text(v.baseline->spec.name) : "");
       if (!v.comparison.empty()) {
         std::vector<std::vector<std::string>> cmp;
         for (const auto& c : v.comparison)
@@ -94,9 +111,9 @@ std::string render_markdown(const ReportData& d) {
                          format_delta(c.baseline, c.pipeline), c.note});
         s += md_table({"metric", "single-stage baseline", "pipeline", "Δ", "note"}, cmp);
       }
-      s += fmt::format("**Decision: {}**\n\n", r.decision);
-      for (const auto& why : r.decision_reasons) s += "- " + why + "\n";
-      for (const auto& a : v.advice) s += "- next: " + a + "\n";
+      s += fmt::format("**Decision: {}**\n\n", md_text(r.decision));
+      for (const auto& why : r.decision_reasons) s += "- " + md_text(why) + "\n";
+      for (const auto& a : v.advice) s += "- next: " + md_text(a) + "\n";
       s += "\n";
       if (const auto plan = plan_of(f, r)) s += md_table(partition_table_header(r.spec.layers_per_stage_origin), partition_table_rows(*plan));
     }

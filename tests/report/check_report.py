@@ -78,6 +78,10 @@ check(any(r["status"] == "skipped" for r in summary["runs"]), "skipped runs are 
 
 # Escaping: the hostile description appears only escaped.
 check("<script>" not in html.lower(), "an unescaped <script> in index.html")
+# report.md too: Markdown renderers pass raw HTML through.
+check("<script" not in md.lower() and "<b>bold" not in md, "raw HTML from the workload in report.md")
+check("&lt;script&gt;alert('pipebench')&lt;/script&gt; &amp; \"quoted\" &lt;b&gt;bold&lt;/b&gt;" in md,
+      "the escaped description in report.md")
 check("&lt;script&gt;alert(&#39;pipebench&#39;)&lt;/script&gt; &amp; &quot;quoted&quot; &lt;b&gt;bold&lt;/b&gt;" in html,
       "the escaped description")
 # The truncated file is skipped with a message.
