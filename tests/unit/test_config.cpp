@@ -236,3 +236,14 @@ TEST_CASE("device.transport: auto resolves by backend; nccl needs the cuda backe
 TEST_CASE("load_job reads files and reports a missing one", "[config]") {
   CHECK_THROWS_WITH(load_job("/nonexistent/x.toml"), Catch::Contains("/nonexistent/x.toml: cannot open workload file"));
 }
+
+TEST_CASE("limits: pipeline_size, num_microbatches and their product are bounded, quoted as written", "[config]") {
+  CHECK_THAT(error_of(kBase, {"run.pipe.num_microbatches=2147483647"}),
+             Catch::Contains("num_microbatches: expected at most 65536, got 2147483647"));
+  CHECK_THAT(error_of(kBase, {"run.pipe.pipeline_size=2000"}), Catch::Contains("pipeline_size: expected at most 1024, got 2000"));
+  CHECK_THAT(error_of(kBase, {"model.layers=512", "run.pipe.pipeline_size=512", "run.pipe.num_microbatches=4096"}),
+             Catch::Contains("pipeline_size x num_microbatches = 512 x 4096 is above the limit of 1048576"));
+  // At the limits themselves: accepted.
+  CHECK_NOTHROW(parse_job(kBase, "w.toml", {"model.layers=1024", "run.pipe.pipeline_size=1024", "run.pipe.num_microbatches=1024"}));
+  CHECK_NOTHROW(parse_job(kBase, "w.toml", {"run.pipe.num_microbatches=65536"}));
+}

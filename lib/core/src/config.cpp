@@ -95,6 +95,13 @@ class TableReader {
     return v->as_integer();
   }
   // An int in [min, INT_MAX]; `fallback` when absent (nullopt = required).
+  // An integer in [min, max]; the message quotes the value as written.
+  int int_in_range(std::string_view key, std::int64_t min, std::int64_t max, int fallback) {
+    const int v = int_at_least(key, min, fallback);
+    if (v > max) fail_at(*find(key), key, fmt::format("expected at most {}, got {}", max, v));
+    return v;
+  }
+
   int int_at_least(std::string_view key, std::int64_t min, std::optional<int> fallback) {
     auto i = integer(key);
     if (!i) {
@@ -316,9 +323,14 @@ RunSpec read_run(TableReader& r, const ModelSpec& model, std::vector<std::string
   run.name = r.str_required("name");
   if (!valid_name(run.name))
     r.fail_at(*r.find("name"), "name", "expected letters, digits, '_' or '-' only (it names an HDF5 group)");
-  run.pipeline_size = r.int_at_least("pipeline_size", 1, 1);
+  run.pipeline_size = r.int_in_range("pipeline_size", 1, kMaxPipelineSize, 1);
   run.micro_batch_size = r.int_at_least("micro_batch_size", 1, 1);
-  run.num_microbatches = r.int_at_least("num_microbatches", 1, 1);
+  run.num_microbatches = r.int_in_range("num_microbatches", 1, kMaxMicrobatches, 1);
+  if (std::int64_t{run.pipeline_size} * run.num_microbatches > kMaxStageMicrobatches)
+    r.fail_at(*r.find("num_microbatches"), "num_microbatches",
+              fmt::format("pipeline_size x num_microbatches = {} x {} is above the limit of {} (the schedule is built "
+                          "action by action)",
+                          run.pipeline_size, run.num_microbatches, kMaxStageMicrobatches));
   run.mode = r.choice<RunMode>("mode", RunMode::train, {{"train", RunMode::train}, {"inference", RunMode::inference}});
   const bool schedule_given = r.find("schedule") != nullptr;
   run.schedule = r.choice<ScheduleKind>("schedule", ScheduleKind::one_f_one_b,

@@ -1,5 +1,6 @@
 #include "pipebench/results/results.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <fcntl.h>
@@ -260,10 +261,38 @@ void write_run(hid_t runs, const RunResult& r) {
 
 // ---- reading -------------------------------------------------------------
 
+// Every read checks what the file declares before memory is sized from it:
+// the type class, the number of elements (a scalar read of an array
+// attribute would overrun), the rank of a dataset, and a ceiling on sizes.
+// A file is data from outside: anything unexpected is a ResultsError naming
+// the object, and the file is skipped, never trusted.
+constexpr hssize_t kMaxElements = hssize_t{1} << 26;  // per dataset or attribute
+constexpr int kMaxChunksPerRank = 64;                  // model chunks (virtual stages) per rank
+
 bool has_attr(hid_t obj, const char* name) { return H5Aexists(obj, name) > 0; }
 
+bool numeric_class(H5T_class_t c) { return c == H5T_INTEGER || c == H5T_FLOAT; }
+
+// Opens attribute `name` and checks its type class (numeric, or a
+// variable-length string) and its element count (exactly one when `scalar`).
+Hid open_attr_checked(hid_t obj, const char* name, bool want_string, bool scalar, std::size_t* count = nullptr) {
+  const hid_t id = H5Aopen(obj, name, H5P_DEFAULT);
+  if (id < 0) throw ResultsError(fmt::format("attribute {} is missing", name));
+  Hid attr(id, H5Aclose);
+  Hid type(H5_CHECK(H5Aget_type(attr)), H5Tclose);
+  Hid space(H5_CHECK(H5Aget_space(attr)), H5Sclose);
+  const H5T_class_t cls = H5Tget_class(type);
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  const bool type_ok = want_string ? cls == H5T_STRING && H5Tis_variable_str(type) > 0 : numeric_class(cls);
+  if (!type_ok || n < 0 || n > kMaxElements || (scalar && n != 1))
+    throw ResultsError(fmt::format("attribute {}: expected {}{}, found {} element(s) of another shape or type", name,
+                                   scalar ? "one " : "", want_string ? "string" : "number", n));
+  if (count) *count = static_cast<std::size_t>(n);
+  return attr;
+}
+
 std::string read_attr_string(hid_t obj, const char* name) {
-  Hid attr(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
+  Hid attr = open_attr_checked(obj, name, true, true);
   Hid type = vlen_string_type();
   char* p = nullptr;
   H5_CHECK(H5Aread(attr, type, &p));
@@ -273,9 +302,8 @@ std::string read_attr_string(hid_t obj, const char* name) {
 }
 
 std::vector<std::string> read_attr_strings(hid_t obj, const char* name) {
-  Hid attr(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
-  Hid space(H5_CHECK(H5Aget_space(attr)), H5Sclose);
-  const auto n = static_cast<std::size_t>(H5_CHECK(H5Sget_simple_extent_npoints(space)));
+  std::size_t n = 0;
+  Hid attr = open_attr_checked(obj, name, true, false, &n);
   std::vector<char*> ptrs(n, nullptr);
   Hid type = vlen_string_type();
   if (n > 0) H5_CHECK(H5Aread(attr, type, ptrs.data()));
@@ -289,7 +317,7 @@ std::vector<std::string> read_attr_strings(hid_t obj, const char* name) {
 
 template <typename T>
 T read_attr_scalar(hid_t obj, const char* name) {
-  Hid attr(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
+  Hid attr = open_attr_checked(obj, name, false, true);
   T v{};
   H5_CHECK(H5Aread(attr, native_type<T>(), &v));
   return v;
@@ -297,22 +325,29 @@ T read_attr_scalar(hid_t obj, const char* name) {
 
 template <typename T>
 std::vector<T> read_attr_array(hid_t obj, const char* name) {
-  Hid attr(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
-  Hid space(H5_CHECK(H5Aget_space(attr)), H5Sclose);
-  std::vector<T> v(static_cast<std::size_t>(H5_CHECK(H5Sget_simple_extent_npoints(space))));
+  std::size_t n = 0;
+  Hid attr = open_attr_checked(obj, name, false, false, &n);
+  std::vector<T> v(n);
   if (!v.empty()) H5_CHECK(H5Aread(attr, native_type<T>(), v.data()));
   return v;
 }
 
 template <typename T>
-std::vector<T> read_dataset(hid_t g, const char* name, std::vector<hsize_t>* dims_out = nullptr) {
-  Hid ds(H5_CHECK(H5Dopen2(g, name, H5P_DEFAULT)), H5Dclose);
+std::vector<T> read_dataset(hid_t g, const char* name, std::vector<hsize_t>* dims_out = nullptr, int want_rank = 1) {
+  const hid_t id = H5Dopen2(g, name, H5P_DEFAULT);
+  if (id < 0) throw ResultsError(fmt::format("dataset {} is missing", name));
+  Hid ds(id, H5Dclose);
+  Hid type(H5_CHECK(H5Dget_type(ds)), H5Tclose);
   Hid space(H5_CHECK(H5Dget_space(ds)), H5Sclose);
-  const int rank = H5_CHECK(H5Sget_simple_extent_ndims(space));
+  const int rank = H5Sget_simple_extent_ndims(space);
+  const hssize_t points = H5Sget_simple_extent_npoints(space);
+  if (!numeric_class(H5Tget_class(type)) || rank != want_rank || points < 0 || points > kMaxElements)
+    throw ResultsError(fmt::format("dataset {}: expected a {}-d array of numbers (at most {} elements), found a {}-d "
+                                   "one of {} elements or another type",
+                                   name, want_rank, kMaxElements, rank, points));
   std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
   H5_CHECK(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
-  std::size_t n = 1;
-  for (auto d : dims) n *= static_cast<std::size_t>(d);
+  const auto n = static_cast<std::size_t>(points);
   std::vector<T> v(n);
   if (n > 0) H5_CHECK(H5Dread(ds, native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()));
   if (dims_out) *dims_out = dims;
@@ -322,7 +357,9 @@ std::vector<T> read_dataset(hid_t g, const char* name, std::vector<hsize_t>* dim
 template <typename T>
 std::vector<std::vector<T>> read_dataset_2d(hid_t g, const char* name) {
   std::vector<hsize_t> dims;
-  const auto flat = read_dataset<T>(g, name, &dims);
+  const auto flat = read_dataset<T>(g, name, &dims, 2);
+  if (dims.at(0) > static_cast<hsize_t>(kMaxElements) || dims.at(1) > static_cast<hsize_t>(kMaxElements))
+    throw ResultsError(fmt::format("dataset {}: {} x {} is beyond any run", name, dims[0], dims[1]));
   std::vector<std::vector<T>> rows(static_cast<std::size_t>(dims.at(0)));
   const auto cols = static_cast<std::size_t>(dims.at(1));
   for (std::size_t i = 0; i < rows.size(); ++i)
@@ -336,6 +373,54 @@ E parse_enum(const std::string& s, std::initializer_list<E> values) {
   for (E v : values)
     if (to_string(v) == s) return v;
   throw ResultsError(fmt::format("unexpected value \"{}\" in results file", s));
+}
+
+// A run's figures agree with the counts they imply (docs/results-format.md):
+// p and m within the workload limits; per-step arrays of one length; per-rank
+// arrays either empty (skipped) or one entry per stage; step x rank arrays
+// of that shape; every event inside its step, rank and micro-batch ranges.
+// Readers (the report above all) index by these counts without checking.
+void check_shapes(const RunResult& r) {
+  auto bad = [&](const std::string& what) { return ResultsError(fmt::format("run {}: {}", r.spec.name, what)); };
+  const int p = r.spec.pipeline_size, m = r.spec.num_microbatches;
+  if (p < 1 || p > kMaxPipelineSize || m < 1 || m > kMaxMicrobatches ||
+      std::int64_t{p} * m > kMaxStageMicrobatches || r.spec.micro_batch_size < 1)
+    throw bad(fmt::format("pipeline_size {} / num_microbatches {} / micro_batch_size {} outside the workload limits", p, m,
+                          r.spec.micro_batch_size));
+  if (r.warmup < 0 || r.repeats < 0) throw bad("negative warmup or repeats");
+  if ((!r.layers_per_stage.empty() && r.layers_per_stage.size() != static_cast<std::size_t>(p)) ||
+      std::any_of(r.layers_per_stage.begin(), r.layers_per_stage.end(), [](int n) { return n < 1; }))
+    throw bad(fmt::format("layers_per_stage has {} entries for {} stages", r.layers_per_stage.size(), p));
+  const std::size_t steps = r.step_time_s.size();
+  for (std::size_t n : {r.is_warmup.size(), r.loss.size(), r.slowest_stage_s.size(), r.imbalance.size(),
+                        r.bubble_measured.size(), r.grad_norm.size(), r.clipped.size()})
+    if (n != steps) throw bad(fmt::format("a per-step dataset has {} entries, step_time_s {}", n, steps));
+  const std::size_t ranks = r.peak_mem_bytes.size();
+  if (ranks != 0 && ranks != static_cast<std::size_t>(p))
+    throw bad(fmt::format("peak_mem_bytes has {} entries for {} stages", ranks, p));
+  std::vector<std::size_t> per_rank{r.memory_capacity_bytes.size(), r.stage_params.size(),
+                                    r.peak_live_activations.size(), r.stage_layers.size()};
+  for (const auto& c : r.peak_mem_by_category) per_rank.push_back(c.size());
+  for (std::size_t n : per_rank)
+    if (n != ranks) throw bad(fmt::format("a per-rank dataset has {} entries, peak_mem_bytes {}", n, ranks));
+  for (const auto* rows : {&r.busy_s, &r.comm_wait_s, &r.idle_s, &r.forward_s, &r.backward_s, &r.optimizer_s})
+    if (rows->size() != steps || (steps > 0 && rows->front().size() != ranks))
+      throw bad(fmt::format("a step x rank dataset is not {} x {}", steps, ranks));
+  if (!r.comm_transfer_s.empty() && (r.comm_transfer_s.size() != steps || r.comm_transfer_s.front().size() != ranks))
+    throw bad(fmt::format("comm_transfer_s is not {} x {}", steps, ranks));
+  if (r.microbatch_latency_s.size() > steps ||
+      (!r.microbatch_latency_s.empty() && r.microbatch_latency_s.front().size() != static_cast<std::size_t>(m)))
+    throw bad("microbatch_latency_s does not match the steps and micro-batches");
+  for (const auto& e : r.events)
+    // A failed run keeps the events of the step it failed in: one past the
+    // steps every rank completed.
+    if (e.step < 0 || static_cast<std::size_t>(e.step) > steps || e.rank < 0 ||
+        static_cast<std::size_t>(e.rank) >= ranks || e.microbatch < 0 || e.microbatch >= m || e.chunk < 0 ||
+        e.chunk >= kMaxChunksPerRank || static_cast<int>(e.kind) < 0 || static_cast<int>(e.kind) > 2 ||
+        !std::isfinite(e.start_s) || !std::isfinite(e.end_s))
+      throw bad(fmt::format("an event (step {}, rank {}, micro-batch {}, chunk {}) lies outside the run's {} (+1) steps, {} ranks "
+                            "and {} micro-batches",
+                            e.step, e.rank, e.microbatch, e.chunk, steps, ranks, m));
 }
 
 RunResult read_run(hid_t runs, const std::string& name) {
@@ -406,11 +491,19 @@ RunResult read_run(hid_t runs, const std::string& name) {
 
   Hid ds(H5_CHECK(H5Dopen2(g, "events", H5P_DEFAULT)), H5Dclose);
   Hid space(H5_CHECK(H5Dget_space(ds)), H5Sclose);
-  std::vector<EventRow> rows(static_cast<std::size_t>(H5_CHECK(H5Sget_simple_extent_npoints(space))));
+  // At most 3 actions (F, B, W) per micro-batch, chunk, rank and step.
+  const hssize_t declared = H5_CHECK(H5Sget_simple_extent_npoints(space));
+  const double most = 3.0 * static_cast<double>(r.step_time_s.size() + 1) * static_cast<double>(r.peak_mem_bytes.size()) *
+                      std::max(1, r.spec.num_microbatches) * kMaxChunksPerRank;
+  if (static_cast<double>(declared) > std::min(most, static_cast<double>(kMaxElements)))
+    throw ResultsError(fmt::format("run {}: {} events declared, more than its steps, ranks and micro-batches allow",
+                                   name, declared));
+  std::vector<EventRow> rows(static_cast<std::size_t>(declared));
   Hid et = event_type();
   if (!rows.empty()) H5_CHECK(H5Dread(ds, et, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()));
   for (const auto& e : rows)
     r.events.push_back({e.step, e.rank, static_cast<ActionKind>(e.kind), e.microbatch, e.chunk, e.start_s, e.end_s});
+  check_shapes(r);
   return r;
 }
 

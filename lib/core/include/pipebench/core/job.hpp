@@ -75,6 +75,14 @@ struct DeviceSpec {
   }
 };
 
+// Upper limits of a run (docs/workload-format.md, "Limits"). plan, run and
+// report generate, validate and simulate a schedule of about
+// 3 · pipeline_size · num_microbatches actions, so that product is bounded;
+// results files beyond these limits are refused by the reader.
+inline constexpr int kMaxPipelineSize = 1024;
+inline constexpr int kMaxMicrobatches = 65536;
+inline constexpr std::int64_t kMaxStageMicrobatches = std::int64_t{1} << 20;  // pipeline_size x num_microbatches
+
 struct RunSpec {
   std::string name;
   int pipeline_size = 1;
