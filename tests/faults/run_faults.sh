@@ -5,7 +5,8 @@
 # valid file, no hang, the exit code. Rerun by hand:
 #   bash tests/faults/run_faults.sh build/bench/pipebench mpirun /tmp/faults [SCENARIO...]
 # Scenarios: sigterm_mpirun sigint_mpirun sigusr1_mpirun sigkill_rank1
-# sigkill_rank0 full_folder read_only_folder (default: all). The two folder
+# sigkill_rank0 sigstop_rank1 sigstop_rank0 full_folder read_only_folder
+# (default: all). The two folder
 # rows mount a small tmpfs and are skipped where mounting is not allowed.
 set -uo pipefail
 pipebench=$(realpath "$1") mpiexec=$2 out=$3
@@ -14,13 +15,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 job=$here/../data/faults/two_runs.toml
 py=/usr/bin/python3   # Debian's, with h5py
 scenarios=("$@")
-((${#scenarios[@]})) || scenarios=(sigterm_mpirun sigint_mpirun sigusr1_mpirun sigkill_rank1 sigkill_rank0 full_folder read_only_folder)
+((${#scenarios[@]})) || scenarios=(sigterm_mpirun sigint_mpirun sigusr1_mpirun sigkill_rank1 sigkill_rank0 sigstop_rank1 sigstop_rank0 full_folder read_only_folder)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 rm -rf "$out" && mkdir -p "$out"
 
 HANG_S=60  # a launch still alive this long after the fault counts as a hang
-launch_pid="" log="" rows=() failures=0 mounts=()
+launch_pid="" log="" rows=() failures=0 mounts=() stopped=""
 cleanup() {
+  [[ -n $stopped ]] && kill -KILL "$stopped" 2>/dev/null
   [[ -n $launch_pid ]] && kill -KILL "$launch_pid" 2>/dev/null
   for m in "${mounts[@]}"; do umount "$m" 2>/dev/null; done
 }
@@ -106,6 +108,26 @@ for s in "${scenarios[@]}"; do
           row "  report of it" FAIL "report did not read the checkpoint as incomplete"
         fi
       fi
+      ;;
+    sigstop_rank1 | sigstop_rank0)
+      # A stopped rank never answers: the others time the step out
+      # (step_timeout_s = 10 s), wait kSettleTimeoutS = 10 s more, and end.
+      start "$dir"
+      wait_second_run || { row "$s" FAIL "the second run never started"; continue; }
+      stopped=$(rank_pid "${s#sigstop_rank}")
+      [[ -n $stopped ]] || { row "$s" FAIL "rank ${s#sigstop_rank} not found"; continue; }
+      kill -STOP "$stopped"
+      t0=$SECONDS
+      finish
+      kill -KILL "$stopped" 2>/dev/null; stopped=""
+      if [[ $s == sigstop_rank1 ]]; then
+        check_kept "$s" "$dir" "$rc" .h5
+      else
+        # Rank 0 itself is stopped: mpirun's SIGCONT + SIGTERM usually lets it
+        # publish (.h5); where it cannot, its last checkpoint stays (.h5.partial).
+        check_kept "$s" "$dir" "$rc" '.h5*'
+      fi
+      rows[-1]="${rows[-1]} (ended $((SECONDS - t0)) s after SIGSTOP)"
       ;;
     full_folder)
       mkdir -p "$dir/fs"

@@ -31,6 +31,7 @@ TEST_CASE("exit codes: each exception type, seen through the base class", "[erro
   CHECK(code_of(NumericalError("x")) == kInternalError);
   CHECK(code_of(StepTimeoutError("x")) == kInternalError);
   CHECK(code_of(PeerAbortedError("x", 3)) == kInternalError);
+  CHECK(code_of(PeerLostError("x")) == kRunFailed);  // the checkpoint is published first
   CHECK(code_of(MpiError("x")) == kInternalError);
   CHECK(code_of(ResultsError("x")) == kInternalError);
   CHECK(code_of(Error("x")) == kInternalError);

@@ -242,7 +242,7 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
     transport.abandon();
     comm.notify_abort();
   }
-  comm.settle();
+  comm.settle(kSettleTimeoutS);
   const MemoryTracker& mem = backend.memory();
   for (int c = 0; c < kNumMemCategories; ++c)
     rec.peak_mem_by_category[static_cast<std::size_t>(c)] = mem.peak(static_cast<MemCategory>(c));

@@ -90,17 +90,34 @@ void RunComm::notify_abort() {
   }
 }
 
-void RunComm::settle() {
+void RunComm::settle(double timeout_s) {
+  const double deadline = now_s() + timeout_s;
+  // A request that does not complete by the deadline is left pending: the
+  // launch ends (PeerLostError), nothing else will use these communicators.
+  auto await = [&](MPI_Request& req, const char* what) {
+    for (;;) {
+      int done = 0;
+      PIPEBENCH_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+      if (done) return;
+      if (now_s() > deadline)
+        throw PeerLostError(fmt::format("rank {}: the other ranks of the run did not answer within {:.0f} s while {} "
+                                        "(a rank is stopped, hung or lost)",
+                                        rank_, timeout_s, what));
+      sched_yield();
+    }
+  };
   // How many notices each rank must receive: one from every rank that aborted.
   int mine = aborted_ ? 1 : 0, total = 0;
-  PIPEBENCH_MPI_CHECK(MPI_Allreduce(&mine, &total, 1, MPI_INT, MPI_SUM, control_));
+  MPI_Request req;
+  PIPEBENCH_MPI_CHECK(MPI_Iallreduce(&mine, &total, 1, MPI_INT, MPI_SUM, control_, &req));
+  await(req, "settling the run");
   const int expected = total - mine;  // nobody notifies itself
   for (int i = 0; i < expected; ++i) {
     int from = 0;
-    PIPEBENCH_MPI_CHECK(MPI_Recv(&from, 1, MPI_INT, MPI_ANY_SOURCE, kAbortTag, comm_, MPI_STATUS_IGNORE));
+    PIPEBENCH_MPI_CHECK(MPI_Irecv(&from, 1, MPI_INT, MPI_ANY_SOURCE, kAbortTag, comm_, &req));
+    await(req, "collecting abort notices");
   }
-  if (!abort_sends_.empty())
-    PIPEBENCH_MPI_CHECK(MPI_Waitall(static_cast<int>(abort_sends_.size()), abort_sends_.data(), MPI_STATUSES_IGNORE));
+  for (MPI_Request& send : abort_sends_) await(send, "delivering abort notices");
   abort_sends_.clear();
 }
 

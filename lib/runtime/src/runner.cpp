@@ -508,7 +508,14 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
   }
 
   Watchdog watchdog;
-  for (const RunPlan& rp : plan.runs) run_one(ctx, rp, world_size, watchdog, jr);
+  try {
+    for (const RunPlan& rp : plan.runs) run_one(ctx, rp, world_size, watchdog, jr);
+  } catch (const PeerLostError&) {
+    // No collective can follow; main aborts the launch. The checkpoint holds
+    // the completed runs and this one as interrupted.
+    if (root) publish_results_now("a rank stopped answering");
+    throw;
+  }
   return finish_job(ctx, root, jr);
 }
 

@@ -87,6 +87,16 @@ class PeerAbortedError : public Error {
   int from_rank;
 };
 
+// A peer of the run stopped answering while the run was being settled
+// after a failure (a stopped, hung or lost rank): nothing collective can
+// follow, so the launch ends; rank 0 publishes its results checkpoint first
+// (the run in progress as interrupted). Exit kRunFailed.
+class PeerLostError : public Error {
+ public:
+  using Error::Error;
+  ExitCode exit_code() const noexcept override { return kRunFailed; }
+};
+
 // An MPI call failed (runtime/mpi_comm.hpp's PIPEBENCH_MPI_CHECK names the
 // call, the rank, file and line). Exit kInternalError.
 class MpiError : public Error {

@@ -51,8 +51,10 @@ class RunComm {
   void notify_abort();
   // Collective at the end of a run, failed or not: receives every abort
   // notice addressed to this rank and completes this rank's own, so the
-  // communicator is quiet before it is freed.
-  void settle();
+  // communicator is quiet before it is freed. Every part is polled against
+  // `timeout_s`; a peer that does not take part by then is stopped, hung or
+  // lost: PeerLostError.
+  void settle(double timeout_s);
 
  private:
   MPI_Comm comm_;
@@ -65,5 +67,9 @@ class RunComm {
 };
 
 inline constexpr int kAbortTag = 1;  // boundary tags (transport) start above it
+
+// How long the ranks of a run wait for each other when settling it
+// (docs/runner.md): a peer silent for longer is taken as lost.
+inline constexpr double kSettleTimeoutS = 10.0;
 
 }  // namespace pipebench
