@@ -247,3 +247,15 @@ TEST_CASE("limits: pipeline_size, num_microbatches and their product are bounded
   CHECK_NOTHROW(parse_job(kBase, "w.toml", {"model.layers=1024", "run.pipe.pipeline_size=1024", "run.pipe.num_microbatches=1024"}));
   CHECK_NOTHROW(parse_job(kBase, "w.toml", {"run.pipe.num_microbatches=65536"}));
 }
+
+TEST_CASE("limits: nesting depth and size of the TOML text, before the parser sees it", "[config]") {
+  const std::string deep = "x = " + std::string(20000, '[') + std::string(20000, ']') + "\n";
+  CHECK_THAT(error_of(kBase + "[device]\n" + deep), Catch::Contains("w.toml:21: arrays or inline tables nested deeper than 32"));
+  CHECK_THAT(error_of(kBase, {"run.pipe.schedule=" + std::string(20000, '[')}),
+             Catch::StartsWith("--set run.pipe.schedule=") && Catch::Contains(":1: arrays or inline tables nested deeper than 32"));
+  CHECK_THAT(error_of(kBase + "# " + std::string(2 << 20, 'x') + "\n"), Catch::Contains("larger than a workload may be"));
+  // Brackets inside strings and comments do not count; 32 levels are fine for the scanner.
+  CHECK_NOTHROW(parse_job(
+      edit("name = \"t\"", "name = \"t\"\ndescription = \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\" # {{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{"),
+      "w.toml"));
+}

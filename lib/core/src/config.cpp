@@ -27,7 +27,43 @@ namespace {
 using Value = toml::basic_value<toml::discard_comments, std::map, std::vector>;
 constexpr std::string_view kOverridePrefix = "--set ";
 
-Value parse_toml(std::istream& in, const std::string& name) {
+// Before the parser sees it (toml11 recurses once per nesting level and
+// keeps every value): at most kMaxTomlBytes of text and kMaxTomlNesting
+// levels of arrays and inline tables. Strings and comments are skipped.
+constexpr std::size_t kMaxTomlBytes = std::size_t{1} << 20;
+constexpr int kMaxTomlNesting = 32;
+
+void check_toml_bounds(const std::string& text, const std::string& name) {
+  if (text.size() > kMaxTomlBytes)
+    throw ConfigError(fmt::format("{}: larger than a workload may be ({} bytes)", name, kMaxTomlBytes));
+  int depth = 0, line = 1;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+    } else if (c == '#') {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+    } else if (c == '"' || c == '\'') {
+      const bool multi = text.compare(i, 3, std::string(3, c)) == 0;
+      const std::string close = multi ? std::string(3, c) : std::string(1, c);
+      for (i += close.size(); i < text.size() && text.compare(i, close.size(), close) != 0; ++i) {
+        if (text[i] == '\n') ++line;
+        if (c == '"' && text[i] == '\\') ++i;  // an escape in a basic string
+      }
+      i += close.size() - 1;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxTomlNesting)
+        throw ConfigError(fmt::format("{}:{}: arrays or inline tables nested deeper than {} levels", name, line,
+                                      kMaxTomlNesting));
+    } else if (c == ']' || c == '}') {
+      depth = std::max(0, depth - 1);
+    }
+  }
+}
+
+Value parse_toml(const std::string& text, const std::string& name) {
+  check_toml_bounds(text, name);
+  std::istringstream in(text);
   try {
     return toml::parse<toml::discard_comments, std::map, std::vector>(in, name);
   } catch (const toml::syntax_error& e) {
@@ -172,6 +208,7 @@ class TableReader {
 // the override so errors can point at it.
 Value parse_override_value(const std::string& spec, const std::string& raw) {
   const std::string name = fmt::format("{}{}", kOverridePrefix, spec);
+  check_toml_bounds(raw, name);
   {
     std::istringstream in("v = " + raw);
     try {
@@ -186,8 +223,7 @@ Value parse_override_value(const std::string& spec, const std::string& raw) {
     if (c == '"' || c == '\\') quoted += '\\';
     quoted += c;
   }
-  std::istringstream in("v = \"" + quoted + "\"");
-  auto doc = parse_toml(in, name);
+  auto doc = parse_toml("v = \"" + quoted + "\"", name);
   return doc.as_table().at("v");
 }
 
@@ -486,14 +522,16 @@ Job build_job(Value root, const std::string& file, const std::vector<std::string
 }  // namespace
 
 Job parse_job(const std::string& toml_text, const std::string& source_name, const std::vector<std::string>& overrides) {
-  std::istringstream in(toml_text);
-  return build_job(parse_toml(in, source_name), source_name, overrides);
+  return build_job(parse_toml(toml_text, source_name), source_name, overrides);
 }
 
 Job load_job(const std::string& path, const std::vector<std::string>& overrides) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(fmt::format("{}: cannot open workload file", path));
-  return build_job(parse_toml(in, path), path, overrides);
+  std::string text(kMaxTomlBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  return build_job(parse_toml(text, path), path, overrides);
 }
 
 }  // namespace pipebench
