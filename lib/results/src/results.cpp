@@ -271,28 +271,58 @@ constexpr int kMaxChunksPerRank = 64;                  // model chunks (virtual 
 
 bool has_attr(hid_t obj, const char* name) { return H5Aexists(obj, name) > 0; }
 
-bool numeric_class(H5T_class_t c) { return c == H5T_INTEGER || c == H5T_FLOAT; }
+// What an attribute or dataset must hold.
+enum class Want { number, string, event };
 
-// Opens attribute `name` and checks its type class (numeric, or a
-// variable-length string) and its element count (exactly one when `scalar`).
-Hid open_attr_checked(hid_t obj, const char* name, bool want_string, bool scalar, std::size_t* count = nullptr) {
+bool type_is(hid_t type, Want want) {
+  const H5T_class_t cls = H5Tget_class(type);
+  switch (want) {
+    case Want::number: return cls == H5T_INTEGER || cls == H5T_FLOAT;
+    case Want::string: return cls == H5T_STRING && H5Tis_variable_str(type) > 0;
+    case Want::event: return cls == H5T_COMPOUND;
+  }
+  return false;
+}
+
+const char* to_text(Want want) { return want == Want::number ? "number" : want == Want::string ? "string" : "event"; }
+
+// Opens attribute `name` and checks its type and its element count (exactly
+// one when `scalar`).
+Hid open_attr_checked(hid_t obj, const char* name, Want want, bool scalar, std::size_t* count = nullptr) {
   const hid_t id = H5Aopen(obj, name, H5P_DEFAULT);
   if (id < 0) throw ResultsError(fmt::format("attribute {} is missing", name));
   Hid attr(id, H5Aclose);
   Hid type(H5_CHECK(H5Aget_type(attr)), H5Tclose);
   Hid space(H5_CHECK(H5Aget_space(attr)), H5Sclose);
-  const H5T_class_t cls = H5Tget_class(type);
   const hssize_t n = H5Sget_simple_extent_npoints(space);
-  const bool type_ok = want_string ? cls == H5T_STRING && H5Tis_variable_str(type) > 0 : numeric_class(cls);
-  if (!type_ok || n < 0 || n > kMaxElements || (scalar && n != 1))
+  if (!type_is(type, want) || n < 0 || n > kMaxElements || (scalar && n != 1))
     throw ResultsError(fmt::format("attribute {}: expected {}{}, found {} element(s) of another shape or type", name,
-                                   scalar ? "one " : "", want_string ? "string" : "number", n));
+                                   scalar ? "one " : "", to_text(want), n));
   if (count) *count = static_cast<std::size_t>(n);
   return attr;
 }
 
+// Opens dataset `name` and checks its type, its rank and its size; `dims`
+// gets its extent.
+Hid open_dataset_checked(hid_t g, const char* name, Want want, int want_rank, std::vector<hsize_t>& dims) {
+  const hid_t id = H5Dopen2(g, name, H5P_DEFAULT);
+  if (id < 0) throw ResultsError(fmt::format("dataset {} is missing", name));
+  Hid ds(id, H5Dclose);
+  Hid type(H5_CHECK(H5Dget_type(ds)), H5Tclose);
+  Hid space(H5_CHECK(H5Dget_space(ds)), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  const hssize_t points = H5Sget_simple_extent_npoints(space);
+  if (!type_is(type, want) || rank != want_rank || points < 0 || points > kMaxElements)
+    throw ResultsError(fmt::format("dataset {}: expected a {}-d array of {}s (at most {} elements), found a {}-d "
+                                   "one of {} elements or another type",
+                                   name, want_rank, to_text(want), kMaxElements, rank, points));
+  dims.assign(static_cast<std::size_t>(rank), 0);
+  H5_CHECK(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
+  return ds;
+}
+
 std::string read_attr_string(hid_t obj, const char* name) {
-  Hid attr = open_attr_checked(obj, name, true, true);
+  Hid attr = open_attr_checked(obj, name, Want::string, true);
   Hid type = vlen_string_type();
   char* p = nullptr;
   H5_CHECK(H5Aread(attr, type, &p));
@@ -303,7 +333,7 @@ std::string read_attr_string(hid_t obj, const char* name) {
 
 std::vector<std::string> read_attr_strings(hid_t obj, const char* name) {
   std::size_t n = 0;
-  Hid attr = open_attr_checked(obj, name, true, false, &n);
+  Hid attr = open_attr_checked(obj, name, Want::string, false, &n);
   std::vector<char*> ptrs(n, nullptr);
   Hid type = vlen_string_type();
   if (n > 0) H5_CHECK(H5Aread(attr, type, ptrs.data()));
@@ -317,7 +347,7 @@ std::vector<std::string> read_attr_strings(hid_t obj, const char* name) {
 
 template <typename T>
 T read_attr_scalar(hid_t obj, const char* name) {
-  Hid attr = open_attr_checked(obj, name, false, true);
+  Hid attr = open_attr_checked(obj, name, Want::number, true);
   T v{};
   H5_CHECK(H5Aread(attr, native_type<T>(), &v));
   return v;
@@ -326,7 +356,7 @@ T read_attr_scalar(hid_t obj, const char* name) {
 template <typename T>
 std::vector<T> read_attr_array(hid_t obj, const char* name) {
   std::size_t n = 0;
-  Hid attr = open_attr_checked(obj, name, false, false, &n);
+  Hid attr = open_attr_checked(obj, name, Want::number, false, &n);
   std::vector<T> v(n);
   if (!v.empty()) H5_CHECK(H5Aread(attr, native_type<T>(), v.data()));
   return v;
@@ -334,20 +364,10 @@ std::vector<T> read_attr_array(hid_t obj, const char* name) {
 
 template <typename T>
 std::vector<T> read_dataset(hid_t g, const char* name, std::vector<hsize_t>* dims_out = nullptr, int want_rank = 1) {
-  const hid_t id = H5Dopen2(g, name, H5P_DEFAULT);
-  if (id < 0) throw ResultsError(fmt::format("dataset {} is missing", name));
-  Hid ds(id, H5Dclose);
-  Hid type(H5_CHECK(H5Dget_type(ds)), H5Tclose);
-  Hid space(H5_CHECK(H5Dget_space(ds)), H5Sclose);
-  const int rank = H5Sget_simple_extent_ndims(space);
-  const hssize_t points = H5Sget_simple_extent_npoints(space);
-  if (!numeric_class(H5Tget_class(type)) || rank != want_rank || points < 0 || points > kMaxElements)
-    throw ResultsError(fmt::format("dataset {}: expected a {}-d array of numbers (at most {} elements), found a {}-d "
-                                   "one of {} elements or another type",
-                                   name, want_rank, kMaxElements, rank, points));
-  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
-  H5_CHECK(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
-  const auto n = static_cast<std::size_t>(points);
+  std::vector<hsize_t> dims;
+  Hid ds = open_dataset_checked(g, name, Want::number, want_rank, dims);
+  std::size_t n = 1;
+  for (auto d : dims) n *= static_cast<std::size_t>(d);
   std::vector<T> v(n);
   if (n > 0) H5_CHECK(H5Dread(ds, native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()));
   if (dims_out) *dims_out = dims;
@@ -416,7 +436,7 @@ void check_shapes(const RunResult& r) {
     // steps every rank completed.
     if (e.step < 0 || static_cast<std::size_t>(e.step) > steps || e.rank < 0 ||
         static_cast<std::size_t>(e.rank) >= ranks || e.microbatch < 0 || e.microbatch >= m || e.chunk < 0 ||
-        e.chunk >= kMaxChunksPerRank || static_cast<int>(e.kind) < 0 || static_cast<int>(e.kind) > 2 ||
+        e.chunk >= kMaxChunksPerRank ||
         !std::isfinite(e.start_s) || !std::isfinite(e.end_s))
       throw bad(fmt::format("an event (step {}, rank {}, micro-batch {}, chunk {}) lies outside the run's {} (+1) steps, {} ranks "
                             "and {} micro-batches",
@@ -489,10 +509,10 @@ RunResult read_run(hid_t runs, const std::string& name) {
   for (const auto& row : read_dataset_2d<int>(g, "stage_layers")) r.stage_layers.push_back({row.at(0), row.at(1)});
   r.microbatch_latency_s = read_dataset_2d<double>(g, "microbatch_latency_s");
 
-  Hid ds(H5_CHECK(H5Dopen2(g, "events", H5P_DEFAULT)), H5Dclose);
-  Hid space(H5_CHECK(H5Dget_space(ds)), H5Sclose);
+  std::vector<hsize_t> dims;
+  Hid ds = open_dataset_checked(g, "events", Want::event, 1, dims);
   // At most 3 actions (F, B, W) per micro-batch, chunk, rank and step.
-  const hssize_t declared = H5_CHECK(H5Sget_simple_extent_npoints(space));
+  const auto declared = static_cast<hssize_t>(dims[0]);
   const double most = 3.0 * static_cast<double>(r.step_time_s.size() + 1) * static_cast<double>(r.peak_mem_bytes.size()) *
                       std::max(1, r.spec.num_microbatches) * kMaxChunksPerRank;
   if (static_cast<double>(declared) > std::min(most, static_cast<double>(kMaxElements)))
@@ -501,16 +521,18 @@ RunResult read_run(hid_t runs, const std::string& name) {
   std::vector<EventRow> rows(static_cast<std::size_t>(declared));
   Hid et = event_type();
   if (!rows.empty()) H5_CHECK(H5Dread(ds, et, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()));
-  for (const auto& e : rows)
+  for (const auto& e : rows) {
+    if (e.kind < 0 || e.kind > 2) throw ResultsError(fmt::format("run {}: an event of kind {} (F, B, W are 0-2)", name, static_cast<int>(e.kind)));
     r.events.push_back({e.step, e.rank, static_cast<ActionKind>(e.kind), e.microbatch, e.chunk, e.start_s, e.end_s});
+  }
   check_shapes(r);
   return r;
 }
 
 std::vector<std::string> read_dataset_strings(hid_t g, const char* name) {
-  Hid ds(H5_CHECK(H5Dopen2(g, name, H5P_DEFAULT)), H5Dclose);
-  Hid space(H5_CHECK(H5Dget_space(ds)), H5Sclose);
-  std::vector<char*> ptrs(static_cast<std::size_t>(H5_CHECK(H5Sget_simple_extent_npoints(space))), nullptr);
+  std::vector<hsize_t> dims;
+  Hid ds = open_dataset_checked(g, name, Want::string, 1, dims);
+  std::vector<char*> ptrs(static_cast<std::size_t>(dims[0]), nullptr);
   Hid type = vlen_string_type();
   if (!ptrs.empty()) H5_CHECK(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()));
   std::vector<std::string> out;
