@@ -44,6 +44,21 @@ wait_second_run() {
   done
   return 1
 }
+# Starts the job under DIR and waits for its second run (a FAIL row when it never comes).
+start_second_run() {
+  start "$1"
+  wait_second_run && return 0
+  row "$s" FAIL "the second run never started: $(tail -2 "$log")"
+  return 1
+}
+# Sends SIG to world rank R; sets `stopped` to its pid for SIGSTOP (a FAIL row when not found).
+hit_rank() {
+  local pid
+  pid=$(rank_pid "$2")
+  [[ -n $pid ]] || { row "$s" FAIL "rank $2 not found"; return 1; }
+  [[ $1 == STOP ]] && stopped=$pid
+  kill -"$1" "$pid"
+}
 # The pid of world rank R among mpirun's children.
 rank_pid() {
   local p
@@ -83,18 +98,13 @@ for s in "${scenarios[@]}"; do
   case $s in
     sigterm_mpirun | sigint_mpirun | sigusr1_mpirun)
       sig=${s%_mpirun}; sig=${sig#sig}
-      start "$dir"
-      wait_second_run || { row "$s" FAIL "the second run never started: $(tail -2 "$log")"; continue; }
+      start_second_run "$dir" || continue
       kill -"${sig^^}" "$launch_pid"
       finish
       check_kept "$s" "$dir" "$rc" .h5
       ;;
     sigkill_rank1 | sigkill_rank0)
-      start "$dir"
-      wait_second_run || { row "$s" FAIL "the second run never started"; continue; }
-      pid=$(rank_pid "${s#sigkill_rank}")
-      [[ -n $pid ]] || { row "$s" FAIL "rank ${s#sigkill_rank} not found"; continue; }
-      kill -KILL "$pid"
+      start_second_run "$dir" && hit_rank KILL "${s#sigkill_rank}" || continue
       finish
       if [[ $s == sigkill_rank1 ]]; then
         check_kept "$s" "$dir" "$rc" .h5
@@ -112,11 +122,7 @@ for s in "${scenarios[@]}"; do
     sigstop_rank1 | sigstop_rank0)
       # A stopped rank never answers: the others time the step out
       # (step_timeout_s = 10 s), wait kSettleTimeoutS = 10 s more, and end.
-      start "$dir"
-      wait_second_run || { row "$s" FAIL "the second run never started"; continue; }
-      stopped=$(rank_pid "${s#sigstop_rank}")
-      [[ -n $stopped ]] || { row "$s" FAIL "rank ${s#sigstop_rank} not found"; continue; }
-      kill -STOP "$stopped"
+      start_second_run "$dir" && hit_rank STOP "${s#sigstop_rank}" || continue
       t0=$SECONDS
       finish
       kill -KILL "$stopped" 2>/dev/null; stopped=""
@@ -133,8 +139,7 @@ for s in "${scenarios[@]}"; do
       mkdir -p "$dir/fs"
       if ! mount -t tmpfs -o size=2m tmpfs "$dir/fs" 2>/dev/null; then row "$s" skip "cannot mount a tmpfs here"; continue; fi
       mounts+=("$dir/fs")
-      start "$dir/fs"
-      wait_second_run || { row "$s" FAIL "the second run never started"; continue; }
+      start_second_run "$dir/fs" || continue
       dd if=/dev/zero of="$dir/fs/filler" bs=64k 2> /dev/null   # until ENOSPC
       finish
       partial=$(find "$dir/fs" -name '*.h5.partial' | head -1)
