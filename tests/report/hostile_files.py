@@ -52,6 +52,10 @@ def variants(good, out):
         replace_attr(first_run(f), "num_microbatches", "four")
     with copy("number_where_string") as f:
         replace_attr(first_run(f), "schedule", 7)
+    with copy("string_not_utf8") as f:  # a bit flip once left "schedule" as 0xff bytes: invalid summary.json
+        r = first_run(f)
+        del r.attrs["schedule"]
+        r.attrs.create("schedule", b"\xff\xff\xffy", dtype=h5py.string_dtype("utf-8"))
     with copy("num_microbatches_2pow31") as f:
         replace_attr(first_run(f), "num_microbatches", np.int64(2**31 - 1))
     with copy("pipeline_size_negative") as f:

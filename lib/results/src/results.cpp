@@ -321,14 +321,42 @@ Hid open_dataset_checked(hid_t g, const char* name, Want want, int want_rank, st
   return ds;
 }
 
+// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code
+// points past U+10FFFF).
+bool valid_utf8(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    std::uint32_t cp = n == 1 ? c : c & (0x7Fu >> n);
+    for (std::size_t k = 1; k < n; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc >> 6) != 0x2) return false;
+      cp = (cp << 6) | (cc & 0x3Fu);
+    }
+    static constexpr std::uint32_t kMinOfLength[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMinOfLength[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n;
+  }
+  return true;
+}
+
+// The strings of a results file are UTF-8 (the writer declares them so); a
+// string that is not is damage, and passing it on would make the report's
+// summary.json invalid JSON. Frees `p`.
+std::string take_string(char* p, const char* name) {
+  std::string s = p ? p : "";
+  H5free_memory(p);
+  if (!valid_utf8(s)) throw ResultsError(fmt::format("{}: a string that is not valid UTF-8", name));
+  return s;
+}
+
 std::string read_attr_string(hid_t obj, const char* name) {
   Hid attr = open_attr_checked(obj, name, Want::string, true);
   Hid type = vlen_string_type();
   char* p = nullptr;
   H5_CHECK(H5Aread(attr, type, &p));
-  std::string s = p ? p : "";
-  H5free_memory(p);
-  return s;
+  return take_string(p, name);
 }
 
 std::vector<std::string> read_attr_strings(hid_t obj, const char* name) {
@@ -338,10 +366,15 @@ std::vector<std::string> read_attr_strings(hid_t obj, const char* name) {
   Hid type = vlen_string_type();
   if (n > 0) H5_CHECK(H5Aread(attr, type, ptrs.data()));
   std::vector<std::string> out;
+  std::string problem;
   for (char* p : ptrs) {
-    out.emplace_back(p ? p : "");
-    H5free_memory(p);
+    try {
+      out.push_back(take_string(p, name));  // every pointer is freed, also after a bad one
+    } catch (const ResultsError& e) {
+      problem = e.what();
+    }
   }
+  if (!problem.empty()) throw ResultsError(problem);
   return out;
 }
 
@@ -536,10 +569,15 @@ std::vector<std::string> read_dataset_strings(hid_t g, const char* name) {
   Hid type = vlen_string_type();
   if (!ptrs.empty()) H5_CHECK(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()));
   std::vector<std::string> out;
+  std::string problem;
   for (char* p : ptrs) {
-    out.emplace_back(p ? p : "");
-    H5free_memory(p);
+    try {
+      out.push_back(take_string(p, name));  // every pointer is freed, also after a bad one
+    } catch (const ResultsError& e) {
+      problem = e.what();
+    }
   }
+  if (!problem.empty()) throw ResultsError(problem);
   return out;
 }
 
