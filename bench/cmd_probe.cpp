@@ -64,7 +64,7 @@ Handler add_probe_command(CLI::App& app) {
     ProbeOptions& p = opts->probe;
     const Job job = load_job(p.job_path, p.overrides);
     const RunSpec* run = job.find_run(p.run_name);
-    if (!run) throw ConfigError(fmt::format("{}: no run named \"{}\"", p.job_path, p.run_name));
+    if (!run) throw ConfigError(fmt::format("{}: no run named \"{}\"", p.job_path, printable(p.run_name)));
     p.pipeline_size = run->pipeline_size;
     p.pipebench = self_path("pipebench");
     const std::string stamp = utc_stamp();

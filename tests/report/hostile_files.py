@@ -56,6 +56,8 @@ def variants(good, out):
         r = first_run(f)
         del r.attrs["schedule"]
         r.attrs.create("schedule", b"\xff\xff\xffy", dtype=h5py.string_dtype("utf-8"))
+    with copy("run_name_with_escape") as f:  # a group name is printed: no ESC may reach the terminal
+        f["runs"].move(list(f["runs"])[0], "a\x1b[31mred")
     with copy("num_microbatches_2pow31") as f:
         replace_attr(first_run(f), "num_microbatches", np.int64(2**31 - 1))
     with copy("pipeline_size_negative") as f:

@@ -259,3 +259,75 @@ TEST_CASE("limits: nesting depth and size of the TOML text, before the parser se
       edit("name = \"t\"", "name = \"t\"\ndescription = \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\" # {{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{"),
       "w.toml"));
 }
+
+TEST_CASE("limits: model sizes, steps, threads and runs are bounded, quoted as written", "[config]") {
+  // Issue 13: hidden >= 2^29 wrapped 4*hidden (the ffn_hidden default) to 0.
+  CHECK_THAT(error_of(kBase, {"model.hidden=536870912"}), Catch::Contains("model.hidden: expected at most 1048576, got 536870912"));
+  CHECK_THAT(error_of(kBase, {"model.hidden=2147483647", "model.heads=1"}), Catch::Contains("expected at most 1048576"));
+  CHECK_THAT(error_of(kBase, {"model.ffn_hidden=4194305"}), Catch::Contains("model.ffn_hidden: expected at most 4194304"));
+  CHECK_THAT(error_of(kBase, {"model.layers=65537"}), Catch::Contains("model.layers: expected at most 65536"));
+  CHECK_THAT(error_of(kBase, {"model.seq_len=1048577"}), Catch::Contains("model.seq_len: expected at most 1048576"));
+  CHECK_THAT(error_of(kBase, {"model.vocab=16777217"}), Catch::Contains("model.vocab: expected at most 16777216"));
+  CHECK_THAT(error_of(kBase, {"run.pipe.micro_batch_size=1048577"}),
+             Catch::Contains("run.pipe.micro_batch_size: expected at most 1048576"));
+  CHECK_THAT(error_of(kBase, {"device.threads_per_rank=1025"}), Catch::Contains("threads_per_rank: expected at most 1024"));
+  CHECK_THAT(error_of(kBase, {"train.warmup=50000", "train.repeats=50001"}),
+             Catch::Contains("train.repeats: warmup + repeats = 50000 + 50001 is above the limit of 100000 steps"));
+  // Steps x 2 x p x m events per run, the reader's bound on a dataset.
+  CHECK_THAT(error_of(kBase, {"train.repeats=1000", "run.pipe.num_microbatches=65536"}),
+             Catch::Contains("1002 steps x 2 stages x 65536 micro-batches record 262668288 events"));
+  // The default ffn_hidden of the largest hidden is in range.
+  CHECK(parse_job(kBase, "w.toml", {"model.hidden=1048576"}).model.ffn_hidden == 4194304);
+  std::string many = kBase;
+  for (int i = 0; i < 1000; ++i) many += "[[run]]\nname = \"r" + std::to_string(i) + "\"\n";
+  CHECK_THAT(error_of(many), Catch::Contains("1002 [[run]] tables, above the limit of 1000"));
+  // layers_per_stage's length is checked before its elements are read.
+  std::string long_array = "layers_per_stage = [1";
+  for (int i = 0; i < 300000; ++i) long_array += ",1";
+  CHECK_THAT(error_of(edit("name = \"pipe\"", "name = \"pipe\"\n" + long_array + "]")),
+             Catch::Contains("run.pipe.layers_per_stage: has 300001 entries but pipeline_size = 2"));
+}
+
+TEST_CASE("limits: integers and floats outside their type are quoted, not clamped", "[config]") {
+  // toml11 clamps these to INT64_MAX / DBL_MAX; the message quotes the text.
+  CHECK_THAT(error_of(kBase, {"device.memory_capacity=18446744073709551615"}),
+             Catch::Contains("device.memory_capacity: expected a positive size such as \"4GiB\", \"512MB\" or a byte count, got "
+                             "18446744073709551615"));
+  CHECK_THAT(error_of(kBase, {"model.seed=99_999_999_999_999_999_999"}),
+             Catch::Contains("model.seed: expected an integer, got 99_999_999_999_999_999_999, outside the range"));
+  CHECK_THAT(error_of(kBase, {"model.hidden=-9223372036854775809"}), Catch::Contains("outside the range of 64-bit"));
+  CHECK_THAT(error_of(kBase, {"model.hidden=0x7fffffffffffffff"}), Catch::Contains("expected at most 1048576, got 0x7fffffffffffffff"));
+  CHECK_THAT(error_of(kBase, {"device.memory_capacity=2EiB"}), Catch::Contains("expected a positive size"));
+  CHECK_THAT(error_of(kBase, {"device.memory_capacity=2000000000000000000"}), Catch::Contains("above the limit of 1 EiB"));
+  CHECK_THAT(error_of(kBase, {"device.sim_flops_per_s=1e400"}), Catch::Contains("device.sim_flops_per_s: expected a finite number > 0, got 1e400"));
+  CHECK_THAT(error_of(edit("vocab = 128", "vocab = 1_000_000_000")), Catch::Contains("w.toml:9: model.vocab: expected at most 16777216, got 1_000_000_000"));
+  // The largest int64 written as such is a value, not an overflow.
+  CHECK(parse_job(kBase, "w.toml", {"model.seed=9223372036854775807"}).model.seed == 9223372036854775807ull);
+}
+
+TEST_CASE("names and free text: bounded, no control characters reach a message", "[config]") {
+  CHECK_THAT(error_of(edit("name = \"t\"", "name = \"" + std::string(101, 'a') + "\"")),
+             Catch::Contains("job.name: expected 1 to 100 letters"));
+  CHECK_THAT(error_of(edit("name = \"t\"", "name = \"t\"\ndescription = \"red \\u001b[31m\"")),
+             Catch::Contains("job.description: control character \\x1b"));
+  CHECK_NOTHROW(parse_job(edit("name = \"t\"", "name = \"t\"\ndescription = \"two\\nlines\\tand a tab\""), "w.toml"));
+  // A run named with an ESC or a NUL: the message neither carries it raw nor is cut.
+  const std::string esc = error_of(edit("name = \"pipe\"", "name = \"p\\u001b[31m\"\nfoo = 1"));
+  CHECK_THAT(esc, Catch::Contains("run[1].name: expected 1 to 100 letters") && !Catch::Contains("\x1b"));
+  const std::string nul = error_of(edit("name = \"pipe\"", "name = \"p\\u0000q\""));
+  CHECK_THAT(nul, Catch::Contains("run[1].name: expected"));
+  // --set values and keys are escaped in messages too.
+  CHECK_THAT(error_of(kBase, {"model.kind=a\x1b[31m"}),
+             Catch::Contains("(--set model.kind=a\\x1b[31m): model.kind: unknown value \"a\\x1b[31m\"") && !Catch::Contains("\x1b"));
+  CHECK_THAT(error_of(kBase, {"run.p\x1b.x=1"}), Catch::Contains("no [[run]] named \"p\\x1b\""));
+  CHECK_THAT(error_of(kBase + "\"k\\u001b\" = 1\n"), Catch::Contains("run.pipe.k\\x1b: unknown key"));
+}
+
+TEST_CASE("Job::locations: where each given key came from", "[config]") {
+  const Job job = parse_job(kBase, "w.toml", {"model.hidden=128", "run.pipe.num_microbatches=8"});
+  CHECK(job.locations.at("model.layers") == "w.toml:6");
+  CHECK(job.locations.at("model.hidden") == "w.toml (--set model.hidden=128)");
+  CHECK(job.locations.at("run.pipe.num_microbatches") == "w.toml (--set run.pipe.num_microbatches=8)");
+  CHECK(job.locations.at("run.base.micro_batch_size") == "w.toml:13");
+  CHECK(job.locations.count("model.ffn_hidden") == 0);  // not given: the default
+}

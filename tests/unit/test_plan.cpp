@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "pipebench/core/checked.hpp"
 #include "pipebench/core/config.hpp"
 #include "pipebench/core/error.hpp"
 #include "pipebench/plan/plan.hpp"
@@ -160,4 +161,30 @@ TEST_CASE("text plan: partition table, memory table, grid or summary", "[plan][t
   const std::string summary = format_plan_text(plan_job(big, {"pipe"}));
   CHECK_THAT(summary, Catch::Contains("too large for a grid"));
   CHECK_THAT(summary, Catch::Contains("idle steps"));
+}
+
+TEST_CASE("model arithmetic is checked: an overflow names the keys and where they were set", "[plan][limits]") {
+  // Each key within its limit; their product is not countable in 64 bits.
+  const Job job = parse_job(kJob, "w.toml",
+                            {"model.hidden=1048576", "model.heads=1048576", "model.seq_len=1048576", "run.pipe.micro_batch_size=1048576"});
+  try {
+    plan_run(job, *job.find_run("pipe"));
+    FAIL("planned");
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("run.pipe: the model's parameter or byte counts exceed 64-bit integers"));
+    CHECK_THAT(what, Catch::Contains("model.hidden = 1048576 (w.toml (--set model.hidden=1048576))"));
+    CHECK_THAT(what, Catch::Contains("run.pipe.micro_batch_size = 1048576 (w.toml (--set run.pipe.micro_batch_size=1048576))"));
+    CHECK_THAT(what, Catch::Contains("model.ffn_hidden = 4194304 (default)"));
+  }
+}
+
+TEST_CASE("CheckedInt: + and * throw on signed overflow, never wrap", "[plan][limits]") {
+  const CheckedInt big = std::int64_t{1} << 62;
+  CHECK((big + (big + -1)).value() == INT64_MAX);
+  CHECK_THROWS_AS(big + big, ArithmeticOverflow);
+  CHECK_THROWS_AS(big * 2, ArithmeticOverflow);
+  CHECK_THROWS_AS(CheckedInt(INT64_MIN) + (-1), ArithmeticOverflow);
+  CHECK((CheckedInt(3037000499) * 3037000499).value() == 9223372030926249001);  // floor(sqrt(2^63-1))^2
+  CHECK_THROWS_AS(CheckedInt(3037000500) * 3037000500, ArithmeticOverflow);
 }

@@ -46,3 +46,11 @@ TEST_CASE("JsonWriter: nesting, commas, escaping, non-finite numbers", "[json]")
   w.end_object();
   CHECK(w.str() == R"({"a":1,"s":"q\"\\\n\u0001<","x":0.5,"nan":null,"v":[1,2],"o":{},"e":[],"t":true})");
 }
+
+TEST_CASE("printable: control characters escaped, text and UTF-8 kept", "[units]") {
+  CHECK(printable("plain ünïcode-ok") == "plain ünïcode-ok");
+  CHECK(printable(std::string("a\x1b[31mb\0c", 9)) == "a\\x1b[31mb\\x00c");
+  CHECK(printable("x\x7fy\tz\n") == "x\\x7fy\\x09z\\x0a");
+  CHECK(printable("one\ntwo", true) == "one\ntwo");
+  CHECK(group_digits(INT64_MIN) == "-9,223,372,036,854,775,808");
+}

@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cfloat>
+#include <charconv>
 #include <climits>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -67,7 +70,7 @@ Value parse_toml(const std::string& text, const std::string& name) {
   try {
     return toml::parse<toml::discard_comments, std::map, std::vector>(in, name);
   } catch (const toml::syntax_error& e) {
-    throw ConfigError(fmt::format("{}: TOML syntax error:\n{}", name, e.what()));
+    throw ConfigError(fmt::format("{}: TOML syntax error:\n{}", printable(name), printable(e.what(), true)));
   }
 }
 
@@ -75,8 +78,46 @@ Value parse_toml(const std::string& text, const std::string& name) {
 std::string where(const std::string& file, const Value& v) {
   const auto loc = v.location();
   if (std::string_view(loc.file_name()).starts_with(kOverridePrefix))
-    return fmt::format("{} ({})", file, loc.file_name());
-  return fmt::format("{}:{}", file, loc.line());
+    return printable(fmt::format("{} ({})", file, loc.file_name()));
+  return fmt::format("{}:{}", printable(file), loc.line());
+}
+
+// The value as the user wrote it, for messages: the region of its source
+// line (so "18446744073709551615" is quoted, not the number toml11 clamped it
+// to), with control characters escaped.
+std::string literal(const Value& v) {
+  const auto loc = v.location();
+  const std::string& line = loc.line_str();
+  const std::size_t column = loc.column(), length = loc.region();
+  if (column >= 1 && length > 0 && column - 1 + length <= line.size())
+    return printable(std::string_view(line).substr(column - 1, length));
+  return printable(toml::format(v));
+}
+
+// toml11 clamps an integer literal outside int64 to INT64_MIN/MAX; the text
+// tells a clamped value from one written as such. Decimal, 0x, 0o, 0b.
+bool integer_literal_fits(const Value& v) {
+  const std::int64_t x = v.as_integer();
+  if (x != INT64_MAX && x != INT64_MIN) return true;
+  const auto loc = v.location();
+  const std::size_t column = loc.column(), length = loc.region();
+  if (column < 1 || column - 1 + length > loc.line_str().size()) return true;
+  std::string text;
+  for (const char c : std::string_view(loc.line_str()).substr(column - 1, length))
+    if (c != '_') text += c;
+  std::size_t i = 0;
+  const bool negative = !text.empty() && text[0] == '-';
+  if (!text.empty() && (text[0] == '-' || text[0] == '+')) ++i;
+  int base = 10;
+  for (const auto& [prefix, b] : {std::pair<std::string_view, int>{"0x", 16}, {"0o", 8}, {"0b", 2}})
+    if (std::string_view(text).substr(i, 2) == prefix) {
+      base = b;
+      i += 2;
+    }
+  std::uint64_t magnitude = 0;
+  const auto [end, ec] = std::from_chars(text.data() + i, text.data() + text.size(), magnitude, base);
+  if (ec != std::errc() || end != text.data() + text.size()) return false;
+  return magnitude <= (negative ? std::uint64_t{1} << 63 : static_cast<std::uint64_t>(INT64_MAX));
 }
 
 std::string type_name(const Value& v) {
@@ -93,8 +134,10 @@ std::string type_name(const Value& v) {
 
 class TableReader {
  public:
-  TableReader(const Value& table, std::string prefix, const std::string& file)
-      : table_(table), prefix_(std::move(prefix)), file_(file) {}
+  // Every key found is recorded in `locations` (Job::locations), when given.
+  TableReader(const Value& table, std::string prefix, const std::string& file,
+              std::map<std::string, std::string>* locations = nullptr)
+      : table_(table), prefix_(std::move(prefix)), file_(file), locations_(locations) {}
 
   [[noreturn]] void fail_at(const Value& v, std::string_view key, std::string_view msg) const {
     throw ConfigError(fmt::format("{}: {}: {}", where(file_, v), dotted(key), msg));
@@ -108,7 +151,9 @@ class TableReader {
     used_.insert(std::string(key));
     const auto& t = table_.as_table();
     auto it = t.find(std::string(key));
-    return it == t.end() ? nullptr : &it->second;
+    if (it == t.end()) return nullptr;
+    if (locations_) (*locations_)[dotted(key)] = where(file_, it->second);
+    return &it->second;
   }
 
   std::optional<std::string> str(std::string_view key) {
@@ -128,27 +173,28 @@ class TableReader {
     const Value* v = find(key);
     if (!v) return std::nullopt;
     if (!v->is_integer()) fail_at(*v, key, fmt::format("expected an integer, got {}", type_name(*v)));
+    if (!integer_literal_fits(*v))
+      fail_at(*v, key, fmt::format("expected an integer, got {}, outside the range of 64-bit integers", literal(*v)));
     return v->as_integer();
   }
-  // An int in [min, INT_MAX]; `fallback` when absent (nullopt = required).
-  // An integer in [min, max]; the message quotes the value as written.
-  int int_in_range(std::string_view key, std::int64_t min, std::int64_t max, int fallback) {
-    const int v = int_at_least(key, min, fallback);
-    if (v > max) fail_at(*find(key), key, fmt::format("expected at most {}, got {}", max, v));
-    return v;
-  }
 
-  int int_at_least(std::string_view key, std::int64_t min, std::optional<int> fallback) {
+  // An int in [min, max]; `fallback` when absent (nullopt = required). The
+  // message quotes the value as written.
+  int int_in_range(std::string_view key, std::int64_t min, std::int64_t max, std::optional<int> fallback) {
     auto i = integer(key);
     if (!i) {
       if (!fallback) fail_missing(key, fmt::format("an integer >= {}", min));
       return *fallback;
     }
-    if (*i < min || *i > INT_MAX) {
+    if (*i < min) {
       const char* what = min == 1 ? "a positive integer" : "an integer";
-      fail_at(*find(key), key, fmt::format("expected {} >= {}, got {}", what, min, *i));
+      fail_at(*find(key), key, fmt::format("expected {} >= {}, got {}", what, min, literal(*find(key))));
     }
+    if (*i > max) fail_at(*find(key), key, fmt::format("expected at most {}, got {}", max, literal(*find(key))));
     return static_cast<int>(*i);
+  }
+  int int_at_least(std::string_view key, std::int64_t min, std::optional<int> fallback) {
+    return int_in_range(key, min, INT_MAX, fallback);
   }
 
   // A float (integers accepted) satisfying `lo < x` (or `lo <= x` when inclusive).
@@ -159,8 +205,9 @@ class TableReader {
     if (v->is_floating()) x = v->as_floating();
     else if (v->is_integer()) x = static_cast<double>(v->as_integer());
     else fail_at(*v, key, fmt::format("expected a number, got {}", type_name(*v)));
-    if (!(inclusive ? x >= lo : x > lo) || !std::isfinite(x))
-      fail_at(*v, key, fmt::format("expected a finite number {} {}, got {}", inclusive ? ">=" : ">", lo, x));
+    // toml11 clamps a float literal beyond double's range to +-DBL_MAX.
+    if (!(inclusive ? x >= lo : x > lo) || !std::isfinite(x) || std::fabs(x) == DBL_MAX)
+      fail_at(*v, key, fmt::format("expected a finite number {} {}, got {}", inclusive ? ">=" : ">", lo, literal(*v)));
     return x;
   }
 
@@ -173,7 +220,7 @@ class TableReader {
       if (*s == name) return value;
     std::string names;
     for (const auto& c : choices) names += fmt::format("{}\"{}\"", names.empty() ? "" : ", ", c.first);
-    fail_at(*find(key), key, fmt::format("unknown value \"{}\" (expected one of {})", *s, names));
+    fail_at(*find(key), key, fmt::format("unknown value \"{}\" (expected one of {})", printable(*s), names));
   }
 
   // A sub-table (absent = empty table).
@@ -190,7 +237,7 @@ class TableReader {
   }
 
   std::string dotted(std::string_view key) const {
-    return prefix_.empty() ? std::string(key) : fmt::format("{}.{}", prefix_, key);
+    return printable(prefix_.empty() ? std::string(key) : fmt::format("{}.{}", prefix_, key));
   }
   const Value& value() const { return table_; }
 
@@ -198,6 +245,7 @@ class TableReader {
   const Value& table_;
   std::string prefix_;
   const std::string& file_;
+  std::map<std::string, std::string>* locations_;
   std::set<std::string> used_;
 };
 
@@ -220,6 +268,11 @@ Value parse_override_value(const std::string& spec, const std::string& raw) {
   }
   std::string quoted;
   for (char c : raw) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {  // not allowed raw in a TOML string: an escape keeps it
+      quoted += fmt::format("\\u{:04x}", u);
+      continue;
+    }
     if (c == '"' || c == '\\') quoted += '\\';
     quoted += c;
   }
@@ -242,7 +295,7 @@ std::vector<std::string> split_dots(std::string_view s) {
 void apply_override(Value& root, const std::string& file, const std::string& spec) {
   const auto eq = spec.find('=');
   auto bad = [&](std::string_view why) {
-    return ConfigError(fmt::format("{} ({}{}): {}", file, kOverridePrefix, spec, why));
+    return ConfigError(fmt::format("{} ({}{}): {}", file, kOverridePrefix, printable(spec), why));
   };
   if (eq == std::string::npos || eq == 0) throw bad("expected dotted.key=value");
   const std::string key = spec.substr(0, eq);
@@ -263,7 +316,7 @@ void apply_override(Value& root, const std::string& file, const std::string& spe
         if (r.is_table() && r.as_table().count("name") && r.as_table().at("name").is_string() &&
             r.as_table().at("name").as_string().str == parts[1])
           found = &r;
-    if (!found) throw bad(fmt::format("no [[run]] named \"{}\"", parts[1]));
+    if (!found) throw bad(fmt::format("no [[run]] named \"{}\"", printable(parts[1])));
     node = found;
     i = 2;
   }
@@ -271,7 +324,7 @@ void apply_override(Value& root, const std::string& file, const std::string& spe
     auto& t = node->as_table();
     auto it = t.find(parts[i]);
     if (it == t.end()) it = t.emplace(parts[i], Value(toml::table{})).first;
-    if (!it->second.is_table()) throw bad(fmt::format("\"{}\" is not a table", parts[i]));
+    if (!it->second.is_table()) throw bad(fmt::format("\"{}\" is not a table", printable(parts[i])));
     node = &it->second;
   }
   node->as_table()[parts.back()] = std::move(value);
@@ -279,19 +332,27 @@ void apply_override(Value& root, const std::string& file, const std::string& spe
 
 // ---- validation -----------------------------------------------------------
 
-bool valid_name(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-  });
+constexpr std::string_view kNameRule = "expected 1 to 100 letters, digits, '_' or '-'";
+static_assert(kMaxNameLength == 100, "kNameRule quotes the limit");
+
+// Free text (a description): bounded, no control characters but newline and tab.
+void check_free_text(TableReader& r, std::string_view key, const std::string& text) {
+  if (text.size() > kMaxDescriptionLength)
+    r.fail_at(*r.find(key), key, fmt::format("longer than {} bytes", kMaxDescriptionLength));
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\n' && c != '\t') || u == 0x7f)
+      r.fail_at(*r.find(key), key, fmt::format("control character \\x{:02x} (only newline and tab are allowed)", u));
+  }
 }
 
 ModelSpec read_model(TableReader& r, std::vector<std::string>& warnings) {
   ModelSpec m;
   m.kind = r.choice<ModelKind>("kind", ModelKind::gpt, {{"gpt", ModelKind::gpt}, {"mlp", ModelKind::mlp}});
-  m.hidden = r.int_at_least("hidden", 1, std::nullopt);
-  m.layers = r.int_at_least("layers", 1, std::nullopt);
+  m.hidden = r.int_in_range("hidden", 1, kMaxHidden, std::nullopt);
+  m.layers = r.int_in_range("layers", 1, kMaxLayers, std::nullopt);
   if (m.kind == ModelKind::gpt) {
-    m.heads = r.int_at_least("heads", 1, std::nullopt);
+    m.heads = r.int_in_range("heads", 1, kMaxHidden, std::nullopt);
     if (m.hidden % m.heads != 0)
       r.fail_at(*r.find("heads"), "heads",
                 fmt::format("hidden ({}) must be divisible by heads ({})", m.hidden, m.heads));
@@ -299,9 +360,10 @@ ModelSpec read_model(TableReader& r, std::vector<std::string>& warnings) {
     m.heads = 1;
     if (r.find("heads")) warnings.push_back(fmt::format("{}: ignored for kind = \"mlp\"", r.dotted("heads")));
   }
-  m.ffn_hidden = r.int_at_least("ffn_hidden", 1, 4 * m.hidden);
-  m.seq_len = r.int_at_least("seq_len", 1, std::nullopt);
-  m.vocab = r.int_at_least("vocab", 2, std::nullopt);
+  static_assert(std::int64_t{4} * kMaxHidden <= kMaxFfnHidden, "the default ffn_hidden stays in range");
+  m.ffn_hidden = r.int_in_range("ffn_hidden", 1, kMaxFfnHidden, 4 * m.hidden);
+  m.seq_len = r.int_in_range("seq_len", 1, kMaxSeqLen, std::nullopt);
+  m.vocab = r.int_in_range("vocab", 2, kMaxVocab, std::nullopt);
   m.dtype = r.choice<DType>("dtype", DType::fp32,
                             {{"fp32", DType::fp32}, {"bf16", DType::bf16}, {"fp16", DType::fp16}});
   if (auto s = r.integer("seed")) {
@@ -317,8 +379,11 @@ TrainSpec read_train(TableReader& r) {
   t.optimizer = r.choice<OptimizerKind>("optimizer", t.optimizer,
                                         {{"sgd", OptimizerKind::sgd}, {"adamw", OptimizerKind::adamw}});
   t.learning_rate = r.number("learning_rate", t.learning_rate, 0.0, false);
-  t.warmup = r.int_at_least("warmup", 0, t.warmup);
-  t.repeats = r.int_at_least("repeats", 1, t.repeats);
+  t.warmup = r.int_in_range("warmup", 0, kMaxSteps, t.warmup);
+  t.repeats = r.int_in_range("repeats", 1, kMaxSteps, t.repeats);
+  if (t.warmup + t.repeats > kMaxSteps)
+    r.fail_at(*r.find(r.find("repeats") ? "repeats" : "warmup"), "repeats",
+              fmt::format("warmup + repeats = {} + {} is above the limit of {} steps", t.warmup, t.repeats, kMaxSteps));
   t.grad_clip = r.number("grad_clip", t.grad_clip, 0.0, true);
   t.step_timeout_s = r.number("step_timeout_s", t.step_timeout_s, 0.0, false);
   r.reject_unknown_keys();
@@ -332,13 +397,16 @@ DeviceSpec read_device(TableReader& r) {
   if (const Value* v = r.find("memory_capacity")) {
     std::optional<std::uint64_t> bytes;
     if (v->is_string()) bytes = parse_bytes(v->as_string().str);
-    else if (v->is_integer() && v->as_integer() > 0) bytes = static_cast<std::uint64_t>(v->as_integer());
+    else if (v->is_integer() && integer_literal_fits(*v) && v->as_integer() > 0)
+      bytes = static_cast<std::uint64_t>(v->as_integer());
     if (!bytes)
       r.fail_at(*v, "memory_capacity",
-                "expected a positive size such as \"4GiB\", \"512MB\" or a byte count");
+                fmt::format("expected a positive size such as \"4GiB\", \"512MB\" or a byte count, got {}", literal(*v)));
+    if (*bytes > kMaxMemoryCapacity)
+      r.fail_at(*v, "memory_capacity", fmt::format("{} is above the limit of 1 EiB", literal(*v)));
     d.memory_capacity_bytes = *bytes;
   }
-  d.threads_per_rank = r.int_at_least("threads_per_rank", 1, d.threads_per_rank);
+  d.threads_per_rank = r.int_in_range("threads_per_rank", 1, kMaxThreadsPerRank, d.threads_per_rank);
   d.sim_flops_per_s = r.number("sim_flops_per_s", d.sim_flops_per_s, 0.0, false);
   d.sim_link_latency_us = r.number("sim_link_latency_us", d.sim_link_latency_us, 0.0, true);
   d.sim_link_gbps = r.number("sim_link_gbps", d.sim_link_gbps, 0.0, false);
@@ -352,15 +420,16 @@ DeviceSpec read_device(TableReader& r) {
   return d;
 }
 
-RunSpec read_run(TableReader& r, const ModelSpec& model, std::vector<std::string>& warnings,
+// `steps` = warmup + repeats (bounds the events a run records).
+RunSpec read_run(TableReader& r, const ModelSpec& model, int steps, std::vector<std::string>& warnings,
                  std::string& explicit_baseline) {
   RunSpec run;
   run.source_line = static_cast<int>(r.value().location().line());
   run.name = r.str_required("name");
   if (!valid_name(run.name))
-    r.fail_at(*r.find("name"), "name", "expected letters, digits, '_' or '-' only (it names an HDF5 group)");
+    r.fail_at(*r.find("name"), "name", fmt::format("{} (it names an HDF5 group)", kNameRule));
   run.pipeline_size = r.int_in_range("pipeline_size", 1, kMaxPipelineSize, 1);
-  run.micro_batch_size = r.int_at_least("micro_batch_size", 1, 1);
+  run.micro_batch_size = r.int_in_range("micro_batch_size", 1, kMaxMicroBatchSize, 1);
   run.num_microbatches = r.int_in_range("num_microbatches", 1, kMaxMicrobatches, 1);
   if (std::int64_t{run.pipeline_size} * run.num_microbatches > kMaxStageMicrobatches)
     r.fail_at(*r.find("num_microbatches"), "num_microbatches",
@@ -368,6 +437,12 @@ RunSpec read_run(TableReader& r, const ModelSpec& model, std::vector<std::string
                           "action by action)",
                           run.pipeline_size, run.num_microbatches, kMaxStageMicrobatches));
   run.mode = r.choice<RunMode>("mode", RunMode::train, {{"train", RunMode::train}, {"inference", RunMode::inference}});
+  const std::int64_t events = std::int64_t{steps} * (run.mode == RunMode::train ? 2 : 1) * run.pipeline_size *
+                              run.num_microbatches;
+  if (events > kMaxEventsPerRun)
+    r.fail_at(r.find("num_microbatches") ? *r.find("num_microbatches") : r.value(), "num_microbatches",
+              fmt::format("{} steps x {} stages x {} micro-batches record {} events, above the limit of {} per run",
+                          steps, run.pipeline_size, run.num_microbatches, events, kMaxEventsPerRun));
   const bool schedule_given = r.find("schedule") != nullptr;
   run.schedule = r.choice<ScheduleKind>("schedule", ScheduleKind::one_f_one_b,
                                         {{"gpipe", ScheduleKind::gpipe},
@@ -390,6 +465,9 @@ RunSpec read_run(TableReader& r, const ModelSpec& model, std::vector<std::string
 
   if (const Value* v = r.find("layers_per_stage")) {
     if (!v->is_array()) r.fail_at(*v, "layers_per_stage", fmt::format("expected an array of integers, got {}", type_name(*v)));
+    if (v->as_array().size() != static_cast<std::size_t>(run.pipeline_size))
+      r.fail_at(*v, "layers_per_stage",
+                fmt::format("has {} entries but pipeline_size = {}", v->as_array().size(), run.pipeline_size));
     long long sum = 0;
     for (std::size_t i = 0; i < v->as_array().size(); ++i) {
       const Value& e = v->as_array()[i];
@@ -399,9 +477,6 @@ RunSpec read_run(TableReader& r, const ModelSpec& model, std::vector<std::string
       run.layers_per_stage.push_back(static_cast<int>(e.as_integer()));
       sum += e.as_integer();
     }
-    if (static_cast<int>(run.layers_per_stage.size()) != run.pipeline_size)
-      r.fail_at(*v, "layers_per_stage",
-                fmt::format("has {} entries but pipeline_size = {}", run.layers_per_stage.size(), run.pipeline_size));
     if (sum != model.layers)
       r.fail_at(*v, "layers_per_stage", fmt::format("sums to {} but model.layers = {}", sum, model.layers));
   }
@@ -429,7 +504,7 @@ void link_runs(Job& job, const std::vector<const Value*>& run_values,
         const Value& v = run_values[i]->as_table().at("baseline");
         throw ConfigError(fmt::format("{}: run.{}.baseline: {}", where(file, v), run.name, why));
       };
-      if (!base) fail(fmt::format("no run named \"{}\"", named));
+      if (!base) fail(fmt::format("no run named \"{}\"", printable(named)));
       if (base == &run) fail("a run cannot be its own baseline");
       if (base->mode != run.mode) fail(fmt::format("baseline \"{}\" is a {} run but this is a {} run",
                                                    named, to_string(base->mode), to_string(run.mode)));
@@ -474,22 +549,23 @@ Job build_job(Value root, const std::string& file, const std::vector<std::string
     return t ? *t : empty;
   };
   {
-    TableReader r(sub("job", true), "job", file);
+    TableReader r(sub("job", true), "job", file, &job.locations);
     job.name = r.str_required("name");
-    if (!valid_name(job.name)) r.fail_at(*r.find("name"), "name", "expected letters, digits, '_' or '-' only (it names a results folder)");
+    if (!valid_name(job.name)) r.fail_at(*r.find("name"), "name", fmt::format("{} (it names a results folder)", kNameRule));
     job.description = r.str_or("description", "");
+    check_free_text(r, "description", job.description);
     r.reject_unknown_keys();
   }
   {
-    TableReader r(sub("model", true), "model", file);
+    TableReader r(sub("model", true), "model", file, &job.locations);
     job.model = read_model(r, job.warnings);
   }
   {
-    TableReader r(sub("train", false), "train", file);
+    TableReader r(sub("train", false), "train", file, &job.locations);
     job.train = read_train(r);
   }
   {
-    TableReader r(sub("device", false), "device", file);
+    TableReader r(sub("device", false), "device", file, &job.locations);
     job.device = read_device(r);
   }
   if (job.device.backend == BackendKind::cpu && job.model.dtype != DType::fp32)
@@ -500,16 +576,21 @@ Job build_job(Value root, const std::string& file, const std::vector<std::string
   if (!runs) top.fail_missing("run", "at least one [[run]] table");
   if (!runs->is_array() || runs->as_array().empty())
     top.fail_at(*runs, "run", "expected one or more [[run]] tables");
+  if (runs->as_array().size() > static_cast<std::size_t>(kMaxRuns))
+    top.fail_at(*runs, "run", fmt::format("{} [[run]] tables, above the limit of {}", runs->as_array().size(), kMaxRuns));
   std::vector<const Value*> run_values;
   std::vector<std::string> explicit_baselines;
   for (const Value& rv : runs->as_array()) {
     if (!rv.is_table()) top.fail_at(rv, "run", "expected [[run]] tables");
-    std::string label = "run";
-    if (rv.as_table().count("name") && rv.as_table().at("name").is_string())
+    // Keys are named run.NAME.key once NAME is known to be a valid name.
+    std::string label = fmt::format("run[{}]", run_values.size());
+    if (rv.as_table().count("name") && rv.as_table().at("name").is_string() &&
+        valid_name(rv.as_table().at("name").as_string().str))
       label = "run." + rv.as_table().at("name").as_string().str;
-    TableReader r(rv, label, file);
+    TableReader r(rv, label, file, &job.locations);
     explicit_baselines.emplace_back();
-    job.runs.push_back(read_run(r, job.model, job.warnings, explicit_baselines.back()));
+    job.runs.push_back(
+        read_run(r, job.model, job.train.warmup + job.train.repeats, job.warnings, explicit_baselines.back()));
     run_values.push_back(&rv);
   }
   link_runs(job, run_values, explicit_baselines, file);
@@ -520,6 +601,12 @@ Job build_job(Value root, const std::string& file, const std::vector<std::string
 }
 
 }  // namespace
+
+bool valid_name(std::string_view s) {
+  return !s.empty() && s.size() <= kMaxNameLength && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
 
 Job parse_job(const std::string& toml_text, const std::string& source_name, const std::vector<std::string>& overrides) {
   return build_job(parse_toml(toml_text, source_name), source_name, overrides);

@@ -85,13 +85,26 @@ std::string utc_stamp() { return utc_format("%Y%m%dT%H%M%SZ"); }
 std::string utc_iso8601() { return utc_format("%Y-%m-%dT%H:%M:%SZ"); }
 
 std::string group_digits(std::int64_t value) {
-  const std::string digits = fmt::format("{}", value < 0 ? -value : value);
+  const std::uint64_t magnitude =
+      value < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(value) : static_cast<std::uint64_t>(value);
+  const std::string digits = fmt::format("{}", magnitude);
   std::string out;
   for (std::size_t i = 0; i < digits.size(); ++i) {
     if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
     out += digits[i];
   }
   return value < 0 ? "-" + out : out;
+}
+
+std::string printable(std::string_view text, bool keep_newlines) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && !(keep_newlines && c == '\n')) || u == 0x7f) out += fmt::format("\\x{:02x}", u);
+    else out += c;
+  }
+  return out;
 }
 
 }  // namespace pipebench

@@ -3,6 +3,9 @@
 namespace pipebench {
 
 namespace {
+// Every integer below is a CheckedInt: + and * throw ArithmeticOverflow
+// instead of wrapping (core/checked.hpp).
+using I = CheckedInt;
 constexpr std::int64_t kTokenIdBytes = 4;  // int32 token ids / targets
 }
 
@@ -18,36 +21,37 @@ ModelDesc::ModelDesc(const ModelSpec& spec, DType dtype) : spec_(spec), dtype_(d
 // Token embedding [vocab, h] + position embedding [seq_len, h]. A gather
 // forward (no matmul FLOPs); keeps the token ids for the scatter-add backward.
 Cost ModelDesc::embedding(int b) const {
-  const std::int64_t h = spec_.hidden, s = spec_.seq_len, v = spec_.vocab;
-  const std::int64_t tokens = std::int64_t{b} * s;
+  const I h = spec_.hidden, s = spec_.seq_len, v = spec_.vocab;
+  const I tokens = I(b) * s;
   Cost c;
-  c.params = v * h + s * h;
-  c.activation_bytes = tokens * kTokenIdBytes;
+  c.params = (v * h + s * h).value();
+  c.activation_bytes = (tokens * kTokenIdBytes).value();
   return c;
 }
 
 Cost ModelDesc::block(int b) const {
-  const std::int64_t h = spec_.hidden, f = spec_.ffn_hidden, s = spec_.seq_len, a = spec_.heads;
-  const std::int64_t tokens = std::int64_t{b} * s;
-  const std::int64_t e = dtype_bytes(dtype_);
-  const double t = static_cast<double>(tokens);
+  const I h = spec_.hidden, f = spec_.ffn_hidden, s = spec_.seq_len, a = spec_.heads;
+  const I tokens = I(b) * s;
+  const I e = dtype_bytes(dtype_);
+  const double t = static_cast<double>(tokens.value());
+  const double hd = static_cast<double>(spec_.hidden), fd = static_cast<double>(spec_.ffn_hidden);
+  const double sd = static_cast<double>(spec_.seq_len);
   Cost c;
   if (spec_.kind == ModelKind::gpt) {
     // ln1 [2h] + qkv [h,3h]+[3h] + proj [h,h]+[h] + ln2 [2h] + fc1 [h,f]+[f] + fc2 [f,h]+[h]
-    c.params = 4 * h * h + 2 * h * f + 9 * h + f;
+    c.params = (I(4) * h * h + I(2) * h * f + I(9) * h + f).value();
     // qkv, proj, fc1, fc2 GEMMs + QK^T and softmax(QK^T)V over all s x s pairs
-    c.forward_flops = 2.0 * t * static_cast<double>(4 * h * h + 2 * h * f) +
-                      4.0 * static_cast<double>(b) * static_cast<double>(s * s * h);
+    c.forward_flops = 2.0 * t * (4.0 * hd * hd + 2.0 * hd * fd) + 4.0 * static_cast<double>(b) * sd * sd * hd;
     // Per token: x, ln1 out, qkv (3h), attention out, x + attn, ln2 out (8h total),
     // fc1 pre-activation and GELU out (2f), mean/rstd of both LayerNorms (4);
     // plus the attention probabilities [b, heads, s, s].
-    c.activation_bytes = e * (tokens * (8 * h + 2 * f + 4) + std::int64_t{b} * a * s * s);
+    c.activation_bytes = (e * (tokens * (I(8) * h + I(2) * f + 4) + I(b) * a * s * s)).value();
   } else {
     // fc1 [h,f]+[f] + fc2 [f,h]+[h], residual around both.
-    c.params = 2 * h * f + f + h;
-    c.forward_flops = 2.0 * t * static_cast<double>(2 * h * f);
+    c.params = (I(2) * h * f + f + h).value();
+    c.forward_flops = 2.0 * t * (2.0 * hd * fd);
     // Per token: x (fc1 input), fc1 pre-activation, GELU out.
-    c.activation_bytes = e * tokens * (h + 2 * f);
+    c.activation_bytes = (e * tokens * (h + I(2) * f)).value();
   }
   c.backward_flops = 2.0 * c.forward_flops;
   return c;
@@ -55,15 +59,16 @@ Cost ModelDesc::block(int b) const {
 
 // Final LayerNorm [2h] + LM head [h, vocab] (no bias) + softmax cross-entropy.
 Cost ModelDesc::head(int b) const {
-  const std::int64_t h = spec_.hidden, s = spec_.seq_len, v = spec_.vocab;
-  const std::int64_t tokens = std::int64_t{b} * s;
-  const std::int64_t e = dtype_bytes(dtype_);
+  const I h = spec_.hidden, s = spec_.seq_len, v = spec_.vocab;
+  const I tokens = I(b) * s;
+  const I e = dtype_bytes(dtype_);
   Cost c;
-  c.params = 2 * h + h * v;
-  c.forward_flops = 2.0 * static_cast<double>(tokens) * static_cast<double>(h * v);
+  c.params = (I(2) * h + h * v).value();
+  c.forward_flops = 2.0 * static_cast<double>(tokens.value()) * static_cast<double>(spec_.hidden) *
+                    static_cast<double>(spec_.vocab);
   c.backward_flops = 2.0 * c.forward_flops;
   // Per token: LN input, LN out, mean/rstd, softmax probabilities; int32 targets.
-  c.activation_bytes = e * tokens * (2 * h + 2 + v) + tokens * kTokenIdBytes;
+  c.activation_bytes = (e * tokens * (I(2) * h + 2 + v) + tokens * kTokenIdBytes).value();
   return c;
 }
 
@@ -77,7 +82,7 @@ Cost ModelDesc::stage(int b, int num_layers, bool has_embedding, bool has_head) 
 }
 
 std::int64_t ModelDesc::boundary_bytes(int b) const {
-  return std::int64_t{b} * spec_.seq_len * spec_.hidden * dtype_bytes(dtype_);
+  return (I(b) * spec_.seq_len * spec_.hidden * dtype_bytes(dtype_)).value();
 }
 
 std::int64_t ModelDesc::total_params() const {
@@ -86,16 +91,16 @@ std::int64_t ModelDesc::total_params() const {
 
 std::int64_t ModelDesc::cpu_workspace_bytes(int b, bool train) const {
   if (!train) return 0;
-  const std::int64_t h = spec_.hidden, f = spec_.ffn_hidden, s = spec_.seq_len;
-  const std::int64_t tokens = std::int64_t{b} * s;
-  return dtype_bytes(dtype_) * (tokens * (f + 7 * h) + s * s);
+  const I h = spec_.hidden, f = spec_.ffn_hidden, s = spec_.seq_len;
+  const I tokens = I(b) * s;
+  return (I(dtype_bytes(dtype_)) * (tokens * (f + I(7) * h) + s * s)).value();
 }
 
 std::int64_t ModelDesc::cuda_workspace_bytes(int b, bool train) const {
-  const std::int64_t h = spec_.hidden, f = spec_.ffn_hidden, s = spec_.seq_len, a = spec_.heads;
-  const std::int64_t tokens = std::int64_t{b} * s;
-  const std::int64_t temporaries = train ? dtype_bytes(dtype_) * (tokens * (f + 7 * h) + a * s * s) : 0;
-  return temporaries + 4 * tokens + kCudaNormSlotsBytes;
+  const I h = spec_.hidden, f = spec_.ffn_hidden, s = spec_.seq_len, a = spec_.heads;
+  const I tokens = I(b) * s;
+  const I temporaries = train ? I(dtype_bytes(dtype_)) * (tokens * (f + I(7) * h) + a * s * s) : I(0);
+  return (temporaries + I(4) * tokens + kCudaNormSlotsBytes).value();
 }
 
 std::int64_t ModelDesc::workspace_bytes(BackendKind backend, int b, bool train) const {
@@ -108,9 +113,9 @@ std::int64_t ModelDesc::workspace_bytes(BackendKind backend, int b, bool train) 
 }
 
 std::int64_t ModelDesc::comm_bytes(int b, int m, bool has_prev, bool has_next, bool train) const {
-  const std::int64_t per_prev = train ? m + 1 : 1;
-  const std::int64_t per_next = train ? m + 1 : m;
-  return boundary_bytes(b) * ((has_prev ? per_prev : 0) + (has_next ? per_next : 0));
+  const std::int64_t per_prev = train ? std::int64_t{m} + 1 : 1;
+  const std::int64_t per_next = train ? std::int64_t{m} + 1 : m;
+  return (I(boundary_bytes(b)) * ((has_prev ? per_prev : 0) + (has_next ? per_next : 0))).value();
 }
 
 }  // namespace pipebench

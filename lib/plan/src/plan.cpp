@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "pipebench/core/checked.hpp"
 #include "pipebench/core/error.hpp"
 #include "pipebench/core/units.hpp"
 #include "pipebench/schedule/validate.hpp"
@@ -28,7 +29,34 @@ SimCosts model_costs(const Job& job, const ModelDesc& model, const Partition& pa
   return c;
 }
 
-RunPlan plan_run(const Job& job, const RunSpec& run) {
+namespace {
+
+// "model.hidden = 1048576 (jobs/x.toml:5)": a key, its value and where it was
+// set (or "default").
+std::string key_and_source(const Job& job, const std::string& key, std::int64_t value) {
+  const auto it = job.locations.find(key);
+  return fmt::format("{} = {} ({})", key, value, it == job.locations.end() ? "default" : it->second);
+}
+
+// The sizes of `run` do not fit 64-bit counts: a ConfigError naming every key
+// the model's sizes are products of, with the value and where it came from.
+ConfigError too_large(const Job& job, const RunSpec& run) {
+  const ModelSpec& m = job.model;
+  const std::string r = "run." + run.name + ".";
+  std::string keys;
+  for (const auto& [key, value] :
+       {std::pair<std::string, std::int64_t>{"model.hidden", m.hidden}, {"model.ffn_hidden", m.ffn_hidden},
+        {"model.heads", m.heads}, {"model.seq_len", m.seq_len}, {"model.vocab", m.vocab},
+        {"model.layers", m.layers}, {r + "micro_batch_size", run.micro_batch_size},
+        {r + "num_microbatches", run.num_microbatches}})
+    keys += fmt::format("{}{}", keys.empty() ? "" : ", ", key_and_source(job, key, value));
+  return ConfigError(fmt::format(
+      "{}:{}: run.{}: the model's parameter or byte counts exceed 64-bit integers; they are products of {}. Reduce "
+      "these (docs/model.md has the formulas)",
+      job.source_path, run.source_line, run.name, keys));
+}
+
+RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
   RunPlan plan;
   plan.run = run;
   plan.storage_dtype = storage_dtype(job);
@@ -51,16 +79,19 @@ RunPlan plan_run(const Job& job, const RunSpec& run) {
     sp.stage = static_cast<int>(s);
     sp.range = plan.partition.stages[s];
     sp.cost = model.stage(b, sp.range.num_layers, sp.range.has_embedding, sp.range.has_head);
-    sp.params_bytes = sp.cost.params * per_param.params;
-    sp.grads_bytes = train ? sp.cost.params * per_param.grads : 0;
-    sp.optimizer_bytes = train ? sp.cost.params * per_param.optimizer : 0;
+    const CheckedInt params = sp.cost.params;
+    sp.params_bytes = (params * per_param.params).value();
+    sp.grads_bytes = train ? (params * per_param.grads).value() : 0;
+    sp.optimizer_bytes = train ? (params * per_param.optimizer).value() : 0;
     sp.activation_bytes_per_microbatch = sp.cost.activation_bytes;
     sp.peak_live_activations = plan.unit.peak_live_activations[s];
-    sp.activations_peak_bytes = sp.activation_bytes_per_microbatch * (train ? sp.peak_live_activations : 1);
+    sp.activations_peak_bytes =
+        (CheckedInt(sp.activation_bytes_per_microbatch) * (train ? sp.peak_live_activations : 1)).value();
     sp.comm_bytes = model.comm_bytes(b, m, s > 0, s + 1 < plan.partition.stages.size(), train);
     sp.workspace_bytes = model.workspace_bytes(job.device.backend, b, train);
-    sp.total_bytes = sp.params_bytes + sp.grads_bytes + sp.optimizer_bytes + sp.activations_peak_bytes + sp.comm_bytes +
-                     sp.workspace_bytes;
+    sp.total_bytes = (CheckedInt(sp.params_bytes) + sp.grads_bytes + sp.optimizer_bytes + sp.activations_peak_bytes +
+                      sp.comm_bytes + sp.workspace_bytes)
+                         .value();
     sp.capacity_fraction = static_cast<double>(sp.total_bytes) / capacity;
     if (sp.capacity_fraction > kMemoryWarnFraction)
       plan.warnings.push_back(fmt::format(
@@ -73,6 +104,16 @@ RunPlan plan_run(const Job& job, const RunSpec& run) {
   return plan;
 }
 
+}  // namespace
+
+RunPlan plan_run(const Job& job, const RunSpec& run) {
+  try {
+    return plan_run_unchecked(job, run);
+  } catch (const ArithmeticOverflow&) {
+    throw too_large(job, run);
+  }
+}
+
 JobPlan plan_job(const Job& job, const std::vector<std::string>& run_names) {
   JobPlan jp;
   jp.job = &job;
@@ -80,7 +121,7 @@ JobPlan plan_job(const Job& job, const std::vector<std::string>& run_names) {
     if (!job.find_run(name)) {
       std::string known;
       for (const auto& r : job.runs) known += (known.empty() ? "" : ", ") + r.name;
-      throw ConfigError(fmt::format("{}: no run named \"{}\" (runs: {})", job.source_path, name, known));
+      throw ConfigError(fmt::format("{}: no run named \"{}\" (runs: {})", job.source_path, printable(name), known));
     }
   for (const auto& run : job.runs)
     if (run_names.empty() || std::find(run_names.begin(), run_names.end(), run.name) != run_names.end())

@@ -13,6 +13,9 @@
 #include <fmt/format.h>
 #include <hdf5.h>
 
+#include "pipebench/core/config.hpp"
+#include "pipebench/core/units.hpp"
+
 namespace pipebench {
 
 namespace {
@@ -761,7 +764,10 @@ JobResult read_results(const std::string& path) {
   Hid runs(H5_CHECK(H5Gopen2(file, "runs", H5P_DEFAULT)), H5Gclose);
   std::vector<std::string> names;
   H5_CHECK(H5Literate(runs, H5_INDEX_CRT_ORDER, H5_ITER_INC, nullptr, collect_name, &names));
-  for (const auto& n : names) jr.runs.push_back(read_run(runs, n));
+  for (const auto& n : names) {
+    if (!valid_name(n)) throw ResultsError(fmt::format("runs/\"{}\": not a pipebench run name", printable(n)));
+    jr.runs.push_back(read_run(runs, n));
+  }
   if (H5Lexists(file, "probe", H5P_DEFAULT) > 0) jr.probe = read_probe(file);
   return jr;
 }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pipebench/core/job.hpp"
@@ -22,6 +23,10 @@ namespace pipebench {
 // "run.NAME.key=value"), validates. Values are TOML literals; anything that
 // does not parse as one is taken as a string (so --set run.x.schedule=gpipe works).
 Job load_job(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Whether `name` may name a job or a run: 1 to kMaxNameLength letters,
+// digits, '_' or '-' (it becomes a folder and an HDF5 group name).
+bool valid_name(std::string_view name);
 
 // Same, from TOML text; `source_name` is used in error messages.
 Job parse_job(const std::string& toml_text, const std::string& source_name,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -82,6 +83,26 @@ struct DeviceSpec {
 inline constexpr int kMaxPipelineSize = 1024;
 inline constexpr int kMaxMicrobatches = 65536;
 inline constexpr std::int64_t kMaxStageMicrobatches = std::int64_t{1} << 20;  // pipeline_size x num_microbatches
+// Events a run records: steps x (2 train, 1 inference) x pipeline_size x
+// num_microbatches; the results reader refuses larger datasets.
+inline constexpr std::int64_t kMaxEventsPerRun = std::int64_t{1} << 26;
+
+// Upper limits of the model and the job. Realistic workloads sit far inside
+// them (GPT-3 175B: hidden 12288, 96 layers, vocab 50257, seq_len 2048); an
+// extreme combination within them that overflows 64-bit counts is reported
+// by plan_run (plan/plan.hpp), naming the keys.
+inline constexpr int kMaxHidden = 1 << 20;
+inline constexpr int kMaxFfnHidden = 1 << 22;
+inline constexpr int kMaxLayers = 1 << 16;
+inline constexpr int kMaxSeqLen = 1 << 20;
+inline constexpr int kMaxVocab = 1 << 24;
+inline constexpr int kMaxMicroBatchSize = 1 << 20;
+inline constexpr int kMaxSteps = 100000;  // warmup + repeats
+inline constexpr int kMaxThreadsPerRank = 1024;
+inline constexpr int kMaxRuns = 1000;
+inline constexpr std::size_t kMaxNameLength = 100;          // job and run names
+inline constexpr std::size_t kMaxDescriptionLength = 4096;  // bytes
+inline constexpr std::uint64_t kMaxMemoryCapacity = std::uint64_t{1} << 60;  // 1 EiB
 
 struct RunSpec {
   std::string name;
@@ -113,6 +134,9 @@ struct Job {
   std::string effective_toml;          // the TOML after --set overrides, re-serialised
   std::vector<std::string> overrides;  // the --set arguments, in order
   std::vector<std::string> warnings;   // non-fatal findings of validation
+  // Where each key that was given came from: "model.hidden" or
+  // "run.NAME.micro_batch_size" -> "<file>:<line>" or "<file> (--set k=v)".
+  std::map<std::string, std::string> locations;
 
   const RunSpec* find_run(std::string_view run_name) const;
 };

@@ -31,4 +31,10 @@ std::string utc_iso8601();
 // "12,345,678": exact integers with thousands separators.
 std::string group_digits(std::int64_t value);
 
+// `text` safe to print on a terminal or in one log line: control characters
+// (bytes below 0x20, and DEL) are written as \xNN, so an ESC or NUL from a
+// workload, a results file or the command line cannot act on the terminal
+// or cut a message. `keep_newlines`: a multi-line message keeps its '\n'.
+std::string printable(std::string_view text, bool keep_newlines = false);
+
 }  // namespace pipebench

@@ -12,11 +12,14 @@
 
 #include <cstdint>
 
+#include "pipebench/core/checked.hpp"
 #include "pipebench/core/job.hpp"
 
 namespace pipebench {
 
-// What one piece (or a sum of pieces) costs for one micro-batch.
+// What one piece (or a sum of pieces) costs for one micro-batch. Integer
+// figures are computed in checked arithmetic: a model too large for 64-bit
+// counts throws ArithmeticOverflow (core/checked.hpp), never wraps.
 struct Cost {
   std::int64_t params = 0;              // trainable parameters (elements)
   double forward_flops = 0.0;           // matmul FLOPs (2 per multiply-add)
@@ -24,10 +27,10 @@ struct Cost {
   std::int64_t activation_bytes = 0;    // kept from forward until backward
 
   Cost& operator+=(const Cost& o) {
-    params += o.params;
+    params = (CheckedInt(params) + o.params).value();
     forward_flops += o.forward_flops;
     backward_flops += o.backward_flops;
-    activation_bytes += o.activation_bytes;
+    activation_bytes = (CheckedInt(activation_bytes) + o.activation_bytes).value();
     return *this;
   }
 };
