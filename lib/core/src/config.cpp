@@ -31,15 +31,20 @@ using Value = toml::basic_value<toml::discard_comments, std::map, std::vector>;
 constexpr std::string_view kOverridePrefix = "--set ";
 
 // Before the parser sees it (toml11 recurses once per nesting level and
-// keeps every value): at most kMaxTomlBytes of text and kMaxTomlNesting
-// levels of arrays and inline tables. Strings and comments are skipped.
+// keeps every value; a 100,000-element array takes it seconds): at most
+// kMaxTomlBytes of text, kMaxTomlNesting levels of arrays and inline tables
+// and kMaxTomlArrayLength elements in one of them (the longest array a
+// workload has, layers_per_stage, has pipeline_size <= 1024 entries).
+// Strings and comments are skipped.
 constexpr std::size_t kMaxTomlBytes = std::size_t{1} << 20;
 constexpr int kMaxTomlNesting = 32;
+constexpr int kMaxTomlArrayLength = 4096;
 
 void check_toml_bounds(const std::string& text, const std::string& name) {
   if (text.size() > kMaxTomlBytes)
     throw ConfigError(fmt::format("{}: larger than a workload may be ({} bytes)", name, kMaxTomlBytes));
-  int depth = 0, line = 1;
+  int line = 1;
+  std::vector<int> commas;  // per open array or inline table: the separators seen so far
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (c == '\n') {
@@ -55,11 +60,15 @@ void check_toml_bounds(const std::string& text, const std::string& name) {
       }
       i += close.size() - 1;
     } else if (c == '[' || c == '{') {
-      if (++depth > kMaxTomlNesting)
+      commas.push_back(0);
+      if (static_cast<int>(commas.size()) > kMaxTomlNesting)
         throw ConfigError(fmt::format("{}:{}: arrays or inline tables nested deeper than {} levels", name, line,
                                       kMaxTomlNesting));
     } else if (c == ']' || c == '}') {
-      depth = std::max(0, depth - 1);
+      if (!commas.empty()) commas.pop_back();
+    } else if (c == ',' && !commas.empty() && ++commas.back() >= kMaxTomlArrayLength) {
+      throw ConfigError(fmt::format("{}:{}: an array or inline table with more than {} elements", name, line,
+                                    kMaxTomlArrayLength));
     }
   }
 }

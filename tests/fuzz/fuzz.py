@@ -1,0 +1,370 @@
+#!/usr/bin/env python3
+"""Fuzzing `pipebench plan` and `pipebench report` with mutated inputs (issue 13).
+
+From a fixed seed, makes three kinds of cases:
+  toml  mutated workloads (jobs/*.toml and tests/data/*/*.toml): values replaced by
+        hostile ones (huge and negative integers, literals beyond int64 and double,
+        NaN, control characters, deep nesting, long arrays), lines deleted, duplicated,
+        swapped, bytes flipped, text truncated, [[run]] tables repeated;
+  set   jobs/default.toml with 1-3 hostile `--set key=value` overrides;
+  h5    mutations of real results files: bit flips, truncation, attributes replaced
+        by arrays / wrong types / hostile strings / extreme numbers, datasets emptied,
+        reshaped, retyped or declared huge, objects deleted, run groups renamed, the
+        stored job_toml replaced by a mutated workload;
+and runs `pipebench plan` (toml, set) or `pipebench report` (h5) on each with a
+timeout. Every case ends in exactly one outcome:
+  accepted  exit 0 (report: summary.json is valid JSON)
+  error     a clear refusal: plan exits 2, 3 or 4 with a "pipebench:" message; report
+            exits 1 saying the file was skipped
+  crash     killed by a signal, exit >= 128, or a sanitizer report on stderr
+  hang      still running at the timeout
+  unclear   anything else: another exit code, an empty message, a raw control
+            character (ESC, NUL, ...) in the output, invalid summary.json
+Crashes, hangs and unclear outcomes fail the run; each is kept under
+OUT/failures/<case>/ with its input and a `repro.sh`.
+
+Usage: fuzz.py PIPEBENCH REPO OUT --good FILE.h5 [--good ...] [--seed N]
+               [--toml N] [--set N] [--h5 N] [--timeout S] [--jobs N] [--name NAME]
+Prints one line of figures per kind and writes OUT/figures.json.
+"""
+import argparse
+import concurrent.futures
+import glob
+import json
+import os
+import random
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+
+SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "SUMMARY: UndefinedBehaviorSanitizer")
+RAW_CONTROL = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f]")  # newline and tab are text
+
+# ---- hostile values ----------------------------------------------------------
+
+INTS = ["0", "-1", "1", "2", "3", "7", "64", "1024", "1025", "65536", "65537", "1048576", "1048577", "4194305",
+        "16777217", "2147483647", "2147483648", "536870912", "600000000", "9223372036854775807",
+        "9223372036854775808", "-9223372036854775809", "18446744073709551615", "0x7fffffffffffffff", "0b11",
+        "0o777", "1_000_000", "+5", "-0", "99_999_999_999_999_999_999"]
+FLOATS = ["1e400", "-1e400", "nan", "inf", "-inf", "1e-400", "0.0", "-0.0", "1.5", "3.4e38", "1e-300"]
+STRINGS = ['""', '"gpipe"', '"1f1b"', '"eager-1f1b"', '"fill_drain"', '"inference"', '"balanced"', '"adamw"',
+           '"sim"', '"cuda"', '"nccl"', '"4GiB"', '"1 EiB"', '"0B"', '"16EiB"', '"-1GiB"', '"nanGiB"',
+           '"1e30 GiB"', '"\\u001b[31m"', '"a\\u0000b"', '"../../x"', '"<script>alert(1)</script>"',
+           '"' + "x" * 5000 + '"', '"ünï"', '"\\n\\r\\t"']
+COMPOSITES = ["[]", "[1,2]", "[0]", "[-1, 9]", '[1, "a"]', "[" * 40 + "]" * 40, "[" * 31 + "]" * 31,
+              "[" + ",".join(["1"] * 100000) + "]", "[2147483647, 2147483647]", "{}", "{a = 1}", "true",
+              "1979-05-27T07:32:00Z", "[[1],[2]]"]
+VALUES = INTS + FLOATS + STRINGS + COMPOSITES
+
+KEYS = ["schema", "job.name", "job.description", "model.kind", "model.hidden", "model.layers", "model.heads",
+        "model.ffn_hidden", "model.seq_len", "model.vocab", "model.dtype", "model.seed", "train.optimizer",
+        "train.learning_rate", "train.warmup", "train.repeats", "train.grad_clip", "train.step_timeout_s",
+        "device.backend", "device.memory_capacity", "device.threads_per_rank", "device.sim_flops_per_s",
+        "device.sim_link_latency_us", "device.sim_link_gbps", "device.transport"]
+RUN_KEYS = ["name", "pipeline_size", "micro_batch_size", "num_microbatches", "schedule", "mode", "layers_per_stage",
+            "layers_per_stage_origin", "remainder", "balance_by", "baseline", "unknown_key"]
+BAD_SPECS = ["=", "model", "a..b=1", "model.hidden.x=1", "run.x=1", "run.nope.hidden=1", ".=.", "run..x=1",
+             "model.hidden", "=1", "run.single_stage_baseline=1", "job=1", "model=[1]"]
+
+
+def hostile_value(rng):
+    return rng.choice(VALUES)
+
+
+# ---- TOML workloads ------------------------------------------------------------
+
+KEY_LINE = re.compile(r"^(\s*[A-Za-z_\"][^=]*=\s*)(.*)$")
+
+
+def mutate_toml(text, rng):
+    """One to three random mutations of workload text."""
+    for _ in range(rng.randint(1, 3)):
+        lines = text.split("\n")
+        op = rng.randrange(11)
+        keyed = [i for i, l in enumerate(lines) if KEY_LINE.match(l)]
+        if op <= 2 and keyed:  # the most telling mutation: a value replaced
+            i = rng.choice(keyed)
+            lines[i] = KEY_LINE.match(lines[i]).group(1) + hostile_value(rng)
+        elif op == 3 and lines:
+            del lines[rng.randrange(len(lines))]
+        elif op == 4 and lines:
+            i = rng.randrange(len(lines))
+            lines.insert(i, lines[i])
+        elif op == 5 and len(lines) > 1:
+            i, j = rng.randrange(len(lines)), rng.randrange(len(lines))
+            lines[i], lines[j] = lines[j], lines[i]
+        elif op == 6:
+            i = rng.randrange(len(lines) + 1)
+            key = rng.choice(RUN_KEYS + [k.split(".")[-1] for k in KEYS])
+            lines.insert(i, f"{key} = {hostile_value(rng)}")
+        elif op == 7:  # [[run]] tables repeated, named apart or not
+            run = text[text.find("[[run]]"):] if "[[run]]" in text else "[[run]]\nname = \"r\"\n"
+            n = rng.choice([2, 10, 300, 1001, 1500])
+            unique = rng.random() < 0.7
+            blocks = [re.sub(r'name = "([^"]*)"', lambda m, k=k: f'name = "{m.group(1)}_{k}"', run) if unique else run
+                      for k in range(n)]
+            lines = (text + "\n" + "\n".join(blocks)).split("\n")
+        elif op == 8:
+            b = bytearray(text.encode("utf-8", "surrogateescape"))
+            for _ in range(rng.randint(1, 8)):
+                if b:
+                    b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+            text = b.decode("utf-8", "surrogateescape")
+            continue
+        elif op == 9:
+            text = text[: rng.randrange(len(text) + 1)]
+            continue
+        else:
+            i = rng.randrange(len(lines) + 1)
+            lines.insert(i, rng.choice(["[", "[[run]]", "[model]", "[device", "]]", "= 1", "x = ", '"""', "'''",
+                                        "[job.sub]", "a.b.c = 1", "\x1b[31m", "\x00"]))
+        text = "\n".join(lines)
+    return text
+
+
+def toml_cases(repo, n, rng, out):
+    seeds = sorted(glob.glob(os.path.join(repo, "jobs", "*.toml")) +
+                   glob.glob(os.path.join(repo, "tests", "data", "*", "*.toml")))
+    texts = [open(p, encoding="utf-8").read() for p in seeds]
+    cases = []
+    for k in range(n):
+        path = os.path.join(out, f"toml_{k}.toml")
+        with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(mutate_toml(rng.choice(texts), rng))
+        cases.append(("toml", f"toml_{k}", ["plan", path], [path]))
+    return cases
+
+
+def set_cases(repo, n, rng):
+    job = os.path.join(repo, "jobs", "default.toml")
+    runs = re.findall(r'^name = "([^"]+)"', open(job).read(), re.M)[1:]
+    cases = []
+    for k in range(n):
+        args = ["plan", job]
+        for _ in range(rng.randint(1, 3)):
+            if rng.random() < 0.08:
+                spec = rng.choice(BAD_SPECS)
+            else:
+                key = rng.choice(KEYS) if rng.random() < 0.6 else f"run.{rng.choice(runs)}.{rng.choice(RUN_KEYS)}"
+                value = hostile_value(rng)
+                if len(value) > 50000:  # one argument may hold at most 128 KiB
+                    value = "[" + ",".join(["1"] * 20000) + "]"
+                if rng.random() < 0.2:  # unquoted text is taken as a string; raw control characters too
+                    value = rng.choice(["gpipe", "a\x1bb", "x y", "\x07", "1f1b", "4 GiB", "a\"b", "a\\b"])
+                spec = f"{key}={value}"
+            args += ["--set", spec.replace("\x00", "\x01")]  # argv cannot hold NUL
+        cases.append(("set", f"set_{k}", args, []))
+    return cases
+
+
+# ---- HDF5 results files ----------------------------------------------------------
+
+def hdf5_objects(f):
+    groups, datasets = [], []
+    f.visititems(lambda name, obj: (datasets if isinstance(obj, h5py.Dataset) else groups).append(name))
+    attrs = [("/", a) for a in f.attrs] + [(o, a) for o in groups + datasets for a in f[o].attrs]
+    return groups, datasets, attrs
+
+
+def hostile_attr(rng, old):
+    choices = [
+        lambda: np.array([old] * rng.choice([0, 2, 1000])) if not isinstance(old, np.ndarray) else old[:0],
+        lambda: np.int64(rng.choice([-1, 0, 2**31 - 1, 2**62, -2**63, 2**63 - 1])),
+        lambda: np.float64(rng.choice([float("nan"), float("inf"), -1e300, 0.0])),
+        lambda: rng.choice(["", "\x1b[31mred", "a\x00b", "x" * 100000, "ünï", "<script>", "../x"]),
+        lambda: np.array(["a", "b"], dtype=h5py.string_dtype()),
+        lambda: np.zeros((3, 3)),
+    ]
+    return rng.choice(choices)()
+
+
+def hostile_dataset(rng, data):
+    flat = np.asarray(data).reshape(-1) if np.asarray(data).dtype.fields is None else np.asarray(data)
+    choices = [
+        lambda: flat[:0],
+        lambda: flat[: max(0, len(flat) // 2)],
+        lambda: np.concatenate([flat, flat]) if flat.dtype.fields is None else flat,
+        lambda: np.array([b"x"] * max(1, len(flat)), dtype=h5py.string_dtype()),
+        lambda: np.full(max(1, len(flat)), rng.choice([np.nan, np.inf, -1.0, 1e308])),
+        lambda: np.full(max(1, len(flat)), rng.choice([-1, 2**31 - 1, -2**63]), dtype=np.int64),
+        lambda: np.zeros((2, 2, 2)),
+        lambda: np.float64(1.0),
+    ]
+    return rng.choice(choices)()
+
+
+def mutate_h5(path, rng):
+    with h5py.File(path, "r+") as f:
+        for _ in range(rng.randint(1, 3)):
+            groups, datasets, attrs = hdf5_objects(f)
+            op = rng.randrange(8)
+            if op <= 1 and attrs:
+                obj, name = rng.choice(attrs)
+                old = f[obj].attrs[name]
+                del f[obj].attrs[name]
+                f[obj].attrs[name] = hostile_attr(rng, old)
+            elif op == 2 and attrs:
+                obj, name = rng.choice(attrs)
+                del f[obj].attrs[name]
+            elif op <= 4 and datasets:
+                name = rng.choice(datasets)
+                data = f[name][()]
+                del f[name]
+                if rng.random() < 0.15:
+                    f.create_dataset(name, shape=(1 << 40,), dtype=np.float64, chunks=(1024,))
+                else:
+                    f[name] = hostile_dataset(rng, data)
+            elif op == 5 and (groups or datasets):
+                name = rng.choice(groups + datasets)
+                if name in f:
+                    del f[name]
+            elif op == 6 and "runs" in f and len(f["runs"]):
+                f["runs"].move(rng.choice(list(f["runs"])), rng.choice(["a\x1b[31m", "../up", "x" * 300, "ü", "a b"]))
+            elif "job_toml" in f.attrs:
+                text = f.attrs["job_toml"]
+                text = text.decode() if isinstance(text, bytes) else str(text)
+                del f.attrs["job_toml"]
+                f.attrs["job_toml"] = mutate_toml(text, rng).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def h5_cases(goods, n, rng, out):
+    cases = []
+    for k in range(n):
+        good = rng.choice(goods)
+        path = os.path.join(out, f"h5_{k}.h5")
+        raw = open(good, "rb").read()
+        kind = rng.random()
+        if kind < 0.25:  # bit flips in the raw bytes
+            b = bytearray(raw)
+            for _ in range(rng.choice([1, 4, 16, 64])):
+                b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+            open(path, "wb").write(bytes(b))
+        elif kind < 0.35:
+            open(path, "wb").write(raw[: rng.randrange(len(raw))])
+        else:
+            shutil.copy(good, path)
+            try:
+                mutate_h5(path, rng)
+            except (OSError, ValueError, TypeError, KeyError) as e:  # h5py refused this mutation: keep the copy
+                print(f"note: h5_{k}: mutation not applied ({e.__class__.__name__})", file=sys.stderr)
+        cases.append(("h5", f"h5_{k}", ["report", path, "-o", os.path.join(out, f"report_{k}")], [path]))
+    return cases
+
+
+# ---- running and judging -----------------------------------------------------------
+
+def judge(kind, rc, stdout, stderr, report_dir):
+    text = stderr.decode("utf-8", "replace")
+    if any(m in text for m in SANITIZER_MARKS):
+        return "crash", "sanitizer report"
+    if rc < 0 or rc >= 128:
+        return "crash", f"exit {rc}"
+    if RAW_CONTROL.search(stdout) or RAW_CONTROL.search(stderr):
+        return "unclear", "raw control character in the output"
+    if rc == 0:
+        if kind == "h5":
+            try:
+                json.load(open(os.path.join(report_dir, "summary.json"), encoding="utf-8"))
+            except (OSError, ValueError) as e:
+                return "unclear", f"summary.json: {e}"
+        return "accepted", ""
+    if kind == "h5":
+        low = (text + stdout.decode("utf-8", "replace")).lower()
+        ok = rc == 1 and ("skipped" in low or "no readable" in low)
+        return ("error", "") if ok else ("unclear", f"exit {rc}")
+    if rc in (2, 3, 4) and "pipebench" in text and text.strip():
+        return "error", ""
+    return "unclear", f"exit {rc}"
+
+
+def run_case(pipebench, case, timeout, env):
+    kind, name, args, _ = case
+    report_dir = args[-1] if kind == "h5" else None
+    start = time.monotonic()
+    try:
+        p = subprocess.run([pipebench] + args, capture_output=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as e:
+        return case, "hang", f"still running after {timeout} s", (e.stderr or b"")[-2000:], time.monotonic() - start
+    outcome, why = judge(kind, p.returncode, p.stdout, p.stderr, report_dir)
+    if report_dir and outcome in ("accepted", "error"):
+        shutil.rmtree(report_dir, ignore_errors=True)
+    return case, outcome, why, p.stderr[-2000:], time.monotonic() - start
+
+
+def keep_failure(out, pipebench, case, outcome, why, stderr):
+    kind, name, args, inputs = case
+    d = os.path.join(out, "failures", name)
+    os.makedirs(d, exist_ok=True)
+    for p in inputs:
+        shutil.copy(p, d)
+    with open(os.path.join(d, "repro.sh"), "w") as f:
+        f.write("#!/bin/sh\n# " + f"{outcome}: {why}\n" + shlex.join([pipebench] + args) + "\n")
+    with open(os.path.join(d, "stderr.txt"), "wb") as f:
+        f.write(stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("pipebench")
+    ap.add_argument("repo")
+    ap.add_argument("out")
+    ap.add_argument("--good", action="append", required=True, help="a real results file to mutate (repeatable)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--toml", type=int, default=320)
+    ap.add_argument("--set", type=int, default=120, dest="sets")
+    ap.add_argument("--h5", type=int, default=110)
+    ap.add_argument("--timeout", type=float, default=30.0)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--name", default="fuzz", help="names the build in the figures (release, sanitize)")
+    a = ap.parse_args()
+
+    shutil.rmtree(a.out, ignore_errors=True)
+    cases_dir = os.path.join(a.out, "cases")
+    os.makedirs(cases_dir)
+    rng = random.Random(a.seed)
+    cases = toml_cases(a.repo, a.toml, rng, cases_dir) + set_cases(a.repo, a.sets, rng) + \
+        h5_cases(a.good, a.h5, rng, cases_dir)
+    env = dict(os.environ)
+    env.setdefault("ASAN_OPTIONS", "detect_leaks=0")  # Open MPI's and HDF5's allocations at exit are not ours
+
+    start = time.monotonic()
+    results = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
+        for r in pool.map(lambda c: run_case(a.pipebench, c, a.timeout, env), cases):
+            results.append(r)
+    elapsed = time.monotonic() - start
+
+    figures = {"name": a.name, "seed": a.seed, "elapsed_s": round(elapsed, 1), "kinds": {}}
+    failed = 0
+    for kind in ("toml", "set", "h5"):
+        mine = [r for r in results if r[0][0] == kind]
+        counts = {o: sum(1 for r in mine if r[1] == o) for o in ("accepted", "error", "crash", "hang", "unclear")}
+        counts["cases"] = len(mine)
+        counts["slowest_s"] = round(max((r[4] for r in mine), default=0.0), 2)
+        figures["kinds"][kind] = counts
+        print(f"fuzz[{a.name}] {kind:4}: {counts['cases']} cases: {counts['accepted']} accepted, {counts['error']} clear "
+              f"errors, {counts['crash']} crashes, {counts['hang']} hangs, {counts['unclear']} unclear "
+              f"(slowest {counts['slowest_s']} s)")
+    slowest = sorted(results, key=lambda r: -r[4])[:5]
+    print(f"fuzz[{a.name}] slowest cases: " + ", ".join(f"{r[0][1]} {r[4]:.1f} s" for r in slowest))
+    for case, outcome, why, stderr, _ in results:
+        if outcome in ("crash", "hang", "unclear"):
+            failed += 1
+            keep_failure(a.out, a.pipebench, case, outcome, why, stderr)
+            print(f"FAIL {case[1]}: {outcome}: {why}: {stderr.decode('utf-8', 'replace').strip()[-400:]}")
+    print(f"fuzz[{a.name}]: {len(results)} cases in {elapsed:.0f} s, seed {a.seed}; {failed} failure(s)"
+          + (f" kept under {os.path.join(a.out, 'failures')}" if failed else ""))
+    with open(os.path.join(a.out, "figures.json"), "w") as f:
+        json.dump(figures, f, indent=1)
+    shutil.rmtree(cases_dir, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
