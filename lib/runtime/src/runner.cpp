@@ -66,7 +66,9 @@ class Unpacker {
   }
   template <typename T>
   std::vector<T> get_vector() {
-    std::vector<T> v(get<std::uint64_t>());
+    const auto n = get<std::uint64_t>();
+    if (n > static_cast<std::size_t>(end_ - p_) / sizeof(T)) corrupt();  // before allocating n elements
+    std::vector<T> v(n);
     take(v.data(), v.size() * sizeof(T));
     return v;
   }
@@ -76,8 +78,10 @@ class Unpacker {
   }
 
  private:
+  [[noreturn]] static void corrupt() { throw Error("corrupt rank record while gathering"); }
   void take(void* out, std::size_t n) {
-    if (static_cast<std::size_t>(end_ - p_) < n) throw Error("corrupt rank record while gathering");
+    if (static_cast<std::size_t>(end_ - p_) < n) corrupt();
+    if (n == 0) return;  // an empty vector's data() may be null: memcpy must not see it
     std::memcpy(out, p_, n);
     p_ += n;
   }
