@@ -100,7 +100,7 @@ Handler add_probe_command(CLI::App& app) {
       }
     }
     JobResult jr;
-    describe_job_result(jr, job, fmt::format("pipebench probe {} --run {}", p.job_path, p.run_name), "probe");
+    describe_job_result(jr, job, fmt::format("pipebench probe {} --run {}", p.job_path, p.run_name), "probe", "probe");
     jr.status = result.max_micro_batch > 0 ? "ok" : "failed";
     jr.probe = result;
     const std::string path = write_results(

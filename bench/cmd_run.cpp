@@ -43,6 +43,8 @@ Handler add_run_command(CLI::App& app, const std::string& command_line) {
             return ok ? "" : "a label is one folder name: letters, digits, '.', '_', '-', not starting with '.'";
           },
           "LABEL"));
+  cmd->add_flag("--probe-trial", opts->run.probe_trial,
+                "mark the file as a trial of `pipebench probe` (root attribute role): reports list it, never trend it");
   cmd->add_flag("--dry-run", opts->run.dry_run, "build every stage, check its layer range against the plan, print, exit");
   return [opts] {
     std::vector<std::string> overrides = opts->overrides;

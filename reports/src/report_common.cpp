@@ -126,4 +126,8 @@ std::vector<std::pair<std::string, std::string>> provenance_rows(const FileView&
           {"hardware fingerprint", f.fingerprint}};
 }
 
+std::string verdict_text(const Trend& t) {
+  return t.changes.empty() ? t.verdict : fmt::format("{} ({})", t.verdict, t.changes);
+}
+
 }  // namespace pipebench::report_detail

@@ -33,6 +33,10 @@ std::vector<std::string> probe_header();
 std::vector<std::vector<std::string>> probe_rows(const ProbeResult& p);
 std::string probe_summary(const ProbeResult& p);
 
+// A series' verdict for tables: "new series (micro_batch_size 2 → 4)" names
+// what changed.
+std::string verdict_text(const Trend& t);
+
 // Provenance as (name, value) pairs, in a fixed order.
 std::vector<std::pair<std::string, std::string>> provenance_rows(const FileView& f);
 

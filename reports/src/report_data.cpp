@@ -17,6 +17,7 @@
 #include "pipebench/core/clock.hpp"
 #include "pipebench/core/config.hpp"
 #include "pipebench/core/units.hpp"
+#include "pipebench/core/workload_identity.hpp"
 #include "pipebench/report/report.hpp"
 #include "pipebench/results/mann_whitney.hpp"
 #include "pipebench/results/metrics.hpp"
@@ -289,6 +290,11 @@ std::vector<FileView> load_files(const std::vector<std::string>& inputs, std::ve
       f.job_error = e.what();
     }
     f.fingerprint = fingerprint_of(f.result);
+    // Files from before the role was recorded: a probe summary has /probe,
+    // a probe trial the label the probe gives it.
+    f.role = root_attr(f, "role", f.result.probe                                    ? "probe"
+                                  : root_attr(f, "label", "").starts_with("probe-mbs") ? "probe-trial"
+                                                                                     : "job");
     out.push_back(std::move(f));
   }
   return out;
@@ -315,19 +321,50 @@ void judge(Trend& t, const ReportOptions& options) {
   t.verdict = !significant ? "no change" : t.change > 0 ? "regression" : "improvement";
 }
 
-// Trends: every file (inputs and history), grouped by job, run and fingerprint, judged.
+// The workload text and fingerprint of run `r`: as recorded, else computed
+// from the file's job_toml, else unknown.
+std::pair<std::string, std::string> workload_of(const FileView& f, const RunResult& r) {
+  if (!r.workload_fingerprint.empty()) return {r.workload, r.workload_fingerprint};
+  if (f.job)
+    if (const RunSpec* spec = f.job->find_run(r.spec.name)) {
+      const WorkloadKeys keys = workload_keys(*f.job, *spec);
+      return {workload_text(keys), workload_fingerprint(keys)};
+    }
+  return {"", "unknown"};
+}
+
+// What changed into series `t` from the newest point before it of another
+// series of the same job, run and hardware ("" when it is the first).
+std::string changes_into(const Trend& t, const std::vector<Trend>& all) {
+  const TrendPoint* before = nullptr;
+  for (const auto& o : all) {
+    if (&o == &t || o.job != t.job || o.run != t.run || o.fingerprint != t.fingerprint) continue;
+    for (const auto& p : o.points)
+      if (p.created_utc < t.points.front().created_utc && (!before || p.created_utc > before->created_utc)) before = &p;
+  }
+  if (!before) return "";
+  const std::string changed =
+      describe_changes(parse_workload_text(before->workload), parse_workload_text(t.points.front().workload));
+  return changed.empty() ? "configuration not recorded" : changed;
+}
+
+// Trends: every job file (inputs and history; not probe trials), grouped into
+// series by job, run, hardware and workload fingerprint, judged.
 std::vector<Trend> build_trends(const std::vector<FileView>& files, const std::vector<FileView>& history,
                                 const ReportOptions& options) {
-  std::map<std::tuple<std::string, std::string, std::string>, Trend> groups;
+  std::map<std::tuple<std::string, std::string, std::string, std::string>, Trend> groups;
   auto add_points = [&](const FileView& f) {
+    if (f.role != "job") return;
     const std::string job = job_of(f);
     for (const auto& r : f.result.runs) {
       if (r.status != RunStatus::ok) continue;
-      Trend& t = groups[{job, r.spec.name, f.fingerprint}];
+      const auto [workload, workload_fp] = workload_of(f, r);
+      Trend& t = groups[{job, r.spec.name, f.fingerprint, workload_fp}];
       t.job = job;
       t.run = r.spec.name;
       t.fingerprint = f.fingerprint;
-      TrendPoint p{created(f), f.path, r.step_time.median, r.bubble_measured_median,
+      t.workload_fingerprint = workload_fp;
+      TrendPoint p{created(f), f.path, workload, r.step_time.median, r.bubble_measured_median,
                    static_cast<double>(r.peak_mem_max_bytes), {}};
       for (auto i : counted_steps(r)) p.counted_step_times.push_back(r.step_time_s[i]);
       // The same file given twice counts once.
@@ -341,6 +378,10 @@ std::vector<Trend> build_trends(const std::vector<FileView>& files, const std::v
   for (auto& [key, t] : groups) {
     judge(t, options);
     trends.push_back(std::move(t));
+  }
+  for (auto& t : trends) {
+    t.changes = changes_into(t, trends);
+    if (!t.changes.empty() && t.points.size() < 2) t.verdict = "new series";
   }
   return trends;
 }

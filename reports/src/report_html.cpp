@@ -263,14 +263,15 @@ std::string render_html(const ReportData& d) {
     std::vector<std::vector<std::string>> rows;
     std::vector<std::string> classes;
     for (const auto& t : d.trends) {
-      rows.push_back({t.job, t.run, t.fingerprint, std::to_string(t.points.size()),
+      rows.push_back({t.job, t.run, t.fingerprint, t.workload_fingerprint, std::to_string(t.points.size()),
                       format_seconds(t.points.back().step_time_median_s),
                       t.points.size() > 1 ? fmt::format("{:+.1f}%", 100 * t.change) : "-",
-                      t.points.size() > 1 ? fmt::format("{:.3g}", t.p_value) : "-", t.verdict});
+                      t.points.size() > 1 ? fmt::format("{:.3g}", t.p_value) : "-", verdict_text(t)});
       classes.push_back("");
     }
-    std::string tbl = table({"job", "run", "hardware", "files", "newest median step", "change", "p-value", "verdict"}, rows,
-                            classes, {false, false, false, true, true, true, true, false});
+    std::string tbl =
+        table({"job", "run", "hardware", "workload", "files", "newest median step", "change", "p-value", "verdict"},
+              rows, classes, {false, false, false, false, true, true, true, true, false});
     for (const char* v : {"regression", "improvement"})  // colour the verdict cells
       for (std::size_t pos = 0; (pos = tbl.find(std::string("<td>") + v + "</td>", pos)) != std::string::npos; pos += 4)
         tbl.replace(pos, 4, std::string("<td class=\"verdict-") + v + "\">");

@@ -1,5 +1,6 @@
 // report.md (the same tables as the HTML, for CI logs and wikis) and
 // summary.json (one record per run per file, for dashboards).
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -56,9 +57,12 @@ std::string md_table(const std::vector<std::string>& header, const std::vector<s
   return s + "\n";
 }
 
+// The series run `r` of file `f` belongs to (none for probe trials and failed runs).
 const Trend* trend_for(const ReportData& d, const FileView& f, const RunResult& r) {
   for (const auto& t : d.trends)
-    if (t.job == job_name(f) && t.run == r.spec.name && t.fingerprint == f.fingerprint) return &t;
+    if (t.run == r.spec.name &&
+        std::any_of(t.points.begin(), t.points.end(), [&](const TrendPoint& p) { return p.path == f.path; }))
+      return &t;
   return nullptr;
 }
 
@@ -81,11 +85,12 @@ std::string render_markdown(const ReportData& d) {
     s += "## Trends and regressions\n\n";
     std::vector<std::vector<std::string>> rows;
     for (const auto& t : d.trends)
-      rows.push_back({t.job, t.run, t.fingerprint, std::to_string(t.points.size()),
+      rows.push_back({t.job, t.run, t.fingerprint, t.workload_fingerprint, std::to_string(t.points.size()),
                       format_seconds(t.points.back().step_time_median_s),
                       t.points.size() > 1 ? fmt::format("{:+.1f}%", 100 * t.change) : "-",
-                      t.points.size() > 1 ? fmt::format("{:.3g}", t.p_value) : "-", t.verdict});
-    s += md_table({"job", "run", "hardware", "files", "newest median step", "change", "p-value", "verdict"}, rows);
+                      t.points.size() > 1 ? fmt::format("{:.3g}", t.p_value) : "-", verdict_text(t)});
+    s += md_table({"job", "run", "hardware", "workload", "files", "newest median step", "change", "p-value", "verdict"},
+                  rows);
   }
   for (const auto& f : d.files) {
     s += fmt::format("## Job {}\n\n", md_text(job_name(f)));
@@ -151,6 +156,7 @@ std::string render_summary_json(const ReportData& d) {
       if (const Trend* t = trend_for(d, f, r)) {
         w.key("trend").begin_object();
         w.field("files", static_cast<std::int64_t>(t->points.size())).field("verdict", t->verdict);
+        w.field("workload_fingerprint", t->workload_fingerprint).field("changes", t->changes);
         w.field("change", t->change).field("p_value", t->p_value);
         w.end_object();
       }

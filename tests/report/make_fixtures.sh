@@ -3,8 +3,10 @@
 #   OUT/inputs/   sim runs (every schedule), cpu runs (loss equivalence), an OOM
 #                 failure, a hostile description, and one truncated .h5 file
 #   OUT/nightly/  three runs of nightly_probe (the history)
-#   OUT/slow/     one nightly_probe run with half the modelled speed
+#   OUT/slow/     one nightly_probe run on a machine at half speed (sim_load = 2)
 #   OUT/same/     one nightly_probe run at the same speed
+#   OUT/changed/  one nightly_probe run with micro_batch_size 4: a new series
+#   OUT/trial/    one nightly_probe run marked as a probe trial: never trended
 #   MPIEXEC PIPEBENCH SRC OUT
 set -euo pipefail
 mpiexec=$1 pipebench=$2 src=$3 out=$4
@@ -19,6 +21,8 @@ run 1 inputs "$src/tests/data/report/xss.toml"
 f=$(find "$out/inputs/runner_schedules" -name '*.h5' | head -1)
 head -c 3000 "$f" > "$out/inputs/truncated.h5"
 for i in 1 2 3; do run 2 nightly "$src/tests/data/report/regression.toml"; done
-run 2 slow "$src/tests/data/report/regression.toml" --set device.sim_flops_per_s=5e8
+run 2 slow "$src/tests/data/report/regression.toml" --set device.sim_load=2
 run 2 same "$src/tests/data/report/regression.toml"
+run 2 changed "$src/tests/data/report/regression.toml" --set run.pipe.micro_batch_size=4
+run 2 trial "$src/tests/data/report/regression.toml" --probe-trial --set device.sim_load=3
 echo "fixtures in $out"

@@ -6,6 +6,7 @@
 
 #include "pipebench/core/config.hpp"
 #include "pipebench/core/error.hpp"
+#include "pipebench/core/workload_identity.hpp"
 
 using namespace pipebench;
 
@@ -339,4 +340,45 @@ TEST_CASE("Job::locations: where each given key came from", "[config]") {
   CHECK(job.locations.at("run.pipe.num_microbatches") == "w.toml (--set run.pipe.num_microbatches=8)");
   CHECK(job.locations.at("run.base.micro_batch_size") == "w.toml:13");
   CHECK(job.locations.count("model.ffn_hidden") == 0);  // not given: the default
+}
+
+TEST_CASE("workload fingerprint: what a step measures, not how the job is named or repeated", "[config][series]") {
+  const auto fp = [](const std::string& toml, const std::vector<std::string>& sets, const char* run = "pipe") {
+    const Job job = parse_job(toml, "w.toml", sets);
+    return workload_fingerprint(workload_keys(job, *job.find_run(run)));
+  };
+  const std::string base = fp(kBase, {});
+  CHECK(base.size() == 16);
+  CHECK(fp(kBase, {}) == base);  // stable
+  // Defaults written out, names, descriptions, repeat counts, timeouts and the
+  // simulated machine's condition do not change what is measured.
+  for (const char* same : {"model.ffn_hidden=256", "model.kind=\"gpt\"", "job.name=\"other\"", "job.description=\"x\"",
+                                  "train.warmup=7", "train.repeats=9", "train.step_timeout_s=5", "device.sim_load=2",
+                                  "device.sim_jitter=0.1", "device.sim_jitter_seed=4", "run.pipe.layers_per_stage_origin=1",
+                                  "run.pipe.baseline=\"base\"", "device.transport=\"mpi\""}) {
+    INFO(same);
+    CHECK(fp(kBase, {same}) == base);
+  }
+  for (const char* other : {"run.pipe.micro_batch_size=4", "run.pipe.num_microbatches=8", "model.hidden=128",
+                                   "run.pipe.schedule=\"gpipe\"", "train.optimizer=\"sgd\"", "device.backend=\"sim\"",
+                                   "device.memory_capacity=\"1GiB\"", "run.pipe.layers_per_stage=[1, 3]", "model.seed=5"}) {
+    INFO(other);
+    CHECK(fp(kBase, {other}) != base);
+  }
+  // The name of the run is not part of it either: the run table's other run has another fingerprint only by its keys.
+  CHECK(fp(kBase, {}, "base") != base);
+  CHECK(fp(kBase, {"run.base.pipeline_size=2"}, "base") == base);
+
+  const Job a = parse_job(kBase, "w.toml"), b = parse_job(kBase, "w.toml", {"run.pipe.micro_batch_size=4", "model.dtype=\"bf16\""});
+  const WorkloadKeys ka = workload_keys(a, *a.find_run("pipe")), kb = workload_keys(b, *b.find_run("pipe"));
+  CHECK(describe_changes(ka, kb) == "model.dtype fp32 → bf16, micro_batch_size 2 → 4");
+  CHECK(describe_changes(ka, ka).empty());
+  CHECK(parse_workload_text(workload_text(kb)) == kb);
+}
+
+TEST_CASE("device.sim_load and sim_jitter: bounded, the machine's condition", "[config]") {
+  CHECK(parse_job(kBase, "w.toml", {"device.sim_load=2.5"}).device.sim_load == 2.5);
+  CHECK_THAT(error_of(kBase, {"device.sim_load=0"}), Catch::Contains("device.sim_load: expected a finite number > 0"));
+  CHECK_THAT(error_of(kBase, {"device.sim_jitter=1.5"}), Catch::Contains("device.sim_jitter: expected at most 1"));
+  CHECK_THAT(error_of(kBase, {"device.sim_jitter_seed=-1"}), Catch::Contains("sim_jitter_seed: expected a non-negative"));
 }

@@ -70,7 +70,7 @@ TEST_CASE("trial command: launcher with {ranks}, the run's micro-batch, no warm-
   const std::string c = trial_command(o, 12);
   CHECK(c == "srun --mpi=pmix -n 2 '/opt/pipe bench/pipebench' run probe.toml --run pipe --set "
              "device.memory_capacity=8GiB --set run.pipe.micro_batch_size=12 --set train.warmup=0 --set "
-             "train.repeats=2 -o /tmp/pipebench-probe-test --label probe-mbs12");
+             "train.repeats=2 -o /tmp/pipebench-probe-test --label probe-mbs12 --probe-trial");
 }
 
 TEST_CASE("bisection converges on the exact limit in at most log2(hi) + 1 trials", "[probe]") {

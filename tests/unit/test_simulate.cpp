@@ -1,7 +1,10 @@
 // Cost-weighted simulation: closed forms for balanced stages, the slowest
 // stage bounding the step, transfer costs on the critical path.
+#include <cmath>
+
 #include <catch2/catch.hpp>
 
+#include "pipebench/backends/backend_sim.hpp"
 #include "pipebench/core/error.hpp"
 #include "pipebench/schedule/schedule.hpp"
 #include "pipebench/schedule/simulate.hpp"
@@ -71,4 +74,35 @@ TEST_CASE("W releases activations when present", "[simulate]") {
   const SimResult r = simulate(t, SimCosts::unit(t));
   CHECK(r.completed);
   CHECK(r.makespan == 6.0);
+}
+
+TEST_CASE("sim machine factor: sim_load x mean-1 log-normal jitter, reproducible per coordinate", "[simulate][jitter]") {
+  DeviceSpec d;
+  CHECK(sim_machine_factor(d, 0, 3, 1, 0) == 1.0);  // no load, no jitter
+  d.sim_load = 2.0;
+  CHECK(sim_machine_factor(d, 1, 3, 1, 0) == 2.0);
+  d.sim_load = 1.0;
+  d.sim_jitter = 0.1;
+  d.sim_jitter_seed = 42;
+  // The same coordinates give the same factor; any other coordinate another one.
+  const double f = sim_machine_factor(d, 1, 3, 2, 0);
+  CHECK(f == sim_machine_factor(d, 1, 3, 2, 0));
+  CHECK(f != sim_machine_factor(d, 1, 3, 2, 1));
+  CHECK(f != sim_machine_factor(d, 1, 4, 2, 0));
+  CHECK(f != sim_machine_factor(d, 0, 3, 2, 0));
+  DeviceSpec other = d;
+  other.sim_jitter_seed = 43;
+  CHECK(f != sim_machine_factor(other, 1, 3, 2, 0));
+  // Over many draws: mean 1 and log-sd sigma (the noise slows nothing down on average).
+  double sum = 0.0, sum_log = 0.0, sum_log2 = 0.0;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    const double x = sim_machine_factor(d, i % 7, i / 7, i % 13, i % 4);
+    sum += x;
+    sum_log += std::log(x);
+    sum_log2 += std::log(x) * std::log(x);
+  }
+  const double mean_log = sum_log / n;
+  CHECK(sum / n == Approx(1.0).margin(0.002));
+  CHECK(std::sqrt(sum_log2 / n - mean_log * mean_log) == Approx(0.1).margin(0.002));
 }

@@ -419,6 +419,14 @@ DeviceSpec read_device(TableReader& r) {
   d.sim_flops_per_s = r.number("sim_flops_per_s", d.sim_flops_per_s, 0.0, false);
   d.sim_link_latency_us = r.number("sim_link_latency_us", d.sim_link_latency_us, 0.0, true);
   d.sim_link_gbps = r.number("sim_link_gbps", d.sim_link_gbps, 0.0, false);
+  d.sim_load = r.number("sim_load", d.sim_load, 0.0, false);
+  if (d.sim_load > 1000.0) r.fail_at(*r.find("sim_load"), "sim_load", "expected at most 1000");
+  d.sim_jitter = r.number("sim_jitter", d.sim_jitter, 0.0, true);
+  if (d.sim_jitter > 1.0) r.fail_at(*r.find("sim_jitter"), "sim_jitter", "expected at most 1 (a log-normal sigma)");
+  if (auto s = r.integer("sim_jitter_seed")) {
+    if (*s < 0) r.fail_at(*r.find("sim_jitter_seed"), "sim_jitter_seed", "expected a non-negative integer");
+    d.sim_jitter_seed = static_cast<std::uint64_t>(*s);
+  }
   d.transport = r.choice<TransportKind>(
       "transport", d.transport,
       {{"auto", TransportKind::automatic}, {"mpi", TransportKind::mpi}, {"nccl", TransportKind::nccl}});

@@ -88,7 +88,7 @@ std::string trial_command(const ProbeOptions& o, int mbs) {
   for (const auto& s : o.overrides) args.insert(args.end(), {"--set", s});
   args.insert(args.end(), {"--set", fmt::format("run.{}.micro_batch_size={}", o.run_name, mbs), "--set", "train.warmup=0",
                            "--set", fmt::format("train.repeats={}", o.steps), "-o", o.trial_dir, "--label",
-                           fmt::format("probe-mbs{}", mbs)});
+                           fmt::format("probe-mbs{}", mbs), "--probe-trial"});
   std::string cmd = launcher;
   for (const auto& a : args) cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
   return cmd;

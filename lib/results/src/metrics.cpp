@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "pipebench/core/units.hpp"
+#include "pipebench/core/workload_identity.hpp"
 
 namespace pipebench {
 
@@ -62,6 +63,9 @@ RunResult base_result(const Job& job, const RunPlan& plan) {
   for (const auto& s : plan.partition.stages) r.layers_per_stage.push_back(s.num_layers);
   r.warmup = job.train.warmup;
   r.repeats = job.train.repeats;
+  const WorkloadKeys keys = workload_keys(job, plan.run);
+  r.workload = workload_text(keys);
+  r.workload_fingerprint = workload_fingerprint(keys);
   r.bubble_analytic = plan.bubble_analytic;
   r.bubble_simulated = kNaN;
   r.baseline = plan.run.baseline;

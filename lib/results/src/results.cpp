@@ -206,6 +206,8 @@ void write_run(hid_t runs, const RunResult& r) {
   attr_scalar<std::int64_t>(g, "warmup", r.warmup);
   attr_scalar<std::int64_t>(g, "repeats", r.repeats);
   attr_string(g, "baseline", r.baseline);
+  attr_string(g, "workload", r.workload);
+  attr_string(g, "workload_fingerprint", r.workload_fingerprint);
   attr_scalar(g, "bubble_analytic", r.bubble_analytic);
   attr_scalar(g, "bubble_simulated", r.bubble_simulated);
   attr_scalar(g, "step_time_median_s", r.step_time.median);
@@ -502,6 +504,10 @@ RunResult read_run(hid_t runs, const std::string& name) {
   r.repeats = static_cast<int>(read_attr_scalar<std::int64_t>(g, "repeats"));
   r.baseline = read_attr_string(g, "baseline");
   r.spec.baseline = r.baseline;
+  if (has_attr(g, "workload_fingerprint")) {  // absent in files written before they were recorded
+    r.workload = read_attr_string(g, "workload");
+    r.workload_fingerprint = read_attr_string(g, "workload_fingerprint");
+  }
   r.bubble_analytic = read_attr_scalar<double>(g, "bubble_analytic");
   r.bubble_simulated = read_attr_scalar<double>(g, "bubble_simulated");
   r.step_time.median = read_attr_scalar<double>(g, "step_time_median_s");
@@ -742,7 +748,7 @@ JobResult read_results(const std::string& path) {
   if (!has_attr(file, "schema_version") || read_attr_scalar<std::int64_t>(file, "schema_version") != kResultsSchemaVersion)
     throw ResultsError(fmt::format("{}: not a pipebench schema-{} results file", path, kResultsSchemaVersion));
   JobResult jr;
-  for (const char* k : {"tool_version", "git_sha", "created_utc", "job_name", "job_toml", "command_line", "label"})
+  for (const char* k : {"tool_version", "git_sha", "created_utc", "job_name", "job_toml", "command_line", "label", "role"})
     if (has_attr(file, k)) jr.root_attrs[k] = read_attr_string(file, k);
   jr.overrides = read_attr_strings(file, "overrides");
   jr.evidence_level = read_attr_string(file, "evidence_level");

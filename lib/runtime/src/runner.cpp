@@ -252,7 +252,8 @@ void print_dry_run(const RunPlan& rp, const std::vector<RankRecord>& records) {
 
 }  // namespace
 
-void describe_job_result(JobResult& jr, const Job& job, const std::string& command_line, const std::string& label) {
+void describe_job_result(JobResult& jr, const Job& job, const std::string& command_line, const std::string& label,
+                         const std::string& role) {
   jr.evidence_level = evidence_level(job.device.backend);
   jr.root_attrs["tool_version"] = PIPEBENCH_VERSION;
   jr.root_attrs["git_sha"] = PIPEBENCH_GIT_SHA;
@@ -261,6 +262,7 @@ void describe_job_result(JobResult& jr, const Job& job, const std::string& comma
   jr.root_attrs["job_toml"] = job.effective_toml;
   jr.root_attrs["command_line"] = command_line;
   jr.root_attrs["label"] = label;
+  jr.root_attrs["role"] = role;
   jr.overrides = job.overrides;
 }
 
@@ -361,7 +363,8 @@ std::unique_ptr<Transport> make_transport(const Job& job, const RunPlan& rp, Run
   if (nccl) return make_nccl_transport(rc, rp.schedule, rp.run.num_microbatches, rp.run.mode == RunMode::train);
   LinkModel link;
   if (job.device.backend == BackendKind::sim)
-    link = {true, job.device.sim_link_latency_us * 1e-6, job.device.sim_link_gbps * 1e9};
+    link = {true, job.device.sim_load * job.device.sim_link_latency_us * 1e-6,
+            job.device.sim_link_gbps * 1e9 / job.device.sim_load};
   return std::make_unique<MpiTransport>(rc, rp.schedule.chunks_per_rank, rp.run.num_microbatches, link);
 }
 
@@ -501,7 +504,7 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
     if (!options.dry_run) {
       // The file exists (as a checkpoint) before the first run: a folder
       // that cannot take it stops the launch here, not after the last run.
-      describe_job_result(jr, job, options.command_line, options.label);
+      describe_job_result(jr, job, options.command_line, options.label, options.probe_trial ? "probe-trial" : "job");
       jr.launch_status = "incomplete";
       const std::string id = slurm_job_id().empty() ? std::to_string(getpid()) : slurm_job_id();
       writer.emplace(default_results_path(options.output_dir, job.name, options.label, utc_stamp(), id));

@@ -1,6 +1,9 @@
 #include "pipebench/backends/backend_sim.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numbers>
 #include <limits>
 
 #include <fmt/format.h>
@@ -10,7 +13,20 @@
 
 namespace pipebench {
 
+namespace {
+// splitmix64: a counter-based generator, so a duration depends only on its
+// coordinates, never on what ran before it.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+double unit_uniform(std::uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53; }  // in (0, 1)
+}  // namespace
+
 SimBackend::SimBackend(const Job& job, int rank) : job_(job), memory_(rank, job.device.memory_capacity_bytes) {
+  rank_ = rank;
   tighten_timer_slack();  // a modelled action must not wake up 50 us late
 }
 
@@ -40,7 +56,20 @@ void SimBackend::build(const StageSpec& spec) {
   if (comm > 0) memory_.reserve(MemCategory::comm, comm, "boundary send/receive buffers");
 }
 
-void SimBackend::busy_for(double seconds, const char* what) {
+double sim_machine_factor(const DeviceSpec& d, int rank, int step, int microbatch, int action) {
+  if (d.sim_jitter <= 0.0) return d.sim_load;
+  std::uint64_t h = mix(d.sim_jitter_seed);
+  for (const std::uint64_t c : {static_cast<std::uint64_t>(rank), static_cast<std::uint64_t>(step),
+                                static_cast<std::uint64_t>(microbatch), static_cast<std::uint64_t>(action)})
+    h = mix(h ^ c);
+  const double u1 = unit_uniform(h), u2 = unit_uniform(mix(h));
+  const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);  // Box-Muller
+  const double sigma = d.sim_jitter;
+  return d.sim_load * std::exp(sigma * z - 0.5 * sigma * sigma);  // mean 1: noise, not a slowdown
+}
+
+void SimBackend::busy_for(double seconds, const char* what, int microbatch, int action) {
+  seconds *= sim_machine_factor(job_.device, rank_, step_, microbatch, action);
   const double start = now_s();
   const double end = start + seconds;
   if (end > deadline_s_) {
@@ -50,14 +79,17 @@ void SimBackend::busy_for(double seconds, const char* what) {
   sleep_until_s(end);
 }
 
-void SimBackend::begin_step(int /*step*/, double deadline_s) { deadline_s_ = deadline_s; }
+void SimBackend::begin_step(int step, double deadline_s) {
+  step_ = step;
+  deadline_s_ = deadline_s;
+}
 
 void SimBackend::forward(int /*step*/, int microbatch) {
   memory_.reserve(MemCategory::activations, static_cast<std::uint64_t>(cost_.activation_bytes),
                   fmt::format("activations of micro-batch {}", microbatch));
   ++live_;
   peak_live_ = std::max(peak_live_, live_);
-  busy_for(forward_s_, "forward");
+  busy_for(forward_s_, "forward", microbatch, 0);
   if (spec_.mode == RunMode::inference) release_activation();
 }
 
@@ -66,23 +98,25 @@ void SimBackend::release_activation() {
   --live_;
 }
 
-void SimBackend::backward(int /*step*/, int /*microbatch*/) {
+void SimBackend::backward(int /*step*/, int microbatch) {
   if (spec_.split_backward) {
-    busy_for(0.5 * backward_s_, "backward (input gradient)");
+    busy_for(0.5 * backward_s_, "backward (input gradient)", microbatch, 1);
     return;
   }
-  busy_for(backward_s_, "backward");
+  busy_for(backward_s_, "backward", microbatch, 1);
   release_activation();
 }
 
-void SimBackend::weight_grad(int /*step*/, int /*microbatch*/) {
-  busy_for(0.5 * backward_s_, "backward (weight gradient)");
+void SimBackend::weight_grad(int /*step*/, int microbatch) {
+  busy_for(0.5 * backward_s_, "backward (weight gradient)", microbatch, 2);
   release_activation();
 }
 
 double SimBackend::loss(int /*microbatch*/) const { return std::numeric_limits<double>::quiet_NaN(); }
 
-void SimBackend::optimizer_step(int /*step*/, double /*grad_scale*/) { busy_for(optimizer_s_, "optimizer step"); }
+void SimBackend::optimizer_step(int /*step*/, double /*grad_scale*/) {
+  busy_for(optimizer_s_, "optimizer step", -1, 3);
+}
 
 Buffer SimBackend::recv_buffer(ActionKind, int) { return {nullptr, 0, boundary_bytes_}; }
 Buffer SimBackend::send_buffer(ActionKind, int) { return {nullptr, 0, boundary_bytes_}; }

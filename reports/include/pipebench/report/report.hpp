@@ -53,22 +53,30 @@ struct FileView {
   std::optional<Job> job;       // parsed from the recorded job_toml
   std::string job_error;        // why `job` is empty
   std::string fingerprint;      // backend + hardware + world size
+  std::string role = "job";     // root attribute role: job | probe-trial | probe; only jobs are trended
   std::vector<RunView> runs;    // in the file's order
 };
 
 struct TrendPoint {
   std::string created_utc;
   std::string path;
+  std::string workload;             // workload_text of the run (core/workload_identity.hpp)
   double step_time_median_s = 0.0;
   double bubble_measured = 0.0;
   double peak_mem_bytes = 0.0;
   std::vector<double> counted_step_times;
 };
 
+// A series: the files of one job and run on one hardware fingerprint with one
+// workload fingerprint (docs/reports.md, "Series"). A changed configuration
+// starts a new series; `changes` then says what changed from the series
+// before it ("micro_batch_size 2 → 4").
 struct Trend {
   std::string job, run, fingerprint;
+  std::string workload_fingerprint;  // "unknown" for files that record none and whose job_toml is unreadable
+  std::string changes;               // vs the previous series of the same job, run and hardware; "" if none
   std::vector<TrendPoint> points;  // oldest first; the last is the newest
-  std::string verdict;             // regression | improvement | no change | insufficient history
+  std::string verdict;             // regression | improvement | no change | insufficient history | new series
   double p_value = 1.0;
   double change = 0.0;             // newest median / median of the earlier counted steps - 1
 };

@@ -16,6 +16,13 @@
 
 namespace pipebench {
 
+// The factor on one modelled duration: device.sim_load x log-normal noise
+// exp(sigma*z - sigma^2/2), sigma = device.sim_jitter, z a standard normal
+// drawn from (sim_jitter_seed, rank, step, microbatch, action) alone (job.hpp).
+// `action`: 0 forward, 1 backward (input gradient), 2 weight gradient,
+// 3 optimizer (microbatch -1).
+double sim_machine_factor(const DeviceSpec& device, int rank, int step, int microbatch, int action);
+
 class SimBackend final : public Backend {
  public:
   explicit SimBackend(const Job& job, int rank);
@@ -38,7 +45,8 @@ class SimBackend final : public Backend {
   int peak_live_activations() const override { return peak_live_; }
 
  private:
-  void busy_for(double seconds, const char* what);
+  // Sleeps `seconds` x sim_machine_factor (the deadline permitting).
+  void busy_for(double seconds, const char* what, int microbatch, int action);
   void release_activation();
 
   const Job& job_;
@@ -49,6 +57,7 @@ class SimBackend final : public Backend {
   std::uint64_t boundary_bytes_ = 0;
   double forward_s_ = 0.0, backward_s_ = 0.0, optimizer_s_ = 0.0;
   double deadline_s_ = 0.0;
+  int rank_ = 0, step_ = 0;
   int live_ = 0, peak_live_ = 0;
 };
 

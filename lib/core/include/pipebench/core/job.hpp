@@ -67,6 +67,16 @@ struct DeviceSpec {
   double sim_flops_per_s = 2.0e12;    // sim backend / cost-weighted planner
   double sim_link_latency_us = 5.0;   // per transfer
   double sim_link_gbps = 100.0;       // gigabits per second
+  // The simulated machine's condition, not the workload (excluded from the
+  // workload fingerprint): every modelled duration is multiplied by
+  // sim_load (a loaded or slower machine: 2 = half speed) and, per action,
+  // by log-normal noise exp(sigma*z - sigma^2/2) with sigma = sim_jitter,
+  // drawn from (sim_jitter_seed, rank, step, micro-batch, action): the same
+  // seed gives the same durations. Tests build nightly histories with known
+  // truth from these.
+  double sim_load = 1.0;
+  double sim_jitter = 0.0;
+  std::uint64_t sim_jitter_seed = 0;
   TransportKind transport = TransportKind::automatic;
 
   // The transport a run uses: `transport`, with automatic resolved.

@@ -90,6 +90,10 @@ struct RunResult {
   std::string schedule_name;
   std::vector<int> layers_per_stage;
   int warmup = 0, repeats = 0;
+  // What the run measures (core/workload_identity.hpp): the normalised
+  // configuration as text and its fingerprint; a trend series never mixes two
+  // fingerprints. Empty in files written before they were recorded.
+  std::string workload, workload_fingerprint;
 
   // [steps] over completed steps, warm-up included and flagged.
   std::vector<double> step_time_s, loss, slowest_stage_s, bubble_measured, grad_norm, imbalance;

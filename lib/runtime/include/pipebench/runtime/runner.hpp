@@ -21,6 +21,7 @@ struct RunOptions {
   std::string output_dir = "results";
   std::string label;                   // measurement campaign (seed 004's RUN_LABEL)
   bool dry_run = false;                // build every stage, check, print, no steps, no file
+  bool probe_trial = false;            // a trial of `pipebench probe`: root attribute role = "probe-trial"
   std::string command_line;
 };
 
@@ -31,8 +32,11 @@ struct RunOutcome {
 
 // The identity of a results file of `job` (SPEC §7 root attributes: tool
 // version, git sha, creation time, job name and effective TOML, command
-// line, label, overrides, evidence level). Used by `run` and `probe`.
-void describe_job_result(JobResult& jr, const Job& job, const std::string& command_line, const std::string& label);
+// line, label, overrides, evidence level) and its role: "job" (a launch of
+// `run`), "probe-trial" (a trial `pipebench probe` launched) or "probe" (the
+// probe's summary). Reports trend only role "job". Used by `run` and `probe`.
+void describe_job_result(JobResult& jr, const Job& job, const std::string& command_line, const std::string& label,
+                         const std::string& role);
 
 // Collective over MPI_COMM_WORLD (MPI must be initialised). Throws
 // ConfigError (same on every rank) for a workload the runner cannot execute.

@@ -1,0 +1,96 @@
+#include "pipebench/core/workload_identity.hpp"
+
+#include <cstdint>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace pipebench {
+
+namespace {
+std::string number(double v) { return fmt::format("{:.17g}", v); }
+std::string number(int v) { return fmt::format("{}", v); }
+}  // namespace
+
+WorkloadKeys workload_keys(const Job& job, const RunSpec& run) {
+  const ModelSpec& m = job.model;
+  const TrainSpec& t = job.train;
+  const DeviceSpec& d = job.device;
+  WorkloadKeys k;
+  k["model.kind"] = to_string(m.kind);
+  k["model.hidden"] = number(m.hidden);
+  k["model.layers"] = number(m.layers);
+  k["model.heads"] = number(m.heads);
+  k["model.ffn_hidden"] = number(m.ffn_hidden);
+  k["model.seq_len"] = number(m.seq_len);
+  k["model.vocab"] = number(m.vocab);
+  k["model.dtype"] = to_string(m.dtype);
+  k["model.seed"] = fmt::format("{}", m.seed);
+  k["train.optimizer"] = to_string(t.optimizer);
+  k["train.learning_rate"] = number(t.learning_rate);
+  k["train.grad_clip"] = number(t.grad_clip);
+  k["device.backend"] = to_string(d.backend);
+  k["device.memory_capacity"] = fmt::format("{}", d.memory_capacity_bytes);
+  k["device.threads_per_rank"] = number(d.threads_per_rank);
+  k["device.sim_flops_per_s"] = number(d.sim_flops_per_s);
+  k["device.sim_link_latency_us"] = number(d.sim_link_latency_us);
+  k["device.sim_link_gbps"] = number(d.sim_link_gbps);
+  k["device.transport"] = to_string(d.resolved_transport());
+  k["run.pipeline_size"] = number(run.pipeline_size);
+  k["run.micro_batch_size"] = number(run.micro_batch_size);
+  k["run.num_microbatches"] = number(run.num_microbatches);
+  k["run.mode"] = to_string(run.mode);
+  if (run.mode == RunMode::train) k["run.schedule"] = to_string(run.schedule);
+  if (!run.layers_per_stage.empty()) {
+    k["run.layers_per_stage"] = fmt::format("[{}]", fmt::join(run.layers_per_stage, ", "));
+  } else {
+    k["run.remainder"] = to_string(run.remainder);
+    if (run.remainder == Remainder::balanced) k["run.balance_by"] = to_string(run.balance_by);
+  }
+  return k;
+}
+
+std::string workload_text(const WorkloadKeys& keys) {
+  std::string s;
+  for (const auto& [key, value] : keys) s += fmt::format("{} = {}\n", key, value);
+  return s;
+}
+
+WorkloadKeys parse_workload_text(const std::string& text) {
+  WorkloadKeys keys;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto eq = line.find(" = ");
+    if (eq != std::string::npos) keys[line.substr(0, eq)] = line.substr(eq + 3);
+  }
+  return keys;
+}
+
+std::string workload_fingerprint(const WorkloadKeys& keys) {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64
+  for (const unsigned char c : workload_text(keys)) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+std::string describe_changes(const WorkloadKeys& before, const WorkloadKeys& after) {
+  std::string out;
+  auto add = [&](const std::string& key, const std::string& a, const std::string& b) {
+    const std::string shown = key.starts_with("run.") ? key.substr(4) : key;
+    out += fmt::format("{}{} {} → {}", out.empty() ? "" : ", ", shown, a, b);
+  };
+  for (const auto& [key, value] : after) {
+    const auto it = before.find(key);
+    if (it == before.end()) add(key, "(none)", value);
+    else if (it->second != value) add(key, it->second, value);
+  }
+  for (const auto& [key, value] : before)
+    if (!after.count(key)) add(key, value, "(none)");
+  return out;
+}
+
+}  // namespace pipebench
