@@ -1,5 +1,5 @@
 // `pipebench report RESULTS... -o DIR [--history DIR]... [--threshold 0.05]
-//  [--alpha 0.01] [--fail-on-regression]`: no MPI needed.
+//  [--alpha 0.01] [--min-history 3] [--noise-k 3] [--fail-on-regression]`: no MPI needed.
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -33,10 +33,16 @@ Handler add_report_command(CLI::App& app) {
   cmd->add_option("results", opts->report.inputs, "results files or folders (searched recursively)")->required();
   cmd->add_option("-o,--output", opts->out_dir, "folder for index.html, report.md, summary.json")->required();
   cmd->add_option("--history", opts->report.history, "more results files or folders, for trends only (repeatable)");
-  cmd->add_option("--threshold", opts->report.threshold, "relative median step-time change that counts (default 0.05)")
+  RegressionRule& rule = opts->report.rule;
+  cmd->add_option("--threshold", rule.threshold, "relative median step-time change that counts (default 0.05)")
       ->check(CLI::Range(0.0, 10.0));
-  cmd->add_option("--alpha", opts->report.alpha, "Mann-Whitney p-value below which a change is significant (default 0.01)")
+  cmd->add_option("--alpha", rule.alpha, "Mann-Whitney p-value below which a change is significant (default 0.01)")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--min-history", rule.min_history, "earlier files a series needs before any verdict (default 3)")
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--noise-k", rule.noise_k,
+                  "a change must exceed K x the night-to-night spread of the history's medians (default 3)")
+      ->check(CLI::Range(0.0, 100.0));
   cmd->add_flag("--fail-on-regression", opts->fail_on_regression, "exit 6 when any run regressed (nightly jobs)");
   cmd->add_option("--expect", opts->report.expected_jobs,
                   "a job name that must have a results file among the inputs; listed as missing otherwise (repeatable)");

@@ -307,18 +307,15 @@ void judge(Trend& t, const ReportOptions& options) {
   std::sort(t.points.begin(), t.points.end(), [](const TrendPoint& a, const TrendPoint& b) {
     return std::tie(a.created_utc, a.path) < std::tie(b.created_utc, b.path);
   });
-  t.verdict = "insufficient history";
-  if (t.points.size() < 2) return;
-  const auto last = t.points.end() - 1;  // the newest
-  std::vector<double> earlier;
-  for (auto it = t.points.begin(); it != last; ++it)
-    earlier.insert(earlier.end(), it->counted_step_times.begin(), it->counted_step_times.end());
-  if (earlier.empty() || last->counted_step_times.empty()) return;
-  const MannWhitneyResult mw = mann_whitney_u(last->counted_step_times, earlier);
-  t.p_value = mw.p_value;
-  t.change = median(last->counted_step_times) / median(earlier) - 1.0;
-  const bool significant = mw.p_value < options.alpha && std::fabs(t.change) > options.threshold;
-  t.verdict = !significant ? "no change" : t.change > 0 ? "regression" : "improvement";
+  std::vector<std::vector<double>> history;
+  for (std::size_t i = 0; i + 1 < t.points.size(); ++i) history.push_back(t.points[i].counted_step_times);
+  const RegressionVerdict v = judge_regression(history, t.points.back().counted_step_times, options.rule);
+  t.verdict = v.verdict;
+  t.reason = v.reason;
+  t.history = v.history;
+  t.p_value = v.p_value;
+  t.change = v.change;
+  t.night_spread = v.night_spread;
 }
 
 // The workload text and fingerprint of run `r`: as recorded, else computed

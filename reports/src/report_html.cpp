@@ -242,11 +242,13 @@ std::string render_html(const ReportData& d) {
                   "<title>pipebench report</title><style>";
   s += kReportCss;
   s += "</style></head><body><h1>pipebench report</h1>";
-  s += fmt::format("<p class=\"meta\">generated {} by pipebench {} from {} results file(s){}; regression rule: Mann-Whitney "
-                   "U p &lt; {} and a median change above {:.0f}%</p>",
+  const RegressionRule& rule = d.options.rule;
+  s += fmt::format("<p class=\"meta\">generated {} by pipebench {} from {} results file(s){}; regression rule: at least "
+                   "{} earlier files, Mann-Whitney U p &lt; {}, a median change above {:.0f}% and above {} &times; the "
+                   "night-to-night spread, the newest run no noisier than {} &times; its history</p>",
                    utc_iso8601(), PIPEBENCH_VERSION, d.files.size(),
-                   d.skipped.empty() ? "" : fmt::format(", {} skipped", d.skipped.size()), d.options.alpha,
-                   100 * d.options.threshold);
+                   d.skipped.empty() ? "" : fmt::format(", {} skipped", d.skipped.size()), rule.min_history, rule.alpha,
+                   100 * rule.threshold, rule.noise_k, rule.cv_factor);
   if (!d.missing_jobs.empty()) {
     s += "<div class=\"notice\" id=\"missing\"><b>Missing results</b> (expected jobs without a results file: the job "
          "failed before writing one, was cancelled, or never ran)<ul>";
@@ -266,12 +268,12 @@ std::string render_html(const ReportData& d) {
       rows.push_back({t.job, t.run, t.fingerprint, t.workload_fingerprint, std::to_string(t.points.size()),
                       format_seconds(t.points.back().step_time_median_s),
                       t.points.size() > 1 ? fmt::format("{:+.1f}%", 100 * t.change) : "-",
-                      t.points.size() > 1 ? fmt::format("{:.3g}", t.p_value) : "-", verdict_text(t)});
+                      t.points.size() > 1 ? fmt::format("{:.3g}", t.p_value) : "-", verdict_text(t), t.reason});
       classes.push_back("");
     }
-    std::string tbl =
-        table({"job", "run", "hardware", "workload", "files", "newest median step", "change", "p-value", "verdict"},
-              rows, classes, {false, false, false, false, true, true, true, true, false});
+    std::string tbl = table(
+        {"job", "run", "hardware", "workload", "files", "newest median step", "change", "p-value", "verdict", "evidence"},
+        rows, classes, {false, false, false, false, true, true, true, true, false, false});
     for (const char* v : {"regression", "improvement"})  // colour the verdict cells
       for (std::size_t pos = 0; (pos = tbl.find(std::string("<td>") + v + "</td>", pos)) != std::string::npos; pos += 4)
         tbl.replace(pos, 4, std::string("<td class=\"verdict-") + v + "\">");

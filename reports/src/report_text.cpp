@@ -88,9 +88,10 @@ std::string render_markdown(const ReportData& d) {
       rows.push_back({t.job, t.run, t.fingerprint, t.workload_fingerprint, std::to_string(t.points.size()),
                       format_seconds(t.points.back().step_time_median_s),
                       t.points.size() > 1 ? fmt::format("{:+.1f}%", 100 * t.change) : "-",
-                      t.points.size() > 1 ? fmt::format("{:.3g}", t.p_value) : "-", verdict_text(t)});
-    s += md_table({"job", "run", "hardware", "workload", "files", "newest median step", "change", "p-value", "verdict"},
-                  rows);
+                      t.points.size() > 1 ? fmt::format("{:.3g}", t.p_value) : "-", verdict_text(t), t.reason});
+    s += md_table(
+        {"job", "run", "hardware", "workload", "files", "newest median step", "change", "p-value", "verdict", "evidence"},
+        rows);
   }
   for (const auto& f : d.files) {
     s += fmt::format("## Job {}\n\n", md_text(job_name(f)));
@@ -157,7 +158,8 @@ std::string render_summary_json(const ReportData& d) {
         w.key("trend").begin_object();
         w.field("files", static_cast<std::int64_t>(t->points.size())).field("verdict", t->verdict);
         w.field("workload_fingerprint", t->workload_fingerprint).field("changes", t->changes);
-        w.field("change", t->change).field("p_value", t->p_value);
+        w.field("change", t->change).field("p_value", t->p_value).field("reason", t->reason);
+        w.field("history_files", static_cast<std::int64_t>(t->history)).field("night_spread", t->night_spread);
         w.end_object();
       }
       w.end_object();

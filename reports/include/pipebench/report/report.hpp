@@ -14,14 +14,14 @@
 
 #include "pipebench/core/job.hpp"
 #include "pipebench/results/records.hpp"
+#include "pipebench/results/regression.hpp"
 
 namespace pipebench {
 
 struct ReportOptions {
   std::vector<std::string> inputs;  // files or folders (recursive) to report on
   std::vector<std::string> history; // extra files or folders: trend history only
-  double threshold = 0.05;          // relative change of the median step time that matters
-  double alpha = 0.01;              // Mann-Whitney p-value below which a change is significant
+  RegressionRule rule;              // the nightly regression rule and its defaults (results/regression.hpp)
   std::vector<std::string> expected_jobs;  // job names that must have a file among the inputs (nightly)
 };
 
@@ -76,8 +76,12 @@ struct Trend {
   std::string workload_fingerprint;  // "unknown" for files that record none and whose job_toml is unreadable
   std::string changes;               // vs the previous series of the same job, run and hardware; "" if none
   std::vector<TrendPoint> points;  // oldest first; the last is the newest
-  std::string verdict;             // regression | improvement | no change | insufficient history | new series
+  // regression | improvement | no change | inconclusive (noisy) | insufficient history | new series
+  std::string verdict;
+  std::string reason;              // the figures behind the verdict (RegressionVerdict::reason)
+  int history = 0;                 // earlier files of the series
   double p_value = 1.0;
+  double night_spread = 0.0;       // sd / mean of the earlier files' median step times
   double change = 0.0;             // newest median / median of the earlier counted steps - 1
 };
 
