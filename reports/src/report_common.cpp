@@ -18,8 +18,10 @@ std::string format_value(double v, const std::string& unit) {
   return fmt::format("{:.1f}", v);
 }
 
-std::string format_delta(double b, double p) {
-  if (!std::isfinite(b) || !std::isfinite(p) || b == 0.0) return "";
+std::string format_delta(double b, double p, const std::string& unit) {
+  if (!std::isfinite(b) || !std::isfinite(p)) return "";
+  if (unit == "fraction") return fmt::format("{:+.1f} pts", 100.0 * (p - b));  // a share: the difference, in points
+  if (b == 0.0) return "";
   return fmt::format("{:+.1f}%", 100.0 * (p - b) / std::fabs(b));
 }
 
@@ -124,6 +126,13 @@ std::vector<std::pair<std::string, std::string>> provenance_rows(const FileView&
           {"Slurm job / nodes", attr(p, "slurm_job_id") + " " + attr(p, "slurm_job_nodelist")},
           {"environment (allow-listed)", attr(p, "environment")},
           {"hardware fingerprint", f.fingerprint}};
+}
+
+std::string trend_evidence(const Trend& t) {
+  std::string s = t.reason;
+  if (std::isfinite(t.bubble_delta_pts)) s += fmt::format("; bubble {:+.1f} pts", t.bubble_delta_pts);
+  for (const auto& a : t.alerts) s += "; " + a;
+  return s;
 }
 
 std::string verdict_text(const Trend& t) {

@@ -14,8 +14,11 @@ extern const char* const kReportCss;
 
 // A value in its unit: seconds, bytes, fractions, rates; "-" for NaN.
 std::string format_value(double v, const std::string& unit);
-// "+12.3%" of pipeline against baseline; "" when undefined.
-std::string format_delta(double baseline, double pipeline);
+// Pipeline against baseline: "+12.3%" of the baseline, or for a fraction
+// (unit "fraction": bubbles, shares of capacity) the difference in points,
+// "+4.1 pts" (a relative change of a near-zero share means nothing); "" when
+// undefined.
+std::string format_delta(double baseline, double pipeline, const std::string& unit);
 
 std::string job_name(const FileView& f);
 std::string attr(const std::map<std::string, std::string>& m, const char* key);
@@ -36,6 +39,9 @@ std::string probe_summary(const ProbeResult& p);
 // A series' verdict for tables: "new series (micro_batch_size 2 → 4)" names
 // what changed.
 std::string verdict_text(const Trend& t);
+// The figures behind it: the rule's reason, the bubble's change in points,
+// memory and numerics alerts.
+std::string trend_evidence(const Trend& t);
 
 // Provenance as (name, value) pairs, in a fixed order.
 std::vector<std::pair<std::string, std::string>> provenance_rows(const FileView& f);

@@ -215,7 +215,9 @@ void fill_comparison(RunView& v, const RunView& base) {
 }  // namespace
 
 bool ReportData::any_regression() const {
-  return std::any_of(trends.begin(), trends.end(), [](const Trend& t) { return t.verdict == "regression"; });
+  return std::any_of(trends.begin(), trends.end(), [](const Trend& t) {
+    return t.verdict == "regression" || t.memory_increased || t.numerics_changed;
+  });
 }
 
 namespace {
@@ -330,6 +332,34 @@ std::pair<std::string, std::string> workload_of(const FileView& f, const RunResu
   return {"", "unknown"};
 }
 
+// Memory, numerics and bubble of the newest point against the history (Trend).
+void add_alerts(Trend& t) {
+  t.bubble_delta_pts = kNaN;
+  if (t.points.size() < 2) return;
+  const TrendPoint& last = t.points.back();
+  const TrendPoint& prev = t.points[t.points.size() - 2];
+  if (last.peak_mem_bytes != prev.peak_mem_bytes) {
+    (last.peak_mem_bytes > prev.peak_mem_bytes ? t.memory_increased : t.memory_decreased) = true;
+    t.alerts.push_back(fmt::format("memory change: peak {} → {} ({:+.1f}%)", format_bytes(prev.peak_mem_bytes),
+                                   format_bytes(last.peak_mem_bytes),
+                                   100.0 * (last.peak_mem_bytes - prev.peak_mem_bytes) / std::max(1.0, prev.peak_mem_bytes)));
+  }
+  if (!last.loss.empty() && !prev.loss.empty()) {
+    const std::size_t n = std::min(last.loss.size(), prev.loss.size());
+    for (std::size_t i = 0; i < n; ++i)
+      if (!(last.loss[i] == prev.loss[i]) && !(std::isnan(last.loss[i]) && std::isnan(prev.loss[i]))) {
+        t.numerics_changed = true;
+        t.alerts.push_back(fmt::format("numerics changed: loss at step {} {:.17g} → {:.17g}", i, prev.loss[i], last.loss[i]));
+        break;
+      }
+  }
+  std::vector<double> earlier;
+  for (std::size_t i = 0; i + 1 < t.points.size(); ++i)
+    if (std::isfinite(t.points[i].bubble_measured)) earlier.push_back(t.points[i].bubble_measured);
+  if (!earlier.empty() && std::isfinite(last.bubble_measured))
+    t.bubble_delta_pts = 100.0 * (last.bubble_measured - median(earlier));
+}
+
 // What changed into series `t` from the newest point before it of another
 // series of the same job, run and hardware ("" when it is the first).
 std::string changes_into(const Trend& t, const std::vector<Trend>& all) {
@@ -362,7 +392,8 @@ std::vector<Trend> build_trends(const std::vector<FileView>& files, const std::v
       t.fingerprint = f.fingerprint;
       t.workload_fingerprint = workload_fp;
       TrendPoint p{created(f), f.path, workload, r.step_time.median, r.bubble_measured_median,
-                   static_cast<double>(r.peak_mem_max_bytes), {}};
+                   static_cast<double>(r.peak_mem_max_bytes), {}, r.throughput_samples_per_s,
+                   r.slowest_stage_median_s, r.backend == BackendKind::sim ? std::vector<double>{} : r.loss};
       for (auto i : counted_steps(r)) p.counted_step_times.push_back(r.step_time_s[i]);
       // The same file given twice counts once.
       if (std::none_of(t.points.begin(), t.points.end(), [&](const TrendPoint& q) { return q.path == p.path; }))
@@ -377,6 +408,7 @@ std::vector<Trend> build_trends(const std::vector<FileView>& files, const std::v
     trends.push_back(std::move(t));
   }
   for (auto& t : trends) {
+    add_alerts(t);
     t.changes = changes_into(t, trends);
     if (!t.changes.empty() && t.points.size() < 2) t.verdict = "new series";
   }

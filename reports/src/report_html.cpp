@@ -191,7 +191,7 @@ std::string run_section(const FileView& f, const RunView& v) {
     std::vector<std::vector<std::string>> rows;
     for (const auto& c : v.comparison)
       rows.push_back({c.metric, format_value(c.baseline, c.unit), format_value(c.pipeline, c.unit),
-                      format_delta(c.baseline, c.pipeline), c.note});
+                      format_delta(c.baseline, c.pipeline, c.unit), c.note});
     s += table({"metric", "single-stage baseline", "pipeline", "Δ", "note"}, rows, {}, {false, true, true, true, false});
   }
   s += fmt::format("<div class=\"decision {}\"><b>Decision: {}</b><ul>", html_escape(r.decision), html_escape(r.decision));
@@ -268,7 +268,7 @@ std::string render_html(const ReportData& d) {
       rows.push_back({t.job, t.run, t.fingerprint, t.workload_fingerprint, std::to_string(t.points.size()),
                       format_seconds(t.points.back().step_time_median_s),
                       t.points.size() > 1 ? fmt::format("{:+.1f}%", 100 * t.change) : "-",
-                      t.points.size() > 1 ? fmt::format("{:.3g}", t.p_value) : "-", verdict_text(t), t.reason});
+                      t.points.size() > 1 ? fmt::format("{:.3g}", t.p_value) : "-", verdict_text(t), trend_evidence(t)});
       classes.push_back("");
     }
     std::string tbl = table(

@@ -88,7 +88,7 @@ std::string render_markdown(const ReportData& d) {
       rows.push_back({t.job, t.run, t.fingerprint, t.workload_fingerprint, std::to_string(t.points.size()),
                       format_seconds(t.points.back().step_time_median_s),
                       t.points.size() > 1 ? fmt::format("{:+.1f}%", 100 * t.change) : "-",
-                      t.points.size() > 1 ? fmt::format("{:.3g}", t.p_value) : "-", verdict_text(t), t.reason});
+                      t.points.size() > 1 ? fmt::format("{:.3g}", t.p_value) : "-", verdict_text(t), trend_evidence(t)});
     s += md_table(
         {"job", "run", "hardware", "workload", "files", "newest median step", "change", "p-value", "verdict", "evidence"},
         rows);
@@ -114,7 +114,7 @@ std::string render_markdown(const ReportData& d) {
         std::vector<std::vector<std::string>> cmp;
         for (const auto& c : v.comparison)
           cmp.push_back({c.metric, format_value(c.baseline, c.unit), format_value(c.pipeline, c.unit),
-                         format_delta(c.baseline, c.pipeline), c.note});
+                         format_delta(c.baseline, c.pipeline, c.unit), c.note});
         s += md_table({"metric", "single-stage baseline", "pipeline", "Δ", "note"}, cmp);
       }
       s += fmt::format("**Decision: {}**\n\n", md_text(r.decision));
@@ -160,6 +160,9 @@ std::string render_summary_json(const ReportData& d) {
         w.field("workload_fingerprint", t->workload_fingerprint).field("changes", t->changes);
         w.field("change", t->change).field("p_value", t->p_value).field("reason", t->reason);
         w.field("history_files", static_cast<std::int64_t>(t->history)).field("night_spread", t->night_spread);
+        w.field("bubble_delta_pts", t->bubble_delta_pts).field("memory_increased", t->memory_increased);
+        w.field("memory_decreased", t->memory_decreased).field("numerics_changed", t->numerics_changed);
+        w.array("alerts", t->alerts);
         w.end_object();
       }
       w.end_object();

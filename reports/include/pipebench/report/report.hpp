@@ -65,6 +65,9 @@ struct TrendPoint {
   double bubble_measured = 0.0;
   double peak_mem_bytes = 0.0;
   std::vector<double> counted_step_times;
+  double throughput = 0.0;          // samples/s, median over counted steps
+  double slowest_stage_s = 0.0;     // median busy time of the slowest stage
+  std::vector<double> loss;         // per step, warm-up included; empty on sim
 };
 
 // A series: the files of one job and run on one hardware fingerprint with one
@@ -81,7 +84,15 @@ struct Trend {
   std::string reason;              // the figures behind the verdict (RegressionVerdict::reason)
   int history = 0;                 // earlier files of the series
   double p_value = 1.0;
-  double night_spread = 0.0;       // sd / mean of the earlier files' median step times
+  double night_spread = 0.0;       // robust relative spread of the earlier files' median step times
+  // Besides step time, from the newest file against the one before it:
+  // peak memory (exact on every backend: any change is flagged), the loss per
+  // step (deterministic backends: any change is flagged), and the measured
+  // bubble as a difference in points against the history's median.
+  bool memory_increased = false, memory_decreased = false;
+  bool numerics_changed = false;
+  double bubble_delta_pts = 0.0;   // 100 x (newest - median of earlier), NaN without history
+  std::vector<std::string> alerts; // "memory change: 1.00 MiB → 2.00 MiB (+100.0%)", "numerics changed: ..."
   double change = 0.0;             // newest median / median of the earlier counted steps - 1
 };
 

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Everything trended: peak memory, numerics and the bubble (issue 14).
+
+From one real cpu results file (two runs), writes a history of three copies a
+night apart, then three newest files, each with one change a code change
+could make: peak memory doubled (the same workload), a loss that differs in
+the 9th digit, and a measured bubble 1.5 points higher. `pipebench report
+--fail-on-regression` on each must flag exactly that change with its figures
+(memory and numerics exit 6; the bubble is reported in points), and on an
+unchanged newest copy flag nothing.
+
+Usage: check_alerts.py PIPEBENCH CPU_RESULTS.h5 OUTDIR
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+
+
+def night(src, dest, day, change=None):
+    shutil.copy(src, dest)
+    with h5py.File(dest, "r+") as f:
+        f.attrs["created_utc"] = f"2026-11-{day:02d}T03:00:00Z"
+        r = f["runs"]["p2_1f1b"]
+        if change == "memory":
+            for name in ["peak_mem_bytes", "peak_mem_activations_bytes"]:
+                data = r[name][()]
+                r[name][...] = data * 2 if name == "peak_mem_bytes" else data + r["peak_mem_bytes"][()]
+            r.attrs["peak_mem_max_bytes"] = np.uint64(int(r.attrs["peak_mem_max_bytes"]) * 2)
+        elif change == "numerics":
+            loss = r["loss"][()]
+            loss[2] = np.nextafter(loss[2], np.inf) * (1 + 1e-9)
+            r["loss"][...] = loss
+        elif change == "bubble":
+            r["bubble_measured"][...] = r["bubble_measured"][()] + 0.015
+            r.attrs["bubble_measured_median"] = r.attrs["bubble_measured_median"] + 0.015
+
+
+def report(pipebench, newest, history, out):
+    p = subprocess.run([pipebench, "report", newest, "--history", history, "-o", out, "--fail-on-regression"],
+                       capture_output=True, text=True)
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    trend = next(r["trend"] for r in summary["runs"] if r["run"] == "p2_1f1b")
+    return p.returncode, trend
+
+
+def main():
+    pipebench, src, out = sys.argv[1:4]
+    shutil.rmtree(out, ignore_errors=True)
+    hist = os.path.join(out, "history")
+    os.makedirs(hist)
+    for day in (1, 2, 3):
+        night(src, os.path.join(hist, f"night{day}.h5"), day)
+    problems = []
+    for change in (None, "memory", "numerics", "bubble"):
+        name = change or "unchanged"
+        newest = os.path.join(out, f"{name}.h5")
+        night(src, newest, 4, change)
+        rc, t = report(pipebench, newest, hist, os.path.join(out, f"report_{name}"))
+        print(f"{name}: exit {rc}; alerts {t['alerts']}; bubble {t['bubble_delta_pts']:+.2f} pts; verdict {t['verdict']}")
+        want_rc = 6 if change in ("memory", "numerics") else 0
+        if rc != want_rc:
+            problems.append(f"{name}: exit {rc}, expected {want_rc}")
+        if change is None and t["alerts"]:
+            problems.append(f"unchanged: alerts {t['alerts']}")
+        if change == "memory" and not (t["memory_increased"] and any("memory change" in a and "+100.0%" in a for a in t["alerts"])):
+            problems.append(f"memory: not flagged as +100%: {t['alerts']}")
+        if change == "numerics" and not (t["numerics_changed"] and any("loss at step 2" in a for a in t["alerts"])):
+            problems.append(f"numerics: not flagged at step 2: {t['alerts']}")
+        if change == "bubble" and abs(t["bubble_delta_pts"] - 1.5) > 1e-6:
+            problems.append(f"bubble: {t['bubble_delta_pts']} points, expected 1.5")
+        if change != "bubble" and abs(t["bubble_delta_pts"]) > 1e-9:
+            problems.append(f"{name}: bubble moved {t['bubble_delta_pts']} points")
+    for p in problems:
+        print("FAIL:", p)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
