@@ -48,7 +48,7 @@ std::optional<RunPlan> plan_of(const FileView& f, const RunResult& r) {
 
 std::vector<std::string> run_table_header() {
   return {"run", "status", "mode", "stages", "micro-batch × m", "schedule", "step time (median)", "bubble measured",
-          "peak memory (max)", "decision", "failure"};
+          "peak memory (max)", "speedup (95% interval)", "decision", "failure"};
 }
 
 std::vector<std::string> run_table_row(const RunView& v) {
@@ -67,6 +67,7 @@ std::vector<std::string> run_table_row(const RunView& v) {
           format_value(r.step_time.median, "s"),
           format_value(r.bubble_measured_median, "fraction"),
           r.status == RunStatus::skipped ? "-" : format_bytes(static_cast<double>(r.peak_mem_max_bytes)),
+          format_speedup(r),
           r.decision,
           failure};
 }

@@ -286,6 +286,8 @@ std::string render_html(const ReportData& d) {
   for (const auto& f : d.files) {
     s += fmt::format("<h2>Job {}</h2>", html_escape(job_name(f)));
     if (f.job && !f.job->description.empty()) s += "<p>" + html_escape(f.job->description) + "</p>";
+    if (const std::string best = best_run_summary(f.result.runs); !best.empty())
+      s += "<p class=\"best\"><b>" + html_escape(best) + "</b></p>";
     if (!f.job_error.empty()) s += "<p class=\"notice\">recorded workload not readable: " + html_escape(f.job_error) + "</p>";
     std::vector<std::vector<std::string>> prov;
     for (const auto& [k, v] : provenance_rows(f)) prov.push_back({k, v});

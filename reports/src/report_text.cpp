@@ -8,6 +8,7 @@
 #include "pipebench/core/json.hpp"
 #include "pipebench/core/units.hpp"
 #include "pipebench/plan/plan_format.hpp"
+#include "pipebench/results/metrics.hpp"
 #include "report_common.hpp"
 
 namespace pipebench {
@@ -96,6 +97,7 @@ std::string render_markdown(const ReportData& d) {
   for (const auto& f : d.files) {
     s += fmt::format("## Job {}\n\n", md_text(job_name(f)));
     if (f.job && !f.job->description.empty()) s += md_text(f.job->description) + "\n\n";
+    if (const std::string best = best_run_summary(f.result.runs); !best.empty()) s += "**" + md_text(best) + "**\n\n";
     std::vector<std::vector<std::string>> prov;
     for (const auto& [k, v] : provenance_rows(f))
       if (!v.empty() && k != "environment (allow-listed)") prov.push_back({k, v});
@@ -154,6 +156,7 @@ std::string render_summary_json(const ReportData& d) {
       w.field("bubble_simulated", r.bubble_simulated).field("peak_mem_max_bytes", r.peak_mem_max_bytes);
       w.field("loss_max_rel_dev", r.loss_max_rel_dev).field("clip_rate", v.clip_rate);
       w.field("decision", r.decision).array("decision_reasons", r.decision_reasons).array("advice", v.advice);
+      w.field("speedup", r.speedup).field("speedup_low", r.speedup_low).field("speedup_high", r.speedup_high);
       if (const Trend* t = trend_for(d, f, r)) {
         w.key("trend").begin_object();
         w.field("files", static_cast<std::int64_t>(t->points.size())).field("verdict", t->verdict);

@@ -5,6 +5,7 @@
 
 #include "pipebench/core/config.hpp"
 #include "pipebench/results/metrics.hpp"
+#include "pipebench/results/robust_stats.hpp"
 
 using namespace pipebench;
 
@@ -100,39 +101,123 @@ TEST_CASE("assemble_run: the origin of a failure names kind and rank", "[metrics
   CHECK(r.failing_rank == 1);
 }
 
-TEST_CASE("decide: memory above 90% of capacity is not feasible; loss compared to the baseline", "[metrics]") {
+TEST_CASE("decide: memory above 90% of capacity is not feasible; loss compared to the baseline", "[metrics][decide]") {
   const Job job = parse_job(kJob, "m.toml");
-  std::vector<RunResult> runs{assemble_run(job, plan_run(job, job.runs[0]), {records(4)[1]}),
-                              assemble_run(job, plan_run(job, job.runs[1]), records(4))};
+  std::vector<RunResult> runs{assemble_run(job, plan_run(job, job.runs[0]), {records(8)[1]}),
+                              assemble_run(job, plan_run(job, job.runs[1]), records(8))};
   runs[0].peak_mem_bytes = {100000};
+  for (auto& r : runs) r.backend = BackendKind::cpu;  // records() carry a loss, as the cpu backend's do
   decide(runs);
   CHECK(runs[0].decision == "not_applicable");
   CHECK(runs[1].loss_max_rel_dev == 0.0);
   CHECK(runs[1].decision == "not_feasible");
-  REQUIRE_FALSE(runs[1].decision_reasons.empty());
-  CHECK_THAT(runs[1].decision_reasons[0], Catch::Contains("stage 0 peak memory") && Catch::Contains("95%"));
+  REQUIRE(runs[1].decision_reasons.size() == 3);
+  CHECK_THAT(runs[1].decision_reasons[0], Catch::StartsWith("memory: fail") && Catch::Contains("95%"));
+  CHECK_THAT(runs[1].decision_reasons[1], Catch::StartsWith("stability: pass"));
+  CHECK_THAT(runs[1].decision_reasons[2], Catch::StartsWith("loss: pass"));
 
   runs[1].peak_mem_bytes = {500000, 100000};
   runs[1].loss[2] = 3.0 * (1.0 + 1e-3);
   decide(runs);
   CHECK(runs[1].loss_max_rel_dev == Approx(1e-3));
   CHECK(runs[1].decision == "not_feasible");
-  CHECK_THAT(runs[1].decision_reasons[0], Catch::Contains("loss deviates from baseline"));
+  CHECK_THAT(runs[1].decision_reasons[2], Catch::StartsWith("loss: fail — deviates from the baseline"));
 
   runs[1].loss[2] = 3.0;
   decide(runs);
   CHECK(runs[1].decision == "feasible");
+  // Same step times as the baseline: speedup 1, the interval degenerate.
+  CHECK(runs[1].speedup == Approx(1.0));
+  CHECK(runs[1].speedup_low == Approx(1.0));
+  CHECK(runs[1].speedup_high == Approx(1.0));
 }
 
-TEST_CASE("decide: without a loss (sim backend) a pipelined run is not_applicable, with the reason", "[metrics]") {
+TEST_CASE("decide: a sim run is decided on memory and stability, its loss 'not measured on sim'", "[metrics][decide]") {
   const Job job = parse_job(kJob, "m.toml");
-  auto recs = records(4);
+  auto recs = records(8);
   for (auto& s : recs[1].steps) s.loss = NAN;
   std::vector<RunResult> runs{assemble_run(job, plan_run(job, job.runs[0]), {recs[1]}),
                               assemble_run(job, plan_run(job, job.runs[1]), recs)};
   runs[1].peak_mem_bytes = {500000, 100000};
+  runs[1].backend = BackendKind::sim;
   decide(runs);
   CHECK(std::isnan(runs[1].loss_max_rel_dev));
-  CHECK(runs[1].decision == "not_applicable");
-  CHECK_THAT(runs[1].decision_reasons.back(), Catch::Contains("the sim backend computes no loss"));
+  CHECK(runs[1].decision == "feasible");
+  CHECK(runs[1].decision_reasons.back() == "loss: not measured on sim (the sim backend computes no loss)");
+}
+
+TEST_CASE("decide: stability by the Theil-Sen trend, inconclusive with the repeats to rerun", "[metrics][decide]") {
+  const Job job = parse_job(kJob, "m.toml");
+  std::vector<RunResult> runs{assemble_run(job, plan_run(job, job.runs[0]), {records(8)[1]}),
+                              assemble_run(job, plan_run(job, job.runs[1]), records(8))};
+  runs[1].peak_mem_bytes = {500000, 100000};
+  RunResult& r = runs[1];
+  // 7 counted steps rising 3% each: +18% over the run, the interval above +5%.
+  for (std::size_t k = 1; k < r.step_time_s.size(); ++k) r.step_time_s[k] = 4.0 * (1.0 + 0.03 * static_cast<double>(k));
+  r.step_time.median = 4.0 * 1.12;
+  decide(runs);
+  CHECK(r.decision == "not_feasible");
+  CHECK_THAT(r.decision_reasons[1], Catch::StartsWith("stability: fail — step time changes +16.1%"));
+  // Noisy steps without a trend: too wide to tell; a rerun with more steps is named.
+  const std::vector<double> noisy{4.0, 4.4, 3.7, 4.5, 3.6, 4.3, 3.8};
+  for (std::size_t k = 1; k < r.step_time_s.size(); ++k) r.step_time_s[k] = noisy[k - 1];
+  r.step_time.median = 4.0;
+  decide(runs);
+  CHECK(r.decision == "inconclusive");
+  CHECK_THAT(r.decision_reasons[1], Catch::StartsWith("stability: inconclusive") &&
+                                        Catch::Contains("rerun with --set train.repeats="));
+  // Too few counted steps.
+  std::vector<RunResult> short_runs{assemble_run(job, plan_run(job, job.runs[0]), {records(4)[1]}),
+                                    assemble_run(job, plan_run(job, job.runs[1]), records(4))};
+  short_runs[1].peak_mem_bytes = {500000, 100000};
+  decide(short_runs);
+  CHECK(short_runs[1].decision == "inconclusive");
+  CHECK(short_runs[1].decision_reasons[1] ==
+        "stability: inconclusive — 3 counted step(s), a trend needs 5; rerun with --set train.repeats=10");
+}
+
+TEST_CASE("Theil-Sen slope and the Hodges-Lehmann speedup, with their intervals", "[metrics][robust]") {
+  // A line is its own slope, the interval degenerate; one outlier does not move it.
+  const Interval line = theil_sen_slope({1, 2, 3, 4, 5, 6, 7});
+  CHECK(line.estimate == 1.0);
+  CHECK(line.low == 1.0);
+  CHECK(line.high == 1.0);
+  CHECK(theil_sen_slope({1, 2, 3, 40, 5, 6, 7}).estimate == 1.0);
+  // Five points: Sen's interval is wider than the sample can bound on one side.
+  const Interval five = theil_sen_slope({1.0, 1.1, 0.9, 1.05, 0.95});
+  CHECK(five.low <= five.estimate);
+  CHECK(five.estimate <= five.high);
+  CHECK(std::isnan(theil_sen_slope({1.0}).estimate));
+  // Speedup 2: baseline steps twice as long; the interval contains it.
+  const Interval s = speedup_interval({2.0, 2.1, 1.9, 2.05, 1.95, 2.0}, {1.0, 1.05, 0.95, 1.02, 0.98, 1.0});
+  CHECK(s.estimate == Approx(2.0).epsilon(0.01));
+  CHECK(s.low < s.estimate);
+  CHECK(s.high > s.estimate);
+  CHECK(s.low > 1.8);
+  CHECK(s.high < 2.2);
+  CHECK(std::isnan(speedup_interval({}, {1.0}).estimate));
+}
+
+TEST_CASE("best run: the fastest feasible pipeline, ties broken by the lowest peak memory", "[metrics][decide]") {
+  auto run = [](const char* name, double median, double lo, double hi, std::uint64_t mem, const char* decision) {
+    RunResult r;
+    r.spec.name = name;
+    r.spec.pipeline_size = 4;
+    r.step_time.median = median;
+    r.speedup = 3.0 / median;
+    r.speedup_low = lo;
+    r.speedup_high = hi;
+    r.peak_mem_max_bytes = mem;
+    r.decision = decision;
+    r.baseline = "base";
+    return r;
+  };
+  std::vector<RunResult> runs{run("gpipe", 1.00, 2.9, 3.1, 300, "feasible"), run("one_f_one_b", 1.01, 2.85, 3.05, 150, "feasible"),
+                              run("slow", 1.5, 1.9, 2.1, 100, "feasible"), run("fast_oom", 0.5, 5.9, 6.1, 10, "not_feasible")};
+  const std::string best = best_run_summary(runs);
+  CHECK_THAT(best, Catch::StartsWith("best: one_f_one_b") && Catch::Contains("tied on time with gpipe") &&
+                       !Catch::Contains("slow") && !Catch::Contains("fast_oom"));
+  runs[1].speedup_high = 2.88;  // no longer overlapping: the fastest wins alone
+  CHECK_THAT(best_run_summary(runs), Catch::StartsWith("best: gpipe") && !Catch::Contains("tied"));
+  CHECK(best_run_summary({runs[3]}).empty());
 }

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "pipebench/core/units.hpp"
+#include "pipebench/results/robust_stats.hpp"
 #include "pipebench/core/workload_identity.hpp"
 
 namespace pipebench {
@@ -261,82 +262,194 @@ RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<Ra
   return r;
 }
 
+namespace {
+
+std::vector<double> counted(const RunResult& r) {
+  std::vector<double> v;
+  for (std::size_t k = 0; k < r.step_time_s.size() && k < r.is_warmup.size(); ++k)
+    if (!r.is_warmup[k]) v.push_back(r.step_time_s[k]);
+  return v;
+}
+
+// Fewest counted steps for a stability verdict, and the most a rerun is told to use.
+constexpr int kMinStableSteps = 5;
+constexpr int kMaxSuggestedRepeats = 1000;
+
+// Seed 000's "stable step time": the Theil-Sen slope over the counted steps,
+// as the rise over the run relative to the median, with its 95% interval.
+// pass: the interval stays below kTrendMax; fail: it lies above; else (too
+// few steps, or too noisy to tell) inconclusive, with the repeats that would
+// make the interval narrow enough: n >= 12 (1.96 cv / kTrendMax)^2, cv the
+// robust spread of the steps around the fitted line.
+std::string stability_check(const RunResult& r, bool& failed, bool& inconclusive) {
+  const std::vector<double> y = counted(r);
+  const int n = static_cast<int>(y.size());
+  auto rerun = [&](int want) {
+    return fmt::format("rerun with --set train.repeats={}", std::clamp(want, std::max(n + 1, kMinStableSteps), kMaxSuggestedRepeats));
+  };
+  if (n < kMinStableSteps) {
+    inconclusive = true;
+    return fmt::format("stability: inconclusive — {} counted step(s), a trend needs {}; {}", n, kMinStableSteps,
+                       rerun(2 * kMinStableSteps));
+  }
+  const Interval slope = theil_sen_slope(y);
+  const double scale = static_cast<double>(n - 1) / r.step_time.median;
+  const double rise = slope.estimate * scale, lo = slope.low * scale, hi = slope.high * scale;
+  auto pct = [](double x) { return std::isfinite(x) ? fmt::format("{:+.1f}%", 100 * x) : std::string("unbounded"); };
+  const std::string figures =
+      fmt::format("step time changes {} over {} counted steps (95% interval {} to {}, Theil-Sen; limit +{:.0f}%)",
+                  pct(rise), n, pct(lo), pct(hi), 100 * kTrendMax);
+  if (lo > kTrendMax) {
+    failed = true;
+    return "stability: fail — " + figures + "; check stage balance before adding steps (seed 000)";
+  }
+  if (hi <= kTrendMax) return "stability: pass — " + figures;
+  std::vector<double> resid;  // around the fitted slope; their median absolute deviation is the noise
+  for (int i = 0; i < n; ++i) resid.push_back(y[static_cast<std::size_t>(i)] - slope.estimate * i);
+  const double mid = compute_stats(resid).median;
+  for (auto& x : resid) x = std::fabs(x - mid);
+  const double cv = 1.4826 * compute_stats(resid).median / r.step_time.median;
+  inconclusive = true;
+  const int want = static_cast<int>(std::ceil(12.0 * std::pow(1.96 * cv / kTrendMax, 2.0)));
+  return "stability: inconclusive — " + figures + " is too wide to tell; " + rerun(std::max(want, 2 * n));
+}
+
+// Seed 000's "peak memory below 90% of capacity on every rank".
+std::string memory_check(const RunResult& r, bool& failed) {
+  std::string worst;
+  double worst_frac = 0.0;
+  for (std::size_t i = 0; i < r.peak_mem_bytes.size() && i < r.memory_capacity_bytes.size(); ++i) {
+    const double frac = static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]);
+    if (frac >= worst_frac) {
+      worst_frac = frac;
+      worst = fmt::format("stage {} peaks at {} ({:.0f}% of capacity)", i,
+                          format_bytes(static_cast<double>(r.peak_mem_bytes[i])), 100 * frac);
+    }
+  }
+  if (r.failure_kind == FailureKind::oom) {
+    failed = true;
+    return "memory: fail — out of memory; lower micro_batch_size or add stages; do not rely on swapping memory out "
+           "(seed 000)";
+  }
+  if (worst.empty()) return "memory: not measured";
+  if (worst_frac >= kMemoryWarnFraction) {
+    failed = true;
+    return fmt::format("memory: fail — {}, limit {:.0f}%: lower micro_batch_size or move layers off that stage (seed 000)",
+                       worst, 100 * kMemoryWarnFraction);
+  }
+  return fmt::format("memory: pass — highest: {}, limit {:.0f}%", worst, 100 * kMemoryWarnFraction);
+}
+
+// Seed 000's "loss trend equal to the baseline's".
+std::string loss_check(const RunResult& r, const RunResult* base, bool& failed) {
+  if (r.backend == BackendKind::sim) return "loss: not measured on sim (the sim backend computes no loss)";
+  if (!base) return "loss: not compared (no baseline)";
+  if (std::isnan(r.loss_max_rel_dev)) return "loss: not compared (no counted step in both runs)";
+  const double tol = r.dtype == DType::fp32 ? kLossTolFp32 : kLossTolLowPrecision;
+  if (r.loss_max_rel_dev > tol) {
+    failed = true;
+    return fmt::format("loss: fail — deviates from the baseline by {:.3g} (limit {:.0e}): check each stage's layer range "
+                       "and the data seed (seed 000)",
+                       r.loss_max_rel_dev, tol);
+  }
+  return fmt::format("loss: pass — within {:.3g} of the baseline's (limit {:.0e})", r.loss_max_rel_dev, tol);
+}
+
+double max_rel_loss_deviation(const RunResult& r, const RunResult& base) {
+  double dev = kNaN;
+  const std::size_t n = std::min(r.loss.size(), base.loss.size());
+  for (std::size_t k = 0; k < n; ++k) {
+    if (r.is_warmup[k] || !std::isfinite(r.loss[k]) || !std::isfinite(base.loss[k])) continue;
+    const double d = std::fabs(r.loss[k] - base.loss[k]) / std::fabs(base.loss[k]);
+    dev = std::isnan(dev) ? d : std::max(dev, d);
+  }
+  return dev;
+}
+
+}  // namespace
+
+// The decision of one pipelined run (seed 000): memory, stability and loss
+// each pass, fail, are inconclusive or not measured; any fail is
+// not_feasible, all measured ones passing is feasible, else inconclusive.
 void decide(std::vector<RunResult>& runs) {
   for (auto& r : runs) {
+    r.speedup = r.speedup_low = r.speedup_high = kNaN;
     if (r.status == RunStatus::skipped) continue;
     const RunResult* base = nullptr;
     for (const auto& other : runs)
-      if (!r.baseline.empty() && other.spec.name == r.baseline) base = &other;
-
-    // Loss deviation over counted steps present in both.
-    if (base && base->status == RunStatus::ok) {
-      double dev = kNaN;
-      const std::size_t n = std::min(r.loss.size(), base->loss.size());
-      for (std::size_t k = 0; k < n; ++k) {
-        if (r.is_warmup[k] || !std::isfinite(r.loss[k]) || !std::isfinite(base->loss[k])) continue;
-        const double d = std::fabs(r.loss[k] - base->loss[k]) / std::fabs(base->loss[k]);
-        dev = std::isnan(dev) ? d : std::max(dev, d);
+      if (!r.baseline.empty() && other.spec.name == r.baseline && other.status == RunStatus::ok) base = &other;
+    if (base) {
+      r.loss_max_rel_dev = max_rel_loss_deviation(r, *base);
+      if (r.status == RunStatus::ok) {
+        const Interval s = speedup_interval(counted(*base), counted(r));
+        r.speedup = s.estimate;
+        r.speedup_low = s.low;
+        r.speedup_high = s.high;
       }
-      r.loss_max_rel_dev = dev;
     }
-
     std::vector<std::string>& why = r.decision_reasons;
     why.clear();
-    if (r.spec.pipeline_size == 1 || !base) {
+    if (r.spec.pipeline_size == 1) {
       r.decision = "not_applicable";
-      why.push_back(base ? "single-stage run" : "no baseline to compare against");
+      why.push_back("single-stage run (a baseline)");
       continue;
     }
-    bool ok = true, undecidable = false;
+    bool failed = false, inconclusive = false;
     if (r.status == RunStatus::failed) {
-      ok = false;
-      why.push_back(fmt::format("run failed ({}): {}", failure_origin(r),
-                                r.failure_message));
-      if (r.failure_kind == FailureKind::oom)
-        why.push_back("next: lower micro_batch_size or add stages; do not rely on swapping memory out (seed 000)");
+      failed = true;
+      why.push_back(fmt::format("run failed ({}): {}", failure_origin(r), r.failure_message));
     }
-    // (1) every rank's peak below 90% of capacity.
-    for (std::size_t i = 0; i < r.peak_mem_bytes.size(); ++i) {
-      const double frac = static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]);
-      if (frac >= kMemoryWarnFraction) {
-        ok = false;
-        why.push_back(fmt::format("stage {} peak memory {} is {:.0f}% of capacity (limit {:.0f}%): lower "
-                                  "micro_batch_size or move layers off stage {} (seed 000)",
-                                  i, format_bytes(static_cast<double>(r.peak_mem_bytes[i])), 100 * frac,
-                                  100 * kMemoryWarnFraction, i));
-      }
-    }
-    // (2) stable step time: low CV, no upward trend.
-    if (r.status == RunStatus::ok) {
-      if (!(r.step_time.cv <= kStableCvMax)) {
-        ok = false;
-        why.push_back(fmt::format("step time unstable: CV {:.3f} > {:.2f}; check stage balance (slowest stage {}) "
-                                  "before adding steps (seed 000)",
-                                  r.step_time.cv, kStableCvMax, format_seconds(r.slowest_stage_median_s)));
-      }
-      const double rise = r.step_time.slope * static_cast<double>(std::max(0, r.repeats - 1)) / r.step_time.median;
-      if (rise > kTrendMax) {
-        ok = false;
-        why.push_back(fmt::format("step time rises {:.1f}% over the counted steps (limit {:.0f}%)", 100 * rise,
-                                  100 * kTrendMax));
-      }
-    }
-    // (3) loss follows the baseline.
-    const double tol = r.dtype == DType::fp32 ? kLossTolFp32 : kLossTolLowPrecision;
-    if (std::isnan(r.loss_max_rel_dev)) {
-      if (r.status == RunStatus::ok) {
-        undecidable = true;
-        why.push_back(fmt::format("loss not compared: the {} backend computes no loss", to_string(r.backend)));
-      }
-    } else if (r.loss_max_rel_dev > tol) {
-      ok = false;
-      why.push_back(fmt::format("loss deviates from baseline by {:.3g} (limit {:.0e}): check each stage's layer "
-                                "range and the data seed (seed 000)",
-                                r.loss_max_rel_dev, tol));
-    }
-    r.decision = !ok ? "not_feasible" : undecidable ? "not_applicable" : "feasible";
-    if (r.decision == "feasible") why.push_back("memory below 90% on every stage, step time stable, loss follows the baseline");
+    why.push_back(memory_check(r, failed));
+    if (r.status == RunStatus::ok) why.push_back(stability_check(r, failed, inconclusive));
+    why.push_back(loss_check(r, base, failed));
+    r.decision = failed ? "not_feasible" : inconclusive ? "inconclusive" : "feasible";
   }
+}
+
+std::string format_speedup(const RunResult& r) {
+  if (!std::isfinite(r.speedup)) return "-";
+  return fmt::format("{:.2f}x ({:.2f}-{:.2f})", r.speedup, r.speedup_low, r.speedup_high);
+}
+
+std::vector<std::string> decision_concerns(const RunResult& r) {
+  std::vector<std::string> out;
+  if (r.decision == "not_applicable") return out;
+  for (const auto& why : r.decision_reasons)
+    if (why.find(": pass") == std::string::npos && why.find(": not ") == std::string::npos) out.push_back(why);
+  return out;
+}
+
+std::string best_run_summary(const std::vector<RunResult>& runs) {
+  std::vector<const RunResult*> candidates;
+  for (const auto& r : runs)
+    if (r.status == RunStatus::ok && r.spec.mode == RunMode::train && r.spec.pipeline_size > 1 &&
+        r.decision != "not_feasible" && std::isfinite(r.step_time.median))
+      candidates.push_back(&r);
+  if (candidates.empty()) return "";
+  const RunResult* fastest = *std::min_element(candidates.begin(), candidates.end(), [](const RunResult* a, const RunResult* b) {
+    return a->step_time.median < b->step_time.median;
+  });
+  // Tied: the speedup intervals overlap (same baseline), else medians within 1%.
+  auto tied = [&](const RunResult* r) {
+    if (r == fastest) return true;
+    if (std::isfinite(r->speedup_high) && std::isfinite(fastest->speedup_low) && r->baseline == fastest->baseline)
+      return r->speedup_high >= fastest->speedup_low;
+    return r->step_time.median <= 1.01 * fastest->step_time.median;
+  };
+  std::vector<const RunResult*> ties;
+  for (const auto* r : candidates)
+    if (tied(r)) ties.push_back(r);
+  const RunResult* best = *std::min_element(ties.begin(), ties.end(), [](const RunResult* a, const RunResult* b) {
+    return a->peak_mem_max_bytes < b->peak_mem_max_bytes;
+  });
+  std::string s = fmt::format("best: {} — {} per step, speedup {}, peak {}, {}", best->spec.name,
+                              format_seconds(best->step_time.median), format_speedup(*best),
+                              format_bytes(static_cast<double>(best->peak_mem_max_bytes)), best->decision);
+  std::string others;
+  for (const auto* r : ties)
+    if (r != best) others += fmt::format("{}{}", others.empty() ? "" : ", ", r->spec.name);
+  if (!others.empty()) s += fmt::format("; tied on time with {} (overlapping intervals), chosen for the lowest peak memory", others);
+  return s;
 }
 
 }  // namespace pipebench

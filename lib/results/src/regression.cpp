@@ -74,11 +74,12 @@ RegressionVerdict judge_regression(const std::vector<std::vector<double>>& histo
     v.verdict = "inconclusive (noisy)";
     v.reason = fmt::format("{}, within {} x the night-to-night spread of {:.1f}%", figures, rule.noise_k,
                            100 * v.night_spread);
-  } else if (v.newest_cv > std::max(rule.cv_factor * v.history_cv, rule.cv_floor)) {
+  } else if (v.newest_cv > std::max(rule.cv_factor * v.history_cv, rule.cv_floor) &&
+             std::fabs(v.change) <= rule.noisy_k * v.newest_cv) {
     v.verdict = "inconclusive (noisy)";
-    v.reason = fmt::format("{}, but the newest run's CV {:.1f}% is above {} x the history's {:.1f}%: a loaded "
-                           "machine? rerun it",
-                           figures, 100 * v.newest_cv, rule.cv_factor, 100 * v.history_cv);
+    v.reason = fmt::format("{}, but the newest run's CV {:.1f}% is above {} x the history's {:.1f}% and the change is "
+                           "within {} x that CV: a loaded machine? rerun it",
+                           figures, 100 * v.newest_cv, rule.cv_factor, 100 * v.history_cv, rule.noisy_k);
   } else {
     v.verdict = v.change > 0 ? "regression" : "improvement";
     v.reason = fmt::format("{}; beyond {:.1f}% (the threshold or {} x the night-to-night spread)", figures, 100 * v.bar,

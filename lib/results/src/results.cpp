@@ -206,6 +206,9 @@ void write_run(hid_t runs, const RunResult& r) {
   attr_scalar<std::int64_t>(g, "warmup", r.warmup);
   attr_scalar<std::int64_t>(g, "repeats", r.repeats);
   attr_string(g, "baseline", r.baseline);
+  attr_scalar(g, "speedup", r.speedup);
+  attr_scalar(g, "speedup_low", r.speedup_low);
+  attr_scalar(g, "speedup_high", r.speedup_high);
   attr_string(g, "workload", r.workload);
   attr_string(g, "workload_fingerprint", r.workload_fingerprint);
   attr_scalar(g, "bubble_analytic", r.bubble_analytic);
@@ -504,6 +507,12 @@ RunResult read_run(hid_t runs, const std::string& name) {
   r.repeats = static_cast<int>(read_attr_scalar<std::int64_t>(g, "repeats"));
   r.baseline = read_attr_string(g, "baseline");
   r.spec.baseline = r.baseline;
+  r.speedup = r.speedup_low = r.speedup_high = std::numeric_limits<double>::quiet_NaN();
+  if (has_attr(g, "speedup")) {  // absent in files written before it was recorded
+    r.speedup = read_attr_scalar<double>(g, "speedup");
+    r.speedup_low = read_attr_scalar<double>(g, "speedup_low");
+    r.speedup_high = read_attr_scalar<double>(g, "speedup_high");
+  }
   if (has_attr(g, "workload_fingerprint")) {  // absent in files written before they were recorded
     r.workload = read_attr_string(g, "workload");
     r.workload_fingerprint = read_attr_string(g, "workload_fingerprint");

@@ -472,12 +472,15 @@ RunOutcome finish_job(const JobContext& ctx, bool root, JobResult& jr) {
   jr.launch_status = "complete";
   outcome.results_path = ctx.writer->finish(jr);
   stop_publishing_on_signal();
-  fmt::print("\n{:<24} {:<8} {:>12} {:>10} {:>10} {:>10}  {}\n", "run", "status", "step time", "bubble", "analytic",
-             "peak mem", "decision");
+  fmt::print("\n{:<24} {:<8} {:>12} {:>10} {:>10} {:>10}  {:<24} {}\n", "run", "status", "step time", "bubble",
+             "analytic", "peak mem", "speedup (95% interval)", "decision");
   for (const auto& r : jr.runs)
-    fmt::print("{:<24} {:<8} {:>12} {:>10} {:>10} {:>10}  {}\n", r.spec.name, to_string(r.status),
+    fmt::print("{:<24} {:<8} {:>12} {:>10} {:>10} {:>10}  {:<24} {}\n", r.spec.name, to_string(r.status),
                format_seconds(r.step_time.median), fmt_num(r.bubble_measured_median), fmt_num(r.bubble_analytic),
-               format_bytes(static_cast<double>(r.peak_mem_max_bytes)), r.decision);
+               format_bytes(static_cast<double>(r.peak_mem_max_bytes)), format_speedup(r), r.decision);
+  for (const auto& r : jr.runs)
+    for (const auto& why : decision_concerns(r)) fmt::print("  {}: {}\n", r.spec.name, why);
+  if (const std::string best = best_run_summary(jr.runs); !best.empty()) fmt::print("\n{}\n", best);
   fmt::print("\nresults: {}\n", outcome.results_path);
   std::fflush(stdout);
   return outcome;

@@ -3,6 +3,7 @@
 // functions: no MPI, no I/O.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "pipebench/plan/plan.hpp"
@@ -11,8 +12,7 @@
 namespace pipebench {
 
 // Thresholds of the decision (docs/runner.md).
-inline constexpr double kStableCvMax = 0.05;        // step-time coefficient of variation
-inline constexpr double kTrendMax = 0.05;           // rise over the counted steps, relative to the median
+inline constexpr double kTrendMax = 0.05;           // largest rise of the step time over the counted steps (Theil-Sen), relative to the median
 inline constexpr double kLossTolFp32 = 1e-5;        // relative loss deviation, cpu/fp32
 inline constexpr double kLossTolLowPrecision = 2e-2;  // bf16 / fp16
 
@@ -48,5 +48,20 @@ RunResult skipped_run(const Job& job, const RunPlan& plan, const std::string& re
 // Fills loss_max_rel_dev, decision and decision_reasons of every run that has
 // a baseline among `runs`.
 void decide(std::vector<RunResult>& runs);
+
+// "1.42x (1.31-1.55)": the speedup over the baseline and its 95% interval;
+// "-" without a baseline.
+std::string format_speedup(const RunResult& r);
+
+// The reasons of a decision that are not a pass: what to look at first.
+std::vector<std::string> decision_concerns(const RunResult& r);
+
+// The job's answer among its pipelined training runs that are not
+// not_feasible: the fastest, and among the runs whose speedup intervals
+// overlap the fastest's (a tie within the measurement), the one with the
+// lowest peak memory. "" when no run qualifies. E.g. "best: one_f_one_b —
+// 2.55x (2.55-2.55), peak 147.02 MiB, inconclusive; tied on time with gpipe,
+// eager_one_f_one_b, chosen for the lowest peak memory".
+std::string best_run_summary(const std::vector<RunResult>& runs);
 
 }  // namespace pipebench

@@ -123,8 +123,15 @@ struct RunResult {
   double loss_max_rel_dev = 0.0;  // NaN when there is no baseline or no loss
   double throughput_samples_per_s = 0.0;
   std::string baseline;
-  std::string decision = "not_applicable";  // feasible | not_feasible | not_applicable
+  // feasible | not_feasible | inconclusive | not_applicable (metrics.hpp, decide)
+  std::string decision = "not_applicable";
+  // One line per seed-000 condition, "memory: pass — ...", "stability:
+  // inconclusive — ...; rerun with --set train.repeats=N", "loss: not
+  // measured on sim", then the next action.
   std::vector<std::string> decision_reasons;
+  // Baseline median step / this run's, Hodges-Lehmann with its 95% interval
+  // (robust_stats.hpp); NaN without a baseline.
+  double speedup = 0.0, speedup_low = 0.0, speedup_high = 0.0;
   std::string skip_reason;
 };
 

@@ -11,7 +11,10 @@
 //    whose nights differ by 4% cannot call a 6% change), and
 //  - the newest run's own noise: a coefficient of variation above
 //    cv_factor x the history's median CV (and above cv_floor) marks a run on
-//    a loaded machine, whose shift is not evidence about the code.
+//    a loaded machine, whose shift is not evidence about the code unless it
+//    dwarfs that noise: such a run must also change by more than
+//    noisy_k x its own CV (a 2x slowdown still shows; a 15% shift of a
+//    loaded night does not).
 // A change that passes the test but not a guard is `inconclusive (noisy)`,
 // with the figure that stopped it; never a regression.
 #pragma once
@@ -28,6 +31,7 @@ struct RegressionRule {
   double noise_k = 3.0;     // the change must exceed noise_k x the night-to-night spread
   double cv_factor = 1.5;   // newest CV above cv_factor x the history's median CV ...
   double cv_floor = 0.01;   // ... and above this: the newest run was noisy
+  double noisy_k = 20.0;    // a noisy newest run must change by more than noisy_k x its CV
 };
 
 struct RegressionVerdict {
