@@ -233,32 +233,52 @@ std::string job_of(const FileView& f) { return root_attr(f, "job_name", "?"); }
 // crash or loop on a damaged file (a bit flip in a global heap makes
 // H5Aread overrun: HDF5 1.10.8 trusts a damaged object length in
 // H5HG_read), which no check of ours can prevent. "" when the child
-// read it, else why the file is skipped. Deterministic reading means the
-// parent's own read that follows is then safe.
+// read it, else why the file is skipped: the reader's own message when it
+// refused the file (sent back through a pipe, so a slow refusal is not
+// repeated), or what stopped the child. Deterministic reading means the
+// parent's own read that follows a clean one is then safe.
 std::string crash_check(const std::string& path) {
   constexpr double kReadTimeoutS = 60.0;
+  constexpr int kRefused = 3;  // the child's exit code when the reader threw
+  int fds[2];
+  if (pipe(fds) != 0) return "";  // cannot isolate: read in-process
   std::fflush(nullptr);
   const pid_t pid = fork();
-  if (pid < 0) return "";  // cannot isolate: read in-process
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return "";
+  }
   if (pid == 0) {
+    close(fds[0]);
     try {
       (void)read_results(path);
-    } catch (...) {
+    } catch (const std::exception& e) {
+      const std::string_view what = std::string_view(e.what()).substr(0, 4000);  // below the pipe's buffer
+      if (write(fds[1], what.data(), what.size()) < 0) _exit(kRefused);
+      _exit(kRefused);
     }
     _exit(0);
   }
+  close(fds[1]);
   int status = 0;
   const double until = now_s() + kReadTimeoutS;
   while (waitpid(pid, &status, WNOHANG) == 0) {
     if (now_s() > until) {
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
+      close(fds[0]);
       return fmt::format("reading it took longer than {:.0f} s (a damaged file)", kReadTimeoutS);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+  std::string refused(4096, '\0');
+  const ssize_t got = read(fds[0], refused.data(), refused.size());
+  close(fds[0]);
+  refused.resize(got > 0 ? static_cast<std::size_t>(got) : 0);
   if (WIFSIGNALED(status))
     return fmt::format("the HDF5 library crashed reading it (signal {}): a damaged file", WTERMSIG(status));
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kRefused) return refused.empty() ? "not a readable results file" : refused;
   // The child exits 0 whether the read succeeded or threw; anything else is
   // a sanitizer (or the runtime) stopping it inside the library.
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
