@@ -289,9 +289,7 @@ std::string render_html(const ReportData& d) {
     if (const std::string best = best_run_summary(f.result.runs); !best.empty())
       s += "<p class=\"best\"><b>" + html_escape(best) + "</b></p>";
     if (!f.job_error.empty()) s += "<p class=\"notice\">recorded workload not readable: " + html_escape(f.job_error) + "</p>";
-    std::vector<std::vector<std::string>> prov;
-    for (const auto& [k, v] : provenance_rows(f)) prov.push_back({k, v});
-    s += "<details open><summary>Provenance</summary>" + table({"", ""}, prov) + "</details>";
+    // The answer first (best run, the run table with speedups and decisions), then where it came from.
     std::vector<std::vector<std::string>> rows;
     std::vector<std::string> classes;
     for (const auto& v : f.runs) {
@@ -303,7 +301,11 @@ std::string render_html(const ReportData& d) {
       s += table(probe_header(), probe_rows(*f.result.probe), {}, {true, false, true, true, false});
     }
     if (!f.runs.empty())
-      s += "<h3>Runs</h3>" + table(run_table_header(), rows, classes, {false, false, false, true, true, false, true, true, true, false, false});
+      s += "<h3>Runs</h3>" + table(run_table_header(), rows, classes,
+                                   {false, false, false, true, true, false, true, true, true, false, false, false});
+    std::vector<std::vector<std::string>> prov;
+    for (const auto& [k, v] : provenance_rows(f)) prov.push_back({k, v});
+    s += "<details><summary>Provenance</summary>" + table({"", ""}, prov) + "</details>";
     for (const auto& v : f.runs) s += run_section(f, v);
   }
   return s + "</body></html>\n";

@@ -215,6 +215,8 @@ def mutate_h5(path, rng):
                 del f[obj].attrs[name]
             elif op <= 4 and datasets:
                 name = rng.choice(datasets)
+                if f[name].size > 10_000_000:  # an earlier mutation declared it huge: never read it
+                    continue
                 data = f[name][()]
                 del f[name]
                 if rng.random() < 0.15:

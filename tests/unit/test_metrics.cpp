@@ -132,7 +132,8 @@ TEST_CASE("decide: memory above 90% of capacity is not feasible; loss compared t
   CHECK(runs[1].speedup_high == Approx(1.0));
 }
 
-TEST_CASE("decide: a sim run is decided on memory and stability, its loss 'not measured on sim'", "[metrics][decide]") {
+TEST_CASE("decide: a sim run is decided on memory, stability and bubble, its loss 'not measured on sim'",
+          "[metrics][decide]") {
   const Job job = parse_job(kJob, "m.toml");
   auto recs = records(8);
   for (auto& s : recs[1].steps) s.loss = NAN;
@@ -140,10 +141,17 @@ TEST_CASE("decide: a sim run is decided on memory and stability, its loss 'not m
                               assemble_run(job, plan_run(job, job.runs[1]), recs)};
   runs[1].peak_mem_bytes = {500000, 100000};
   runs[1].backend = BackendKind::sim;
+  runs[1].bubble_simulated = runs[1].bubble_measured_median - 0.01;
   decide(runs);
   CHECK(std::isnan(runs[1].loss_max_rel_dev));
   CHECK(runs[1].decision == "feasible");
+  CHECK_THAT(runs[1].decision_reasons[2], Catch::StartsWith("bubble: pass"));
   CHECK(runs[1].decision_reasons.back() == "loss: not measured on sim (the sim backend computes no loss)");
+  // The executor adding 6 points of idle time to the schedule's own bubble fails the run.
+  runs[1].bubble_simulated = runs[1].bubble_measured_median - 0.06;
+  decide(runs);
+  CHECK(runs[1].decision == "not_feasible");
+  CHECK_THAT(runs[1].decision_reasons[2], Catch::StartsWith("bubble: fail") && Catch::Contains("limit +5 pts"));
 }
 
 TEST_CASE("decide: stability by the Theil-Sen trend, inconclusive with the repeats to rerun", "[metrics][decide]") {

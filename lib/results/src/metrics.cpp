@@ -340,6 +340,25 @@ std::string memory_check(const RunResult& r, bool& failed) {
   return fmt::format("memory: pass — highest: {}, limit {:.0f}%", worst, 100 * kMemoryWarnFraction);
 }
 
+// On the sim backend, where every duration is modelled, the measured bubble
+// must match the schedule's own: the simulator fed with this run's
+// per-action medians (bubble_simulated). More than kBubbleGapMax above it is
+// time the executor or the transport added (waits, scheduling).
+std::string bubble_check(const RunResult& r, bool& failed, bool& inconclusive) {
+  const double measured = r.bubble_measured_median, expected = r.bubble_simulated;
+  if (!std::isfinite(measured) || !std::isfinite(expected)) {
+    inconclusive = true;
+    return "bubble: inconclusive — no measured or simulated bubble";
+  }
+  const std::string figures = fmt::format("measured {:.1f}% vs {:.1f}% for the schedule itself (simulated), limit +{:.0f} pts",
+                                          100 * measured, 100 * expected, 100 * kBubbleGapMax);
+  if (measured > expected + kBubbleGapMax) {
+    failed = true;
+    return "bubble: fail — " + figures + ": the executor or the transport adds idle time";
+  }
+  return "bubble: pass — " + figures;
+}
+
 // Seed 000's "loss trend equal to the baseline's".
 std::string loss_check(const RunResult& r, const RunResult* base, bool& failed) {
   if (r.backend == BackendKind::sim) return "loss: not measured on sim (the sim backend computes no loss)";
@@ -401,6 +420,7 @@ void decide(std::vector<RunResult>& runs) {
     }
     why.push_back(memory_check(r, failed));
     if (r.status == RunStatus::ok) why.push_back(stability_check(r, failed, inconclusive));
+    if (r.status == RunStatus::ok && r.backend == BackendKind::sim) why.push_back(bubble_check(r, failed, inconclusive));
     why.push_back(loss_check(r, base, failed));
     r.decision = failed ? "not_feasible" : inconclusive ? "inconclusive" : "feasible";
   }

@@ -13,6 +13,7 @@ namespace pipebench {
 
 // Thresholds of the decision (docs/runner.md).
 inline constexpr double kTrendMax = 0.05;           // largest rise of the step time over the counted steps (Theil-Sen), relative to the median
+inline constexpr double kBubbleGapMax = 0.05;       // sim: measured bubble above the simulated one, in points
 inline constexpr double kLossTolFp32 = 1e-5;        // relative loss deviation, cpu/fp32
 inline constexpr double kLossTolLowPrecision = 2e-2;  // bf16 / fp16
 
