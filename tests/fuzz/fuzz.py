@@ -104,9 +104,10 @@ def mutate_toml(text, rng):
             i = rng.randrange(len(lines) + 1)
             key = rng.choice(RUN_KEYS + [k.split(".")[-1] for k in KEYS])
             lines.insert(i, f"{key} = {hostile_value(rng)}")
-        elif op == 7:  # [[run]] tables repeated, named apart or not
+        elif op == 7 and len(text) < 100_000:  # [[run]] tables repeated (once: a repeat of repeats grew to 24 GB)
             run = text[text.find("[[run]]"):] if "[[run]]" in text else "[[run]]\nname = \"r\"\n"
             n = rng.choice([2, 10, 300, 1001, 1500])
+            n = min(n, max(2, 2_000_000 // max(1, len(run))))  # at most ~2 MB: past the 1 MiB limit, not 100 MB
             unique = rng.random() < 0.7
             blocks = [re.sub(r'name = "([^"]*)"', lambda m, k=k: f'name = "{m.group(1)}_{k}"', run) if unique else run
                       for k in range(n)]
