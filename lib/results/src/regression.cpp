@@ -6,31 +6,16 @@
 #include <fmt/format.h>
 
 #include "pipebench/results/mann_whitney.hpp"
+#include "pipebench/results/metrics.hpp"
 
 namespace pipebench {
 
 namespace {
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+double median_of(const std::vector<double>& v) { return compute_stats(v).median; }
 
-double mean_of(const std::vector<double>& v) {
-  double s = 0.0;
-  for (double x : v) s += x;
-  return s / static_cast<double>(v.size());
-}
-
-// Relative standard deviation (sd / mean); 0 for fewer than two values.
-double relative_sd(const std::vector<double>& v) {
-  if (v.size() < 2) return 0.0;
-  const double m = mean_of(v);
-  double ss = 0.0;
-  for (double x : v) ss += (x - m) * (x - m);
-  return m != 0.0 ? std::sqrt(ss / static_cast<double>(v.size() - 1)) / std::fabs(m) : 0.0;
-}
+// Relative standard deviation (sd / mean, n - 1); 0 for fewer than two values.
+double relative_sd(const std::vector<double>& v) { return v.size() < 2 ? 0.0 : compute_stats(v).cv; }
 
 // Robust relative spread: 1.4826 x the median absolute deviation / median
 // (the sd for normal data; one loaded night does not inflate it).
