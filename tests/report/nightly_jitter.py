@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Whole-run nightly series with known truth (issue 14), from real sim runs.
+
+Runs tests/data/report/regression.toml NIGHTS times under mpirun with
+`device.sim_jitter` (log-normal noise on every modelled action, a new seed each
+night) and a night factor `device.sim_load` = exp(NIGHT_SIGMA * z) (a fixed
+sequence of z), the noise measured on the development machine. Then:
+
+  * every night from the 4th on, reported with the nights before it as
+    history, must not be a `regression` (identical nights), and most must be
+    `no change` (a rule that only ever says `inconclusive` fails too);
+  * one more night 10% slower (sim_load x 1.10) must be a `regression` and
+    fail the nightly job (exit 6);
+  * one more night 2% slower must not be a `regression` (it is inside the 5%
+    threshold);
+  * a probe trial night, 3x slower, given as history, changes nothing.
+
+Prints each night's median, the verdicts and the measured within-run and
+night-to-night spreads, so the figures behind the assertions are in the log.
+
+Usage: nightly_jitter.py MPIEXEC PIPEBENCH SRC OUTDIR [NIGHTS]
+"""
+import json
+import math
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+
+JITTER = 0.015       # per modelled action; with ~10 actions on the critical path, a step CV near 0.5%
+NIGHT_SIGMA = 0.004  # night-to-night spread of the medians measured on the 2-core machine
+
+
+def run_night(mpiexec, pipebench, toml, dest, seed, load, extra=()):
+    os.makedirs(dest)
+    cmd = [mpiexec, "-np", "2", "--oversubscribe", pipebench, "run", toml, "-o", dest,
+           "--set", f"device.sim_jitter={JITTER}", "--set", f"device.sim_jitter_seed={seed}",
+           "--set", f"device.sim_load={load:.6f}", *extra]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
+def trend_of(pipebench, newest, history, out):
+    cmd = [pipebench, "report", newest, "-o", out, "--fail-on-regression"]
+    for h in history:
+        cmd += ["--history", h]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    run = next(r for r in summary["runs"] if r["run"] == "pipe")
+    return p.returncode, run
+
+
+def main():
+    mpiexec, pipebench, src, out = sys.argv[1:5]
+    nights = int(sys.argv[5]) if len(sys.argv) > 5 else 20
+    toml = os.path.join(src, "tests/data/report/regression.toml")
+    shutil.rmtree(out, ignore_errors=True)
+    rng = random.Random(14)
+    loads = [math.exp(NIGHT_SIGMA * rng.gauss(0.0, 1.0)) for _ in range(nights + 1)]
+    night_dirs = []
+    for n in range(nights):
+        d = os.path.join(out, f"night{n + 1:02d}")
+        run_night(mpiexec, pipebench, toml, d, n + 1, loads[n])
+        night_dirs.append(d)
+    problems = []
+    verdicts = []
+    medians, cvs = [], []
+    for n in range(nights):
+        rc, run = trend_of(pipebench, night_dirs[n], night_dirs[:n], os.path.join(out, f"report{n + 1:02d}"))
+        t = run["trend"]
+        medians.append(run["step_time_median_s"])
+        cvs.append(run["step_time_cv"])
+        verdicts.append(t["verdict"])
+        print(f"night {n + 1:2d}: load x{loads[n]:.4f}, median {run['step_time_median_s']:.5f} s, "
+              f"CV {100 * run['step_time_cv']:.2f}%, exit {rc}: {t['verdict']} — {t.get('reason', '')}")
+        if t["verdict"] == "regression" or rc != 0:
+            problems.append(f"identical night {n + 1} flagged: exit {rc}, {t['verdict']}")
+    judged = verdicts[3:]
+    no_change = judged.count("no change")
+    spread = statistics.median(abs(m - statistics.median(medians)) for m in medians) * 1.4826 / statistics.median(medians)
+    print(f"identical nights: {len(judged)} judged, {no_change} no change, "
+          f"{sum(v == 'regression' for v in judged)} regression, "
+          f"{sum(v.startswith('inconclusive') for v in judged)} inconclusive; "
+          f"within-run CV median {100 * statistics.median(cvs):.2f}%, night-to-night spread {100 * spread:.2f}%")
+    if no_change < (2 * len(judged)) // 3:
+        problems.append(f"only {no_change} of {len(judged)} identical nights are 'no change'")
+
+    trial = os.path.join(out, "trial")
+    run_night(mpiexec, pipebench, toml, trial, 900, 3.0, ["--probe-trial"])
+    for name, factor, want in (("slower10", 1.10, "regression"), ("slower2", 1.02, None)):
+        d = os.path.join(out, name)
+        run_night(mpiexec, pipebench, toml, d, 1000 + round(100 * factor), loads[nights] * factor)
+        rc, run = trend_of(pipebench, d, night_dirs + [trial], os.path.join(out, f"report_{name}"))
+        t = run["trend"]
+        print(f"{name}: median {run['step_time_median_s']:.5f} s, exit {rc}: {t['verdict']} — {t.get('reason', '')}")
+        if t["files"] != nights + 1:
+            problems.append(f"{name}: the series holds {t['files']} files, expected {nights + 1} (the trial entered it?)")
+        if want == "regression" and (t["verdict"] != "regression" or rc != 6):
+            problems.append(f"{name}: {t['verdict']} (exit {rc}), expected a regression and exit 6")
+        if want is None and t["verdict"] == "regression":
+            problems.append(f"{name}: a 2% slowdown flagged as a regression")
+    for p in problems:
+        print("FAIL:", p)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
