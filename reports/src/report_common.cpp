@@ -132,6 +132,8 @@ std::vector<std::pair<std::string, std::string>> provenance_rows(const FileView&
 std::string trend_evidence(const Trend& t) {
   std::string s = t.reason;
   if (std::isfinite(t.bubble_delta_pts)) s += fmt::format("; bubble {:+.1f} pts", t.bubble_delta_pts);
+  if (std::isfinite(t.throughput_change)) s += fmt::format("; throughput {:+.1f}%", 100.0 * t.throughput_change);
+  if (std::isfinite(t.slowest_stage_change)) s += fmt::format("; slowest stage {:+.1f}%", 100.0 * t.slowest_stage_change);
   for (const auto& a : t.alerts) s += "; " + a;
   return s;
 }

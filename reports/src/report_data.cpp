@@ -352,18 +352,44 @@ std::pair<std::string, std::string> workload_of(const FileView& f, const RunResu
   return {"", "unknown"};
 }
 
-// Memory, numerics and bubble of the newest point against the history (Trend).
+// A relative change of the newest value against the median of the earlier
+// ones (NaN when there is nothing finite to compare with).
+double change_vs_history(const std::vector<TrendPoint>& points, double TrendPoint::*field) {
+  std::vector<double> earlier;
+  for (std::size_t i = 0; i + 1 < points.size(); ++i)
+    if (std::isfinite(points[i].*field)) earlier.push_back(points[i].*field);
+  const double newest = points.back().*field;
+  if (earlier.empty() || !std::isfinite(newest)) return kNaN;
+  const double m = median(earlier);
+  return m > 0.0 ? newest / m - 1.0 : kNaN;
+}
+
+// Peak memory per rank of the newest point against the point before it: any
+// change is an alert naming the rank (exact on every backend).
+void memory_alerts(Trend& t, const TrendPoint& prev, const TrendPoint& last) {
+  const auto alert = [&](std::string what, double before, double after) {
+    (after > before ? t.memory_increased : t.memory_decreased) = true;
+    t.alerts.push_back(fmt::format("memory change: {} {} → {} ({:+.1f}%)", what, format_bytes(before), format_bytes(after),
+                                   100.0 * (after - before) / std::max(1.0, before)));
+  };
+  if (last.peak_mem_per_rank.size() != prev.peak_mem_per_rank.size()) {
+    if (last.peak_mem_bytes != prev.peak_mem_bytes) alert("peak", prev.peak_mem_bytes, last.peak_mem_bytes);
+    return;
+  }
+  for (std::size_t rank = 0; rank < last.peak_mem_per_rank.size(); ++rank)
+    if (last.peak_mem_per_rank[rank] != prev.peak_mem_per_rank[rank])
+      alert(fmt::format("rank {} peak", rank), static_cast<double>(prev.peak_mem_per_rank[rank]),
+            static_cast<double>(last.peak_mem_per_rank[rank]));
+}
+
+// Memory, numerics, bubble, throughput and slowest stage of the newest point
+// against the history (Trend).
 void add_alerts(Trend& t) {
-  t.bubble_delta_pts = kNaN;
+  t.bubble_delta_pts = t.throughput_change = t.slowest_stage_change = kNaN;
   if (t.points.size() < 2) return;
   const TrendPoint& last = t.points.back();
   const TrendPoint& prev = t.points[t.points.size() - 2];
-  if (last.peak_mem_bytes != prev.peak_mem_bytes) {
-    (last.peak_mem_bytes > prev.peak_mem_bytes ? t.memory_increased : t.memory_decreased) = true;
-    t.alerts.push_back(fmt::format("memory change: peak {} → {} ({:+.1f}%)", format_bytes(prev.peak_mem_bytes),
-                                   format_bytes(last.peak_mem_bytes),
-                                   100.0 * (last.peak_mem_bytes - prev.peak_mem_bytes) / std::max(1.0, prev.peak_mem_bytes)));
-  }
+  memory_alerts(t, prev, last);
   if (!last.loss.empty() && !prev.loss.empty()) {
     const std::size_t n = std::min(last.loss.size(), prev.loss.size());
     for (std::size_t i = 0; i < n; ++i)
@@ -378,6 +404,8 @@ void add_alerts(Trend& t) {
     if (std::isfinite(t.points[i].bubble_measured)) earlier.push_back(t.points[i].bubble_measured);
   if (!earlier.empty() && std::isfinite(last.bubble_measured))
     t.bubble_delta_pts = 100.0 * (last.bubble_measured - median(earlier));
+  t.throughput_change = change_vs_history(t.points, &TrendPoint::throughput);
+  t.slowest_stage_change = change_vs_history(t.points, &TrendPoint::slowest_stage_s);
 }
 
 // What changed into series `t` from the newest point before it of another
@@ -412,7 +440,7 @@ std::vector<Trend> build_trends(const std::vector<FileView>& files, const std::v
       t.fingerprint = f.fingerprint;
       t.workload_fingerprint = workload_fp;
       TrendPoint p{created(f), f.path, workload, r.step_time.median, r.bubble_measured_median,
-                   static_cast<double>(r.peak_mem_max_bytes), {}, r.throughput_samples_per_s,
+                   static_cast<double>(r.peak_mem_max_bytes), r.peak_mem_bytes, {}, r.throughput_samples_per_s,
                    r.slowest_stage_median_s, r.backend == BackendKind::sim ? std::vector<double>{} : r.loss};
       for (auto i : counted_steps(r)) p.counted_step_times.push_back(r.step_time_s[i]);
       // The same file given twice counts once.

@@ -96,8 +96,13 @@ def main():
         print(f"{name}: median {run['step_time_median_s']:.5f} s, exit {rc}: {t['verdict']} — {t.get('reason', '')}")
         if t["files"] != nights + 1:
             problems.append(f"{name}: the series holds {t['files']} files, expected {nights + 1} (the trial entered it?)")
+        print(f"  throughput {100 * t['throughput_change']:+.1f}%, slowest stage {100 * t['slowest_stage_change']:+.1f}%, "
+              f"bubble {t['bubble_delta_pts']:+.2f} pts")
         if want == "regression" and (t["verdict"] != "regression" or rc != 6):
             problems.append(f"{name}: {t['verdict']} (exit {rc}), expected a regression and exit 6")
+        if want == "regression" and not (t["throughput_change"] < -0.05 and t["slowest_stage_change"] > 0.05):
+            problems.append(f"{name}: throughput {t['throughput_change']}, slowest stage {t['slowest_stage_change']}: "
+                            "expected both to move by more than 5%")
         if want is None and t["verdict"] == "regression":
             problems.append(f"{name}: a 2% slowdown flagged as a regression")
     for p in problems:

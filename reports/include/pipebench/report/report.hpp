@@ -63,7 +63,8 @@ struct TrendPoint {
   std::string workload;             // workload_text of the run (core/workload_identity.hpp)
   double step_time_median_s = 0.0;
   double bubble_measured = 0.0;
-  double peak_mem_bytes = 0.0;
+  double peak_mem_bytes = 0.0;                // the largest over ranks
+  std::vector<std::uint64_t> peak_mem_per_rank;
   std::vector<double> counted_step_times;
   double throughput = 0.0;          // samples/s, median over counted steps
   double slowest_stage_s = 0.0;     // median busy time of the slowest stage
@@ -86,12 +87,15 @@ struct Trend {
   double p_value = 1.0;
   double night_spread = 0.0;       // robust relative spread of the earlier files' median step times
   // Besides step time, from the newest file against the one before it:
-  // peak memory (exact on every backend: any change is flagged), the loss per
-  // step (deterministic backends: any change is flagged), and the measured
-  // bubble as a difference in points against the history's median.
+  // peak memory per rank (exact on every backend: any change is flagged), the
+  // loss per step (deterministic backends: any change is flagged); against the
+  // history's median: the measured bubble as a difference in points, the
+  // throughput and the slowest stage's time as relative changes.
   bool memory_increased = false, memory_decreased = false;
   bool numerics_changed = false;
   double bubble_delta_pts = 0.0;   // 100 x (newest - median of earlier), NaN without history
+  double throughput_change = 0.0;  // newest / median of earlier - 1, NaN without history
+  double slowest_stage_change = 0.0;
   std::vector<std::string> alerts; // "memory change: 1.00 MiB → 2.00 MiB (+100.0%)", "numerics changed: ..."
   double change = 0.0;             // newest median / median of the earlier counted steps - 1
 };
