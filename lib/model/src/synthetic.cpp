@@ -1,32 +1,22 @@
 #include "pipebench/model/synthetic.hpp"
 
-#include <cmath>
+#include "pipebench/core/counter_random.hpp"
 
 namespace pipebench {
 
 namespace {
-std::uint64_t splitmix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-double unit(std::uint64_t h) { return (static_cast<double>(h >> 11) + 0.5) * 0x1.0p-53; }  // (0, 1)
-
 constexpr std::uint64_t kDataDomain = 0xda7a, kMapDomain = 0xb16a, kInitDomain = 0x1417;
 }  // namespace
 
 std::uint64_t mix64(std::initializer_list<std::uint64_t> words) {
   std::uint64_t h = 0x243f6a8885a308d3ull;
-  for (auto w : words) h = splitmix(h ^ splitmix(w));
+  for (auto w : words) h = splitmix64(h ^ splitmix64(w));
   return h;
 }
 
 float init_normal(std::uint64_t seed, int piece, int tensor, std::uint64_t index) {
   const std::uint64_t h1 = mix64({kInitDomain, seed, static_cast<std::uint64_t>(piece), static_cast<std::uint64_t>(tensor), index});
-  const std::uint64_t h2 = splitmix(h1);
-  // Box-Muller
-  return static_cast<float>(std::sqrt(-2.0 * std::log(unit(h1))) * std::cos(2.0 * M_PI * unit(h2)));
+  return static_cast<float>(standard_normal(h1, splitmix64(h1)));
 }
 
 void synthetic_batch(const ModelSpec& model, int step, int microbatch, int micro_batch_size,

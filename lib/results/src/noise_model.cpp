@@ -3,21 +3,23 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
-#include <numbers>
+
+#include "pipebench/core/counter_random.hpp"
 
 namespace pipebench {
 
-double SyntheticNights::uniform() {  // splitmix64 -> (0, 1)
-  std::uint64_t x = (state_ += 0x9e3779b97f4a7c15ull);
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return (static_cast<double>(x >> 11) + 0.5) * 0x1.0p-53;
+// A SplitMix64 stream: each draw finalises the state, then advances it.
+std::uint64_t SyntheticNights::next() {
+  const std::uint64_t h = splitmix64(state_);
+  state_ += kSplitMixIncrement;
+  return h;
 }
 
+double SyntheticNights::uniform() { return unit_uniform(next()); }
+
 double SyntheticNights::normal() {
-  const double u1 = uniform(), u2 = uniform();
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+  const std::uint64_t h1 = next();
+  return standard_normal(h1, next());
 }
 
 std::vector<double> SyntheticNights::night(double slowdown) {

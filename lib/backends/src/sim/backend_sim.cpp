@@ -3,27 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <numbers>
 #include <limits>
 
 #include <fmt/format.h>
 
 #include "pipebench/core/clock.hpp"
+#include "pipebench/core/counter_random.hpp"
 #include "pipebench/core/error.hpp"
 
 namespace pipebench {
-
-namespace {
-// splitmix64: a counter-based generator, so a duration depends only on its
-// coordinates, never on what ran before it.
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-double unit_uniform(std::uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53; }  // in (0, 1)
-}  // namespace
 
 SimBackend::SimBackend(const Job& job, int rank) : job_(job), memory_(rank, job.device.memory_capacity_bytes) {
   rank_ = rank;
@@ -58,12 +46,12 @@ void SimBackend::build(const StageSpec& spec) {
 
 double sim_machine_factor(const DeviceSpec& d, int rank, int step, int microbatch, int action) {
   if (d.sim_jitter <= 0.0) return d.sim_load;
-  std::uint64_t h = mix(d.sim_jitter_seed);
+  // Counter-based: a duration depends only on its coordinates, never on what ran before it.
+  std::uint64_t h = splitmix64(d.sim_jitter_seed);
   for (const std::uint64_t c : {static_cast<std::uint64_t>(rank), static_cast<std::uint64_t>(step),
                                 static_cast<std::uint64_t>(microbatch), static_cast<std::uint64_t>(action)})
-    h = mix(h ^ c);
-  const double u1 = unit_uniform(h), u2 = unit_uniform(mix(h));
-  const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);  // Box-Muller
+    h = splitmix64(h ^ c);
+  const double z = standard_normal(h, splitmix64(h));
   const double sigma = d.sim_jitter;
   return d.sim_load * std::exp(sigma * z - 0.5 * sigma * sigma);  // mean 1: noise, not a slowdown
 }

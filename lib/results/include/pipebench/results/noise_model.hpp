@@ -35,6 +35,7 @@ class SyntheticNights {
   std::vector<double> night(double slowdown = 1.0);
 
  private:
+  std::uint64_t next();
   double normal();
   double uniform();
   NoiseModel model_;
