@@ -1,5 +1,6 @@
 // Metrics of SPEC §6 from synthetic rank records, and the seed-000 decision.
 #include <cmath>
+#include <limits>
 
 #include <catch2/catch.hpp>
 
@@ -228,4 +229,8 @@ TEST_CASE("best run: the fastest feasible pipeline, ties broken by the lowest pe
   runs[1].speedup_high = 2.88;  // no longer overlapping: the fastest wins alone
   CHECK_THAT(best_run_summary(runs), Catch::StartsWith("best: gpipe") && !Catch::Contains("tied"));
   CHECK(best_run_summary({runs[3]}).empty());
+  // Without a baseline there is no speedup to show, and the line says so.
+  RunResult alone = run("pipe", 1.0, 0, 0, 100, "feasible");
+  alone.speedup = alone.speedup_low = alone.speedup_high = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THAT(best_run_summary({alone}), Catch::Contains("1.000 s per step, no baseline, peak"));
 }

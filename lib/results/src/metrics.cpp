@@ -462,8 +462,9 @@ std::string best_run_summary(const std::vector<RunResult>& runs) {
   const RunResult* best = *std::min_element(ties.begin(), ties.end(), [](const RunResult* a, const RunResult* b) {
     return a->peak_mem_max_bytes < b->peak_mem_max_bytes;
   });
-  std::string s = fmt::format("best: {} — {} per step, speedup {}, peak {}, {}", best->spec.name,
-                              format_seconds(best->step_time.median), format_speedup(*best),
+  const std::string speedup = std::isfinite(best->speedup) ? "speedup " + format_speedup(*best) : "no baseline";
+  std::string s = fmt::format("best: {} — {} per step, {}, peak {}, {}", best->spec.name,
+                              format_seconds(best->step_time.median), speedup,
                               format_bytes(static_cast<double>(best->peak_mem_max_bytes)), best->decision);
   std::string others;
   for (const auto* r : ties)
