@@ -49,17 +49,17 @@ void BM_Block(benchmark::State& state) {
   StageSpec spec;
   spec.rank = 1;
   spec.num_stages = 3;
-  spec.range = {1, 1, false, false};
+  spec.one_chunk({1, 1, false, false});
   spec.micro_batch_size = kBatch;
   spec.num_microbatches = 1;
   be.build(spec);
   be.begin_step(0, 1e300);
   auto fill = [](Buffer b, float v) { std::fill_n(static_cast<float*>(b.data), b.bytes / sizeof(float), v); };
-  fill(be.recv_buffer(ActionKind::F, 0), 0.1f);
-  fill(be.recv_buffer(ActionKind::B, 0), 0.01f);
+  fill(be.recv_buffer(ActionKind::F, 0, 0), 0.1f);
+  fill(be.recv_buffer(ActionKind::B, 0, 0), 0.01f);
   for (auto _ : state) {
-    be.forward(0, 0);
-    be.backward(0, 0);
+    be.forward(0, 0, 0);
+    be.backward(0, 0, 0);
   }
   state.counters["GFLOP/s"] = benchmark::Counter(block_flops(job) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }

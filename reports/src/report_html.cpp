@@ -212,8 +212,9 @@ std::string run_section(const FileView& f, const RunView& v) {
   }
   if (const auto plan = plan_of(f, r)) {
     s += "<details><summary>Partition table</summary>";
-    s += table(partition_table_header(r.spec.layers_per_stage_origin), partition_table_rows(*plan), {},
-               {true, false, true, true, true, true, false});
+    std::vector<bool> numeric{true, false, true, true, true, true, false};
+    if (plan->schedule.chunks_per_rank > 1) numeric.insert(numeric.begin() + 1, false);  // rank.chunk
+    s += table(partition_table_header(*plan), partition_table_rows(*plan), {}, numeric);
     s += "</details>";
   }
   return s;

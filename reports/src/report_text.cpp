@@ -123,7 +123,7 @@ std::string render_markdown(const ReportData& d) {
       for (const auto& why : r.decision_reasons) s += "- " + md_text(why) + "\n";
       for (const auto& a : v.advice) s += "- next: " + md_text(a) + "\n";
       s += "\n";
-      if (const auto plan = plan_of(f, r)) s += md_table(partition_table_header(r.spec.layers_per_stage_origin), partition_table_rows(*plan));
+      if (const auto plan = plan_of(f, r)) s += md_table(partition_table_header(*plan), partition_table_rows(*plan));
     }
   }
   return s;

@@ -50,7 +50,7 @@ StepFigures train(const Job& job, const std::string& run_name, int steps, MakeBa
     stages.back()->build(stage_spec(rp, s, false));
   }
   auto move = [](Backend& from, Backend& to, ActionKind kind, int mb) {
-    const Buffer src = from.send_buffer(kind, mb), dst = to.recv_buffer(kind, mb);
+    const Buffer src = from.send_buffer(kind, mb, 0), dst = to.recv_buffer(kind, mb, 0);
     REQUIRE(src.logical_bytes == dst.logical_bytes);
     REQUIRE(src.bytes == dst.bytes);
     std::memcpy(dst.data, src.data, src.bytes);
@@ -62,13 +62,13 @@ StepFigures train(const Job& job, const std::string& run_name, int steps, MakeBa
     for (int mb = 0; mb < m; ++mb)
       for (int s = 0; s < p; ++s) {
         if (s > 0) move(*stages[static_cast<std::size_t>(s - 1)], *stages[static_cast<std::size_t>(s)], ActionKind::F, mb);
-        stages[static_cast<std::size_t>(s)]->forward(step, mb);
+        stages[static_cast<std::size_t>(s)]->forward(step, mb, 0);
       }
     for (int mb = 0; mb < m; ++mb) loss += stages.back()->loss(mb) / m;
     for (int mb = 0; mb < m; ++mb)
       for (int s = p - 1; s >= 0; --s) {
         if (s < p - 1) move(*stages[static_cast<std::size_t>(s + 1)], *stages[static_cast<std::size_t>(s)], ActionKind::B, mb);
-        stages[static_cast<std::size_t>(s)]->backward(step, mb);
+        stages[static_cast<std::size_t>(s)]->backward(step, mb, 0);
       }
     std::vector<double> sq(static_cast<std::size_t>(job.model.layers) + 2, 0.0);
     for (auto& b : stages) b->grad_sq_norm_by_piece(sq);
@@ -151,7 +151,7 @@ TEST_CASE("cuda memory tracker: the model description's bytes, capacity min(memo
       CHECK(mem.current(MemCategory::comm) == static_cast<std::uint64_t>(sp.comm_bytes));
       CHECK(mem.current(MemCategory::workspace) == static_cast<std::uint64_t>(sp.workspace_bytes));
       // Device buffers: what the transport gets is device memory of the logical size.
-      const Buffer buf = b->recv_buffer(s == 0 ? ActionKind::B : ActionKind::F, 0);
+      const Buffer buf = b->recv_buffer(s == 0 ? ActionKind::B : ActionKind::F, 0, 0);
       CHECK(buf.bytes == buf.logical_bytes);
     }
   }

@@ -91,17 +91,25 @@ void check_ok_run(const Job& job, const RunPlan& plan, const RunResult& r) {
               who + " peak optimizer bytes");
     const int live = plan.unit.peak_live_activations[R];
     const auto act = static_cast<std::uint64_t>(sp.activation_bytes_per_microbatch);
-    expect_eq(cat(MemCategory::activations), train ? static_cast<std::uint64_t>(live) * act : act,
+    expect_eq(cat(MemCategory::activations), train ? static_cast<std::uint64_t>(sp.activations_peak_bytes) : act,
               who + " peak activation bytes");
     expect_eq(cat(MemCategory::comm), static_cast<std::uint64_t>(sp.comm_bytes), who + " peak comm bytes");
     expect_eq(cat(MemCategory::workspace), static_cast<std::uint64_t>(sp.workspace_bytes), who + " peak workspace bytes");
     const auto m = static_cast<std::uint64_t>(plan.run.num_microbatches);
-    const std::uint64_t per_prev = rank > 0 ? (train ? m + 1 : 1) : 0, per_next = rank + 1 < p ? (train ? m + 1 : m) : 0;
-    expect_eq(static_cast<std::uint64_t>(sp.comm_bytes), (per_prev + per_next) * boundary, who + " planned comm bytes");
+    // Per chunk: a receive buffer (+ one gradient send buffer per
+    // micro-batch) from the previous virtual stage, one send buffer per
+    // micro-batch (+ a gradient receive buffer) to the next.
+    std::uint64_t buffers = 0;
+    const int V = plan.schedule.num_virtual_stages();
+    for (int c = 0; c < plan.schedule.chunks_per_rank; ++c) {
+      const int v = plan.schedule.virtual_stage(rank, c);
+      buffers += (v > 0 ? (train ? m + 1 : 1) : 0) + (v + 1 < V ? (train ? m + 1 : m) : 0);
+    }
+    expect_eq(static_cast<std::uint64_t>(sp.comm_bytes), buffers * boundary, who + " planned comm bytes");
     expect_eq(r.peak_live_activations.at(R), train ? live : 1, who + " peak live activations");
     expect_eq(r.stage_params.at(R), sp.cost.params, who + " stage_params");
-    expect_eq(r.stage_layers.at(R)[0], sp.range.first_layer, who + " first layer built");
-    expect_eq(r.stage_layers.at(R)[1], sp.range.last_layer(), who + " last layer built");
+    expect_eq(r.stage_layers.at(R)[0], sp.chunks.front().first_layer, who + " first layer built");
+    expect_eq(r.stage_layers.at(R)[1], sp.chunks.back().last_layer(), who + " last layer built");
     expect_eq(r.memory_capacity_bytes.at(R), job.device.memory_capacity_bytes, who + " capacity");
   }
   if (plan.run.mode == RunMode::inference)

@@ -17,6 +17,8 @@ sequence of z), the noise measured on the development machine. Then:
 
 Prints each night's median, the verdicts and the measured within-run and
 night-to-night spreads, so the figures behind the assertions are in the log.
+When those spreads show a busy machine (more than 3x the modelled noise),
+it skips (exit 77) instead of judging the rule on noise it did not model.
 
 Usage: nightly_jitter.py MPIEXEC PIPEBENCH SRC OUTDIR [NIGHTS]
 """
@@ -31,6 +33,10 @@ import sys
 
 JITTER = 0.015       # per modelled action; with ~10 actions on the critical path, a step CV near 0.5%
 NIGHT_SIGMA = 0.004  # night-to-night spread of the medians measured on the 2-core machine
+# Above these (3x what the model adds) the machine itself is the noise: skip.
+QUIET_CV = 0.015
+QUIET_SPREAD = 0.012
+SKIP = 77  # ctest SKIP_RETURN_CODE
 
 
 def run_night(mpiexec, pipebench, toml, dest, seed, load, extra=()):
@@ -83,6 +89,14 @@ def main():
           f"{sum(v == 'regression' for v in judged)} regression, "
           f"{sum(v.startswith('inconclusive') for v in judged)} inconclusive; "
           f"within-run CV median {100 * statistics.median(cvs):.2f}%, night-to-night spread {100 * spread:.2f}%")
+    # Real step times: a machine busy with other work (a compile beside the
+    # test) adds its own noise, far above the modelled one, and then nothing
+    # here measures the rule. Say so and skip rather than pass or fail on it.
+    if statistics.median(cvs) > QUIET_CV or spread > QUIET_SPREAD:
+        print(f"SKIP: this machine was too busy to test the rule with real timings (within-run CV "
+              f"{100 * statistics.median(cvs):.2f}% > {100 * QUIET_CV:.1f}% or night spread {100 * spread:.2f}% > "
+              f"{100 * QUIET_SPREAD:.1f}%); the rule's rates on generated nights are tested in tests/unit/test_regression.cpp")
+        return SKIP
     if no_change < (2 * len(judged)) // 3:
         problems.append(f"only {no_change} of {len(judged)} identical nights are 'no change'")
 
@@ -98,6 +112,9 @@ def main():
             problems.append(f"{name}: the series holds {t['files']} files, expected {nights + 1} (the trial entered it?)")
         print(f"  throughput {100 * t['throughput_change']:+.1f}%, slowest stage {100 * t['slowest_stage_change']:+.1f}%, "
               f"bubble {t['bubble_delta_pts']:+.2f} pts")
+        if run["step_time_cv"] > QUIET_CV:
+            print(f"SKIP: {name} ran on a busy machine (CV {100 * run['step_time_cv']:.2f}%)")
+            return SKIP
         if want == "regression" and (t["verdict"] != "regression" or rc != 6):
             problems.append(f"{name}: {t['verdict']} (exit {rc}), expected a regression and exit 6")
         if want == "regression" and not (t["throughput_change"] < -0.05 and t["slowest_stage_change"] > 0.05):

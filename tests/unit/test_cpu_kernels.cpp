@@ -206,7 +206,7 @@ StageSpec stage(int rank, int stages, int first, int count, bool embedding, bool
   StageSpec s;
   s.rank = rank;
   s.num_stages = stages;
-  s.range = {first, count, embedding, head};
+  s.one_chunk({first, count, embedding, head});
   s.micro_batch_size = 2;
   s.num_microbatches = 1;
   s.mode = RunMode::train;
@@ -222,14 +222,14 @@ TEST_CASE("whole stage (embedding, blocks, head): d loss / d every parameter", "
     CpuBackend be(job, 0);
     be.build(stage(0, 1, 0, 2, true, true));
     be.begin_step(0, 1e300);
-    be.forward(0, 0);
-    be.backward(0, 0);
+    be.forward(0, 0, 0);
+    be.backward(0, 0, 0);
     const auto n = static_cast<std::size_t>(be.built_params());
     std::vector<float> analytic(be.grads(), be.grads() + n);
     std::vector<float> params(be.params(), be.params() + n);
     auto loss = [&] {
       std::copy(params.begin(), params.end(), be.params());
-      be.forward(0, 0);
+      be.forward(0, 0, 0);
       return be.loss(0);
     };
     check_gradient(params, analytic, loss, kind, 1e-2f, 3e-2);
@@ -241,20 +241,20 @@ TEST_CASE("middle stage: d(Σ out ⊙ R) / d parameters and the gradient it send
   CpuBackend be(job, 1);
   be.build(stage(1, 3, 1, 1, false, false));
   be.begin_step(0, 1e300);
-  const Buffer in = be.recv_buffer(ActionKind::F, 0);
+  const Buffer in = be.recv_buffer(ActionKind::F, 0, 0);
   const std::size_t n_in = in.bytes / sizeof(float);
   std::vector<float> x = randn(n_in, 21), R = randn(n_in, 22);
   auto run_forward = [&] {
     std::copy(x.begin(), x.end(), static_cast<float*>(in.data));
-    be.forward(0, 0);
-    const auto* out = static_cast<const float*>(be.send_buffer(ActionKind::F, 0).data);
+    be.forward(0, 0, 0);
+    const auto* out = static_cast<const float*>(be.send_buffer(ActionKind::F, 0, 0).data);
     return dot(std::vector<float>(out, out + n_in), R);
   };
   run_forward();
-  const Buffer dy = be.recv_buffer(ActionKind::B, 0);
+  const Buffer dy = be.recv_buffer(ActionKind::B, 0, 0);
   std::copy(R.begin(), R.end(), static_cast<float*>(dy.data));
-  be.backward(0, 0);
-  const auto* dx = static_cast<const float*>(be.send_buffer(ActionKind::B, 0).data);
+  be.backward(0, 0, 0);
+  const auto* dx = static_cast<const float*>(be.send_buffer(ActionKind::B, 0, 0).data);
   std::vector<float> dinput(dx, dx + n_in);
   const auto n = static_cast<std::size_t>(be.built_params());
   std::vector<float> analytic(be.grads(), be.grads() + n);
@@ -281,11 +281,11 @@ TEST_CASE("cpu memory: exactly the model description's bytes", "[cpu][memory]") 
   CHECK(mem.current(MemCategory::optimizer) == static_cast<std::uint64_t>(8 * c.params));
   CHECK(mem.current(MemCategory::comm) == static_cast<std::uint64_t>(model.comm_bytes(2, 3, false, true, true)));
   be.begin_step(0, 1e300);
-  be.forward(0, 0);
-  be.forward(0, 1);
+  be.forward(0, 0, 0);
+  be.forward(0, 1, 0);
   CHECK(mem.current(MemCategory::activations) == static_cast<std::uint64_t>(2 * c.activation_bytes));
-  std::fill_n(static_cast<float*>(be.recv_buffer(ActionKind::B, 0).data), 2 * 4 * 8, 0.5f);
-  be.backward(0, 0);
+  std::fill_n(static_cast<float*>(be.recv_buffer(ActionKind::B, 0, 0).data), 2 * 4 * 8, 0.5f);
+  be.backward(0, 0, 0);
   CHECK(mem.current(MemCategory::activations) == static_cast<std::uint64_t>(c.activation_bytes));
   CHECK(mem.peak(MemCategory::activations) == static_cast<std::uint64_t>(2 * c.activation_bytes));
   CHECK(be.peak_live_activations() == 2);
@@ -298,7 +298,7 @@ TEST_CASE("inference logits equal the training forward's, pipelined or not", "[c
   CpuBackend train(job, 0);
   train.build(stage(0, 1, 0, 2, true, true));
   train.begin_step(3, 1e300);
-  train.forward(3, 0);
+  train.forward(3, 0, 0);
   const std::vector<float> reference(train.probs(0), train.probs(0) + n);
   // Inference, one stage.
   StageSpec one = stage(0, 1, 0, 2, true, true);
@@ -307,7 +307,7 @@ TEST_CASE("inference logits equal the training forward's, pipelined or not", "[c
   single.keep_probs_for_testing(true);
   single.build(one);
   single.begin_step(3, 1e300);
-  single.forward(3, 0);
+  single.forward(3, 0, 0);
   CHECK(std::vector<float>(single.probs(0), single.probs(0) + n) == reference);
   CHECK(single.loss(0) == train.loss(0));
   CHECK(single.memory().current(MemCategory::activations) == 0);
@@ -320,11 +320,11 @@ TEST_CASE("inference logits equal the training forward's, pipelined or not", "[c
   b.build(second);
   a.begin_step(3, 1e300);
   b.begin_step(3, 1e300);
-  a.forward(3, 0);
-  const Buffer out = a.send_buffer(ActionKind::F, 0), in = b.recv_buffer(ActionKind::F, 0);
+  a.forward(3, 0, 0);
+  const Buffer out = a.send_buffer(ActionKind::F, 0, 0), in = b.recv_buffer(ActionKind::F, 0, 0);
   REQUIRE(out.bytes == in.bytes);
   std::memcpy(in.data, out.data, out.bytes);
-  b.forward(3, 0);
+  b.forward(3, 0, 0);
   CHECK(std::vector<float>(b.probs(0), b.probs(0) + n) == reference);
   CHECK(b.loss(0) == train.loss(0));
 }
@@ -340,16 +340,16 @@ TEST_CASE("activation slabs are reused: the process holds the schedule's peak, n
   be.build(s);
   for (int step = 0; step < 2; ++step) {  // GPipe order: three live at once
     be.begin_step(step, 1e300);
-    for (int mb = 0; mb < 3; ++mb) be.forward(step, mb);
-    for (int mb = 0; mb < 3; ++mb) be.backward(step, mb);
+    for (int mb = 0; mb < 3; ++mb) be.forward(step, mb, 0);
+    for (int mb = 0; mb < 3; ++mb) be.backward(step, mb, 0);
     be.optimizer_step(step, 1.0);
   }
   CHECK(be.slabs_allocated() == 3);
   for (int step = 2; step < 4; ++step) {  // 1F1B-like order on one stage: one live at a time
     be.begin_step(step, 1e300);
     for (int mb = 0; mb < 3; ++mb) {
-      be.forward(step, mb);
-      be.backward(step, mb);
+      be.forward(step, mb, 0);
+      be.backward(step, mb, 0);
     }
   }
   CHECK(be.slabs_allocated() == 3);

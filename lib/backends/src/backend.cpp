@@ -10,18 +10,40 @@
 namespace pipebench {
 
 StageSpec stage_spec(const RunPlan& plan, int rank, bool transport_uses_device_memory) {
-  const auto r = static_cast<std::size_t>(rank);
   StageSpec spec;
   spec.rank = rank;
   spec.num_stages = plan.run.pipeline_size;
-  spec.range = plan.partition.stages.at(r);
+  const Schedule& sched = plan.schedule;
+  spec.num_virtual_stages = sched.num_virtual_stages();
+  for (int c = 0; c < sched.chunks_per_rank; ++c) {
+    const int v = sched.virtual_stage(rank, c);
+    spec.chunk_stage.push_back(v);
+    spec.chunks.push_back(plan.partition.stages.at(static_cast<std::size_t>(v)));
+  }
   spec.micro_batch_size = plan.run.micro_batch_size;
   spec.num_microbatches = plan.run.num_microbatches;
   spec.mode = plan.run.mode;
   spec.dtype = plan.storage_dtype;
   spec.transport_uses_device_memory = transport_uses_device_memory;
-  for (const auto& a : plan.schedule.actions.at(r)) spec.split_backward |= a.kind == ActionKind::W;
+  spec.split_backward = sched.split_backward();
   return spec;
+}
+
+std::string unsupported_reason(BackendKind backend, const RunPlan& plan) {
+  if (backend == BackendKind::sim) return "";
+  if (backend == BackendKind::cpu) {
+    if (plan.schedule.split_backward())
+      return fmt::format("schedule {} splits the backward (W actions); the cpu backend does not yet (sim does)",
+                         plan.schedule.name);
+    return "";
+  }
+  if (plan.schedule.chunks_per_rank > 1)
+    return fmt::format("schedule {} holds {} model chunks per rank; the cuda backend runs one (sim and cpu run more)",
+                       plan.schedule.name, plan.schedule.chunks_per_rank);
+  if (plan.schedule.split_backward())
+    return fmt::format("schedule {} splits the backward (W actions); the cuda backend does not yet (sim and cpu do)",
+                       plan.schedule.name);
+  return "";
 }
 
 std::unique_ptr<Backend> make_backend(const Job& job, int rank) {

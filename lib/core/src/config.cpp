@@ -10,6 +10,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -249,6 +250,7 @@ class TableReader {
     return printable(prefix_.empty() ? std::string(key) : fmt::format("{}.{}", prefix_, key));
   }
   const Value& value() const { return table_; }
+  const std::string& file() const { return file_; }
 
  private:
   const Value& table_;
@@ -437,6 +439,72 @@ DeviceSpec read_device(TableReader& r) {
   return d;
 }
 
+// `path` as written in workload `file`: absolute, or relative to its folder.
+std::string resolve_beside(const std::string& file, const std::string& path) {
+  const std::filesystem::path p(path);
+  if (p.is_absolute()) return path;
+  return (std::filesystem::path(file).parent_path() / p).string();
+}
+
+// `schedule` (a built-in name or "file:PATH"), `virtual_stages_per_rank`
+// and, for a file schedule, its CSV text: `schedule_csv` when given (the
+// effective TOML of a results file carries it), else read from PATH, relative
+// to the workload file's folder.
+void read_schedule(TableReader& r, RunSpec& run, std::vector<std::string>& warnings) {
+  const bool schedule_given = r.find("schedule") != nullptr;
+  const std::optional<std::string> text = r.str("schedule");
+  if (text && text->starts_with("file:")) {
+    run.schedule = ScheduleKind::file;
+    run.schedule_file = text->substr(5);
+    if (run.schedule_file.empty()) r.fail_at(*r.find("schedule"), "schedule", "\"file:\" needs a path to a CSV schedule");
+    if (const std::optional<std::string> csv = r.str("schedule_csv")) {
+      run.schedule_csv = *csv;
+    } else {
+      const std::string path = resolve_beside(r.file(), run.schedule_file);
+      std::ifstream in(path, std::ios::binary);
+      if (!in) r.fail_at(*r.find("schedule"), "schedule", fmt::format("cannot open the schedule file {}", printable(path)));
+      std::string content(kMaxTomlBytes + 1, '\0');
+      in.read(content.data(), static_cast<std::streamsize>(content.size()));
+      content.resize(static_cast<std::size_t>(in.gcount()));
+      if (content.size() > kMaxTomlBytes)
+        r.fail_at(*r.find("schedule"), "schedule", fmt::format("{} is larger than {} bytes", printable(path), kMaxTomlBytes));
+      run.schedule_csv = std::move(content);
+    }
+  } else {
+    static constexpr std::pair<std::string_view, ScheduleKind> kNames[] = {
+        {"gpipe", ScheduleKind::gpipe},
+        {"fill_drain", ScheduleKind::gpipe},
+        {"1f1b", ScheduleKind::one_f_one_b},
+        {"eager-1f1b", ScheduleKind::eager_one_f_one_b},
+        {"interleaved-1f1b", ScheduleKind::interleaved_one_f_one_b},
+        {"zb-h1", ScheduleKind::zb_h1},
+        {"zb-v", ScheduleKind::zb_v}};
+    const auto known = std::find_if(std::begin(kNames), std::end(kNames), [&](const auto& n) { return text && *text == n.first; });
+    if (text && known == std::end(kNames)) {
+      std::string names;
+      for (const auto& n : kNames) names += fmt::format("\"{}\", ", n.first);
+      r.fail_at(*r.find("schedule"), "schedule",
+                fmt::format("unknown value \"{}\" (expected one of {}or \"file:PATH\" for a CSV schedule)", printable(*text),
+                            names));
+    }
+    run.schedule = text ? known->second : ScheduleKind::one_f_one_b;
+    if (r.find("schedule_csv")) r.fail_at(*r.find("schedule_csv"), "schedule_csv", "only with schedule = \"file:PATH\"");
+  }
+  if (schedule_given && run.mode == RunMode::inference)
+    warnings.push_back(fmt::format("{}: ignored: inference runs use the forward-only schedule", r.dotted("schedule")));
+  const int fixed = run.schedule == ScheduleKind::zb_v ? 2 : 1;
+  const bool any_v = run.schedule == ScheduleKind::interleaved_one_f_one_b || run.schedule == ScheduleKind::file;
+  run.virtual_stages_per_rank = r.int_in_range("virtual_stages_per_rank", 1, kMaxVirtualStagesPerRank, any_v ? 1 : fixed);
+  if (run.mode == RunMode::inference) {
+    run.virtual_stages_per_rank = 1;
+  } else if (!any_v && run.virtual_stages_per_rank != fixed) {
+    r.fail_at(*r.find("virtual_stages_per_rank"), "virtual_stages_per_rank",
+              fmt::format("schedule \"{}\" holds {} model chunk(s) per rank; virtual_stages_per_rank = {} needs schedule "
+                          "= \"interleaved-1f1b\"",
+                          to_string(run.schedule), fixed, run.virtual_stages_per_rank));
+  }
+}
+
 // `steps` = warmup + repeats (bounds the events a run records).
 RunSpec read_run(TableReader& r, const ModelSpec& model, int steps, std::vector<std::string>& warnings,
                  std::string& explicit_baseline) {
@@ -454,20 +522,21 @@ RunSpec read_run(TableReader& r, const ModelSpec& model, int steps, std::vector<
                           "action by action)",
                           run.pipeline_size, run.num_microbatches, kMaxStageMicrobatches));
   run.mode = r.choice<RunMode>("mode", RunMode::train, {{"train", RunMode::train}, {"inference", RunMode::inference}});
-  const std::int64_t events = std::int64_t{steps} * (run.mode == RunMode::train ? 2 : 1) * run.pipeline_size *
-                              run.num_microbatches;
+  read_schedule(r, run, warnings);
+  if (std::int64_t{run.model_stages()} * run.num_microbatches > kMaxStageMicrobatches)
+    r.fail_at(*r.find("virtual_stages_per_rank"), "virtual_stages_per_rank",
+              fmt::format("pipeline_size x virtual_stages_per_rank x num_microbatches = {} x {} x {} is above the limit "
+                          "of {} (the schedule is built action by action)",
+                          run.pipeline_size, run.virtual_stages_per_rank, run.num_microbatches, kMaxStageMicrobatches));
+  // Actions per stage and micro-batch: F; B; W for split-backward schedules.
+  const bool split = run.schedule == ScheduleKind::zb_h1 || run.schedule == ScheduleKind::zb_v ||
+                     run.schedule == ScheduleKind::file;
+  const int per_microbatch = run.mode == RunMode::train ? (split ? 3 : 2) : 1;
+  const std::int64_t events = std::int64_t{steps} * per_microbatch * run.model_stages() * run.num_microbatches;
   if (events > kMaxEventsPerRun)
     r.fail_at(r.find("num_microbatches") ? *r.find("num_microbatches") : r.value(), "num_microbatches",
               fmt::format("{} steps x {} stages x {} micro-batches record {} events, above the limit of {} per run",
-                          steps, run.pipeline_size, run.num_microbatches, events, kMaxEventsPerRun));
-  const bool schedule_given = r.find("schedule") != nullptr;
-  run.schedule = r.choice<ScheduleKind>("schedule", ScheduleKind::one_f_one_b,
-                                        {{"gpipe", ScheduleKind::gpipe},
-                                         {"fill_drain", ScheduleKind::gpipe},
-                                         {"1f1b", ScheduleKind::one_f_one_b},
-                                         {"eager-1f1b", ScheduleKind::eager_one_f_one_b}});
-  if (schedule_given && run.mode == RunMode::inference)
-    warnings.push_back(fmt::format("{}: ignored: inference runs use the forward-only schedule", r.dotted("schedule")));
+                          steps, run.model_stages(), run.num_microbatches, events, kMaxEventsPerRun));
   run.remainder = r.choice<Remainder>("remainder", Remainder::first,
                                       {{"first", Remainder::first}, {"last", Remainder::last}, {"balanced", Remainder::balanced}});
   run.balance_by = r.choice<BalanceBy>("balance_by", BalanceBy::flops,
@@ -476,15 +545,23 @@ RunSpec read_run(TableReader& r, const ModelSpec& model, int steps, std::vector<
   if (run.layers_per_stage_origin > 1)
     r.fail_at(*r.find("layers_per_stage_origin"), "layers_per_stage_origin", "expected 0 or 1");
 
-  if (run.pipeline_size > model.layers)
+  const int model_stages = run.model_stages();
+  if (model_stages > model.layers)
     r.fail_at(*r.find("pipeline_size"), "pipeline_size",
-              fmt::format("{} stages for {} layers would leave a stage with 0 layers", run.pipeline_size, model.layers));
+              run.virtual_stages_per_rank == 1
+                  ? fmt::format("{} stages for {} layers would leave a stage with 0 layers", run.pipeline_size, model.layers)
+                  : fmt::format("{} stages x {} chunks = {} model chunks for {} layers would leave a chunk with 0 layers",
+                                run.pipeline_size, run.virtual_stages_per_rank, model_stages, model.layers));
 
   if (const Value* v = r.find("layers_per_stage")) {
     if (!v->is_array()) r.fail_at(*v, "layers_per_stage", fmt::format("expected an array of integers, got {}", type_name(*v)));
-    if (v->as_array().size() != static_cast<std::size_t>(run.pipeline_size))
+    if (v->as_array().size() != static_cast<std::size_t>(model_stages))
       r.fail_at(*v, "layers_per_stage",
-                fmt::format("has {} entries but pipeline_size = {}", v->as_array().size(), run.pipeline_size));
+                run.virtual_stages_per_rank == 1
+                    ? fmt::format("has {} entries but pipeline_size = {}", v->as_array().size(), run.pipeline_size)
+                    : fmt::format("has {} entries but the model is cut into pipeline_size x virtual_stages_per_rank = {} "
+                                  "chunks (one entry per virtual stage, in model order)",
+                                  v->as_array().size(), model_stages));
     long long sum = 0;
     for (std::size_t i = 0; i < v->as_array().size(); ++i) {
       const Value& e = v->as_array()[i];
@@ -612,6 +689,11 @@ Job build_job(Value root, const std::string& file, const std::vector<std::string
   }
   link_runs(job, run_values, explicit_baselines, file);
   top.reject_unknown_keys();
+  // A file schedule travels with the workload: its CSV text goes into the
+  // effective TOML, so a results file can be re-planned anywhere.
+  auto& run_tables = root.as_table().at("run").as_array();
+  for (std::size_t i = 0; i < job.runs.size(); ++i)
+    if (job.runs[i].schedule == ScheduleKind::file) run_tables[i].as_table()["schedule_csv"] = job.runs[i].schedule_csv;
 
   job.effective_toml = toml::format(root, 0);  // width 0: tables as [sections], never inline
   return job;

@@ -38,6 +38,10 @@ std::string_view to_string(ScheduleKind v) {
     case ScheduleKind::gpipe: return "gpipe";
     case ScheduleKind::one_f_one_b: return "1f1b";
     case ScheduleKind::eager_one_f_one_b: return "eager-1f1b";
+    case ScheduleKind::interleaved_one_f_one_b: return "interleaved-1f1b";
+    case ScheduleKind::zb_h1: return "zb-h1";
+    case ScheduleKind::zb_v: return "zb-v";
+    case ScheduleKind::file: return "file";
   }
   return "?";
 }

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <sstream>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,6 +12,15 @@ namespace pipebench {
 namespace {
 std::string number(double v) { return fmt::format("{:.17g}", v); }
 std::string number(int v) { return fmt::format("{}", v); }
+
+std::string fnv1a64(std::string_view text) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const unsigned char c : text) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return fmt::format("{:016x}", h);
+}
 }  // namespace
 
 WorkloadKeys workload_keys(const Job& job, const RunSpec& run) {
@@ -41,7 +51,12 @@ WorkloadKeys workload_keys(const Job& job, const RunSpec& run) {
   k["run.micro_batch_size"] = number(run.micro_batch_size);
   k["run.num_microbatches"] = number(run.num_microbatches);
   k["run.mode"] = to_string(run.mode);
-  if (run.mode == RunMode::train) k["run.schedule"] = to_string(run.schedule);
+  if (run.mode == RunMode::train) {
+    k["run.schedule"] = to_string(run.schedule);
+    // Only when not the default, so series recorded before these keys existed keep their fingerprint.
+    if (run.virtual_stages_per_rank != 1) k["run.virtual_stages_per_rank"] = number(run.virtual_stages_per_rank);
+    if (run.schedule == ScheduleKind::file) k["run.schedule_csv"] = "fnv1a64:" + fnv1a64(run.schedule_csv);
+  }
   if (!run.layers_per_stage.empty()) {
     k["run.layers_per_stage"] = fmt::format("[{}]", fmt::join(run.layers_per_stage, ", "));
   } else {
@@ -68,14 +83,7 @@ WorkloadKeys parse_workload_text(const std::string& text) {
   return keys;
 }
 
-std::string workload_fingerprint(const WorkloadKeys& keys) {
-  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64
-  for (const unsigned char c : workload_text(keys)) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return fmt::format("{:016x}", h);
-}
+std::string workload_fingerprint(const WorkloadKeys& keys) { return fnv1a64(workload_text(keys)); }
 
 std::string describe_changes(const WorkloadKeys& before, const WorkloadKeys& after) {
   std::string out;

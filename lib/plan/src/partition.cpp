@@ -87,7 +87,7 @@ Partition partition_from_sizes(const std::vector<int>& layers_per_stage) {
 }
 
 Partition make_partition(const ModelDesc& model, const RunSpec& run) {
-  const int L = model.spec().layers, P = run.pipeline_size;
+  const int L = model.spec().layers, P = run.model_stages();
   std::vector<int> sizes;
   if (!run.layers_per_stage.empty()) {
     sizes = run.layers_per_stage;

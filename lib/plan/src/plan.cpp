@@ -1,12 +1,14 @@
 #include "pipebench/plan/plan.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include <fmt/format.h>
 
 #include "pipebench/core/checked.hpp"
 #include "pipebench/core/error.hpp"
 #include "pipebench/core/units.hpp"
+#include "pipebench/schedule/schedule_csv.hpp"
 #include "pipebench/schedule/validate.hpp"
 
 namespace pipebench {
@@ -15,18 +17,38 @@ DType storage_dtype(const Job& job) {
   return job.device.backend == BackendKind::cpu ? DType::fp32 : job.model.dtype;
 }
 
-SimCosts model_costs(const Job& job, const ModelDesc& model, const Partition& partition, int micro_batch_size) {
+SimCosts model_costs(const Job& job, const ModelDesc& model, const Partition& partition, int micro_batch_size,
+                     bool split_backward) {
   SimCosts c;
   const double speed = job.device.sim_flops_per_s;
   for (const auto& st : partition.stages) {
     const Cost cost = model.stage(micro_batch_size, st.num_layers, st.has_embedding, st.has_head);
     c.forward.push_back(cost.forward_flops / speed);
-    c.backward.push_back(cost.backward_flops / speed);
-    c.weight.push_back(0.0);
+    c.backward.push_back((split_backward ? 0.5 : 1.0) * cost.backward_flops / speed);
+    c.weight.push_back(split_backward ? 0.5 * cost.backward_flops / speed : 0.0);
   }
   const double bits = 8.0 * static_cast<double>(model.boundary_bytes(micro_batch_size));
   c.transfer = job.device.sim_link_latency_us * 1e-6 + bits / (job.device.sim_link_gbps * 1e9);
   return c;
+}
+
+double analytic_bubble(const Schedule& s) {
+  const double p = s.num_ranks, m = s.num_microbatches, v = s.chunks_per_rank;
+  if (s.name == "gpipe" || s.name == "1f1b" || s.name == "eager-1f1b" || s.name == "forward-only")
+    return (p - 1) / (m + p - 1);
+  if (s.name == "interleaved-1f1b") return (p - 1) / (v * m + p - 1);
+  if (s.name == "zb-h1") return (p - 1) / (3 * m + p - 1);
+  if (s.name == "zb-v" && m >= 2 * p) return (p - 1) / (6 * m + p - 1);
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+Schedule run_schedule(const RunSpec& run) {
+  if (run.schedule != ScheduleKind::file || run.mode == RunMode::inference) return make_schedule(run);
+  Schedule s = schedule_from_csv(run.schedule_csv, run.pipeline_size, run.num_microbatches, run.schedule_file);
+  if (s.chunks_per_rank != run.virtual_stages_per_rank)
+    throw ScheduleError(fmt::format("{}: the schedule holds {} stage(s) per rank; set run.{}.virtual_stages_per_rank = {}",
+                                    run.schedule_file, s.chunks_per_rank, run.name, s.chunks_per_rank));
+  return s;
 }
 
 namespace {
@@ -64,30 +86,46 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
   const bool train = run.mode == RunMode::train;
   const int p = run.pipeline_size, m = run.num_microbatches, b = run.micro_batch_size;
 
-  plan.partition = make_partition(model, run);
-  plan.schedule = make_schedule(run.schedule, run.mode, p, m);
+  plan.schedule = run_schedule(run);
   validate_schedule(plan.schedule);
-  plan.bubble_analytic = static_cast<double>(p - 1) / static_cast<double>(m + p - 1);
+  plan.partition = make_partition(model, run);
+  plan.bubble_analytic = analytic_bubble(plan.schedule);
   plan.unit = simulate(plan.schedule, SimCosts::unit(plan.schedule));
-  plan.costs = model_costs(job, model, plan.partition, b);
+  plan.costs = model_costs(job, model, plan.partition, b, plan.schedule.split_backward());
   plan.simulated = simulate(plan.schedule, plan.costs);
 
+  const Schedule& sched = plan.schedule;
+  std::vector<Cost>& chunk_cost = plan.stage_costs;
+  std::vector<std::int64_t> chunk_activation_bytes;
+  for (const StageRange& range : plan.partition.stages) {
+    chunk_cost.push_back(model.stage(b, range.num_layers, range.has_embedding, range.has_head));
+    chunk_activation_bytes.push_back(chunk_cost.back().activation_bytes);
+  }
+  const std::vector<std::int64_t> peak_bytes = peak_live_activation_bytes(sched, chunk_activation_bytes);
   const StateBytes per_param = state_bytes_per_param(job.train.optimizer, plan.storage_dtype);
   const auto capacity = static_cast<double>(job.device.memory_capacity_bytes);
-  for (std::size_t s = 0; s < plan.partition.stages.size(); ++s) {
+  const int V = sched.num_virtual_stages();
+  for (int r = 0; r < p; ++r) {
+    const auto s = static_cast<std::size_t>(r);
     StagePlan sp;
-    sp.stage = static_cast<int>(s);
-    sp.range = plan.partition.stages[s];
-    sp.cost = model.stage(b, sp.range.num_layers, sp.range.has_embedding, sp.range.has_head);
+    sp.stage = r;
+    CheckedInt comm = 0;
+    for (int c = 0; c < sched.chunks_per_rank; ++c) {
+      const int v = sched.virtual_stage(r, c);
+      sp.chunks.push_back(plan.partition.stages[static_cast<std::size_t>(v)]);
+      sp.cost += chunk_cost[static_cast<std::size_t>(v)];
+      // Every chunk boundary has its buffers, also between two chunks of one
+      // rank (the V's turn): the executor copies between them.
+      comm = comm + model.comm_bytes(b, m, v > 0, v + 1 < V, train);
+    }
     const CheckedInt params = sp.cost.params;
     sp.params_bytes = (params * per_param.params).value();
     sp.grads_bytes = train ? (params * per_param.grads).value() : 0;
     sp.optimizer_bytes = train ? (params * per_param.optimizer).value() : 0;
     sp.activation_bytes_per_microbatch = sp.cost.activation_bytes;
     sp.peak_live_activations = plan.unit.peak_live_activations[s];
-    sp.activations_peak_bytes =
-        (CheckedInt(sp.activation_bytes_per_microbatch) * (train ? sp.peak_live_activations : 1)).value();
-    sp.comm_bytes = model.comm_bytes(b, m, s > 0, s + 1 < plan.partition.stages.size(), train);
+    sp.activations_peak_bytes = train ? peak_bytes[s] : sp.activation_bytes_per_microbatch;
+    sp.comm_bytes = comm.value();
     sp.workspace_bytes = model.workspace_bytes(job.device.backend, b, train);
     sp.total_bytes = (CheckedInt(sp.params_bytes) + sp.grads_bytes + sp.optimizer_bytes + sp.activations_peak_bytes +
                       sp.comm_bytes + sp.workspace_bytes)
@@ -95,7 +133,7 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
     sp.capacity_fraction = static_cast<double>(sp.total_bytes) / capacity;
     if (sp.capacity_fraction > kMemoryWarnFraction)
       plan.warnings.push_back(fmt::format(
-          "run {} stage {}: estimated {} is {:.0f}% of memory_capacity {} (above {:.0f}%){}", run.name, s,
+          "run {} stage {}: estimated {} is {:.0f}% of memory_capacity {} (above {:.0f}%){}", run.name, r,
           format_bytes(static_cast<double>(sp.total_bytes)), 100.0 * sp.capacity_fraction,
           format_bytes(capacity), 100.0 * kMemoryWarnFraction,
           sp.capacity_fraction > 1.0 ? ": it will not fit" : ""));

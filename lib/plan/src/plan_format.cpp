@@ -49,7 +49,7 @@ class Table {
 };
 
 std::string partition_table(const RunPlan& rp) {
-  Table t(partition_table_header(rp.run.layers_per_stage_origin));
+  Table t(partition_table_header(rp));
   for (auto& row : partition_table_rows(rp)) t.add(std::move(row));
   return t.str();
 }
@@ -82,6 +82,17 @@ std::string timeline_summary(const RunPlan& rp) {
   return t.str();
 }
 
+// "(p-1)/(m+p-1) = 0.2000", with the closed form of the run's schedule.
+std::string analytic_bubble_text(const RunPlan& rp) {
+  if (!std::isfinite(rp.bubble_analytic)) return "none (no closed form for this schedule)";
+  const std::string& n = rp.schedule.name;
+  const char* form = n == "interleaved-1f1b" ? "(p-1)/(v m+p-1)"
+                     : n == "zb-h1"          ? "(p-1)/(3m+p-1)"
+                     : n == "zb-v"           ? "(p-1)/(6m+p-1)"
+                                             : "(p-1)/(m+p-1)";
+  return fmt::format("{} = {:.4f}", form, rp.bubble_analytic);
+}
+
 std::string join_ints(const std::vector<int>& v) {
   std::string s;
   for (int x : v) s += fmt::format("{}{}", s.empty() ? "" : " ", x);
@@ -90,24 +101,35 @@ std::string join_ints(const std::vector<int>& v) {
 
 }  // namespace
 
-std::vector<std::string> partition_table_header(int origin) {
-  return {"stage", fmt::format("layers ({}-based)", origin), "count", "params", "delta vs prev", "ratio vs prev", "notes"};
+std::vector<std::string> partition_table_header(const RunPlan& rp) {
+  std::vector<std::string> h{"stage", fmt::format("layers ({}-based)", rp.run.layers_per_stage_origin), "count", "params",
+                             "delta vs prev", "ratio vs prev", "notes"};
+  if (rp.schedule.chunks_per_rank > 1) h.insert(h.begin() + 1, "rank.chunk");
+  return h;
 }
 
+// One row per virtual stage (model order); with more than one chunk per
+// rank, where it runs ("1.0": rank 1, chunk 0).
 std::vector<std::vector<std::string>> partition_table_rows(const RunPlan& rp) {
   std::vector<std::vector<std::string>> rows;
-  for (std::size_t s = 0; s < rp.stages.size(); ++s) {
-    const auto& sp = rp.stages[s];
+  std::int64_t prev = 0;
+  for (std::size_t v = 0; v < rp.partition.stages.size(); ++v) {
+    const StageRange& range = rp.partition.stages[v];
+    const std::int64_t params = rp.stage_costs[v].params;
     std::string delta = "-", ratio = "-";
-    if (s > 0) {
-      const auto prev = rp.stages[s - 1].cost.params;
-      const auto d = sp.cost.params - prev;
+    if (v > 0) {
+      const auto d = params - prev;
       delta = fmt::format("{}{}", d > 0 ? "+" : "", group_digits(d));
-      ratio = fmt::format("{:.3f}", static_cast<double>(sp.cost.params) / static_cast<double>(prev));
+      ratio = fmt::format("{:.3f}", static_cast<double>(params) / static_cast<double>(prev));
     }
-    rows.push_back({std::to_string(s), layer_range_text(sp.range, rp.run.layers_per_stage_origin),
-                    std::to_string(sp.range.num_layers), group_digits(sp.cost.params), delta, ratio,
-                    stage_notes(sp.range)});
+    prev = params;
+    std::vector<std::string> row{std::to_string(v), layer_range_text(range, rp.run.layers_per_stage_origin),
+                                 std::to_string(range.num_layers), group_digits(params), delta, ratio, stage_notes(range)};
+    if (rp.schedule.chunks_per_rank > 1) {
+      const int vs = static_cast<int>(v);
+      row.insert(row.begin() + 1, fmt::format("{}.{}", rp.schedule.rank_of(vs), rp.schedule.chunk_of(vs)));
+    }
+    rows.push_back(std::move(row));
   }
   return rows;
 }
@@ -146,9 +168,9 @@ std::string format_plan_text(const JobPlan& plan) {
                        format_bytes(static_cast<double>(job.device.memory_capacity_bytes)));
     out += memory_table(rp);
     for (const auto& w : rp.warnings) out += fmt::format("  warning: {}\n", w);
-    out += fmt::format("bubble: analytic (p-1)/(m+p-1) = {:.4f}; unit-cost simulated = {:.4f} over {:.0f} steps; "
+    out += fmt::format("bubble: analytic {}; unit-cost simulated = {:.4f} over {:.0f} steps; "
                        "cost-weighted simulated = {:.4f}, makespan {}\n",
-                       rp.bubble_analytic, rp.unit.bubble, rp.unit.makespan, rp.simulated.bubble,
+                       analytic_bubble_text(rp), rp.unit.bubble, rp.unit.makespan, rp.simulated.bubble,
                        format_seconds(rp.simulated.makespan));
     out += fmt::format("peak live activations per stage: {}\n", join_ints(rp.unit.peak_live_activations));
     if (p <= kGridMaxRanks && rp.unit.makespan <= kGridMaxSteps) {
@@ -182,20 +204,24 @@ std::string format_plan_json(const JobPlan& plan) {
     w.field("micro_batch_size", r.micro_batch_size).field("num_microbatches", r.num_microbatches);
     w.field("schedule", rp.schedule.name).field("baseline", r.baseline);
     w.field("storage_dtype", to_string(rp.storage_dtype));
-    std::vector<int> layers;
-    std::vector<std::int64_t> params;
-    for (const auto& sp : rp.stages) {
-      layers.push_back(sp.range.num_layers);
-      params.push_back(sp.cost.params);
+    w.field("virtual_stages_per_rank", rp.schedule.chunks_per_rank);
+    std::vector<int> layers, stage_rank;
+    for (std::size_t v = 0; v < rp.partition.stages.size(); ++v) {
+      layers.push_back(rp.partition.stages[v].num_layers);
+      stage_rank.push_back(rp.schedule.rank_of(static_cast<int>(v)));
     }
+    std::vector<std::int64_t> params;
+    for (const auto& sp : rp.stages) params.push_back(sp.cost.params);
+    // Per virtual stage (model order): layers and the rank that runs it.
     w.array("layers_per_stage", layers).field("layers_per_stage_origin", r.layers_per_stage_origin);
+    w.array("stage_rank", stage_rank);
     w.key("stage_layers").begin_array();
-    for (const auto& sp : rp.stages) {
-      w.begin_array().value(sp.range.first_layer + r.layers_per_stage_origin)
-          .value(sp.range.last_layer() + r.layers_per_stage_origin).end_array();
+    for (const auto& range : rp.partition.stages) {
+      w.begin_array().value(range.first_layer + r.layers_per_stage_origin)
+          .value(range.last_layer() + r.layers_per_stage_origin).end_array();
     }
     w.end_array();
-    w.array("stage_params", params);
+    w.array("stage_params", params);  // per rank, all its chunks
     w.field("bubble_analytic", rp.bubble_analytic);
     w.key("unit").begin_object();
     w.field("time_steps", static_cast<std::int64_t>(std::llround(rp.unit.makespan)));
@@ -205,7 +231,7 @@ std::string format_plan_json(const JobPlan& plan) {
     w.field("makespan_s", rp.simulated.makespan).field("bubble", rp.simulated.bubble);
     w.array("peak_live_activations", rp.simulated.peak_live_activations);
     w.array("busy_s", rp.simulated.busy);
-    w.array("forward_s", rp.costs.forward).array("backward_s", rp.costs.backward);
+    w.array("forward_s", rp.costs.forward).array("backward_s", rp.costs.backward).array("weight_s", rp.costs.weight);
     w.field("transfer_s", rp.costs.transfer);
     w.end_object();
     w.key("memory").begin_array();

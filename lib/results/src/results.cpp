@@ -199,6 +199,7 @@ void write_run(hid_t runs, const RunResult& r) {
   attr_scalar<std::int64_t>(g, "micro_batch_size", r.spec.micro_batch_size);
   attr_scalar<std::int64_t>(g, "num_microbatches", r.spec.num_microbatches);
   attr_string(g, "schedule", r.schedule_name);
+  attr_scalar<std::int64_t>(g, "virtual_stages_per_rank", r.spec.virtual_stages_per_rank);
   attr_array<int>(g, "layers_per_stage", r.layers_per_stage);
   attr_scalar<std::int64_t>(g, "layers_per_stage_origin", r.spec.layers_per_stage_origin);
   attr_string(g, "backend", std::string(to_string(r.backend)));
@@ -275,7 +276,6 @@ void write_run(hid_t runs, const RunResult& r) {
 // A file is data from outside: anything unexpected is a ResultsError naming
 // the object, and the file is skipped, never trusted.
 constexpr hssize_t kMaxElements = hssize_t{1} << 26;  // per dataset or attribute
-constexpr int kMaxChunksPerRank = 64;                  // model chunks (virtual stages) per rank
 
 bool has_attr(hid_t obj, const char* name) { return H5Aexists(obj, name) > 0; }
 
@@ -449,9 +449,12 @@ void check_shapes(const RunResult& r) {
     throw bad(fmt::format("pipeline_size {} / num_microbatches {} / micro_batch_size {} outside the workload limits", p, m,
                           r.spec.micro_batch_size));
   if (r.warmup < 0 || r.repeats < 0) throw bad("negative warmup or repeats");
-  if ((!r.layers_per_stage.empty() && r.layers_per_stage.size() != static_cast<std::size_t>(p)) ||
+  const int v = r.spec.virtual_stages_per_rank;
+  if (v < 1 || v > kMaxVirtualStagesPerRank || std::int64_t{p} * v * m > kMaxStageMicrobatches)
+    throw bad(fmt::format("virtual_stages_per_rank {} outside the workload limits", v));
+  if ((!r.layers_per_stage.empty() && r.layers_per_stage.size() != static_cast<std::size_t>(p * v)) ||
       std::any_of(r.layers_per_stage.begin(), r.layers_per_stage.end(), [](int n) { return n < 1; }))
-    throw bad(fmt::format("layers_per_stage has {} entries for {} stages", r.layers_per_stage.size(), p));
+    throw bad(fmt::format("layers_per_stage has {} entries for {} stages x {} chunks", r.layers_per_stage.size(), p, v));
   const std::size_t steps = r.step_time_s.size();
   for (std::size_t n : {r.is_warmup.size(), r.loss.size(), r.slowest_stage_s.size(), r.imbalance.size(),
                         r.bubble_measured.size(), r.grad_norm.size(), r.clipped.size()})
@@ -477,11 +480,11 @@ void check_shapes(const RunResult& r) {
     // steps every rank completed.
     if (e.step < 0 || static_cast<std::size_t>(e.step) > steps || e.rank < 0 ||
         static_cast<std::size_t>(e.rank) >= ranks || e.microbatch < 0 || e.microbatch >= m || e.chunk < 0 ||
-        e.chunk >= kMaxChunksPerRank ||
+        e.chunk >= v ||
         !std::isfinite(e.start_s) || !std::isfinite(e.end_s))
-      throw bad(fmt::format("an event (step {}, rank {}, micro-batch {}, chunk {}) lies outside the run's {} (+1) steps, {} ranks "
-                            "and {} micro-batches",
-                            e.step, e.rank, e.microbatch, e.chunk, steps, ranks, m));
+      throw bad(fmt::format("an event (step {}, rank {}, micro-batch {}, chunk {}) lies outside the run's {} (+1) steps, {} ranks, "
+                            "{} micro-batches and {} chunks",
+                            e.step, e.rank, e.microbatch, e.chunk, steps, ranks, m, v));
 }
 
 RunResult read_run(hid_t runs, const std::string& name) {
@@ -499,6 +502,8 @@ RunResult read_run(hid_t runs, const std::string& name) {
   r.spec.micro_batch_size = static_cast<int>(read_attr_scalar<std::int64_t>(g, "micro_batch_size"));
   r.spec.num_microbatches = static_cast<int>(read_attr_scalar<std::int64_t>(g, "num_microbatches"));
   r.schedule_name = read_attr_string(g, "schedule");
+  if (has_attr(g, "virtual_stages_per_rank"))  // absent in files written before chunked schedules: 1
+    r.spec.virtual_stages_per_rank = static_cast<int>(read_attr_scalar<std::int64_t>(g, "virtual_stages_per_rank"));
   r.layers_per_stage = read_attr_array<int>(g, "layers_per_stage");
   r.spec.layers_per_stage_origin = static_cast<int>(read_attr_scalar<std::int64_t>(g, "layers_per_stage_origin"));
   r.backend = parse_enum(read_attr_string(g, "backend"), {BackendKind::cpu, BackendKind::sim, BackendKind::cuda});
@@ -565,7 +570,8 @@ RunResult read_run(hid_t runs, const std::string& name) {
   // At most 3 actions (F, B, W) per micro-batch, chunk, rank and step.
   const auto declared = static_cast<hssize_t>(dims[0]);
   const double most = 3.0 * static_cast<double>(r.step_time_s.size() + 1) * static_cast<double>(r.peak_mem_bytes.size()) *
-                      std::max(1, r.spec.num_microbatches) * kMaxChunksPerRank;
+                      std::max(1, r.spec.num_microbatches) *
+                      std::clamp(r.spec.virtual_stages_per_rank, 1, kMaxVirtualStagesPerRank);
   if (static_cast<double>(declared) > std::min(most, static_cast<double>(kMaxElements)))
     throw ResultsError(fmt::format("run {}: {} events declared, more than its steps, ranks and micro-batches allow",
                                    name, declared));

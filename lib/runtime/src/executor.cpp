@@ -1,6 +1,7 @@
 #include "pipebench/runtime/executor.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <limits>
 #include <unistd.h>
@@ -97,42 +98,52 @@ class StepRun {
     EventRecord ev{step_, rank_, a.kind, a.microbatch, a.chunk, 0.0, 0.0};
     switch (a.kind) {
       case ActionKind::F:
-        if (v > 0) receive(ActionKind::F, v - 1, a.microbatch);
+        if (v > 0) receive(ActionKind::F, v - 1, a);
         if (opt_.fault.fires(FaultInjection::Kind::error, plan_.run.name, rank_, step_))
           throw Error(fmt::format("injected error (PIPEBENCH_FAULT) on rank {} at step {}", rank_, step_));
         ev.start_s = now_s() - t0_;
-        backend_.forward(step_, a.microbatch);
+        backend_.forward(step_, a.microbatch, a.chunk);
         sr_.forward_s += finish(ev, a);
         if (v == V_ - 1) add_loss(a.microbatch);
         if (v < V_ - 1) send(ActionKind::F, v + 1, a);
         break;
       case ActionKind::B:
-        if (v < V_ - 1) receive(ActionKind::B, v + 1, a.microbatch);
+        if (v < V_ - 1) receive(ActionKind::B, v + 1, a);
         ev.start_s = now_s() - t0_;
-        backend_.backward(step_, a.microbatch);
+        backend_.backward(step_, a.microbatch, a.chunk);
         sr_.backward_s += finish(ev, a);
         if (v > 0) send(ActionKind::B, v - 1, a);
         break;
       case ActionKind::W:
         ev.start_s = now_s() - t0_;
-        backend_.weight_grad(step_, a.microbatch);
+        backend_.weight_grad(step_, a.microbatch, a.chunk);
         sr_.backward_s += finish(ev, a);
         break;
     }
     return ev;
   }
 
-  // The input of `kind` for `microbatch`, from the rank holding virtual stage
-  // `from_v`; its wait and transfer count as comm time.
-  void receive(ActionKind kind, int from_v, int microbatch) {
-    const RecvTiming t = transport_.recv(sched_.rank_of(from_v), {kind, step_, microbatch, from_v / sched_.num_ranks},
-                                         backend_.recv_buffer(kind, microbatch));
+  // The input of `kind` for action `a`, from virtual stage `from_v`: over the
+  // transport from another rank (its wait and transfer count as comm time),
+  // or, from a chunk of this rank (the turn of a V), copied from that
+  // chunk's send buffer, which holds it until this action.
+  void receive(ActionKind kind, int from_v, const Action& a) {
+    const Buffer into = backend_.recv_buffer(kind, a.microbatch, a.chunk);
+    if (sched_.rank_of(from_v) == rank_) {
+      const Buffer from = backend_.send_buffer(kind, a.microbatch, sched_.chunk_of(from_v));
+      if (into.data && from.data) std::memcpy(into.data, from.data, std::min(into.bytes, from.bytes));
+      return;
+    }
+    const RecvTiming t =
+        transport_.recv(sched_.rank_of(from_v), {kind, step_, a.microbatch, sched_.chunk_of(from_v)}, into);
     sr_.comm_wait_s += t.blocked_s;
     sr_.comm_transfer_s += t.transfer_s;
   }
 
   void send(ActionKind kind, int to_v, const Action& a) {
-    transport_.send(sched_.rank_of(to_v), {kind, step_, a.microbatch, a.chunk}, backend_.send_buffer(kind, a.microbatch));
+    if (sched_.rank_of(to_v) == rank_) return;  // receive() copies it on this rank
+    transport_.send(sched_.rank_of(to_v), {kind, step_, a.microbatch, a.chunk},
+                    backend_.send_buffer(kind, a.microbatch, a.chunk));
   }
 
   // An action's compute time: the backend's device clock where it has one.
@@ -220,15 +231,16 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
   rec.memory_capacity_bytes = backend.memory().capacity();  // cuda: min(memory_capacity, the device)
   const int steps = job.train.warmup + job.train.repeats;
   try {
-    const StageRange& range = plan.partition.stages[static_cast<std::size_t>(comm.rank())];
-    backend.build(stage_spec(plan, comm.rank(), opt.transport_uses_device_memory));
+    const StageSpec spec = stage_spec(plan, comm.rank(), opt.transport_uses_device_memory);
+    const int first = spec.chunks.front().first_layer, last = spec.chunks.back().last_layer();
+    backend.build(spec);
     const auto built = backend.built_layers();
     rec.stage_layers = {built.first, built.second};
     rec.stage_params = backend.built_params();
     // Seed 000: check the layer range each stage actually loaded before timing anything.
-    if (built.first != range.first_layer || built.second != range.last_layer())
+    if (built.first != first || built.second != last)
       throw Error(fmt::format("rank {} built layers {}-{} but the plan gives it {}-{}", comm.rank(), built.first,
-                              built.second, range.first_layer, range.last_layer()));
+                              built.second, first, last));
     if (!opt.dry_run)
       for (int step = 0; step < steps; ++step) StepRun(job, plan, comm, backend, transport, opt, step).run(rec);
   } catch (const PeerAbortedError& e) {

@@ -430,8 +430,9 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
 void run_one(const JobContext& ctx, const RunPlan& rp, int world_size, Watchdog& watchdog, JobResult& jr) {
   const int p = rp.run.pipeline_size;
   const bool root = ctx.world_rank == 0;
-  if (p > world_size) {
-    const std::string reason = fmt::format("needs {} ranks, the world has {}", p, world_size);
+  std::string reason = unsupported_reason(ctx.job.device.backend, rp);
+  if (reason.empty() && p > world_size) reason = fmt::format("needs {} ranks, the world has {}", p, world_size);
+  if (!reason.empty()) {
     if (root) {
       fmt::print("\n== run {}: skipped ({})\n", rp.run.name, reason);
       jr.runs.push_back(skipped_run(ctx.job, rp, reason));

@@ -25,18 +25,49 @@ void require_positive(int p, int m) {
     throw ScheduleError(fmt::format("schedule needs p >= 1 and m >= 1 (got p = {}, m = {})", p, m));
 }
 
-Schedule empty_schedule(std::string name, int p, int m, bool retains) {
+Schedule empty_schedule(std::string name, int p, int m, bool retains, int chunks = 1,
+                        Placement placement = Placement::looped) {
   require_positive(p, m);
   Schedule s;
   s.name = std::move(name);
   s.num_ranks = p;
   s.num_microbatches = m;
+  s.chunks_per_rank = chunks;
+  s.placement = placement;
   s.retains_activations = retains;
   s.actions.resize(static_cast<std::size_t>(p));
   return s;
 }
 
 }  // namespace
+
+std::vector<int> stage_ranks(Placement placement, int p, int chunks) {
+  std::vector<int> ranks;
+  for (int v = 0; v < p * chunks; ++v) {
+    const int lap = v / p, offset = v % p;
+    ranks.push_back(placement == Placement::v_shape && lap % 2 == 1 ? p - 1 - offset : offset);
+  }
+  return ranks;
+}
+
+int Schedule::virtual_stage(int rank, int chunk) const {
+  const int lap_start = chunk * num_ranks;
+  return placement == Placement::v_shape && chunk % 2 == 1 ? lap_start + num_ranks - 1 - rank : lap_start + rank;
+}
+
+int Schedule::rank_of(int vstage) const {
+  const int lap = vstage / num_ranks, offset = vstage % num_ranks;
+  return placement == Placement::v_shape && lap % 2 == 1 ? num_ranks - 1 - offset : offset;
+}
+
+int Schedule::chunk_of(int vstage) const { return vstage / num_ranks; }
+
+bool Schedule::split_backward() const {
+  for (const auto& list : actions)
+    for (const auto& a : list)
+      if (a.kind == ActionKind::W) return true;
+  return false;
+}
 
 std::string to_string(const Action& a) {
   return a.chunk == 0 ? fmt::format("{}{}", kind_letter(a.kind), a.microbatch)
@@ -128,14 +159,128 @@ Schedule make_eager_1f1b(int p, int m) {
   return s;
 }
 
-Schedule make_schedule(ScheduleKind kind, RunMode mode, int p, int m) {
+Schedule make_interleaved_1f1b(int p, int m, int v) {
+  require_positive(p, m);
+  if (v < 1) throw ScheduleError(fmt::format("interleaved-1f1b needs virtual_stages_per_rank >= 1 (got {})", v));
+  if (m % p != 0)
+    throw ScheduleError(fmt::format("interleaved-1f1b needs num_microbatches to be a multiple of pipeline_size (got m = "
+                                    "{}, p = {}): micro-batches run in groups of p per chunk; use m = {} or {}",
+                                    m, p, m / p * p > 0 ? m / p * p : p, (m / p + 1) * p));
+  Schedule s = empty_schedule("interleaved-1f1b", p, m, true, v);
+  const int total = m * v, group = p * v;
+  auto forward = [&](int k) { return Action{ActionKind::F, k / group * p + k % p, k % group / p}; };
+  auto backward = [&](int k) { return Action{ActionKind::B, k / group * p + k % p, v - 1 - k % group / p}; };
+  for (int r = 0; r < p; ++r) {
+    auto& rank = s.actions[static_cast<std::size_t>(r)];
+    // One chunk is Megatron's non-interleaved path: plain 1F1B.
+    const int warmup = std::min(v == 1 ? p - r - 1 : 2 * (p - r - 1) + (v - 1) * p, total);
+    for (int k = 0; k < warmup; ++k) rank.push_back(forward(k));
+    for (int i = 0; i < total - warmup; ++i) {
+      rank.push_back(forward(warmup + i));
+      rank.push_back(backward(i));
+    }
+    for (int k = total - warmup; k < total; ++k) rank.push_back(backward(k));
+  }
+  return s;
+}
+
+namespace {
+// Per-chunk counters of the next F, B and W micro-batch, appending to one
+// rank's list: the zero-bubble generators are written as phases of these.
+struct PhaseWriter {
+  std::vector<Action>& out;
+  int m;
+  std::vector<int> f, b, w;
+  PhaseWriter(std::vector<Action>& list, int microbatches, int chunks)
+      : out(list), m(microbatches), f(static_cast<std::size_t>(chunks)), b(f), w(f) {}
+  bool forward_left(int c) const { return f[static_cast<std::size_t>(c)] < m; }
+  void F(int c) { out.push_back({ActionKind::F, f[static_cast<std::size_t>(c)]++, c}); }
+  void B(int c) { out.push_back({ActionKind::B, b[static_cast<std::size_t>(c)]++, c}); }
+  void W(int c) { out.push_back({ActionKind::W, w[static_cast<std::size_t>(c)]++, c}); }
+};
+}  // namespace
+
+Schedule make_zb_h1(int p, int m) {
+  Schedule s = empty_schedule("zb-h1", p, m, true);
+  for (int r = 0; r < p; ++r) {
+    PhaseWriter x(s.actions[static_cast<std::size_t>(r)], m, 1);
+    for (int i = 0; i < p - r - 1 && x.forward_left(0); ++i) x.F(0);
+    for (int i = 0; i < r && x.forward_left(0); ++i) {
+      x.F(0);
+      x.B(0);
+    }
+    while (x.forward_left(0)) {
+      x.F(0);
+      x.B(0);
+      x.W(0);
+    }
+    while (x.b[0] < m) {
+      x.B(0);
+      x.W(0);
+    }
+    while (x.w[0] < m) x.W(0);
+  }
+  return s;
+}
+
+Schedule make_zb_v(int p, int m) {
+  // Built for n >= 2p - 1 micro-batches (the phases assume a full pipeline),
+  // then cut back to m.
+  const int n = std::max(m, 2 * p - 1);
+  Schedule s = empty_schedule("zb-v", p, m, true, 2, Placement::v_shape);
+  for (int r = 0; r < p; ++r) {
+    std::vector<Action> list;
+    PhaseWriter x(list, n, 2);
+    for (int i = 0; i < 2 * (p - r) - 1; ++i) x.F(0);
+    for (int i = 0; i < r; ++i) {
+      x.F(1);
+      x.F(0);
+    }
+    for (int i = 0; i < p - r; ++i) {
+      x.F(1);
+      x.B(1);
+      x.W(1);
+    }
+    while (x.f[1] < x.f[0] || x.forward_left(0)) {
+      if (x.forward_left(0)) x.F(0);
+      x.B(0);
+      x.W(0);
+      x.F(1);
+      x.B(1);
+      x.W(1);
+    }
+    for (int i = 0; i < r; ++i) {
+      x.B(0);
+      x.B(1);
+    }
+    for (int i = 0; i < p - r; ++i) {
+      x.B(0);
+      x.W(0);
+    }
+    while (x.w[1] < x.b[1]) x.W(1);
+    while (x.w[0] < x.b[0]) x.W(0);
+    for (const auto& a : list)
+      if (a.microbatch < m) s.actions[static_cast<std::size_t>(r)].push_back(a);
+  }
+  return s;
+}
+
+Schedule make_schedule(ScheduleKind kind, RunMode mode, int p, int m, int v) {
   if (mode == RunMode::inference) return make_forward_only(p, m);
   switch (kind) {
     case ScheduleKind::gpipe: return make_gpipe(p, m);
     case ScheduleKind::one_f_one_b: return make_1f1b(p, m);
     case ScheduleKind::eager_one_f_one_b: return make_eager_1f1b(p, m);
+    case ScheduleKind::interleaved_one_f_one_b: return make_interleaved_1f1b(p, m, v);
+    case ScheduleKind::zb_h1: return make_zb_h1(p, m);
+    case ScheduleKind::zb_v: return make_zb_v(p, m);
+    case ScheduleKind::file: throw ScheduleError("a file: schedule is read with load_schedule_csv");
   }
   throw ScheduleError("unknown schedule kind");
+}
+
+Schedule make_schedule(const RunSpec& run) {
+  return make_schedule(run.schedule, run.mode, run.pipeline_size, run.num_microbatches, run.virtual_stages_per_rank);
 }
 
 std::string to_text(const std::vector<Action>& actions) {
@@ -154,7 +299,7 @@ std::string to_text(const Schedule& s) {
 }
 
 std::vector<BoundaryLink> boundary_links(const Schedule& s, bool train) {
-  std::vector<BoundaryLink> links;
+  std::vector<BoundaryLink> links;  // (v -> v+1 on one rank, as V-shaped stages p-1 and p are, crosses nothing)
   for (int v = 0; v + 1 < s.num_virtual_stages(); ++v) {
     const int a = s.rank_of(v), b = s.rank_of(v + 1);
     if (a == b) continue;

@@ -35,8 +35,11 @@ SimCosts SimCosts::unit(const Schedule& s) {
   return SimCosts{std::vector<double>(V, 1.0), std::vector<double>(V, 1.0), std::vector<double>(V, 1.0), 0.0};
 }
 
-std::vector<int> peak_live_activations(const Schedule& s) {
-  std::vector<int> peaks(static_cast<std::size_t>(s.num_ranks), 0);
+std::vector<std::int64_t> peak_live_activation_bytes(const Schedule& s, const std::vector<std::int64_t>& bytes) {
+  if (bytes.size() != static_cast<std::size_t>(s.num_virtual_stages()))
+    throw ScheduleError(fmt::format("peak_live_activation_bytes: sizes for {} virtual stages, schedule has {}",
+                                    bytes.size(), s.num_virtual_stages()));
+  std::vector<std::int64_t> peaks(static_cast<std::size_t>(s.num_ranks), 0);
   if (!s.retains_activations) return peaks;
   for (std::size_t r = 0; r < s.actions.size(); ++r) {
     const auto& list = s.actions[r];
@@ -44,15 +47,22 @@ std::vector<int> peak_live_activations(const Schedule& s) {
     std::vector<char> has_w(static_cast<std::size_t>(s.chunks_per_rank * s.num_microbatches), 0);
     for (const auto& a : list)
       if (a.kind == ActionKind::W) has_w[static_cast<std::size_t>(a.chunk * s.num_microbatches + a.microbatch)] = 1;
-    int live = 0;
+    std::int64_t live = 0;
     for (const auto& a : list) {
       const bool released_by_w = has_w[static_cast<std::size_t>(a.chunk * s.num_microbatches + a.microbatch)];
-      if (a.kind == ActionKind::F) ++live;
-      else if ((a.kind == ActionKind::B && !released_by_w) || a.kind == ActionKind::W) --live;
+      const std::int64_t b = bytes[static_cast<std::size_t>(s.virtual_stage(static_cast<int>(r), a.chunk))];
+      if (a.kind == ActionKind::F) live += b;
+      else if ((a.kind == ActionKind::B && !released_by_w) || a.kind == ActionKind::W) live -= b;
       peaks[r] = std::max(peaks[r], live);
     }
   }
   return peaks;
+}
+
+std::vector<int> peak_live_activations(const Schedule& s) {
+  const auto counts =
+      peak_live_activation_bytes(s, std::vector<std::int64_t>(static_cast<std::size_t>(s.num_virtual_stages()), 1));
+  return {counts.begin(), counts.end()};
 }
 
 namespace {

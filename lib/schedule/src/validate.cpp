@@ -54,6 +54,7 @@ std::vector<std::string> check_schedule(const Schedule& s) {
     }
   }
   if (!in_range) return errors;
+  const bool split = s.split_backward();
 
   for (int v = 0; v < V; ++v) {
     const int r = s.rank_of(v);
@@ -69,6 +70,8 @@ std::vector<std::string> check_schedule(const Schedule& s) {
       } else if (b.count + w.count != 0) {
         errors.push_back(fmt::format("{}: a forward-only schedule has backward actions", where));
       }
+      if (split && s.retains_activations && w.count == 0)
+        errors.push_back(fmt::format("{}: no W, but the schedule splits its backward (every B needs its W)", where));
       if (w.count > 1) errors.push_back(fmt::format("{}: W appears {} times, expected at most once", where, w.count));
       if (f.count == 1 && b.count == 1 && b.position < f.position)
         errors.push_back(fmt::format("{}: B at position {} comes before its F at position {}", where, b.position, f.position));

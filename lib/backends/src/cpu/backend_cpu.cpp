@@ -24,62 +24,70 @@ void CpuBackend::build(const StageSpec& spec) {
   const int b = spec.micro_batch_size;
   tokens_ = static_cast<std::int64_t>(b) * ms.seq_len;
   const bool train = spec.mode == RunMode::train;
-  layers_ = {spec.range.first_layer, spec.range.last_layer()};
-
-  const StageLayout layout = stage_layout(ms, DType::fp32, spec.range, b, "cpu");
-  pieces_ = layout.pieces;
-  const std::int64_t next_param = layout.params, next_act = layout.activation_bytes;
-
-  const auto n = static_cast<std::size_t>(next_param);
-  params_ = TrackedArray<float>(memory_, MemCategory::params, n, "parameters");
-  if (train) {
-    grads_ = TrackedArray<float>(memory_, MemCategory::grads, n, "gradients");
-    if (job_.train.optimizer == OptimizerKind::adamw) {
-      adam_m_ = TrackedArray<float>(memory_, MemCategory::optimizer, n, "AdamW first moments");
-      adam_v_ = TrackedArray<float>(memory_, MemCategory::optimizer, n, "AdamW second moments");
-    }
-  }
-  const bool has_prev = spec.rank > 0, has_next = spec.rank + 1 < spec.num_stages;
+  layers_ = {spec.chunks.front().first_layer, spec.chunks.back().last_layer()};
   const auto boundary = static_cast<std::size_t>(tokens_ * h);
   const auto m = static_cast<std::size_t>(spec.num_microbatches);
-  if (has_prev) recv_prev_ = TrackedArray<float>(memory_, MemCategory::comm, boundary, "activation receive buffer");
-  if (has_next && train) recv_next_ = TrackedArray<float>(memory_, MemCategory::comm, boundary, "gradient receive buffer");
-  for (std::size_t i = 0; i < m; ++i) {
-    if (has_next) send_next_.emplace_back(memory_, MemCategory::comm, boundary, "activation send buffer");
-    if (has_prev && train) send_prev_.emplace_back(memory_, MemCategory::comm, boundary, "gradient send buffer");
+  chunks_.resize(static_cast<std::size_t>(spec.num_chunks()));
+  for (int ci = 0; ci < spec.num_chunks(); ++ci) {
+    Chunk& c = chunks_[static_cast<std::size_t>(ci)];
+    const StageLayout layout = stage_layout(ms, DType::fp32, spec.chunks[static_cast<std::size_t>(ci)], b, "cpu");
+    c.pieces = layout.pieces;
+    const auto n = static_cast<std::size_t>(layout.params);
+    c.params = TrackedArray<float>(memory_, MemCategory::params, n, "parameters");
+    if (train) {
+      c.grads = TrackedArray<float>(memory_, MemCategory::grads, n, "gradients");
+      if (job_.train.optimizer == OptimizerKind::adamw) {
+        c.adam_m = TrackedArray<float>(memory_, MemCategory::optimizer, n, "AdamW first moments");
+        c.adam_v = TrackedArray<float>(memory_, MemCategory::optimizer, n, "AdamW second moments");
+      }
+    }
+    const bool has_prev = spec.receives(ci), has_next = spec.sends(ci);
+    if (has_prev) c.recv_prev = TrackedArray<float>(memory_, MemCategory::comm, boundary, "activation receive buffer");
+    if (has_next && train) c.recv_next = TrackedArray<float>(memory_, MemCategory::comm, boundary, "gradient receive buffer");
+    for (std::size_t i = 0; i < m; ++i) {
+      if (has_next) c.send_next.emplace_back(memory_, MemCategory::comm, boundary, "activation send buffer");
+      if (has_prev && train) c.send_prev.emplace_back(memory_, MemCategory::comm, boundary, "gradient send buffer");
+    }
+    c.slab_bytes = static_cast<std::uint64_t>(layout.activation_bytes);
+    c.slabs.resize(m);
+    // Initial weights: a function of (seed, piece, tensor, element) only.
+    for (const Piece& p : c.pieces)
+      for (std::size_t t = 0; t < p.tensors.size(); ++t) initial_values(ms, p, t, c.params.data() + p.tensors[t].offset);
   }
   if (train) {
-    // Backward temporaries: dgelu [T,f], dh [T,h], dx2 [T,h], dqkv [T,3h],
-    // two ping-pong gradients [T,h] and one s x s attention scratch.
+    // Backward temporaries, shared by the chunks: dgelu [T,f], dh [T,h],
+    // dx2 [T,h], dqkv [T,3h], two ping-pong gradients [T,h] and one s x s
+    // attention scratch.
     const std::int64_t ws = model.cpu_workspace_bytes(b, true) / static_cast<std::int64_t>(sizeof(float));
     workspace_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(ws), "backward workspace");
   }
-  slab_bytes_ = static_cast<std::uint64_t>(next_act);
-  slabs_.resize(m);
   loss_.assign(m, 0.0);
+}
 
-  // Initial weights: a function of (seed, piece, tensor, element) only.
-  for (const Piece& p : pieces_)
-    for (std::size_t t = 0; t < p.tensors.size(); ++t) initial_values(ms, p, t, params_.data() + p.tensors[t].offset);
+std::int64_t CpuBackend::built_params() const {
+  std::int64_t n = 0;
+  for (const Chunk& c : chunks_) n += static_cast<std::int64_t>(c.params.size());
+  return n;
 }
 
 void CpuBackend::begin_step(int step, double /*deadline_s*/) { step_ = step; }
 
-float* CpuBackend::act(int mb, const Piece& p, std::int64_t float_offset) const {
-  return reinterpret_cast<float*>(slabs_[static_cast<std::size_t>(mb)].get() + p.act_offset) + float_offset;
+float* CpuBackend::act(const Chunk& c, int mb, const Piece& p, std::int64_t float_offset) const {
+  return reinterpret_cast<float*>(c.slabs[static_cast<std::size_t>(mb)].get() + p.act_offset) + float_offset;
 }
 
 // Where piece i keeps its input x (the previous piece writes it there).
-float* CpuBackend::piece_input(int mb, std::size_t i) const {
-  const Piece& p = pieces_[i];
-  return p.kind == PieceKind::embedding ? nullptr : act(mb, p, 0);
+float* CpuBackend::piece_input(const Chunk& c, int mb, std::size_t i) const {
+  const Piece& p = c.pieces[i];
+  return p.kind == PieceKind::embedding ? nullptr : act(c, mb, p, 0);
 }
 
-void CpuBackend::forward_piece(const Piece& p, int mb, const float* in, float* out) {
+void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const float* in, float* out) {
   const ModelSpec& ms = job_.model;
   const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, V = ms.vocab;
   const int B = spec_.micro_batch_size;
-  const float* W = params_.data();
+  const float* W = c.params.data();
+  auto act = [&](int m, const Piece& q, std::int64_t off) { return this->act(c, m, q, off); };
   auto w = [&](std::size_t t) { return W + p.tensors[t].offset; };
   // Every piece but the embedding keeps its input at the start of its slab
   // region; only a stage's first piece gets it from elsewhere (the receive buffer).
@@ -136,65 +144,68 @@ void CpuBackend::forward_piece(const Piece& p, int mb, const float* in, float* o
   }
 }
 
-void CpuBackend::acquire_slab(int mb) {
-  auto& slab = slabs_[static_cast<std::size_t>(mb)];
-  if (slab) release_slab(mb);  // a forward again without backward (tests, inference probes)
-  memory_.reserve(MemCategory::activations, slab_bytes_, fmt::format("activations of micro-batch {}", mb));
-  if (!free_slabs_.empty()) {
-    slab = std::move(free_slabs_.back());
-    free_slabs_.pop_back();
+void CpuBackend::acquire_slab(Chunk& c, int mb) {
+  auto& slab = c.slabs[static_cast<std::size_t>(mb)];
+  if (slab) release_slab(c, mb);  // a forward again without backward (tests, inference probes)
+  memory_.reserve(MemCategory::activations, c.slab_bytes, fmt::format("activations of micro-batch {}", mb));
+  if (!c.free_slabs.empty()) {
+    slab = std::move(c.free_slabs.back());
+    c.free_slabs.pop_back();
   } else {
-    slab.reset(new std::byte[slab_bytes_]);  // every byte is written by the forward
+    slab.reset(new std::byte[c.slab_bytes]);  // every byte is written by the forward
     ++slabs_allocated_;
   }
   ++live_;
   peak_live_ = std::max(peak_live_, live_);
 }
 
-void CpuBackend::release_slab(int mb) {
-  auto& slab = slabs_[static_cast<std::size_t>(mb)];
+void CpuBackend::release_slab(Chunk& c, int mb) {
+  auto& slab = c.slabs[static_cast<std::size_t>(mb)];
   if (!slab) return;
-  memory_.release(MemCategory::activations, slab_bytes_);
-  free_slabs_.push_back(std::move(slab));
+  memory_.release(MemCategory::activations, c.slab_bytes);
+  c.free_slabs.push_back(std::move(slab));
   --live_;
 }
 
-void CpuBackend::forward(int /*step*/, int mb) {
-  acquire_slab(mb);
-  const bool has_next = spec_.rank + 1 < spec_.num_stages;
-  const float* in = pieces_.front().kind == PieceKind::embedding ? nullptr : recv_prev_.data();
-  for (std::size_t i = 0; i < pieces_.size(); ++i) {
+void CpuBackend::forward(int /*step*/, int mb, int chunk) {
+  Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
+  acquire_slab(c, mb);
+  const bool has_next = spec_.sends(chunk);
+  const float* in = c.pieces.front().kind == PieceKind::embedding ? nullptr : c.recv_prev.data();
+  for (std::size_t i = 0; i < c.pieces.size(); ++i) {
     float* out = nullptr;
-    if (i + 1 < pieces_.size()) out = piece_input(mb, i + 1);
-    else if (has_next) out = send_next_[static_cast<std::size_t>(mb)].data();
-    forward_piece(pieces_[i], mb, in, out);
+    if (i + 1 < c.pieces.size()) out = piece_input(c, mb, i + 1);
+    else if (has_next) out = c.send_next[static_cast<std::size_t>(mb)].data();
+    forward_piece(c, c.pieces[i], mb, in, out);
     in = out;
   }
   if (spec_.mode == RunMode::inference) {
-    if (keep_probs_ && pieces_.back().kind == PieceKind::head) {
-      const float* p = act(mb, pieces_.back(), HeadActs(tokens_, job_.model.hidden, job_.model.vocab).probs);
+    if (keep_probs_ && c.pieces.back().kind == PieceKind::head) {
+      const float* p = act(c, mb, c.pieces.back(), HeadActs(tokens_, job_.model.hidden, job_.model.vocab).probs);
       kept_probs_.resize(static_cast<std::size_t>(spec_.num_microbatches));
       kept_probs_[static_cast<std::size_t>(mb)].assign(p, p + tokens_ * job_.model.vocab);
     }
-    release_slab(mb);
+    release_slab(c, mb);
   }
 }
 
 const float* CpuBackend::probs(int mb) const {
-  const Piece& p = pieces_.back();
+  const Chunk& c = chunks_.back();
+  const Piece& p = c.pieces.back();
   if (p.kind != PieceKind::head) return nullptr;
   if (spec_.mode == RunMode::inference)
     return static_cast<std::size_t>(mb) < kept_probs_.size() ? kept_probs_[static_cast<std::size_t>(mb)].data() : nullptr;
-  if (!slabs_[static_cast<std::size_t>(mb)]) return nullptr;
-  return act(mb, p, HeadActs(tokens_, job_.model.hidden, job_.model.vocab).probs);
+  if (!c.slabs[static_cast<std::size_t>(mb)]) return nullptr;
+  return act(c, mb, p, HeadActs(tokens_, job_.model.hidden, job_.model.vocab).probs);
 }
 
-void CpuBackend::backward_piece(const Piece& p, int mb, const float* dy, float* dx) {
+void CpuBackend::backward_piece(Chunk& c, const Piece& p, int mb, const float* dy, float* dx) {
   const ModelSpec& ms = job_.model;
   const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, V = ms.vocab;
   const int B = spec_.micro_batch_size;
-  const float* W = params_.data();
-  float* G = grads_.data();
+  const float* W = c.params.data();
+  float* G = c.grads.data();
+  auto act = [&](int m, const Piece& q, std::int64_t off) { return this->act(c, m, q, off); };
   auto w = [&](std::size_t t) { return W + p.tensors[t].offset; };
   auto g = [&](std::size_t t) { return G + p.tensors[t].offset; };
   const std::int64_t Th = static_cast<std::int64_t>(T) * h;
@@ -247,61 +258,67 @@ void CpuBackend::backward_piece(const Piece& p, int mb, const float* dy, float* 
   }
 }
 
-void CpuBackend::backward(int /*step*/, int mb) {
-  const bool has_next = spec_.rank + 1 < spec_.num_stages, has_prev = spec_.rank > 0;
+void CpuBackend::backward(int /*step*/, int mb, int chunk) {
+  Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
+  const bool has_next = spec_.sends(chunk), has_prev = spec_.receives(chunk);
   const std::int64_t Th = tokens_ * job_.model.hidden;
   float* ping = workspace_.data() + tokens_ * job_.model.ffn_hidden + 5 * Th;
   float* pong = ping + Th;
-  const float* dy = has_next ? recv_next_.data() : nullptr;  // the head starts from the loss
-  for (std::size_t k = pieces_.size(); k-- > 0;) {
-    const Piece& p = pieces_[k];
+  const float* dy = has_next ? c.recv_next.data() : nullptr;  // the head starts from the loss
+  for (std::size_t k = c.pieces.size(); k-- > 0;) {
+    const Piece& p = c.pieces[k];
     float* dx = nullptr;
     if (p.kind != PieceKind::embedding) {
-      if (k == 0) dx = has_prev ? send_prev_[static_cast<std::size_t>(mb)].data() : nullptr;
+      if (k == 0) dx = has_prev ? c.send_prev[static_cast<std::size_t>(mb)].data() : nullptr;
       else dx = (dy == ping) ? pong : ping;
     }
-    backward_piece(p, mb, dy, dx);
+    backward_piece(c, p, mb, dy, dx);
     dy = dx;
   }
-  release_slab(mb);
+  release_slab(c, mb);
 }
 
-void CpuBackend::weight_grad(int /*step*/, int /*microbatch*/) {
+void CpuBackend::weight_grad(int /*step*/, int /*microbatch*/, int /*chunk*/) {
   throw Error("cpu backend: split backward (W actions) is not implemented; B computes all gradients");
 }
 
 void CpuBackend::grad_sq_norm_by_piece(std::vector<double>& per_piece) const {
-  for (const Piece& p : pieces_) {
-    double sum = 0.0;
-    for (const TensorSlot& t : p.tensors) sum += cpu::sum_squares(grads_.data() + t.offset, t.size);
-    per_piece.at(static_cast<std::size_t>(p.id)) += sum;
-  }
+  for (const Chunk& c : chunks_)
+    for (const Piece& p : c.pieces) {
+      double sum = 0.0;
+      for (const TensorSlot& t : p.tensors) sum += cpu::sum_squares(c.grads.data() + t.offset, t.size);
+      per_piece.at(static_cast<std::size_t>(p.id)) += sum;
+    }
 }
 
 void CpuBackend::optimizer_step(int /*step*/, double grad_scale) {
   ++optimizer_steps_;
   const auto lr = static_cast<float>(job_.train.learning_rate);
   const auto scale = static_cast<float>(grad_scale);
-  for (const Piece& p : pieces_)
-    for (const TensorSlot& t : p.tensors) {
-      float* w = params_.data() + t.offset;
-      const float* g = grads_.data() + t.offset;
-      if (job_.train.optimizer == OptimizerKind::adamw)
-        cpu::adamw_update(w, g, adam_m_.data() + t.offset, adam_v_.data() + t.offset, t.size, lr, kAdamBeta1,
-                          kAdamBeta2, kAdamEps, t.matrix ? kAdamWeightDecay : 0.0f, optimizer_steps_, scale);
-      else
-        cpu::sgd_update(w, g, t.size, lr, scale);
-    }
-  std::memset(grads_.data(), 0, grads_.bytes());
+  for (Chunk& c : chunks_) {
+    for (const Piece& p : c.pieces)
+      for (const TensorSlot& t : p.tensors) {
+        float* w = c.params.data() + t.offset;
+        const float* g = c.grads.data() + t.offset;
+        if (job_.train.optimizer == OptimizerKind::adamw)
+          cpu::adamw_update(w, g, c.adam_m.data() + t.offset, c.adam_v.data() + t.offset, t.size, lr, kAdamBeta1,
+                            kAdamBeta2, kAdamEps, t.matrix ? kAdamWeightDecay : 0.0f, optimizer_steps_, scale);
+        else
+          cpu::sgd_update(w, g, t.size, lr, scale);
+      }
+    std::memset(c.grads.data(), 0, c.grads.bytes());
+  }
 }
 
-Buffer CpuBackend::recv_buffer(ActionKind kind, int /*mb*/) {
-  TrackedArray<float>& b = kind == ActionKind::F ? recv_prev_ : recv_next_;
+Buffer CpuBackend::recv_buffer(ActionKind kind, int /*mb*/, int chunk) {
+  Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
+  TrackedArray<float>& b = kind == ActionKind::F ? c.recv_prev : c.recv_next;
   return {b.data(), static_cast<std::size_t>(b.bytes()), b.bytes()};
 }
 
-Buffer CpuBackend::send_buffer(ActionKind kind, int mb) {
-  TrackedArray<float>& b = (kind == ActionKind::F ? send_next_ : send_prev_)[static_cast<std::size_t>(mb)];
+Buffer CpuBackend::send_buffer(ActionKind kind, int mb, int chunk) {
+  Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
+  TrackedArray<float>& b = (kind == ActionKind::F ? c.send_next : c.send_prev)[static_cast<std::size_t>(mb)];
   return {b.data(), static_cast<std::size_t>(b.bytes()), b.bytes()};
 }
 

@@ -150,16 +150,17 @@ class CudaBackend final : public Backend {
   std::pair<int, int> built_layers() const override { return layers_; }
   std::int64_t built_params() const override { return num_params_; }
   void begin_step(int step, double /*deadline_s*/) override { step_ = step; }
-  void forward(int step, int microbatch) override;
-  void backward(int step, int microbatch) override;
-  void weight_grad(int, int) override {
+  // One chunk per rank (unsupported_reason in backend.hpp): `chunk` is 0.
+  void forward(int step, int microbatch, int chunk) override;
+  void backward(int step, int microbatch, int chunk) override;
+  void weight_grad(int, int, int) override {
     throw Error("cuda backend: split backward (W actions) is not implemented; B computes all gradients");
   }
   double loss(int microbatch) const override { return loss_[static_cast<std::size_t>(microbatch)]; }
   void grad_sq_norm_by_piece(std::vector<double>& per_piece) const override;
   void optimizer_step(int step, double grad_scale) override;
-  Buffer recv_buffer(ActionKind kind, int microbatch) override;
-  Buffer send_buffer(ActionKind kind, int microbatch) override;
+  Buffer recv_buffer(ActionKind kind, int microbatch, int chunk) override;
+  Buffer send_buffer(ActionKind kind, int microbatch, int chunk) override;
   double last_action_device_s() const override { return last_action_s_; }
   const MemoryTracker& memory() const override { return memory_; }
   int peak_live_activations() const override { return peak_live_; }
@@ -266,14 +267,16 @@ void CudaBackend::build(const StageSpec& spec) {
   const int b = spec.micro_batch_size;
   tokens_ = std::int64_t{b} * ms.seq_len;
   const bool train = spec.mode == RunMode::train;
-  layers_ = {spec.range.first_layer, spec.range.last_layer()};
+  if (spec.num_chunks() != 1) throw Error("cuda backend: one model chunk per rank only");
+  const StageRange& range = spec.chunks.front();
+  layers_ = {range.first_layer, range.last_layer()};
 
-  const StageLayout layout = stage_layout(ms, dt_, spec.range, b, "cuda");
+  const StageLayout layout = stage_layout(ms, dt_, range, b, "cuda");
   pieces_ = layout.pieces;
   const std::int64_t next_param = layout.params, next_act = layout.activation_bytes;
   num_params_ = next_param;
   if (dt_ == DType::fp16) grad_unscale_ = 1.0 / (static_cast<double>(tokens_) * spec.num_microbatches);
-  if (spec.range.has_head) {
+  if (range.has_head) {
     // The head's int32 targets follow its fp16/bf16 activations in the slab.
     const std::int64_t at = pieces_.back().act_offset + HeadActs(tokens_, h, V).targets * e_;
     if (at % 4 != 0)
@@ -482,7 +485,7 @@ void CudaBackend::finish_action() {
   last_action_s_ = static_cast<double>(ms) * 1e-3;
 }
 
-void CudaBackend::forward(int /*step*/, int mb) {
+void CudaBackend::forward(int /*step*/, int mb, int /*chunk*/) {
   acquire_slab(mb);
   start_action();
   const bool has_next = spec_.rank + 1 < spec_.num_stages;
@@ -575,7 +578,7 @@ void CudaBackend::backward_piece(const Piece& p, int mb, const std::byte* dy, st
   }
 }
 
-void CudaBackend::backward(int /*step*/, int mb) {
+void CudaBackend::backward(int /*step*/, int mb, int /*chunk*/) {
   start_action();
   const bool has_next = spec_.rank + 1 < spec_.num_stages, has_prev = spec_.rank > 0;
   if (host_recv_next_)
@@ -634,7 +637,7 @@ void CudaBackend::optimizer_step(int /*step*/, double grad_scale) {
   cuda_check(cudaStreamSynchronize(stream_), kWho, "the optimizer step");
 }
 
-Buffer CudaBackend::recv_buffer(ActionKind kind, int /*mb*/) {
+Buffer CudaBackend::recv_buffer(ActionKind kind, int /*mb*/, int /*chunk*/) {
   const bool fwd = kind == ActionKind::F;
   if (!spec_.transport_uses_device_memory) {
     HostBuffer& hb = (fwd ? host_recv_prev_ : host_recv_next_).value();
@@ -644,7 +647,7 @@ Buffer CudaBackend::recv_buffer(ActionKind kind, int /*mb*/) {
   return {b.data(), static_cast<std::size_t>(b.bytes()), b.bytes()};
 }
 
-Buffer CudaBackend::send_buffer(ActionKind kind, int mb) {
+Buffer CudaBackend::send_buffer(ActionKind kind, int mb, int /*chunk*/) {
   const bool fwd = kind == ActionKind::F;
   DeviceBuffer& b = (fwd ? send_next_ : send_prev_).at(static_cast<std::size_t>(mb));
   if (!spec_.transport_uses_device_memory) {

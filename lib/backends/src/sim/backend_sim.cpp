@@ -21,26 +21,31 @@ SimBackend::SimBackend(const Job& job, int rank) : job_(job), memory_(rank, job.
 void SimBackend::build(const StageSpec& spec) {
   spec_ = spec;
   const ModelDesc model(job_.model, spec.dtype);
-  const auto& r = spec.range;
-  cost_ = model.stage(spec.micro_batch_size, r.num_layers, r.has_embedding, r.has_head);
-  layers_ = {r.first_layer, r.last_layer()};
-  boundary_bytes_ = static_cast<std::uint64_t>(model.boundary_bytes(spec.micro_batch_size));
+  const bool train = spec.mode == RunMode::train;
   const double speed = job_.device.sim_flops_per_s;
-  forward_s_ = cost_.forward_flops / speed;
-  backward_s_ = cost_.backward_flops / speed;
+  cost_ = Cost{};
+  std::uint64_t comm = 0;
+  for (int c = 0; c < spec.num_chunks(); ++c) {
+    const StageRange& r = spec.chunks[static_cast<std::size_t>(c)];
+    const Cost cost = model.stage(spec.micro_batch_size, r.num_layers, r.has_embedding, r.has_head);
+    cost_ += cost;
+    chunks_.push_back({cost.forward_flops / speed, cost.backward_flops / speed,
+                       static_cast<std::uint64_t>(cost.activation_bytes)});
+    comm += static_cast<std::uint64_t>(
+        model.comm_bytes(spec.micro_batch_size, spec.num_microbatches, spec.receives(c), spec.sends(c), train));
+  }
+  layers_ = {spec.chunks.front().first_layer, spec.chunks.back().last_layer()};
+  boundary_bytes_ = static_cast<std::uint64_t>(model.boundary_bytes(spec.micro_batch_size));
   const double opt_flops_per_param = job_.train.optimizer == OptimizerKind::adamw ? 12.0 : 2.0;
   optimizer_s_ = opt_flops_per_param * static_cast<double>(cost_.params) / speed;
 
   const StateBytes per = state_bytes_per_param(job_.train.optimizer, spec.dtype);
   const auto params = static_cast<std::uint64_t>(cost_.params);
-  const bool train = spec.mode == RunMode::train;
   memory_.reserve(MemCategory::params, params * static_cast<std::uint64_t>(per.params), "parameters");
   if (train) {
     memory_.reserve(MemCategory::grads, params * static_cast<std::uint64_t>(per.grads), "gradients");
     memory_.reserve(MemCategory::optimizer, params * static_cast<std::uint64_t>(per.optimizer), "optimizer state");
   }
-  const auto comm = static_cast<std::uint64_t>(model.comm_bytes(spec.micro_batch_size, spec.num_microbatches,
-                                                                 spec.rank > 0, spec.rank + 1 < spec.num_stages, train));
   if (comm > 0) memory_.reserve(MemCategory::comm, comm, "boundary send/receive buffers");
 }
 
@@ -72,32 +77,42 @@ void SimBackend::begin_step(int step, double deadline_s) {
   deadline_s_ = deadline_s;
 }
 
-void SimBackend::forward(int /*step*/, int microbatch) {
-  memory_.reserve(MemCategory::activations, static_cast<std::uint64_t>(cost_.activation_bytes),
-                  fmt::format("activations of micro-batch {}", microbatch));
+// The jitter coordinate of an action: chunk 0 keeps the single-chunk numbers
+// (0 forward, 1 backward, 2 weight gradient), chunk c adds 4c.
+namespace {
+int action_id(int kind, int chunk) { return kind + 4 * chunk; }
+}  // namespace
+
+void SimBackend::forward(int /*step*/, int microbatch, int chunk) {
+  const Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
+  memory_.reserve(MemCategory::activations, c.activation_bytes,
+                  chunk == 0 ? fmt::format("activations of micro-batch {}", microbatch)
+                             : fmt::format("activations of micro-batch {} (chunk {})", microbatch, chunk));
   ++live_;
   peak_live_ = std::max(peak_live_, live_);
-  busy_for(forward_s_, "forward", microbatch, 0);
-  if (spec_.mode == RunMode::inference) release_activation();
+  busy_for(c.forward_s, "forward", microbatch, action_id(0, chunk));
+  if (spec_.mode == RunMode::inference) release_activation(chunk);
 }
 
-void SimBackend::release_activation() {
-  memory_.release(MemCategory::activations, static_cast<std::uint64_t>(cost_.activation_bytes));
+void SimBackend::release_activation(int chunk) {
+  memory_.release(MemCategory::activations, chunks_.at(static_cast<std::size_t>(chunk)).activation_bytes);
   --live_;
 }
 
-void SimBackend::backward(int /*step*/, int microbatch) {
+void SimBackend::backward(int /*step*/, int microbatch, int chunk) {
+  const Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
   if (spec_.split_backward) {
-    busy_for(0.5 * backward_s_, "backward (input gradient)", microbatch, 1);
+    busy_for(0.5 * c.backward_s, "backward (input gradient)", microbatch, action_id(1, chunk));
     return;
   }
-  busy_for(backward_s_, "backward", microbatch, 1);
-  release_activation();
+  busy_for(c.backward_s, "backward", microbatch, action_id(1, chunk));
+  release_activation(chunk);
 }
 
-void SimBackend::weight_grad(int /*step*/, int microbatch) {
-  busy_for(0.5 * backward_s_, "backward (weight gradient)", microbatch, 2);
-  release_activation();
+void SimBackend::weight_grad(int /*step*/, int microbatch, int chunk) {
+  busy_for(0.5 * chunks_.at(static_cast<std::size_t>(chunk)).backward_s, "backward (weight gradient)", microbatch,
+           action_id(2, chunk));
+  release_activation(chunk);
 }
 
 double SimBackend::loss(int /*microbatch*/) const { return std::numeric_limits<double>::quiet_NaN(); }
@@ -106,7 +121,7 @@ void SimBackend::optimizer_step(int /*step*/, double /*grad_scale*/) {
   busy_for(optimizer_s_, "optimizer step", -1, 3);
 }
 
-Buffer SimBackend::recv_buffer(ActionKind, int) { return {nullptr, 0, boundary_bytes_}; }
-Buffer SimBackend::send_buffer(ActionKind, int) { return {nullptr, 0, boundary_bytes_}; }
+Buffer SimBackend::recv_buffer(ActionKind, int, int) { return {nullptr, 0, boundary_bytes_}; }
+Buffer SimBackend::send_buffer(ActionKind, int, int) { return {nullptr, 0, boundary_bytes_}; }
 
 }  // namespace pipebench

@@ -4,7 +4,7 @@
 // changing.
 //
 // Contract, per step: begin_step; then for each schedule action in order,
-// forward(mb) / backward(mb) / weight_grad(mb), with the boundary tensors
+// forward / backward / weight_grad of (micro-batch, chunk), with the boundary tensors
 // moved by the Transport through recv_buffer()/send_buffer(); then
 // grad_sq_norm_by_piece() and optimizer_step(). Every byte a backend holds is
 // accounted in its MemoryTracker, in the sizes of the model description.
@@ -35,11 +35,15 @@ struct Buffer {
   std::uint64_t logical_bytes = 0;
 };
 
-// What a rank must build.
+// What a rank must build: its model chunks (one for most schedules; several
+// for interleaved and V schedules), each a contiguous range of the model
+// that is virtual stage chunk_stage[c] of num_virtual_stages.
 struct StageSpec {
-  int rank = 0;                 // rank in the run = stage index
-  int num_stages = 1;
-  StageRange range;             // layers, embedding, head
+  int rank = 0;                 // rank in the run
+  int num_stages = 1;           // ranks in the run (pipeline_size)
+  std::vector<StageRange> chunks;  // layers, embedding, head of each chunk
+  std::vector<int> chunk_stage;    // the virtual stage of each chunk, increasing
+  int num_virtual_stages = 1;
   int micro_batch_size = 1;
   int num_microbatches = 1;
   RunMode mode = RunMode::train;
@@ -48,12 +52,31 @@ struct StageSpec {
   // The transport reads and writes device memory itself (NCCL). When false,
   // a device backend hands the transport host copies of its boundary tensors.
   bool transport_uses_device_memory = false;
+
+  int num_chunks() const { return static_cast<int>(chunks.size()); }
+  // One chunk per rank (tests, benchmarks): `range` is virtual stage `rank`
+  // of `num_stages`; set rank and num_stages first.
+  void one_chunk(const StageRange& range) {
+    chunks = {range};
+    chunk_stage = {rank};
+    num_virtual_stages = num_stages;
+  }
+  // Chunk c takes an activation from the previous virtual stage / gives one
+  // to the next (whichever rank holds it: a neighbour on the same rank still
+  // goes through the boundary buffers, copied by the executor).
+  bool receives(int c) const { return chunk_stage[static_cast<std::size_t>(c)] > 0; }
+  bool sends(int c) const { return chunk_stage[static_cast<std::size_t>(c)] + 1 < num_virtual_stages; }
 };
 
-// What rank `rank` of `plan` builds: its stage of the partition, the run's
-// micro-batching, mode and storage dtype, split backward when its actions
-// have W.
+// What rank `rank` of `plan` builds: its chunks of the partition, the run's
+// micro-batching, mode and storage dtype, split backward when the schedule
+// has W.
 StageSpec stage_spec(const RunPlan& plan, int rank, bool transport_uses_device_memory);
+
+// Why `backend` cannot run `plan` ("" when it can): model chunks beyond one
+// per rank run on sim and cpu, a split backward (W actions) on sim only; the
+// cuda backend runs neither yet.
+std::string unsupported_reason(BackendKind backend, const RunPlan& plan);
 
 class Backend {
  public:
@@ -72,10 +95,12 @@ class Backend {
   // `deadline_s` (now_s() clock) is when the step times out; long actions
   // must not run past it (they throw StepTimeoutError).
   virtual void begin_step(int step, double deadline_s) = 0;
-  virtual void forward(int step, int microbatch) = 0;
-  virtual void backward(int step, int microbatch) = 0;
-  virtual void weight_grad(int step, int microbatch) = 0;
-  // Last stage, after forward(mb): that micro-batch's loss.
+  // Actions on chunk `chunk` (0 .. num_chunks-1) of this rank.
+  virtual void forward(int step, int microbatch, int chunk) = 0;
+  virtual void backward(int step, int microbatch, int chunk) = 0;
+  virtual void weight_grad(int step, int microbatch, int chunk) = 0;
+  // The rank holding the last virtual stage, after its forward(mb): that
+  // micro-batch's loss.
   virtual double loss(int microbatch) const = 0;
   // Adds the sum of squares of each of this stage's pieces' accumulated
   // gradients at per_piece[piece id] (0 embedding, 1+i block i, layers+1
@@ -90,8 +115,8 @@ class Backend {
   // F: where the activation from the previous stage lands (recv) / the output
   // activation to send; B: the gradient from the next stage (recv) / the
   // input gradient to send.
-  virtual Buffer recv_buffer(ActionKind kind, int microbatch) = 0;
-  virtual Buffer send_buffer(ActionKind kind, int microbatch) = 0;
+  virtual Buffer recv_buffer(ActionKind kind, int microbatch, int chunk) = 0;
+  virtual Buffer send_buffer(ActionKind kind, int microbatch, int chunk) = 0;
 
   // Device time of the latest forward/backward/weight_grad measured by the
   // backend itself (CUDA events), or a negative value when it has no such

@@ -35,22 +35,22 @@ class CpuBackend final : public Backend {
   bool computes_loss() const override { return true; }
   void build(const StageSpec& spec) override;
   std::pair<int, int> built_layers() const override { return layers_; }
-  std::int64_t built_params() const override { return static_cast<std::int64_t>(params_.size()); }
+  std::int64_t built_params() const override;
   void begin_step(int step, double deadline_s) override;
-  void forward(int step, int microbatch) override;
-  void backward(int step, int microbatch) override;
-  void weight_grad(int step, int microbatch) override;
+  void forward(int step, int microbatch, int chunk) override;
+  void backward(int step, int microbatch, int chunk) override;
+  void weight_grad(int step, int microbatch, int chunk) override;
   double loss(int microbatch) const override { return loss_[static_cast<std::size_t>(microbatch)]; }
   void grad_sq_norm_by_piece(std::vector<double>& per_piece) const override;
   void optimizer_step(int step, double grad_scale) override;
-  Buffer recv_buffer(ActionKind kind, int microbatch) override;
-  Buffer send_buffer(ActionKind kind, int microbatch) override;
+  Buffer recv_buffer(ActionKind kind, int microbatch, int chunk) override;
+  Buffer send_buffer(ActionKind kind, int microbatch, int chunk) override;
   const MemoryTracker& memory() const override { return memory_; }
   int peak_live_activations() const override { return peak_live_; }
 
-  // For tests: the flat parameter and gradient buffers of this stage.
-  float* params() { return params_.data(); }
-  const float* grads() const { return grads_.data(); }
+  // For tests: the flat parameter and gradient buffers of the first chunk.
+  float* params() { return chunks_.front().params.data(); }
+  const float* grads() const { return chunks_.front().grads.data(); }
   // For tests: the last stage's softmax probabilities [T, vocab] of
   // micro-batch mb, between its forward and backward (training), or of its
   // latest forward (inference, when keep_probs_for_testing(true)).
@@ -62,30 +62,35 @@ class CpuBackend final : public Backend {
   using Piece = PieceLayout;  // stage_layout.hpp
 
  private:
-  float* act(int mb, const Piece& p, std::int64_t float_offset) const;
-  void forward_piece(const Piece& p, int mb, const float* in, float* out);
-  void backward_piece(const Piece& p, int mb, const float* dy, float* dx);
-  float* piece_input(int mb, std::size_t piece_index) const;
+  // One model chunk: its pieces, state, boundary buffers and activation
+  // slabs. Activation slabs: the tracker counts a slab from its forward to
+  // its backward; its memory then goes to a free list for the next
+  // micro-batch, like PyTorch's caching allocator: the process holds as many
+  // slabs as the schedule's peak, and the large allocations are not returned
+  // to the OS (and page-faulted in again) every step.
+  struct Chunk {
+    std::vector<Piece> pieces;
+    TrackedArray<float> params, grads, adam_m, adam_v;
+    TrackedArray<float> recv_prev, recv_next;
+    std::vector<TrackedArray<float>> send_prev, send_next;  // per micro-batch
+    std::uint64_t slab_bytes = 0;
+    std::vector<std::unique_ptr<std::byte[]>> slabs;  // per micro-batch; null when not live
+    std::vector<std::unique_ptr<std::byte[]>> free_slabs;
+  };
+  float* act(const Chunk& c, int mb, const Piece& p, std::int64_t float_offset) const;
+  void forward_piece(const Chunk& c, const Piece& p, int mb, const float* in, float* out);
+  void backward_piece(Chunk& c, const Piece& p, int mb, const float* dy, float* dx);
+  float* piece_input(const Chunk& c, int mb, std::size_t piece_index) const;
+  void acquire_slab(Chunk& c, int mb);
+  void release_slab(Chunk& c, int mb);
 
   const Job& job_;
   MemoryTracker memory_;
   StageSpec spec_;
-  std::vector<Piece> pieces_;
+  std::vector<Chunk> chunks_;
   std::pair<int, int> layers_{-1, -1};
   std::int64_t tokens_ = 0;  // T = micro_batch_size * seq_len
-  TrackedArray<float> params_, grads_, adam_m_, adam_v_, workspace_;
-  TrackedArray<float> recv_prev_, recv_next_;
-  std::vector<TrackedArray<float>> send_prev_, send_next_;  // per micro-batch
-  // Activation slabs. The tracker counts a slab from its forward to its
-  // backward; its memory then goes to a free list for the next micro-batch,
-  // like PyTorch's caching allocator: the process holds as many slabs as the
-  // schedule's peak, and the large allocations are not returned to the OS
-  // (and page-faulted in again) every step.
-  void acquire_slab(int mb);
-  void release_slab(int mb);
-  std::uint64_t slab_bytes_ = 0;
-  std::vector<std::unique_ptr<std::byte[]>> slabs_;       // per micro-batch; null when not live
-  std::vector<std::unique_ptr<std::byte[]>> free_slabs_;
+  TrackedArray<float> workspace_;  // shared by the chunks
   std::size_t slabs_allocated_ = 0;
   std::vector<double> loss_;
   bool keep_probs_ = false;

@@ -20,7 +20,7 @@ namespace pipebench {
 // exp(sigma*z - sigma^2/2), sigma = device.sim_jitter, z a standard normal
 // drawn from (sim_jitter_seed, rank, step, microbatch, action) alone (job.hpp).
 // `action`: 0 forward, 1 backward (input gradient), 2 weight gradient,
-// 3 optimizer (microbatch -1).
+// 3 optimizer (microbatch -1); plus 4 x chunk for chunks after the first.
 double sim_machine_factor(const DeviceSpec& device, int rank, int step, int microbatch, int action);
 
 class SimBackend final : public Backend {
@@ -33,29 +33,34 @@ class SimBackend final : public Backend {
   std::pair<int, int> built_layers() const override { return layers_; }
   std::int64_t built_params() const override { return cost_.params; }
   void begin_step(int step, double deadline_s) override;
-  void forward(int step, int microbatch) override;
-  void backward(int step, int microbatch) override;
-  void weight_grad(int step, int microbatch) override;
+  void forward(int step, int microbatch, int chunk) override;
+  void backward(int step, int microbatch, int chunk) override;
+  void weight_grad(int step, int microbatch, int chunk) override;
   double loss(int microbatch) const override;
   void grad_sq_norm_by_piece(std::vector<double>&) const override {}
   void optimizer_step(int step, double grad_scale) override;
-  Buffer recv_buffer(ActionKind kind, int microbatch) override;
-  Buffer send_buffer(ActionKind kind, int microbatch) override;
+  Buffer recv_buffer(ActionKind kind, int microbatch, int chunk) override;
+  Buffer send_buffer(ActionKind kind, int microbatch, int chunk) override;
   const MemoryTracker& memory() const override { return memory_; }
   int peak_live_activations() const override { return peak_live_; }
 
  private:
   // Sleeps `seconds` x sim_machine_factor (the deadline permitting).
   void busy_for(double seconds, const char* what, int microbatch, int action);
-  void release_activation();
+  void release_activation(int chunk);
 
+  struct Chunk {
+    double forward_s = 0.0, backward_s = 0.0;  // modelled, per micro-batch
+    std::uint64_t activation_bytes = 0;
+  };
   const Job& job_;
   MemoryTracker memory_;
   StageSpec spec_;
-  Cost cost_;
+  Cost cost_;                  // all chunks
+  std::vector<Chunk> chunks_;
   std::pair<int, int> layers_{-1, -1};
   std::uint64_t boundary_bytes_ = 0;
-  double forward_s_ = 0.0, backward_s_ = 0.0, optimizer_s_ = 0.0;
+  double optimizer_s_ = 0.0;
   double deadline_s_ = 0.0;
   int rank_ = 0, step_ = 0;
   int live_ = 0, peak_live_ = 0;

@@ -21,7 +21,7 @@ enum class BackendKind { cpu, sim, cuda };
 enum class TransportKind { automatic, mpi, nccl };
 // The training schedules of SPEC §4. Inference runs ignore this and use the
 // forward-only schedule.
-enum class ScheduleKind { gpipe, one_f_one_b, eager_one_f_one_b };
+enum class ScheduleKind { gpipe, one_f_one_b, eager_one_f_one_b, interleaved_one_f_one_b, zb_h1, zb_v, file };
 enum class RunMode { train, inference };
 enum class Remainder { first, last, balanced };
 enum class BalanceBy { flops, params };
@@ -110,6 +110,7 @@ inline constexpr int kMaxMicroBatchSize = 1 << 20;
 inline constexpr int kMaxSteps = 100000;  // warmup + repeats
 inline constexpr int kMaxThreadsPerRank = 1024;
 inline constexpr int kMaxRuns = 1000;
+inline constexpr int kMaxVirtualStagesPerRank = 64;
 inline constexpr std::size_t kMaxNameLength = 100;          // job and run names
 inline constexpr std::size_t kMaxDescriptionLength = 4096;  // bytes
 inline constexpr std::uint64_t kMaxMemoryCapacity = std::uint64_t{1} << 60;  // 1 EiB
@@ -120,6 +121,9 @@ struct RunSpec {
   int micro_batch_size = 1;
   int num_microbatches = 1;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  int virtual_stages_per_rank = 1;     // model chunks per rank: interleaved-1f1b (any), zb-v (2), else 1
+  std::string schedule_file;           // schedule = "file:PATH": PATH as written (relative to the workload's folder)
+  std::string schedule_csv;            // the file schedule's text (schedule_csv.hpp has the format)
   RunMode mode = RunMode::train;
   std::vector<int> layers_per_stage;   // empty: computed from `remainder`
   int layers_per_stage_origin = 0;     // 0 or 1, for printed layer numbers only
@@ -129,6 +133,8 @@ struct RunSpec {
   int source_line = 0;                 // line of this [[run]] in the workload file
 
   int global_batch() const { return micro_batch_size * num_microbatches; }
+  // Model chunks the layers are cut into: one per virtual stage.
+  int model_stages() const { return pipeline_size * virtual_stages_per_rank; }
 };
 
 struct Job {

@@ -40,7 +40,9 @@ std::vector<int> split_even(int layers, int stages, Remainder where);
 std::vector<int> split_balanced(const std::vector<double>& layer_cost, int stages,
                                 double first_extra, double last_extra);
 
-// The run's partition: its explicit layers_per_stage, else its remainder rule.
+// The run's partition into run.model_stages() contiguous pieces (one per
+// virtual stage: pipeline_size x virtual_stages_per_rank), from its explicit
+// layers_per_stage, else its remainder rule.
 // `balanced` weighs pieces by forward+backward FLOPs or by parameters
 // (run.balance_by), using `model`.
 Partition make_partition(const ModelDesc& model, const RunSpec& run);

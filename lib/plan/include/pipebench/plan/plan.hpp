@@ -21,17 +21,20 @@ namespace pipebench {
 // peaks must not approach the capacity).
 inline constexpr double kMemoryWarnFraction = 0.90;
 
+// One rank's share of a run: its model chunks (one for most schedules; v for
+// interleaved 1F1B, 2 for ZB-V) and their memory.
 struct StagePlan {
-  int stage = 0;
-  StageRange range;
-  Cost cost;                                // per micro-batch of this run
+  int stage = 0;                            // the rank
+  std::vector<StageRange> chunks;           // chunk c = virtual stage schedule.virtual_stage(rank, c)
+  Cost cost;                                // all chunks, per micro-batch of this run
   std::int64_t params_bytes = 0;
   std::int64_t grads_bytes = 0;             // 0 for inference
   std::int64_t optimizer_bytes = 0;         // 0 for inference
-  std::int64_t activation_bytes_per_microbatch = 0;
-  int peak_live_activations = 0;            // from the schedule
-  // Training: peak_live_activations x per-micro-batch bytes. Inference:
-  // one micro-batch's bytes (an upper bound of the forward working set).
+  std::int64_t activation_bytes_per_microbatch = 0;  // one micro-batch through every chunk
+  int peak_live_activations = 0;            // from the schedule (micro-batch x chunk pairs)
+  // Training: the most activation bytes held at once, from the schedule's
+  // order and each chunk's bytes per micro-batch. Inference: one
+  // micro-batch's bytes (an upper bound of the forward working set).
   std::int64_t activations_peak_bytes = 0;
   std::int64_t comm_bytes = 0;              // boundary buffers (ModelDesc::comm_bytes)
   std::int64_t workspace_bytes = 0;         // ModelDesc::workspace_bytes of the backend (sim: 0)
@@ -42,10 +45,11 @@ struct StagePlan {
 struct RunPlan {
   RunSpec run;
   DType storage_dtype = DType::fp32;   // the dtype memory is counted in
-  Partition partition;
+  Partition partition;                 // one range per virtual stage, model order
+  std::vector<Cost> stage_costs;       // per virtual stage, per micro-batch
   Schedule schedule;
   std::vector<StagePlan> stages;
-  double bubble_analytic = 0.0;        // (p-1)/(m+p-1)
+  double bubble_analytic = 0.0;        // the schedule's closed form (analytic_bubble), NaN if none
   SimResult unit;                      // unit costs: steps and slots
   SimCosts costs;                      // seconds, from model FLOPs and [device] speeds
   SimResult simulated;                 // with `costs`
@@ -62,8 +66,24 @@ struct JobPlan {
 DType storage_dtype(const Job& job);
 
 // Model-based per-virtual-stage costs in seconds: F and B from FLOPs at
-// sim_flops_per_s, W = 0, one transfer = latency + boundary bytes / bandwidth.
-SimCosts model_costs(const Job& job, const ModelDesc& model, const Partition& partition, int micro_batch_size);
+// sim_flops_per_s, one transfer = latency + boundary bytes / bandwidth. With
+// `split_backward`, B (input gradient) and W (weight gradient) are half the
+// backward each (as the sim backend models them), else W = 0.
+SimCosts model_costs(const Job& job, const ModelDesc& model, const Partition& partition, int micro_batch_size,
+                     bool split_backward = false);
+
+// The bubble of `s` as a fraction of the step in closed form, with unit costs
+// per chunk (F = B (= W) = 1/v): (p-1)/(m+p-1) for gpipe, 1f1b and
+// eager-1f1b; (p-1)/(v m + p-1) for interleaved 1F1B (Narayanan et al. 2021);
+// (p-1)/(3m + p-1) for ZB-H1 (Qi et al. 2024, F = B = W); (p-1)/(6m + p-1)
+// for ZB-V with m >= 2p (its construction, F = B = W = 1/2 per chunk; see
+// make_zb_v); NaN where none is known (ZB-V with m < 2p, file schedules:
+// the simulated bubble stands instead).
+double analytic_bubble(const Schedule& s);
+
+// The schedule of `run`: a built-in one (make_schedule) or its file schedule;
+// throws ScheduleError when a file schedule does not match the run.
+Schedule run_schedule(const RunSpec& run);
 
 // Plans one run; validates its schedule (throws ScheduleError if invalid).
 RunPlan plan_run(const Job& job, const RunSpec& run);

@@ -16,7 +16,7 @@ inline constexpr int kGridMaxSteps = 64;
 // Seed 000's per-stage partition record: header and one row per stage
 // (stage, layer range in the run's origin, count, parameters, delta and
 // ratio to the previous stage, notes). Shared by `plan` and the report.
-std::vector<std::string> partition_table_header(int origin);
+std::vector<std::string> partition_table_header(const RunPlan& plan);
 std::vector<std::vector<std::string>> partition_table_rows(const RunPlan& plan);
 
 // Human-readable report: per run the partition table, the memory estimate,

@@ -4,11 +4,15 @@
 // one training (or inference) step. The same lists drive the simulator, the
 // validator and the MPI executor; no schedule exists anywhere else as a loop.
 //
-// Model chunks and virtual stages. Each rank holds `chunks_per_rank` model
-// chunks (1 for every schedule shipped today; interleaved schedules will use
-// more). Chunk c of rank r is virtual stage v = c * num_ranks + r, so virtual
-// stages 0..V-1 (V = num_ranks * chunks_per_rank) form the model in order.
-//
+// Model chunks and virtual stages. The model is cut into V virtual stages
+// 0..V-1, in order; each rank holds `chunks_per_rank` of them (V = num_ranks
+// x chunks_per_rank). `stage_rank[v]` is the rank holding virtual stage v,
+// and chunk c of rank r is the c-th smallest virtual stage that rank holds.
+// Two placements exist:
+//   looped (interleaved 1F1B; 1 chunk per rank for every other schedule):
+//     virtual stage v on rank v mod p, so chunk c of rank r is c*p + r;
+//   V-shaped (ZB-V, 2 chunks): rank r holds stages r and 2p-1-r, so the
+//     last stage is back on rank 0 and the forward pass goes down and up.
 // Dependencies (the executor's contract, enforced by the validator):
 //   F(v, mb)  needs F(v-1, mb)              (activation from rank_of(v-1)), v > 0
 //   B(v, mb)  needs F(v, mb) on this rank, and B(v+1, mb)   (gradient from
@@ -46,20 +50,30 @@ std::string to_string(const Action& a);
 // Inverse of to_string; throws ScheduleError on malformed text.
 Action parse_action(std::string_view text);
 
+enum class Placement : std::uint8_t { looped, v_shape };
+
+// Virtual stage -> rank for p ranks holding `chunks` chunks each (see above;
+// v_shape needs chunks == 2).
+std::vector<int> stage_ranks(Placement placement, int p, int chunks);
+
 struct Schedule {
   std::string name;          // "gpipe", "1f1b", "eager-1f1b", "forward-only", ...
   int num_ranks = 1;         // p
   int num_microbatches = 1;  // m
   int chunks_per_rank = 1;
+  Placement placement = Placement::looped;
   // true for training: F keeps the micro-batch's activations until its B (or
   // W). false for forward-only inference: nothing is kept between actions.
   bool retains_activations = true;
   std::vector<std::vector<Action>> actions;  // [rank] -> ordered actions
 
   int num_virtual_stages() const { return num_ranks * chunks_per_rank; }
-  int virtual_stage(int rank, int chunk) const { return chunk * num_ranks + rank; }
-  int rank_of(int vstage) const { return vstage % num_ranks; }
+  int virtual_stage(int rank, int chunk) const;
+  int rank_of(int vstage) const;
+  int chunk_of(int vstage) const;
   std::size_t total_actions() const;
+  // Whether any action is a W: B then computes input gradients only.
+  bool split_backward() const;
 };
 
 // Forward-only (inference, seed 004's first timeline): every rank runs
@@ -82,8 +96,43 @@ Schedule make_1f1b(int p, int m);
 // reproduces the seed's timeline and peak activation counts exactly.
 Schedule make_eager_1f1b(int p, int m);
 
-// The schedule a run uses: forward-only for inference, else `kind`.
-Schedule make_schedule(ScheduleKind kind, RunMode mode, int p, int m);
+// Interleaved 1F1B (Megatron-LM's virtual pipeline; Narayanan et al. 2021):
+// v chunks per rank, looped placement. Forwards run in groups of p
+// micro-batches per chunk: the k-th forward of a rank is micro-batch
+// (k / (p v)) p + k mod p of chunk (k mod (p v)) / p; backwards the same with
+// the chunks in reverse. Rank r runs min(2 (p-r-1) + (v-1) p, m v) warm-up
+// forwards (v = 1: p-r-1, plain 1F1B), then 1F1B pairs, then the remaining
+// backwards. Requires m a
+// multiple of p (ScheduleError otherwise). With chunk costs 1/v the unit
+// bubble is (p-1)/(v m + p-1).
+Schedule make_interleaved_1f1b(int p, int m, int v);
+
+// ZB-H1 (Qi et al., ICLR 2024, "Zero Bubble Pipeline Parallelism"): 1F1B
+// with the backward split into B (input gradient) and W (weight gradient).
+// Rank r runs p-r-1 warm-up forwards; then r pairs (F, B) whose W waits;
+// then (F, B, W) triples while forwards remain; then (B, W) pairs; then the
+// waiting Ws. The first rank never defers a W. At most p micro-batches are
+// held per rank (1F1B's first-rank peak); with F = B = W the bubble is
+// (p-1)/(3m + p-1), a third of 1F1B's (p-1) (F + B + W).
+Schedule make_zb_h1(int p, int m);
+
+// ZB-V (the same paper, section 6): 2 chunks per rank in a V (rank r holds
+// virtual stages r and 2p-1-r), split backward. Per rank: 2(p-r)-1 forwards
+// of chunk 0; r pairs (F chunk 1, F chunk 0); p-r triples (F, B, W) of chunk
+// 1; then, while forwards remain, (F, B, W) of chunk 0 and of chunk 1; then
+// r pairs (B chunk 0, B chunk 1), p-r pairs (B, W) of chunk 0, and the
+// remaining Ws (chunk 1 first). Built for max(m, 2p-1) micro-batches with
+// the actions of micro-batches >= m removed. With F = B = W = 1/2 per chunk
+// and m >= 2p the unit bubble is (p-1)/(6m + p-1): the first forward must
+// still travel down the V before the last rank starts (the paper's "zero"
+// counts only the steady state).
+Schedule make_zb_v(int p, int m);
+
+// The schedule a run uses: forward-only for inference, else the run's
+// `schedule` with its virtual_stages_per_rank. A `file:` schedule is read
+// by load_schedule_csv (schedule_csv.hpp), not here.
+Schedule make_schedule(const RunSpec& run);
+Schedule make_schedule(ScheduleKind kind, RunMode mode, int p, int m, int v = 1);
 
 // A directed stage-boundary link: tensors of `kind` (F: activations, B:
 // gradients) travel from rank `src` to rank `dst`.

@@ -6,6 +6,7 @@
 // per-action medians) it predicts a step.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -52,5 +53,9 @@ SimResult simulate(const Schedule& s, const SimCosts& costs);
 // releases them. A property of the order alone, not of timing. 0 for every
 // rank of a schedule that does not retain activations (forward-only).
 std::vector<int> peak_live_activations(const Schedule& s);
+
+// The same peak weighted by what each virtual stage keeps per micro-batch
+// (`bytes[v]`): per rank, the most bytes of activations held at once.
+std::vector<std::int64_t> peak_live_activation_bytes(const Schedule& s, const std::vector<std::int64_t>& bytes);
 
 }  // namespace pipebench

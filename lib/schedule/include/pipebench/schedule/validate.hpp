@@ -2,8 +2,8 @@
 //
 // A valid schedule has one action list per rank and, for every virtual stage
 // v and micro-batch mb: exactly one F; exactly one B when the schedule
-// retains activations (training) and none otherwise; at most one W, only
-// after its B; on each rank F(v,mb) before B(v,mb) before W(v,mb); and the
+// retains activations (training) and none otherwise; one W after its B when
+// the schedule splits its backward (has any W), else none; on each rank F(v,mb) before B(v,mb) before W(v,mb); and the
 // dependencies of schedule.hpp never deadlock (checked by simulating with
 // unit costs, which is equivalent to the executor's non-blocking sends).
 #pragma once

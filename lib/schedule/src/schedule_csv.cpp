@@ -1,0 +1,159 @@
+#include "pipebench/schedule/schedule_csv.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "pipebench/core/error.hpp"
+#include "pipebench/core/units.hpp"
+
+namespace pipebench {
+
+namespace {
+
+// One parsed cell: global stage, kind letter (F, B, I or W), micro-batch.
+struct Cell {
+  int stage = 0;
+  char kind = 'F';
+  int microbatch = 0;
+};
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+bool parse_number(std::string_view digits, int& out) {
+  if (digits.empty() || digits.size() > 9) return false;
+  const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), out);
+  return ec == std::errc() && ptr == digits.data() + digits.size();
+}
+
+// "3F12" -> {3, 'F', 12}; a ScheduleError naming `where` otherwise.
+Cell parse_cell(std::string_view text, const std::string& where) {
+  std::size_t i = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+  Cell c;
+  if (i == 0 || i >= text.size() || !parse_number(text.substr(0, i), c.stage))
+    throw ScheduleError(fmt::format("{}: \"{}\" is not an action (expected STAGE KIND MICROBATCH, e.g. 0F3, 1I0, 2W5)",
+                                    where, printable(std::string(text))));
+  const std::string_view rest = text.substr(i);
+  if (rest.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ_") > 1)
+    throw ScheduleError(fmt::format("{}: \"{}\": pipebench reads the compute-only form (F, B, I, W); transfers and "
+                                    "other actions are derived from the dependencies",
+                                    where, printable(std::string(text))));
+  c.kind = rest[0];
+  if (c.kind != 'F' && c.kind != 'B' && c.kind != 'I' && c.kind != 'W')
+    throw ScheduleError(fmt::format("{}: \"{}\": unknown action kind '{}' (expected F, B, I or W)", where,
+                                    printable(std::string(text)), printable(std::string(1, c.kind))));
+  if (!parse_number(rest.substr(1), c.microbatch))
+    throw ScheduleError(fmt::format("{}: \"{}\" has no micro-batch number", where, printable(std::string(text))));
+  return c;
+}
+
+// The placement whose stage -> rank map matches what the rows hold.
+Placement infer_placement(const std::vector<std::set<int>>& held, int p, int chunks, const std::string& source) {
+  for (const Placement candidate : {Placement::looped, Placement::v_shape}) {
+    if (candidate == Placement::v_shape && chunks != 2) continue;
+    const std::vector<int> ranks = stage_ranks(candidate, p, chunks);
+    bool match = true;
+    for (int r = 0; r < p && match; ++r)
+      for (const int stage : held[static_cast<std::size_t>(r)]) match &= ranks[static_cast<std::size_t>(stage)] == r;
+    if (match) return candidate;
+  }
+  std::string layout;
+  for (int r = 0; r < p; ++r) {
+    std::string stages;
+    for (const int st : held[static_cast<std::size_t>(r)]) stages += fmt::format("{}{}", stages.empty() ? "" : " ", st);
+    layout += fmt::format("; rank {} holds {}", r, stages.empty() ? "nothing" : stages);
+  }
+  throw ScheduleError(fmt::format("{}: the stages are placed neither in a loop (stage s on rank s mod {}) nor in a V "
+                                  "(2 stages per rank: r and {} - r){}",
+                                  source, p, 2 * p - 1, layout));
+}
+
+}  // namespace
+
+std::string schedule_to_csv(const Schedule& s) {
+  // A B is I when the schedule splits its backward (it has a W for it).
+  const bool split = s.split_backward();
+  std::string out;
+  for (int r = 0; r < s.num_ranks; ++r) {
+    std::string line;
+    for (const Action& a : s.actions[static_cast<std::size_t>(r)]) {
+      const char kind = a.kind == ActionKind::F ? 'F' : a.kind == ActionKind::W ? 'W' : split ? 'I' : 'B';
+      line += fmt::format("{}{}{}{}", line.empty() ? "" : ",", s.virtual_stage(r, a.chunk), kind, a.microbatch);
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+Schedule schedule_from_csv(std::string_view text, int p, int m, const std::string& source) {
+  std::vector<std::vector<Cell>> rows;
+  std::size_t line_no = 0;
+  while (!text.empty()) {
+    const auto nl = text.find('\n');
+    const std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    ++line_no;
+    if (trim(line).empty() && text.empty()) break;  // a trailing blank line
+    if (static_cast<int>(rows.size()) == p)
+      throw ScheduleError(fmt::format("{}:{}: more than {} lines; the run has pipeline_size = {} (one line per rank)",
+                                      source, line_no, p, p));
+    std::vector<Cell> row;
+    std::size_t column = 0;
+    for (std::string_view rest = line;; ++column) {
+      const auto comma = rest.find(',');
+      const std::string_view cell = trim(rest.substr(0, comma));
+      if (!cell.empty()) row.push_back(parse_cell(cell, fmt::format("{}:{}: cell {}", source, line_no, column + 1)));
+      if (comma == std::string_view::npos) break;
+      rest = rest.substr(comma + 1);
+    }
+    rows.push_back(std::move(row));
+  }
+  if (static_cast<int>(rows.size()) != p)
+    throw ScheduleError(fmt::format("{}: {} line(s) but the run has pipeline_size = {} (one line per rank)", source,
+                                    rows.size(), p));
+  int stages = 0;
+  bool full = false, split = false;
+  std::vector<std::set<int>> held(static_cast<std::size_t>(p));
+  for (int r = 0; r < p; ++r)
+    for (const Cell& c : rows[static_cast<std::size_t>(r)]) {
+      stages = std::max(stages, c.stage + 1);
+      held[static_cast<std::size_t>(r)].insert(c.stage);
+      full |= c.kind == 'B';
+      split |= c.kind == 'I' || c.kind == 'W';
+      if (c.microbatch >= m)
+        throw ScheduleError(fmt::format("{}: rank {} runs micro-batch {} but the run has num_microbatches = {}", source, r,
+                                        c.microbatch, m));
+    }
+  if (full && split)
+    throw ScheduleError(fmt::format("{}: mixes full backwards (B) with split ones (I and W); use one form throughout",
+                                    source));
+  if (stages % p != 0)
+    throw ScheduleError(fmt::format("{}: {} stages cannot be spread evenly over {} ranks", source, stages, p));
+  const int chunks = std::max(1, stages / p);
+  const Placement placement = infer_placement(held, p, chunks, source);
+
+  Schedule s;
+  s.name = "file";
+  s.num_ranks = p;
+  s.num_microbatches = m;
+  s.chunks_per_rank = chunks;
+  s.placement = placement;
+  s.retains_activations = true;
+  s.actions.resize(static_cast<std::size_t>(p));
+  for (int r = 0; r < p; ++r)
+    for (const Cell& c : rows[static_cast<std::size_t>(r)]) {
+      const ActionKind kind = c.kind == 'F' ? ActionKind::F : c.kind == 'W' ? ActionKind::W : ActionKind::B;
+      s.actions[static_cast<std::size_t>(r)].push_back({kind, c.microbatch, s.chunk_of(c.stage)});
+    }
+  return s;
+}
+
+}  // namespace pipebench

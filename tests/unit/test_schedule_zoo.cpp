@@ -1,0 +1,155 @@
+// Interleaved 1F1B, ZB-H1 and ZB-V (issue 15): each generator against its
+// closed form on a grid of (p, m, v), the validator's verdicts, peak live
+// activations, and the CSV form (round trip and malformed files).
+#include <algorithm>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "pipebench/core/error.hpp"
+#include "pipebench/schedule/schedule.hpp"
+#include "pipebench/schedule/schedule_csv.hpp"
+#include "pipebench/schedule/simulate.hpp"
+#include "pipebench/schedule/validate.hpp"
+
+using namespace pipebench;
+
+namespace {
+// Unit costs per chunk: F = B (= W) = 1/v, so a rank's work per micro-batch
+// is the same whatever v is.
+SimCosts chunk_costs(const Schedule& s) {
+  SimCosts c = SimCosts::unit(s);
+  const double unit = 1.0 / s.chunks_per_rank;
+  for (auto* v : {&c.forward, &c.backward, &c.weight}) std::fill(v->begin(), v->end(), unit);
+  return c;
+}
+int max_of(const std::vector<int>& v) { return *std::max_element(v.begin(), v.end()); }
+}  // namespace
+
+TEST_CASE("placements: looped and V-shaped stage -> rank maps", "[schedule][zoo]") {
+  CHECK(stage_ranks(Placement::looped, 4, 2) == std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3});
+  CHECK(stage_ranks(Placement::v_shape, 4, 2) == std::vector<int>{0, 1, 2, 3, 3, 2, 1, 0});
+  const Schedule v = make_zb_v(4, 8);
+  for (int r = 0; r < 4; ++r) {
+    CHECK(v.virtual_stage(r, 0) == r);
+    CHECK(v.virtual_stage(r, 1) == 7 - r);
+    CHECK(v.rank_of(v.virtual_stage(r, 1)) == r);
+    CHECK(v.chunk_of(v.virtual_stage(r, 1)) == 1);
+  }
+}
+
+TEST_CASE("interleaved 1F1B: unit bubble (p-1)/(v m + p-1) with chunk costs 1/v", "[schedule][zoo]") {
+  for (int p = 1; p <= 8; ++p)
+    for (int v = 1; v <= 4; ++v)
+      for (int m = p; m <= 4 * p; m += p) {
+        INFO("p = " << p << ", v = " << v << ", m = " << m);
+        const Schedule s = make_interleaved_1f1b(p, m, v);
+        REQUIRE(check_schedule(s).empty());
+        const SimResult r = simulate(s, chunk_costs(s));
+        REQUIRE(r.completed);
+        const double expected = static_cast<double>(p - 1) / (v * m + p - 1);
+        CHECK(r.bubble == Approx(expected).margin(1e-9));
+        CHECK(r.makespan == Approx(2.0 * m + 2.0 * (p - 1) / v).margin(1e-9));
+        if (v == 1) CHECK(s.actions == make_1f1b(p, m).actions);  // one chunk is plain 1F1B
+      }
+}
+
+TEST_CASE("interleaved 1F1B: Megatron's order and divisibility rule", "[schedule][zoo]") {
+  const Schedule s = make_interleaved_1f1b(2, 4, 2);
+  // Rank 0: 2(p-1) + (v-1)p = 4 warm-up forwards over chunk 0 then chunk 1, in groups of p.
+  CHECK(to_text(s.actions[0]) == "F0 F1 1F0 1F1 F2 1B0 F3 1B1 1F2 B0 1F3 B1 1B2 1B3 B2 B3");
+  CHECK(to_text(s.actions[1]) == "F0 F1 1F0 1B0 1F1 1B1 F2 B0 F3 B1 1F2 1B2 1F3 1B3 B2 B3");
+  CHECK_THROWS_WITH(make_interleaved_1f1b(4, 6, 2), Catch::Contains("multiple of pipeline_size") &&
+                                                        Catch::Contains("m = 4 or 8"));
+}
+
+TEST_CASE("ZB-H1: unit bubble (p-1)/(3m + p-1), peak memory of 1F1B's first rank", "[schedule][zoo]") {
+  for (int p = 1; p <= 10; ++p)
+    for (int m = 1; m <= 30; ++m) {
+      INFO("p = " << p << ", m = " << m);
+      const Schedule s = make_zb_h1(p, m);
+      REQUIRE(check_schedule(s).empty());
+      REQUIRE(s.split_backward());
+      const SimResult r = simulate(s, SimCosts::unit(s));
+      REQUIRE(r.completed);
+      if (m >= p) {
+        CHECK(r.bubble == Approx(static_cast<double>(p - 1) / (3 * m + p - 1)).margin(1e-9));
+        CHECK(r.makespan == 3 * m + p - 1);
+      }
+      // Held until W: never more than p micro-batches, and the peak over ranks is 1F1B's.
+      const auto zb = peak_live_activations(s), ofob = peak_live_activations(make_1f1b(p, m));
+      CHECK(max_of(zb) == max_of(ofob));
+      for (int x : zb) CHECK(x <= std::min(p, m));
+    }
+}
+
+TEST_CASE("ZB-V: V placement, split backward, bubble and memory", "[schedule][zoo]") {
+  for (int p = 1; p <= 8; ++p)
+    for (int m = 1; m <= 6 * p; ++m) {
+      INFO("p = " << p << ", m = " << m);
+      const Schedule s = make_zb_v(p, m);
+      REQUIRE(check_schedule(s).empty());
+      const SimResult r = simulate(s, chunk_costs(s));
+      REQUIRE(r.completed);
+      if (m >= 2 * p) {
+        // F = B = W = 1/2 per chunk: 3m of work per rank, and the
+        // construction idles (p-1)/2 per rank: bubble (p-1)/(6m + p-1), half
+        // of ZB-H1's and a sixth of 1F1B's (not the paper's zero: the first
+        // forward still has to reach the last rank).
+        CHECK(r.makespan == Approx(3.0 * m + 0.5 * (p - 1)).margin(1e-9));
+        CHECK(r.bubble == Approx(static_cast<double>(p - 1) / (6 * m + p - 1)).margin(1e-9));
+      }
+      // In bytes (2 chunks of equal size): never above 1F1B's first rank.
+      const auto zb = peak_live_activation_bytes(s, std::vector<std::int64_t>(static_cast<std::size_t>(2 * p), 1));
+      const auto ofob = peak_live_activations(make_1f1b(p, m));
+      CHECK(*std::max_element(zb.begin(), zb.end()) <= 2 * max_of(ofob));
+    }
+}
+
+TEST_CASE("validator: a planted deadlock and missing W in split schedules", "[schedule][zoo][validate]") {
+  // Rank 0 waits for B0 before sending F1; rank 1 waits for F1 before its B0.
+  Schedule s = make_zb_h1(2, 2);
+  s.actions[0] = {{ActionKind::F, 0, 0}, {ActionKind::B, 0, 0}, {ActionKind::W, 0, 0},
+                  {ActionKind::F, 1, 0}, {ActionKind::B, 1, 0}, {ActionKind::W, 1, 0}};
+  s.actions[1] = {{ActionKind::F, 0, 0}, {ActionKind::F, 1, 0}, {ActionKind::B, 0, 0},
+                  {ActionKind::B, 1, 0}, {ActionKind::W, 0, 0}, {ActionKind::W, 1, 0}};
+  const auto errors = check_schedule(s);
+  REQUIRE_FALSE(errors.empty());
+  CHECK_THAT(errors.front(), Catch::Contains("deadlock"));
+  Schedule missing = make_zb_h1(2, 2);
+  missing.actions[0].pop_back();  // the last W
+  CHECK_THAT(check_schedule(missing).front(), Catch::Contains("no W, but the schedule splits its backward"));
+  Schedule dup = make_zb_v(2, 4);
+  dup.actions[1].push_back(dup.actions[1].front());
+  CHECK_THAT(check_schedule(dup).front(), Catch::Contains("F appears 2 times"));
+}
+
+TEST_CASE("CSV: every built-in schedule round-trips", "[schedule][zoo][csv]") {
+  for (const Schedule& s : {make_gpipe(3, 5), make_1f1b(4, 6), make_eager_1f1b(3, 4), make_interleaved_1f1b(2, 4, 3),
+                            make_zb_h1(4, 5), make_zb_v(3, 7)}) {
+    INFO(s.name);
+    const std::string csv = schedule_to_csv(s);
+    const Schedule back = schedule_from_csv(csv, s.num_ranks, s.num_microbatches, "x.csv");
+    CHECK(back.actions == s.actions);
+    CHECK(back.chunks_per_rank == s.chunks_per_rank);
+    CHECK(back.placement == s.placement);
+    CHECK(check_schedule(back).empty());
+  }
+  CHECK(schedule_to_csv(make_1f1b(2, 2)) == "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n");
+  CHECK(schedule_to_csv(make_zb_h1(2, 1)) == "0F0,0I0,0W0\n1F0,1I0,1W0\n");
+  // Idle slots (empty cells), spaces and CRLF are accepted.
+  CHECK(schedule_from_csv(" 0F0 ,,0B0\r\n1F0,1B0\r\n", 2, 1, "x.csv").actions == make_1f1b(2, 1).actions);
+}
+
+TEST_CASE("CSV: malformed files name the line and cell", "[schedule][zoo][csv]") {
+  CHECK_THROWS_WITH(schedule_from_csv("0F0,0X0\n1F0\n", 2, 1, "a.csv"), Catch::Contains("a.csv:1: cell 2") &&
+                                                                          Catch::Contains("unknown action kind 'X'"));
+  CHECK_THROWS_WITH(schedule_from_csv("0F0,0SEND_F0\n1F0\n", 2, 1, "a.csv"), Catch::Contains("compute-only form"));
+  CHECK_THROWS_WITH(schedule_from_csv("0F0\n", 2, 1, "a.csv"), Catch::Contains("1 line(s) but the run has pipeline_size = 2"));
+  CHECK_THROWS_WITH(schedule_from_csv("0F0\n1F0\n2F0\n", 2, 1, "a.csv"), Catch::Contains("a.csv:3: more than 2 lines"));
+  CHECK_THROWS_WITH(schedule_from_csv("0F5\n1F0\n", 2, 2, "a.csv"), Catch::Contains("micro-batch 5"));
+  CHECK_THROWS_WITH(schedule_from_csv("0F0,0B0\n1F0,1I0,1W0\n", 2, 1, "a.csv"), Catch::Contains("mixes full backwards"));
+  CHECK_THROWS_WITH(schedule_from_csv("0F0,1F0\n2F0,3F0\n", 2, 1, "a.csv"), Catch::Contains("neither in a loop") &&
+                                                                             Catch::Contains("rank 0 holds 0 1"));
+  CHECK_THROWS_WITH(schedule_from_csv("F0\n1F0\n", 2, 1, "a.csv"), Catch::Contains("is not an action"));
+}
