@@ -1,4 +1,5 @@
-// `pipebench plan JOB.toml [--run NAME]... [--set k=v]... [--format text|json]`
+// `pipebench plan JOB.toml [--run NAME]... [--set k=v]... [--format text|json]
+//                          [--export-schedule csv]`
 // Needs no MPI and no devices.
 #include <cstdio>
 #include <memory>
@@ -11,6 +12,7 @@
 #include "pipebench/core/config.hpp"
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/plan/plan_format.hpp"
+#include "pipebench/schedule/schedule_csv.hpp"
 
 namespace pipebench::cli {
 
@@ -20,6 +22,7 @@ struct PlanOptions {
   std::vector<std::string> runs;
   std::vector<std::string> overrides;
   std::string format = "text";
+  std::string export_schedule;  // "csv": only the selected run's schedule, as CSV
 };
 }  // namespace
 
@@ -31,9 +34,25 @@ Handler add_plan_command(CLI::App& app) {
   cmd->add_option("--run", opts->runs, "only this run (repeatable; default: all runs)");
   cmd->add_option("--set", opts->overrides, "override a key before validation: dotted.key=value, run.NAME.key=value (repeatable)");
   cmd->add_option("--format", opts->format, "output format")->check(CLI::IsMember({"text", "json"}));
+  cmd->add_option("--export-schedule", opts->export_schedule,
+                  "print only the schedule of the one selected run (--run NAME) in the form schedule = \"file:PATH\" "
+                  "reads (docs/schedules.md), to start a schedule of your own from it")
+      ->check(CLI::IsMember({"csv"}));
   return [opts] {
     const Job job = load_job(opts->job_path, opts->overrides);
     const JobPlan plan = plan_job(job, opts->runs);
+    if (!opts->export_schedule.empty()) {
+      if (plan.runs.size() != 1) {
+        std::string names;
+        for (const auto& r : plan.runs) names += (names.empty() ? "" : ", ") + r.run.name;
+        fmt::print(stderr, "pipebench: --export-schedule writes one run's schedule; choose one with --run NAME (runs: {})\n",
+                   names);
+        return kUsageError;
+      }
+      const std::string csv = schedule_to_csv(plan.runs.front().schedule);
+      std::fwrite(csv.data(), 1, csv.size(), stdout);
+      return kOk;
+    }
     const std::string out = opts->format == "json" ? format_plan_json(plan) : format_plan_text(plan);
     std::fwrite(out.data(), 1, out.size(), stdout);
     return kOk;

@@ -21,13 +21,30 @@ for run in doc["runs"]:
     for k in ["makespan_s", "bubble", "peak_live_activations"]:
         assert k in run["simulated"], f"simulated.{k} missing"
     p, m = run["pipeline_size"], run["num_microbatches"]
-    assert len(run["layers_per_stage"]) == p and len(run["stage_params"]) == p and len(run["memory"]) == p
+    v = run["virtual_stages_per_rank"]
+    assert len(run["layers_per_stage"]) == p * v and len(run["stage_rank"]) == p * v
+    assert len(run["stage_params"]) == p and len(run["memory"]) == p
     assert sum(run["layers_per_stage"]) == doc["model"]["layers"]
     assert sum(run["stage_params"]) == doc["model"]["total_params"]
-    assert abs(run["bubble_analytic"] - (p - 1) / (m + p - 1)) < 1e-12
-    assert abs(run["unit"]["bubble"] - run["bubble_analytic"]) < 1e-12
-    steps = p + m - 1 if run["mode"] == "inference" else 2 * (m + p - 1)
-    assert run["unit"]["time_steps"] == steps, (run["unit"]["time_steps"], steps)
+    # The closed form of each schedule (docs/schedules.md) and the unit-cost
+    # steps (every action of every chunk costs 1).
+    sched = run["schedule"]
+    if run["mode"] == "inference":
+        form, steps = (p - 1) / (m + p - 1), p + m - 1
+    elif sched == "interleaved-1f1b":
+        form, steps = (p - 1) / (v * m + p - 1), 2 * v * m + 2 * (p - 1)
+    elif sched == "zb-h1":
+        form, steps = (p - 1) / (3 * m + p - 1), 3 * m + p - 1
+    elif sched == "zb-v":
+        form, steps = ((p - 1) / (6 * m + p - 1), 6 * m + p - 1) if m >= 2 * p else (None, None)
+    else:
+        form, steps = (p - 1) / (m + p - 1), 2 * (m + p - 1)
+    if form is None:
+        assert run["bubble_analytic"] is None, run["bubble_analytic"]
+    else:
+        assert abs(run["bubble_analytic"] - form) < 1e-12, (sched, run["bubble_analytic"], form)
+        assert abs(run["unit"]["bubble"] - run["bubble_analytic"]) < 1e-12, (sched, run["unit"]["bubble"])
+        assert run["unit"]["time_steps"] == steps, (sched, run["unit"]["time_steps"], steps)
     for mem in run["memory"]:
         for k in MEM_KEYS:
             assert k in mem, f"memory.{k} missing"

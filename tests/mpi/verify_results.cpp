@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -33,6 +34,8 @@ std::vector<std::string> problems;
 
 template <typename A, typename B>
 void expect_eq(const A& got, const B& want, const std::string& what) {
+  if constexpr (std::is_floating_point_v<A> && std::is_floating_point_v<B>)
+    if (std::isnan(got) && std::isnan(want)) return;  // "no closed form" on both sides
   if (!(got == want)) problems.push_back(fmt::format("{}: got {}, expected {}", what, got, want));
 }
 

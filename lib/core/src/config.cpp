@@ -497,6 +497,13 @@ void read_schedule(TableReader& r, RunSpec& run, std::vector<std::string>& warni
   run.virtual_stages_per_rank = r.int_in_range("virtual_stages_per_rank", 1, kMaxVirtualStagesPerRank, any_v ? 1 : fixed);
   if (run.mode == RunMode::inference) {
     run.virtual_stages_per_rank = 1;
+  } else if (run.schedule == ScheduleKind::interleaved_one_f_one_b && run.num_microbatches % run.pipeline_size != 0) {
+    const int below = run.num_microbatches / run.pipeline_size * run.pipeline_size;
+    r.fail_at(r.find("num_microbatches") ? *r.find("num_microbatches") : r.value(), "num_microbatches",
+              fmt::format("interleaved-1f1b runs micro-batches in groups of pipeline_size = {}, so num_microbatches must be "
+                          "a multiple of it (got {}; use {}{})",
+                          run.pipeline_size, run.num_microbatches, below > 0 ? fmt::format("{} or ", below) : "",
+                          below + run.pipeline_size));
   } else if (!any_v && run.virtual_stages_per_rank != fixed) {
     r.fail_at(*r.find("virtual_stages_per_rank"), "virtual_stages_per_rank",
               fmt::format("schedule \"{}\" holds {} model chunk(s) per rank; virtual_stages_per_rank = {} needs schedule "

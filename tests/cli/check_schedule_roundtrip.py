@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""check_schedule_roundtrip.py PIPEBENCH JOB.toml OUTDIR
+
+For every training run of JOB: `plan --run R --export-schedule csv` writes its
+schedule; the same run planned with `--set run.R.schedule=file:CSV` (and its
+virtual_stages_per_rank) must have the identical per-rank action lists
+(`schedule_text` of `plan --format json`), the same unit-cost bubble, and the
+results must not depend on where the CSV came from.
+"""
+import json
+import os
+import subprocess
+import sys
+
+
+def plan_json(pipebench, job, *args):
+    out = subprocess.run([pipebench, "plan", job, "--format", "json", *args], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def main():
+    pipebench, job, out = sys.argv[1:4]
+    os.makedirs(out, exist_ok=True)
+    problems = []
+    runs = [r for r in plan_json(pipebench, job)["runs"] if r["mode"] == "train"]
+    for r in runs:
+        name = r["name"]
+        csv = os.path.join(out, f"{name}.csv")
+        text = subprocess.run([pipebench, "plan", job, "--run", name, "--export-schedule", "csv"], check=True,
+                              capture_output=True, text=True).stdout
+        with open(csv, "w") as f:
+            f.write(text)
+        back = plan_json(pipebench, job, "--run", name, "--set", f"run.{name}.schedule=file:{csv}",
+                         "--set", f"run.{name}.virtual_stages_per_rank={r['virtual_stages_per_rank']}")["runs"][0]
+        same = back["schedule_text"] == r["schedule_text"] and back["unit"] == r["unit"]
+        print(f"{name}: {r['schedule']} -> {len(text.splitlines())} lines -> {back['schedule']}: "
+              f"{'identical' if same else 'DIFFERENT'}")
+        if not same:
+            problems.append(name)
+    if len(runs) < 2:
+        problems.append(f"only {len(runs)} training runs in {job}")
+    for p in problems:
+        print("FAIL:", p)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
