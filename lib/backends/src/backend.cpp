@@ -30,13 +30,7 @@ StageSpec stage_spec(const RunPlan& plan, int rank, bool transport_uses_device_m
 }
 
 std::string unsupported_reason(BackendKind backend, const RunPlan& plan) {
-  if (backend == BackendKind::sim) return "";
-  if (backend == BackendKind::cpu) {
-    if (plan.schedule.split_backward())
-      return fmt::format("schedule {} splits the backward (W actions); the cpu backend does not yet (sim does)",
-                         plan.schedule.name);
-    return "";
-  }
+  if (backend != BackendKind::cuda) return "";
   if (plan.schedule.chunks_per_rank > 1)
     return fmt::format("schedule {} holds {} model chunks per rank; the cuda backend runs one (sim and cpu run more)",
                        plan.schedule.name, plan.schedule.chunks_per_rank);

@@ -26,6 +26,8 @@ Cost ModelDesc::embedding(int b) const {
   Cost c;
   c.params = (v * h + s * h).value();
   c.activation_bytes = (tokens * kTokenIdBytes).value();
+  // Its whole backward is W (a scatter-add): the gradient arriving at its output.
+  c.split_stash_bytes = (I(dtype_bytes(dtype_)) * tokens * h).value();
   return c;
 }
 
@@ -46,12 +48,17 @@ Cost ModelDesc::block(int b) const {
     // fc1 pre-activation and GELU out (2f), mean/rstd of both LayerNorms (4);
     // plus the attention probabilities [b, heads, s, s].
     c.activation_bytes = (e * (tokens * (I(8) * h + I(2) * f + 4) + I(b) * a * s * s)).value();
+    // Split backward: the gradients at the outputs of fc2 (h), fc1 (f), ln2
+    // (h), proj (h), qkv (3h) and ln1 (h).
+    c.split_stash_bytes = (e * tokens * (I(7) * h + f)).value();
   } else {
     // fc1 [h,f]+[f] + fc2 [f,h]+[h], residual around both.
     c.params = (I(2) * h * f + f + h).value();
     c.forward_flops = 2.0 * t * (2.0 * hd * fd);
     // Per token: x (fc1 input), fc1 pre-activation, GELU out.
     c.activation_bytes = (e * tokens * (h + I(2) * f)).value();
+    // Split backward: the gradients at the outputs of fc2 (h) and fc1 (f).
+    c.split_stash_bytes = (e * tokens * (h + f)).value();
   }
   c.backward_flops = 2.0 * c.forward_flops;
   return c;
@@ -69,6 +76,9 @@ Cost ModelDesc::head(int b) const {
   c.backward_flops = 2.0 * c.forward_flops;
   // Per token: LN input, LN out, mean/rstd, softmax probabilities; int32 targets.
   c.activation_bytes = (e * tokens * (I(2) * h + 2 + v) + tokens * kTokenIdBytes).value();
+  // Split backward: the gradient at the LayerNorm's output (the LM head's
+  // output gradient overwrites the probabilities in place and stays there).
+  c.split_stash_bytes = (e * tokens * h).value();
   return c;
 }
 

@@ -96,12 +96,14 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
 
   const Schedule& sched = plan.schedule;
   std::vector<Cost>& chunk_cost = plan.stage_costs;
-  std::vector<std::int64_t> chunk_activation_bytes;
+  std::vector<std::int64_t> chunk_activation_bytes, chunk_stash_bytes;
   for (const StageRange& range : plan.partition.stages) {
     chunk_cost.push_back(model.stage(b, range.num_layers, range.has_embedding, range.has_head));
     chunk_activation_bytes.push_back(chunk_cost.back().activation_bytes);
+    chunk_stash_bytes.push_back(chunk_cost.back().split_stash_bytes);
   }
-  const std::vector<std::int64_t> peak_bytes = peak_live_activation_bytes(sched, chunk_activation_bytes);
+  const std::vector<std::int64_t> peak_bytes = peak_live_activation_bytes(
+      sched, chunk_activation_bytes, sched.split_backward() ? chunk_stash_bytes : std::vector<std::int64_t>{});
   const StateBytes per_param = state_bytes_per_param(job.train.optimizer, plan.storage_dtype);
   const auto capacity = static_cast<double>(job.device.memory_capacity_bytes);
   const int V = sched.num_virtual_stages();

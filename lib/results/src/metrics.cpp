@@ -176,7 +176,9 @@ std::size_t add_step_figures(RunResult& r, const Job& job, const RunPlan& plan, 
   std::size_t steps = std::numeric_limits<std::size_t>::max();
   for (const auto& rk : ranks) steps = std::min(steps, rk.steps.size());
   if (ranks.empty()) steps = 0;
-  const std::size_t last = P - 1;
+  // The rank holding the last virtual stage computes the loss (rank 0 in a V).
+  const int V = plan.schedule.num_virtual_stages();
+  const std::size_t last = ranks.empty() ? 0 : static_cast<std::size_t>(plan.schedule.rank_of(V - 1));
   std::vector<double> counted_time, counted_slowest, counted_bubble, counted_imbalance;
   for (std::size_t k = 0; k < steps; ++k) {
     double t = 0.0, busy_sum = 0.0, busy_max = 0.0;

@@ -35,8 +35,10 @@ SimCosts SimCosts::unit(const Schedule& s) {
   return SimCosts{std::vector<double>(V, 1.0), std::vector<double>(V, 1.0), std::vector<double>(V, 1.0), 0.0};
 }
 
-std::vector<std::int64_t> peak_live_activation_bytes(const Schedule& s, const std::vector<std::int64_t>& bytes) {
-  if (bytes.size() != static_cast<std::size_t>(s.num_virtual_stages()))
+std::vector<std::int64_t> peak_live_activation_bytes(const Schedule& s, const std::vector<std::int64_t>& bytes,
+                                                     const std::vector<std::int64_t>& stash) {
+  const auto V = static_cast<std::size_t>(s.num_virtual_stages());
+  if (bytes.size() != V || (!stash.empty() && stash.size() != V))
     throw ScheduleError(fmt::format("peak_live_activation_bytes: sizes for {} virtual stages, schedule has {}",
                                     bytes.size(), s.num_virtual_stages()));
   std::vector<std::int64_t> peaks(static_cast<std::size_t>(s.num_ranks), 0);
@@ -50,9 +52,11 @@ std::vector<std::int64_t> peak_live_activation_bytes(const Schedule& s, const st
     std::int64_t live = 0;
     for (const auto& a : list) {
       const bool released_by_w = has_w[static_cast<std::size_t>(a.chunk * s.num_microbatches + a.microbatch)];
-      const std::int64_t b = bytes[static_cast<std::size_t>(s.virtual_stage(static_cast<int>(r), a.chunk))];
+      const auto v = static_cast<std::size_t>(s.virtual_stage(static_cast<int>(r), a.chunk));
+      const std::int64_t b = bytes[v], kept = stash.empty() || !released_by_w ? 0 : stash[v];
       if (a.kind == ActionKind::F) live += b;
-      else if ((a.kind == ActionKind::B && !released_by_w) || a.kind == ActionKind::W) live -= b;
+      else if (a.kind == ActionKind::B) live += released_by_w ? kept : -b;
+      else live -= b + kept;
       peaks[r] = std::max(peaks[r], live);
     }
   }

@@ -50,6 +50,8 @@ void CpuBackend::build(const StageSpec& spec) {
     }
     c.slab_bytes = static_cast<std::uint64_t>(layout.activation_bytes);
     c.slabs.resize(m);
+    c.stash.resize(m);
+    for (const Piece& p : c.pieces) c.stash_floats += stash_floats(p);
     // Initial weights: a function of (seed, piece, tensor, element) only.
     for (const Piece& p : c.pieces)
       for (std::size_t t = 0; t < p.tensors.size(); ++t) initial_values(ms, p, t, c.params.data() + p.tensors[t].offset);
@@ -199,87 +201,191 @@ const float* CpuBackend::probs(int mb) const {
   return act(c, mb, p, HeadActs(tokens_, job_.model.hidden, job_.model.vocab).probs);
 }
 
-void CpuBackend::backward_piece(Chunk& c, const Piece& p, int mb, const float* dy, float* dx) {
-  const ModelSpec& ms = job_.model;
-  const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, V = ms.vocab;
-  const int B = spec_.micro_batch_size;
-  const float* W = c.params.data();
-  float* G = c.grads.data();
-  auto act = [&](int m, const Piece& q, std::int64_t off) { return this->act(c, m, q, off); };
-  auto w = [&](std::size_t t) { return W + p.tensors[t].offset; };
-  auto g = [&](std::size_t t) { return G + p.tensors[t].offset; };
-  const std::int64_t Th = static_cast<std::int64_t>(T) * h;
-  // Workspace carving (see build): dgelu, dh, dx2, dqkv, [ping, pong], scratch.
-  float* dgelu = workspace_.data();
-  float* dh = dgelu + static_cast<std::int64_t>(T) * f;
-  float* dx2 = dh + Th;
-  float* dqkv = dx2 + Th;
-  float* scratch = dqkv + 3 * Th + 2 * Th;
+// Stash of piece p (split backward): the output gradients its W needs, in
+// floats: embedding [T,h]; gpt block fc2 out [T,h], fc1 out [T,f], ln2 out
+// [T,h], proj out [T,h], qkv [T,3h], ln1 out [T,h]; mlp block fc2 out [T,h],
+// fc1 out [T,f]; head ln out [T,h] (its logits gradient stays in the slab).
+std::int64_t CpuBackend::stash_floats(const Piece& p) const {
+  const std::int64_t T = tokens_, h = job_.model.hidden, f = job_.model.ffn_hidden;
   switch (p.kind) {
-    case PieceKind::embedding:
-      cpu::embedding_backward(reinterpret_cast<const std::int32_t*>(act(mb, p, 0)), dy, g(0), g(1), B, s, h);
-      break;
-    case PieceKind::gpt: {
-      const GptActs a(T, h, f);
-      cpu::linear_backward(act(mb, p, a.gelu), w(10), dy, dgelu, g(10), g(11), T, f, h);
-      cpu::gelu_backward(act(mb, p, a.pre), dgelu, dgelu, static_cast<std::int64_t>(T) * f);
-      cpu::linear_backward(act(mb, p, a.ln2), w(8), dgelu, dh, g(8), g(9), T, h, f);
-      std::memcpy(dx2, dy, sizeof(float) * static_cast<std::size_t>(Th));
-      cpu::layernorm_backward(dh, act(mb, p, a.x2), w(6), act(mb, p, a.mean2), act(mb, p, a.rstd2), dx2, g(6), g(7), T, h);
-      cpu::linear_backward(act(mb, p, a.attn), w(4), dx2, dh, g(4), g(5), T, h, h);
-      cpu::attention_backward(dh, act(mb, p, a.qkv), act(mb, p, a.probs), dqkv, scratch, B, s, h, ms.heads);
-      cpu::linear_backward(act(mb, p, a.ln1), w(2), dqkv, dh, g(2), g(3), T, h, 3 * h);
-      std::memcpy(dx, dx2, sizeof(float) * static_cast<std::size_t>(Th));
-      cpu::layernorm_backward(dh, act(mb, p, a.x), w(0), act(mb, p, a.mean1), act(mb, p, a.rstd1), dx, g(0), g(1), T, h);
-      break;
-    }
-    case PieceKind::mlp: {
-      const float* x = act(mb, p, 0);
-      const float* pre = x + Th;
-      const float* gl = pre + static_cast<std::int64_t>(T) * f;
-      cpu::linear_backward(gl, w(2), dy, dgelu, g(2), g(3), T, f, h);
-      cpu::gelu_backward(pre, dgelu, dgelu, static_cast<std::int64_t>(T) * f);
-      std::memcpy(dx, dy, sizeof(float) * static_cast<std::size_t>(Th));
-      cpu::linear_backward(x, w(0), dgelu, dx, g(0), g(1), T, h, f, true);
+    case PieceKind::embedding: return T * h;
+    case PieceKind::gpt: return T * (7 * h + f);
+    case PieceKind::mlp: return T * (h + f);
+    case PieceKind::head: return T * h;
+  }
+  return 0;
+}
+
+// The backward of one piece. Pass::full: input and weight gradients now.
+// Pass::input (B of a split backward): the input gradient, saving in `st`
+// (this piece's stash) what the weight gradients need. Pass::weight (W):
+// the weight gradients from `st` and the activations. The kernels' fused
+// forms are their input and weight parts, so the bits are the same either way.
+void CpuBackend::backward_piece(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* st) {
+  switch (p.kind) {
+    case PieceKind::embedding: {
+      const auto* tokens = reinterpret_cast<const std::int32_t*>(act(c, mb, p, 0));
+      const int B = spec_.micro_batch_size, s = job_.model.seq_len, h = job_.model.hidden;
+      if (pass == Pass::input) std::memcpy(st, dy, sizeof(float) * static_cast<std::size_t>(tokens_ * h));
+      else cpu::embedding_backward(tokens, pass == Pass::weight ? st : dy, grad(c, p, 0), grad(c, p, 1), B, s, h);
       break;
     }
-    case PieceKind::head: {
-      const HeadActs a(T, h, V);
-      float* probs = act(mb, p, a.probs);
-      // d(step loss)/d(logits): the step loss is the mean over micro-batches
-      // of the mean over tokens.
-      const float scale = 1.0f / (static_cast<float>(T) * static_cast<float>(spec_.num_microbatches));
-      cpu::softmax_crossentropy_backward(probs, reinterpret_cast<const std::int32_t*>(act(mb, p, a.targets)), T, V, scale);
-      cpu::linear_backward(act(mb, p, a.ln), w(2), probs, dh, g(2), nullptr, T, h, V);
-      std::memset(dx, 0, sizeof(float) * static_cast<std::size_t>(Th));
-      cpu::layernorm_backward(dh, act(mb, p, a.x), w(0), act(mb, p, a.mean), act(mb, p, a.rstd), dx, g(0), g(1), T, h);
-      break;
-    }
+    case PieceKind::gpt: backward_gpt(c, p, mb, dy, dx, pass, st); break;
+    case PieceKind::mlp: backward_mlp(c, p, mb, dy, dx, pass, st); break;
+    case PieceKind::head: backward_head(c, p, mb, dx, pass, st); break;
   }
 }
 
+void CpuBackend::backward_gpt(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* st) {
+  const int T = static_cast<int>(tokens_), h = job_.model.hidden, f = job_.model.ffn_hidden;
+  const std::int64_t Th = static_cast<std::int64_t>(T) * h, Tf = static_cast<std::int64_t>(T) * f;
+  const GptActs a(T, h, f);
+  auto A = [&](std::int64_t off) { return act(c, mb, p, off); };
+  auto w = [&](std::size_t t) { return weight(c, p, t); };
+  auto g = [&](std::size_t t) { return grad(c, p, t); };
+  // Output gradients: in the stash (split) or the workspace (see build).
+  float* ws = workspace_.data();
+  const bool split = pass != Pass::full;
+  float* d_fc2 = split ? st : const_cast<float*>(dy);
+  float* d_fc1 = split ? st + Th : ws;
+  float* d_ln2 = split ? st + Th + Tf : ws + Tf;
+  float* d_proj = split ? st + 2 * Th + Tf : ws + Tf + Th;
+  float* d_qkv = split ? st + 3 * Th + Tf : ws + Tf + 2 * Th;
+  float* d_ln1 = split ? st + 6 * Th + Tf : ws + Tf;
+  float* d_attn = ws + Tf;  // no weights: never stashed
+  float* scratch = ws + Tf + 7 * Th;
+  if (pass != Pass::input) {  // weights: from the output gradients of this pass or of B
+    if (pass == Pass::full) {
+      cpu::linear_backward_weight(A(a.gelu), d_fc2, g(10), g(11), T, f, h);
+    } else {
+      cpu::linear_backward_weight(A(a.gelu), d_fc2, g(10), g(11), T, f, h);
+      cpu::linear_backward_weight(A(a.ln2), d_fc1, g(8), g(9), T, h, f);
+      cpu::layernorm_backward_weight(d_ln2, A(a.x2), A(a.mean2), A(a.rstd2), g(6), g(7), T, h);
+      cpu::linear_backward_weight(A(a.attn), d_proj, g(4), g(5), T, h, h);
+      cpu::linear_backward_weight(A(a.ln1), d_qkv, g(2), g(3), T, h, 3 * h);
+      cpu::layernorm_backward_weight(d_ln1, A(a.x), A(a.mean1), A(a.rstd1), g(0), g(1), T, h);
+      return;
+    }
+  }
+  if (split) std::memcpy(d_fc2, dy, sizeof(float) * static_cast<std::size_t>(Th));
+  const bool full = pass == Pass::full;
+  cpu::linear_backward_input(w(10), d_fc2, d_fc1, T, f, h);
+  cpu::gelu_backward(A(a.pre), d_fc1, d_fc1, Tf);
+  if (full) cpu::linear_backward_weight(A(a.ln2), d_fc1, g(8), g(9), T, h, f);
+  cpu::linear_backward_input(w(8), d_fc1, d_ln2, T, h, f);
+  std::memcpy(d_proj, dy, sizeof(float) * static_cast<std::size_t>(Th));
+  if (full) cpu::layernorm_backward_weight(d_ln2, A(a.x2), A(a.mean2), A(a.rstd2), g(6), g(7), T, h);
+  cpu::layernorm_backward_input(d_ln2, A(a.x2), w(6), A(a.mean2), A(a.rstd2), d_proj, T, h);
+  if (full) cpu::linear_backward_weight(A(a.attn), d_proj, g(4), g(5), T, h, h);
+  cpu::linear_backward_input(w(4), d_proj, d_attn, T, h, h);
+  cpu::attention_backward(d_attn, A(a.qkv), A(a.probs), d_qkv, scratch, spec_.micro_batch_size, job_.model.seq_len, h,
+                          job_.model.heads);
+  if (full) cpu::linear_backward_weight(A(a.ln1), d_qkv, g(2), g(3), T, h, 3 * h);
+  cpu::linear_backward_input(w(2), d_qkv, d_ln1, T, h, 3 * h);
+  std::memcpy(dx, d_proj, sizeof(float) * static_cast<std::size_t>(Th));
+  if (full) cpu::layernorm_backward_weight(d_ln1, A(a.x), A(a.mean1), A(a.rstd1), g(0), g(1), T, h);
+  cpu::layernorm_backward_input(d_ln1, A(a.x), w(0), A(a.mean1), A(a.rstd1), dx, T, h);
+}
+
+void CpuBackend::backward_mlp(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* st) {
+  const int T = static_cast<int>(tokens_), h = job_.model.hidden, f = job_.model.ffn_hidden;
+  const std::int64_t Th = static_cast<std::int64_t>(T) * h;
+  const float* x = act(c, mb, p, 0);
+  const float* pre = x + Th;
+  const float* gl = pre + static_cast<std::int64_t>(T) * f;
+  const bool split = pass != Pass::full;
+  float* d_fc2 = split ? st : const_cast<float*>(dy);
+  float* d_fc1 = split ? st + Th : workspace_.data();
+  if (pass == Pass::weight) {
+    cpu::linear_backward_weight(gl, d_fc2, grad(c, p, 2), grad(c, p, 3), T, f, h);
+    cpu::linear_backward_weight(x, d_fc1, grad(c, p, 0), grad(c, p, 1), T, h, f);
+    return;
+  }
+  if (split) std::memcpy(d_fc2, dy, sizeof(float) * static_cast<std::size_t>(Th));
+  if (!split) cpu::linear_backward_weight(gl, d_fc2, grad(c, p, 2), grad(c, p, 3), T, f, h);
+  cpu::linear_backward_input(weight(c, p, 2), d_fc2, d_fc1, T, f, h);
+  cpu::gelu_backward(pre, d_fc1, d_fc1, static_cast<std::int64_t>(T) * f);
+  std::memcpy(dx, dy, sizeof(float) * static_cast<std::size_t>(Th));
+  if (!split) cpu::linear_backward_weight(x, d_fc1, grad(c, p, 0), grad(c, p, 1), T, h, f);
+  cpu::linear_backward_input(weight(c, p, 0), d_fc1, dx, T, h, f, true);
+}
+
+void CpuBackend::backward_head(Chunk& c, const Piece& p, int mb, float* dx, Pass pass, float* st) {
+  const int T = static_cast<int>(tokens_), h = job_.model.hidden, V = job_.model.vocab;
+  const HeadActs a(T, h, V);
+  auto A = [&](std::int64_t off) { return act(c, mb, p, off); };
+  float* probs = A(a.probs);  // becomes d(logits) in place, kept in the slab until W
+  float* d_ln = pass == Pass::full ? workspace_.data() + static_cast<std::int64_t>(T) * job_.model.ffn_hidden : st;
+  if (pass == Pass::weight) {
+    cpu::linear_backward_weight(A(a.ln), probs, grad(c, p, 2), nullptr, T, h, V);
+    cpu::layernorm_backward_weight(d_ln, A(a.x), A(a.mean), A(a.rstd), grad(c, p, 0), grad(c, p, 1), T, h);
+    return;
+  }
+  // d(step loss)/d(logits): the step loss is the mean over micro-batches of the mean over tokens.
+  const float scale = 1.0f / (static_cast<float>(T) * static_cast<float>(spec_.num_microbatches));
+  cpu::softmax_crossentropy_backward(probs, reinterpret_cast<const std::int32_t*>(A(a.targets)), T, V, scale);
+  if (pass == Pass::full) cpu::linear_backward_weight(A(a.ln), probs, grad(c, p, 2), nullptr, T, h, V);
+  cpu::linear_backward_input(weight(c, p, 2), probs, d_ln, T, h, V);
+  std::memset(dx, 0, sizeof(float) * static_cast<std::size_t>(static_cast<std::int64_t>(T) * h));
+  if (pass == Pass::full)
+    cpu::layernorm_backward_weight(d_ln, A(a.x), A(a.mean), A(a.rstd), grad(c, p, 0), grad(c, p, 1), T, h);
+  cpu::layernorm_backward_input(d_ln, A(a.x), weight(c, p, 0), A(a.mean), A(a.rstd), dx, T, h);
+}
+
+// B: the pieces from the last to the first, each handing its input gradient
+// to the one before it; with a split backward each also fills its part of
+// the micro-batch's stash, and the activations stay until W.
 void CpuBackend::backward(int /*step*/, int mb, int chunk) {
   Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
   const bool has_next = spec_.sends(chunk), has_prev = spec_.receives(chunk);
+  const Pass pass = spec_.split_backward ? Pass::input : Pass::full;
+  float* stash = pass == Pass::input ? acquire_stash(c, mb) : nullptr;
   const std::int64_t Th = tokens_ * job_.model.hidden;
   float* ping = workspace_.data() + tokens_ * job_.model.ffn_hidden + 5 * Th;
   float* pong = ping + Th;
   const float* dy = has_next ? c.recv_next.data() : nullptr;  // the head starts from the loss
+  std::int64_t offset = c.stash_floats;
   for (std::size_t k = c.pieces.size(); k-- > 0;) {
     const Piece& p = c.pieces[k];
+    offset -= stash_floats(p);
     float* dx = nullptr;
     if (p.kind != PieceKind::embedding) {
       if (k == 0) dx = has_prev ? c.send_prev[static_cast<std::size_t>(mb)].data() : nullptr;
       else dx = (dy == ping) ? pong : ping;
     }
-    backward_piece(c, p, mb, dy, dx);
+    backward_piece(c, p, mb, dy, dx, pass, stash ? stash + offset : nullptr);
     dy = dx;
   }
+  if (pass == Pass::full) release_slab(c, mb);
+}
+
+// W: every piece's weight gradients from the stash B left, then the
+// micro-batch's activations and stash are released.
+void CpuBackend::weight_grad(int /*step*/, int mb, int chunk) {
+  Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
+  float* stash = c.stash[static_cast<std::size_t>(mb)].get();
+  if (!spec_.split_backward || !stash)
+    throw Error(fmt::format("cpu backend: W of micro-batch {} (chunk {}) without its B", mb, chunk));
+  std::int64_t offset = 0;
+  for (const Piece& p : c.pieces) {
+    backward_piece(c, p, mb, nullptr, nullptr, Pass::weight, stash + offset);
+    offset += stash_floats(p);
+  }
+  release_stash(c, mb);
   release_slab(c, mb);
 }
 
-void CpuBackend::weight_grad(int /*step*/, int /*microbatch*/, int /*chunk*/) {
-  throw Error("cpu backend: split backward (W actions) is not implemented; B computes all gradients");
+float* CpuBackend::acquire_stash(Chunk& c, int mb) {
+  auto& slot = c.stash[static_cast<std::size_t>(mb)];
+  const auto bytes = static_cast<std::uint64_t>(c.stash_floats) * sizeof(float);
+  memory_.reserve(MemCategory::activations, bytes,
+                  fmt::format("output gradients of micro-batch {} kept for its weight gradient", mb));
+  if (!slot) slot.reset(new float[static_cast<std::size_t>(c.stash_floats)]);
+  return slot.get();
+}
+
+void CpuBackend::release_stash(Chunk& c, int /*mb*/) {
+  memory_.release(MemCategory::activations, static_cast<std::uint64_t>(c.stash_floats) * sizeof(float));
 }
 
 void CpuBackend::grad_sq_norm_by_piece(std::vector<double>& per_piece) const {

@@ -25,17 +25,24 @@ void linear_forward(const float* x, const float* W, const float* b, float* y, in
     }
 }
 
-void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db, int T, int in,
-                     int out, bool accumulate_dx) {
+void linear_backward_weight(const float* x, const float* dy, float* dW, float* db, int T, int in, int out) {
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, out, T, 1.0f, x, in, dy, out, 1.0f, dW, out);
   if (db)
     for (int t = 0; t < T; ++t) {
       const float* row = dy + static_cast<std::int64_t>(t) * out;
       for (int o = 0; o < out; ++o) db[o] += row[o];
     }
-  if (dx)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, in, out, 1.0f, dy, out, W, out,
-                accumulate_dx ? 1.0f : 0.0f, dx, in);
+}
+
+void linear_backward_input(const float* W, const float* dy, float* dx, int T, int in, int out, bool accumulate_dx) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, in, out, 1.0f, dy, out, W, out, accumulate_dx ? 1.0f : 0.0f,
+              dx, in);
+}
+
+void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db, int T, int in,
+                     int out, bool accumulate_dx) {
+  linear_backward_weight(x, dy, dW, db, T, in, out);
+  if (dx) linear_backward_input(W, dy, dx, T, in, out, accumulate_dx);
 }
 
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* out, float* mean, float* rstd,
@@ -57,8 +64,21 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
   }
 }
 
-void layernorm_backward(const float* dout, const float* x, const float* gamma, const float* mean, const float* rstd,
-                        float* dx, float* dgamma, float* dbeta, int T, int C) {
+void layernorm_backward_weight(const float* dout, const float* x, const float* mean, const float* rstd, float* dgamma,
+                               float* dbeta, int T, int C) {
+  for (int t = 0; t < T; ++t) {
+    const float* d = dout + static_cast<std::int64_t>(t) * C;
+    const float* xr = x + static_cast<std::int64_t>(t) * C;
+    const float m = mean[t], r = rstd[t];
+    for (int c = 0; c < C; ++c) {
+      dbeta[c] += d[c];
+      dgamma[c] += (xr[c] - m) * r * d[c];
+    }
+  }
+}
+
+void layernorm_backward_input(const float* dout, const float* x, const float* gamma, const float* mean,
+                              const float* rstd, float* dx, int T, int C) {
   for (int t = 0; t < T; ++t) {
     const float* d = dout + static_cast<std::int64_t>(t) * C;
     const float* xr = x + static_cast<std::int64_t>(t) * C;
@@ -75,12 +95,15 @@ void layernorm_backward(const float* dout, const float* x, const float* gamma, c
     dnorm_norm_mean /= static_cast<float>(C);
     for (int c = 0; c < C; ++c) {
       const float norm = (xr[c] - m) * r;
-      const float dnorm = gamma[c] * d[c];
-      dbeta[c] += d[c];
-      dgamma[c] += norm * d[c];
-      dxr[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
+      dxr[c] += (gamma[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * r;
     }
   }
+}
+
+void layernorm_backward(const float* dout, const float* x, const float* gamma, const float* mean, const float* rstd,
+                        float* dx, float* dgamma, float* dbeta, int T, int C) {
+  layernorm_backward_weight(dout, x, mean, rstd, dgamma, dbeta, T, C);
+  layernorm_backward_input(dout, x, gamma, mean, rstd, dx, T, C);
 }
 
 namespace {

@@ -30,7 +30,8 @@ void SimBackend::build(const StageSpec& spec) {
     const Cost cost = model.stage(spec.micro_batch_size, r.num_layers, r.has_embedding, r.has_head);
     cost_ += cost;
     chunks_.push_back({cost.forward_flops / speed, cost.backward_flops / speed,
-                       static_cast<std::uint64_t>(cost.activation_bytes)});
+                       static_cast<std::uint64_t>(cost.activation_bytes),
+                       static_cast<std::uint64_t>(cost.split_stash_bytes)});
     comm += static_cast<std::uint64_t>(
         model.comm_bytes(spec.micro_batch_size, spec.num_microbatches, spec.receives(c), spec.sends(c), train));
   }
@@ -102,6 +103,8 @@ void SimBackend::release_activation(int chunk) {
 void SimBackend::backward(int /*step*/, int microbatch, int chunk) {
   const Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
   if (spec_.split_backward) {
+    memory_.reserve(MemCategory::activations, c.stash_bytes,
+                    fmt::format("output gradients of micro-batch {} kept for its weight gradient", microbatch));
     busy_for(0.5 * c.backward_s, "backward (input gradient)", microbatch, action_id(1, chunk));
     return;
   }
@@ -110,8 +113,9 @@ void SimBackend::backward(int /*step*/, int microbatch, int chunk) {
 }
 
 void SimBackend::weight_grad(int /*step*/, int microbatch, int chunk) {
-  busy_for(0.5 * chunks_.at(static_cast<std::size_t>(chunk)).backward_s, "backward (weight gradient)", microbatch,
-           action_id(2, chunk));
+  const Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
+  busy_for(0.5 * c.backward_s, "backward (weight gradient)", microbatch, action_id(2, chunk));
+  memory_.release(MemCategory::activations, c.stash_bytes);
   release_activation(chunk);
 }
 

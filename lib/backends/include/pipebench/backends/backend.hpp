@@ -74,8 +74,8 @@ struct StageSpec {
 StageSpec stage_spec(const RunPlan& plan, int rank, bool transport_uses_device_memory);
 
 // Why `backend` cannot run `plan` ("" when it can): model chunks beyond one
-// per rank run on sim and cpu, a split backward (W actions) on sim only; the
-// cuda backend runs neither yet.
+// per rank and a split backward (W actions) run on sim and cpu; the cuda
+// backend runs neither yet.
 std::string unsupported_reason(BackendKind backend, const RunPlan& plan);
 
 class Backend {

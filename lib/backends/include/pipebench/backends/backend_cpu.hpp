@@ -76,10 +76,23 @@ class CpuBackend final : public Backend {
     std::uint64_t slab_bytes = 0;
     std::vector<std::unique_ptr<std::byte[]>> slabs;  // per micro-batch; null when not live
     std::vector<std::unique_ptr<std::byte[]>> free_slabs;
+    // Split backward: per micro-batch, the output gradients W needs (kept
+    // allocated; tracked from B to W), stash_floats of them.
+    std::int64_t stash_floats = 0;
+    std::vector<std::unique_ptr<float[]>> stash;
   };
+  enum class Pass { full, input, weight };
   float* act(const Chunk& c, int mb, const Piece& p, std::int64_t float_offset) const;
   void forward_piece(const Chunk& c, const Piece& p, int mb, const float* in, float* out);
-  void backward_piece(Chunk& c, const Piece& p, int mb, const float* dy, float* dx);
+  void backward_piece(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* stash);
+  void backward_gpt(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* stash);
+  void backward_mlp(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* stash);
+  void backward_head(Chunk& c, const Piece& p, int mb, float* dx, Pass pass, float* stash);
+  std::int64_t stash_floats(const Piece& p) const;
+  float* acquire_stash(Chunk& c, int mb);
+  void release_stash(Chunk& c, int mb);
+  const float* weight(const Chunk& c, const Piece& p, std::size_t t) const { return c.params.data() + p.tensors[t].offset; }
+  float* grad(Chunk& c, const Piece& p, std::size_t t) { return c.grads.data() + p.tensors[t].offset; }
   float* piece_input(const Chunk& c, int mb, std::size_t piece_index) const;
   void acquire_slab(Chunk& c, int mb);
   void release_slab(Chunk& c, int mb);

@@ -7,9 +7,11 @@
 // Accounting: build reserves params, and for training grads and optimizer
 // state (model.hpp sizes), plus the communication buffers of
 // ModelDesc::comm_bytes (as the cpu backend allocates them). forward(mb)
-// reserves the micro-batch's activation bytes; training releases them in backward(mb) (or weight_grad(mb) when the
-// schedule splits the backward, B and W then taking half the backward time
-// each), inference at the end of forward(mb).
+// reserves the micro-batch's activation bytes; training releases them in
+// backward(mb), or, when the schedule splits the backward (B and W then take
+// half the backward time each), B reserves the output gradients W needs
+// (Cost::split_stash_bytes) and weight_grad(mb) releases both; inference
+// releases them at the end of forward(mb).
 #pragma once
 
 #include "pipebench/backends/backend.hpp"
@@ -52,6 +54,7 @@ class SimBackend final : public Backend {
   struct Chunk {
     double forward_s = 0.0, backward_s = 0.0;  // modelled, per micro-batch
     std::uint64_t activation_bytes = 0;
+    std::uint64_t stash_bytes = 0;  // split backward: kept from B to W
   };
   const Job& job_;
   MemoryTracker memory_;

@@ -22,15 +22,26 @@ const char* blas_config();
 void linear_forward(const float* x, const float* W, const float* b, float* y, int T, int in, int out,
                     bool accumulate = false);
 // dW += xᵀ·dy, db += Σ_t dy; dx = dy·Wᵀ (dx may be null; with accumulate_dx, dx +=).
+// It is exactly linear_backward_weight then linear_backward_input: a split
+// backward (B now, W later) computes the same bits.
 void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db, int T, int in,
                      int out, bool accumulate_dx = false);
+// The weight part: dW += xᵀ·dy, db += Σ_t dy (db may be null).
+void linear_backward_weight(const float* x, const float* dy, float* dW, float* db, int T, int in, int out);
+// The input part: dx = dy·Wᵀ (with accumulate_dx, dx +=).
+void linear_backward_input(const float* W, const float* dy, float* dx, int T, int in, int out, bool accumulate_dx = false);
 
 // out = (x - mean)·rstd·gamma + beta per row; saves mean and rstd per row.
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* out, float* mean, float* rstd,
                        int T, int C);
 // dx += ..., dgamma += ..., dbeta += ... (dx accumulates: LayerNorms sit on residual branches).
+// Exactly layernorm_backward_weight then layernorm_backward_input.
 void layernorm_backward(const float* dout, const float* x, const float* gamma, const float* mean, const float* rstd,
                         float* dx, float* dgamma, float* dbeta, int T, int C);
+void layernorm_backward_weight(const float* dout, const float* x, const float* mean, const float* rstd, float* dgamma,
+                               float* dbeta, int T, int C);
+void layernorm_backward_input(const float* dout, const float* x, const float* gamma, const float* mean,
+                              const float* rstd, float* dx, int T, int C);
 
 // GELU, tanh approximation.
 void gelu_forward(const float* in, float* out, std::int64_t n);

@@ -25,12 +25,17 @@ struct Cost {
   double forward_flops = 0.0;           // matmul FLOPs (2 per multiply-add)
   double backward_flops = 0.0;          // input + weight gradients: 2x forward
   std::int64_t activation_bytes = 0;    // kept from forward until backward
+  // A split backward (zero-bubble schedules): the output gradients the
+  // weight-gradient pass (W) needs, kept from B to W on top of the
+  // activations (docs/model.md, "Split backward").
+  std::int64_t split_stash_bytes = 0;
 
   Cost& operator+=(const Cost& o) {
     params = (CheckedInt(params) + o.params).value();
     forward_flops += o.forward_flops;
     backward_flops += o.backward_flops;
     activation_bytes = (CheckedInt(activation_bytes) + o.activation_bytes).value();
+    split_stash_bytes = (CheckedInt(split_stash_bytes) + o.split_stash_bytes).value();
     return *this;
   }
 };

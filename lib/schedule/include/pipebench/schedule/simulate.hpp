@@ -55,7 +55,9 @@ SimResult simulate(const Schedule& s, const SimCosts& costs);
 std::vector<int> peak_live_activations(const Schedule& s);
 
 // The same peak weighted by what each virtual stage keeps per micro-batch
-// (`bytes[v]`): per rank, the most bytes of activations held at once.
-std::vector<std::int64_t> peak_live_activation_bytes(const Schedule& s, const std::vector<std::int64_t>& bytes);
+// (`bytes[v]` from F; with a split backward also `stash[v]`, the gradients
+// W needs, from B; both released by W): per rank, the most bytes held at once.
+std::vector<std::int64_t> peak_live_activation_bytes(const Schedule& s, const std::vector<std::int64_t>& bytes,
+                                                     const std::vector<std::int64_t>& stash = {});
 
 }  // namespace pipebench
