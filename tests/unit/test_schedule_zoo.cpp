@@ -153,3 +153,15 @@ TEST_CASE("CSV: malformed files name the line and cell", "[schedule][zoo][csv]")
                                                                              Catch::Contains("rank 0 holds 0 1"));
   CHECK_THROWS_WITH(schedule_from_csv("F0\n1F0\n", 2, 1, "a.csv"), Catch::Contains("is not an action"));
 }
+
+TEST_CASE("recomputation: F holds the full activations then the input, B the full ones again", "[schedule][zoo]") {
+  // 1F1B, p = 2, m = 3: rank 0 runs F0 F1 B0 F2 B1 B2; kept 1, full 10 bytes per micro-batch.
+  const Schedule s = make_1f1b(2, 3);
+  const std::vector<std::int64_t> kept{1, 1}, full{10, 10};
+  const auto peaks = peak_recompute_activation_bytes(s, kept, full);
+  // Rank 0: F0 (0+1+10) F1 (1+1+10 = 12) B0 (2+10 = 12) ...; rank 1: F0 B0 alternate: 1+10.
+  CHECK(peaks == std::vector<std::int64_t>{12, 11});
+  // Without recomputation the same order holds 2 full micro-batches on rank 0.
+  CHECK(peak_live_activation_bytes(s, full) == std::vector<std::int64_t>{20, 10});
+  CHECK_THROWS_WITH(peak_recompute_activation_bytes(make_zb_h1(2, 3), kept, full), Catch::Contains("split backward"));
+}

@@ -26,6 +26,7 @@ StageSpec stage_spec(const RunPlan& plan, int rank, bool transport_uses_device_m
   spec.dtype = plan.storage_dtype;
   spec.transport_uses_device_memory = transport_uses_device_memory;
   spec.split_backward = sched.split_backward();
+  spec.recompute = plan.run.mode == RunMode::train && plan.run.recompute == Recompute::full;
   return spec;
 }
 
@@ -37,6 +38,8 @@ std::string unsupported_reason(BackendKind backend, const RunPlan& plan) {
   if (plan.schedule.split_backward())
     return fmt::format("schedule {} splits the backward (W actions); the cuda backend does not yet (sim and cpu do)",
                        plan.schedule.name);
+  if (plan.run.recompute == Recompute::full)
+    return "recompute = \"full\": the cuda backend does not recompute activations yet (sim and cpu do)";
   return "";
 }
 

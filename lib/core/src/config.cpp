@@ -492,6 +492,16 @@ void read_schedule(TableReader& r, RunSpec& run, std::vector<std::string>& warni
   }
   if (schedule_given && run.mode == RunMode::inference)
     warnings.push_back(fmt::format("{}: ignored: inference runs use the forward-only schedule", r.dotted("schedule")));
+  run.recompute = r.choice<Recompute>("recompute", Recompute::none, {{"none", Recompute::none}, {"full", Recompute::full}});
+  if (run.recompute == Recompute::full && run.mode == RunMode::inference) {
+    warnings.push_back(fmt::format("{}: ignored: inference keeps no activations to recompute", r.dotted("recompute")));
+    run.recompute = Recompute::none;
+  }
+  if (run.recompute == Recompute::full && (run.schedule == ScheduleKind::zb_h1 || run.schedule == ScheduleKind::zb_v))
+    r.fail_at(*r.find("recompute"), "recompute",
+              fmt::format("\"full\" with schedule \"{}\" is not supported: a split backward keeps activations until W, "
+                          "recomputation frees them at B",
+                          to_string(run.schedule)));
   const int fixed = run.schedule == ScheduleKind::zb_v ? 2 : 1;
   const bool any_v = run.schedule == ScheduleKind::interleaved_one_f_one_b || run.schedule == ScheduleKind::file;
   run.virtual_stages_per_rank = r.int_in_range("virtual_stages_per_rank", 1, kMaxVirtualStagesPerRank, any_v ? 1 : fixed);

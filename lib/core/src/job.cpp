@@ -47,6 +47,7 @@ std::string_view to_string(ScheduleKind v) {
 }
 
 std::string_view to_string(RunMode v) { return v == RunMode::train ? "train" : "inference"; }
+std::string_view to_string(Recompute v) { return v == Recompute::full ? "full" : "none"; }
 
 std::string_view to_string(Remainder v) {
   switch (v) {

@@ -56,6 +56,7 @@ WorkloadKeys workload_keys(const Job& job, const RunSpec& run) {
     // Only when not the default, so series recorded before these keys existed keep their fingerprint.
     if (run.virtual_stages_per_rank != 1) k["run.virtual_stages_per_rank"] = number(run.virtual_stages_per_rank);
     if (run.schedule == ScheduleKind::file) k["run.schedule_csv"] = "fnv1a64:" + fnv1a64(run.schedule_csv);
+    if (run.recompute != Recompute::none) k["run.recompute"] = to_string(run.recompute);
   }
   if (!run.layers_per_stage.empty()) {
     k["run.layers_per_stage"] = fmt::format("[{}]", fmt::join(run.layers_per_stage, ", "));

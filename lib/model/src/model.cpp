@@ -91,6 +91,11 @@ Cost ModelDesc::stage(int b, int num_layers, bool has_embedding, bool has_head) 
   return total;
 }
 
+std::int64_t ModelDesc::recompute_kept_bytes(int b, bool has_embedding) const {
+  if (has_embedding) return (I(b) * spec_.seq_len * kTokenIdBytes).value();
+  return boundary_bytes(b);
+}
+
 std::int64_t ModelDesc::boundary_bytes(int b) const {
   return (I(b) * spec_.seq_len * spec_.hidden * dtype_bytes(dtype_)).value();
 }

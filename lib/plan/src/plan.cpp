@@ -92,6 +92,8 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
   plan.bubble_analytic = analytic_bubble(plan.schedule);
   plan.unit = simulate(plan.schedule, SimCosts::unit(plan.schedule));
   plan.costs = model_costs(job, model, plan.partition, b, plan.schedule.split_backward());
+  if (run.recompute == Recompute::full)  // B runs the forward again first
+    for (std::size_t v = 0; v < plan.costs.backward.size(); ++v) plan.costs.backward[v] += plan.costs.forward[v];
   plan.simulated = simulate(plan.schedule, plan.costs);
 
   const Schedule& sched = plan.schedule;
@@ -102,8 +104,19 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
     chunk_activation_bytes.push_back(chunk_cost.back().activation_bytes);
     chunk_stash_bytes.push_back(chunk_cost.back().split_stash_bytes);
   }
-  const std::vector<std::int64_t> peak_bytes = peak_live_activation_bytes(
-      sched, chunk_activation_bytes, sched.split_backward() ? chunk_stash_bytes : std::vector<std::int64_t>{});
+  std::vector<std::int64_t> peak_bytes;
+  if (run.recompute == Recompute::full) {
+    if (sched.split_backward())
+      throw ConfigError(fmt::format("{}:{}: run.{}.recompute: \"full\" with a split-backward schedule (W actions) is not "
+                                    "supported",
+                                    job.source_path, run.source_line, run.name));
+    std::vector<std::int64_t> kept;
+    for (const StageRange& range : plan.partition.stages) kept.push_back(model.recompute_kept_bytes(b, range.has_embedding));
+    peak_bytes = peak_recompute_activation_bytes(sched, kept, chunk_activation_bytes);
+  } else {
+    peak_bytes = peak_live_activation_bytes(sched, chunk_activation_bytes,
+                                            sched.split_backward() ? chunk_stash_bytes : std::vector<std::int64_t>{});
+  }
   const StateBytes per_param = state_bytes_per_param(job.train.optimizer, plan.storage_dtype);
   const auto capacity = static_cast<double>(job.device.memory_capacity_bytes);
   const int V = sched.num_virtual_stages();

@@ -153,8 +153,10 @@ std::string format_plan_text(const JobPlan& plan) {
   for (const auto& rp : plan.runs) {
     const auto& r = rp.run;
     const int p = r.pipeline_size, m = r.num_microbatches;
-    out += fmt::format("\n== run {}: {}, pipeline_size={}, micro_batch_size={}, num_microbatches={}, schedule={}{}\n",
+    out += fmt::format("\n== run {}: {}, pipeline_size={}, micro_batch_size={}, num_microbatches={}, schedule={}{}{}{}\n",
                        r.name, to_string(r.mode), p, r.micro_batch_size, m, rp.schedule.name,
+                       rp.schedule.chunks_per_rank > 1 ? fmt::format(", virtual_stages_per_rank={}", rp.schedule.chunks_per_rank) : "",
+                       r.recompute == Recompute::full ? ", recompute=full" : "",
                        r.baseline.empty() ? "" : fmt::format(", baseline={}", r.baseline));
     out += fmt::format("partition ({}):\n",
                        rp.partition.explicit_split ? "explicit layers_per_stage"
@@ -204,7 +206,7 @@ std::string format_plan_json(const JobPlan& plan) {
     w.field("micro_batch_size", r.micro_batch_size).field("num_microbatches", r.num_microbatches);
     w.field("schedule", rp.schedule.name).field("baseline", r.baseline);
     w.field("storage_dtype", to_string(rp.storage_dtype));
-    w.field("virtual_stages_per_rank", rp.schedule.chunks_per_rank);
+    w.field("virtual_stages_per_rank", rp.schedule.chunks_per_rank).field("recompute", to_string(r.recompute));
     std::vector<int> layers, stage_rank;
     for (std::size_t v = 0; v < rp.partition.stages.size(); ++v) {
       layers.push_back(rp.partition.stages[v].num_layers);

@@ -199,11 +199,14 @@ class Watchdog {
 std::string fmt_num(double v, const char* spec = "{:.4f}") { return std::isnan(v) ? "-" : fmt::format(fmt::runtime(spec), v); }
 
 // FLOPs of one step's matmuls over all stages (docs/model.md), for the
-// achieved model TFLOP/s of the summary.
-double step_model_flops(const RunPlan& rp) {
+// achieved TFLOP/s of the summary: model FLOPs (the useful work) and, with
+// recomputation, hardware FLOPs (the forward runs twice).
+double step_model_flops(const RunPlan& rp, bool hardware = false) {
   double per_microbatch = 0.0;
+  const bool train = rp.run.mode == RunMode::train;
+  const bool twice = hardware && train && rp.run.recompute == Recompute::full;
   for (const StagePlan& sp : rp.stages)
-    per_microbatch += sp.cost.forward_flops + (rp.run.mode == RunMode::train ? sp.cost.backward_flops : 0.0);
+    per_microbatch += sp.cost.forward_flops * (twice ? 2.0 : 1.0) + (train ? sp.cost.backward_flops : 0.0);
   return per_microbatch * rp.run.num_microbatches;
 }
 
@@ -228,11 +231,14 @@ void print_run_summary(const RunResult& r, const RunPlan& rp) {
              format_seconds(r.step_time.min), format_seconds(r.step_time.max), format_seconds(r.step_time.p90), fmt_num(r.step_time.cv, "{:.3f}"),
              format_seconds(r.slowest_stage_median_s));
   const double tflops = step_model_flops(rp) / r.step_time.median / 1e12;
+  const double hardware = step_model_flops(rp, true) / r.step_time.median / 1e12;
   fmt::print("     bubble measured {} / analytic {} / simulated {}; throughput {} samples/s, {} model TFLOP/s "
-             "({} per rank)\n",
+             "({} per rank){}\n",
              fmt_num(r.bubble_measured_median), fmt_num(r.bubble_analytic), fmt_num(r.bubble_simulated),
              fmt_num(r.throughput_samples_per_s, "{:.1f}"), fmt_num(tflops, "{:.3f}"),
-             fmt_num(tflops / static_cast<double>(rp.stages.size()), "{:.3f}"));
+             fmt_num(tflops / static_cast<double>(rp.stages.size()), "{:.3f}"),
+             hardware != tflops ? fmt::format(", {} hardware TFLOP/s (with the recomputed forward)", fmt_num(hardware, "{:.3f}"))
+                                : "");
   std::fflush(stdout);
 }
 

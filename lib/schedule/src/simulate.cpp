@@ -63,6 +63,31 @@ std::vector<std::int64_t> peak_live_activation_bytes(const Schedule& s, const st
   return peaks;
 }
 
+std::vector<std::int64_t> peak_recompute_activation_bytes(const Schedule& s, const std::vector<std::int64_t>& kept,
+                                                          const std::vector<std::int64_t>& full) {
+  const auto V = static_cast<std::size_t>(s.num_virtual_stages());
+  if (kept.size() != V || full.size() != V)
+    throw ScheduleError(fmt::format("peak_recompute_activation_bytes: sizes for {} virtual stages, schedule has {}",
+                                    kept.size(), V));
+  if (s.split_backward()) throw ScheduleError("recomputation with a split backward (W actions) is not supported");
+  std::vector<std::int64_t> peaks(static_cast<std::size_t>(s.num_ranks), 0);
+  if (!s.retains_activations) return peaks;
+  for (std::size_t r = 0; r < s.actions.size(); ++r) {
+    std::int64_t live = 0;
+    for (const auto& a : s.actions[r]) {
+      const auto v = static_cast<std::size_t>(s.virtual_stage(static_cast<int>(r), a.chunk));
+      if (a.kind == ActionKind::F) {
+        peaks[r] = std::max(peaks[r], live + kept[v] + full[v]);
+        live += kept[v];
+      } else {
+        peaks[r] = std::max(peaks[r], live + full[v]);
+        live -= kept[v];
+      }
+    }
+  }
+  return peaks;
+}
+
 std::vector<int> peak_live_activations(const Schedule& s) {
   const auto counts =
       peak_live_activation_bytes(s, std::vector<std::int64_t>(static_cast<std::size_t>(s.num_virtual_stages()), 1));

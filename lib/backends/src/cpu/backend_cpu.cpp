@@ -52,6 +52,9 @@ void CpuBackend::build(const StageSpec& spec) {
     c.slabs.resize(m);
     c.stash.resize(m);
     for (const Piece& p : c.pieces) c.stash_floats += stash_floats(p);
+    c.kept.resize(m);
+    c.kept_bytes = static_cast<std::size_t>(
+        model.recompute_kept_bytes(b, spec.chunks[static_cast<std::size_t>(ci)].has_embedding));
     // Initial weights: a function of (seed, piece, tensor, element) only.
     for (const Piece& p : c.pieces)
       for (std::size_t t = 0; t < p.tensors.size(); ++t) initial_values(ms, p, t, c.params.data() + p.tensors[t].offset);
@@ -169,17 +172,29 @@ void CpuBackend::release_slab(Chunk& c, int mb) {
   --live_;
 }
 
-void CpuBackend::forward(int /*step*/, int mb, int chunk) {
-  Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
-  acquire_slab(c, mb);
-  const bool has_next = spec_.sends(chunk);
-  const float* in = c.pieces.front().kind == PieceKind::embedding ? nullptr : c.recv_prev.data();
+// The chunk's pieces in order, from `in` (null for the embedding, which
+// reads the token ids itself) to `last_out` (null for the head).
+void CpuBackend::forward_pieces(Chunk& c, int mb, const float* in, float* last_out) {
   for (std::size_t i = 0; i < c.pieces.size(); ++i) {
-    float* out = nullptr;
-    if (i + 1 < c.pieces.size()) out = piece_input(c, mb, i + 1);
-    else if (has_next) out = c.send_next[static_cast<std::size_t>(mb)].data();
+    float* out = i + 1 < c.pieces.size() ? piece_input(c, mb, i + 1) : last_out;
     forward_piece(c, c.pieces[i], mb, in, out);
     in = out;
+  }
+}
+
+void CpuBackend::forward(int /*step*/, int mb, int chunk) {
+  Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
+  std::byte* kept = spec_.recompute ? acquire_kept(c, mb) : nullptr;
+  acquire_slab(c, mb);
+  const bool embedding = c.pieces.front().kind == PieceKind::embedding;
+  const float* in = embedding ? nullptr : c.recv_prev.data();
+  forward_pieces(c, mb, in, spec_.sends(chunk) ? c.send_next[static_cast<std::size_t>(mb)].data() : nullptr);
+  if (kept) {
+    // Keep the chunk's input (the token ids for the embedding), drop the rest.
+    const void* input = embedding ? static_cast<const void*>(act(c, mb, c.pieces.front(), 0)) : in;
+    std::memcpy(kept, input, c.kept_bytes);
+    release_slab(c, mb);
+    ++live_;  // the micro-batch is still held, as its input
   }
   if (spec_.mode == RunMode::inference) {
     if (keep_probs_ && c.pieces.back().kind == PieceKind::head) {
@@ -189,6 +204,27 @@ void CpuBackend::forward(int /*step*/, int mb, int chunk) {
     }
     release_slab(c, mb);
   }
+}
+
+// Recomputation, at the start of B: the chunk's forward again from its kept
+// input, into a fresh slab; the output tensor goes to scratch (the one sent
+// at F may still be in flight), the head's loss is the same as at F.
+void CpuBackend::recompute_forward(Chunk& c, int mb) {
+  std::byte* kept = c.kept[static_cast<std::size_t>(mb)].get();
+  --live_;  // acquire_slab counts it again
+  acquire_slab(c, mb);
+  const bool embedding = c.pieces.front().kind == PieceKind::embedding;
+  float* scratch = workspace_.data() + tokens_ * job_.model.ffn_hidden + 5 * tokens_ * job_.model.hidden;
+  forward_pieces(c, mb, embedding ? nullptr : reinterpret_cast<const float*>(kept),
+                 c.pieces.back().kind == PieceKind::head ? nullptr : scratch);
+  memory_.release(MemCategory::activations, c.kept_bytes);
+}
+
+std::byte* CpuBackend::acquire_kept(Chunk& c, int mb) {
+  auto& slot = c.kept[static_cast<std::size_t>(mb)];
+  memory_.reserve(MemCategory::activations, c.kept_bytes, fmt::format("input of micro-batch {} kept to recompute it", mb));
+  if (!slot) slot.reset(new std::byte[c.kept_bytes]);
+  return slot.get();
 }
 
 const float* CpuBackend::probs(int mb) const {
@@ -340,6 +376,7 @@ void CpuBackend::backward(int /*step*/, int mb, int chunk) {
   const bool has_next = spec_.sends(chunk), has_prev = spec_.receives(chunk);
   const Pass pass = spec_.split_backward ? Pass::input : Pass::full;
   float* stash = pass == Pass::input ? acquire_stash(c, mb) : nullptr;
+  if (spec_.recompute) recompute_forward(c, mb);
   const std::int64_t Th = tokens_ * job_.model.hidden;
   float* ping = workspace_.data() + tokens_ * job_.model.ffn_hidden + 5 * Th;
   float* pong = ping + Th;

@@ -31,7 +31,8 @@ void SimBackend::build(const StageSpec& spec) {
     cost_ += cost;
     chunks_.push_back({cost.forward_flops / speed, cost.backward_flops / speed,
                        static_cast<std::uint64_t>(cost.activation_bytes),
-                       static_cast<std::uint64_t>(cost.split_stash_bytes)});
+                       static_cast<std::uint64_t>(cost.split_stash_bytes),
+                       static_cast<std::uint64_t>(model.recompute_kept_bytes(spec.micro_batch_size, r.has_embedding))});
     comm += static_cast<std::uint64_t>(
         model.comm_bytes(spec.micro_batch_size, spec.num_microbatches, spec.receives(c), spec.sends(c), train));
   }
@@ -86,12 +87,14 @@ int action_id(int kind, int chunk) { return kind + 4 * chunk; }
 
 void SimBackend::forward(int /*step*/, int microbatch, int chunk) {
   const Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
+  if (spec_.recompute) memory_.reserve(MemCategory::activations, c.kept_bytes, "recomputation input");
   memory_.reserve(MemCategory::activations, c.activation_bytes,
                   chunk == 0 ? fmt::format("activations of micro-batch {}", microbatch)
                              : fmt::format("activations of micro-batch {} (chunk {})", microbatch, chunk));
   ++live_;
   peak_live_ = std::max(peak_live_, live_);
   busy_for(c.forward_s, "forward", microbatch, action_id(0, chunk));
+  if (spec_.recompute) memory_.release(MemCategory::activations, c.activation_bytes);  // kept: the input only
   if (spec_.mode == RunMode::inference) release_activation(chunk);
 }
 
@@ -106,6 +109,14 @@ void SimBackend::backward(int /*step*/, int microbatch, int chunk) {
     memory_.reserve(MemCategory::activations, c.stash_bytes,
                     fmt::format("output gradients of micro-batch {} kept for its weight gradient", microbatch));
     busy_for(0.5 * c.backward_s, "backward (input gradient)", microbatch, action_id(1, chunk));
+    return;
+  }
+  if (spec_.recompute) {
+    memory_.reserve(MemCategory::activations, c.activation_bytes,
+                    fmt::format("recomputed activations of micro-batch {}", microbatch));
+    busy_for(c.forward_s + c.backward_s, "backward (with recomputation)", microbatch, action_id(1, chunk));
+    memory_.release(MemCategory::activations, c.kept_bytes);
+    release_activation(chunk);
     return;
   }
   busy_for(c.backward_s, "backward", microbatch, action_id(1, chunk));

@@ -49,6 +49,9 @@ struct StageSpec {
   RunMode mode = RunMode::train;
   DType dtype = DType::fp32;    // storage dtype
   bool split_backward = false;  // the schedule has W actions: B is input-grad only
+  // Full activation recomputation (training): F keeps only each chunk's input
+  // per micro-batch; B runs the chunk's forward again before its backward.
+  bool recompute = false;
   // The transport reads and writes device memory itself (NCCL). When false,
   // a device backend hands the transport host copies of its boundary tensors.
   bool transport_uses_device_memory = false;
@@ -74,8 +77,8 @@ struct StageSpec {
 StageSpec stage_spec(const RunPlan& plan, int rank, bool transport_uses_device_memory);
 
 // Why `backend` cannot run `plan` ("" when it can): model chunks beyond one
-// per rank and a split backward (W actions) run on sim and cpu; the cuda
-// backend runs neither yet.
+// per rank, a split backward (W actions) and activation recomputation run on
+// sim and cpu; the cuda backend runs none of them yet.
 std::string unsupported_reason(BackendKind backend, const RunPlan& plan);
 
 class Backend {

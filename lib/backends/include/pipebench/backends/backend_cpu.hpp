@@ -80,10 +80,16 @@ class CpuBackend final : public Backend {
     // allocated; tracked from B to W), stash_floats of them.
     std::int64_t stash_floats = 0;
     std::vector<std::unique_ptr<float[]>> stash;
+    // Recomputation: per micro-batch, the chunk's input kept from F to B.
+    std::size_t kept_bytes = 0;
+    std::vector<std::unique_ptr<std::byte[]>> kept;
   };
   enum class Pass { full, input, weight };
   float* act(const Chunk& c, int mb, const Piece& p, std::int64_t float_offset) const;
   void forward_piece(const Chunk& c, const Piece& p, int mb, const float* in, float* out);
+  void forward_pieces(Chunk& c, int mb, const float* in, float* last_out);
+  void recompute_forward(Chunk& c, int mb);
+  std::byte* acquire_kept(Chunk& c, int mb);
   void backward_piece(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* stash);
   void backward_gpt(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* stash);
   void backward_mlp(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* stash);

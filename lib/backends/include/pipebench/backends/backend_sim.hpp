@@ -11,7 +11,9 @@
 // backward(mb), or, when the schedule splits the backward (B and W then take
 // half the backward time each), B reserves the output gradients W needs
 // (Cost::split_stash_bytes) and weight_grad(mb) releases both; inference
-// releases them at the end of forward(mb).
+// releases them at the end of forward(mb). With recomputation, forward keeps
+// only the chunk's input (ModelDesc::recompute_kept_bytes) after it runs, and
+// backward holds the activations again while it runs forward + backward.
 #pragma once
 
 #include "pipebench/backends/backend.hpp"
@@ -55,6 +57,7 @@ class SimBackend final : public Backend {
     double forward_s = 0.0, backward_s = 0.0;  // modelled, per micro-batch
     std::uint64_t activation_bytes = 0;
     std::uint64_t stash_bytes = 0;  // split backward: kept from B to W
+    std::uint64_t kept_bytes = 0;   // recomputation: the chunk's input, kept from F to B
   };
   const Job& job_;
   MemoryTracker memory_;

@@ -23,6 +23,7 @@ enum class TransportKind { automatic, mpi, nccl };
 // forward-only schedule.
 enum class ScheduleKind { gpipe, one_f_one_b, eager_one_f_one_b, interleaved_one_f_one_b, zb_h1, zb_v, file };
 enum class RunMode { train, inference };
+enum class Recompute { none, full };
 enum class Remainder { first, last, balanced };
 enum class BalanceBy { flops, params };
 
@@ -33,6 +34,7 @@ std::string_view to_string(BackendKind v);
 std::string_view to_string(TransportKind v);
 std::string_view to_string(ScheduleKind v);
 std::string_view to_string(RunMode v);
+std::string_view to_string(Recompute v);
 std::string_view to_string(Remainder v);
 std::string_view to_string(BalanceBy v);
 
@@ -125,6 +127,9 @@ struct RunSpec {
   std::string schedule_file;           // schedule = "file:PATH": PATH as written (relative to the workload's folder)
   std::string schedule_csv;            // the file schedule's text (schedule_csv.hpp has the format)
   RunMode mode = RunMode::train;
+  // full: each chunk keeps only its input per micro-batch and recomputes its
+  // forward in B (activation checkpointing); none: it keeps the activations.
+  Recompute recompute = Recompute::none;
   std::vector<int> layers_per_stage;   // empty: computed from `remainder`
   int layers_per_stage_origin = 0;     // 0 or 1, for printed layer numbers only
   Remainder remainder = Remainder::first;

@@ -10,7 +10,8 @@
 // Included: every [model] key; [train] optimizer, learning_rate, grad_clip;
 // every [device] key (transport resolved); the run's pipeline_size,
 // micro_batch_size, num_microbatches, mode, schedule (inference runs: none),
-// virtual_stages_per_rank (when not 1), a hash of a file schedule's CSV text,
+// virtual_stages_per_rank (when not 1), recompute (when not none), a hash of
+// a file schedule's CSV text,
 // layers_per_stage (or remainder and balance_by when it is computed).
 // Excluded, because they do not change what one step measures: names,
 // descriptions, labels, baseline, layers_per_stage_origin (printing only),

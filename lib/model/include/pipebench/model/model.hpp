@@ -70,6 +70,11 @@ class ModelDesc {
   // micro_batch x seq_len x hidden elements.
   std::int64_t boundary_bytes(int micro_batch) const;
 
+  // Full activation recomputation: what a chunk keeps per micro-batch from F
+  // to B instead of its activations: its input (the token ids for the chunk
+  // holding the embedding, else one boundary tensor).
+  std::int64_t recompute_kept_bytes(int micro_batch, bool has_embedding) const;
+
   std::int64_t total_params() const;
 
   // Communication buffers a stage holds (the runner's design, docs/runner.md):
