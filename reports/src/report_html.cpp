@@ -62,9 +62,18 @@ std::string table(const std::vector<std::string>& header, const std::vector<std:
 // Measured Gantt of one counted step: compute bars, the wait for input before
 // actions that receive, idle gaps, and the end of step (gradient reduction,
 // optimizer, waiting) after the last action.
-std::string measured_gantt(const RunView& v) {
+// The legend entries of a Gantt chart: W only when the schedule splits its backward.
+std::vector<std::pair<std::string, std::string>> action_legend(bool split) {
+  std::vector<std::pair<std::string, std::string>> l{{"forward", kForward},
+                                                     {split ? "backward (input gradient)" : "backward", kBackward}};
+  if (split) l.emplace_back("weight gradient (W)", kWeight);
+  return l;
+}
+
+std::string measured_gantt(const RunView& v, const Schedule* sched) {
   const RunResult& r = *v.run;
   const int P = r.spec.pipeline_size, k = v.gantt_step;
+  bool split = false;
   svg::Gantt g;
   g.title = fmt::format("{}: measured step {} (rank timelines)", r.spec.name, k + 1);
   g.x_label = "time since the step barrier (s)";
@@ -76,7 +85,12 @@ std::string measured_gantt(const RunView& v) {
   for (int rank = 0; rank < P; ++rank) {
     double t = 0.0;
     for (const EventRecord* e : per_rank[static_cast<std::size_t>(rank)]) {
-      const bool receives = (e->kind == ActionKind::F && rank > 0) || (e->kind == ActionKind::B && rank < P - 1);
+      // Whether the action waits for a tensor from another rank (its virtual stage's neighbour).
+      const int vs = sched ? sched->virtual_stage(rank, e->chunk) : rank;
+      const int V = sched ? sched->num_virtual_stages() : P;
+      const int from = e->kind == ActionKind::F ? vs - 1 : vs + 1;
+      const bool receives = e->kind != ActionKind::W && from >= 0 && from < V && (sched ? sched->rank_of(from) : from) != rank;
+      split |= e->kind == ActionKind::W;
       if (e->start_s > t)
         g.bars.push_back({rank, t, e->start_s, receives ? kWait : kIdle, "",
                           fmt::format("{} {:.6f}-{:.6f} s", receives ? "waiting for input" : "idle", t, e->start_s)});
@@ -88,25 +102,17 @@ std::string measured_gantt(const RunView& v) {
     if (g.t_end > t)
       g.bars.push_back({rank, t, g.t_end, kTail, "", "end of step: gradient reduction, optimizer, waiting for the others"});
   }
-  g.legend = {{"forward", kForward}, {"backward", kBackward}, {"waiting for input", kWait}, {"idle", kIdle},
-              {"reduction + optimizer", kTail}};
+  g.legend = action_legend(split);
+  for (const auto& l : std::vector<std::pair<std::string, std::string>>{
+           {"waiting for input", kWait}, {"idle", kIdle}, {"reduction + optimizer", kTail}})
+    g.legend.push_back(l);
   return svg::gantt(g);
 }
 
 // The same run's schedule simulated with its per-action medians.
-std::string simulated_gantt(const RunView& v) {
+std::string simulated_gantt(const RunView& v, const Schedule& s) {
   const RunResult& r = *v.run;
-  const int P = r.spec.pipeline_size, m = r.spec.num_microbatches;
-  Schedule s;
-  try {
-    if (r.schedule_name == "forward-only") s = make_forward_only(P, m);
-    else if (r.schedule_name == "gpipe") s = make_gpipe(P, m);
-    else if (r.schedule_name == "1f1b") s = make_1f1b(P, m);
-    else if (r.schedule_name == "eager-1f1b") s = make_eager_1f1b(P, m);
-    else return "";
-  } catch (const std::exception&) {
-    return "";
-  }
+  const int P = r.spec.pipeline_size;
   const SimResult sim = simulate(s, measured_costs(s, r.events, r.warmup));
   svg::Gantt g;
   g.title = fmt::format("{}: {} simulated with measured medians (bubble {:.3f})", r.spec.name, s.name, sim.bubble);
@@ -115,10 +121,10 @@ std::string simulated_gantt(const RunView& v) {
   g.t_end = sim.makespan;
   for (const auto& a : sim.timeline) {
     const std::string name = to_string(a.action);
-    g.bars.push_back({a.rank, a.start, a.end, a.action.kind == ActionKind::F ? kForward : kBackward, name,
-                      fmt::format("{} {:.6f}-{:.6f} s", name, a.start, a.end)});
+    const char* color = a.action.kind == ActionKind::F ? kForward : a.action.kind == ActionKind::B ? kBackward : kWeight;
+    g.bars.push_back({a.rank, a.start, a.end, color, name, fmt::format("{} {:.6f}-{:.6f} s", name, a.start, a.end)});
   }
-  g.legend = {{"forward", kForward}, {"backward", kBackward}};
+  g.legend = action_legend(s.split_backward());
   return svg::gantt(g);
 }
 
@@ -203,14 +209,21 @@ std::string run_section(const FileView& f, const RunView& v) {
     s += "</ul>";
   }
   s += "</div>";
+  // The schedule as planned from the file's workload (any schedule, a file
+  // schedule included); without it the charts that need it are left out.
+  const auto plan = plan_of(f, r);
+  const bool plan_matches = plan && plan->schedule.num_ranks == r.spec.pipeline_size &&
+                            plan->schedule.num_microbatches == r.spec.num_microbatches &&
+                            plan->schedule.chunks_per_rank == r.spec.virtual_stages_per_rank;
+  const Schedule* sched = plan_matches ? &plan->schedule : nullptr;
   if (r.status != RunStatus::skipped && !r.peak_mem_bytes.empty()) {
     s += "<div class=\"charts\">";
-    if (v.gantt_step >= 0) s += measured_gantt(v) + simulated_gantt(v);
+    if (v.gantt_step >= 0) s += measured_gantt(v, sched) + (sched ? simulated_gantt(v, *sched) : std::string());
     s += memory_chart(r);
     if (!r.step_time_s.empty()) s += step_chart(v) + loss_chart(v);
     s += "</div>";
   }
-  if (const auto plan = plan_of(f, r)) {
+  if (plan) {
     s += "<details><summary>Partition table</summary>";
     std::vector<bool> numeric{true, false, true, true, true, true, false};
     if (plan->schedule.chunks_per_rank > 1) numeric.insert(numeric.begin() + 1, false);  // rank.chunk
