@@ -48,7 +48,7 @@ std::optional<RunPlan> plan_of(const FileView& f, const RunResult& r) {
 
 std::vector<std::string> run_table_header() {
   return {"run", "status", "mode", "stages", "micro-batch × m", "schedule", "step time (median)", "bubble measured",
-          "peak memory (max)", "speedup (95% interval)", "decision", "failure"};
+          "bubble simulated", "bubble analytic", "peak memory (max)", "speedup (95% interval)", "decision", "failure"};
 }
 
 std::vector<std::string> run_table_row(const RunView& v) {
@@ -63,9 +63,12 @@ std::vector<std::string> run_table_row(const RunView& v) {
           std::string(to_string(r.spec.mode)),
           std::to_string(r.spec.pipeline_size),
           fmt::format("{} × {}", r.spec.micro_batch_size, r.spec.num_microbatches),
-          r.schedule_name,
+          r.schedule_name + (r.spec.virtual_stages_per_rank > 1 ? fmt::format(" (v = {})", r.spec.virtual_stages_per_rank)
+                                                                : std::string()),
           format_value(r.step_time.median, "s"),
           format_value(r.bubble_measured_median, "fraction"),
+          format_value(r.bubble_simulated, "fraction"),
+          format_value(r.bubble_analytic, "fraction"),
           r.status == RunStatus::skipped ? "-" : format_bytes(static_cast<double>(r.peak_mem_max_bytes)),
           format_speedup(r),
           r.decision,

@@ -316,7 +316,7 @@ std::string render_html(const ReportData& d) {
     }
     if (!f.runs.empty())
       s += "<h3>Runs</h3>" + table(run_table_header(), rows, classes,
-                                   {false, false, false, true, true, false, true, true, true, false, false, false});
+                                   {false, false, false, true, true, false, true, true, true, true, true, false, false, false});
     std::vector<std::vector<std::string>> prov;
     for (const auto& [k, v] : provenance_rows(f)) prov.push_back({k, v});
     s += "<details><summary>Provenance</summary>" + table({"", ""}, prov) + "</details>";

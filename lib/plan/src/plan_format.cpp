@@ -224,6 +224,9 @@ std::string format_plan_json(const JobPlan& plan) {
     }
     w.end_array();
     w.array("stage_params", params);  // per rank, all its chunks
+    std::vector<std::int64_t> stage_activation_bytes;  // per virtual stage, one micro-batch
+    for (const Cost& c : rp.stage_costs) stage_activation_bytes.push_back(c.activation_bytes);
+    w.array("stage_activation_bytes", stage_activation_bytes);
     w.field("bubble_analytic", rp.bubble_analytic);
     w.key("unit").begin_object();
     w.field("time_steps", static_cast<std::int64_t>(std::llround(rp.unit.makespan)));
