@@ -1,5 +1,7 @@
-// The `cpu` backend: real fp32 training of the stage's pieces (embedding,
-// gpt/mlp blocks, head) with OpenBLAS (cpu_kernels.hpp).
+// The `cpu` backend: real fp32 training of the rank's model chunks (each a
+// run of pieces: embedding, gpt/mlp blocks, head) with OpenBLAS
+// (cpu_kernels.hpp); a split backward (B, then W from a stash of output
+// gradients) and full activation recomputation (docs/cpu-backend.md).
 //
 // Memory, all through the tracker, in the model description's sizes:
 //   params / grads: one flat buffer each, carved by a tensor table (llm.c);
