@@ -229,6 +229,12 @@ TEST_CASE("best run: the fastest feasible pipeline, ties broken by the lowest pe
   runs[1].speedup_high = 2.88;  // no longer overlapping: the fastest wins alone
   CHECK_THAT(best_run_summary(runs), Catch::StartsWith("best: gpipe") && !Catch::Contains("tied"));
   CHECK(best_run_summary({runs[3]}).empty());
+  // An interval open on one side (few counted steps) is said in words, never "inf".
+  RunResult open = run("p", 1.0, 1.7, std::numeric_limits<double>::infinity(), 100, "feasible");
+  open.speedup = 1.71;
+  CHECK(format_speedup(open) == "1.71x (1.70 or more)");
+  open.speedup_low = 0.0;  // exp(-inf): no lower bound
+  CHECK(format_speedup(open) == "1.71x (no interval: too few steps)");
   // Without a baseline there is no speedup to show, and the line says so.
   RunResult alone = run("pipe", 1.0, 0, 0, 100, "feasible");
   alone.speedup = alone.speedup_low = alone.speedup_high = std::numeric_limits<double>::quiet_NaN();

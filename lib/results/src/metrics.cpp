@@ -430,7 +430,12 @@ void decide(std::vector<RunResult>& runs) {
 
 std::string format_speedup(const RunResult& r) {
   if (!std::isfinite(r.speedup)) return "-";
-  return fmt::format("{:.2f}x ({:.2f}-{:.2f})", r.speedup, r.speedup_low, r.speedup_high);
+  // Too few counted steps for a bound on one side (Hodges-Lehmann): say so.
+  const bool lo = std::isfinite(r.speedup_low) && r.speedup_low > 0.0, hi = std::isfinite(r.speedup_high);
+  if (lo && hi) return fmt::format("{:.2f}x ({:.2f}-{:.2f})", r.speedup, r.speedup_low, r.speedup_high);
+  if (lo) return fmt::format("{:.2f}x ({:.2f} or more)", r.speedup, r.speedup_low);
+  if (hi) return fmt::format("{:.2f}x ({:.2f} or less)", r.speedup, r.speedup_high);
+  return fmt::format("{:.2f}x (no interval: too few steps)", r.speedup);
 }
 
 std::vector<std::string> decision_concerns(const RunResult& r) {
