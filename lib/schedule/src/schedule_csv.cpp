@@ -141,7 +141,7 @@ Schedule schedule_from_csv(std::string_view text, int p, int m, const std::strin
   const Placement placement = infer_placement(held, p, chunks, source);
 
   Schedule s;
-  s.name = "file";
+  s.name = "file:" + source;
   s.num_ranks = p;
   s.num_microbatches = m;
   s.chunks_per_rank = chunks;

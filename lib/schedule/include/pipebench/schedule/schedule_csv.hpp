@@ -32,7 +32,7 @@ namespace pipebench {
 std::string schedule_to_csv(const Schedule& s);
 
 // Reads `text` for a run of `p` ranks and `m` micro-batches; `source` names
-// the file in errors. Throws ScheduleError with the line and cell of the
+// the file in errors and in the schedule's name ("file:SOURCE"). Throws ScheduleError with the line and cell of the
 // first problem.
 Schedule schedule_from_csv(std::string_view text, int p, int m, const std::string& source);
 
