@@ -84,15 +84,50 @@ std::string fingerprint_of(const JobResult& jr) {
   return fp;
 }
 
+// Seed 000: is memory activation-bound or parameter-bound? Judged on the
+// rank with the highest peak (the one that limits the run), from its peak
+// per category, once that peak is above half the capacity: activations at
+// least half of it -> activation-bound (fewer or smaller micro-batches,
+// recomputation); parameters, gradients and optimizer state at least half
+// -> parameter-bound (more stages).
+void add_memory_bound_advice(RunView& v) {
+  const RunResult& r = *v.run;
+  const std::size_t P = r.peak_mem_bytes.size();
+  if (P == 0 || r.memory_capacity_bytes.size() != P) return;
+  const auto top = static_cast<std::size_t>(
+      std::max_element(r.peak_mem_bytes.begin(), r.peak_mem_bytes.end()) - r.peak_mem_bytes.begin());
+  const auto peak = static_cast<double>(r.peak_mem_bytes[top]);
+  if (peak < 0.5 * static_cast<double>(r.memory_capacity_bytes[top])) return;
+  auto cat = [&](MemCategory c) {
+    const auto& per_rank = r.peak_mem_by_category[static_cast<std::size_t>(c)];
+    return top < per_rank.size() ? static_cast<double>(per_rank[top]) : 0.0;
+  };
+  const double act = cat(MemCategory::activations);
+  const double state = cat(MemCategory::params) + cat(MemCategory::grads) + cat(MemCategory::optimizer);
+  const double cap = static_cast<double>(r.memory_capacity_bytes[top]);
+  if (act >= 0.5 * peak)
+    v.advice.push_back(fmt::format(
+        "Stage {} peaks at {:.0f}% of capacity, {:.0f}% of it activations: memory is activation-bound; lower "
+        "micro_batch_size, use fewer micro-batches in flight (1f1b rather than gpipe), or recompute = \"full\" "
+        "(seed 000).",
+        top, 100 * peak / cap, 100 * act / peak));
+  else if (state >= 0.5 * peak)
+    v.advice.push_back(fmt::format(
+        "Stage {} peaks at {:.0f}% of capacity, {:.0f}% of it parameters, gradients and optimizer state: memory is "
+        "parameter-bound; more stages (pipeline_size) spread them (seed 000).",
+        top, 100 * peak / cap, 100 * state / peak));
+}
+
 void add_advice(RunView& v) {
   const RunResult& r = *v.run;
   if (r.status != RunStatus::ok || r.spec.pipeline_size < 2) return;
   const std::size_t P = r.peak_mem_bytes.size();
-  const int min_layers = r.layers_per_stage.empty() ? 0 : *std::min_element(r.layers_per_stage.begin(), r.layers_per_stage.end());
+  int min_layers = std::numeric_limits<int>::max();
+  for (std::size_t s = 0; s < P; ++s) min_layers = std::min(min_layers, r.layers_on_rank(static_cast<int>(s)));
   for (std::size_t s = 0; s < P; ++s) {
     const double frac = static_cast<double>(r.peak_mem_bytes[s]) / static_cast<double>(r.memory_capacity_bytes[s]);
     if (frac < kMemoryWarnFraction) continue;
-    const int layers = s < r.layers_per_stage.size() ? r.layers_per_stage[s] : 0;
+    const int layers = r.layers_on_rank(static_cast<int>(s));
     if (layers > min_layers) {
       const std::string other = s == 0 ? "last" : "first";
       v.advice.push_back(fmt::format(
@@ -104,17 +139,7 @@ void add_advice(RunView& v) {
                                      s, 100 * frac));
     }
   }
-  if (P >= 2 && !r.stage_params.empty()) {
-    const auto [pmin, pmax] = std::minmax_element(r.stage_params.begin(), r.stage_params.end());
-    const auto [mmin, mmax] = std::minmax_element(r.peak_mem_bytes.begin(), r.peak_mem_bytes.end());
-    const double pr = static_cast<double>(*pmax) / std::max(1.0, static_cast<double>(*pmin));
-    const double mr = static_cast<double>(*mmax) / std::max(1.0, static_cast<double>(*mmin));
-    if (pr > 1.5 && mr < 1.2)
-      v.advice.push_back(fmt::format(
-          "Stage parameters differ by {:.1f}x but memory peaks only by {:.2f}x: the stages are activation-bound; tune "
-          "micro_batch_size and seq_len rather than moving layers (seed 000).",
-          pr, mr));
-  }
+  add_memory_bound_advice(v);
   if (v.slowest_stage >= 0) {
     double mean = 0.0;
     for (double x : v.busy_median_s) mean += x / static_cast<double>(P);
@@ -132,8 +157,8 @@ void add_advice(RunView& v) {
         r.bubble_measured_median, r.bubble_analytic));
   if (r.bubble_analytic > 0.25 && r.spec.mode == RunMode::train)
     v.advice.push_back(fmt::format(
-        "The pipeline bubble (p-1)/(m+p-1) is {:.2f}: more micro-batches (num_microbatches) lower it if memory allows "
-        "(seed 004).",
+        "The schedule's analytic bubble is {:.2f}: more micro-batches (num_microbatches), or a schedule with a smaller "
+        "bubble (interleaved-1f1b, zb-h1, zb-v; docs/schedules.md), lower it if memory allows (seed 004).",
         r.bubble_analytic));
 }
 

@@ -62,6 +62,7 @@ RunResult base_result(const Job& job, const RunPlan& plan) {
   r.dtype = plan.storage_dtype;
   r.schedule_name = plan.schedule.name;
   for (const auto& s : plan.partition.stages) r.layers_per_stage.push_back(s.num_layers);
+  for (int v = 0; v < plan.schedule.num_virtual_stages(); ++v) r.stage_rank.push_back(plan.schedule.rank_of(v));
   r.warmup = job.train.warmup;
   r.repeats = job.train.repeats;
   const WorkloadKeys keys = workload_keys(job, plan.run);
@@ -426,6 +427,13 @@ void decide(std::vector<RunResult>& runs) {
     why.push_back(loss_check(r, base, failed));
     r.decision = failed ? "not_feasible" : inconclusive ? "inconclusive" : "feasible";
   }
+}
+
+int RunResult::layers_on_rank(int rank) const {
+  int n = 0;
+  for (std::size_t v = 0; v < layers_per_stage.size() && v < stage_rank.size(); ++v)
+    if (stage_rank[v] == rank) n += layers_per_stage[v];
+  return n;
 }
 
 std::string format_speedup(const RunResult& r) {

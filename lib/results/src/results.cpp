@@ -201,6 +201,7 @@ void write_run(hid_t runs, const RunResult& r) {
   attr_string(g, "schedule", r.schedule_name);
   attr_scalar<std::int64_t>(g, "virtual_stages_per_rank", r.spec.virtual_stages_per_rank);
   attr_array<int>(g, "layers_per_stage", r.layers_per_stage);
+  attr_array<int>(g, "stage_rank", r.stage_rank);
   attr_scalar<std::int64_t>(g, "layers_per_stage_origin", r.spec.layers_per_stage_origin);
   attr_string(g, "backend", std::string(to_string(r.backend)));
   attr_string(g, "dtype", std::string(to_string(r.dtype)));
@@ -455,6 +456,10 @@ void check_shapes(const RunResult& r) {
   if ((!r.layers_per_stage.empty() && r.layers_per_stage.size() != static_cast<std::size_t>(p * v)) ||
       std::any_of(r.layers_per_stage.begin(), r.layers_per_stage.end(), [](int n) { return n < 1; }))
     throw bad(fmt::format("layers_per_stage has {} entries for {} stages x {} chunks", r.layers_per_stage.size(), p, v));
+  if (r.stage_rank.size() != r.layers_per_stage.size() ||
+      std::any_of(r.stage_rank.begin(), r.stage_rank.end(), [&](int rank) { return rank < 0 || rank >= p; }))
+    throw bad(fmt::format("stage_rank has {} entries (expected {}) or a rank outside 0..{}", r.stage_rank.size(),
+                          r.layers_per_stage.size(), p - 1));
   const std::size_t steps = r.step_time_s.size();
   for (std::size_t n : {r.is_warmup.size(), r.loss.size(), r.slowest_stage_s.size(), r.imbalance.size(),
                         r.bubble_measured.size(), r.grad_norm.size(), r.clipped.size()})
@@ -487,6 +492,16 @@ void check_shapes(const RunResult& r) {
                             e.step, e.rank, e.microbatch, e.chunk, steps, ranks, m, v));
 }
 
+// Which rank ran each virtual stage; files from before chunked schedules
+// (or a run written without it) ran stage s on rank s.
+std::vector<int> read_stage_rank(hid_t g, std::size_t stages) {
+  std::vector<int> ranks;
+  if (has_attr(g, "stage_rank")) ranks = read_attr_array<int>(g, "stage_rank");
+  if (ranks.empty())
+    for (std::size_t s = 0; s < stages; ++s) ranks.push_back(static_cast<int>(s));
+  return ranks;
+}
+
 RunResult read_run(hid_t runs, const std::string& name) {
   Hid g(H5_CHECK(H5Gopen2(runs, name.c_str(), H5P_DEFAULT)), H5Gclose);
   RunResult r;
@@ -505,6 +520,7 @@ RunResult read_run(hid_t runs, const std::string& name) {
   if (has_attr(g, "virtual_stages_per_rank"))  // absent in files written before chunked schedules: 1
     r.spec.virtual_stages_per_rank = static_cast<int>(read_attr_scalar<std::int64_t>(g, "virtual_stages_per_rank"));
   r.layers_per_stage = read_attr_array<int>(g, "layers_per_stage");
+  r.stage_rank = read_stage_rank(g, r.layers_per_stage.size());
   r.spec.layers_per_stage_origin = static_cast<int>(read_attr_scalar<std::int64_t>(g, "layers_per_stage_origin"));
   r.backend = parse_enum(read_attr_string(g, "backend"), {BackendKind::cpu, BackendKind::sim, BackendKind::cuda});
   r.dtype = parse_enum(read_attr_string(g, "dtype"), {DType::fp32, DType::bf16, DType::fp16});

@@ -88,7 +88,10 @@ struct RunResult {
   std::string failure_message;
   int failing_rank = -1;
   std::string schedule_name;
-  std::vector<int> layers_per_stage;
+  std::vector<int> layers_per_stage;  // per virtual stage, model order
+  std::vector<int> stage_rank;        // per virtual stage: the rank that ran it
+  // Layers the rank ran (all its chunks).
+  int layers_on_rank(int rank) const;
   int warmup = 0, repeats = 0;
   // What the run measures (core/workload_identity.hpp): the normalised
   // configuration as text and its fingerprint; a trend series never mixes two
