@@ -439,6 +439,16 @@ DeviceSpec read_device(TableReader& r) {
   return d;
 }
 
+// The first `limit` bytes of the file at `path`; nullopt when it cannot be opened.
+std::optional<std::string> read_at_most(const std::string& path, std::size_t limit) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::string text(limit, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  return text;
+}
+
 // `path` as written in workload `file`: absolute, or relative to its folder.
 std::string resolve_beside(const std::string& file, const std::string& path) {
   const std::filesystem::path p(path);
@@ -461,14 +471,11 @@ void read_schedule(TableReader& r, RunSpec& run, std::vector<std::string>& warni
       run.schedule_csv = *csv;
     } else {
       const std::string path = resolve_beside(r.file(), run.schedule_file);
-      std::ifstream in(path, std::ios::binary);
-      if (!in) r.fail_at(*r.find("schedule"), "schedule", fmt::format("cannot open the schedule file {}", printable(path)));
-      std::string content(kMaxTomlBytes + 1, '\0');
-      in.read(content.data(), static_cast<std::streamsize>(content.size()));
-      content.resize(static_cast<std::size_t>(in.gcount()));
-      if (content.size() > kMaxTomlBytes)
+      std::optional<std::string> content = read_at_most(path, kMaxTomlBytes + 1);
+      if (!content) r.fail_at(*r.find("schedule"), "schedule", fmt::format("cannot open the schedule file {}", printable(path)));
+      if (content->size() > kMaxTomlBytes)
         r.fail_at(*r.find("schedule"), "schedule", fmt::format("{} is larger than {} bytes", printable(path), kMaxTomlBytes));
-      run.schedule_csv = std::move(content);
+      run.schedule_csv = std::move(*content);
     }
   } else {
     static constexpr std::pair<std::string_view, ScheduleKind> kNames[] = {
@@ -729,12 +736,10 @@ Job parse_job(const std::string& toml_text, const std::string& source_name, cons
 }
 
 Job load_job(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(fmt::format("{}: cannot open workload file", path));
-  std::string text(kMaxTomlBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  return build_job(parse_toml(text, path), path, overrides);
+  // One byte over the limit is enough for parse_toml to refuse the file.
+  const std::optional<std::string> text = read_at_most(path, kMaxTomlBytes + 1);
+  if (!text) throw ConfigError(fmt::format("{}: cannot open workload file", path));
+  return build_job(parse_toml(*text, path), path, overrides);
 }
 
 }  // namespace pipebench

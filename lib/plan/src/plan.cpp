@@ -32,15 +32,17 @@ SimCosts model_costs(const Job& job, const ModelDesc& model, const Partition& pa
   return c;
 }
 
-double analytic_bubble(const Schedule& s) {
+ClosedForm bubble_closed_form(const Schedule& s) {
   const double p = s.num_ranks, m = s.num_microbatches, v = s.chunks_per_rank;
   if (s.name == "gpipe" || s.name == "1f1b" || s.name == "eager-1f1b" || s.name == "forward-only")
-    return (p - 1) / (m + p - 1);
-  if (s.name == "interleaved-1f1b") return (p - 1) / (v * m + p - 1);
-  if (s.name == "zb-h1") return (p - 1) / (3 * m + p - 1);
-  if (s.name == "zb-v" && m >= 2 * p) return (p - 1) / (6 * m + p - 1);
-  return std::numeric_limits<double>::quiet_NaN();
+    return {"(p-1)/(m+p-1)", (p - 1) / (m + p - 1)};
+  if (s.name == "interleaved-1f1b") return {"(p-1)/(v m+p-1)", (p - 1) / (v * m + p - 1)};
+  if (s.name == "zb-h1") return {"(p-1)/(3m+p-1)", (p - 1) / (3 * m + p - 1)};
+  if (s.name == "zb-v" && m >= 2 * p) return {"(p-1)/(6m+p-1)", (p - 1) / (6 * m + p - 1)};
+  return {"", std::numeric_limits<double>::quiet_NaN()};
 }
+
+double analytic_bubble(const Schedule& s) { return bubble_closed_form(s).value; }
 
 Schedule run_schedule(const RunSpec& run) {
   if (run.schedule != ScheduleKind::file || run.mode == RunMode::inference) return make_schedule(run);

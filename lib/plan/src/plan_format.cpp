@@ -84,13 +84,9 @@ std::string timeline_summary(const RunPlan& rp) {
 
 // "(p-1)/(m+p-1) = 0.2000", with the closed form of the run's schedule.
 std::string analytic_bubble_text(const RunPlan& rp) {
-  if (!std::isfinite(rp.bubble_analytic)) return "none (no closed form for this schedule)";
-  const std::string& n = rp.schedule.name;
-  const char* form = n == "interleaved-1f1b" ? "(p-1)/(v m+p-1)"
-                     : n == "zb-h1"          ? "(p-1)/(3m+p-1)"
-                     : n == "zb-v"           ? "(p-1)/(6m+p-1)"
-                                             : "(p-1)/(m+p-1)";
-  return fmt::format("{} = {:.4f}", form, rp.bubble_analytic);
+  const ClosedForm f = bubble_closed_form(rp.schedule);
+  if (!std::isfinite(f.value)) return "none (no closed form for this schedule)";
+  return fmt::format("{} = {:.4f}", f.formula, f.value);
 }
 
 std::string join_ints(const std::vector<int>& v) {

@@ -25,8 +25,15 @@ void require_positive(int p, int m) {
     throw ScheduleError(fmt::format("schedule needs p >= 1 and m >= 1 (got p = {}, m = {})", p, m));
 }
 
-Schedule empty_schedule(std::string name, int p, int m, bool retains, int chunks = 1,
-                        Placement placement = Placement::looped) {
+// The rank of virtual stage v (schedule.hpp, "Model chunks and virtual stages").
+int placed_rank(Placement placement, int p, int v) {
+  const int lap = v / p, offset = v % p;
+  return placement == Placement::v_shape && lap % 2 == 1 ? p - 1 - offset : offset;
+}
+
+}  // namespace
+
+Schedule empty_schedule(std::string name, int p, int m, bool retains, int chunks, Placement placement) {
   require_positive(p, m);
   Schedule s;
   s.name = std::move(name);
@@ -39,14 +46,9 @@ Schedule empty_schedule(std::string name, int p, int m, bool retains, int chunks
   return s;
 }
 
-}  // namespace
-
 std::vector<int> stage_ranks(Placement placement, int p, int chunks) {
   std::vector<int> ranks;
-  for (int v = 0; v < p * chunks; ++v) {
-    const int lap = v / p, offset = v % p;
-    ranks.push_back(placement == Placement::v_shape && lap % 2 == 1 ? p - 1 - offset : offset);
-  }
+  for (int v = 0; v < p * chunks; ++v) ranks.push_back(placed_rank(placement, p, v));
   return ranks;
 }
 
@@ -55,10 +57,7 @@ int Schedule::virtual_stage(int rank, int chunk) const {
   return placement == Placement::v_shape && chunk % 2 == 1 ? lap_start + num_ranks - 1 - rank : lap_start + rank;
 }
 
-int Schedule::rank_of(int vstage) const {
-  const int lap = vstage / num_ranks, offset = vstage % num_ranks;
-  return placement == Placement::v_shape && lap % 2 == 1 ? num_ranks - 1 - offset : offset;
-}
+int Schedule::rank_of(int vstage) const { return placed_rank(placement, num_ranks, vstage); }
 
 int Schedule::chunk_of(int vstage) const { return vstage / num_ranks; }
 

@@ -140,14 +140,7 @@ Schedule schedule_from_csv(std::string_view text, int p, int m, const std::strin
   const int chunks = std::max(1, stages / p);
   const Placement placement = infer_placement(held, p, chunks, source);
 
-  Schedule s;
-  s.name = "file:" + source;
-  s.num_ranks = p;
-  s.num_microbatches = m;
-  s.chunks_per_rank = chunks;
-  s.placement = placement;
-  s.retains_activations = true;
-  s.actions.resize(static_cast<std::size_t>(p));
+  Schedule s = empty_schedule("file:" + source, p, m, true, chunks, placement);
   for (int r = 0; r < p; ++r)
     for (const Cell& c : rows[static_cast<std::size_t>(r)]) {
       const ActionKind kind = c.kind == 'F' ? ActionKind::F : c.kind == 'W' ? ActionKind::W : ActionKind::B;

@@ -214,9 +214,8 @@ void CpuBackend::recompute_forward(Chunk& c, int mb) {
   --live_;  // acquire_slab counts it again
   acquire_slab(c, mb);
   const bool embedding = c.pieces.front().kind == PieceKind::embedding;
-  float* scratch = workspace_.data() + tokens_ * job_.model.ffn_hidden + 5 * tokens_ * job_.model.hidden;
   forward_pieces(c, mb, embedding ? nullptr : reinterpret_cast<const float*>(kept),
-                 c.pieces.back().kind == PieceKind::head ? nullptr : scratch);
+                 c.pieces.back().kind == PieceKind::head ? nullptr : workspace_ping());
   memory_.release(MemCategory::activations, c.kept_bytes);
 }
 
@@ -377,9 +376,8 @@ void CpuBackend::backward(int /*step*/, int mb, int chunk) {
   const Pass pass = spec_.split_backward ? Pass::input : Pass::full;
   float* stash = pass == Pass::input ? acquire_stash(c, mb) : nullptr;
   if (spec_.recompute) recompute_forward(c, mb);
-  const std::int64_t Th = tokens_ * job_.model.hidden;
-  float* ping = workspace_.data() + tokens_ * job_.model.ffn_hidden + 5 * Th;
-  float* pong = ping + Th;
+  float* ping = workspace_ping();
+  float* pong = ping + tokens_ * job_.model.hidden;
   const float* dy = has_next ? c.recv_next.data() : nullptr;  // the head starts from the loss
   std::int64_t offset = c.stash_floats;
   for (std::size_t k = c.pieces.size(); k-- > 0;) {

@@ -92,6 +92,10 @@ class CpuBackend final : public Backend {
   void forward_pieces(Chunk& c, int mb, const float* in, float* last_out);
   void recompute_forward(Chunk& c, int mb);
   std::byte* acquire_kept(Chunk& c, int mb);
+  // The backward workspace's two ping-pong gradients [T,h] (after dgelu
+  // [T,f], dh, dx2 and dqkv [T,3h]; see build): pieces hand their input
+  // gradients through them, and a recomputed forward writes its output there.
+  float* workspace_ping() { return workspace_.data() + tokens_ * job_.model.ffn_hidden + 5 * tokens_ * job_.model.hidden; }
   void backward_piece(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* stash);
   void backward_gpt(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* stash);
   void backward_mlp(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* stash);

@@ -80,6 +80,12 @@ SimCosts model_costs(const Job& job, const ModelDesc& model, const Partition& pa
 // make_zb_v); NaN where none is known (ZB-V with m < 2p, file schedules:
 // the simulated bubble stands instead).
 double analytic_bubble(const Schedule& s);
+// The same with its formula ("(p-1)/(3m+p-1)"; "" and NaN where none).
+struct ClosedForm {
+  const char* formula;
+  double value;
+};
+ClosedForm bubble_closed_form(const Schedule& s);
 
 // The schedule of `run`: a built-in one (make_schedule) or its file schedule;
 // throws ScheduleError when a file schedule does not match the run.

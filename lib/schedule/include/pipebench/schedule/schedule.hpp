@@ -76,6 +76,11 @@ struct Schedule {
   bool split_backward() const;
 };
 
+// A schedule with p empty action lists (the generators and the CSV reader
+// fill them); ScheduleError unless p, m >= 1.
+Schedule empty_schedule(std::string name, int p, int m, bool retains_activations, int chunks = 1,
+                        Placement placement = Placement::looped);
+
 // Forward-only (inference, seed 004's first timeline): every rank runs
 // F0..F(m-1). With unit costs F(s, mb) runs at step s + mb; p+m-1 steps.
 Schedule make_forward_only(int p, int m);
