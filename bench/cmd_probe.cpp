@@ -25,14 +25,22 @@ struct ProbeCmdOptions {
   ProbeOptions probe;
   std::string output_dir = "results";
 };
+}  // namespace
 
-// This executable's absolute path, for the trials.
-std::string self_path(const char* fallback) {
+std::string write_probe_results(const Job& job, const ProbeResult& result, const std::string& command,
+                                const std::string& output_dir, const std::string& stamp) {
+  JobResult jr;
+  describe_job_result(jr, job, command, "probe", "probe");
+  jr.status = result.max_micro_batch > 0 ? "ok" : "failed";
+  jr.probe = result;
+  return write_results(default_results_path(output_dir, job.name, "probe", stamp, std::to_string(getpid())), jr);
+}
+
+std::string self_executable() {
   char buf[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : fallback;
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "pipebench";
 }
-}  // namespace
 
 Handler add_probe_command(CLI::App& app) {
   auto opts = std::make_shared<ProbeCmdOptions>();
@@ -66,7 +74,7 @@ Handler add_probe_command(CLI::App& app) {
     const RunSpec* run = job.find_run(p.run_name);
     if (!run) throw ConfigError(fmt::format("{}: no run named \"{}\"", p.job_path, printable(p.run_name)));
     p.pipeline_size = run->pipeline_size;
-    p.pipebench = self_path("pipebench");
+    p.pipebench = self_executable();
     const std::string stamp = utc_stamp();
     p.trial_dir = (std::filesystem::path(opts->output_dir) / job.name / "probe" / fmt::format("{}-{}-trials", stamp, getpid())).string();
     fmt::print("pipebench probe: job \"{}\", run \"{}\" ({} ranks), micro_batch_size in [{}, {}], {} steps per trial, "
@@ -99,12 +107,8 @@ Handler add_probe_command(CLI::App& app) {
         fmt::print("planner at micro_batch_size {}: largest stage estimate {:.1f}% of capacity\n", b, 100 * worst);
       }
     }
-    JobResult jr;
-    describe_job_result(jr, job, fmt::format("pipebench probe {} --run {}", p.job_path, p.run_name), "probe", "probe");
-    jr.status = result.max_micro_batch > 0 ? "ok" : "failed";
-    jr.probe = result;
-    const std::string path = write_results(
-        default_results_path(opts->output_dir, job.name, "probe", stamp, std::to_string(getpid())), jr);
+    const std::string path = write_probe_results(job, result, fmt::format("pipebench probe {} --run {}", p.job_path, p.run_name),
+                                                 opts->output_dir, stamp);
     fmt::print("results: {}\n", path);
     return result.max_micro_batch > 0 ? kOk : kRunFailed;
   };

@@ -8,6 +8,8 @@
 #include <CLI/CLI.hpp>
 
 #include "pipebench/core/error.hpp"
+#include "pipebench/core/job.hpp"
+#include "pipebench/results/probe_records.hpp"
 
 namespace pipebench::cli {
 
@@ -20,5 +22,14 @@ Handler add_plan_command(CLI::App& app);
 Handler add_run_command(CLI::App& app, const std::string& command_line);
 Handler add_report_command(CLI::App& app);
 Handler add_probe_command(CLI::App& app);
+Handler add_tune_command(CLI::App& app);
+
+// Writes a probe's results file under `output_dir` (results/<job>/probe/...)
+// and returns its path.
+std::string write_probe_results(const Job& job, const ProbeResult& result, const std::string& command,
+                                const std::string& output_dir, const std::string& stamp);
+
+// This executable's absolute path (what probe trials and tune's runs start).
+std::string self_executable();
 
 }  // namespace pipebench::cli

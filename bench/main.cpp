@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   const cli::Handler run = cli::add_run_command(app, joined(argc, argv));
   const cli::Handler report = cli::add_report_command(app);
   const cli::Handler probe = cli::add_probe_command(app);
+  const cli::Handler tune = cli::add_tune_command(app);
 
   try {
     app.parse(argc, argv);
@@ -70,6 +71,7 @@ int main(int argc, char** argv) {
     const int rc = with_mpi                          ? run()
                    : app.got_subcommand("report") ? report()
                    : app.got_subcommand("probe")  ? probe()
+                   : app.got_subcommand("tune")   ? tune()
                                                   : plan();
     return finish(rc, true);
   } catch (const ConfigError& e) {

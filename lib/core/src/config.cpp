@@ -742,4 +742,14 @@ Job load_job(const std::string& path, const std::vector<std::string>& overrides)
   return build_job(parse_toml(*text, path), path, overrides);
 }
 
+std::string job_toml_without_runs(const Job& job, const std::string& name, const std::string& description) {
+  Value root = parse_toml(job.effective_toml, job.source_path);
+  root.as_table().erase("run");
+  Value& header = root.as_table()["job"];
+  header = toml::table{};
+  header.as_table()["name"] = name;
+  header.as_table()["description"] = description;
+  return toml::format(root, 0);
+}
+
 }  // namespace pipebench

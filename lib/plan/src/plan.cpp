@@ -32,14 +32,18 @@ SimCosts model_costs(const Job& job, const ModelDesc& model, const Partition& pa
   return c;
 }
 
-ClosedForm bubble_closed_form(const Schedule& s) {
-  const double p = s.num_ranks, m = s.num_microbatches, v = s.chunks_per_rank;
-  if (s.name == "gpipe" || s.name == "1f1b" || s.name == "eager-1f1b" || s.name == "forward-only")
+ClosedForm bubble_closed_form(std::string_view name, int ranks, int microbatches, int chunks) {
+  const double p = ranks, m = microbatches, v = chunks;
+  if (name == "gpipe" || name == "1f1b" || name == "eager-1f1b" || name == "forward-only")
     return {"(p-1)/(m+p-1)", (p - 1) / (m + p - 1)};
-  if (s.name == "interleaved-1f1b") return {"(p-1)/(v m+p-1)", (p - 1) / (v * m + p - 1)};
-  if (s.name == "zb-h1") return {"(p-1)/(3m+p-1)", (p - 1) / (3 * m + p - 1)};
-  if (s.name == "zb-v" && m >= 2 * p) return {"(p-1)/(6m+p-1)", (p - 1) / (6 * m + p - 1)};
+  if (name == "interleaved-1f1b") return {"(p-1)/(v m+p-1)", (p - 1) / (v * m + p - 1)};
+  if (name == "zb-h1") return {"(p-1)/(3m+p-1)", (p - 1) / (3 * m + p - 1)};
+  if (name == "zb-v" && m >= 2 * p) return {"(p-1)/(6m+p-1)", (p - 1) / (6 * m + p - 1)};
   return {"", std::numeric_limits<double>::quiet_NaN()};
+}
+
+ClosedForm bubble_closed_form(const Schedule& s) {
+  return bubble_closed_form(s.name, s.num_ranks, s.num_microbatches, s.chunks_per_rank);
 }
 
 double analytic_bubble(const Schedule& s) { return bubble_closed_form(s).value; }
@@ -80,28 +84,16 @@ ConfigError too_large(const Job& job, const RunSpec& run) {
       job.source_path, run.source_line, run.name, keys));
 }
 
-RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
-  RunPlan plan;
-  plan.run = run;
-  plan.storage_dtype = storage_dtype(job);
-  const ModelDesc model(job.model, plan.storage_dtype);
+StageMemory plan_memory_unchecked(const Job& job, const RunSpec& run, const Schedule& sched, const Partition& partition) {
+  StageMemory out;
+  const DType dtype = storage_dtype(job);
+  const ModelDesc model(job.model, dtype);
   const bool train = run.mode == RunMode::train;
   const int p = run.pipeline_size, m = run.num_microbatches, b = run.micro_batch_size;
 
-  plan.schedule = run_schedule(run);
-  validate_schedule(plan.schedule);
-  plan.partition = make_partition(model, run);
-  plan.bubble_analytic = analytic_bubble(plan.schedule);
-  plan.unit = simulate(plan.schedule, SimCosts::unit(plan.schedule));
-  plan.costs = model_costs(job, model, plan.partition, b, plan.schedule.split_backward());
-  if (run.recompute == Recompute::full)  // B runs the forward again first
-    for (std::size_t v = 0; v < plan.costs.backward.size(); ++v) plan.costs.backward[v] += plan.costs.forward[v];
-  plan.simulated = simulate(plan.schedule, plan.costs);
-
-  const Schedule& sched = plan.schedule;
-  std::vector<Cost>& chunk_cost = plan.stage_costs;
+  std::vector<Cost>& chunk_cost = out.stage_costs;
   std::vector<std::int64_t> chunk_activation_bytes, chunk_stash_bytes;
-  for (const StageRange& range : plan.partition.stages) {
+  for (const StageRange& range : partition.stages) {
     chunk_cost.push_back(model.stage(b, range.num_layers, range.has_embedding, range.has_head));
     chunk_activation_bytes.push_back(chunk_cost.back().activation_bytes);
     chunk_stash_bytes.push_back(chunk_cost.back().split_stash_bytes);
@@ -113,15 +105,16 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
                                     "supported",
                                     job.source_path, run.source_line, run.name));
     std::vector<std::int64_t> kept;
-    for (const StageRange& range : plan.partition.stages) kept.push_back(model.recompute_kept_bytes(b, range.has_embedding));
+    for (const StageRange& range : partition.stages) kept.push_back(model.recompute_kept_bytes(b, range.has_embedding));
     peak_bytes = peak_recompute_activation_bytes(sched, kept, chunk_activation_bytes);
   } else {
     peak_bytes = peak_live_activation_bytes(sched, chunk_activation_bytes,
                                             sched.split_backward() ? chunk_stash_bytes : std::vector<std::int64_t>{});
   }
-  const StateBytes per_param = state_bytes_per_param(job.train.optimizer, plan.storage_dtype);
+  const StateBytes per_param = state_bytes_per_param(job.train.optimizer, dtype);
   const auto capacity = static_cast<double>(job.device.memory_capacity_bytes);
   const int V = sched.num_virtual_stages();
+  const std::vector<int> peak_live = peak_live_activations(sched);
   for (int r = 0; r < p; ++r) {
     const auto s = static_cast<std::size_t>(r);
     StagePlan sp;
@@ -129,7 +122,7 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
     CheckedInt comm = 0;
     for (int c = 0; c < sched.chunks_per_rank; ++c) {
       const int v = sched.virtual_stage(r, c);
-      sp.chunks.push_back(plan.partition.stages[static_cast<std::size_t>(v)]);
+      sp.chunks.push_back(partition.stages[static_cast<std::size_t>(v)]);
       sp.cost += chunk_cost[static_cast<std::size_t>(v)];
       // Every chunk boundary has its buffers, also between two chunks of one
       // rank (the V's turn): the executor copies between them.
@@ -140,7 +133,7 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
     sp.grads_bytes = train ? (params * per_param.grads).value() : 0;
     sp.optimizer_bytes = train ? (params * per_param.optimizer).value() : 0;
     sp.activation_bytes_per_microbatch = sp.cost.activation_bytes;
-    sp.peak_live_activations = plan.unit.peak_live_activations[s];
+    sp.peak_live_activations = peak_live[s];
     sp.activations_peak_bytes = train ? peak_bytes[s] : sp.activation_bytes_per_microbatch;
     sp.comm_bytes = comm.value();
     sp.workspace_bytes = model.workspace_bytes(job.device.backend, b, train);
@@ -149,13 +142,35 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
                          .value();
     sp.capacity_fraction = static_cast<double>(sp.total_bytes) / capacity;
     if (sp.capacity_fraction > kMemoryWarnFraction)
-      plan.warnings.push_back(fmt::format(
+      out.warnings.push_back(fmt::format(
           "run {} stage {}: estimated {} is {:.0f}% of memory_capacity {} (above {:.0f}%){}", run.name, r,
           format_bytes(static_cast<double>(sp.total_bytes)), 100.0 * sp.capacity_fraction,
           format_bytes(capacity), 100.0 * kMemoryWarnFraction,
           sp.capacity_fraction > 1.0 ? ": it will not fit" : ""));
-    plan.stages.push_back(sp);
+    out.stages.push_back(sp);
   }
+  return out;
+}
+
+
+RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
+  RunPlan plan;
+  plan.run = run;
+  plan.storage_dtype = storage_dtype(job);
+  const ModelDesc model(job.model, plan.storage_dtype);
+  plan.schedule = run_schedule(run);
+  validate_schedule(plan.schedule);
+  plan.partition = make_partition(model, run);
+  plan.bubble_analytic = analytic_bubble(plan.schedule);
+  plan.unit = simulate(plan.schedule, SimCosts::unit(plan.schedule));
+  plan.costs = model_costs(job, model, plan.partition, run.micro_batch_size, plan.schedule.split_backward());
+  if (run.recompute == Recompute::full)  // B runs the forward again first
+    for (std::size_t v = 0; v < plan.costs.backward.size(); ++v) plan.costs.backward[v] += plan.costs.forward[v];
+  plan.simulated = simulate(plan.schedule, plan.costs);
+  StageMemory memory = plan_memory_unchecked(job, run, plan.schedule, plan.partition);
+  plan.stage_costs = std::move(memory.stage_costs);
+  plan.stages = std::move(memory.stages);
+  plan.warnings = std::move(memory.warnings);
   return plan;
 }
 
@@ -164,6 +179,14 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
 RunPlan plan_run(const Job& job, const RunSpec& run) {
   try {
     return plan_run_unchecked(job, run);
+  } catch (const ArithmeticOverflow&) {
+    throw too_large(job, run);
+  }
+}
+
+StageMemory plan_memory(const Job& job, const RunSpec& run, const Schedule& schedule, const Partition& partition) {
+  try {
+    return plan_memory_unchecked(job, run, schedule, partition);
   } catch (const ArithmeticOverflow&) {
     throw too_large(job, run);
   }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <sys/wait.h>
 #include <thread>
@@ -194,16 +195,47 @@ ProbeResult run_probe(const ProbeOptions& options, const std::function<void(cons
   };
 
   int lo = options.lo, hi = options.hi;
-  const ProbeTrial& first = trial(lo);
-  if (first.outcome == TrialOutcome::oom) return finish(0, fmt::format("micro_batch_size {} (lo) does not fit", lo));
-  if (first.outcome == TrialOutcome::error)
-    return finish(0, fmt::format("micro_batch_size {} (lo) failed without an out-of-memory signature (exit {}): fix the "
-                                 "run first",
-                                 lo, first.exit_code));
-  if (first.outcome == TrialOutcome::timeout)
-    return finish(0, fmt::format("micro_batch_size {} (lo) timed out after {:.0f} s", lo, options.trial_timeout_s));
-  bool hi_failed = false;
-  TrialOutcome previous = first.outcome;
+  bool hi_failed = false, lo_known = false;
+  TrialOutcome previous = TrialOutcome::ok;
+  auto stop_on = [&](const ProbeTrial& t, int fallback) -> std::optional<ProbeResult> {
+    if (t.outcome == TrialOutcome::timeout)
+      return finish(fallback, fmt::format("trial at {} timed out after {:.0f} s", t.micro_batch_size, options.trial_timeout_s));
+    if (t.outcome == TrialOutcome::error)
+      return finish(fallback, fmt::format("trial at {} failed without an out-of-memory signature (exit {})",
+                                          t.micro_batch_size, t.exit_code));
+    return std::nullopt;
+  };
+  if (const int pred = options.predicted; pred > 0) {
+    // The planner's prediction and the size above it: two trials when they agree.
+    const ProbeTrial& at = trial(pred);
+    if (auto stop = stop_on(at, 0)) return *stop;
+    if (fits(at.outcome)) {
+      const ProbeTrial& above = trial(pred + 1);
+      if (auto stop = stop_on(above, pred)) return *stop;
+      if (above.outcome == TrialOutcome::oom)
+        return finish(pred, fmt::format("confirmed the planner's prediction: {} fits, {} does not", pred, pred + 1));
+      lo = pred + 1;  // the limit is higher than predicted: bisect above
+      hi = std::max(hi, lo + 1);
+      lo_known = true;
+      previous = above.outcome;
+    } else {
+      if (pred <= lo) return finish(0, fmt::format("micro_batch_size {} (lo) does not fit", pred));
+      hi = pred;  // lower than predicted: bisect below
+      hi_failed = true;
+      previous = at.outcome;
+    }
+  }
+  if (!lo_known) {
+    const ProbeTrial& first = trial(lo);
+    if (first.outcome == TrialOutcome::oom) return finish(0, fmt::format("micro_batch_size {} (lo) does not fit", lo));
+    if (first.outcome == TrialOutcome::error)
+      return finish(0, fmt::format("micro_batch_size {} (lo) failed without an out-of-memory signature (exit {}): fix the "
+                                   "run first",
+                                   lo, first.exit_code));
+    if (first.outcome == TrialOutcome::timeout)
+      return finish(0, fmt::format("micro_batch_size {} (lo) timed out after {:.0f} s", lo, options.trial_timeout_s));
+    previous = first.outcome;
+  }
   while (lo + 1 < hi) {
     const int mid = lo + (hi - lo) / 2;
     const ProbeTrial& t = trial(mid);
@@ -212,10 +244,7 @@ ProbeResult run_probe(const ProbeOptions& options, const std::function<void(cons
     if (failure && prev_failure && ((t.outcome == TrialOutcome::oom) != (previous == TrialOutcome::oom)))
       return finish(lo, fmt::format("two consecutive failures mixing out-of-memory and other failures ({} then {} at {})",
                                     to_string(previous), to_string(t.outcome), mid));
-    if (t.outcome == TrialOutcome::timeout)
-      return finish(lo, fmt::format("trial at {} timed out after {:.0f} s", mid, options.trial_timeout_s));
-    if (t.outcome == TrialOutcome::error)
-      return finish(lo, fmt::format("trial at {} failed without an out-of-memory signature (exit {})", mid, t.exit_code));
+    if (auto stop = stop_on(t, lo)) return *stop;
     if (fits(t.outcome)) {
       lo = mid;
     } else {

@@ -131,6 +131,7 @@ void write_probe(hid_t file, const ProbeResult& p) {
   attr_scalar<std::int64_t>(g, "pipeline_size", p.options.pipeline_size);
   attr_scalar<std::int64_t>(g, "lo", p.options.lo);
   attr_scalar<std::int64_t>(g, "hi", p.options.hi);
+  attr_scalar<std::int64_t>(g, "predicted", p.options.predicted);
   attr_scalar<std::int64_t>(g, "steps", p.options.steps);
   attr_scalar(g, "trial_timeout_s", p.options.trial_timeout_s);
   attr_string(g, "launcher", p.options.launcher);
@@ -628,6 +629,8 @@ ProbeResult read_probe(hid_t file) {
   p.options.pipeline_size = static_cast<int>(read_attr_scalar<std::int64_t>(g, "pipeline_size"));
   p.options.lo = static_cast<int>(read_attr_scalar<std::int64_t>(g, "lo"));
   p.options.hi = static_cast<int>(read_attr_scalar<std::int64_t>(g, "hi"));
+  if (has_attr(g, "predicted"))  // absent in files written before `tune --confirm`: 0
+    p.options.predicted = static_cast<int>(read_attr_scalar<std::int64_t>(g, "predicted"));
   p.options.steps = static_cast<int>(read_attr_scalar<std::int64_t>(g, "steps"));
   p.options.trial_timeout_s = read_attr_scalar<double>(g, "trial_timeout_s");
   p.options.launcher = read_attr_string(g, "launcher");

@@ -32,4 +32,9 @@ bool valid_name(std::string_view name);
 Job parse_job(const std::string& toml_text, const std::string& source_name,
               const std::vector<std::string>& overrides = {});
 
+// The job's effective TOML (after --set) without its [[run]] tables, and
+// with [job] holding only `name` and `description` as given: the start of a
+// workload file that `pipebench tune` completes with runs of its own.
+std::string job_toml_without_runs(const Job& job, const std::string& name, const std::string& description);
+
 }  // namespace pipebench

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pipebench/core/job.hpp"
@@ -86,6 +87,8 @@ struct ClosedForm {
   double value;
 };
 ClosedForm bubble_closed_form(const Schedule& s);
+// The same from a schedule's name ("1f1b", "zb-v", ...), p, m and v.
+ClosedForm bubble_closed_form(std::string_view schedule_name, int p, int m, int v);
 
 // The schedule of `run`: a built-in one (make_schedule) or its file schedule;
 // throws ScheduleError when a file schedule does not match the run.
@@ -93,6 +96,17 @@ Schedule run_schedule(const RunSpec& run);
 
 // Plans one run; validates its schedule (throws ScheduleError if invalid).
 RunPlan plan_run(const Job& job, const RunSpec& run);
+
+// The memory part of plan_run for a given schedule and partition (what
+// `pipebench tune` re-evaluates per micro-batch size without simulating):
+// per-virtual-stage costs, one StagePlan per rank, and the capacity warnings.
+// Throws ConfigError when the sizes overflow 64-bit counts.
+struct StageMemory {
+  std::vector<Cost> stage_costs;
+  std::vector<StagePlan> stages;
+  std::vector<std::string> warnings;
+};
+StageMemory plan_memory(const Job& job, const RunSpec& run, const Schedule& schedule, const Partition& partition);
 
 // Plans the selected runs (all when `run_names` is empty); throws
 // ConfigError for a name that is not a run of the job.

@@ -19,6 +19,11 @@ struct ProbeOptions {
   std::string run_name;
   int pipeline_size = 1;          // substituted for {ranks} in the launcher
   int lo = 1, hi = 256;
+  // > 0 (`pipebench tune --confirm`): the planner's predicted limit. The
+  // search tries it and the size above first and stops after those two
+  // trials when they agree (fits, out of memory); otherwise it bisects on
+  // the side they point to.
+  int predicted = 0;
   int steps = 3;                  // counted steps per trial (no warm-up)
   double trial_timeout_s = 900.0;
   std::string launcher = "mpirun -np {ranks}";  // the trial command's prefix

@@ -1,0 +1,264 @@
+// `pipebench tune JOB.toml --ranks N [--global-batch B | --num-microbatches M]
+//   [--bubble-target X] [--schedule S]... [--partition RULE]... [--run NAME]
+//   [--set k=v]... [--top K] [-o OUT.toml] [--confirm] [--verify] [--steps S]
+//   [--launcher L] [--results DIR]`
+// Seed 000's procedure (docs/tune.md): the planner's answer for every
+// pipeline size, one ranked table, one answer line, a workload file; with
+// --confirm two probe trials around the predicted limit, with --verify the
+// written workload run for the seed's short steps and reported.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <unistd.h>  // getpid
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "pipebench/core/config.hpp"
+#include "pipebench/core/units.hpp"
+#include "pipebench/plan/plan.hpp"
+#include "pipebench/plan/tune.hpp"
+#include "pipebench/probe/probe.hpp"
+#include "pipebench/report/report.hpp"
+
+namespace pipebench::cli {
+
+namespace {
+
+struct TuneCmdOptions {
+  std::string job_path;
+  std::vector<std::string> overrides;
+  TuneOptions tune;
+  std::vector<std::string> schedules, partitions;
+  int top = 15;
+  std::string output;           // the workload written; default <job>_tuned.toml
+  bool confirm = false, verify = false;
+  int steps = 30;               // --verify: counted steps
+  std::string launcher = "mpirun -np {ranks}";
+  std::string results_dir = "results";
+  double trial_timeout_s = 900.0;
+};
+
+// "2 1x62 2": layers per stage, repeats folded.
+std::string folded(const std::vector<int>& sizes) {
+  std::string s;
+  for (std::size_t i = 0; i < sizes.size();) {
+    std::size_t j = i;
+    while (j < sizes.size() && sizes[j] == sizes[i]) ++j;
+    s += (s.empty() ? "" : " ") + (j - i > 1 ? fmt::format("{}x{}", sizes[i], j - i) : std::to_string(sizes[i]));
+    i = j;
+  }
+  return s.size() > 22 ? s.substr(0, 21) + "~" : s;
+}
+
+std::string schedule_text(const TuneCandidate& c) {
+  std::string s(to_string(c.schedule));
+  if (c.schedule == ScheduleKind::interleaved_one_f_one_b) s += fmt::format(" v{}", c.virtual_stages_per_rank);
+  return s;
+}
+
+// "p = 1-15, 17": the pipeline sizes of `cands`, runs folded.
+std::string p_ranges(std::vector<int> ps) {
+  std::sort(ps.begin(), ps.end());
+  ps.erase(std::unique(ps.begin(), ps.end()), ps.end());
+  std::string s;
+  for (std::size_t i = 0; i < ps.size();) {
+    std::size_t j = i;
+    while (j + 1 < ps.size() && ps[j + 1] == ps[j] + 1) ++j;
+    s += (s.empty() ? "" : ", ") + (j > i ? fmt::format("{}-{}", ps[i], ps[j]) : std::to_string(ps[i]));
+    i = j + 1;
+  }
+  return s;
+}
+
+void print_table(const Job& job, const TuneResult& r, int top) {
+  const auto cap = static_cast<double>(job.device.memory_capacity_bytes);
+  fmt::print("  {:>3} {:>4} {:<18} {:<9} {:<22} {:>7} {:>5} {:>6} {:>18} {:>7} {:>11} {:>10} {:>10}\n", "#", "p",
+             "schedule", "partition", "layers per stage", "max mbs", "mbs", "m", "peak memory (cap)", "bubble",
+             "step time", "samples/s", "per rank");
+  int shown = 0, more = 0;
+  std::vector<int> not_fitting, skipped;
+  for (const auto& c : r.candidates) {
+    if (!c.fits) {
+      (c.max_micro_batch == 0 && !c.peak_bytes.empty() ? not_fitting : skipped).push_back(c.pipeline_size);
+      continue;
+    }
+    if (shown == top) {
+      ++more;
+      continue;
+    }
+    ++shown;
+    const double peak = c.peak_bytes.empty() ? 0.0 : static_cast<double>(*std::max_element(c.peak_bytes.begin(), c.peak_bytes.end()));
+    fmt::print("  {:>3} {:>4} {:<18} {:<9} {:<22} {:>7} {:>5} {:>6} {:>18} {:>6.1f}% {:>11} {:>10.4g} {:>10.4g}\n", shown,
+               c.pipeline_size, schedule_text(c), to_string(c.partition), folded(c.layers_per_stage),
+               c.max_micro_batch >= kTuneMaxMicroBatch ? fmt::format(">={}", c.max_micro_batch) : std::to_string(c.max_micro_batch),
+               c.micro_batch_size, c.num_microbatches, fmt::format("{} ({:.0f}%)", format_bytes(peak), 100.0 * peak / cap),
+               100.0 * c.bubble, format_seconds(c.step_time_s), c.samples_per_s, c.samples_per_s_per_rank);
+  }
+  if (more > 0) fmt::print("  ... {} more fitting candidate(s) (--top to show them)\n", more);
+  if (!not_fitting.empty()) {
+    const TuneCandidate* largest = nullptr;  // the closest miss, for its figure
+    for (const auto& c : r.candidates)
+      if (!c.fits && !c.peak_bytes.empty() && (!largest || c.peak_fraction < largest->peak_fraction)) largest = &c;
+    fmt::print("  does not fit at micro-batch 1: p = {} (p = {}: {})\n", p_ranges(not_fitting), largest->pipeline_size,
+               largest->why_not);
+  }
+  for (const auto& c : r.candidates)
+    if (!c.fits && c.peak_bytes.empty())
+      fmt::print("  skipped p = {} {}: {}\n", c.pipeline_size, schedule_text(c), c.why_not);
+}
+
+std::vector<ScheduleKind> parse_schedules(const std::vector<std::string>& names) {
+  std::vector<ScheduleKind> out;
+  for (const auto& n : names) {
+    bool found = false;
+    for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::eager_one_f_one_b,
+                           ScheduleKind::interleaved_one_f_one_b, ScheduleKind::zb_h1, ScheduleKind::zb_v})
+      if (n == to_string(k)) out.push_back(k), found = true;
+    if (!found) throw ConfigError(fmt::format("tune: --schedule {}: not a built-in schedule", printable(n)));
+  }
+  return out;
+}
+
+std::vector<Remainder> parse_partitions(const std::vector<std::string>& names) {
+  std::vector<Remainder> out;
+  for (const auto& n : names)
+    out.push_back(n == "first" ? Remainder::first : n == "last" ? Remainder::last : Remainder::balanced);
+  return out;
+}
+
+// --confirm: two probe trials of the chosen run around the predicted limit.
+int confirm(const TuneCmdOptions& o, const Job& tuned, const std::string& path, const TuneCandidate& best,
+            const std::string& run_name) {
+  ProbeOptions p;
+  p.job_path = path;
+  p.run_name = run_name;
+  p.pipeline_size = best.pipeline_size;
+  p.predicted = best.max_micro_batch;
+  p.hi = std::max(256, 2 * best.max_micro_batch + 2);
+  p.steps = 1;
+  p.trial_timeout_s = o.trial_timeout_s;
+  p.launcher = o.launcher;
+  p.pipebench = self_executable();
+  const std::string stamp = utc_stamp();
+  p.trial_dir = (std::filesystem::path(o.results_dir) / tuned.name / "probe" / fmt::format("{}-{}-trials", stamp, getpid())).string();
+  fmt::print("\nconfirm: probe trials of run \"{}\" at the predicted limit {} and above it ({})\n", run_name,
+             best.max_micro_batch, p.launcher);
+  const ProbeResult res = run_probe(p, [](const ProbeTrial& t) {
+    fmt::print("  mbs {:>6}  {:<8} exit {:>3}  {:>7.1f} s\n", t.micro_batch_size, to_string(t.outcome), t.exit_code, t.seconds);
+    if (t.outcome == TrialOutcome::error || t.outcome == TrialOutcome::timeout) fmt::print("    output tail:\n{}\n", t.output_tail);
+    std::fflush(stdout);
+  });
+  const std::string file = write_probe_results(tuned, res, fmt::format("pipebench tune {} --confirm", o.job_path), o.results_dir, stamp);
+  const bool agree = res.max_micro_batch == best.max_micro_batch;
+  fmt::print("confirm: max_micro_batch = {} after {} trial(s) ({}); the planner predicted {}: {}\nresults: {}\n",
+             res.max_micro_batch, res.trials.size(), res.stop_reason, best.max_micro_batch,
+             agree ? "confirmed" : "DIFFERENT (the planner's memory model misses something; docs/tune.md)", file);
+  return res.max_micro_batch > 0 ? kOk : kRunFailed;
+}
+
+// --verify: the written workload for the seed's short steps, then its report.
+int verify(const TuneCmdOptions& o, const Job& tuned, const std::string& path, int ranks) {
+  std::string launcher = o.launcher;
+  for (std::size_t at; (at = launcher.find("{ranks}")) != std::string::npos;) launcher.replace(at, 7, std::to_string(ranks));
+  const std::string label = "tune-verify-" + utc_stamp();
+  const std::string cmd = fmt::format("{} '{}' run '{}' --set train.repeats={} -o '{}' --label {}", launcher, self_executable(),
+                                      path, o.steps, o.results_dir, label);
+  fmt::print("\nverify: {} counted steps of every run ({})\n  {}\n", o.steps, ranks, cmd);
+  std::fflush(stdout);
+  const ProcessResult pr = run_process(cmd, 1e9);
+  std::fwrite(pr.output.data(), 1, pr.output.size(), stdout);
+  const std::filesystem::path results = std::filesystem::path(o.results_dir) / tuned.name / label;
+  if (!std::filesystem::exists(results)) {
+    fmt::print(stderr, "pipebench: tune --verify: the run wrote no results (exit {})\n", pr.exit_code);
+    return pr.exit_code != 0 ? pr.exit_code : kRunFailed;
+  }
+  ReportOptions ro;
+  ro.inputs = {results.string()};
+  const ReportData data = load_report(ro);
+  const std::filesystem::path out = std::filesystem::path("reports") / "tune" / tuned.name / label;
+  std::filesystem::create_directories(out);
+  for (const auto& [name, text] : {std::pair<const char*, std::string>{"index.html", render_html(data)},
+                                   {"report.md", render_markdown(data)},
+                                   {"summary.json", render_summary_json(data)}}) {
+    std::ofstream f(out / name, std::ios::binary);
+    f << text;
+  }
+  fmt::print("\nverify: decisions ({} counted steps)\n", o.steps);
+  for (const auto& f : data.files)
+    for (const auto& v : f.runs)
+      fmt::print("  {:<28} {:<12} {}\n", v.run->spec.name, v.run->decision.empty() ? "-" : v.run->decision,
+                 v.run->decision_reasons.empty() ? "" : v.run->decision_reasons.front());
+  fmt::print("report: {}\n", (out / "index.html").string());
+  return pr.exit_code;
+}
+
+}  // namespace
+
+Handler add_tune_command(CLI::App& app) {
+  auto o = std::make_shared<TuneCmdOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "tune", "Seed 000's procedure from the planner: stages, split and micro-batch for up to N ranks, ranked; "
+              "writes a ready workload (no MPI needed; --confirm and --verify launch runs)");
+  cmd->add_option("job", o->job_path, "workload file (jobs/*.toml): its model, train and device tables")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--ranks", o->tune.max_ranks, "ranks (GPUs) available: pipeline sizes 1..N are tried")->required()->check(CLI::Range(1, kMaxPipelineSize));
+  cmd->add_option("--global-batch", o->tune.global_batch, "samples per step; num_microbatches = B / micro_batch_size")->check(CLI::PositiveNumber);
+  cmd->add_option("--num-microbatches", o->tune.num_microbatches, "micro-batches per step, the same for every candidate")->check(CLI::PositiveNumber);
+  cmd->add_option("--bubble-target", o->tune.bubble_target,
+                  "without --global-batch/--num-microbatches: the smallest m whose closed-form bubble is at most X (default 0.10)")
+      ->check(CLI::Range(0.001, 0.999));
+  cmd->add_option("--schedule", o->schedules, "schedules to compare (repeatable; default: the template run's)")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "eager-1f1b", "interleaved-1f1b", "zb-h1", "zb-v"}));
+  cmd->add_option("--partition", o->partitions, "partition rules to compare: first, last, balanced (repeatable; default: the template run's)")
+      ->check(CLI::IsMember({"first", "last", "balanced"}));
+  cmd->add_option("--run", o->tune.template_run, "the run whose schedule, partition rule and mode are the template (default: the first multi-stage training run)");
+  cmd->add_option("--set", o->overrides, "override a key of JOB before tuning: dotted.key=value (repeatable)");
+  cmd->add_option("--top", o->top, "fitting candidates shown (default 15)")->check(CLI::PositiveNumber);
+  cmd->add_option("-o,--output", o->output, "the workload file written (default: <job>_tuned.toml)");
+  cmd->add_flag("--confirm", o->confirm, "probe the chosen run at the predicted limit and one above (2 trials; bisection if they disagree)");
+  cmd->add_flag("--verify", o->verify, "run the written workload for --steps counted steps and write its report with decisions");
+  cmd->add_option("--steps", o->steps, "--verify: counted steps per run (default 30, seed 000's 30-50)")->check(CLI::Range(1, kMaxSteps - 100));
+  cmd->add_option("--launcher", o->launcher, "--confirm/--verify: command prefix; {ranks} becomes the ranks needed (default \"mpirun -np {ranks}\")");
+  cmd->add_option("--results", o->results_dir, "--confirm/--verify: results folder (default: results)");
+  cmd->add_option("--trial-timeout", o->trial_timeout_s, "--confirm: seconds before a trial is killed (default 900)")->check(CLI::PositiveNumber);
+  return [o]() -> int {
+    const Job job = load_job(o->job_path, o->overrides);
+    o->tune.schedules = parse_schedules(o->schedules);
+    o->tune.partitions = parse_partitions(o->partitions);
+    const TuneResult result = tune(job, o->tune);
+    const std::string batch = o->tune.global_batch > 0       ? fmt::format("global batch {}", o->tune.global_batch)
+                              : o->tune.num_microbatches > 0 ? fmt::format("{} micro-batches", o->tune.num_microbatches)
+                                                             : fmt::format("m for a bubble <= {:.3g}", o->tune.bubble_target);
+    fmt::print("pipebench tune: job \"{}\" (template run \"{}\"), up to {} ranks, {}, memory_capacity {}, planner's "
+               "memory model ({} backend)\n\n",
+               job.name, result.template_run.name, o->tune.max_ranks, batch,
+               format_bytes(static_cast<double>(job.device.memory_capacity_bytes)), to_string(job.device.backend));
+    print_table(job, result, o->top);
+    fmt::print("\n{}\n", tune_answer_line(result));
+    const TuneCandidate* best = result.best();
+    if (!best) return kRunFailed;
+    const TunedWorkload w = tuned_workload(job, result);
+    const std::string path = o->output.empty() ? w.job_name + ".toml" : o->output;
+    {
+      std::ofstream out(path, std::ios::binary);
+      out << w.toml;
+      if (!out) throw Error(fmt::format("cannot write {}", path));
+    }
+    const Job tuned = load_job(path);  // what `pipebench run` will read: it must accept it
+    if (!w.baseline_note.empty()) fmt::print("baseline: {}\n", w.baseline_note);
+    std::string names;
+    for (const auto& n : w.run_names) names += (names.empty() ? "" : ", ") + n;
+    fmt::print("workload: {} (runs: {}; launch with {} ranks: mpirun -np {} pipebench run {})\n", path, names,
+               w.ranks_needed, w.ranks_needed, path);
+    for (const auto& warning : tuned.warnings) fmt::print("  note: {}\n", warning);
+    std::fflush(stdout);
+    int rc = static_cast<int>(kOk);
+    if (o->confirm) rc = confirm(*o, tuned, path, *best, w.run_names.front());
+    if (o->verify && rc == kOk) rc = verify(*o, tuned, path, w.ranks_needed);
+    return rc;
+  };
+}
+
+}  // namespace pipebench::cli

@@ -1,0 +1,110 @@
+// Seed 000's procedure computed from the planner (`pipebench tune`,
+// docs/tune.md): for every pipeline size p up to a number of ranks (and every
+// schedule and partition rule asked for) the largest micro-batch that fits,
+// the seed's ~80% of it, the number of micro-batches, the predicted peak
+// memory per rank, bubble and step time, and the throughput per rank; the
+// candidates ranked, and a workload file holding the chosen run, its
+// baseline and the runners-up.
+//
+// "Fits" is the planner's memory model (plan_memory): every rank's estimate
+// at most device.memory_capacity. The largest micro-batch is searched at the
+// candidate's final num_microbatches, so it is what `pipebench probe` finds
+// for the written run when the planner's model matches the backend.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipebench/core/job.hpp"
+
+namespace pipebench {
+
+// The seed's margin: the recommended micro-batch is max(1, floor(0.8 max)),
+// as `pipebench probe` recommends.
+int recommended_micro_batch(int max_micro_batch);
+
+// The largest micro-batch size the search tries (a bound, not a limit of
+// the model: a candidate fitting there says "at least").
+inline constexpr int kTuneMaxMicroBatch = 1 << 16;
+
+struct TuneOptions {
+  int max_ranks = 1;             // N: candidates p = 1..min(N, model.layers)
+  int global_batch = 0;          // > 0: m = global_batch / mbs (mbs a divisor of it)
+  int num_microbatches = 0;      // > 0: m fixed
+  double bubble_target = 0.10;   // else: the smallest m whose closed-form bubble is at most this
+  // Empty: the template run's schedule. Each with its chunks per rank
+  // (interleaved-1f1b: the template's virtual_stages_per_rank when it is
+  // interleaved, else 2; zb-v: 2).
+  std::vector<ScheduleKind> schedules;
+  // Partition rules tried for each (p, schedule); empty: the template's and
+  // "balanced" (when the template's is another).
+  std::vector<Remainder> partitions;
+  std::string template_run;      // "": the first training run with pipeline_size > 1, else the first run
+  int runners_up = 2;            // written beside the chosen run and its baseline
+};
+
+struct TuneCandidate {
+  int pipeline_size = 1;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  int virtual_stages_per_rank = 1;
+  Remainder partition = Remainder::first;
+  bool fits = false;                    // micro-batch 1 fits (at this m)
+  std::string why_not;                  // when !fits or skipped: one line
+  int max_micro_batch = 0;              // largest fitting at num_microbatches (0: none); kTuneMaxMicroBatch: at least
+  int micro_batch_size = 0;             // chosen: recommended_micro_batch(max), a divisor of the global batch if given
+  int num_microbatches = 0;
+  std::vector<int> layers_per_stage;    // per virtual stage
+  std::vector<std::int64_t> peak_bytes; // per rank, at micro_batch_size
+  double peak_fraction = 0.0;           // the largest rank's share of memory_capacity
+  double bubble = 0.0;                  // simulated with model costs
+  double bubble_closed_form = 0.0;      // NaN where none
+  double step_time_s = 0.0;             // simulated (cost model: FLOPs at sim_flops_per_s, links)
+  double slowest_stage_s = 0.0;         // the busiest rank's compute per step
+  double samples_per_s = 0.0;           // micro_batch_size x num_microbatches / step_time_s
+  double samples_per_s_per_rank = 0.0;
+
+  RunSpec run(const RunSpec& like, std::string name) const;  // as a run of the job
+};
+
+struct TuneResult {
+  RunSpec template_run;
+  TuneOptions options;
+  // Fitting candidates first, best throughput per rank first (ties: fewer
+  // ranks, then lower peak); then the ones that do not fit, by p.
+  std::vector<TuneCandidate> candidates;
+  int smallest_fitting_p = 0;           // 0: nothing fits within max_ranks
+  // The chosen run's baseline at its global batch: one rank where that fits,
+  // else the smallest fitting pipeline (baseline_note says so); empty when
+  // the chosen run is itself single-stage or nothing fits.
+  std::optional<TuneCandidate> baseline;
+  std::string baseline_note;
+  // The next candidates of the ranking with other pipeline sizes,
+  // re-evaluated at the chosen run's global batch (so losses compare).
+  std::vector<TuneCandidate> runners_up;
+  const TuneCandidate* best() const;    // nullptr when nothing fits
+  const TuneCandidate* smallest_fitting() const;
+};
+
+// Evaluates every candidate. Throws ConfigError for options that cannot be
+// met (no such template run, a global batch with no usable divisor, ...).
+TuneResult tune(const Job& job, const TuneOptions& options);
+
+// The written workload (TOML text): the job's model, train and device
+// tables as given (after --set), the chosen run first, then its baseline
+// (TuneResult::baseline) and the runners-up, all at the chosen run's global
+// batch. `pipebench run` accepts it unchanged (tune checks by loading it).
+struct TunedWorkload {
+  std::string toml;
+  std::string job_name;
+  std::vector<std::string> run_names;   // chosen, baseline, runners-up
+  std::string baseline_note;            // "" or why the baseline is not single-stage
+  int ranks_needed = 1;                 // the most ranks any written run needs
+};
+TunedWorkload tuned_workload(const Job& job, const TuneResult& result);
+
+// "smallest fitting p = 32; best throughput per rank: p = 40, mbs 3, m 96, 1f1b"
+std::string tune_answer_line(const TuneResult& result);
+
+}  // namespace pipebench
