@@ -8,6 +8,7 @@
 // written workload run for the seed's short steps and reported.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -33,6 +34,7 @@ struct TuneCmdOptions {
   TuneOptions tune;
   std::vector<std::string> schedules, partitions;
   int top = 15;
+  std::string format = "text";
   std::string output;           // the workload written; default <job>_tuned.toml
   bool confirm = false, verify = false;
   int steps = 30;               // --verify: counted steps
@@ -110,6 +112,18 @@ void print_table(const Job& job, const TuneResult& r, int top) {
       fmt::print("  skipped p = {} {}: {}\n", c.pipeline_size, schedule_text(c), c.why_not);
 }
 
+void print_answer(const TuneCmdOptions& o, const Job& job, const TuneResult& result) {
+  const std::string batch = o.tune.global_batch > 0       ? fmt::format("global batch {}", o.tune.global_batch)
+                            : o.tune.num_microbatches > 0 ? fmt::format("{} micro-batches", o.tune.num_microbatches)
+                                                          : fmt::format("m for a bubble <= {:.3g}", o.tune.bubble_target);
+  fmt::print("pipebench tune: job \"{}\" (template run \"{}\"), up to {} ranks, {}, memory_capacity {}, planner's "
+             "memory model ({} backend)\n\n",
+             job.name, result.template_run.name, o.tune.max_ranks, batch,
+             format_bytes(static_cast<double>(job.device.memory_capacity_bytes)), to_string(job.device.backend));
+  print_table(job, result, o.top);
+  fmt::print("\n{}\n", tune_answer_line(result));
+}
+
 std::vector<ScheduleKind> parse_schedules(const std::vector<std::string>& names) {
   std::vector<ScheduleKind> out;
   for (const auto& n : names) {
@@ -130,7 +144,7 @@ std::vector<Remainder> parse_partitions(const std::vector<std::string>& names) {
 }
 
 // --confirm: two probe trials of the chosen run around the predicted limit.
-int confirm(const TuneCmdOptions& o, const Job& tuned, const std::string& path, const TuneCandidate& best,
+int confirm(std::FILE* log, const TuneCmdOptions& o, const Job& tuned, const std::string& path, const TuneCandidate& best,
             const std::string& run_name) {
   ProbeOptions p;
   p.job_path = path;
@@ -144,35 +158,35 @@ int confirm(const TuneCmdOptions& o, const Job& tuned, const std::string& path, 
   p.pipebench = self_executable();
   const std::string stamp = utc_stamp();
   p.trial_dir = (std::filesystem::path(o.results_dir) / tuned.name / "probe" / fmt::format("{}-{}-trials", stamp, getpid())).string();
-  fmt::print("\nconfirm: probe trials of run \"{}\" at the predicted limit {} and above it ({})\n", run_name,
+  fmt::print(log, "\nconfirm: probe trials of run \"{}\" at the predicted limit {} and above it ({})\n", run_name,
              best.max_micro_batch, p.launcher);
-  const ProbeResult res = run_probe(p, [](const ProbeTrial& t) {
-    fmt::print("  mbs {:>6}  {:<8} exit {:>3}  {:>7.1f} s\n", t.micro_batch_size, to_string(t.outcome), t.exit_code, t.seconds);
-    if (t.outcome == TrialOutcome::error || t.outcome == TrialOutcome::timeout) fmt::print("    output tail:\n{}\n", t.output_tail);
-    std::fflush(stdout);
+  const ProbeResult res = run_probe(p, [log](const ProbeTrial& t) {
+    fmt::print(log, "  mbs {:>6}  {:<8} exit {:>3}  {:>7.1f} s\n", t.micro_batch_size, to_string(t.outcome), t.exit_code, t.seconds);
+    if (t.outcome == TrialOutcome::error || t.outcome == TrialOutcome::timeout) fmt::print(log, "    output tail:\n{}\n", t.output_tail);
+    std::fflush(log);
   });
   const std::string file = write_probe_results(tuned, res, fmt::format("pipebench tune {} --confirm", o.job_path), o.results_dir, stamp);
   const bool agree = res.max_micro_batch == best.max_micro_batch;
-  fmt::print("confirm: max_micro_batch = {} after {} trial(s) ({}); the planner predicted {}: {}\nresults: {}\n",
+  fmt::print(log, "confirm: max_micro_batch = {} after {} trial(s) ({}); the planner predicted {}: {}\nresults: {}\n",
              res.max_micro_batch, res.trials.size(), res.stop_reason, best.max_micro_batch,
              agree ? "confirmed" : "DIFFERENT (the planner's memory model misses something; docs/tune.md)", file);
   return res.max_micro_batch > 0 ? kOk : kRunFailed;
 }
 
 // --verify: the written workload for the seed's short steps, then its report.
-int verify(const TuneCmdOptions& o, const Job& tuned, const std::string& path, int ranks) {
+int verify(std::FILE* log, const TuneCmdOptions& o, const Job& tuned, const std::string& path, int ranks) {
   std::string launcher = o.launcher;
   for (std::size_t at; (at = launcher.find("{ranks}")) != std::string::npos;) launcher.replace(at, 7, std::to_string(ranks));
   const std::string label = "tune-verify-" + utc_stamp();
   const std::string cmd = fmt::format("{} '{}' run '{}' --set train.repeats={} -o '{}' --label {}", launcher, self_executable(),
                                       path, o.steps, o.results_dir, label);
-  fmt::print("\nverify: {} counted steps of every run ({})\n  {}\n", o.steps, ranks, cmd);
-  std::fflush(stdout);
+  fmt::print(log, "\nverify: {} counted steps of every run ({})\n  {}\n", o.steps, ranks, cmd);
+  std::fflush(log);
   const ProcessResult pr = run_process(cmd, 1e9);
-  std::fwrite(pr.output.data(), 1, pr.output.size(), stdout);
+  std::fwrite(pr.output.data(), 1, pr.output.size(), log);
   const std::filesystem::path results = std::filesystem::path(o.results_dir) / tuned.name / label;
   if (!std::filesystem::exists(results)) {
-    fmt::print(stderr, "pipebench: tune --verify: the run wrote no results (exit {})\n", pr.exit_code);
+    fmt::print(log, "pipebench: tune --verify: the run wrote no results (exit {})\n", pr.exit_code);
     return pr.exit_code != 0 ? pr.exit_code : kRunFailed;
   }
   ReportOptions ro;
@@ -186,12 +200,12 @@ int verify(const TuneCmdOptions& o, const Job& tuned, const std::string& path, i
     std::ofstream f(out / name, std::ios::binary);
     f << text;
   }
-  fmt::print("\nverify: decisions ({} counted steps)\n", o.steps);
+  fmt::print(log, "\nverify: decisions ({} counted steps)\n", o.steps);
   for (const auto& f : data.files)
     for (const auto& v : f.runs)
-      fmt::print("  {:<28} {:<12} {}\n", v.run->spec.name, v.run->decision.empty() ? "-" : v.run->decision,
+      fmt::print(log, "  {:<28} {:<12} {}\n", v.run->spec.name, v.run->decision.empty() ? "-" : v.run->decision,
                  v.run->decision_reasons.empty() ? "" : v.run->decision_reasons.front());
-  fmt::print("report: {}\n", (out / "index.html").string());
+  fmt::print(log, "report: {}\n", (out / "index.html").string());
   return pr.exit_code;
 }
 
@@ -215,6 +229,8 @@ Handler add_tune_command(CLI::App& app) {
       ->check(CLI::IsMember({"first", "last", "balanced"}));
   cmd->add_option("--run", o->tune.template_run, "the run whose schedule, partition rule and mode are the template (default: the first multi-stage training run)");
   cmd->add_option("--set", o->overrides, "override a key of JOB before tuning: dotted.key=value (repeatable)");
+  cmd->add_option("--format", o->format, "text: the ranked table; json: every candidate (docs/tune.md)")
+      ->check(CLI::IsMember({"text", "json"}));
   cmd->add_option("--top", o->top, "fitting candidates shown (default 15)")->check(CLI::PositiveNumber);
   cmd->add_option("-o,--output", o->output, "the workload file written (default: <job>_tuned.toml)");
   cmd->add_flag("--confirm", o->confirm, "probe the chosen run at the predicted limit and one above (2 trials; bisection if they disagree)");
@@ -228,17 +244,13 @@ Handler add_tune_command(CLI::App& app) {
     o->tune.schedules = parse_schedules(o->schedules);
     o->tune.partitions = parse_partitions(o->partitions);
     const TuneResult result = tune(job, o->tune);
-    const std::string batch = o->tune.global_batch > 0       ? fmt::format("global batch {}", o->tune.global_batch)
-                              : o->tune.num_microbatches > 0 ? fmt::format("{} micro-batches", o->tune.num_microbatches)
-                                                             : fmt::format("m for a bubble <= {:.3g}", o->tune.bubble_target);
-    fmt::print("pipebench tune: job \"{}\" (template run \"{}\"), up to {} ranks, {}, memory_capacity {}, planner's "
-               "memory model ({} backend)\n\n",
-               job.name, result.template_run.name, o->tune.max_ranks, batch,
-               format_bytes(static_cast<double>(job.device.memory_capacity_bytes)), to_string(job.device.backend));
-    print_table(job, result, o->top);
-    fmt::print("\n{}\n", tune_answer_line(result));
-    const TuneCandidate* best = result.best();
-    if (!best) return kRunFailed;
+    const bool text = o->format == "text";
+    if (text) print_answer(*o, job, result);
+    if (!result.best()) {
+      if (!text) fmt::print("{}", format_tune_json(job, result, TunedWorkload{}, ""));
+      return kRunFailed;
+    }
+    const TuneCandidate& best = *result.best();
     const TunedWorkload w = tuned_workload(job, result);
     const std::string path = o->output.empty() ? w.job_name + ".toml" : o->output;
     {
@@ -247,16 +259,21 @@ Handler add_tune_command(CLI::App& app) {
       if (!out) throw Error(fmt::format("cannot write {}", path));
     }
     const Job tuned = load_job(path);  // what `pipebench run` will read: it must accept it
-    if (!w.baseline_note.empty()) fmt::print("baseline: {}\n", w.baseline_note);
-    std::string names;
-    for (const auto& n : w.run_names) names += (names.empty() ? "" : ", ") + n;
-    fmt::print("workload: {} (runs: {}; launch with {} ranks: mpirun -np {} pipebench run {})\n", path, names,
-               w.ranks_needed, w.ranks_needed, path);
-    for (const auto& warning : tuned.warnings) fmt::print("  note: {}\n", warning);
+    if (!text) {
+      fmt::print("{}", format_tune_json(job, result, w, path));
+    } else {
+      if (!w.baseline_note.empty()) fmt::print("baseline: {}\n", w.baseline_note);
+      std::string names;
+      for (const auto& n : w.run_names) names += (names.empty() ? "" : ", ") + n;
+      fmt::print("workload: {} (runs: {}; launch with {} ranks: mpirun -np {} pipebench run {})\n", path, names,
+                 w.ranks_needed, w.ranks_needed, path);
+      for (const auto& warning : tuned.warnings) fmt::print("  note: {}\n", warning);
+    }
     std::fflush(stdout);
     int rc = static_cast<int>(kOk);
-    if (o->confirm) rc = confirm(*o, tuned, path, *best, w.run_names.front());
-    if (o->verify && rc == kOk) rc = verify(*o, tuned, path, w.ranks_needed);
+    std::FILE* log = text ? stdout : stderr;  // JSON keeps stdout to itself
+    if (o->confirm) rc = confirm(log, *o, tuned, path, best, w.run_names.front());
+    if (o->verify && rc == kOk) rc = verify(log, *o, tuned, path, w.ranks_needed);
     return rc;
   };
 }

@@ -172,3 +172,45 @@ TEST_CASE("a launcher that starts nothing finds no fit", "[probe]") {
   CHECK(r.max_micro_batch == 0);
   CHECK(r.recommended_micro_batch == 0);
 }
+
+TEST_CASE("a confirmed prediction takes two trials: the prediction fits, one above does not", "[probe]") {
+  FakeEnv env{{"FAKE_LIMIT", "37"}};
+  ProbeOptions o = options();
+  o.predicted = 37;
+  const ProbeResult r = run_probe(o);
+  CHECK(r.max_micro_batch == 37);
+  CHECK(sizes(r) == std::vector<int>{37, 38});
+  CHECK_THAT(r.stop_reason, Catch::Contains("confirmed the planner's prediction"));
+}
+
+TEST_CASE("a prediction too high falls back to bisection below it", "[probe]") {
+  FakeEnv env{{"FAKE_LIMIT", "37"}};
+  ProbeOptions o = options();
+  o.predicted = 40;
+  const ProbeResult r = run_probe(o);
+  CHECK(r.max_micro_batch == 37);
+  CHECK(sizes(r) == std::vector<int>{40, 1, 20, 30, 35, 37, 38});
+  CHECK_THAT(r.stop_reason, Catch::Contains("converged: 37 fits, 38 does not"));
+}
+
+TEST_CASE("a prediction too low falls back to bisection above it", "[probe]") {
+  FakeEnv env{{"FAKE_LIMIT", "37"}};
+  ProbeOptions o = options(1, 64);
+  o.predicted = 30;
+  const ProbeResult r = run_probe(o);
+  CHECK(r.max_micro_batch == 37);
+  CHECK(sizes(r).front() == 30);
+  CHECK(sizes(r)[1] == 31);
+  CHECK(r.trials.size() <= 2 + 6);
+  CHECK_THAT(r.stop_reason, Catch::Contains("converged: 37 fits, 38 does not"));
+}
+
+TEST_CASE("a predicted limit that errors stops with the output, as a bisection trial would", "[probe]") {
+  FakeEnv env{{"FAKE_ERROR_FROM", "38"}};
+  ProbeOptions o = options();
+  o.predicted = 37;
+  const ProbeResult r = run_probe(o);
+  CHECK(r.max_micro_batch == 37);
+  CHECK(r.trials.size() == 2);
+  CHECK_THAT(r.stop_reason, Catch::Contains("failed without an out-of-memory signature"));
+}

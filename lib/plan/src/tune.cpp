@@ -10,6 +10,7 @@
 
 #include "pipebench/core/config.hpp"
 #include "pipebench/core/error.hpp"
+#include "pipebench/core/json.hpp"
 #include "pipebench/core/units.hpp"
 #include "pipebench/plan/plan.hpp"
 
@@ -405,6 +406,52 @@ TunedWorkload tuned_workload(const Job& job, const TuneResult& result) {
       job.source_path, like.name, answer, w.ranks_needed, w.ranks_needed);
   w.toml = head + job_toml_without_runs(job, w.job_name, "tuned from " + job.name + ": " + answer) + "\n" + runs;
   return w;
+}
+
+namespace {
+void candidate_json(JsonWriter& w, const TuneCandidate& c) {
+  w.begin_object();
+  w.field("pipeline_size", c.pipeline_size).field("schedule", to_string(c.schedule));
+  w.field("virtual_stages_per_rank", c.virtual_stages_per_rank).field("partition", to_string(c.partition));
+  w.field("fits", c.fits).field("why_not", c.why_not);
+  w.field("max_micro_batch", c.max_micro_batch).field("micro_batch_size", c.micro_batch_size);
+  w.field("num_microbatches", c.num_microbatches).array("layers_per_stage", c.layers_per_stage);
+  w.array("peak_bytes", c.peak_bytes).field("peak_fraction", c.peak_fraction);
+  w.field("bubble_simulated", c.bubble).field("bubble_closed_form", c.bubble_closed_form);
+  w.field("step_time_s", c.step_time_s).field("slowest_stage_s", c.slowest_stage_s);
+  w.field("samples_per_s", c.samples_per_s).field("samples_per_s_per_rank", c.samples_per_s_per_rank);
+  w.end_object();
+}
+}  // namespace
+
+std::string format_tune_json(const Job& job, const TuneResult& result, const TunedWorkload& workload,
+                             const std::string& workload_path) {
+  JsonWriter w;
+  w.begin_object();
+  w.field("tool", "pipebench tune").field("job", job.name).field("source", job.source_path);
+  w.field("template_run", result.template_run.name).field("max_ranks", result.options.max_ranks);
+  w.field("global_batch", result.options.global_batch).field("num_microbatches", result.options.num_microbatches);
+  w.field("bubble_target", result.options.bubble_target);
+  w.field("memory_capacity_bytes", job.device.memory_capacity_bytes);
+  w.field("answer", tune_answer_line(result)).field("smallest_fitting_p", result.smallest_fitting_p);
+  w.key("best");
+  if (const TuneCandidate* b = result.best()) candidate_json(w, *b);
+  else w.null();
+  w.key("baseline");
+  if (result.baseline) candidate_json(w, *result.baseline);
+  else w.null();
+  w.field("baseline_note", result.baseline_note);
+  w.key("runners_up").begin_array();
+  for (const auto& c : result.runners_up) candidate_json(w, c);
+  w.end_array();
+  w.key("candidates").begin_array();
+  for (const auto& c : result.candidates) candidate_json(w, c);
+  w.end_array();
+  w.key("workload").begin_object();
+  w.field("path", workload_path).field("job", workload.job_name).array("runs", workload.run_names);
+  w.field("ranks_needed", workload.ranks_needed).end_object();
+  w.end_object();
+  return w.str() + "\n";
 }
 
 }  // namespace pipebench

@@ -107,4 +107,9 @@ TunedWorkload tuned_workload(const Job& job, const TuneResult& result);
 // "smallest fitting p = 32; best throughput per rank: p = 40, mbs 3, m 96, 1f1b"
 std::string tune_answer_line(const TuneResult& result);
 
+// `pipebench tune --format json`: the options, the answer, the chosen run,
+// its baseline and runners-up, every candidate, and the written workload.
+std::string format_tune_json(const Job& job, const TuneResult& result, const TunedWorkload& workload,
+                             const std::string& workload_path);
+
 }  // namespace pipebench
