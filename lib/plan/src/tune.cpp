@@ -132,7 +132,11 @@ class CandidateSearch {
   // largest divisor of G at most the recommendation that gives a usable m.
   TuneCandidate with_global_batch() {
     const int G = o_.global_batch, p = c_.pipeline_size, v = c_.virtual_stages_per_rank;
-    const int fit = largest([G](int b) { return (G + b - 1) / b; });
+    const bool groups = c_.schedule == ScheduleKind::interleaved_one_f_one_b;  // m a multiple of p
+    const int fit = largest([G, p, groups](int b) {
+      const int m = (G + b - 1) / b;
+      return groups ? (m + p - 1) / p * p : m;
+    });
     if (fit == 0) return not_fitting(std::min(G, max_microbatches(p, v)));
     for (int b = std::min(recommended_micro_batch(fit), G); b >= 1; --b) {
       if (G % b != 0 || !valid_m(c_.schedule, p, v, G / b)) continue;

@@ -1,0 +1,241 @@
+// `pipebench tune`'s search (lib/plan/tune.hpp): which pipeline sizes fit,
+// the micro-batch and micro-batch count it picks, the ranking, and the
+// workload it writes. Against real trials: tests/tune/check_tune.py.
+#include <algorithm>
+#include <cmath>
+
+#include <catch2/catch.hpp>
+
+#include "pipebench/core/config.hpp"
+#include "pipebench/plan/partition.hpp"
+#include "pipebench/plan/plan.hpp"
+#include "pipebench/plan/tune.hpp"
+
+using namespace pipebench;
+
+namespace {
+
+const TuneCandidate* find(const TuneResult& r, int p, Remainder rule) {
+  for (const auto& c : r.candidates)
+    if (c.pipeline_size == p && c.partition == rule) return &c;
+  return nullptr;
+}
+
+Job gpt_70b() { return load_job(std::string(PIPEBENCH_SOURCE_DIR) + "/jobs/gpt_70b_sim.toml"); }
+
+Job small_gpt(int vocab = 2048) {
+  return parse_job(R"(schema = 1
+[job]
+name = "t"
+[model]
+kind = "gpt"
+hidden = 64
+layers = 6
+heads = 4
+seq_len = 32
+vocab = )" + std::to_string(vocab) + R"(
+[device]
+backend = "sim"
+memory_capacity = "40MiB"
+[[run]]
+name = "pipe"
+pipeline_size = 2
+num_microbatches = 4
+)",
+                   "t.toml");
+}
+
+}  // namespace
+
+TEST_CASE("tune: the 70B GPT fits from 32 stages on; the answer line names it", "[tune]") {
+  const Job job = gpt_70b();
+  TuneOptions o;
+  o.max_ranks = 64;
+  o.partitions = {Remainder::first};
+  const TuneResult r = tune(job, o);
+  CHECK(r.smallest_fitting_p == 32);
+  for (int p = 1; p < 32; ++p) {
+    const TuneCandidate* c = find(r, p, Remainder::first);
+    REQUIRE(c);
+    CHECK_FALSE(c->fits);
+    CHECK(c->peak_fraction > 1.0);  // micro-batch 1 already exceeds the capacity
+  }
+  const TuneCandidate* p32 = find(r, 32, Remainder::first);
+  REQUIRE(p32);
+  CHECK(p32->fits);
+  CHECK(p32->max_micro_batch == 1);
+  CHECK(p32->peak_fraction <= 1.0);
+  // m: the smallest meeting a 10% closed-form bubble: (p-1)/(m+p-1) <= 0.1.
+  CHECK(p32->num_microbatches == 279);
+  CHECK(31.0 / (279 + 31) <= 0.1);
+  CHECK(31.0 / (278 + 31) > 0.1);
+  CHECK_THAT(tune_answer_line(r), Catch::StartsWith("smallest fitting p = 32; best throughput per rank: p = "));
+  // Ranked by throughput per rank among the fitting ones, then the rest.
+  bool fitting = true;
+  for (std::size_t i = 0; i < r.candidates.size(); ++i) {
+    if (!r.candidates[i].fits) fitting = false;
+    CHECK(r.candidates[i].fits == fitting);
+    if (i > 0 && r.candidates[i].fits)
+      CHECK(r.candidates[i - 1].samples_per_s_per_rank >= r.candidates[i].samples_per_s_per_rank);
+  }
+}
+
+TEST_CASE("tune: the largest micro-batch is the planner's limit at the candidate's m", "[tune]") {
+  const Job job = small_gpt();
+  TuneOptions o;
+  o.max_ranks = 2;
+  o.num_microbatches = 4;
+  const TuneResult r = tune(job, o);
+  for (const auto& c : r.candidates) {
+    REQUIRE(c.fits);
+    CHECK(c.num_microbatches == 4);
+    CHECK(c.micro_batch_size == recommended_micro_batch(c.max_micro_batch));
+    auto worst = [&](int b) {
+      RunSpec run = c.run(job.runs.front(), "x");
+      run.micro_batch_size = b;
+      double w = 0.0;
+      for (const auto& s : plan_run(job, run).stages) w = std::max(w, s.capacity_fraction);
+      return w;
+    };
+    CHECK(worst(c.max_micro_batch) <= 1.0);
+    CHECK(worst(c.max_micro_batch + 1) > 1.0);
+  }
+}
+
+TEST_CASE("tune: with a global batch every written run has it, mbs dividing it", "[tune]") {
+  const Job job = small_gpt();
+  TuneOptions o;
+  o.max_ranks = 3;
+  o.global_batch = 60;
+  const TuneResult r = tune(job, o);
+  for (const auto& c : r.candidates)
+    if (c.fits) CHECK(c.micro_batch_size * c.num_microbatches == 60);
+  const TunedWorkload w = tuned_workload(job, r);
+  const Job written = parse_job(w.toml, "tuned.toml");
+  CHECK(written.name == "t_tuned");
+  REQUIRE(written.runs.size() == w.run_names.size());
+  CHECK(written.runs.front().name == w.run_names.front());
+  for (const auto& run : written.runs) CHECK(run.global_batch() == 60);
+  // The model, train and device tables are the job's.
+  CHECK(written.model.vocab == job.model.vocab);
+  CHECK(written.device.memory_capacity_bytes == job.device.memory_capacity_bytes);
+  CHECK(written.warnings.empty());
+}
+
+TEST_CASE("tune: a chosen pipeline gets a single-stage baseline at its global batch when one rank fits", "[tune]") {
+  Job job = small_gpt();
+  job.device.sim_link_latency_us = 0.0;  // free links: more ranks win per rank only by their bubble
+  TuneOptions o;
+  o.max_ranks = 3;
+  o.num_microbatches = 12;
+  o.schedules = {ScheduleKind::one_f_one_b};
+  const TuneResult r = tune(job, o);
+  REQUIRE(r.best());
+  if (r.best()->pipeline_size > 1) {
+    REQUIRE(r.baseline);
+    CHECK(r.baseline->pipeline_size == 1);
+    CHECK(r.baseline->micro_batch_size * r.baseline->num_microbatches ==
+          r.best()->micro_batch_size * r.best()->num_microbatches);
+    CHECK(r.baseline_note.empty());
+  }
+  const Job written = parse_job(tuned_workload(job, r).toml, "tuned.toml");
+  for (const auto& run : written.runs)
+    if (run.pipeline_size > 1) CHECK(!run.baseline.empty());
+}
+
+TEST_CASE("tune: without one rank that fits, the smallest fitting pipeline is the baseline, said so", "[tune]") {
+  const Job job = gpt_70b();
+  TuneOptions o;
+  o.max_ranks = 40;
+  o.partitions = {Remainder::balanced};
+  const TuneResult r = tune(job, o);
+  REQUIRE(r.best());
+  if (r.best()->pipeline_size != r.smallest_fitting_p) {
+    REQUIRE(r.baseline);
+    CHECK(r.baseline->pipeline_size == r.smallest_fitting_p);
+    CHECK_THAT(r.baseline_note, Catch::Contains("does not fit on one rank"));
+  }
+  const TunedWorkload w = tuned_workload(job, r);
+  CHECK_THAT(w.toml, Catch::Contains("# smallest fitting p = "));
+  CHECK_NOTHROW(parse_job(w.toml, "tuned.toml"));
+}
+
+TEST_CASE("tune: nothing fits says what to change and writes nothing", "[tune]") {
+  Job job = gpt_70b();
+  TuneOptions o;
+  o.max_ranks = 8;
+  const TuneResult r = tune(job, o);
+  CHECK(r.best() == nullptr);
+  CHECK(r.smallest_fitting_p == 0);
+  CHECK_THAT(tune_answer_line(r), Catch::Contains("nothing fits on up to 8 ranks"));
+  CHECK_THROWS_AS(tuned_workload(job, r), ConfigError);
+}
+
+TEST_CASE("tune: options that cannot be met are refused", "[tune]") {
+  const Job job = small_gpt();
+  TuneOptions o;
+  o.max_ranks = 2;
+  o.global_batch = 8;
+  o.num_microbatches = 4;
+  CHECK_THROWS_AS(tune(job, o), ConfigError);
+  o = TuneOptions{};
+  o.max_ranks = 0;
+  CHECK_THROWS_AS(tune(job, o), ConfigError);
+  o = TuneOptions{};
+  o.template_run = "nope";
+  CHECK_THROWS_WITH(tune(job, o), Catch::Contains("no run named \"nope\""));
+}
+
+TEST_CASE("tune: interleaved 1F1B gets a multiple of p micro-batches", "[tune]") {
+  const Job job = small_gpt();
+  TuneOptions o;
+  o.max_ranks = 3;
+  o.schedules = {ScheduleKind::interleaved_one_f_one_b};
+  o.bubble_target = 0.2;
+  const TuneResult r = tune(job, o);
+  for (const auto& c : r.candidates) {
+    if (!c.fits || c.pipeline_size == 1) continue;
+    CHECK(c.virtual_stages_per_rank == 2);
+    CHECK(c.num_microbatches % c.pipeline_size == 0);
+    CHECK(bubble_closed_form("interleaved-1f1b", c.pipeline_size, c.num_microbatches, 2).value <= 0.2);
+  }
+}
+
+TEST_CASE("balanced-cost split: the slowest stage costs no more than under the remainder rules (large vocabulary)",
+          "[tune][partition]") {
+  // 10 blocks and a 32k vocabulary on 4 stages: the LM head costs several blocks.
+  ModelSpec spec;
+  spec.hidden = 256;
+  spec.layers = 10;
+  spec.heads = 4;
+  spec.ffn_hidden = 1024;
+  spec.seq_len = 128;
+  spec.vocab = 32768;
+  const ModelDesc model(spec, DType::fp32);
+  auto slowest = [&](const std::vector<int>& sizes) {
+    const Partition p = partition_from_sizes(sizes);
+    double worst = 0.0;
+    for (const auto& s : p.stages) {
+      const Cost c = model.stage(1, s.num_layers, s.has_embedding, s.has_head);
+      worst = std::max(worst, c.forward_flops + c.backward_flops);
+    }
+    return worst;
+  };
+  RunSpec run;
+  run.pipeline_size = 4;
+  run.remainder = Remainder::balanced;
+  std::vector<int> balanced;
+  for (const auto& s : make_partition(model, run).stages) balanced.push_back(s.num_layers);
+  const double first = slowest(split_even(10, 4, Remainder::first));
+  const double last = slowest(split_even(10, 4, Remainder::last));
+  const double best = slowest(balanced);
+  // first: {4,2,2,2} (the head stage: 2 blocks + head); last: {2,2,2,4};
+  // balanced: {3,3,3,1} (1 block beside the head).
+  CHECK(balanced == std::vector<int>{3, 3, 3, 1});
+  CHECK(best <= first);
+  CHECK(best <= last);
+  // forward+backward GFLOP of the slowest stage: 7.751 (first), 9.060 (last), 7.097 (balanced).
+  CHECK(first / 1e9 == Approx(7.751).epsilon(1e-3));
+  CHECK(last / 1e9 == Approx(9.060).epsilon(1e-3));
+  CHECK(best / 1e9 == Approx(7.097).epsilon(1e-3));
+}
