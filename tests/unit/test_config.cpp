@@ -383,3 +383,16 @@ TEST_CASE("device.sim_load and sim_jitter: bounded, the machine's condition", "[
   CHECK_THAT(error_of(kBase, {"device.sim_jitter=1.5"}), Catch::Contains("device.sim_jitter: expected at most 1"));
   CHECK_THAT(error_of(kBase, {"device.sim_jitter_seed=-1"}), Catch::Contains("sim_jitter_seed: expected a non-negative"));
 }
+
+TEST_CASE("partition names the split rule in one word", "[config]") {
+  auto run_of = [](const std::string& extra) { return parse_job(kBase + extra, "w.toml").runs[1]; };
+  CHECK(run_of("partition = \"balanced-cost\"\n").remainder == Remainder::balanced);
+  CHECK(run_of("partition = \"balanced-cost\"\n").balance_by == BalanceBy::flops);
+  CHECK(run_of("partition = \"balanced-params\"\n").balance_by == BalanceBy::params);
+  CHECK(run_of("partition = \"remainder-last\"\n").remainder == Remainder::last);
+  CHECK(run_of("partition = \"remainder-first\"\n").remainder == Remainder::first);
+  CHECK_THAT(error_of(kBase + "partition = \"balanced-cost\"\nremainder = \"last\"\n"),
+             Catch::Contains("run.pipe.partition: give partition or remainder, not both"));
+  CHECK_THAT(error_of(kBase + "partition = \"even\"\n"),
+             Catch::Contains("w.toml:20: run.pipe.partition: unknown value \"even\""));
+}

@@ -565,6 +565,17 @@ RunSpec read_run(TableReader& r, const ModelSpec& model, int steps, std::vector<
                                       {{"first", Remainder::first}, {"last", Remainder::last}, {"balanced", Remainder::balanced}});
   run.balance_by = r.choice<BalanceBy>("balance_by", BalanceBy::flops,
                                        {{"flops", BalanceBy::flops}, {"params", BalanceBy::params}});
+  // `partition` names the rule in one word (docs/partition.md); it replaces
+  // remainder and balance_by, so it cannot be given with them.
+  if (const Value* v = r.find("partition")) {
+    for (const char* other : {"remainder", "balance_by"})
+      if (r.find(other)) r.fail_at(*v, "partition", fmt::format("give partition or {}, not both", other));
+    const std::string rule = r.choice<std::string>(
+        "partition", "", {{"remainder-first", "first"}, {"remainder-last", "last"}, {"balanced-cost", "cost"},
+                          {"balanced-params", "params"}});
+    run.remainder = rule == "first" ? Remainder::first : rule == "last" ? Remainder::last : Remainder::balanced;
+    run.balance_by = rule == "params" ? BalanceBy::params : BalanceBy::flops;
+  }
   run.layers_per_stage_origin = r.int_at_least("layers_per_stage_origin", 0, 0);
   if (run.layers_per_stage_origin > 1)
     r.fail_at(*r.find("layers_per_stage_origin"), "layers_per_stage_origin", "expected 0 or 1");

@@ -48,6 +48,36 @@ ClosedForm bubble_closed_form(const Schedule& s) {
 
 double analytic_bubble(const Schedule& s) { return bubble_closed_form(s).value; }
 
+std::vector<PartitionAlternative> partition_alternatives(const ModelDesc& model, const RunSpec& run) {
+  struct Rule {
+    const char* name;
+    Remainder remainder;
+    BalanceBy by;
+  };
+  std::vector<PartitionAlternative> out;
+  for (const Rule& rule : {Rule{"remainder-first", Remainder::first, BalanceBy::flops},
+                           Rule{"remainder-last", Remainder::last, BalanceBy::flops},
+                           Rule{"balanced-cost", Remainder::balanced, BalanceBy::flops},
+                           Rule{"balanced-params", Remainder::balanced, BalanceBy::params}}) {
+    RunSpec r = run;
+    r.layers_per_stage.clear();
+    r.remainder = rule.remainder;
+    r.balance_by = rule.by;
+    PartitionAlternative a;
+    a.rule = rule.name;
+    a.chosen = run.layers_per_stage.empty() && run.remainder == rule.remainder &&
+               (rule.remainder != Remainder::balanced || run.balance_by == rule.by);
+    for (const StageRange& st : make_partition(model, r).stages) {
+      const Cost c = model.stage(run.micro_batch_size, st.num_layers, st.has_embedding, st.has_head);
+      a.layers_per_stage.push_back(st.num_layers);
+      a.slowest_flops = std::max(a.slowest_flops, c.forward_flops + c.backward_flops);
+      a.largest_params = std::max(a.largest_params, c.params);
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
 Schedule run_schedule(const RunSpec& run) {
   if (run.schedule != ScheduleKind::file || run.mode == RunMode::inference) return make_schedule(run);
   Schedule s = schedule_from_csv(run.schedule_csv, run.pipeline_size, run.num_microbatches, run.schedule_file);
@@ -161,6 +191,7 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
   plan.schedule = run_schedule(run);
   validate_schedule(plan.schedule);
   plan.partition = make_partition(model, run);
+  if (run.model_stages() > 1) plan.partition_alternatives = partition_alternatives(model, run);
   plan.bubble_analytic = analytic_bubble(plan.schedule);
   plan.unit = simulate(plan.schedule, SimCosts::unit(plan.schedule));
   plan.costs = model_costs(job, model, plan.partition, run.micro_batch_size, plan.schedule.split_backward());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -95,6 +96,19 @@ std::string join_ints(const std::vector<int>& v) {
   return s;
 }
 
+// The split rules side by side: layers per piece and the slowest piece.
+std::string partition_alternatives_text(const RunPlan& rp) {
+  if (rp.partition_alternatives.empty()) return "";
+  std::string out = "split rules (slowest piece: forward+backward FLOPs per micro-batch; largest piece: parameters):\n";
+  double least = std::numeric_limits<double>::infinity();
+  for (const auto& a : rp.partition_alternatives) least = std::min(least, a.slowest_flops);
+  for (const auto& a : rp.partition_alternatives)
+    out += fmt::format("  {:<16} {:<24} slowest {:>10} FLOP ({:+6.1f}% vs least)  largest {:>10} params{}\n", a.rule,
+                       join_ints(a.layers_per_stage), format_count(a.slowest_flops), 100.0 * (a.slowest_flops / least - 1.0),
+                       format_count(static_cast<double>(a.largest_params)), a.chosen ? "  <- this run" : "");
+  return out;
+}
+
 }  // namespace
 
 std::vector<std::string> partition_table_header(const RunPlan& rp) {
@@ -161,6 +175,7 @@ std::string format_plan_text(const JobPlan& plan) {
                                                                      ? fmt::format(", by {}", to_string(r.balance_by))
                                                                      : ""));
     out += partition_table(rp);
+    out += partition_alternatives_text(rp);
     out += fmt::format("memory estimate per stage ({}, {}, capacity {}):\n", to_string(rp.storage_dtype),
                        r.mode == RunMode::train ? std::string(to_string(job.train.optimizer)) : "inference: no grads/optimizer",
                        format_bytes(static_cast<double>(job.device.memory_capacity_bytes)));
@@ -220,6 +235,13 @@ std::string format_plan_json(const JobPlan& plan) {
     }
     w.end_array();
     w.array("stage_params", params);  // per rank, all its chunks
+    w.key("partition_alternatives").begin_array();
+    for (const auto& a : rp.partition_alternatives) {
+      w.begin_object().field("rule", a.rule).array("layers_per_stage", a.layers_per_stage);
+      w.field("slowest_flops", a.slowest_flops).field("largest_params", a.largest_params).field("chosen", a.chosen);
+      w.end_object();
+    }
+    w.end_array();
     std::vector<std::int64_t> stage_activation_bytes;  // per virtual stage, one micro-batch
     for (const Cost& c : rp.stage_costs) stage_activation_bytes.push_back(c.activation_bytes);
     w.array("stage_activation_bytes", stage_activation_bytes);

@@ -43,10 +43,24 @@ struct StagePlan {
   double capacity_fraction = 0.0;           // total / memory_capacity
 };
 
+// One split rule applied to a run, for comparison (`pipebench plan` prints
+// them side by side): the layers per virtual stage and its slowest piece.
+struct PartitionAlternative {
+  std::string rule;                 // partition key value: remainder-first, remainder-last, balanced-cost, balanced-params
+  std::vector<int> layers_per_stage;
+  double slowest_flops = 0.0;       // the largest forward+backward FLOPs of a piece, per micro-batch
+  std::int64_t largest_params = 0;  // the largest parameter count of a piece
+  bool chosen = false;              // the run's own rule (false for all with an explicit split)
+};
+
+// The four rules on `run` (pieces = run.model_stages()).
+std::vector<PartitionAlternative> partition_alternatives(const ModelDesc& model, const RunSpec& run);
+
 struct RunPlan {
   RunSpec run;
   DType storage_dtype = DType::fp32;   // the dtype memory is counted in
   Partition partition;                 // one range per virtual stage, model order
+  std::vector<PartitionAlternative> partition_alternatives;
   std::vector<Cost> stage_costs;       // per virtual stage, per micro-batch
   Schedule schedule;
   std::vector<StagePlan> stages;
