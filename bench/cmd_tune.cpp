@@ -96,20 +96,39 @@ void print_table(const Job& job, const TuneResult& r, int top) {
     fmt::print("  {:>3} {:>4} {:<18} {:<9} {:<22} {:>7} {:>5} {:>6} {:>18} {:>6.1f}% {:>11} {:>10.4g} {:>10.4g}\n", shown,
                c.pipeline_size, schedule_text(c), to_string(c.partition), folded(c.layers_per_stage),
                c.max_micro_batch >= kTuneMaxMicroBatch ? fmt::format(">={}", c.max_micro_batch) : std::to_string(c.max_micro_batch),
-               c.micro_batch_size, c.num_microbatches, fmt::format("{} ({:.0f}%)", format_bytes(peak), 100.0 * peak / cap),
+               c.micro_batch_size, c.num_microbatches, fmt::format("{} ({:.0f}%{})", format_bytes(peak), 100.0 * peak / cap, c.margin ? "" : "!"),
                100.0 * c.bubble, format_seconds(c.step_time_s), c.samples_per_s, c.samples_per_s_per_rank);
   }
   if (more > 0) fmt::print("  ... {} more fitting candidate(s) (--top to show them)\n", more);
+  if (std::any_of(r.candidates.begin(), r.candidates.end(), [](const TuneCandidate& c) { return c.fits && !c.margin; }))
+    fmt::print("  !: a peak above {:.0f}% of memory_capacity even at micro-batch 1 (seed 000: peaks must not approach the "
+               "capacity); ranked after the others\n",
+               100 * kMemoryWarnFraction);
   if (!not_fitting.empty()) {
-    const TuneCandidate* largest = nullptr;  // the closest miss, for its figure
+    // Pipeline sizes where no schedule and no rule fits; the closest miss.
+    std::vector<int> none;
+    for (int p : not_fitting)
+      if (std::none_of(r.candidates.begin(), r.candidates.end(), [p](const TuneCandidate& c) { return c.fits && c.pipeline_size == p; }))
+        none.push_back(p);
+    const TuneCandidate* closest = nullptr;
     for (const auto& c : r.candidates)
-      if (!c.fits && !c.peak_bytes.empty() && (!largest || c.peak_fraction < largest->peak_fraction)) largest = &c;
-    fmt::print("  does not fit at micro-batch 1: p = {} (p = {}: {})\n", p_ranges(not_fitting), largest->pipeline_size,
-               largest->why_not);
+      if (!c.fits && !c.peak_bytes.empty() && (!closest || c.peak_fraction < closest->peak_fraction)) closest = &c;
+    if (!none.empty()) fmt::print("  nothing fits at micro-batch 1 on p = {}\n", p_ranges(none));
+    fmt::print("  {} candidate(s) do not fit at micro-batch 1; the closest: p = {} {} {}: {}\n", not_fitting.size(),
+               closest->pipeline_size, schedule_text(*closest), to_string(closest->partition), closest->why_not);
   }
-  for (const auto& c : r.candidates)
-    if (!c.fits && c.peak_bytes.empty())
-      fmt::print("  skipped p = {} {}: {}\n", c.pipeline_size, schedule_text(c), c.why_not);
+  // Skipped candidates, one line per schedule: the sizes and the first reason.
+  std::vector<std::string> seen;
+  for (const auto& c : r.candidates) {
+    if (c.fits || !c.peak_bytes.empty()) continue;
+    const std::string sched = schedule_text(c);
+    if (std::find(seen.begin(), seen.end(), sched) != seen.end()) continue;
+    seen.push_back(sched);
+    std::vector<int> ps;
+    for (const auto& d : r.candidates)
+      if (!d.fits && d.peak_bytes.empty() && schedule_text(d) == sched) ps.push_back(d.pipeline_size);
+    fmt::print("  skipped {} on p = {} (p = {}: {})\n", sched, p_ranges(ps), c.pipeline_size, c.why_not);
+  }
 }
 
 void print_answer(const TuneCmdOptions& o, const Job& job, const TuneResult& result) {

@@ -92,7 +92,19 @@ class CandidateSearch {
   CandidateSearch(const Job& job, const RunSpec& like, const TuneOptions& o, TuneCandidate c)
       : job_(job), like_(like), o_(o), c_(std::move(c)) {}
 
+  // Never throws for a candidate the workload rules refuse: it is skipped.
   TuneCandidate evaluate() {
+    try {
+      return evaluate_unchecked();
+    } catch (const ConfigError& e) {
+      return skip(e.what());
+    } catch (const ScheduleError& e) {
+      return skip(e.what());
+    }
+  }
+
+ private:
+  TuneCandidate evaluate_unchecked() {
     const int p = c_.pipeline_size, v = c_.virtual_stages_per_rank;
     if (p * v > job_.model.layers) return skip(fmt::format("{} x {} model chunks exceed the {} layers", p, v, job_.model.layers));
     if (o_.global_batch > 0) return with_global_batch();
@@ -103,10 +115,9 @@ class CandidateSearch {
     if (m == 0) return skip(fmt::format("no num_microbatches within the limits reaches a bubble of {:.3f}", o_.bubble_target));
     const int max = largest([m](int) { return m; });
     if (max == 0) return not_fitting(m);
-    return finish(recommended_micro_batch(max), m, max);
+    return finish(with_margin(recommended_micro_batch(max), [m](int) { return m; }), m, max);
   }
 
- private:
   TuneCandidate skip(std::string why) {
     c_.fits = false;
     c_.why_not = std::move(why);
@@ -125,7 +136,7 @@ class CandidateSearch {
     c_.peak_fraction = worst;
     c_.layers_per_stage.clear();
     for (const auto& st : plan.partition.stages) c_.layers_per_stage.push_back(st.num_layers);
-    return skip(fmt::format("micro-batch 1 needs {:.1f}% of memory_capacity", 100.0 * worst));
+    return skip(fmt::format("micro-batch 1 needs {:.2f}% of memory_capacity", 100.0 * worst));
   }
 
   // Global batch G: the largest b that fits with m = ceil(G / b), then the
@@ -133,12 +144,17 @@ class CandidateSearch {
   TuneCandidate with_global_batch() {
     const int G = o_.global_batch, p = c_.pipeline_size, v = c_.virtual_stages_per_rank;
     const bool groups = c_.schedule == ScheduleKind::interleaved_one_f_one_b;  // m a multiple of p
-    const int fit = largest([G, p, groups](int b) {
+    const auto m_of = [G, p, groups](int b) {
       const int m = (G + b - 1) / b;
       return groups ? (m + p - 1) / p * p : m;
-    });
-    if (fit == 0) return not_fitting(std::min(G, max_microbatches(p, v)));
-    for (int b = std::min(recommended_micro_batch(fit), G); b >= 1; --b) {
+    };
+    const int fit = largest(m_of);
+    if (fit == 0) {
+      int m = std::min(G, max_microbatches(p, v));
+      if (groups) m = std::max(p, m / p * p);
+      return not_fitting(m);
+    }
+    for (int b = std::min(with_margin(recommended_micro_batch(fit), m_of), G); b >= 1; --b) {
       if (G % b != 0 || !valid_m(c_.schedule, p, v, G / b)) continue;
       const int m = G / b;
       return finish(b, m, largest([m](int) { return m; }));
@@ -154,7 +170,8 @@ class CandidateSearch {
     return c.run(like_, "tune");
   }
 
-  bool fits(int b, int m) {
+  // Every rank's estimate within `fraction` of the capacity.
+  bool fits(int b, int m, double fraction = 1.0) {
     const RunSpec r = run_at(b, m);
     auto it = schedules_.find(m);
     if (it == schedules_.end())
@@ -163,7 +180,7 @@ class CandidateSearch {
       const ModelDesc model(job_.model, storage_dtype(job_));
       const StageMemory mem = plan_memory(job_, r, it->second, make_partition(model, r));
       return std::all_of(mem.stages.begin(), mem.stages.end(), [&](const StagePlan& s) {
-        return static_cast<std::uint64_t>(s.total_bytes) <= job_.device.memory_capacity_bytes;
+        return static_cast<double>(s.total_bytes) <= fraction * static_cast<double>(job_.device.memory_capacity_bytes);
       });
     } catch (const ConfigError&) {  // counts beyond 64 bits: certainly not
       return false;
@@ -172,17 +189,25 @@ class CandidateSearch {
 
   // The largest b in [1, kTuneMaxMicroBatch] that fits with m = m_of(b)
   // (doubling, then bisection; memory grows with b); 0 when 1 does not fit.
-  int largest(const std::function<int(int)>& m_of) {
-    if (!fits(1, m_of(1))) return 0;
+  int largest(const std::function<int(int)>& m_of, double fraction = 1.0) {
+    if (!fits(1, m_of(1), fraction)) return 0;
     int lo = 1;
-    while (lo < kTuneMaxMicroBatch && fits(2 * lo, m_of(2 * lo))) lo *= 2;
+    while (lo < kTuneMaxMicroBatch && fits(2 * lo, m_of(2 * lo), fraction)) lo *= 2;
     if (lo >= kTuneMaxMicroBatch) return kTuneMaxMicroBatch;
     int hi = 2 * lo;  // does not fit
     while (lo + 1 < hi) {
       const int mid = lo + (hi - lo) / 2;
-      (fits(mid, m_of(mid)) ? lo : hi) = mid;
+      (fits(mid, m_of(mid), fraction) ? lo : hi) = mid;
     }
     return lo;
+  }
+
+  // Seed 000's verdict wants every peak below kMemoryWarnFraction of the
+  // capacity: the recommendation, lowered to the largest micro-batch that
+  // keeps that margin where one does (else unchanged: margin = false).
+  int with_margin(int recommended, const std::function<int(int)>& m_of) {
+    const int below = largest(m_of, kMemoryWarnFraction);
+    return below > 0 ? std::min(recommended, below) : recommended;
   }
 
   TuneCandidate finish(int b, int m, int max) {
@@ -196,6 +221,7 @@ class CandidateSearch {
       c_.peak_bytes.push_back(s.total_bytes);
       c_.peak_fraction = std::max(c_.peak_fraction, s.capacity_fraction);
     }
+    c_.margin = c_.peak_fraction <= kMemoryWarnFraction;
     c_.bubble = plan.simulated.bubble;
     c_.bubble_closed_form = plan.bubble_analytic;
     c_.step_time_s = plan.simulated.makespan;
@@ -247,19 +273,29 @@ TuneCandidate at_global_batch(const Job& job, const RunSpec& like, const TuneRes
 void choose_companions(const Job& job, const RunSpec& like, TuneResult& result, int n) {
   const TuneCandidate& best = *result.best();
   if (best.pipeline_size > 1) {
-    for (int p : {1, result.smallest_fitting_p}) {
+    // One rank; else the fewest ranks that fit at G, with the memory margin
+    // where any does.
+    std::optional<TuneCandidate> without_margin;
+    for (int p = 1; p < best.pipeline_size; p = p == 1 ? std::max(2, result.smallest_fitting_p) : p + 1) {
       TuneCandidate c = best;
       c.pipeline_size = p;
       if (p == 1) c.schedule = best.virtual_stages_per_rank > 1 ? ScheduleKind::one_f_one_b : best.schedule;
       if (p == 1) c.virtual_stages_per_rank = 1;
       TuneCandidate e = at_global_batch(job, like, result, c);
       if (!e.fits) continue;
-      if (p > 1)
-        result.baseline_note = fmt::format("the model does not fit on one rank: the baseline is the smallest fitting "
-                                           "pipeline, p = {}", p);
+      if (!e.margin) {
+        if (!without_margin) without_margin = e;
+        continue;
+      }
       result.baseline = e;
       break;
     }
+    if (!result.baseline && without_margin) result.baseline = without_margin;
+    if (result.baseline && result.baseline->pipeline_size > 1)
+      result.baseline_note = fmt::format("the model does not fit on one rank: the baseline is the smallest pipeline that "
+                                         "fits{}, p = {}",
+                                         result.baseline->margin ? " with the 90% memory margin" : "",
+                                         result.baseline->pipeline_size);
   }
   const int base_p = result.baseline ? result.baseline->pipeline_size : best.pipeline_size;
   for (std::size_t i = 1; i < result.candidates.size() && static_cast<int>(result.runners_up.size()) < n; ++i) {
@@ -317,6 +353,7 @@ TuneResult tune(const Job& job, const TuneOptions& options) {
   std::stable_sort(result.candidates.begin(), result.candidates.end(), [](const TuneCandidate& a, const TuneCandidate& b) {
     if (a.fits != b.fits) return a.fits;
     if (!a.fits) return a.pipeline_size < b.pipeline_size;
+    if (a.margin != b.margin) return a.margin;
     if (a.samples_per_s_per_rank != b.samples_per_s_per_rank) return a.samples_per_s_per_rank > b.samples_per_s_per_rank;
     if (a.pipeline_size != b.pipeline_size) return a.pipeline_size < b.pipeline_size;
     return a.peak_fraction < b.peak_fraction;
@@ -368,8 +405,12 @@ std::string tune_answer_line(const TuneResult& result) {
     return fmt::format("nothing fits on up to {} ranks: more ranks, a smaller model, recomputation or a larger "
                        "memory_capacity",
                        result.options.max_ranks);
-  return fmt::format("smallest fitting p = {}; best throughput per rank: {}", result.smallest_fitting_p,
-                     candidate_label(*best));
+  return fmt::format("smallest fitting p = {}; best throughput per rank: {}{}", result.smallest_fitting_p,
+                     candidate_label(*best),
+                     best->margin ? ""
+                                  : fmt::format(" (no candidate keeps every peak below {:.0f}% of memory_capacity: this "
+                                                "one reaches {:.0f}%)",
+                                                100 * kMemoryWarnFraction, 100 * best->peak_fraction));
 }
 
 TunedWorkload tuned_workload(const Job& job, const TuneResult& result) {
@@ -417,7 +458,7 @@ void candidate_json(JsonWriter& w, const TuneCandidate& c) {
   w.begin_object();
   w.field("pipeline_size", c.pipeline_size).field("schedule", to_string(c.schedule));
   w.field("virtual_stages_per_rank", c.virtual_stages_per_rank).field("partition", to_string(c.partition));
-  w.field("fits", c.fits).field("why_not", c.why_not);
+  w.field("fits", c.fits).field("memory_margin", c.margin).field("why_not", c.why_not);
   w.field("max_micro_batch", c.max_micro_batch).field("micro_batch_size", c.micro_batch_size);
   w.field("num_microbatches", c.num_microbatches).array("layers_per_stage", c.layers_per_stage);
   w.array("peak_bytes", c.peak_bytes).field("peak_fraction", c.peak_fraction);

@@ -51,9 +51,14 @@ struct TuneCandidate {
   int virtual_stages_per_rank = 1;
   Remainder partition = Remainder::first;
   bool fits = false;                    // micro-batch 1 fits (at this m)
+  // Every rank's peak at most kMemoryWarnFraction (90%) of the capacity, as
+  // seed 000's verdict (and the report's decision) asks.
+  bool margin = false;
   std::string why_not;                  // when !fits or skipped: one line
   int max_micro_batch = 0;              // largest fitting at num_microbatches (0: none); kTuneMaxMicroBatch: at least
-  int micro_batch_size = 0;             // chosen: recommended_micro_batch(max), a divisor of the global batch if given
+  // Chosen: recommended_micro_batch(max), lowered where needed to keep the
+  // 90% margin, a divisor of the global batch if given.
+  int micro_batch_size = 0;
   int num_microbatches = 0;
   std::vector<int> layers_per_stage;    // per virtual stage
   std::vector<std::int64_t> peak_bytes; // per rank, at micro_batch_size
@@ -71,8 +76,9 @@ struct TuneCandidate {
 struct TuneResult {
   RunSpec template_run;
   TuneOptions options;
-  // Fitting candidates first, best throughput per rank first (ties: fewer
-  // ranks, then lower peak); then the ones that do not fit, by p.
+  // Fitting candidates with the memory margin first, then fitting ones
+  // without it, each by throughput per rank (ties: fewer ranks, then lower
+  // peak); then the ones that do not fit, by p.
   std::vector<TuneCandidate> candidates;
   int smallest_fitting_p = 0;           // 0: nothing fits within max_ranks
   // The chosen run's baseline at its global batch: one rank where that fits,
