@@ -10,6 +10,7 @@ PACKAGES=(
   universal-ctags   # tests/lint: function lengths
   libopenmpi-dev openmpi-bin
   libhdf5-dev hdf5-tools python3-h5py
+  python3-jsonschema   # tests: every summary.json against docs/summary.schema.json
   libtoml11-dev libcli11-dev libfmt-dev
   libopenblas-dev
   catch2 libbenchmark-dev

@@ -190,6 +190,17 @@ RunView derive(const FileView& f, const RunResult& r) {
         v.gantt_step = static_cast<int>(i);
       }
   }
+  {
+    std::vector<double> times, losses;
+    for (auto i : k) {
+      v.counted_step_index.push_back(static_cast<int>(i));
+      times.push_back(r.step_time_s[i]);
+      if (i < r.loss.size() && std::isfinite(r.loss[i])) losses.push_back(r.loss[i]);
+    }
+    v.rolling_step_time_s = rolling_mean(times, kRollingWindow);
+    if (losses.size() == times.size()) v.rolling_loss = rolling_mean(losses, kRollingWindow);
+    v.short_run = static_cast<int>(k.size()) < kSeedShortSteps;
+  }
   const double seq = f.job ? f.job->model.seq_len : kNaN;
   v.tokens_per_s = r.throughput_samples_per_s * seq;
   std::vector<double> lat;

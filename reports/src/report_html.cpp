@@ -43,6 +43,7 @@ constexpr const char* kIdle = "#e8e8e8";
 constexpr const char* kTail = "#8cc084";
 constexpr const char* kRunColor = "#4c78a8";
 constexpr const char* kBaseColor = "#9d9da0";
+constexpr const char* kRollingColor = "#e45756";
 const char* const kMemColors[kNumMemCategories] = {"#4c78a8", "#72b7b2", "#54a24b", "#f58518", "#e45756", "#b279a2"};
 
 std::string table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
@@ -153,6 +154,16 @@ svg::Series per_step(const std::vector<double>& values, const char* color, const
   return s;
 }
 
+// A rolling mean over the counted steps, at their step numbers.
+svg::Series rolling(const RunView& v, const std::vector<double>& values, const char* color) {
+  svg::Series s{fmt::format("mean of the last {} counted steps", kRollingWindow), color, {}, {}};
+  for (std::size_t j = 0; j < values.size() && j < v.counted_step_index.size(); ++j) {
+    s.x.push_back(static_cast<double>(v.counted_step_index[j] + 1));
+    s.y.push_back(values[j]);
+  }
+  return s;
+}
+
 std::string step_chart(const RunView& v) {
   const RunResult& r = *v.run;
   svg::LineChart c;
@@ -161,6 +172,7 @@ std::string step_chart(const RunView& v) {
   c.y_label = "step time (s)";
   c.series.push_back(per_step(r.step_time_s, kRunColor, r.spec.name));
   if (v.baseline) c.series.push_back(per_step(v.baseline->step_time_s, kBaseColor, v.baseline->spec.name));
+  if (!v.rolling_step_time_s.empty()) c.series.push_back(rolling(v, v.rolling_step_time_s, kRollingColor));
   c.shade_x_to = r.warmup > 0 ? r.warmup + 0.5 : -1.0;
   c.shade_label = "warm-up";
   c.integer_x = true;
@@ -178,6 +190,7 @@ std::string loss_chart(const RunView& v) {
   c.y_label = "loss";
   if (v.baseline) c.series.push_back(per_step(v.baseline->loss, kBaseColor, v.baseline->spec.name));
   c.series.push_back(per_step(r.loss, kRunColor, r.spec.name));
+  if (!v.rolling_loss.empty()) c.series.push_back(rolling(v, v.rolling_loss, kRollingColor));
   c.shade_x_to = r.warmup > 0 ? r.warmup + 0.5 : -1.0;
   c.shade_label = "warm-up";
   c.integer_x = true;

@@ -2,6 +2,7 @@
 // summary.json (one record per run per file, for dashboards).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -122,12 +123,89 @@ std::string render_markdown(const ReportData& d) {
       s += fmt::format("**Decision: {}**\n\n", md_text(r.decision));
       for (const auto& why : r.decision_reasons) s += "- " + md_text(why) + "\n";
       for (const auto& a : v.advice) s += "- next: " + md_text(a) + "\n";
+      if (!v.rolling_step_time_s.empty()) {
+        s += fmt::format("- mean of the last {} counted steps, first → last: step time {} → {}", kRollingWindow,
+                         format_seconds(v.rolling_step_time_s.front()), format_seconds(v.rolling_step_time_s.back()));
+        if (!v.rolling_loss.empty())
+          s += fmt::format("; loss {:.6g} → {:.6g}", v.rolling_loss.front(), v.rolling_loss.back());
+        s += "\n";
+      }
       s += "\n";
       if (const auto plan = plan_of(f, r)) s += md_table(partition_table_header(*plan), partition_table_rows(*plan));
     }
   }
   return s;
 }
+
+namespace {
+
+// Seed 004's record of one run (docs/reports.md, "summary.json"): workload,
+// hardware, metrics (per rank and max), evidence level, failure, decision.
+void seed004_record(JsonWriter& w, const FileView& f, const RunView& v) {
+  const RunResult& r = *v.run;
+  const RunSpec& s = r.spec;
+  w.key("workload").begin_object();
+  w.field("job", job_name(f)).field("run", s.name).field("mode", std::string(to_string(s.mode)));
+  w.field("pipeline_size", s.pipeline_size).field("micro_batch_size", s.micro_batch_size);
+  w.field("num_microbatches", s.num_microbatches).field("global_batch", s.global_batch());
+  w.field("schedule", r.schedule_name).field("virtual_stages_per_rank", s.virtual_stages_per_rank);
+  w.field("recompute", std::string(to_string(s.recompute))).field("dtype", std::string(to_string(r.dtype)));
+  w.array("layers_per_stage", r.layers_per_stage).array("stage_rank", r.stage_rank);
+  w.field("warmup", r.warmup).field("repeats", r.repeats).field("fingerprint", r.workload_fingerprint);
+  w.key("model");
+  if (f.job) {
+    const ModelSpec& m = f.job->model;
+    w.begin_object().field("kind", std::string(to_string(m.kind))).field("hidden", m.hidden).field("layers", m.layers);
+    w.field("heads", m.heads).field("ffn_hidden", m.ffn_hidden).field("seq_len", m.seq_len).field("vocab", m.vocab);
+    w.end_object();
+  } else {
+    w.null();
+  }
+  w.end_object();
+
+  w.key("hardware").begin_object();
+  w.field("fingerprint", f.fingerprint).field("backend", std::string(to_string(r.backend)));
+  w.field("world_size", static_cast<std::int64_t>(f.result.hostnames.size())).array("hostnames", f.result.hostnames);
+  w.array("memory_capacity_bytes", r.memory_capacity_bytes);
+  w.end_object();
+
+  w.key("metrics").begin_object();
+  std::int64_t counted = 0;
+  for (auto warm : r.is_warmup) counted += warm ? 0 : 1;
+  w.field("counted_steps", counted);
+  w.key("step_time_s").begin_object().field("median", r.step_time.median).field("min", r.step_time.min);
+  w.field("max", r.step_time.max).field("p90", r.step_time.p90).field("cv", r.step_time.cv).end_object();
+  w.field("throughput_samples_per_s", r.throughput_samples_per_s).field("tokens_per_s", v.tokens_per_s);
+  w.key("bubble").begin_object().field("measured", r.bubble_measured_median).field("analytic", r.bubble_analytic);
+  w.field("simulated", r.bubble_simulated).end_object();
+  w.key("slowest_stage").begin_object().field("rank", v.slowest_stage).field("median_s", r.slowest_stage_median_s);
+  w.end_object();
+  w.array("busy_median_s", v.busy_median_s);
+  w.key("peak_mem_bytes").begin_object().field("max", r.peak_mem_max_bytes).array("per_rank", r.peak_mem_bytes);
+  w.key("per_rank_by_category").begin_object();
+  for (int c = 0; c < kNumMemCategories; ++c)
+    w.array(to_string(static_cast<MemCategory>(c)), r.peak_mem_by_category[static_cast<std::size_t>(c)]);
+  w.end_object().end_object();
+  w.key("loss").begin_object().field("final", r.loss.empty() ? std::numeric_limits<double>::quiet_NaN() : r.loss.back());
+  w.field("max_rel_dev_vs_baseline", r.loss_max_rel_dev).end_object();
+  w.field("clip_rate", v.clip_rate).field("short_run", v.short_run);
+  w.array("rolling_step_time_s", v.rolling_step_time_s).array("rolling_loss", v.rolling_loss);
+  w.key("speedup").begin_object().field("median", r.speedup).field("low", r.speedup_low).field("high", r.speedup_high);
+  w.end_object();
+  w.end_object();
+
+  w.field("evidence_level", f.result.evidence_level);
+  w.key("failure");
+  if (r.status == RunStatus::failed || r.status == RunStatus::skipped) {
+    w.begin_object();
+    w.field("kind", r.status == RunStatus::skipped ? std::string("skipped") : std::string(to_string(r.failure_kind)));
+    w.field("rank", r.failing_rank).field("message", r.failure_message).end_object();
+  } else {
+    w.null();
+  }
+}
+
+}  // namespace
 
 std::string render_summary_json(const ReportData& d) {
   JsonWriter w;
@@ -142,7 +220,7 @@ std::string render_summary_json(const ReportData& d) {
       const RunResult& r = *v.run;
       w.begin_object();
       w.field("file", f.path).field("job", job_name(f)).field("created_utc", attr(f.result.root_attrs, "created_utc"));
-      w.field("label", attr(f.result.root_attrs, "label")).field("hardware", f.fingerprint);
+      w.field("label", attr(f.result.root_attrs, "label"));
       w.field("launch_status", f.result.launch_status);
       w.field("run", r.spec.name).field("status", std::string(to_string(r.status)));
       w.field("failure_kind", std::string(to_string(r.failure_kind))).field("failure_message", r.failure_message);
@@ -157,6 +235,7 @@ std::string render_summary_json(const ReportData& d) {
       w.field("loss_max_rel_dev", r.loss_max_rel_dev).field("clip_rate", v.clip_rate);
       w.field("decision", r.decision).array("decision_reasons", r.decision_reasons).array("advice", v.advice);
       w.field("speedup", r.speedup).field("speedup_low", r.speedup_low).field("speedup_high", r.speedup_high);
+      seed004_record(w, f, v);
       if (const Trend* t = trend_for(d, f, r)) {
         w.key("trend").begin_object();
         w.field("files", static_cast<std::int64_t>(t->points.size())).field("verdict", t->verdict);

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # `pipebench run --backend cuda` where no GPU can be used (this CI machine:
 # no device and no driver; or a build without CUDA) fails fast on every rank
-# with exit 7, one line on stderr, and no results file. Skipped (77) where a
-# GPU is usable: tests/gpu covers that machine.
+# with exit 7 and one line on stderr, and still writes a results file in
+# which every run failed with kind "environment" (seed 004: the record keeps
+# the failure), which `pipebench report` reads. Skipped (77) where a GPU is
+# usable: tests/gpu covers that machine.
 #   cuda_without_gpu.sh MPIEXEC PIPEBENCH JOB OUTDIR
 set -uo pipefail
 mpiexec=$1 pipebench=$2 job=$3 outdir=$4
@@ -20,6 +22,17 @@ cat "$outdir.stderr"
 lines=$(grep -c '^pipebench:' "$outdir.stderr")
 [[ $lines -eq 1 ]] || { echo "FAIL: $lines 'pipebench:' lines on stderr, expected exactly 1"; exit 1; }
 grep -q '^pipebench: no usable GPU: ' "$outdir.stderr" || { echo "FAIL: the line does not start with 'pipebench: no usable GPU: '"; exit 1; }
-[[ ! -s $outdir.stdout ]] || { echo "FAIL: something on stdout:"; cat "$outdir.stdout"; exit 1; }
-[[ ! -e $outdir ]] || { echo "FAIL: $outdir was created"; exit 1; }
+file=$(sed -n 's/^results (the failure, kind environment): //p' "$outdir.stdout")
+[[ -n $file && -f $file ]] || { echo "FAIL: no results file named on stdout:"; cat "$outdir.stdout"; exit 1; }
+"$pipebench" report "$file" -o "$outdir/report" >/dev/null || { echo "FAIL: report could not read $file"; exit 1; }
+python3 - "$outdir/report/summary.json" <<'PY' || exit 1
+import json, sys
+runs = json.load(open(sys.argv[1]))["runs"]
+assert runs, "no runs in the summary"
+for r in runs:
+    assert r["status"] == "failed" and r["failure"]["kind"] == "environment", r
+    assert "no usable GPU" in r["failure"]["message"] or "driver" in r["failure"]["message"] or "CUDA" in r["failure"]["message"], r
+    assert r["decision"] == "not_applicable", r
+print(f"{len(runs)} run(s) recorded with failure kind environment")
+PY
 echo PASS

@@ -112,10 +112,12 @@ TEST_CASE("decide: memory above 90% of capacity is not feasible; loss compared t
   CHECK(runs[0].decision == "not_applicable");
   CHECK(runs[1].loss_max_rel_dev == 0.0);
   CHECK(runs[1].decision == "not_feasible");
-  REQUIRE(runs[1].decision_reasons.size() == 3);
+  REQUIRE(runs[1].decision_reasons.size() == 4);
   CHECK_THAT(runs[1].decision_reasons[0], Catch::StartsWith("memory: fail") && Catch::Contains("95%"));
   CHECK_THAT(runs[1].decision_reasons[1], Catch::StartsWith("stability: pass"));
   CHECK_THAT(runs[1].decision_reasons[2], Catch::StartsWith("loss: pass"));
+  // 7 counted steps: fewer than seed 000's 30, said (the verdicts stand on their intervals).
+  CHECK_THAT(runs[1].decision_reasons[3], Catch::StartsWith("steps: 7 counted step(s), fewer than seed 000's 30-50"));
 
   runs[1].peak_mem_bytes = {500000, 100000};
   runs[1].loss[2] = 3.0 * (1.0 + 1e-3);
@@ -147,7 +149,7 @@ TEST_CASE("decide: a sim run is decided on memory, stability and bubble, its los
   CHECK(std::isnan(runs[1].loss_max_rel_dev));
   CHECK(runs[1].decision == "feasible");
   CHECK_THAT(runs[1].decision_reasons[2], Catch::StartsWith("bubble: pass"));
-  CHECK(runs[1].decision_reasons.back() == "loss: not measured on sim (the sim backend computes no loss)");
+  CHECK(runs[1].decision_reasons[3] == "loss: not measured on sim (the sim backend computes no loss)");
   // The executor adding 6 points of idle time to the schedule's own bubble fails the run.
   runs[1].bubble_simulated = runs[1].bubble_measured_median - 0.06;
   decide(runs);
@@ -239,4 +241,34 @@ TEST_CASE("best run: the fastest feasible pipeline, ties broken by the lowest pe
   RunResult alone = run("pipe", 1.0, 0, 0, 100, "feasible");
   alone.speedup = alone.speedup_low = alone.speedup_high = std::numeric_limits<double>::quiet_NaN();
   CHECK_THAT(best_run_summary({alone}), Catch::Contains("1.000 s per step, no baseline, peak"));
+}
+
+TEST_CASE("decide: 30 counted steps are seed 000's evidence; clipping on most steps is flagged, not failed",
+          "[metrics][decide]") {
+  const Job job = parse_job(kJob, "m.toml");
+  std::vector<RunResult> runs{assemble_run(job, plan_run(job, job.runs[0]), {records(31)[1]}),
+                              assemble_run(job, plan_run(job, job.runs[1]), records(31))};
+  for (auto& r : runs) r.backend = BackendKind::cpu;
+  runs[1].peak_mem_bytes = {500000, 100000};
+  decide(runs);
+  CHECK(runs[1].decision == "feasible");
+  for (const auto& why : runs[1].decision_reasons) CHECK_THAT(why, !Catch::StartsWith("steps:") && !Catch::StartsWith("clipping:"));
+  // Clipped on 16 of 30 counted steps (above half): flagged, the decision unchanged.
+  int marked = 0;
+  for (std::size_t i = 0; i < runs[1].clipped.size(); ++i)
+    if (!runs[1].is_warmup[i] && marked < 16) runs[1].clipped[i] = 1, ++marked;
+  decide(runs);
+  CHECK(runs[1].decision == "feasible");
+  CHECK_THAT(runs[1].decision_reasons.back(), Catch::StartsWith("clipping: flag — the gradient norm was clipped on 16 of 30"));
+  // 15 of 30 (exactly half): not flagged.
+  for (std::size_t i = 0; i < runs[1].clipped.size(); ++i)
+    if (runs[1].clipped[i] && marked > 15) runs[1].clipped[i] = 0, --marked;
+  decide(runs);
+  CHECK_THAT(runs[1].decision_reasons.back(), !Catch::StartsWith("clipping:"));
+}
+
+TEST_CASE("rolling_mean: trailing means, fewer values at the start", "[metrics]") {
+  CHECK(rolling_mean({}, 5).empty());
+  CHECK(rolling_mean({2, 4, 6, 8, 10, 12}, 3) == std::vector<double>{2, 3, 4, 6, 8, 10});
+  CHECK(rolling_mean({1, 2}, 5) == std::vector<double>{1, 1.5});
 }

@@ -137,6 +137,15 @@ RunResult skipped_run(const Job& job, const RunPlan& plan, const std::string& re
   return r;
 }
 
+RunResult environment_failed_run(const Job& job, const RunPlan& plan, const std::string& message) {
+  RunResult r = base_result(job, plan);
+  r.status = RunStatus::failed;
+  r.failure_kind = FailureKind::environment;
+  r.failure_message = message;
+  r.decision_reasons.push_back("environment: " + message + ": the run could not start; nothing was measured");
+  return r;
+}
+
 namespace {
 
 // The run's failure: the first rank that failed by itself names the kind;
@@ -390,6 +399,45 @@ double max_rel_loss_deviation(const RunResult& r, const RunResult& base) {
 
 }  // namespace
 
+namespace {
+
+// Seed 000's 30-50 short steps: fewer is said, with what to rerun.
+std::string short_run_note(const RunResult& r) {
+  const int n = static_cast<int>(counted(r).size());
+  if (n >= kSeedShortSteps) return "";
+  return fmt::format("steps: {} counted step(s), fewer than seed 000's 30-50: the verdicts rest on intervals over {} "
+                     "step(s); rerun with --set train.repeats={} for the seed's evidence",
+                     n, n, kSeedShortSteps);
+}
+
+// Clipping on more than kClipRateMax of the counted steps: flagged.
+std::string clipping_note(const RunResult& r) {
+  int n = 0, clipped = 0;
+  for (std::size_t i = 0; i < r.is_warmup.size(); ++i) {
+    if (r.is_warmup[i]) continue;
+    ++n;
+    clipped += i < r.clipped.size() && r.clipped[i] ? 1 : 0;
+  }
+  if (n == 0 || clipped <= kClipRateMax * n) return "";
+  return fmt::format("clipping: flag — the gradient norm was clipped on {} of {} counted steps ({:.0f}%, above {:.0f}%): "
+                     "lower the learning rate or raise train.grad_clip; frequent clipping hides a diverging run (seed 000)",
+                     clipped, n, 100.0 * clipped / n, 100 * kClipRateMax);
+}
+
+}  // namespace
+
+std::vector<double> rolling_mean(const std::vector<double>& values, int window) {
+  std::vector<double> out;
+  double sum = 0.0;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    sum += values[i];
+    if (i >= static_cast<std::size_t>(window)) sum -= values[i - static_cast<std::size_t>(window)];
+    out.push_back(sum / static_cast<double>(std::min<std::size_t>(i + 1, static_cast<std::size_t>(window))));
+  }
+  return out;
+}
+
+
 // The decision of one pipelined run (seed 000): memory, stability and loss
 // each pass, fail, are inconclusive or not measured; any fail is
 // not_feasible, all measured ones passing is feasible, else inconclusive.
@@ -425,6 +473,9 @@ void decide(std::vector<RunResult>& runs) {
     if (r.status == RunStatus::ok) why.push_back(stability_check(r, failed, inconclusive));
     if (r.status == RunStatus::ok && r.backend == BackendKind::sim) why.push_back(bubble_check(r, failed, inconclusive));
     why.push_back(loss_check(r, base, failed));
+    if (r.status == RunStatus::ok)
+      for (const std::string& note : {short_run_note(r), clipping_note(r)})
+        if (!note.empty()) why.push_back(note);
     r.decision = failed ? "not_feasible" : inconclusive ? "inconclusive" : "feasible";
   }
 }

@@ -28,6 +28,7 @@ std::string_view to_string(FailureKind k) {
     case FailureKind::timeout: return "timeout";
     case FailureKind::error: return "error";
     case FailureKind::interrupted: return "interrupted";
+    case FailureKind::environment: return "environment";
   }
   return "?";
 }

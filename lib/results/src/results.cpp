@@ -510,7 +510,8 @@ RunResult read_run(hid_t runs, const std::string& name) {
   r.status = parse_enum(read_attr_string(g, "status"), {RunStatus::ok, RunStatus::failed, RunStatus::skipped});
   const std::string fk = read_attr_string(g, "failure_kind");
   r.failure_kind = fk.empty() ? FailureKind::none
-                              : parse_enum(fk, {FailureKind::oom, FailureKind::nan, FailureKind::timeout, FailureKind::error, FailureKind::interrupted});
+                              : parse_enum(fk, {FailureKind::oom, FailureKind::nan, FailureKind::timeout, FailureKind::error,
+                                              FailureKind::interrupted, FailureKind::environment});
   r.failure_message = read_attr_string(g, "failure_message");
   r.failing_rank = static_cast<int>(read_attr_scalar<std::int64_t>(g, "failing_rank"));
   r.spec.mode = parse_enum(read_attr_string(g, "mode"), {RunMode::train, RunMode::inference});

@@ -274,6 +274,21 @@ void describe_job_result(JobResult& jr, const Job& job, const std::string& comma
 
 namespace {
 
+// A launch whose environment could not start (no usable GPU): a results file
+// all the same, every selected run failed with kind "environment" (seed 004:
+// the record keeps the failure, so "not run" and "cannot run" differ).
+void record_environment_failure(const Job& job, const JobPlan& plan, const RunOptions& options, const std::string& why) {
+  JobResult jr;
+  describe_job_result(jr, job, options.command_line, options.label, options.probe_trial ? "probe-trial" : "job");
+  for (const RunPlan& rp : plan.runs) jr.runs.push_back(environment_failed_run(job, rp, why));
+  jr.status = "failed";
+  const std::string id = slurm_job_id().empty() ? std::to_string(getpid()) : slurm_job_id();
+  const std::string path =
+      write_results(default_results_path(options.output_dir, job.name, options.label, utc_stamp(), id), jr);
+  fmt::print("results (the failure, kind environment): {}\n", path);
+  std::fflush(stdout);
+}
+
 // Binds GPUs for the cuda backend (every rank alike: DeviceUnavailableError,
 // exit 7, without a usable one); for the others, makes a backend once so
 // that one this build lacks fails before anything runs, everywhere alike.
@@ -504,7 +519,14 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
   // Plans first, on every rank: invalid selections fail before anything runs.
   const JobPlan plan = plan_job(job, options.run_names);
   JobContext ctx{job, options, FaultInjection::from_env(), job.device.resolved_transport(), world_rank};
-  const GpuBinding gpus = bind_devices(job, plan, ctx.transport_kind, world_rank, world_size);
+  GpuBinding gpus;
+  try {
+    gpus = bind_devices(job, plan, ctx.transport_kind, world_rank, world_size);
+  } catch (const DeviceUnavailableError& e) {
+    // Every rank alike: rank 0 records the failure, then the error ends the launch (exit 7).
+    if (root && !options.dry_run) record_environment_failure(job, plan, options, e.what());
+    throw;
+  }
   tighten_timer_slack();  // modelled sleeps and waiting naps wake on time
 
   JobResult jr = describe_world(job, gpus, ctx.transport_kind, world_size, root);

@@ -45,6 +45,11 @@ struct RunView {
   double tokens_per_s = 0.0;
   double latency_median_s = 0.0, latency_p99_s = 0.0;  // inference
   int gantt_step = -1;                    // the counted step drawn (median step time)
+  // Seed 000's "recent average": trailing means over kRollingWindow counted
+  // steps (results/metrics.hpp), one per counted step; loss empty on sim.
+  std::vector<double> rolling_step_time_s, rolling_loss;
+  std::vector<int> counted_step_index;    // the step index (0-based) of each counted step
+  bool short_run = false;                 // fewer than kSeedShortSteps counted steps
 };
 
 struct FileView {

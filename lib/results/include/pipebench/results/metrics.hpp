@@ -16,6 +16,18 @@ inline constexpr double kTrendMax = 0.05;           // largest rise of the step 
 inline constexpr double kBubbleGapMax = 0.05;       // sim: measured bubble above the simulated one, in points
 inline constexpr double kLossTolFp32 = 1e-5;        // relative loss deviation, cpu/fp32
 inline constexpr double kLossTolLowPrecision = 2e-2;  // bf16 / fp16
+// Seed 000 verifies on 30-50 short steps: a decision on fewer says so (its
+// verdicts still come from the intervals, which are wide on few steps).
+inline constexpr int kSeedShortSteps = 30;
+// Gradient clipping on more than this share of the counted steps is flagged
+// (seed 000: "梯度裁剪频繁触发"); it does not change the decision.
+inline constexpr double kClipRateMax = 0.5;
+// The report's rolling means (seed 000: "最近若干步平均单步耗时"): the
+// trailing mean over this many counted steps.
+inline constexpr int kRollingWindow = 5;
+
+// Trailing means of `values` over `window` entries (fewer at the start).
+std::vector<double> rolling_mean(const std::vector<double>& values, int window);
 
 // Median, min, max, p90 (nearest rank), mean, coefficient of variation and
 // least-squares slope per index. Empty input gives NaNs.
@@ -45,6 +57,9 @@ std::string failure_origin(const RunResult& r);
 // The job's status over its runs: ok (every run ok), failed (none ok), partial.
 std::string job_status(const std::vector<RunResult>& runs);
 RunResult skipped_run(const Job& job, const RunPlan& plan, const std::string& reason);
+// A run whose environment could not start (FailureKind::environment): never
+// run, nothing measured, decision not_applicable with the reason.
+RunResult environment_failed_run(const Job& job, const RunPlan& plan, const std::string& message);
 
 // Fills loss_max_rel_dev, decision and decision_reasons of every run that has
 // a baseline among `runs`.

@@ -46,7 +46,9 @@ struct StepRecord {
 enum class RunStatus { ok, failed, skipped };
 // interrupted: the launch ended during this run (a signal, a lost rank);
 // the run's figures are lost, the runs before it are kept.
-enum class FailureKind { none, oom, nan, timeout, error, interrupted };
+// environment: the launch could not start its environment (no usable GPU for
+// the cuda backend, no NCCL): the run never started.
+enum class FailureKind { none, oom, nan, timeout, error, interrupted, environment };
 // The evidence a backend's figures are (SPEC §7): simulated, measured-cpu, measured-gpu.
 std::string_view evidence_level(BackendKind backend);
 
