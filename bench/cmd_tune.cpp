@@ -23,6 +23,7 @@
 #include "pipebench/plan/tune.hpp"
 #include "pipebench/probe/probe.hpp"
 #include "pipebench/report/report.hpp"
+#include "pipebench/results/metrics.hpp"
 
 namespace pipebench::cli {
 
@@ -222,8 +223,14 @@ int verify(std::FILE* log, const TuneCmdOptions& o, const Job& tuned, const std:
   fmt::print(log, "\nverify: decisions ({} counted steps)\n", o.steps);
   for (const auto& f : data.files)
     for (const auto& v : f.runs)
-      fmt::print(log, "  {:<28} {:<12} {}\n", v.run->spec.name, v.run->decision.empty() ? "-" : v.run->decision,
-                 v.run->decision_reasons.empty() ? "" : v.run->decision_reasons.front());
+    {
+      // The first condition that did not pass, else the first reason.
+      const std::vector<std::string> concerns = decision_concerns(*v.run);
+      const std::string why = !concerns.empty()                  ? concerns.front()
+                              : v.run->decision_reasons.empty() ? std::string()
+                                                                : v.run->decision_reasons.front();
+      fmt::print(log, "  {:<28} {:<14} {}\n", v.run->spec.name, v.run->decision, why);
+    }
   fmt::print(log, "report: {}\n", (out / "index.html").string());
   return pr.exit_code;
 }
