@@ -17,6 +17,7 @@
 
 #include "pipebench/core/clock.hpp"
 #include "pipebench/core/error.hpp"
+#include "pipebench/plan/tune.hpp"  // recommended_micro_batch
 #include "pipebench/results/results.hpp"
 
 namespace pipebench {
@@ -153,114 +154,158 @@ ProcessResult run_process(const std::string& command, double timeout_s) {
   return r;
 }
 
+namespace {
+
+// One trial: the command, its outcome, and the peak memory per rank from the
+// trial's results file when `pipebench run` wrote one.
+ProbeTrial run_trial(const ProbeOptions& options, int mbs) {
+  ProbeTrial t;
+  t.micro_batch_size = mbs;
+  t.command = trial_command(options, mbs);
+  const ProcessResult p = run_process(t.command, options.trial_timeout_s);
+  t.exit_code = p.exit_code;
+  t.seconds = p.seconds;
+  t.outcome = classify_trial(p.exit_code, p.timed_out, p.output);
+  t.output_tail = tail_lines(p.output, 12);
+  const auto at = p.output.rfind("results: ");
+  if (at != std::string::npos) {
+    const auto eol = p.output.find('\n', at);
+    t.results_path = p.output.substr(at + 9, eol == std::string::npos ? std::string::npos : eol - at - 9);
+    try {
+      const JobResult jr = read_results(t.results_path);
+      if (!jr.runs.empty()) t.peak_mem_bytes = jr.runs.front().peak_mem_bytes;
+    } catch (const std::exception&) {
+      t.results_path.clear();
+    }
+  }
+  return t;
+}
+
+bool fits(TrialOutcome o) { return o == TrialOutcome::ok || o == TrialOutcome::nan; }
+
+// The search's state: the trials so far and the bracket [lo, hi).
+class Search {
+ public:
+  Search(const ProbeOptions& o, const std::function<void(const ProbeTrial&)>& on_trial)
+      : o_(o), on_trial_(on_trial), lo_(o.lo), hi_(o.hi) {
+    res_.options = o;
+  }
+
+  ProbeResult run() {
+    if (o_.predicted > 0)
+      if (auto done = from_prediction()) return *done;
+    if (!lo_known_)
+      if (auto done = check_lo()) return *done;
+    return bisect();
+  }
+
+ private:
+  const ProbeTrial& trial(int mbs) {
+    res_.trials.push_back(run_trial(o_, mbs));
+    if (on_trial_) on_trial_(res_.trials.back());
+    return res_.trials.back();
+  }
+
+  ProbeResult finish(int max, std::string reason) {
+    res_.max_micro_batch = max;
+    res_.recommended_micro_batch = recommended_micro_batch(max);
+    res_.stop_reason = std::move(reason);
+    return res_;
+  }
+
+  // A timeout or a plain error ends the search at `fallback`.
+  std::optional<ProbeResult> stop_on(const ProbeTrial& t, int fallback) {
+    if (t.outcome == TrialOutcome::timeout)
+      return finish(fallback, fmt::format("trial at {} timed out after {:.0f} s", t.micro_batch_size, o_.trial_timeout_s));
+    if (t.outcome == TrialOutcome::error)
+      return finish(fallback, fmt::format("trial at {} failed without an out-of-memory signature (exit {})",
+                                          t.micro_batch_size, t.exit_code));
+    return std::nullopt;
+  }
+
+  // The planner's prediction and the size above it: two trials when they
+  // agree; otherwise the bracket on the side they point to.
+  std::optional<ProbeResult> from_prediction() {
+    const int pred = o_.predicted;
+    const ProbeTrial& at = trial(pred);
+    if (auto stop = stop_on(at, 0)) return stop;
+    if (fits(at.outcome)) {
+      const ProbeTrial& above = trial(pred + 1);
+      if (auto stop = stop_on(above, pred)) return stop;
+      if (above.outcome == TrialOutcome::oom)
+        return finish(pred, fmt::format("confirmed the planner's prediction: {} fits, {} does not", pred, pred + 1));
+      lo_ = pred + 1;  // higher than predicted: bisect above
+      hi_ = std::max(hi_, lo_ + 1);
+      lo_known_ = true;
+      previous_ = above.outcome;
+      return std::nullopt;
+    }
+    if (pred <= lo_) return finish(0, fmt::format("micro_batch_size {} (lo) does not fit", pred));
+    hi_ = pred;  // lower than predicted: bisect below
+    hi_failed_ = true;
+    previous_ = at.outcome;
+    return std::nullopt;
+  }
+
+  std::optional<ProbeResult> check_lo() {
+    const ProbeTrial& first = trial(lo_);
+    if (first.outcome == TrialOutcome::oom) return finish(0, fmt::format("micro_batch_size {} (lo) does not fit", lo_));
+    if (first.outcome == TrialOutcome::error)
+      return finish(0, fmt::format("micro_batch_size {} (lo) failed without an out-of-memory signature (exit {}): fix the "
+                                   "run first",
+                                   lo_, first.exit_code));
+    if (first.outcome == TrialOutcome::timeout)
+      return finish(0, fmt::format("micro_batch_size {} (lo) timed out after {:.0f} s", lo_, o_.trial_timeout_s));
+    previous_ = first.outcome;
+    return std::nullopt;
+  }
+
+  ProbeResult bisect() {
+    while (lo_ + 1 < hi_) {
+      const int mid = lo_ + (hi_ - lo_) / 2;
+      const ProbeTrial& t = trial(mid);
+      const bool failure = t.outcome != TrialOutcome::ok;
+      const bool prev_failure = previous_ != TrialOutcome::ok;
+      if (failure && prev_failure && ((t.outcome == TrialOutcome::oom) != (previous_ == TrialOutcome::oom)))
+        return finish(lo_, fmt::format("two consecutive failures mixing out-of-memory and other failures ({} then {} at {})",
+                                       to_string(previous_), to_string(t.outcome), mid));
+      if (auto stop = stop_on(t, lo_)) return *stop;
+      if (fits(t.outcome)) {
+        lo_ = mid;
+      } else {
+        hi_ = mid;
+        hi_failed_ = true;
+      }
+      previous_ = t.outcome;
+    }
+    if (!hi_failed_) {
+      // Every trial fitted: the limit may be hi itself or above.
+      const ProbeTrial& t = trial(hi_);
+      if (fits(t.outcome)) return finish(hi_, fmt::format("hi = {} fits: the limit is at least {}; raise --hi", hi_, hi_));
+      if (t.outcome != TrialOutcome::oom)
+        return finish(lo_, fmt::format("trial at hi = {} failed without an out-of-memory signature ({})", hi_,
+                                       to_string(t.outcome)));
+    }
+    return finish(lo_, fmt::format("converged: {} fits, {} does not", lo_, lo_ + 1));
+  }
+
+  const ProbeOptions& o_;
+  const std::function<void(const ProbeTrial&)>& on_trial_;
+  ProbeResult res_;
+  int lo_, hi_;
+  bool hi_failed_ = false, lo_known_ = false;
+  TrialOutcome previous_ = TrialOutcome::ok;
+};
+
+}  // namespace
+
 ProbeResult run_probe(const ProbeOptions& options, const std::function<void(const ProbeTrial&)>& on_trial) {
   if (options.lo < 1 || options.hi <= options.lo)
     throw ConfigError(fmt::format("probe: need 1 <= lo < hi (got lo = {}, hi = {})", options.lo, options.hi));
   if (!(options.trial_timeout_s > 0.0) || !std::isfinite(options.trial_timeout_s))
     throw ConfigError(fmt::format("probe: --trial-timeout must be a positive number of seconds (got {})",
                                   options.trial_timeout_s));
-  ProbeResult res;
-  res.options = options;
-  auto trial = [&](int mbs) -> const ProbeTrial& {
-    ProbeTrial t;
-    t.micro_batch_size = mbs;
-    t.command = trial_command(options, mbs);
-    const ProcessResult p = run_process(t.command, options.trial_timeout_s);
-    t.exit_code = p.exit_code;
-    t.seconds = p.seconds;
-    t.outcome = classify_trial(p.exit_code, p.timed_out, p.output);
-    t.output_tail = tail_lines(p.output, 12);
-    // The trial's results file, when `pipebench run` wrote one: peak memory per rank.
-    const auto at = p.output.rfind("results: ");
-    if (at != std::string::npos) {
-      const auto eol = p.output.find('\n', at);
-      t.results_path = p.output.substr(at + 9, eol == std::string::npos ? std::string::npos : eol - at - 9);
-      try {
-        const JobResult jr = read_results(t.results_path);
-        if (!jr.runs.empty()) t.peak_mem_bytes = jr.runs.front().peak_mem_bytes;
-      } catch (const std::exception&) {
-        t.results_path.clear();
-      }
-    }
-    res.trials.push_back(std::move(t));
-    if (on_trial) on_trial(res.trials.back());
-    return res.trials.back();
-  };
-  auto fits = [](TrialOutcome o) { return o == TrialOutcome::ok || o == TrialOutcome::nan; };
-  auto finish = [&](int max, std::string reason) {
-    res.max_micro_batch = max;
-    res.recommended_micro_batch = max > 0 ? std::max(1, static_cast<int>(0.8 * max)) : 0;
-    res.stop_reason = std::move(reason);
-    return res;
-  };
-
-  int lo = options.lo, hi = options.hi;
-  bool hi_failed = false, lo_known = false;
-  TrialOutcome previous = TrialOutcome::ok;
-  auto stop_on = [&](const ProbeTrial& t, int fallback) -> std::optional<ProbeResult> {
-    if (t.outcome == TrialOutcome::timeout)
-      return finish(fallback, fmt::format("trial at {} timed out after {:.0f} s", t.micro_batch_size, options.trial_timeout_s));
-    if (t.outcome == TrialOutcome::error)
-      return finish(fallback, fmt::format("trial at {} failed without an out-of-memory signature (exit {})",
-                                          t.micro_batch_size, t.exit_code));
-    return std::nullopt;
-  };
-  if (const int pred = options.predicted; pred > 0) {
-    // The planner's prediction and the size above it: two trials when they agree.
-    const ProbeTrial& at = trial(pred);
-    if (auto stop = stop_on(at, 0)) return *stop;
-    if (fits(at.outcome)) {
-      const ProbeTrial& above = trial(pred + 1);
-      if (auto stop = stop_on(above, pred)) return *stop;
-      if (above.outcome == TrialOutcome::oom)
-        return finish(pred, fmt::format("confirmed the planner's prediction: {} fits, {} does not", pred, pred + 1));
-      lo = pred + 1;  // the limit is higher than predicted: bisect above
-      hi = std::max(hi, lo + 1);
-      lo_known = true;
-      previous = above.outcome;
-    } else {
-      if (pred <= lo) return finish(0, fmt::format("micro_batch_size {} (lo) does not fit", pred));
-      hi = pred;  // lower than predicted: bisect below
-      hi_failed = true;
-      previous = at.outcome;
-    }
-  }
-  if (!lo_known) {
-    const ProbeTrial& first = trial(lo);
-    if (first.outcome == TrialOutcome::oom) return finish(0, fmt::format("micro_batch_size {} (lo) does not fit", lo));
-    if (first.outcome == TrialOutcome::error)
-      return finish(0, fmt::format("micro_batch_size {} (lo) failed without an out-of-memory signature (exit {}): fix the "
-                                   "run first",
-                                   lo, first.exit_code));
-    if (first.outcome == TrialOutcome::timeout)
-      return finish(0, fmt::format("micro_batch_size {} (lo) timed out after {:.0f} s", lo, options.trial_timeout_s));
-    previous = first.outcome;
-  }
-  while (lo + 1 < hi) {
-    const int mid = lo + (hi - lo) / 2;
-    const ProbeTrial& t = trial(mid);
-    const bool failure = t.outcome != TrialOutcome::ok;
-    const bool prev_failure = previous != TrialOutcome::ok;
-    if (failure && prev_failure && ((t.outcome == TrialOutcome::oom) != (previous == TrialOutcome::oom)))
-      return finish(lo, fmt::format("two consecutive failures mixing out-of-memory and other failures ({} then {} at {})",
-                                    to_string(previous), to_string(t.outcome), mid));
-    if (auto stop = stop_on(t, lo)) return *stop;
-    if (fits(t.outcome)) {
-      lo = mid;
-    } else {
-      hi = mid;
-      hi_failed = true;
-    }
-    previous = t.outcome;
-  }
-  if (!hi_failed) {
-    // Every trial fitted: the limit may be hi itself or above.
-    const ProbeTrial& t = trial(hi);
-    if (fits(t.outcome)) return finish(hi, fmt::format("hi = {} fits: the limit is at least {}; raise --hi", hi, hi));
-    if (t.outcome != TrialOutcome::oom)
-      return finish(lo, fmt::format("trial at hi = {} failed without an out-of-memory signature ({})", hi, to_string(t.outcome)));
-  }
-  return finish(lo, fmt::format("converged: {} fits, {} does not", lo, lo + 1));
+  return Search(options, on_trial).run();
 }
 
 }  // namespace pipebench
