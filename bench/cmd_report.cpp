@@ -9,6 +9,7 @@
 #include "commands.hpp"
 #include "pipebench/core/error.hpp"
 #include "pipebench/report/report.hpp"
+#include "pipebench/report/trace.hpp"
 
 namespace pipebench::cli {
 
@@ -56,6 +57,11 @@ Handler add_report_command(CLI::App& app) {
     write_file(dir / "index.html", render_html(data));
     write_file(dir / "report.md", render_markdown(data));
     write_file(dir / "summary.json", render_summary_json(data));
+    for (std::size_t i = 0; i < data.files.size(); ++i)
+      if (const std::string name = report_trace_name(data, i); !name.empty()) {
+        const FileView& f = data.files[i];
+        write_file(dir / name, trace_event_json(f.result, f.job ? &*f.job : nullptr, TraceOptions{}));
+      }
     std::size_t runs = 0;
     for (const auto& f : data.files) runs += f.runs.size();
     fmt::print("report: {} file(s), {} run(s), {} skipped\n", data.files.size(), runs, data.skipped.size());

@@ -23,6 +23,7 @@ Handler add_run_command(CLI::App& app, const std::string& command_line);
 Handler add_report_command(CLI::App& app);
 Handler add_probe_command(CLI::App& app);
 Handler add_tune_command(CLI::App& app);
+Handler add_trace_command(CLI::App& app);
 
 // Writes a probe's results file under `output_dir` (results/<job>/probe/...)
 // and returns its path.

@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   const cli::Handler report = cli::add_report_command(app);
   const cli::Handler probe = cli::add_probe_command(app);
   const cli::Handler tune = cli::add_tune_command(app);
+  const cli::Handler trace = cli::add_trace_command(app);
 
   try {
     app.parse(argc, argv);
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
                    : app.got_subcommand("report") ? report()
                    : app.got_subcommand("probe")  ? probe()
                    : app.got_subcommand("tune")   ? tune()
+                   : app.got_subcommand("trace")  ? trace()
                                                   : plan();
     return finish(rc, true);
   } catch (const ConfigError& e) {

@@ -501,6 +501,13 @@ std::vector<Trend> build_trends(const std::vector<FileView>& files, const std::v
 
 }  // namespace
 
+std::string report_trace_name(const ReportData& data, std::size_t file_index) {
+  if (file_index >= data.files.size()) return "";
+  std::size_t events = 0;
+  for (const auto& r : data.files[file_index].result.runs) events += r.events.size();
+  return events == 0 || events > kReportTraceEvents ? "" : fmt::format("trace-{}.json", file_index);
+}
+
 ReportData load_report(const ReportOptions& options) {
   ReportData d;
   d.options = options;

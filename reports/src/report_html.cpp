@@ -330,6 +330,12 @@ std::string render_html(const ReportData& d) {
     if (!f.runs.empty())
       s += "<h3>Runs</h3>" + table(run_table_header(), rows, classes,
                                    {false, false, false, true, true, false, true, true, true, true, true, false, false, false});
+    const std::size_t index = static_cast<std::size_t>(&f - d.files.data());
+    if (const std::string trace = report_trace_name(d, index); !trace.empty())
+      s += fmt::format("<p>Timeline of every measured event, with its simulation beside it: <a href=\"{0}\">{0}</a> "
+                       "(Trace Event Format: open it in <a href=\"https://ui.perfetto.dev\">ui.perfetto.dev</a> or "
+                       "chrome://tracing)</p>",
+                       html_escape(trace));
     std::vector<std::vector<std::string>> prov;
     for (const auto& [k, v] : provenance_rows(f)) prov.push_back({k, v});
     s += "<details><summary>Provenance</summary>" + table({"", ""}, prov) + "</details>";

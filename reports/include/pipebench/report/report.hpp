@@ -121,6 +121,13 @@ struct ReportData {
 
 ReportData load_report(const ReportOptions& options);
 
+// Timelines `pipebench report` writes beside index.html (trace.hpp), linked
+// from each file's section: "trace-<i>.json" for files[i], "" when the file
+// has no events or more than kReportTraceEvents of them (then run
+// `pipebench trace` on it).
+inline constexpr std::size_t kReportTraceEvents = 200000;
+std::string report_trace_name(const ReportData& data, std::size_t file_index);
+
 std::string render_html(const ReportData& data);
 std::string render_markdown(const ReportData& data);
 std::string render_summary_json(const ReportData& data);

@@ -1,0 +1,186 @@
+#include "pipebench/report/trace.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "pipebench/core/error.hpp"
+#include "pipebench/core/json.hpp"
+#include "pipebench/core/units.hpp"
+#include "pipebench/plan/plan.hpp"
+#include "pipebench/results/metrics.hpp"
+#include "pipebench/schedule/simulate.hpp"
+
+namespace pipebench {
+
+namespace {
+
+// Process ids: run i's rank r is measured at kRunStride * i + r + 1 and
+// simulated kPipelineStride above it (pipeline_size <= kMaxPipelineSize).
+constexpr int kPipelineStride = kMaxPipelineSize;
+constexpr int kRunStride = 2 * kMaxPipelineSize;
+// Thread ids within a rank's process.
+constexpr int kComputeTid = 1;
+constexpr int kBetweenTid = 2;
+
+double us(double seconds) { return seconds * 1e6; }
+
+class TraceWriter {
+ public:
+  TraceWriter() { w_.begin_object().key("traceEvents").begin_array(); }
+
+  void process(int pid, const std::string& name, int sort) {
+    w_.begin_object().field("ph", "M").field("name", "process_name").field("pid", pid).field("tid", 0);
+    w_.key("args").begin_object().field("name", name).end_object().end_object();
+    w_.begin_object().field("ph", "M").field("name", "process_sort_index").field("pid", pid).field("tid", 0);
+    w_.key("args").begin_object().field("sort_index", sort).end_object().end_object();
+  }
+  void thread(int pid, int tid, const std::string& name) {
+    w_.begin_object().field("ph", "M").field("name", "thread_name").field("pid", pid).field("tid", tid);
+    w_.key("args").begin_object().field("name", name).end_object().end_object();
+  }
+  // A complete slice; `args` written by `more`.
+  template <typename F>
+  void slice(int pid, int tid, const std::string& name, const char* cat, double start_s, double end_s, F&& more) {
+    w_.begin_object().field("ph", "X").field("name", name).field("cat", cat).field("pid", pid).field("tid", tid);
+    w_.field("ts", us(start_s)).field("dur", us(std::max(0.0, end_s - start_s)));
+    w_.key("args").begin_object();
+    more(w_);
+    w_.end_object().end_object();
+  }
+  template <typename F>
+  void instant(int pid, const std::string& name, double at_s, F&& more) {
+    w_.begin_object().field("ph", "i").field("s", "p").field("name", name).field("cat", "step").field("pid", pid);
+    w_.field("tid", kComputeTid).field("ts", us(at_s)).key("args").begin_object();
+    more(w_);
+    w_.end_object().end_object();
+  }
+  JsonWriter& finish_events() {
+    w_.end_array();
+    return w_;
+  }
+
+ private:
+  JsonWriter w_{0};
+};
+
+std::string action_name(const EventRecord& e) { return to_string(Action{e.kind, e.microbatch, e.chunk}); }
+
+const char* kind_name(ActionKind k) { return k == ActionKind::F ? "F" : k == ActionKind::B ? "B" : "W"; }
+
+// The measured events of `r` (steps laid end to end at their measured step
+// times), on ranks pid_base + rank.
+void measured(TraceWriter& t, const RunResult& r, int pid_base, int only_step) {
+  const int P = r.spec.pipeline_size;
+  for (int rank = 0; rank < P; ++rank) {
+    const int pid = pid_base + rank;
+    t.process(pid, fmt::format("{} rank {} (measured)", r.spec.name, rank), pid);
+    t.thread(pid, kComputeTid, "compute (F, B, W; step end: reduction + optimizer)");
+    t.thread(pid, kBetweenTid, "between actions (receives, waiting, idle)");
+  }
+  // A failed run keeps the events of the step it failed in, one past its
+  // recorded steps: that step starts where the last one ended.
+  std::vector<double> offset(r.step_time_s.size() + 1, 0.0);
+  for (std::size_t k = 1; k < offset.size(); ++k) {
+    const double prev = r.step_time_s[k - 1];
+    offset[k] = only_step > 0 ? 0.0 : offset[k - 1] + (std::isfinite(prev) ? prev : 0.0);
+  }
+  // Events by (step, rank), in time order.
+  std::vector<const EventRecord*> events;
+  for (const auto& e : r.events)
+    if ((only_step == 0 || e.step == only_step - 1) && e.step >= 0 && static_cast<std::size_t>(e.step) < offset.size() &&
+        std::isfinite(e.start_s) && std::isfinite(e.end_s))
+      events.push_back(&e);
+  std::stable_sort(events.begin(), events.end(), [](const EventRecord* a, const EventRecord* b) {
+    return std::tie(a->step, a->rank, a->start_s) < std::tie(b->step, b->rank, b->start_s);
+  });
+  for (std::size_t k = 0; k < r.step_time_s.size(); ++k) {
+    if (only_step > 0 && static_cast<int>(k) != only_step - 1) continue;
+    const bool warm = k < r.is_warmup.size() && r.is_warmup[k];
+    for (int rank = 0; rank < P; ++rank)
+      t.instant(pid_base + rank, fmt::format("step {}{}", k + 1, warm ? " (warm-up)" : ""), offset[k], [&, k, warm](JsonWriter& w) {
+        w.field("step", static_cast<int>(k) + 1).field("warmup", warm).field("step_time_s", r.step_time_s[k]);
+      });
+  }
+  std::size_t i = 0;
+  while (i < events.size()) {
+    const int step = events[i]->step, rank = events[i]->rank;
+    const double base = offset[static_cast<std::size_t>(step)];
+    double t_prev = 0.0;
+    for (; i < events.size() && events[i]->step == step && events[i]->rank == rank; ++i) {
+      const EventRecord& e = *events[i];
+      const int pid = pid_base + rank;
+      if (e.start_s > t_prev)
+        t.slice(pid, kBetweenTid, "between actions", "wait", base + t_prev, base + e.start_s,
+                [&](JsonWriter& w) { w.field("step", step + 1).field("before", action_name(e)); });
+      t.slice(pid, kComputeTid, action_name(e), e.kind == ActionKind::F ? "forward" : e.kind == ActionKind::B ? "backward" : "weight",
+              base + e.start_s, base + e.end_s, [&](JsonWriter& w) {
+                w.field("step", step + 1).field("microbatch", e.microbatch).field("chunk", e.chunk);
+                w.field("kind", kind_name(e.kind)).field("start_s", e.start_s).field("end_s", e.end_s);
+              });
+      t_prev = e.end_s;
+    }
+    const double step_end =
+        static_cast<std::size_t>(step) < r.step_time_s.size() ? r.step_time_s[static_cast<std::size_t>(step)] : t_prev;
+    if (std::isfinite(step_end) && step_end > t_prev)
+      t.slice(pid_base + rank, kComputeTid, "step end", "step_end", base + t_prev, base + step_end,
+              [&](JsonWriter& w) { w.field("step", step + 1).field("what", "gradient reduction, optimizer, waiting for the others"); });
+  }
+}
+
+// The schedule simulated with the run's per-action medians: one step.
+void simulated(TraceWriter& t, const RunResult& r, const Job& job, int pid_base) {
+  const RunSpec* spec = job.find_run(r.spec.name);
+  if (!spec) return;
+  Schedule s;
+  try {
+    s = plan_run(job, *spec).schedule;
+  } catch (const std::exception&) {
+    return;
+  }
+  const SimResult sim = simulate(s, measured_costs(s, r.events, r.warmup));
+  for (int rank = 0; rank < s.num_ranks; ++rank) {
+    t.process(pid_base + rank, fmt::format("{} rank {} (simulated: {} with measured medians)", r.spec.name, rank, s.name),
+              pid_base + rank);
+    t.thread(pid_base + rank, kComputeTid, "compute (simulated)");
+  }
+  for (const auto& a : sim.timeline)
+    t.slice(pid_base + a.rank, kComputeTid, to_string(a.action), "simulated", a.start, a.end, [&](JsonWriter& w) {
+      w.field("microbatch", a.action.microbatch).field("chunk", a.action.chunk);
+      w.field("kind", kind_name(a.action.kind));
+    });
+}
+
+}  // namespace
+
+std::string trace_event_json(const JobResult& result, const Job* job, const TraceOptions& options) {
+  for (const auto& name : options.runs)
+    if (std::none_of(result.runs.begin(), result.runs.end(), [&](const RunResult& r) { return r.spec.name == name; }))
+      throw Error(fmt::format("trace: the file has no run named \"{}\"", printable(name)));
+  TraceWriter t;
+  int index = 0, exported = 0;
+  for (const auto& r : result.runs) {
+    const int base = 1 + kRunStride * index++;
+    if (!options.runs.empty() && std::find(options.runs.begin(), options.runs.end(), r.spec.name) == options.runs.end())
+      continue;
+    if (r.events.empty()) continue;
+    if (options.step > static_cast<int>(r.step_time_s.size()))
+      throw Error(fmt::format("trace: run {} has {} step(s); --step {} does not exist", r.spec.name, r.step_time_s.size(),
+                              options.step));
+    measured(t, r, base, options.step);
+    if (options.simulated && job) simulated(t, r, *job, base + kPipelineStride);
+    ++exported;
+  }
+  JsonWriter& w = t.finish_events();
+  w.field("displayTimeUnit", "ms");
+  w.key("otherData").begin_object();
+  w.field("tool", "pipebench trace").field("job", result.root_attrs.count("job_name") ? result.root_attrs.at("job_name") : "");
+  w.field("created_utc", result.root_attrs.count("created_utc") ? result.root_attrs.at("created_utc") : "");
+  w.field("runs_exported", exported).field("step", options.step == 0 ? std::string("all") : std::to_string(options.step));
+  w.end_object().end_object();
+  return w.str() + "\n";
+}
+
+}  // namespace pipebench

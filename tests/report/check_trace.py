@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""`pipebench trace` of a 4-rank 1F1B sim run (jobs/four_stage.toml): the JSON
+is Trace Event Format (what Perfetto and chrome://tracing load: traceEvents
+of ph X/M/i with pid, tid, ts, dur in microseconds), and every measured event
+of the HDF5 file is one compute slice with its name, step, micro-batch,
+chunk and times, laid out step after step; the simulated timeline is a
+second process group with one step of the schedule; --step N keeps step N.
+    check_trace.py PIPEBENCH MPIEXEC JOB OUTDIR"""
+import collections
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import h5py
+
+pipebench, mpiexec, job, out = sys.argv[1:5]
+env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+shutil.rmtree(out, ignore_errors=True)
+run = subprocess.run([mpiexec, "-np", "4", "--oversubscribe", pipebench, "run", job, "--run", "one_f_one_b", "--set",
+                      "train.warmup=1", "--set", "train.repeats=2", "-o", out], capture_output=True, text=True, env=env)
+assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+h5 = glob.glob(f"{out}/**/*.h5", recursive=True)
+assert len(h5) == 1, h5
+
+
+def trace(*extra):
+    path = f"{out}/trace{len(extra)}.json"
+    p = subprocess.run([pipebench, "trace", h5[0], "-o", path] + list(extra), capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return json.load(open(path))
+
+
+KINDS = {0: "F", 1: "B", 2: "W"}
+with h5py.File(h5[0], "r") as f:
+    g = f["runs/one_f_one_b"]
+    ev = g["events"][:]
+    step_times = list(g["step_time_s"][:])
+    P = int(g.attrs["pipeline_size"])
+assert P == 4
+
+doc = trace()
+events = doc["traceEvents"]
+assert doc["displayTimeUnit"] == "ms"
+for e in events:
+    assert e["ph"] in ("X", "M", "i"), e
+    assert isinstance(e["pid"], int) and isinstance(e["tid"], int), e
+    if e["ph"] == "X":
+        assert e["ts"] >= 0 and e["dur"] >= 0, e
+names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+for r in range(P):
+    assert names[1 + r] == f"one_f_one_b rank {r} (measured)", names
+    assert names[1 + 1024 + r].startswith(f"one_f_one_b rank {r} (simulated: 1f1b"), names
+
+offset = [sum(step_times[:k]) for k in range(len(step_times))]
+compute = [e for e in events if e["ph"] == "X" and e["tid"] == 1 and e["pid"] <= P and e["cat"] in ("forward", "backward", "weight")]
+assert len(compute) == len(ev), (len(compute), len(ev))
+index = {(e["pid"] - 1, e["args"]["step"] - 1, e["args"]["kind"], e["args"]["microbatch"], e["args"]["chunk"]): e for e in compute}
+for row in ev:
+    step, rank, kind, mb, chunk, start, end = (int(row["step"]), int(row["rank"]), KINDS[int(row["kind"])],
+                                                int(row["microbatch"]), int(row["chunk"]), float(row["start_s"]), float(row["end_s"]))
+    e = index[(rank, step, kind, mb, chunk)]
+    assert e["name"] == f"{kind}{mb}" or e["name"].startswith(f"{kind}{mb}"), e
+    assert abs(e["ts"] - (offset[step] + start) * 1e6) < 1e-3 and abs(e["dur"] - (end - start) * 1e6) < 1e-3, (e, row)
+steps = [e for e in events if e["ph"] == "i" and e["pid"] == 1]
+assert [s["args"]["step"] for s in steps] == [1, 2, 3] and steps[0]["args"]["warmup"] and not steps[1]["args"]["warmup"]
+simulated = [e for e in events if e["ph"] == "X" and e["pid"] > 1024]
+per_step = collections.Counter(int(r["step"]) for r in ev)
+assert len(simulated) == per_step[0], (len(simulated), per_step)
+assert {e["pid"] - 1025 for e in simulated} == set(range(P))
+
+one = trace("--step", "2", "--no-simulated")
+kept = [e for e in one["traceEvents"] if e["ph"] == "X" and e["cat"] in ("forward", "backward")]
+assert len(kept) == per_step[1] and all(e["args"]["step"] == 2 for e in kept)
+assert not [e for e in one["traceEvents"] if e["ph"] == "X" and e["pid"] > 1024]
+bad = subprocess.run([pipebench, "trace", h5[0], "-o", f"{out}/x.json", "--run", "nope"], capture_output=True, text=True)
+assert bad.returncode != 0 and "no run named" in bad.stderr, bad.stderr
+# `pipebench report` writes the same timeline beside index.html and links it.
+rep = subprocess.run([pipebench, "report", h5[0], "-o", f"{out}/report"], capture_output=True, text=True)
+assert rep.returncode == 0, rep.stderr
+assert 'href="trace-0.json"' in open(f"{out}/report/index.html").read()
+linked = json.load(open(f"{out}/report/trace-0.json"))["traceEvents"]
+assert len(linked) == len(events), (len(linked), len(events))
+print(f"{len(events)} trace events; {len(compute)} compute slices = {len(ev)} HDF5 events; {len(simulated)} simulated")
+print("PASS")
