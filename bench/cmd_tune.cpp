@@ -20,6 +20,7 @@
 #include "pipebench/core/config.hpp"
 #include "pipebench/core/units.hpp"
 #include "pipebench/plan/plan.hpp"
+#include "pipebench/plan/plan_format.hpp"
 #include "pipebench/plan/tune.hpp"
 #include "pipebench/probe/probe.hpp"
 #include "pipebench/report/report.hpp"
@@ -43,18 +44,6 @@ struct TuneCmdOptions {
   std::string results_dir = "results";
   double trial_timeout_s = 900.0;
 };
-
-// "2 1x62 2": layers per stage, repeats folded.
-std::string folded(const std::vector<int>& sizes) {
-  std::string s;
-  for (std::size_t i = 0; i < sizes.size();) {
-    std::size_t j = i;
-    while (j < sizes.size() && sizes[j] == sizes[i]) ++j;
-    s += (s.empty() ? "" : " ") + (j - i > 1 ? fmt::format("{}x{}", sizes[i], j - i) : std::to_string(sizes[i]));
-    i = j;
-  }
-  return s.size() > 22 ? s.substr(0, 21) + "~" : s;
-}
 
 std::string schedule_text(const TuneCandidate& c) {
   std::string s(to_string(c.schedule));
@@ -95,7 +84,7 @@ void print_table(const Job& job, const TuneResult& r, int top) {
     ++shown;
     const double peak = c.peak_bytes.empty() ? 0.0 : static_cast<double>(*std::max_element(c.peak_bytes.begin(), c.peak_bytes.end()));
     fmt::print("  {:>3} {:>4} {:<18} {:<9} {:<22} {:>7} {:>5} {:>6} {:>18} {:>6.1f}% {:>11} {:>10.4g} {:>10.4g}\n", shown,
-               c.pipeline_size, schedule_text(c), to_string(c.partition), folded(c.layers_per_stage),
+               c.pipeline_size, schedule_text(c), to_string(c.partition), fold_sizes(c.layers_per_stage),
                c.max_micro_batch >= kTuneMaxMicroBatch ? fmt::format(">={}", c.max_micro_batch) : std::to_string(c.max_micro_batch),
                c.micro_batch_size, c.num_microbatches, fmt::format("{} ({:.0f}%{})", format_bytes(peak), 100.0 * peak / cap, c.margin ? "" : "!"),
                100.0 * c.bubble, format_seconds(c.step_time_s), c.samples_per_s, c.samples_per_s_per_rank);

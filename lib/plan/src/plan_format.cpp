@@ -144,6 +144,46 @@ std::vector<std::vector<std::string>> partition_table_rows(const RunPlan& rp) {
   return rows;
 }
 
+std::string fold_sizes(const std::vector<int>& sizes, std::size_t width) {
+  std::string s;
+  for (std::size_t i = 0; i < sizes.size();) {
+    std::size_t j = i;
+    while (j < sizes.size() && sizes[j] == sizes[i]) ++j;
+    s += (s.empty() ? "" : " ") + (j - i > 1 ? fmt::format("{}x{}", sizes[i], j - i) : std::to_string(sizes[i]));
+    i = j;
+  }
+  return s.size() > width && width > 1 ? s.substr(0, width - 1) + "~" : s;
+}
+
+std::string plan_summary_text(const JobPlan& plan) {
+  std::string out = fmt::format("\n== summary: {} runs side by side\n", plan.runs.size());
+  out += fmt::format("  {:<24} {:>7} {:<22} {:>12} {:>9} {:>9} {:>9} {:>8}\n", "run", "stages", "layers per stage",
+                     "largest mem", "bubble cf", "bubble sim", "live act", "warnings");
+  const RunPlan* first_fit = nullptr;
+  for (const auto& rp : plan.runs) {
+    double worst = 0.0;
+    int live = 0;
+    for (const auto& sp : rp.stages) {
+      worst = std::max(worst, sp.capacity_fraction);
+      live = std::max(live, sp.peak_live_activations);
+    }
+    std::vector<int> layers;
+    for (const auto& st : rp.partition.stages) layers.push_back(st.num_layers);
+    const std::string stages = rp.schedule.chunks_per_rank > 1
+                                   ? fmt::format("{}x{}", rp.run.pipeline_size, rp.schedule.chunks_per_rank)
+                                   : std::to_string(rp.run.pipeline_size);
+    out += fmt::format("  {:<24} {:>7} {:<22} {:>11.1f}% {:>9} {:>9.4f} {:>9} {:>8}\n", rp.run.name, stages,
+                       fold_sizes(layers), 100.0 * worst,
+                       std::isfinite(rp.bubble_analytic) ? fmt::format("{:.4f}", rp.bubble_analytic) : std::string("-"),
+                       rp.simulated.bubble, live, rp.warnings.size());
+    if (worst <= 1.0 && (!first_fit || rp.run.pipeline_size < first_fit->run.pipeline_size)) first_fit = &rp;
+  }
+  out += first_fit ? fmt::format("fewest stages that fit among these runs: {} (run {}); `pipebench tune` tries every size\n",
+                                 first_fit->run.pipeline_size, first_fit->run.name)
+                   : "none of these runs fits memory_capacity; `pipebench tune --ranks N` finds the sizes that do\n";
+  return out;
+}
+
 std::string format_plan_text(const JobPlan& plan) {
   const Job& job = *plan.job;
   const auto& ms = job.model;
@@ -194,6 +234,7 @@ std::string format_plan_text(const JobPlan& plan) {
       out += timeline_summary(rp);
     }
   }
+  if (plan.runs.size() > 1) out += plan_summary_text(plan);
   return out;
 }
 

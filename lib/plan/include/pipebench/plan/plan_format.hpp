@@ -19,6 +19,16 @@ inline constexpr int kGridMaxSteps = 64;
 std::vector<std::string> partition_table_header(const RunPlan& plan);
 std::vector<std::vector<std::string>> partition_table_rows(const RunPlan& plan);
 
+// "2 1x62 2": sizes with repeats folded ("NxK": N, K times), cut to
+// `width` characters with a trailing "~".
+std::string fold_sizes(const std::vector<int>& sizes, std::size_t width = 22);
+
+// The runs side by side (multi-run plans end with it): per run stages,
+// layer split, largest stage estimate as % of capacity, bubble closed form
+// and cost-weighted simulated, peak live activations, warnings; and the
+// fewest stages among the runs whose every stage fits.
+std::string plan_summary_text(const JobPlan& plan);
+
 // Human-readable report: per run the partition table, the memory estimate,
 // bubbles, peak live activations and the timeline.
 std::string format_plan_text(const JobPlan& plan);
