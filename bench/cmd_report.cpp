@@ -8,6 +8,7 @@
 
 #include "commands.hpp"
 #include "pipebench/core/error.hpp"
+#include "pipebench/core/units.hpp"
 #include "pipebench/report/report.hpp"
 #include "pipebench/report/trace.hpp"
 
@@ -18,6 +19,7 @@ struct ReportCmdOptions {
   ReportOptions report;
   std::string out_dir;
   bool fail_on_regression = false;
+  bool fail_on_failure = false;
 };
 
 void write_file(const std::filesystem::path& path, const std::string& text) {
@@ -45,9 +47,24 @@ Handler add_report_command(CLI::App& app) {
                   "a change must exceed K x the night-to-night spread of the history's medians (default 3)")
       ->check(CLI::Range(0.0, 100.0));
   cmd->add_flag("--fail-on-regression", opts->fail_on_regression, "exit 6 when any run regressed (nightly jobs)");
+  cmd->add_flag("--fail-on-failure", opts->fail_on_failure,
+                "exit 5 when any run of a job failed or an --expect job has no results (checked before regressions)");
   cmd->add_option("--expect", opts->report.expected_jobs,
                   "a job name that must have a results file among the inputs; listed as missing otherwise (repeatable)");
-  return [opts] {
+  return [opts]() -> int {
+    // User errors (docs/cli.md, exit 2): an input that does not exist, an output folder that cannot be made.
+    for (const auto& in : opts->report.inputs)
+      if (!std::filesystem::exists(in)) {
+        fmt::print(stderr, "pipebench: report: no such file or folder: {}\n", printable(in));
+        return kUsageError;
+      }
+    std::error_code made;
+    std::filesystem::create_directories(opts->out_dir, made);
+    if (made || !std::filesystem::is_directory(opts->out_dir)) {
+      fmt::print(stderr, "pipebench: report: cannot create the output folder {}: {}\n", printable(opts->out_dir),
+                 made ? made.message() : "not a folder");
+      return kUsageError;
+    }
     const ReportData data = load_report(opts->report);
     for (const auto& s : data.skipped) fmt::print(stderr, "pipebench report: skipped {}: {}\n", s.path, s.reason);
     for (const auto& m : data.missing_jobs) fmt::print(stderr, "pipebench report: missing results of job {}\n", m);
@@ -69,6 +86,10 @@ Handler add_report_command(CLI::App& app) {
       if (t.verdict == "regression" || t.verdict == "improvement")
         fmt::print("  {}: {} / {} median step time {:+.1f}% (p = {:.3g})\n", t.verdict, t.job, t.run, 100 * t.change, t.p_value);
     fmt::print("report: {}\n", (dir / "index.html").string());
+    if (opts->fail_on_failure && data.any_failure()) {
+      fmt::print(stderr, "pipebench report: a run failed or an expected job has no results (--fail-on-failure)\n");
+      return kRunFailed;
+    }
     return opts->fail_on_regression && data.any_regression() ? kRegression : kOk;
   };
 }

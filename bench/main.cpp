@@ -4,13 +4,20 @@
 // Only `run` initialises MPI; `plan` works without mpirun.
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <string>
 
 #include <fmt/format.h>
 #include <mpi.h>
 
 #include "commands.hpp"
+#include "pipebench/backends/cuda_device.hpp"
+#include "pipebench/backends/cpu_kernels.hpp"
 #include "pipebench/core/error.hpp"
+#include "pipebench/core/units.hpp"
+#include "pipebench/results/results.hpp"
+#include "pipebench/runtime/provenance.hpp"
+#include "pipebench/runtime/transport_nccl.hpp"
 
 namespace {
 
@@ -42,10 +49,28 @@ int finish(int code, bool all_ranks_agree) {
 
 }  // namespace
 
+// `pipebench --version`: what this build is and what it was built with
+// (MPI_Get_library_version may be called before MPI_Init).
+std::string version_text() {
+  using namespace pipebench;
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  MPI_Get_library_version(mpi, &len);
+  std::string mpi_text(mpi, static_cast<std::size_t>(len));
+  if (const auto eol = mpi_text.find_first_of("\n,"); eol != std::string::npos) mpi_text.resize(eol);
+  const std::string blas = cpu::blas_config();
+  const bool cuda = cuda_built();
+  return fmt::format(
+      "pipebench {} (git {}, {} build)\nbackends: cpu, sim{}\nMPI: {}\nHDF5: {}\nBLAS: {}\nCUDA runtime: {}\nNCCL: {}",
+      PIPEBENCH_VERSION, build_git_sha(), build_type(), cuda ? ", cuda" : " (built without CUDA)", mpi_text,
+      hdf5_version(), blas.empty() ? "none" : blas, cuda ? cuda_runtime_version() : "not built",
+      cuda ? nccl_version() : "not built");
+}
+
 int main(int argc, char** argv) {
   using namespace pipebench;
   CLI::App app{"pipebench " PIPEBENCH_VERSION " - benchmark suite for pipeline-parallel training", "pipebench"};
-  app.set_version_flag("--version", "pipebench " PIPEBENCH_VERSION);
+  app.set_version_flag("--version", std::function<std::string()>(version_text));
   app.require_subcommand(1);
   app.footer("Run 'pipebench COMMAND --help' for a command's options. Exit codes: docs/cli.md.\n");
   const cli::Handler plan = cli::add_plan_command(app);
@@ -55,6 +80,20 @@ int main(int argc, char** argv) {
   const cli::Handler tune = cli::add_tune_command(app);
   const cli::Handler trace = cli::add_trace_command(app);
 
+  // `pipebench foo`: name the unknown command (CLI11 would only say a
+  // subcommand is required).
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+      known = known || sub->get_name() == argv[1];
+    }
+    if (!known) {
+      fmt::print(stderr, "pipebench: unknown command \"{}\" (commands: {}; pipebench --help)\n", printable(argv[1]), names);
+      return kUsageError;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -250,6 +250,16 @@ void fill_comparison(RunView& v, const RunView& base) {
 
 }  // namespace
 
+bool ReportData::any_failure() const {
+  if (!missing_jobs.empty()) return true;
+  for (const auto& f : files) {
+    if (f.role != "job") continue;  // a probe's trials fail on purpose
+    for (const auto& r : f.result.runs)
+      if (r.status == RunStatus::failed) return true;
+  }
+  return false;
+}
+
 bool ReportData::any_regression() const {
   return std::any_of(trends.begin(), trends.end(), [](const Trend& t) {
     return t.verdict == "regression" || t.memory_increased || t.numerics_changed;

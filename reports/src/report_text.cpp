@@ -262,7 +262,7 @@ std::string render_summary_json(const ReportData& d) {
   }
   w.end_array();
   w.array("missing_jobs", d.missing_jobs);
-  w.field("any_regression", d.any_regression());
+  w.field("any_regression", d.any_regression()).field("any_failure", d.any_failure());
   w.end_object();
   return w.str() + "\n";
 }

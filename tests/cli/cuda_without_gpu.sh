@@ -34,5 +34,9 @@ for r in runs:
     assert "no usable GPU" in r["failure"]["message"] or "driver" in r["failure"]["message"] or "CUDA" in r["failure"]["message"], r
     assert r["decision"] == "not_applicable", r
 print(f"{len(runs)} run(s) recorded with failure kind environment")
+assert json.load(open(sys.argv[1]))["any_failure"] is True
 PY
+"$pipebench" report "$file" -o "$outdir/report_fail" --fail-on-failure >/dev/null 2>&1
+frc=$?
+[[ $frc -eq 5 ]] || { echo "FAIL: report --fail-on-failure exited $frc, expected 5"; exit 1; }
 echo PASS

@@ -813,4 +813,10 @@ JobResult read_results(const std::string& path) {
   return jr;
 }
 
+std::string hdf5_version() {
+  unsigned major = 0, minor = 0, release = 0;
+  H5get_libversion(&major, &minor, &release);
+  return fmt::format("{}.{}.{}", major, minor, release);
+}
+
 }  // namespace pipebench

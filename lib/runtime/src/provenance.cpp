@@ -40,6 +40,9 @@ const std::vector<std::string>& provenance_env_allow_list() {
   return names;
 }
 
+std::string build_git_sha() { return PIPEBENCH_GIT_SHA; }
+std::string build_type() { return PIPEBENCH_BUILD_TYPE; }
+
 std::string slurm_job_id() { return env_or("SLURM_JOB_ID", ""); }
 
 std::map<std::string, std::string> collect_provenance() {

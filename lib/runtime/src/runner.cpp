@@ -262,7 +262,7 @@ void describe_job_result(JobResult& jr, const Job& job, const std::string& comma
                          const std::string& role) {
   jr.evidence_level = evidence_level(job.device.backend);
   jr.root_attrs["tool_version"] = PIPEBENCH_VERSION;
-  jr.root_attrs["git_sha"] = PIPEBENCH_GIT_SHA;
+  jr.root_attrs["git_sha"] = build_git_sha();
   jr.root_attrs["created_utc"] = utc_iso8601();
   jr.root_attrs["job_name"] = job.name;
   jr.root_attrs["job_toml"] = job.effective_toml;

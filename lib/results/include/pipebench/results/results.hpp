@@ -55,6 +55,9 @@ class ResultsWriter {
 // cannot (no checkpoint yet, `final` exists). Async-signal-safe.
 bool publish_partial(const char* partial, const char* final_path) noexcept;
 
+// The HDF5 library's version ("1.10.8").
+std::string hdf5_version();
+
 // Writes `result` to `path` in one go (ResultsWriter without checkpoints).
 // If `path` exists, "-1", "-2", ... is appended before ".h5"; returns the
 // path written.

@@ -15,6 +15,11 @@ const std::vector<std::string>& provenance_env_allow_list();
 // Attributes of /provenance for this process (call on rank 0 after MPI_Init).
 std::map<std::string, std::string> collect_provenance();
 
+// This build: the git commit it was configured at ("unknown" outside a
+// checkout) and the CMake build type.
+std::string build_git_sha();
+std::string build_type();
+
 // The Slurm job id, or "" outside Slurm.
 std::string slurm_job_id();
 
