@@ -378,6 +378,28 @@ void print_job_header(const Job& job, const JobResult& jr, const GpuBinding& gpu
   std::fflush(stdout);
 }
 
+// Ranks and runs that do not match, said loudly before anything runs (and
+// again at the end): a run needing more ranks than the launch has is
+// skipped (exit 5); ranks beyond the widest run idle through the launch.
+// "" when they match.
+std::string rank_mismatch(const std::vector<const RunSpec*>& runs, int world_size) {
+  int widest = 0;
+  std::string too_wide;
+  for (const RunSpec* run : runs) {
+    widest = std::max(widest, run->pipeline_size);
+    if (run->pipeline_size > world_size)
+      too_wide += fmt::format("{}{} ({} ranks)", too_wide.empty() ? "" : ", ", run->name, run->pipeline_size);
+  }
+  if (!too_wide.empty())
+    return fmt::format("the launch has {} rank(s); {} will be skipped: launch with mpirun -np {} (srun -n {})", world_size,
+                       too_wide, widest, widest);
+  if (widest < world_size)
+    return fmt::format("the launch has {} ranks but no selected run uses more than {}: {} rank(s) idle through the launch; "
+                       "launch with mpirun -np {} (srun -n {})",
+                       world_size, widest, world_size - widest, widest, widest);
+  return "";
+}
+
 // The transport between the stages of one run: NCCL for a cuda pipeline
 // that asked for it, else MPI (with the sim backend's modelled link).
 std::unique_ptr<Transport> make_transport(const Job& job, const RunPlan& rp, RunComm& rc, bool nccl) {
@@ -503,6 +525,10 @@ RunOutcome finish_job(const JobContext& ctx, bool root, JobResult& jr) {
   for (const auto& r : jr.runs)
     for (const auto& why : decision_concerns(r)) fmt::print("  {}: {}\n", r.spec.name, why);
   if (const std::string best = best_run_summary(jr.runs); !best.empty()) fmt::print("\n{}\n", best);
+  std::vector<const RunSpec*> runs;
+  for (const RunResult& r : jr.runs) runs.push_back(&r.spec);
+  if (const std::string mismatch = rank_mismatch(runs, static_cast<int>(jr.hostnames.size())); !mismatch.empty())
+    fmt::print("\nWARNING: {}\n", mismatch);
   fmt::print("\nresults: {}\n", outcome.results_path);
   std::fflush(stdout);
   return outcome;
@@ -533,6 +559,13 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
   std::optional<ResultsWriter> writer;
   if (root) {
     print_job_header(job, jr, gpus, ctx.transport_kind, options);
+    std::vector<const RunSpec*> runs;
+    for (const RunPlan& rp : plan.runs) runs.push_back(&rp.run);
+    if (const std::string mismatch = rank_mismatch(runs, world_size); !mismatch.empty()) {
+      fmt::print(stderr, "pipebench: WARNING: {}\n", mismatch);
+      fmt::print("  WARNING: {}\n", mismatch);
+      std::fflush(stdout);
+    }
     if (!options.dry_run) {
       // The file exists (as a checkpoint) before the first run: a folder
       // that cannot take it stops the launch here, not after the last run.
