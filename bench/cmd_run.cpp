@@ -18,6 +18,7 @@ struct RunCmdOptions {
   std::string job_path;
   std::vector<std::string> overrides;
   std::string backend;
+  int repeats = 0, warmup = -1;  // -n / -w: shorthands for --set train.repeats / train.warmup
   RunOptions run;
 };
 }  // namespace
@@ -33,6 +34,10 @@ Handler add_run_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--set", opts->overrides, "override a key before validation: dotted.key=value, run.NAME.key=value (repeatable)");
   cmd->add_option("--backend", opts->backend, "shorthand for --set device.backend=B")
       ->check(CLI::IsMember({"cpu", "sim", "cuda"}));
+  cmd->add_option("-n,--repeats", opts->repeats, "counted steps per run: shorthand for --set train.repeats=N")
+      ->check(CLI::Range(1, kMaxSteps));
+  cmd->add_option("-w,--warmup", opts->warmup, "warm-up steps per run: shorthand for --set train.warmup=N")
+      ->check(CLI::Range(0, kMaxSteps));
   cmd->add_option("--label", opts->run.label, "tag of a measurement campaign: results/<job>/<label>/...")
       ->check(CLI::Validator(
           [](const std::string& s) -> std::string {
@@ -49,6 +54,8 @@ Handler add_run_command(CLI::App& app, const std::string& command_line) {
   return [opts] {
     std::vector<std::string> overrides = opts->overrides;
     if (!opts->backend.empty()) overrides.push_back("device.backend=" + opts->backend);
+    if (opts->repeats > 0) overrides.push_back(fmt::format("train.repeats={}", opts->repeats));
+    if (opts->warmup >= 0) overrides.push_back(fmt::format("train.warmup={}", opts->warmup));
     const Job job = load_job(opts->job_path, overrides);
     const RunOutcome outcome = run_job(job, opts->run);
     return outcome.any_failed ? kRunFailed : kOk;

@@ -2,6 +2,7 @@
 # Installs the Debian 12 packages pipebench needs (only those missing), then
 # configures and builds with the `default` CMake preset. Idempotent: a second
 # run installs nothing and rebuilds only what changed.
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then source "$(dirname "$0")/../scripts/lib-help.sh"; pipebench_help "$0" "$1"; fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -4,6 +4,7 @@
 # (single-stage baseline vs 2-stage pipeline, real fp32 training), then write
 # the report of that run and print where index.html is. Extra arguments go to
 # `pipebench run` (e.g. --label NAME, --set k=v, --backend sim).
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then source "$(dirname "$0")/../scripts/lib-help.sh"; pipebench_help "$0" "$1"; fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: set up (scripts/bootstrap.sh), then every ctest test.
 # Extra arguments go to ctest (e.g. -L unit, -LE slow, -R partition).
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then source "$(dirname "$0")/../scripts/lib-help.sh"; pipebench_help "$0" "$1"; fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh

@@ -22,7 +22,7 @@ while (($#)); do
     --reports) reports=$2; shift 2 ;;
     --date) date=$2; shift 2 ;;
     --sbatch) extra=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) source "$(dirname "$0")/../scripts/lib-help.sh"; pipebench_help "$0" --help ;;
     *) jobs+=("$1"); shift ;;
   esac
 done
