@@ -36,6 +36,32 @@ std::string write_probe_results(const Job& job, const ProbeResult& result, const
   return write_results(default_results_path(output_dir, job.name, "probe", stamp, std::to_string(getpid())), jr);
 }
 
+ProbeObserver console_probe_observer(std::FILE* out) {
+  fmt::print(out, "  {:>6}  {:<8} {:>5} {:>10}  {}\n", "mbs", "outcome", "exit", "seconds", "peak memory per rank");
+  std::fflush(out);
+  ProbeObserver o;
+  o.on_start = [out](const ProbeProgress& p) {
+    fmt::print(out, "  trial {} of at most {}: micro_batch_size {} started{}\n", p.trial, p.expected, p.micro_batch_size,
+               p.eta_s >= 0 ? fmt::format(" (the search: about {:.0f} s left)", p.eta_s) : "");
+    std::fflush(out);
+  };
+  o.on_tick = [out](const ProbeProgress& p) {
+    fmt::print(out, "    ... micro_batch_size {} running for {:.0f} s{}\n", p.micro_batch_size, p.elapsed_s,
+               p.eta_s >= 0 ? fmt::format("; about {:.0f} s left in the search", p.eta_s) : "");
+    std::fflush(out);
+  };
+  o.on_trial = [out](const ProbeTrial& t) {
+    std::string peaks;
+    for (auto b : t.peak_mem_bytes) peaks += (peaks.empty() ? "" : ", ") + format_bytes(static_cast<double>(b));
+    fmt::print(out, "  {:>6}  {:<8} {:>5} {:>10.1f}  {}\n", t.micro_batch_size, to_string(t.outcome), t.exit_code, t.seconds,
+               peaks.empty() ? "-" : peaks);
+    if (t.outcome == TrialOutcome::error || t.outcome == TrialOutcome::timeout)
+      fmt::print(out, "    output tail:\n{}\n", t.output_tail);
+    std::fflush(out);
+  };
+  return o;
+}
+
 std::string self_executable() {
   char buf[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -80,17 +106,7 @@ Handler add_probe_command(CLI::App& app) {
     fmt::print("pipebench probe: job \"{}\", run \"{}\" ({} ranks), micro_batch_size in [{}, {}], {} steps per trial, "
                "trial timeout {:.0f} s\n  launcher: {}\n",
                job.name, p.run_name, p.pipeline_size, p.lo, p.hi, p.steps, p.trial_timeout_s, p.launcher);
-    fmt::print("  {:>6}  {:<8} {:>5} {:>10}  {}\n", "mbs", "outcome", "exit", "seconds", "peak memory per rank");
-    std::fflush(stdout);
-    const ProbeResult result = run_probe(p, [](const ProbeTrial& t) {
-      std::string peaks;
-      for (auto b : t.peak_mem_bytes) peaks += (peaks.empty() ? "" : ", ") + format_bytes(static_cast<double>(b));
-      fmt::print("  {:>6}  {:<8} {:>5} {:>10.1f}  {}\n", t.micro_batch_size, to_string(t.outcome), t.exit_code, t.seconds,
-                 peaks.empty() ? "-" : peaks);
-      if (t.outcome == TrialOutcome::error || t.outcome == TrialOutcome::timeout)
-        fmt::print("    output tail:\n{}\n", t.output_tail);
-      std::fflush(stdout);
-    });
+    const ProbeResult result = run_probe(p, console_probe_observer(stdout));
     fmt::print("\nmax_micro_batch = {}\nrecommended_micro_batch = {} (about 80% of the maximum, seed 000)\nstop: {}\n",
                result.max_micro_batch, result.recommended_micro_batch, result.stop_reason);
     // What the planner predicts at the limit, for comparison (docs/probe.md).

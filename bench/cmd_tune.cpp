@@ -169,11 +169,7 @@ int confirm(std::FILE* log, const TuneCmdOptions& o, const Job& tuned, const std
   p.trial_dir = (std::filesystem::path(o.results_dir) / tuned.name / "probe" / fmt::format("{}-{}-trials", stamp, getpid())).string();
   fmt::print(log, "\nconfirm: probe trials of run \"{}\" at the predicted limit {} and above it ({})\n", run_name,
              best.max_micro_batch, p.launcher);
-  const ProbeResult res = run_probe(p, [log](const ProbeTrial& t) {
-    fmt::print(log, "  mbs {:>6}  {:<8} exit {:>3}  {:>7.1f} s\n", t.micro_batch_size, to_string(t.outcome), t.exit_code, t.seconds);
-    if (t.outcome == TrialOutcome::error || t.outcome == TrialOutcome::timeout) fmt::print(log, "    output tail:\n{}\n", t.output_tail);
-    std::fflush(log);
-  });
+  const ProbeResult res = run_probe(p, console_probe_observer(log));
   const std::string file = write_probe_results(tuned, res, fmt::format("pipebench tune {} --confirm", o.job_path), o.results_dir, stamp);
   const bool agree = res.max_micro_batch == best.max_micro_batch;
   fmt::print(log, "confirm: max_micro_batch = {} after {} trial(s) ({}); the planner predicted {}: {}\nresults: {}\n",

@@ -2,6 +2,7 @@
 // the CLI11 app and returns the handler to run when it was selected.
 #pragma once
 
+#include <cstdio>
 #include <functional>
 #include <string>
 
@@ -9,6 +10,7 @@
 
 #include "pipebench/core/error.hpp"
 #include "pipebench/core/job.hpp"
+#include "pipebench/probe/probe.hpp"
 #include "pipebench/results/probe_records.hpp"
 
 namespace pipebench::cli {
@@ -29,6 +31,10 @@ Handler add_trace_command(CLI::App& app);
 // and returns its path.
 std::string write_probe_results(const Job& job, const ProbeResult& result, const std::string& command,
                                 const std::string& output_dir, const std::string& stamp);
+
+// Prints a running probe on `out`: its trial table, each trial's start (the
+// trials it may still need, the time left), a line every 10 s while one runs.
+ProbeObserver console_probe_observer(std::FILE* out);
 
 // This executable's absolute path (what probe trials and tune's runs start).
 std::string self_executable();

@@ -6,10 +6,12 @@
 #   FAKE_ERROR_FROM=E   B >= E exits 2 with a usage error (no OOM signature)
 #   FAKE_NAN_AT=N       B == N fails with a NaN loss (exit 5)
 #   FAKE_SLEEP_AT=S     B == S sleeps 60 s (for the trial timeout)
+#   FAKE_DELAY=D        every trial takes D seconds (for progress reports)
 shift  # the {ranks} argument
 mbs=$(printf '%s\n' "$@" | sed -n 's/^run\.[^.]*\.micro_batch_size=\([0-9]*\)$/\1/p')
 [[ -n $mbs ]] || { echo "fake_trial: no micro_batch_size in: $*"; exit 99; }
 if [[ -n ${FAKE_SLEEP_AT:-} && $mbs -eq $FAKE_SLEEP_AT ]]; then sleep 60; fi
+if [[ -n ${FAKE_DELAY:-} ]]; then sleep "$FAKE_DELAY"; fi
 if [[ -n ${FAKE_ERROR_FROM:-} && $mbs -ge $FAKE_ERROR_FROM ]]; then
   echo "pipebench: invalid workload: probe.toml:3: model.hiden: unknown key"; exit 2
 fi

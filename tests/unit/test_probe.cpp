@@ -15,11 +15,11 @@ namespace {
 
 struct FakeEnv {
   explicit FakeEnv(std::initializer_list<std::pair<const char*, const char*>> vars) {
-    for (const char* v : {"FAKE_LIMIT", "FAKE_ERROR_FROM", "FAKE_NAN_AT", "FAKE_SLEEP_AT"}) unsetenv(v);
+    for (const char* v : {"FAKE_LIMIT", "FAKE_ERROR_FROM", "FAKE_NAN_AT", "FAKE_SLEEP_AT", "FAKE_DELAY"}) unsetenv(v);
     for (const auto& [k, v] : vars) setenv(k, v, 1);
   }
   ~FakeEnv() {
-    for (const char* v : {"FAKE_LIMIT", "FAKE_ERROR_FROM", "FAKE_NAN_AT", "FAKE_SLEEP_AT"}) unsetenv(v);
+    for (const char* v : {"FAKE_LIMIT", "FAKE_ERROR_FROM", "FAKE_NAN_AT", "FAKE_SLEEP_AT", "FAKE_DELAY"}) unsetenv(v);
   }
 };
 
@@ -213,4 +213,29 @@ TEST_CASE("a predicted limit that errors stops with the output, as a bisection t
   CHECK(r.max_micro_batch == 37);
   CHECK(r.trials.size() == 2);
   CHECK_THAT(r.stop_reason, Catch::Contains("failed without an out-of-memory signature"));
+}
+
+TEST_CASE("progress: each trial's start with the trials still possible, ticks while it runs, a time estimate", "[probe]") {
+  FakeEnv env{{"FAKE_LIMIT", "37"}, {"FAKE_DELAY", "0.25"}};
+  std::vector<ProbeProgress> starts, ticks;
+  int finished = 0;
+  ProbeObserver obs;
+  obs.every_s = 0.1;
+  obs.on_start = [&](const ProbeProgress& p) { starts.push_back(p); };
+  obs.on_tick = [&](const ProbeProgress& p) { ticks.push_back(p); };
+  obs.on_trial = [&](const ProbeTrial&) { ++finished; };
+  const ProbeResult r = run_probe(options(1, 64), obs);
+  CHECK(r.max_micro_batch == 37);
+  REQUIRE(starts.size() == r.trials.size());
+  CHECK(finished == static_cast<int>(r.trials.size()));
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    CHECK(starts[i].trial == static_cast<int>(i) + 1);
+    CHECK(starts[i].micro_batch_size == r.trials[i].micro_batch_size);
+    CHECK(starts[i].expected >= starts[i].trial);
+    CHECK(starts[i].expected <= 2 + 7);  // lo, log2(64) bisection trials, hi
+    CHECK((starts[i].eta_s >= 0) == (i > 0));  // known once a trial has ended
+  }
+  CHECK(starts.back().expected == static_cast<int>(r.trials.size()));
+  REQUIRE(ticks.size() >= r.trials.size());  // 0.25 s trials, a tick every 0.1 s
+  CHECK(ticks.front().elapsed_s >= 0.1);
 }

@@ -96,7 +96,8 @@ std::string trial_command(const ProbeOptions& o, int mbs) {
   return cmd;
 }
 
-ProcessResult run_process(const std::string& command, double timeout_s) {
+ProcessResult run_process(const std::string& command, double timeout_s, const std::function<void(double)>& tick,
+                          double tick_every_s) {
   char path[] = "/tmp/pipebench-trial-XXXXXX";
   const int fd = mkstemp(path);
   if (fd < 0) throw Error("probe: cannot create a temporary file for the trial output");
@@ -121,6 +122,7 @@ ProcessResult run_process(const std::string& command, double timeout_s) {
   sigaction(SIGINT, &stop, &old_int);
   sigaction(SIGTERM, &stop, &old_term);
   int status = 0;
+  double next_tick = tick_every_s;
   while (waitpid(pid, &status, WNOHANG) != pid) {
     if (g_stop_signal != 0) {
       const int sig = g_stop_signal;
@@ -133,6 +135,10 @@ ProcessResult run_process(const std::string& command, double timeout_s) {
       sigaction(SIGTERM, &old_term, nullptr);
       std::signal(sig, SIG_DFL);
       raise(sig);  // ends the probe as the signal would have
+    }
+    if (tick && now_s() - start >= next_tick) {
+      tick(now_s() - start);
+      next_tick += tick_every_s;
     }
     if (now_s() - start > timeout_s) {
       r.timed_out = true;
@@ -158,11 +164,11 @@ namespace {
 
 // One trial: the command, its outcome, and the peak memory per rank from the
 // trial's results file when `pipebench run` wrote one.
-ProbeTrial run_trial(const ProbeOptions& options, int mbs) {
+ProbeTrial run_trial(const ProbeOptions& options, int mbs, const std::function<void(double)>& tick, double every_s) {
   ProbeTrial t;
   t.micro_batch_size = mbs;
   t.command = trial_command(options, mbs);
-  const ProcessResult p = run_process(t.command, options.trial_timeout_s);
+  const ProcessResult p = run_process(t.command, options.trial_timeout_s, tick, every_s);
   t.exit_code = p.exit_code;
   t.seconds = p.seconds;
   t.outcome = classify_trial(p.exit_code, p.timed_out, p.output);
@@ -186,8 +192,7 @@ bool fits(TrialOutcome o) { return o == TrialOutcome::ok || o == TrialOutcome::n
 // The search's state: the trials so far and the bracket [lo, hi).
 class Search {
  public:
-  Search(const ProbeOptions& o, const std::function<void(const ProbeTrial&)>& on_trial)
-      : o_(o), on_trial_(on_trial), lo_(o.lo), hi_(o.hi) {
+  Search(const ProbeOptions& o, const ProbeObserver& observer) : o_(o), observer_(observer), lo_(o.lo), hi_(o.hi) {
     res_.options = o;
   }
 
@@ -201,9 +206,33 @@ class Search {
 
  private:
   const ProbeTrial& trial(int mbs) {
-    res_.trials.push_back(run_trial(o_, mbs));
-    if (on_trial_) on_trial_(res_.trials.back());
+    ProbeProgress p;
+    p.micro_batch_size = mbs;
+    p.trial = static_cast<int>(res_.trials.size()) + 1;
+    p.expected = static_cast<int>(res_.trials.size()) + still_needed();
+    double spent = 0.0;
+    for (const auto& t : res_.trials) spent += t.seconds;
+    const double mean = res_.trials.empty() ? -1.0 : spent / static_cast<double>(res_.trials.size());
+    p.eta_s = mean < 0 ? -1.0 : mean * (p.expected - p.trial + 1);
+    if (observer_.on_start) observer_.on_start(p);
+    auto tick = [&](double elapsed) {
+      p.elapsed_s = elapsed;
+      p.eta_s = mean < 0 ? -1.0 : std::max(0.0, mean * (p.expected - p.trial + 1) - elapsed);
+      if (observer_.on_tick) observer_.on_tick(p);
+    };
+    res_.trials.push_back(run_trial(o_, mbs, observer_.on_tick ? std::function<void(double)>(tick) : nullptr,
+                                    observer_.every_s));
+    if (observer_.on_trial) observer_.on_trial(res_.trials.back());
     return res_.trials.back();
+  }
+
+  // The most trials the search may still need, this one included: the
+  // prediction's two, lo, the bisection of [lo, hi), and hi itself.
+  int still_needed() const {
+    int n = 0;
+    if (o_.predicted > 0 && res_.trials.size() < 2) n += 2 - static_cast<int>(res_.trials.size());
+    for (int w = hi_ - lo_; w > 1; w = (w + 1) / 2) ++n;
+    return std::max(1, n + (lo_known_ || !res_.trials.empty() ? 0 : 1) + (hi_failed_ ? 0 : 1));
   }
 
   ProbeResult finish(int max, std::string reason) {
@@ -290,7 +319,7 @@ class Search {
   }
 
   const ProbeOptions& o_;
-  const std::function<void(const ProbeTrial&)>& on_trial_;
+  const ProbeObserver& observer_;
   ProbeResult res_;
   int lo_, hi_;
   bool hi_failed_ = false, lo_known_ = false;
@@ -299,13 +328,13 @@ class Search {
 
 }  // namespace
 
-ProbeResult run_probe(const ProbeOptions& options, const std::function<void(const ProbeTrial&)>& on_trial) {
+ProbeResult run_probe(const ProbeOptions& options, const ProbeObserver& observer) {
   if (options.lo < 1 || options.hi <= options.lo)
     throw ConfigError(fmt::format("probe: need 1 <= lo < hi (got lo = {}, hi = {})", options.lo, options.hi));
   if (!(options.trial_timeout_s > 0.0) || !std::isfinite(options.trial_timeout_s))
     throw ConfigError(fmt::format("probe: --trial-timeout must be a positive number of seconds (got {})",
                                   options.trial_timeout_s));
-  return Search(options, on_trial).run();
+  return Search(options, observer).run();
 }
 
 }  // namespace pipebench

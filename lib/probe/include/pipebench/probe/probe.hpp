@@ -24,8 +24,26 @@ TrialOutcome classify_trial(int exit_code, bool timed_out, const std::string& ou
 // The command line of one trial (shell syntax; arguments quoted).
 std::string trial_command(const ProbeOptions& o, int micro_batch_size);
 
-// Runs the search; `on_trial` (optional) sees each trial as it finishes.
-ProbeResult run_probe(const ProbeOptions& options, const std::function<void(const ProbeTrial&)>& on_trial = {});
+// Progress of a running search, for people watching it: a trial starting,
+// and every `every_s` seconds while it runs (elapsed time, the trials so far
+// and the number a bisection over the remaining bracket still needs, and an
+// estimate of the time left from the mean trial time so far).
+struct ProbeProgress {
+  int micro_batch_size = 0;
+  int trial = 0;              // 1-based number of the running trial
+  int expected = 0;           // trials done + the most the search may still need
+  double elapsed_s = 0.0;     // of the running trial
+  double eta_s = -1.0;        // of the whole search; < 0 before the first trial ends
+};
+struct ProbeObserver {
+  std::function<void(const ProbeTrial&)> on_trial;          // a trial finished
+  std::function<void(const ProbeProgress&)> on_start;       // a trial started
+  std::function<void(const ProbeProgress&)> on_tick;        // still running
+  double every_s = 10.0;
+};
+
+// Runs the search; the observer (optional) sees each trial start, run and finish.
+ProbeResult run_probe(const ProbeOptions& options, const ProbeObserver& observer = {});
 
 // Runs `command` with /bin/sh in its own process group, kills the group
 // after `timeout_s`; returns the exit code (128 + signal when killed) and
@@ -36,6 +54,8 @@ struct ProcessResult {
   double seconds = 0.0;
   std::string output;
 };
-ProcessResult run_process(const std::string& command, double timeout_s);
+// `tick` (optional) is called with the elapsed seconds every `tick_every_s`.
+ProcessResult run_process(const std::string& command, double timeout_s,
+                          const std::function<void(double)>& tick = {}, double tick_every_s = 10.0);
 
 }  // namespace pipebench
