@@ -1,6 +1,8 @@
 #include "report_common.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -44,6 +46,62 @@ std::optional<RunPlan> plan_of(const FileView& f, const RunResult& r) {
   } catch (const std::exception&) {
     return std::nullopt;
   }
+}
+
+const Trend* trend_for(const ReportData& d, const FileView& f, const RunResult& r) {
+  for (const auto& t : d.trends)
+    if (t.run == r.spec.name &&
+        std::any_of(t.points.begin(), t.points.end(), [&](const TrendPoint& p) { return p.path == f.path; }))
+      return &t;
+  return nullptr;
+}
+
+VerdictTable verdict_table(const ReportData& d) {
+  VerdictTable v;
+  v.header = {"job", "run", "status", "decision", "why", "speedup (95% interval)", "slowest stage", "bubble measured",
+              "peak memory (of capacity)", "trend"};
+  std::vector<std::pair<int, std::size_t>> order;  // (0 failure, 1 other), row
+  for (const auto& m : d.missing_jobs) {
+    v.rows.push_back({m, "-", "missing", "-", "no results file: the job failed before writing one, was cancelled or never ran",
+                      "-", "-", "-", "-", "-"});
+    v.row_classes.push_back("failed");
+    order.push_back({0, v.rows.size() - 1});
+  }
+  for (const auto& f : d.files) {
+    if (f.role != "job") continue;
+    for (const auto& rv : f.runs) {
+      const RunResult& r = *rv.run;
+      const std::vector<std::string> concerns = decision_concerns(r);
+      std::string why = r.status == RunStatus::failed    ? fmt::format("{}: {}", failure_origin(r), r.failure_message)
+                        : r.status == RunStatus::skipped ? r.failure_message
+                        : !concerns.empty()              ? concerns.front()
+                        : r.decision_reasons.empty()     ? std::string()
+                                                         : r.decision_reasons.front();
+      double worst = std::numeric_limits<double>::quiet_NaN();
+      for (std::size_t i = 0; i < r.peak_mem_bytes.size() && i < r.memory_capacity_bytes.size(); ++i) {
+        const double frac = static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]);
+        worst = std::isnan(worst) ? frac : std::max(worst, frac);
+      }
+      const Trend* t = trend_for(d, f, r);
+      v.rows.push_back({job_name(f), r.spec.name, std::string(to_string(r.status)), r.decision, why, format_speedup(r),
+                        rv.slowest_stage < 0 ? "-"
+                                             : fmt::format("rank {}: {}", rv.slowest_stage, format_seconds(r.slowest_stage_median_s)),
+                        format_value(r.bubble_measured_median, "fraction"),
+                        r.status == RunStatus::skipped || std::isnan(worst)
+                            ? "-"
+                            : fmt::format("{} ({:.0f}%)", format_bytes(static_cast<double>(r.peak_mem_max_bytes)), 100 * worst),
+                        t ? verdict_text(*t) : "-"});
+      v.row_classes.push_back(r.status == RunStatus::ok ? "" : std::string(to_string(r.status)));
+      order.push_back({r.status == RunStatus::ok ? 1 : 0, v.rows.size() - 1});
+    }
+  }
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  VerdictTable sorted{v.header, {}, {}};
+  for (const auto& [rank, i] : order) {
+    sorted.rows.push_back(std::move(v.rows[i]));
+    sorted.row_classes.push_back(v.row_classes[i]);
+  }
+  return sorted;
 }
 
 std::vector<std::string> run_table_header() {

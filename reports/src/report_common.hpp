@@ -27,6 +27,19 @@ std::string attr(const std::map<std::string, std::string>& m, const char* key);
 // table, schedule); null when the workload could not be parsed.
 std::optional<RunPlan> plan_of(const FileView& f, const RunResult& r);
 
+// The series run `r` of file `f` belongs to (none for probe trials and failed runs).
+const Trend* trend_for(const ReportData& d, const FileView& f, const RunResult& r);
+
+// The answer first: one row per run of every job file and per missing job,
+// failures (failed, skipped, missing) first; `row_classes` "failed",
+// "skipped" or "" per row.
+struct VerdictTable {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> row_classes;
+};
+VerdictTable verdict_table(const ReportData& d);
+
 // The columns of the run table, per run.
 std::vector<std::string> run_table_header();
 std::vector<std::string> run_table_row(const RunView& v);

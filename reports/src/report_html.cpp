@@ -276,6 +276,10 @@ std::string render_html(const ReportData& d) {
                    utc_iso8601(), PIPEBENCH_VERSION, d.files.size(),
                    d.skipped.empty() ? "" : fmt::format(", {} skipped", d.skipped.size()), rule.min_history, rule.alpha,
                    100 * rule.threshold, rule.noise_k, rule.cv_factor);
+  // The answer first: every run's verdict, failures and missing results first (in red).
+  if (const VerdictTable v = verdict_table(d); !v.rows.empty())
+    s += "<h2 id=\"verdicts\">Verdicts</h2>" +
+         table(v.header, v.rows, v.row_classes, {false, false, false, false, false, true, true, true, true, false});
   if (!d.missing_jobs.empty()) {
     s += "<div class=\"notice\" id=\"missing\"><b>Missing results</b> (expected jobs without a results file: the job "
          "failed before writing one, was cancelled, or never ran)<ul>";
@@ -333,8 +337,7 @@ std::string render_html(const ReportData& d) {
     const std::size_t index = static_cast<std::size_t>(&f - d.files.data());
     if (const std::string trace = report_trace_name(d, index); !trace.empty())
       s += fmt::format("<p>Timeline of every measured event, with its simulation beside it: <a href=\"{0}\">{0}</a> "
-                       "(Trace Event Format: open it in <a href=\"https://ui.perfetto.dev\">ui.perfetto.dev</a> or "
-                       "chrome://tracing)</p>",
+                       "(Trace Event Format: open it in ui.perfetto.dev or chrome://tracing)</p>",
                        html_escape(trace));
     std::vector<std::vector<std::string>> prov;
     for (const auto& [k, v] : provenance_rows(f)) prov.push_back({k, v});

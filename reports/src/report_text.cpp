@@ -59,20 +59,12 @@ std::string md_table(const std::vector<std::string>& header, const std::vector<s
   return s + "\n";
 }
 
-// The series run `r` of file `f` belongs to (none for probe trials and failed runs).
-const Trend* trend_for(const ReportData& d, const FileView& f, const RunResult& r) {
-  for (const auto& t : d.trends)
-    if (t.run == r.spec.name &&
-        std::any_of(t.points.begin(), t.points.end(), [&](const TrendPoint& p) { return p.path == f.path; }))
-      return &t;
-  return nullptr;
-}
-
 }  // namespace
 
 std::string render_markdown(const ReportData& d) {
   std::string s = fmt::format("# pipebench report\n\nGenerated {} by pipebench {} from {} results file(s).\n\n", utc_iso8601(),
                               PIPEBENCH_VERSION, d.files.size());
+  if (const VerdictTable v = verdict_table(d); !v.rows.empty()) s += "## Verdicts\n\n" + md_table(v.header, v.rows);
   if (!d.missing_jobs.empty()) {
     s += "**Missing results** (expected jobs without a results file)\n\n";
     for (const auto& m : d.missing_jobs) s += "- " + md_text(m) + "\n";

@@ -94,6 +94,17 @@ check("truncated.h5" in html and "Skipped files" in html, "truncated.h5 not repo
 check(not re.search(r"(src|href)=\"https?:", html), "external resource in index.html")
 check(html.count("<svg") >= 8, f"only {html.count('<svg')} charts")
 
+# The answer first: the verdict table before the trends and the jobs' sections,
+# failed and skipped runs at its top.
+verdicts = html.find('id="verdicts"')
+check(verdicts > 0 and verdicts < html.find("<h2>Job") and ("id=\"trends\"" not in html or verdicts < html.find('id="trends"')),
+      "the verdict table is not the first section")
+table = html[verdicts:html.find("</table>", verdicts)]
+classes = re.findall(r'<tr(?: class="(\w*)")?>', table)
+flags = [c in ("failed", "skipped") for c in classes[1:]]  # after the header row
+check(any(flags) and flags == sorted(flags, reverse=True), f"failures are not first in the verdict table: {classes}")
+check(md.find("## Verdicts") < md.find("## Job"), "report.md does not start with its verdicts")
+
 for p in problems:
     print("FAIL:", p)
 print(f"{len(problems)} problems; {checked_rows} comparison tables checked")

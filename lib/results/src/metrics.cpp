@@ -74,6 +74,7 @@ RunResult base_result(const Job& job, const RunPlan& plan) {
   r.loss_max_rel_dev = kNaN;
   r.slowest_stage_median_s = r.bubble_measured_median = r.imbalance_median = kNaN;
   r.throughput_samples_per_s = kNaN;
+  r.speedup = r.speedup_low = r.speedup_high = kNaN;  // decide() sets them for runs with a baseline
   r.step_time = compute_stats({});
   return r;
 }
