@@ -170,6 +170,7 @@ std::string step_chart(const RunView& v) {
   c.title = fmt::format("{}: step time per step", r.spec.name);
   c.x_label = "step";
   c.y_label = "step time (s)";
+  c.zero_based = true;
   c.series.push_back(per_step(r.step_time_s, kRunColor, r.spec.name));
   if (v.baseline) c.series.push_back(per_step(v.baseline->step_time_s, kBaseColor, v.baseline->spec.name));
   if (!v.rolling_step_time_s.empty()) c.series.push_back(rolling(v, v.rolling_step_time_s, kRollingColor));
@@ -251,6 +252,7 @@ std::string trend_chart(const Trend& t) {
   c.title = fmt::format("{} / {}: median step time per results file", t.job, t.run);
   c.x_label = "results file (oldest = 1)";
   c.y_label = "step time (s)";
+  c.zero_based = true;
   svg::Series s{"median step time", kRunColor, {}, {}};
   for (std::size_t i = 0; i < t.points.size(); ++i) {
     s.x.push_back(static_cast<double>(i + 1));

@@ -14,14 +14,8 @@ namespace {
 
 constexpr double kW = 900, kH = 316, kLeft = 70, kRight = 20, kTop = 34, kBottom = 68;
 
-std::string tick_label(double v) {
-  const double a = std::fabs(v);
-  if (a == 0.0) return "0";
-  if (a >= 1e4 || a < 1e-3) return fmt::format("{:.2g}", v);
-  if (a >= 100) return fmt::format("{:.0f}", v);
-  if (a >= 1) return fmt::format("{:.3g}", v);
-  return fmt::format("{:.3g}", v);
-}
+// One value outside a tick row (tooltips): 3 significant digits.
+std::string tick_label(double v) { return v == 0.0 ? "0" : fmt::format("{:.3g}", v); }
 
 std::string open_svg(const std::string& title, double height = kH) {
   return fmt::format(
@@ -39,17 +33,18 @@ std::string axes(const Scale& x, const Scale& y, const std::vector<double>& xt, 
                  const std::string& x_label, const std::string& y_label, double height) {
   std::string s;
   const double bottom = height - kBottom;
+  const std::vector<std::string> xl = tick_labels(xt), yl = tick_labels(yt);
   s += fmt::format("<line class=\"axis\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>", kLeft, bottom, kW - kRight, bottom);
   s += fmt::format("<line class=\"axis\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>", kLeft, kTop, kLeft, bottom);
-  for (double t : yt) {
-    const double py = y(t);
+  for (std::size_t i = 0; i < yt.size(); ++i) {
+    const double py = y(yt[i]);
     s += fmt::format("<line class=\"grid\" x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\"/>", kLeft, py, kW - kRight, py);
-    s += fmt::format("<text class=\"tick\" x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>", kLeft - 6, py + 4, tick_label(t));
+    s += fmt::format("<text class=\"tick\" x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>", kLeft - 6, py + 4, yl[i]);
   }
-  for (double t : xt) {
-    const double px = x(t);
+  for (std::size_t i = 0; i < xt.size(); ++i) {
+    const double px = x(xt[i]);
     s += fmt::format("<line class=\"axis\" x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\"/>", px, bottom, px, bottom + 4);
-    s += fmt::format("<text class=\"tick\" x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>", px, bottom + 16, tick_label(t));
+    s += fmt::format("<text class=\"tick\" x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>", px, bottom + 16, xl[i]);
   }
   s += fmt::format("<text class=\"label\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>", (kLeft + kW - kRight) / 2,
                    bottom + 34, html_escape(x_label));
@@ -81,7 +76,7 @@ std::string legend(const std::vector<std::pair<std::string, std::string>>& items
 }  // namespace
 
 std::vector<double> nice_ticks(double lo, double hi, int target) {
-  if (!(hi > lo)) return {lo};
+  if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi)) return {lo};
   const double raw = (hi - lo) / target;
   const double mag = std::pow(10.0, std::floor(std::log10(raw)));
   double step = mag;
@@ -90,9 +85,30 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
       step = m * mag;
       break;
     }
+  // Ticks are k * step for whole k (not a running sum, whose rounding
+  // makes 2 into 2.0000000000000004 and drops it from an integer axis).
   std::vector<double> t;
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(std::fabs(v) < step * 1e-9 ? 0.0 : v);
+  for (auto k = static_cast<long long>(std::ceil(lo / step - 1e-9)); k * step <= hi + step * 1e-9; ++k)
+    t.push_back(k == 0 ? 0.0 : static_cast<double>(k) * step);
   return t;
+}
+
+std::vector<std::string> tick_labels(const std::vector<double>& ticks) {
+  double largest = 0.0;
+  for (double v : ticks) largest = std::max(largest, std::fabs(v));
+  const bool scientific = largest >= 1e6 || (largest > 0 && largest < 1e-3);
+  // The fewest digits that tell every tick apart.
+  for (int digits = 0; digits <= 12; ++digits) {
+    std::vector<std::string> out;
+    for (double v : ticks)
+      out.push_back(v == 0.0 ? "0" : scientific ? fmt::format("{:.{}e}", v, digits) : fmt::format("{:.{}f}", v, digits));
+    std::vector<std::string> sorted = out;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) return out;
+  }
+  std::vector<std::string> out;
+  for (double v : ticks) out.push_back(fmt::format("{:.17g}", v));
+  return out;
 }
 
 std::string line_chart(const LineChart& c) {
@@ -109,7 +125,7 @@ std::string line_chart(const LineChart& c) {
   if (!std::isfinite(xlo)) return out + "<text x=\"70\" y=\"150\" class=\"label\">no data</text></svg>";
   if (xhi == xlo) xhi = xlo + 1;
   const double pad = (yhi - ylo) * 0.1 + (yhi == ylo ? std::max(std::fabs(yhi) * 0.1, 1e-9) : 0.0);
-  ylo = ylo - pad < 0 && ylo >= 0 ? 0.0 : ylo - pad;
+  ylo = (c.zero_based && ylo >= 0) || (ylo - pad < 0 && ylo >= 0) ? 0.0 : ylo - pad;
   yhi += pad;
   const Scale x{xlo, xhi, kLeft, kW - kRight}, y{ylo, yhi, kH - kBottom, kTop};
   if (c.shade_x_to >= xlo)
@@ -117,7 +133,7 @@ std::string line_chart(const LineChart& c) {
                        kLeft, kTop, std::max(2.0, x(c.shade_x_to) - kLeft), kH - kBottom - kTop, html_escape(c.shade_label));
   std::vector<double> xt = nice_ticks(xlo, xhi, 6);
   if (c.integer_x) {
-    xt.erase(std::remove_if(xt.begin(), xt.end(), [](double v) { return v != std::floor(v); }), xt.end());
+    xt.erase(std::remove_if(xt.begin(), xt.end(), [](double v) { return std::fabs(v - std::round(v)) > 1e-9; }), xt.end());
     if (xt.empty()) xt = {xlo};
   }
   out += axes(x, y, xt, nice_ticks(ylo, yhi, 5), c.x_label, c.y_label, kH);
@@ -208,9 +224,12 @@ std::string gantt(const Gantt& c) {
   const Scale x{0.0, t_end, kLeft, kW - kRight};
   const double bottom = height - kBottom;
   out += fmt::format("<line class=\"axis\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>", kLeft, bottom, kW - kRight, bottom);
-  for (double t : nice_ticks(0.0, t_end, 6)) {
+  const std::vector<double> xt = nice_ticks(0.0, t_end, 6);
+  const std::vector<std::string> xl = tick_labels(xt);
+  for (std::size_t i = 0; i < xt.size(); ++i) {
+    const double t = xt[i];
     out += fmt::format("<line class=\"grid\" x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\"/>", x(t), kTop, x(t), bottom);
-    out += fmt::format("<text class=\"tick\" x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>", x(t), bottom + 16, tick_label(t));
+    out += fmt::format("<text class=\"tick\" x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>", x(t), bottom + 16, xl[i]);
   }
   for (std::size_t r = 0; r < c.rows.size(); ++r)
     out += fmt::format("<text class=\"tick\" x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>", kLeft - 6,

@@ -19,6 +19,7 @@ struct LineChart {
   double shade_x_to = -1.0;  // x <= this is shaded (warm-up), when >= 0
   std::string shade_label;
   bool integer_x = false;    // x ticks on whole numbers only (steps, files)
+  bool zero_based = false;   // y axis from 0 when every value is >= 0 (times, bytes, rates)
 };
 std::string line_chart(const LineChart& c);
 
@@ -50,7 +51,11 @@ struct Gantt {
 };
 std::string gantt(const Gantt& c);
 
-// Round tick positions covering [lo, hi].
+// Round tick positions covering [lo, hi]: whole multiples of 1, 2, 2.5 or 5
+// times a power of ten.
 std::vector<double> nice_ticks(double lo, double hi, int target = 5);
+// Their labels, with the fewest digits that tell every tick apart (fixed
+// point; scientific beyond 1e6 or below 1e-3).
+std::vector<std::string> tick_labels(const std::vector<double>& ticks);
 
 }  // namespace pipebench::svg
