@@ -29,6 +29,18 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
 }
 }  // namespace
 
+void write_report(const ReportData& data, const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  write_file(dir / "index.html", render_html(data));
+  write_file(dir / "report.md", render_markdown(data));
+  write_file(dir / "summary.json", render_summary_json(data));
+  for (std::size_t i = 0; i < data.files.size(); ++i)
+    if (const std::string name = report_trace_name(data, i); !name.empty()) {
+      const FileView& f = data.files[i];
+      write_file(dir / name, trace_event_json(f.result, f.job ? &*f.job : nullptr, TraceOptions{}));
+    }
+}
+
 Handler add_report_command(CLI::App& app) {
   auto opts = std::make_shared<ReportCmdOptions>();
   CLI::App* cmd = app.add_subcommand(
@@ -70,15 +82,7 @@ Handler add_report_command(CLI::App& app) {
     for (const auto& m : data.missing_jobs) fmt::print(stderr, "pipebench report: missing results of job {}\n", m);
     if (data.files.empty() && data.missing_jobs.empty()) throw Error("no readable results files among the inputs");
     const std::filesystem::path dir(opts->out_dir);
-    std::filesystem::create_directories(dir);
-    write_file(dir / "index.html", render_html(data));
-    write_file(dir / "report.md", render_markdown(data));
-    write_file(dir / "summary.json", render_summary_json(data));
-    for (std::size_t i = 0; i < data.files.size(); ++i)
-      if (const std::string name = report_trace_name(data, i); !name.empty()) {
-        const FileView& f = data.files[i];
-        write_file(dir / name, trace_event_json(f.result, f.job ? &*f.job : nullptr, TraceOptions{}));
-      }
+    write_report(data, dir);
     std::size_t runs = 0;
     for (const auto& f : data.files) runs += f.runs.size();
     fmt::print("report: {} file(s), {} run(s), {} skipped\n", data.files.size(), runs, data.skipped.size());

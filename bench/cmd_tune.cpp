@@ -71,10 +71,10 @@ void print_table(const Job& job, const TuneResult& r, int top) {
              "schedule", "partition", "layers per stage", "max mbs", "mbs", "m", "peak memory (cap)", "bubble",
              "step time", "samples/s", "per rank");
   int shown = 0, more = 0;
-  std::vector<int> not_fitting, skipped;
+  std::vector<int> not_fitting;
   for (const auto& c : r.candidates) {
     if (!c.fits) {
-      (c.max_micro_batch == 0 && !c.peak_bytes.empty() ? not_fitting : skipped).push_back(c.pipeline_size);
+      if (!c.peak_bytes.empty()) not_fitting.push_back(c.pipeline_size);  // else skipped, listed below
       continue;
     }
     if (shown == top) {
@@ -180,11 +180,11 @@ int confirm(std::FILE* log, const TuneCmdOptions& o, const Job& tuned, const std
 
 // --verify: the written workload for the seed's short steps, then its report.
 int verify(std::FILE* log, const TuneCmdOptions& o, const Job& tuned, const std::string& path, int ranks) {
-  std::string launcher = o.launcher;
-  for (std::size_t at; (at = launcher.find("{ranks}")) != std::string::npos;) launcher.replace(at, 7, std::to_string(ranks));
   const std::string label = "tune-verify-" + utc_stamp();
-  const std::string cmd = fmt::format("{} '{}' run '{}' --set train.repeats={} -o '{}' --label {}", launcher, self_executable(),
-                                      path, o.steps, o.results_dir, label);
+  const std::string cmd =
+      launch_command(o.launcher, ranks,
+                     {self_executable(), "run", path, "--set", fmt::format("train.repeats={}", o.steps), "-o", o.results_dir,
+                      "--label", label});
   fmt::print(log, "\nverify: {} counted steps of every run ({})\n  {}\n", o.steps, ranks, cmd);
   std::fflush(log);
   const ProcessResult pr = run_process(cmd, 1e9);
@@ -198,24 +198,11 @@ int verify(std::FILE* log, const TuneCmdOptions& o, const Job& tuned, const std:
   ro.inputs = {results.string()};
   const ReportData data = load_report(ro);
   const std::filesystem::path out = std::filesystem::path("reports") / "tune" / tuned.name / label;
-  std::filesystem::create_directories(out);
-  for (const auto& [name, text] : {std::pair<const char*, std::string>{"index.html", render_html(data)},
-                                   {"report.md", render_markdown(data)},
-                                   {"summary.json", render_summary_json(data)}}) {
-    std::ofstream f(out / name, std::ios::binary);
-    f << text;
-  }
+  write_report(data, out);
   fmt::print(log, "\nverify: decisions ({} counted steps)\n", o.steps);
   for (const auto& f : data.files)
     for (const auto& v : f.runs)
-    {
-      // The first condition that did not pass, else the first reason.
-      const std::vector<std::string> concerns = decision_concerns(*v.run);
-      const std::string why = !concerns.empty()                  ? concerns.front()
-                              : v.run->decision_reasons.empty() ? std::string()
-                                                                : v.run->decision_reasons.front();
-      fmt::print(log, "  {:<28} {:<14} {}\n", v.run->spec.name, v.run->decision, why);
-    }
+      fmt::print(log, "  {:<28} {:<14} {}\n", v.run->spec.name, v.run->decision, decision_headline(*v.run));
   fmt::print(log, "report: {}\n", (out / "index.html").string());
   return pr.exit_code;
 }

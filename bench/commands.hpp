@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "pipebench/core/error.hpp"
 #include "pipebench/core/job.hpp"
 #include "pipebench/probe/probe.hpp"
+#include "pipebench/report/report.hpp"
 #include "pipebench/results/probe_records.hpp"
 
 namespace pipebench::cli {
@@ -35,6 +37,10 @@ std::string write_probe_results(const Job& job, const ProbeResult& result, const
 // Prints a running probe on `out`: its trial table, each trial's start (the
 // trials it may still need, the time left), a line every 10 s while one runs.
 ProbeObserver console_probe_observer(std::FILE* out);
+
+// index.html, report.md, summary.json and the trace files of `data` into
+// `dir` (created); Error naming a file that cannot be written.
+void write_report(const ReportData& data, const std::filesystem::path& dir);
 
 // This executable's absolute path (what probe trials and tune's runs start).
 std::string self_executable();

@@ -71,12 +71,9 @@ VerdictTable verdict_table(const ReportData& d) {
     if (f.role != "job") continue;
     for (const auto& rv : f.runs) {
       const RunResult& r = *rv.run;
-      const std::vector<std::string> concerns = decision_concerns(r);
-      std::string why = r.status == RunStatus::failed    ? fmt::format("{}: {}", failure_origin(r), r.failure_message)
-                        : r.status == RunStatus::skipped ? r.failure_message
-                        : !concerns.empty()              ? concerns.front()
-                        : r.decision_reasons.empty()     ? std::string()
-                                                         : r.decision_reasons.front();
+      const std::string why = r.status == RunStatus::failed    ? fmt::format("{}: {}", failure_origin(r), r.failure_message)
+                              : r.status == RunStatus::skipped ? r.failure_message
+                                                               : decision_headline(r);
       double worst = std::numeric_limits<double>::quiet_NaN();
       for (std::size_t i = 0; i < r.peak_mem_bytes.size() && i < r.memory_capacity_bytes.size(); ++i) {
         const double frac = static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]);

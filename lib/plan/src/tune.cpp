@@ -90,7 +90,7 @@ int microbatches_for_bubble(ScheduleKind kind, int p, int v, double target) {
 class CandidateSearch {
  public:
   CandidateSearch(const Job& job, const RunSpec& like, const TuneOptions& o, TuneCandidate c)
-      : job_(job), like_(like), o_(o), c_(std::move(c)) {}
+      : job_(job), model_(job.model, storage_dtype(job)), like_(like), o_(o), c_(std::move(c)) {}
 
   // Never throws for a candidate the workload rules refuse: it is skipped.
   TuneCandidate evaluate() {
@@ -177,8 +177,7 @@ class CandidateSearch {
     if (it == schedules_.end())
       it = schedules_.emplace(m, make_schedule(r.schedule, r.mode, r.pipeline_size, m, r.virtual_stages_per_rank)).first;
     try {
-      const ModelDesc model(job_.model, storage_dtype(job_));
-      const StageMemory mem = plan_memory(job_, r, it->second, make_partition(model, r));
+      const StageMemory mem = plan_memory(job_, r, it->second, make_partition(model_, r));
       return std::all_of(mem.stages.begin(), mem.stages.end(), [&](const StagePlan& s) {
         return static_cast<double>(s.total_bytes) <= fraction * static_cast<double>(job_.device.memory_capacity_bytes);
       });
@@ -232,13 +231,14 @@ class CandidateSearch {
   }
 
   const Job& job_;
+  const ModelDesc model_;  // the job's model in its storage dtype (partitions)
   const RunSpec& like_;
   const TuneOptions& o_;
   TuneCandidate c_;
   std::map<int, Schedule> schedules_;
 };
 
-void check_options(const Job& job, const TuneOptions& o) {
+void check_options(const TuneOptions& o) {
   if (o.max_ranks < 1 || o.max_ranks > kMaxPipelineSize)
     throw ConfigError(fmt::format("tune: --ranks must be in [1, {}] (got {})", kMaxPipelineSize, o.max_ranks));
   if (o.global_batch > 0 && o.num_microbatches > 0)
@@ -249,7 +249,6 @@ void check_options(const Job& job, const TuneOptions& o) {
     throw ConfigError(fmt::format("tune: --bubble-target must be in (0, 1) (got {})", o.bubble_target));
   for (ScheduleKind k : o.schedules)
     if (k == ScheduleKind::file) throw ConfigError("tune: file schedules are fixed to one pipeline size; name built-in schedules");
-  (void)job;
 }
 
 // `c` re-evaluated at the chosen run's global batch G (the largest fitting
@@ -313,7 +312,7 @@ void choose_companions(const Job& job, const RunSpec& like, TuneResult& result, 
 }  // namespace
 
 TuneResult tune(const Job& job, const TuneOptions& options) {
-  check_options(job, options);
+  check_options(options);
   TuneResult result;
   result.options = options;
   result.template_run = pick_template(job, options.template_run);

@@ -82,18 +82,20 @@ TrialOutcome classify_trial(int exit_code, bool timed_out, const std::string& ou
   return TrialOutcome::error;
 }
 
+std::string launch_command(const std::string& launcher, int ranks, const std::vector<std::string>& args) {
+  std::string cmd = launcher;
+  for (std::size_t p; (p = cmd.find("{ranks}")) != std::string::npos;) cmd.replace(p, 7, std::to_string(ranks));
+  for (const auto& a : args) cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
+  return cmd;
+}
+
 std::string trial_command(const ProbeOptions& o, int mbs) {
-  std::string launcher = o.launcher;
-  for (std::size_t p; (p = launcher.find("{ranks}")) != std::string::npos;)
-    launcher.replace(p, 7, std::to_string(o.pipeline_size));
   std::vector<std::string> args{o.pipebench, "run", o.job_path, "--run", o.run_name};
   for (const auto& s : o.overrides) args.insert(args.end(), {"--set", s});
   args.insert(args.end(), {"--set", fmt::format("run.{}.micro_batch_size={}", o.run_name, mbs), "--set", "train.warmup=0",
                            "--set", fmt::format("train.repeats={}", o.steps), "-o", o.trial_dir, "--label",
                            fmt::format("probe-mbs{}", mbs), "--probe-trial"});
-  std::string cmd = launcher;
-  for (const auto& a : args) cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
-  return cmd;
+  return launch_command(o.launcher, o.pipeline_size, args);
 }
 
 ProcessResult run_process(const std::string& command, double timeout_s, const std::function<void(double)>& tick,

@@ -506,6 +506,12 @@ std::vector<std::string> decision_concerns(const RunResult& r) {
   return out;
 }
 
+std::string decision_headline(const RunResult& r) {
+  const std::vector<std::string> concerns = decision_concerns(r);
+  if (!concerns.empty()) return concerns.front();
+  return r.decision_reasons.empty() ? std::string() : r.decision_reasons.front();
+}
+
 std::string best_run_summary(const std::vector<RunResult>& runs) {
   std::vector<const RunResult*> candidates;
   for (const auto& r : runs)

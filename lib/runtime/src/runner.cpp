@@ -274,6 +274,12 @@ void describe_job_result(JobResult& jr, const Job& job, const std::string& comma
 
 namespace {
 
+// This launch's results file: named after the Slurm job, else this process.
+std::string launch_results_path(const Job& job, const RunOptions& options) {
+  const std::string id = slurm_job_id().empty() ? std::to_string(getpid()) : slurm_job_id();
+  return default_results_path(options.output_dir, job.name, options.label, utc_stamp(), id);
+}
+
 // A launch whose environment could not start (no usable GPU): a results file
 // all the same, every selected run failed with kind "environment" (seed 004:
 // the record keeps the failure, so "not run" and "cannot run" differ).
@@ -282,9 +288,7 @@ void record_environment_failure(const Job& job, const JobPlan& plan, const RunOp
   describe_job_result(jr, job, options.command_line, options.label, options.probe_trial ? "probe-trial" : "job");
   for (const RunPlan& rp : plan.runs) jr.runs.push_back(environment_failed_run(job, rp, why));
   jr.status = "failed";
-  const std::string id = slurm_job_id().empty() ? std::to_string(getpid()) : slurm_job_id();
-  const std::string path =
-      write_results(default_results_path(options.output_dir, job.name, options.label, utc_stamp(), id), jr);
+  const std::string path = write_results(launch_results_path(job, options), jr);
   fmt::print("results (the failure, kind environment): {}\n", path);
   std::fflush(stdout);
 }
@@ -571,8 +575,7 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
       // that cannot take it stops the launch here, not after the last run.
       describe_job_result(jr, job, options.command_line, options.label, options.probe_trial ? "probe-trial" : "job");
       jr.launch_status = "incomplete";
-      const std::string id = slurm_job_id().empty() ? std::to_string(getpid()) : slurm_job_id();
-      writer.emplace(default_results_path(options.output_dir, job.name, options.label, utc_stamp(), id));
+      writer.emplace(launch_results_path(job, options));
       ctx.writer = &*writer;
       checkpoint(ctx, jr);
       publish_results_on_signal(writer->partial_path(), writer->final_path());

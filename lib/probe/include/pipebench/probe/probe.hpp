@@ -13,6 +13,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "pipebench/results/probe_records.hpp"
 
@@ -20,6 +21,9 @@ namespace pipebench {
 
 // Classifies a finished trial from its exit status and output.
 TrialOutcome classify_trial(int exit_code, bool timed_out, const std::string& output);
+
+// `launcher` with {ranks} replaced, then `args`, each quoted for /bin/sh.
+std::string launch_command(const std::string& launcher, int ranks, const std::vector<std::string>& args);
 
 // The command line of one trial (shell syntax; arguments quoted).
 std::string trial_command(const ProbeOptions& o, int micro_batch_size);

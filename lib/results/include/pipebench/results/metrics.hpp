@@ -71,6 +71,8 @@ std::string format_speedup(const RunResult& r);
 
 // The reasons of a decision that are not a pass: what to look at first.
 std::vector<std::string> decision_concerns(const RunResult& r);
+// One line for a table: the first concern, else the first reason, else "".
+std::string decision_headline(const RunResult& r);
 
 // The job's answer among its pipelined training runs that are not
 // not_feasible: the fastest, and among the runs whose speedup intervals
