@@ -19,6 +19,7 @@ struct RunCmdOptions {
   std::vector<std::string> overrides;
   std::string backend;
   int repeats = 0, warmup = -1;  // -n / -w: shorthands for --set train.repeats / train.warmup
+  bool allow_idle_ranks = false;
   RunOptions run;
 };
 }  // namespace
@@ -51,6 +52,9 @@ Handler add_run_command(CLI::App& app, const std::string& command_line) {
   cmd->add_flag("--probe-trial", opts->run.probe_trial,
                 "mark the file as a trial of `pipebench probe` (root attribute role): reports list it, never trend it");
   cmd->add_flag("--dry-run", opts->run.dry_run, "build every stage, check its layer range against the plan, print, exit");
+  cmd->add_flag("--allow-idle-ranks", opts->allow_idle_ranks,
+                "exit 0, not 8, when the launch has more ranks than any selected run uses (an allocation shared by "
+                "jobs of different widths)");
   return [opts] {
     std::vector<std::string> overrides = opts->overrides;
     if (!opts->backend.empty()) overrides.push_back("device.backend=" + opts->backend);
@@ -58,7 +62,8 @@ Handler add_run_command(CLI::App& app, const std::string& command_line) {
     if (opts->warmup >= 0) overrides.push_back(fmt::format("train.warmup={}", opts->warmup));
     const Job job = load_job(opts->job_path, overrides);
     const RunOutcome outcome = run_job(job, opts->run);
-    return outcome.any_failed ? kRunFailed : kOk;
+    if (outcome.any_failed) return kRunFailed;
+    return outcome.ranks_idle && !opts->allow_idle_ranks ? kRanksIdle : kOk;
   };
 }
 

@@ -88,7 +88,7 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
   // Ticks are k * step for whole k (not a running sum, whose rounding
   // makes 2 into 2.0000000000000004 and drops it from an integer axis).
   std::vector<double> t;
-  for (auto k = static_cast<long long>(std::ceil(lo / step - 1e-9)); k * step <= hi + step * 1e-9; ++k)
+  for (auto k = static_cast<long long>(std::ceil(lo / step - 1e-9)); static_cast<double>(k) * step <= hi + step * 1e-9; ++k)
     t.push_back(k == 0 ? 0.0 : static_cast<double>(k) * step);
   return t;
 }

@@ -384,7 +384,8 @@ void print_job_header(const Job& job, const JobResult& jr, const GpuBinding& gpu
 
 // Ranks and runs that do not match, said loudly before anything runs (and
 // again at the end): a run needing more ranks than the launch has is
-// skipped (exit 5); ranks beyond the widest run idle through the launch.
+// skipped (exit 5); ranks beyond the widest run idle through the launch
+// (exit 8 unless --allow-idle-ranks).
 // "" when they match.
 std::string rank_mismatch(const std::vector<const RunSpec*>& runs, int world_size) {
   int widest = 0;
@@ -399,7 +400,7 @@ std::string rank_mismatch(const std::vector<const RunSpec*>& runs, int world_siz
                        too_wide, widest, widest);
   if (widest < world_size)
     return fmt::format("the launch has {} ranks but no selected run uses more than {}: {} rank(s) idle through the launch; "
-                       "launch with mpirun -np {} (srun -n {})",
+                       "launch with mpirun -np {} (srun -n {}); exit 8 unless --allow-idle-ranks",
                        world_size, widest, world_size - widest, widest, widest);
   return "";
 }
@@ -591,7 +592,11 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
     if (root) publish_results_now("a rank stopped answering");
     throw;
   }
-  return finish_job(ctx, root, jr);
+  RunOutcome outcome = finish_job(ctx, root, jr);
+  int widest = 0;
+  for (const RunPlan& rp : plan.runs) widest = std::max(widest, rp.run.pipeline_size);
+  outcome.ranks_idle = widest < world_size;
+  return outcome;
 }
 
 }  // namespace pipebench

@@ -25,6 +25,7 @@ enum ExitCode : int {
   kRunFailed = 5,          // a run failed (OOM, NaN, timeout, error); results were written
   kRegression = 6,         // report --fail-on-regression: a run regressed
   kDeviceUnavailable = 7,  // --backend cuda: no usable GPU (none, driver too old, built without CUDA, shared with NCCL)
+  kRanksIdle = 8,          // run: more ranks than any selected run uses (results complete; --allow-idle-ranks: 0)
 };
 
 // Base for every error pipebench raises on purpose: exit kInternalError.

@@ -27,6 +27,7 @@ struct RunOptions {
 
 struct RunOutcome {
   bool any_failed = false;   // some run has status failed
+  bool ranks_idle = false;   // the launch has more ranks than any selected run uses (every rank knows)
   std::string results_path;  // on rank 0 when a file was written
 };
 
