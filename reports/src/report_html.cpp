@@ -80,6 +80,9 @@ std::string measured_gantt(const RunView& v, const Schedule* sched) {
   g.x_label = "time since the step barrier (s)";
   for (int i = 0; i < P; ++i) g.rows.push_back(fmt::format("rank {}", i));
   g.t_end = r.step_time_s[static_cast<std::size_t>(k)];
+  // Inference has no gradients: its step ends when the others are done.
+  const bool train = r.spec.mode == RunMode::train;
+  const std::string tail = train ? "gradient reduction, optimizer, waiting for the others" : "waiting for the others";
   std::vector<std::vector<const EventRecord*>> per_rank(static_cast<std::size_t>(P));
   for (const auto& e : r.events)
     if (e.step == k && e.rank < P) per_rank[static_cast<std::size_t>(e.rank)].push_back(&e);
@@ -92,20 +95,26 @@ std::string measured_gantt(const RunView& v, const Schedule* sched) {
       const int from = e->kind == ActionKind::F ? vs - 1 : vs + 1;
       const bool receives = e->kind != ActionKind::W && from >= 0 && from < V && (sched ? sched->rank_of(from) : from) != rank;
       split |= e->kind == ActionKind::W;
-      if (e->start_s > t)
-        g.bars.push_back({rank, t, e->start_s, receives ? kWait : kIdle, "",
-                          fmt::format("{} {:.6f}-{:.6f} s", receives ? "waiting for input" : "idle", t, e->start_s)});
+      // The recorded receive wait ends at the action's start; before it the
+      // rank idled. Files without recorded waits: the whole gap by whether
+      // the action receives.
+      const double wait_from =
+          std::isnan(e->wait_s) ? (receives ? t : e->start_s) : std::max(t, e->start_s - e->wait_s);
+      if (wait_from > t)
+        g.bars.push_back({rank, t, wait_from, kIdle, "", fmt::format("idle {:.6f}-{:.6f} s", t, wait_from)});
+      if (e->start_s > wait_from)
+        g.bars.push_back({rank, wait_from, e->start_s, kWait, "",
+                          fmt::format("waiting for input {:.6f}-{:.6f} s", wait_from, e->start_s)});
       const char* color = e->kind == ActionKind::F ? kForward : e->kind == ActionKind::B ? kBackward : kWeight;
       const std::string name = to_string(Action{e->kind, e->microbatch, e->chunk});
       g.bars.push_back({rank, e->start_s, e->end_s, color, name, fmt::format("{} {:.6f}-{:.6f} s", name, e->start_s, e->end_s)});
       t = e->end_s;
     }
-    if (g.t_end > t)
-      g.bars.push_back({rank, t, g.t_end, kTail, "", "end of step: gradient reduction, optimizer, waiting for the others"});
+    if (g.t_end > t) g.bars.push_back({rank, t, g.t_end, kTail, "", "end of step: " + tail});
   }
   g.legend = action_legend(split);
   for (const auto& l : std::vector<std::pair<std::string, std::string>>{
-           {"waiting for input", kWait}, {"idle", kIdle}, {"reduction + optimizer", kTail}})
+           {"waiting for input", kWait}, {"idle", kIdle}, {train ? "reduction + optimizer" : "end of step", kTail}})
     g.legend.push_back(l);
   return svg::gantt(g);
 }

@@ -23,7 +23,7 @@ constexpr int kPipelineStride = kMaxPipelineSize;
 constexpr int kRunStride = 2 * kMaxPipelineSize;
 // Thread ids within a rank's process.
 constexpr int kComputeTid = 1;
-constexpr int kBetweenTid = 2;
+constexpr int kCommTid = 2;
 
 double us(double seconds) { return seconds * 1e6; }
 
@@ -70,6 +70,26 @@ std::string action_name(const EventRecord& e) { return to_string(Action{e.kind, 
 
 const char* kind_name(ActionKind k) { return k == ActionKind::F ? "F" : k == ActionKind::B ? "B" : "W"; }
 
+// The time on a rank between its previous action (ending at t_prev) and
+// `e`: the receive `e` waited on (its recorded wait, ending at e.start_s),
+// and idle before it. A file without recorded waits: one "between actions".
+void between(TraceWriter& t, int pid, double base, int step, double t_prev, const EventRecord& e) {
+  if (!(e.start_s > t_prev)) return;
+  if (std::isnan(e.wait_s)) {
+    t.slice(pid, kCommTid, "between actions", "wait", base + t_prev, base + e.start_s,
+            [&](JsonWriter& w) { w.field("step", step + 1).field("before", action_name(e)); });
+    return;
+  }
+  const double wait_from = std::max(t_prev, e.start_s - e.wait_s);
+  if (wait_from > t_prev)
+    t.slice(pid, kCommTid, "idle", "idle", base + t_prev, base + wait_from,
+            [&](JsonWriter& w) { w.field("step", step + 1).field("before", action_name(e)); });
+  if (e.start_s > wait_from)
+    t.slice(pid, kCommTid, "recv " + action_name(e), "comm_wait", base + wait_from, base + e.start_s, [&](JsonWriter& w) {
+      w.field("step", step + 1).field("for", action_name(e)).field("wait_s", e.wait_s);
+    });
+}
+
 // The measured events of `r` (steps laid end to end at their measured step
 // times), on ranks pid_base + rank.
 void measured(TraceWriter& t, const RunResult& r, int pid_base, int only_step) {
@@ -77,8 +97,9 @@ void measured(TraceWriter& t, const RunResult& r, int pid_base, int only_step) {
   for (int rank = 0; rank < P; ++rank) {
     const int pid = pid_base + rank;
     t.process(pid, fmt::format("{} rank {} (measured)", r.spec.name, rank), pid);
-    t.thread(pid, kComputeTid, "compute (F, B, W; step end: reduction + optimizer)");
-    t.thread(pid, kBetweenTid, "between actions (receives, waiting, idle)");
+    t.thread(pid, kComputeTid, r.spec.mode == RunMode::train ? "compute (F, B, W; step end: reduction + optimizer)"
+                                                             : "compute (F; step end: waiting for the others)");
+    t.thread(pid, kCommTid, "communication (boundary receive waits; idle)");
   }
   // A failed run keeps the events of the step it failed in, one past its
   // recorded steps: that step starts where the last one ended.
@@ -112,13 +133,12 @@ void measured(TraceWriter& t, const RunResult& r, int pid_base, int only_step) {
     for (; i < events.size() && events[i]->step == step && events[i]->rank == rank; ++i) {
       const EventRecord& e = *events[i];
       const int pid = pid_base + rank;
-      if (e.start_s > t_prev)
-        t.slice(pid, kBetweenTid, "between actions", "wait", base + t_prev, base + e.start_s,
-                [&](JsonWriter& w) { w.field("step", step + 1).field("before", action_name(e)); });
+      between(t, pid, base, step, t_prev, e);
       t.slice(pid, kComputeTid, action_name(e), e.kind == ActionKind::F ? "forward" : e.kind == ActionKind::B ? "backward" : "weight",
               base + e.start_s, base + e.end_s, [&](JsonWriter& w) {
                 w.field("step", step + 1).field("microbatch", e.microbatch).field("chunk", e.chunk);
                 w.field("kind", kind_name(e.kind)).field("start_s", e.start_s).field("end_s", e.end_s);
+                if (std::isfinite(e.wait_s)) w.field("wait_s", e.wait_s);
               });
       t_prev = e.end_s;
     }
@@ -126,7 +146,11 @@ void measured(TraceWriter& t, const RunResult& r, int pid_base, int only_step) {
         static_cast<std::size_t>(step) < r.step_time_s.size() ? r.step_time_s[static_cast<std::size_t>(step)] : t_prev;
     if (std::isfinite(step_end) && step_end > t_prev)
       t.slice(pid_base + rank, kComputeTid, "step end", "step_end", base + t_prev, base + step_end,
-              [&](JsonWriter& w) { w.field("step", step + 1).field("what", "gradient reduction, optimizer, waiting for the others"); });
+              [&](JsonWriter& w) {
+                w.field("step", step + 1)
+                    .field("what", r.spec.mode == RunMode::train ? "gradient reduction, optimizer, waiting for the others"
+                                                                 : "waiting for the others (inference: no gradients)");
+              });
   }
 }
 

@@ -4,7 +4,10 @@ is Trace Event Format (what Perfetto and chrome://tracing load: traceEvents
 of ph X/M/i with pid, tid, ts, dur in microseconds), and every measured event
 of the HDF5 file is one compute slice with its name, step, micro-batch,
 chunk and times, laid out step after step; the simulated timeline is a
-second process group with one step of the schedule; --step N keeps step N.
+second process group with one step of the schedule; every recorded receive
+wait (events.wait_s, summing to comm_wait_s per step and rank) is one "recv"
+slice on the communication thread ending where its action starts; --step N
+keeps step N.
     check_trace.py PIPEBENCH MPIEXEC JOB OUTDIR"""
 import collections
 import glob
@@ -15,6 +18,7 @@ import subprocess
 import sys
 
 import h5py
+import numpy
 
 pipebench, mpiexec, job, out = sys.argv[1:5]
 env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -38,6 +42,7 @@ with h5py.File(h5[0], "r") as f:
     g = f["runs/one_f_one_b"]
     ev = g["events"][:]
     step_times = list(g["step_time_s"][:])
+    comm_wait = g["comm_wait_s"][:]
     P = int(g.attrs["pipeline_size"])
 assert P == 4
 
@@ -64,6 +69,28 @@ for row in ev:
     e = index[(rank, step, kind, mb, chunk)]
     assert e["name"] == f"{kind}{mb}" or e["name"].startswith(f"{kind}{mb}"), e
     assert abs(e["ts"] - (offset[step] + start) * 1e6) < 1e-3 and abs(e["dur"] - (end - start) * 1e6) < 1e-3, (e, row)
+# Receive waits: F on rank 0, B on the last rank and W receive nothing (0
+# exactly); every other action waited > 0; per step and rank they sum to
+# comm_wait_s; each is a slice on thread 2 ending at its action's start.
+recv = {(e["pid"] - 1, e["args"]["step"] - 1, e["args"]["for"]): e for e in events
+        if e["ph"] == "X" and e["tid"] == 2 and e["pid"] <= P and e["cat"] == "comm_wait"}
+wait_sum = collections.defaultdict(float)
+prev_end = {}
+for row in sorted(ev, key=lambda r: (int(r["step"]), int(r["rank"]), float(r["start_s"]))):
+    step, rank, kind, mb = int(row["step"]), int(row["rank"]), KINDS[int(row["kind"])], int(row["microbatch"])
+    wait, start = float(row["wait_s"]), float(row["start_s"])
+    receives = (kind == "F" and rank > 0) or (kind == "B" and rank < P - 1)
+    assert (wait > 0) if receives else (wait == 0), (kind, rank, wait)
+    assert wait <= start + 1e-9, (row, wait)
+    wait_sum[(step, rank)] += wait
+    if receives:
+        e = recv[(rank, step, f"{kind}{mb}")]
+        assert abs(e["ts"] + e["dur"] - (offset[step] + start) * 1e6) < 1e-3, (e, row)
+        assert abs(e["dur"] - min(wait, start - prev_end.get((step, rank), 0.0)) * 1e6) < 1e-3, (e, row)
+    prev_end[(step, rank)] = float(row["end_s"])
+assert len(recv) == sum(1 for r in ev if float(r["wait_s"]) > 0), len(recv)
+for (step, rank), total in wait_sum.items():
+    assert abs(total - comm_wait[step][rank]) <= 1e-9 * max(1.0, total), (step, rank, total, comm_wait[step][rank])
 steps = [e for e in events if e["ph"] == "i" and e["pid"] == 1]
 assert [s["args"]["step"] for s in steps] == [1, 2, 3] and steps[0]["args"]["warmup"] and not steps[1]["args"]["warmup"]
 simulated = [e for e in events if e["ph"] == "X" and e["pid"] > 1024]
@@ -83,5 +110,27 @@ assert rep.returncode == 0, rep.stderr
 assert 'href="trace-0.json"' in open(f"{out}/report/index.html").read()
 linked = json.load(open(f"{out}/report/trace-0.json"))["traceEvents"]
 assert len(linked) == len(events), (len(linked), len(events))
-print(f"{len(events)} trace events; {len(compute)} compute slices = {len(ev)} HDF5 events; {len(simulated)} simulated")
+# A file written before events had wait_s reads (NaN: not recorded): the gap
+# before an action is one "between actions" slice, and report still works.
+old_file = f"{out}/before-wait_s.h5"
+shutil.copy(h5[0], old_file)
+with h5py.File(old_file, "r+") as f:
+    for name in f["runs"]:
+        g = f["runs"][name]
+        rows = g["events"][:]
+        keep = [n for n in rows.dtype.names if n != "wait_s"]
+        older = numpy.empty(len(rows), dtype=[(n, rows.dtype[n]) for n in keep])
+        for n in keep:
+            older[n] = rows[n]
+        del g["events"]
+        g.create_dataset("events", data=older)
+p = subprocess.run([pipebench, "trace", old_file, "-o", f"{out}/old.json", "--no-simulated"], capture_output=True, text=True)
+assert p.returncode == 0, p.stderr
+old_events = json.load(open(f"{out}/old.json"))["traceEvents"]
+assert any(e.get("name") == "between actions" for e in old_events)
+assert not any(e.get("cat") == "comm_wait" for e in old_events)
+rep = subprocess.run([pipebench, "report", old_file, "-o", f"{out}/old-report"], capture_output=True, text=True)
+assert rep.returncode == 0, rep.stderr
+print(f"{len(events)} trace events; {len(compute)} compute slices = {len(ev)} HDF5 events; {len(recv)} receive waits; "
+      f"{len(simulated)} simulated")
 print("PASS")

@@ -165,14 +165,17 @@ void write_probe(hid_t file, const ProbeResult& p) {
 }
 
 // The compound type of /runs/<name>/events. kind is an HDF5 enum F|B|W.
+// wait_s came later: a file without it reads as NaN (not recorded).
 struct EventRow {
   std::int32_t step, rank;
   std::int8_t kind;
   std::int32_t microbatch, chunk;
   double start_s, end_s;
+  double wait_s;
 };
+constexpr const char* kEventMembers[] = {"step", "rank", "kind", "microbatch", "chunk", "start_s", "end_s"};
 
-Hid event_type() {
+Hid event_type(bool with_wait = true) {
   Hid kind(H5_CHECK(H5Tenum_create(H5T_NATIVE_INT8)), H5Tclose);
   for (std::int8_t v : {std::int8_t{0}, std::int8_t{1}, std::int8_t{2}}) {
     const char* names[] = {"F", "B", "W"};
@@ -186,6 +189,7 @@ Hid event_type() {
   H5_CHECK(H5Tinsert(t, "chunk", HOFFSET(EventRow, chunk), H5T_NATIVE_INT32));
   H5_CHECK(H5Tinsert(t, "start_s", HOFFSET(EventRow, start_s), H5T_NATIVE_DOUBLE));
   H5_CHECK(H5Tinsert(t, "end_s", HOFFSET(EventRow, end_s), H5T_NATIVE_DOUBLE));
+  if (with_wait) H5_CHECK(H5Tinsert(t, "wait_s", HOFFSET(EventRow, wait_s), H5T_NATIVE_DOUBLE));
   return t;
 }
 
@@ -262,7 +266,7 @@ void write_run(hid_t runs, const RunResult& r) {
   std::vector<EventRow> rows;
   rows.reserve(r.events.size());
   for (const auto& e : r.events)
-    rows.push_back({e.step, e.rank, static_cast<std::int8_t>(e.kind), e.microbatch, e.chunk, e.start_s, e.end_s});
+    rows.push_back({e.step, e.rank, static_cast<std::int8_t>(e.kind), e.microbatch, e.chunk, e.start_s, e.end_s, e.wait_s});
   Hid et = event_type();
   const hsize_t n = rows.size();
   Hid space(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
@@ -487,7 +491,7 @@ void check_shapes(const RunResult& r) {
     if (e.step < 0 || static_cast<std::size_t>(e.step) > steps || e.rank < 0 ||
         static_cast<std::size_t>(e.rank) >= ranks || e.microbatch < 0 || e.microbatch >= m || e.chunk < 0 ||
         e.chunk >= v ||
-        !std::isfinite(e.start_s) || !std::isfinite(e.end_s))
+        !std::isfinite(e.start_s) || !std::isfinite(e.end_s) || std::isinf(e.wait_s) || e.wait_s < 0.0)
       throw bad(fmt::format("an event (step {}, rank {}, micro-batch {}, chunk {}) lies outside the run's {} (+1) steps, {} ranks, "
                             "{} micro-batches and {} chunks",
                             e.step, e.rank, e.microbatch, e.chunk, steps, ranks, m, v));
@@ -593,12 +597,18 @@ RunResult read_run(hid_t runs, const std::string& name) {
   if (static_cast<double>(declared) > std::min(most, static_cast<double>(kMaxElements)))
     throw ResultsError(fmt::format("run {}: {} events declared, more than its steps, ranks and micro-batches allow",
                                    name, declared));
+  Hid file_type(H5_CHECK(H5Dget_type(ds)), H5Tclose);
+  for (const char* member : kEventMembers)
+    if (H5Tget_member_index(file_type, member) < 0)
+      throw ResultsError(fmt::format("run {}: events has no member {}", name, member));
+  const bool has_wait = H5Tget_member_index(file_type, "wait_s") >= 0;
   std::vector<EventRow> rows(static_cast<std::size_t>(declared));
-  Hid et = event_type();
+  Hid et = event_type(has_wait);
   if (!rows.empty()) H5_CHECK(H5Dread(ds, et, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()));
   for (const auto& e : rows) {
     if (e.kind < 0 || e.kind > 2) throw ResultsError(fmt::format("run {}: an event of kind {} (F, B, W are 0-2)", name, static_cast<int>(e.kind)));
-    r.events.push_back({e.step, e.rank, static_cast<ActionKind>(e.kind), e.microbatch, e.chunk, e.start_s, e.end_s});
+    r.events.push_back({e.step, e.rank, static_cast<ActionKind>(e.kind), e.microbatch, e.chunk, e.start_s, e.end_s,
+                        has_wait ? e.wait_s : std::numeric_limits<double>::quiet_NaN()});
   }
   check_shapes(r);
   return r;

@@ -98,7 +98,7 @@ class StepRun {
     EventRecord ev{step_, rank_, a.kind, a.microbatch, a.chunk, 0.0, 0.0};
     switch (a.kind) {
       case ActionKind::F:
-        if (v > 0) receive(ActionKind::F, v - 1, a);
+        if (v > 0) ev.wait_s = receive(ActionKind::F, v - 1, a);
         if (opt_.fault.fires(FaultInjection::Kind::error, plan_.run.name, rank_, step_))
           throw Error(fmt::format("injected error (PIPEBENCH_FAULT) on rank {} at step {}", rank_, step_));
         ev.start_s = now_s() - t0_;
@@ -108,7 +108,7 @@ class StepRun {
         if (v < V_ - 1) send(ActionKind::F, v + 1, a);
         break;
       case ActionKind::B:
-        if (v < V_ - 1) receive(ActionKind::B, v + 1, a);
+        if (v < V_ - 1) ev.wait_s = receive(ActionKind::B, v + 1, a);
         ev.start_s = now_s() - t0_;
         backend_.backward(step_, a.microbatch, a.chunk);
         sr_.backward_s += finish(ev, a);
@@ -126,18 +126,20 @@ class StepRun {
   // The input of `kind` for action `a`, from virtual stage `from_v`: over the
   // transport from another rank (its wait and transfer count as comm time),
   // or, from a chunk of this rank (the turn of a V), copied from that
-  // chunk's send buffer, which holds it until this action.
-  void receive(ActionKind kind, int from_v, const Action& a) {
+  // chunk's send buffer, which holds it until this action. Returns the time
+  // blocked (0 for the local copy).
+  double receive(ActionKind kind, int from_v, const Action& a) {
     const Buffer into = backend_.recv_buffer(kind, a.microbatch, a.chunk);
     if (sched_.rank_of(from_v) == rank_) {
       const Buffer from = backend_.send_buffer(kind, a.microbatch, sched_.chunk_of(from_v));
       if (into.data && from.data) std::memcpy(into.data, from.data, std::min(into.bytes, from.bytes));
-      return;
+      return 0.0;
     }
     const RecvTiming t =
         transport_.recv(sched_.rank_of(from_v), {kind, step_, a.microbatch, sched_.chunk_of(from_v)}, into);
     sr_.comm_wait_s += t.blocked_s;
     sr_.comm_transfer_s += t.transfer_s;
+    return t.blocked_s;
   }
 
   void send(ActionKind kind, int to_v, const Action& a) {

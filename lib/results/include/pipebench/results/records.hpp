@@ -27,6 +27,10 @@ struct EventRecord {
   std::int32_t chunk = 0;
   double start_s = 0.0;
   double end_s = 0.0;
+  // Blocked in the boundary receive this action waited on (waiting for the
+  // peer + moving the data), ending at start_s; 0 when it received nothing
+  // from another rank; NaN when the file predates the field (not recorded).
+  double wait_s = 0.0;
 };
 
 // One rank's view of one step.
