@@ -15,9 +15,9 @@ std::string format_value(double v, const std::string& unit) {
   if (std::isnan(v)) return "-";
   if (unit == "s") return format_seconds(v);
   if (unit == "bytes") return format_bytes(v);
-  if (unit == "fraction") return fmt::format("{:.4f}", v);
+  if (unit == "fraction") return fmt::format("{:.2f}%", 100.0 * v);  // a share, as a percentage
   if (unit == "ratio") return fmt::format("{:.3g}", v);
-  return fmt::format("{:.1f}", v);
+  return fmt::format("{:.1f} {}", v, unit);
 }
 
 std::string format_delta(double b, double p, const std::string& unit) {
@@ -58,8 +58,8 @@ const Trend* trend_for(const ReportData& d, const FileView& f, const RunResult& 
 
 VerdictTable verdict_table(const ReportData& d) {
   VerdictTable v;
-  v.header = {"job", "run", "status", "decision", "why", "speedup (95% interval)", "slowest stage", "bubble measured",
-              "peak memory (of capacity)", "trend"};
+  v.header = {"job", "run", "status", "decision", "why", "speedup vs baseline (95% interval)", "slowest stage (median busy)",
+              "bubble measured (% of step)", "peak memory (% of capacity)", "trend"};
   std::vector<std::pair<int, std::size_t>> order;  // (0 failure, 1 other), row
   for (const auto& m : d.missing_jobs) {
     v.rows.push_back({m, "-", "missing", "-", "no results file: the job failed before writing one, was cancelled or never ran",
@@ -102,8 +102,9 @@ VerdictTable verdict_table(const ReportData& d) {
 }
 
 std::vector<std::string> run_table_header() {
-  return {"run", "status", "mode", "stages", "micro-batch × m", "schedule", "step time (median)", "bubble measured",
-          "bubble simulated", "bubble analytic", "peak memory (max)", "speedup (95% interval)", "decision", "failure"};
+  return {"run", "status", "mode", "stages", "micro-batch (samples) × m", "schedule", "step time (median)",
+          "bubble measured (% of step)", "bubble simulated (%)", "bubble analytic (%)", "peak memory (max over ranks)",
+          "speedup vs baseline (95% interval)", "decision", "failure"};
 }
 
 std::vector<std::string> run_table_row(const RunView& v) {

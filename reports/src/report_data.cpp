@@ -224,14 +224,14 @@ void fill_comparison(RunView& v, const RunView& base) {
   row("slowest stage (median busy)", "s", b.slowest_stage_median_s, r.slowest_stage_median_s,
       v.slowest_stage >= 0 ? fmt::format("stage {}", v.slowest_stage) : "");
   if (r.spec.mode == RunMode::train) {
-    row("gradient clipping rate", "fraction", base.clip_rate, v.clip_rate);
+    row("gradient clipping rate (% of counted steps)", "fraction", base.clip_rate, v.clip_rate);
   } else {
     row("micro-batch latency (median)", "s", base.latency_median_s, v.latency_median_s);
     row("micro-batch latency (p99)", "s", base.latency_p99_s, v.latency_p99_s);
   }
-  row("bubble measured", "fraction", b.bubble_measured_median, r.bubble_measured_median);
-  row("bubble analytic", "fraction", b.bubble_analytic, r.bubble_analytic);
-  row("bubble simulated", "fraction", b.bubble_simulated, r.bubble_simulated);
+  row("bubble measured (% of step)", "fraction", b.bubble_measured_median, r.bubble_measured_median);
+  row("bubble analytic (% of step)", "fraction", b.bubble_analytic, r.bubble_analytic);
+  row("bubble simulated (% of step)", "fraction", b.bubble_simulated, r.bubble_simulated);
   std::string ranks;
   double frac_max = 0.0;
   for (std::size_t s = 0; s < r.peak_mem_bytes.size(); ++s) {
@@ -244,8 +244,8 @@ void fill_comparison(RunView& v, const RunView& base) {
   for (std::size_t s = 0; s < b.peak_mem_bytes.size(); ++s)
     base_frac = std::max(base_frac, static_cast<double>(b.peak_mem_bytes[s]) / static_cast<double>(b.memory_capacity_bytes[s]));
   row("peak memory (max over ranks)", "bytes", static_cast<double>(b.peak_mem_max_bytes), static_cast<double>(r.peak_mem_max_bytes), ranks);
-  row("peak memory / capacity (max)", "fraction", base_frac, frac_max);
-  row("loss deviation from baseline (max relative)", "ratio", kNaN, r.loss_max_rel_dev);
+  row("peak memory (% of capacity, max over ranks)", "fraction", base_frac, frac_max);
+  row("loss deviation from baseline (max relative, unitless)", "ratio", kNaN, r.loss_max_rel_dev);
 }
 
 }  // namespace
@@ -487,8 +487,9 @@ std::vector<Trend> build_trends(const std::vector<FileView>& files, const std::v
       t.workload_fingerprint = workload_fp;
       TrendPoint p{created(f), f.path, workload, r.step_time.median, r.bubble_measured_median,
                    static_cast<double>(r.peak_mem_max_bytes), r.peak_mem_bytes, {}, r.throughput_samples_per_s,
-                   r.slowest_stage_median_s, r.backend == BackendKind::sim ? std::vector<double>{} : r.loss};
+                   r.slowest_stage_median_s, r.backend == BackendKind::sim ? std::vector<double>{} : r.loss, {}};
       for (auto i : counted_steps(r)) p.counted_step_times.push_back(r.step_time_s[i]);
+      if (const auto sha = f.result.root_attrs.find("git_sha"); sha != f.result.root_attrs.end()) p.git_sha = sha->second;
       // The same file given twice counts once.
       if (std::none_of(t.points.begin(), t.points.end(), [&](const TrendPoint& q) { return q.path == p.path; }))
         t.points.push_back(std::move(p));

@@ -42,6 +42,7 @@ constexpr const char* kWait = "#9d9da0";
 constexpr const char* kIdle = "#e8e8e8";
 constexpr const char* kTail = "#8cc084";
 constexpr const char* kRunColor = "#4c78a8";
+constexpr const char* kRunBandColor = "#c9d6e5";  // kRunColor, light: a spread behind its line
 constexpr const char* kBaseColor = "#9d9da0";
 constexpr const char* kRollingColor = "#e45756";
 const char* const kMemColors[kNumMemCategories] = {"#4c78a8", "#72b7b2", "#54a24b", "#f58518", "#e45756", "#b279a2"};
@@ -146,7 +147,7 @@ std::string memory_chart(const RunResult& r) {
     c.limit.push_back(static_cast<double>(r.memory_capacity_bytes[i]));
   }
   for (int cat = 0; cat < kNumMemCategories; ++cat) {
-    svg::Series s{std::string(to_string(static_cast<MemCategory>(cat))), kMemColors[cat], {}, {}};
+    svg::Series s{std::string(to_string(static_cast<MemCategory>(cat))), kMemColors[cat], {}, {}, {}};
     for (auto v : r.peak_mem_by_category[static_cast<std::size_t>(cat)]) s.y.push_back(static_cast<double>(v));
     c.stacks.push_back(s);
   }
@@ -155,7 +156,7 @@ std::string memory_chart(const RunResult& r) {
 }
 
 svg::Series per_step(const std::vector<double>& values, const char* color, const std::string& name) {
-  svg::Series s{name, color, {}, {}};
+  svg::Series s{name, color, {}, {}, {}};
   for (std::size_t k = 0; k < values.size(); ++k) {
     s.x.push_back(static_cast<double>(k + 1));
     s.y.push_back(values[k]);
@@ -165,7 +166,7 @@ svg::Series per_step(const std::vector<double>& values, const char* color, const
 
 // A rolling mean over the counted steps, at their step numbers.
 svg::Series rolling(const RunView& v, const std::vector<double>& values, const char* color) {
-  svg::Series s{fmt::format("mean of the last {} counted steps", kRollingWindow), color, {}, {}};
+  svg::Series s{fmt::format("mean of the last {} counted steps", kRollingWindow), color, {}, {}, {}};
   for (std::size_t j = 0; j < values.size() && j < v.counted_step_index.size(); ++j) {
     s.x.push_back(static_cast<double>(v.counted_step_index[j] + 1));
     s.y.push_back(values[j]);
@@ -256,19 +257,41 @@ std::string run_section(const FileView& f, const RunView& v) {
   return s;
 }
 
+// One point per results file, oldest first, evenly spaced (as asv and
+// conbench space commits), ticks labelled with the file's date; hovering a
+// point shows its date, git sha and file; the band is the min-max of the
+// file's counted steps.
 std::string trend_chart(const Trend& t) {
   svg::LineChart c;
   c.title = fmt::format("{} / {}: median step time per results file", t.job, t.run);
-  c.x_label = "results file (oldest = 1)";
+  c.x_label = "results file, by creation time (UTC, month-day hour:minute)";
   c.y_label = "step time (s)";
   c.zero_based = true;
-  svg::Series s{"median step time", kRunColor, {}, {}};
-  for (std::size_t i = 0; i < t.points.size(); ++i) {
-    s.x.push_back(static_cast<double>(i + 1));
-    s.y.push_back(t.points[i].step_time_median_s);
-  }
-  c.series.push_back(s);
   c.integer_x = true;
+  svg::Series s{"median step time", kRunColor, {}, {}, {}};
+  svg::Band band{"min-max of the counted steps", kRunBandColor, {}, {}, {}};
+  std::vector<std::string> created;
+  for (std::size_t i = 0; i < t.points.size(); ++i) {
+    const TrendPoint& p = t.points[i];
+    const double x = static_cast<double>(i + 1);
+    s.x.push_back(x);
+    s.y.push_back(p.step_time_median_s);
+    const auto [lo, hi] = std::minmax_element(p.counted_step_times.begin(), p.counted_step_times.end());
+    const bool spread = lo != p.counted_step_times.end();
+    band.x.push_back(x);
+    band.lo.push_back(spread ? *lo : NAN);
+    band.hi.push_back(spread ? *hi : NAN);
+    created.push_back(p.created_utc);
+    s.hover.push_back(fmt::format("{}  git {}  median {}{}\n{}", p.created_utc, p.git_sha.empty() ? "unrecorded" : p.git_sha.substr(0, 12),
+                                  format_seconds(p.step_time_median_s),
+                                  spread ? fmt::format(" (min {}, max {}, {} steps)", format_seconds(*lo), format_seconds(*hi),
+                                                       p.counted_step_times.size())
+                                         : "",
+                                  p.path));
+  }
+  c.x_names = svg::date_tick_labels(created);
+  c.bands.push_back(band);
+  c.series.push_back(s);
   return svg::line_chart(c);
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -30,10 +32,16 @@ struct Scale {
 };
 
 std::string axes(const Scale& x, const Scale& y, const std::vector<double>& xt, const std::vector<double>& yt,
-                 const std::string& x_label, const std::string& y_label, double height) {
+                 const std::string& x_label, const std::string& y_label, double height,
+                 const std::vector<std::string>& x_names = {}) {
   std::string s;
   const double bottom = height - kBottom;
-  const std::vector<std::string> xl = tick_labels(xt), yl = tick_labels(yt);
+  std::vector<std::string> xl = tick_labels(xt);
+  const std::vector<std::string> yl = tick_labels(yt);
+  for (std::size_t i = 0; i < xt.size() && !x_names.empty(); ++i) {
+    const auto k = static_cast<long long>(std::llround(xt[i]));
+    if (k >= 1 && static_cast<std::size_t>(k) <= x_names.size()) xl[i] = html_escape(x_names[static_cast<std::size_t>(k - 1)]);
+  }
   s += fmt::format("<line class=\"axis\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>", kLeft, bottom, kW - kRight, bottom);
   s += fmt::format("<line class=\"axis\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>", kLeft, kTop, kLeft, bottom);
   for (std::size_t i = 0; i < yt.size(); ++i) {
@@ -111,6 +119,24 @@ std::vector<std::string> tick_labels(const std::vector<double>& ticks) {
   return out;
 }
 
+// Tick labels for creation times "2026-11-29T03:00:07Z": "11-29 03:00",
+// with seconds when two files share a minute, numbered (" #2") when they
+// share a second; anything not in that form as it is.
+std::vector<std::string> date_tick_labels(const std::vector<std::string>& iso) {
+  for (const std::size_t chars : {std::size_t{5}, std::size_t{8}}) {
+    std::vector<std::string> out;
+    for (const auto& t : iso)
+      out.push_back(t.size() >= 11 + chars && t[4] == '-' && t[10] == 'T' ? t.substr(5, 5) + " " + t.substr(11, chars) : t);
+    if (std::set<std::string>(out.begin(), out.end()).size() == out.size() || chars == 8) {
+      std::map<std::string, int> seen;
+      for (auto& label : out)
+        if (const int n = ++seen[label]; n > 1) label += fmt::format(" #{}", n);
+      return out;
+    }
+  }
+  return iso;
+}
+
 std::string line_chart(const LineChart& c) {
   double xlo = std::numeric_limits<double>::infinity(), xhi = -xlo, ylo = xlo, yhi = -xlo;
   for (const auto& s : c.series)
@@ -121,6 +147,12 @@ std::string line_chart(const LineChart& c) {
       ylo = std::min(ylo, s.y[i]);
       yhi = std::max(yhi, s.y[i]);
     }
+  for (const auto& b : c.bands)
+    for (std::size_t i = 0; i < b.x.size(); ++i)
+      if (std::isfinite(b.lo[i]) && std::isfinite(b.hi[i])) {
+        ylo = std::min(ylo, b.lo[i]);
+        yhi = std::max(yhi, b.hi[i]);
+      }
   std::string out = open_svg(c.title);
   if (!std::isfinite(xlo)) return out + "<text x=\"70\" y=\"150\" class=\"label\">no data</text></svg>";
   if (xhi == xlo) xhi = xlo + 1;
@@ -136,8 +168,19 @@ std::string line_chart(const LineChart& c) {
     xt.erase(std::remove_if(xt.begin(), xt.end(), [](double v) { return std::fabs(v - std::round(v)) > 1e-9; }), xt.end());
     if (xt.empty()) xt = {xlo};
   }
-  out += axes(x, y, xt, nice_ticks(ylo, yhi, 5), c.x_label, c.y_label, kH);
+  out += axes(x, y, xt, nice_ticks(ylo, yhi, 5), c.x_label, c.y_label, kH, c.integer_x ? c.x_names : std::vector<std::string>{});
   std::vector<std::pair<std::string, std::string>> items;
+  for (const auto& b : c.bands) {
+    // Upper edge left to right, lower edge back: one closed polygon.
+    std::string pts;
+    for (std::size_t i = 0; i < b.x.size(); ++i)
+      if (std::isfinite(b.hi[i])) pts += fmt::format("{:.1f},{:.1f} ", x(b.x[i]), y(b.hi[i]));
+    for (std::size_t i = b.x.size(); i-- > 0;)
+      if (std::isfinite(b.lo[i])) pts += fmt::format("{:.1f},{:.1f} ", x(b.x[i]), y(b.lo[i]));
+    out += fmt::format("<polygon class=\"band\" points=\"{}\" fill=\"{}\" stroke=\"none\"><title>{}</title></polygon>",
+                       pts, b.color, html_escape(b.name));
+    items.push_back({b.name, b.color});
+  }
   for (const auto& s : c.series) {
     std::string d;
     bool pen = false;
@@ -148,8 +191,11 @@ std::string line_chart(const LineChart& c) {
       }
       d += fmt::format("{}{:.1f},{:.1f} ", pen ? "L" : "M", x(s.x[i]), y(s.y[i]));
       pen = true;
-      out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"{}\"><title>{}: {} = {}</title></circle>",
-                         x(s.x[i]), y(s.y[i]), s.color, html_escape(s.name), tick_label(s.x[i]), fmt::format("{:.6g}", s.y[i]));
+      const std::string hover = i < s.hover.size()
+                                    ? s.hover[i]
+                                    : fmt::format("{}: {} = {}", s.name, tick_label(s.x[i]), fmt::format("{:.6g}", s.y[i]));
+      out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{}\" fill=\"{}\"><title>{}</title></circle>", x(s.x[i]),
+                         y(s.y[i]), s.hover.empty() ? 2.5 : 4.0, s.color, html_escape(hover));
     }
     out += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\"/>", d, s.color);
     items.push_back({s.name, s.color});

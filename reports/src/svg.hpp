@@ -11,6 +11,13 @@ struct Series {
   std::string name;
   std::string color;
   std::vector<double> x, y;  // NaN y values are gaps
+  std::vector<std::string> hover;  // per point, shown on hover; empty: "name: x = y"
+};
+
+// A shaded range behind the lines (a spread: min-max of the samples at x).
+struct Band {
+  std::string name, color;
+  std::vector<double> x, lo, hi;
 };
 
 struct LineChart {
@@ -20,8 +27,14 @@ struct LineChart {
   std::string shade_label;
   bool integer_x = false;    // x ticks on whole numbers only (steps, files)
   bool zero_based = false;   // y axis from 0 when every value is >= 0 (times, bytes, rates)
+  std::vector<std::string> x_names;  // with integer_x: tick x = k is labelled x_names[k - 1] (dates)
+  std::vector<Band> bands;
 };
 std::string line_chart(const LineChart& c);
+
+// Distinct tick labels for creation times "2026-11-29T03:00:07Z": "11-29 03:00",
+// with seconds when two share a minute, " #2" when two share a second.
+std::vector<std::string> date_tick_labels(const std::vector<std::string>& iso);
 
 // Byte values are drawn in the binary unit that suits the largest bar. A
 // limit far above the bars (over 4x) is stated in the legend instead of

@@ -63,9 +63,9 @@ for path in sorted(glob.glob(os.path.join(inputs, "**", "*.h5"), recursive=True)
                 want = (f"| step time (median) | {fmt_seconds(float(f['runs'][base].attrs['step_time_median_s']))} | "
                         f"{fmt_seconds(float(g.attrs['step_time_median_s']))} |")
                 check(want in md, f"{name}: comparison row {want!r} not in report.md")
-                def fraction(x):  # the report's fraction cell: 4 decimals, "-" when there is none (no closed form)
-                    return "-" if math.isnan(float(x)) else f"{float(x):.4f}"
-                want_b = (f"| bubble analytic | {fraction(f['runs'][base].attrs['bubble_analytic'])} | "
+                def fraction(x):  # the report's fraction cell: a percentage, 2 decimals, "-" when there is none
+                    return "-" if math.isnan(float(x)) else f"{100 * float(x):.2f}%"
+                want_b = (f"| bubble analytic (% of step) | {fraction(f['runs'][base].attrs['bubble_analytic'])} | "
                           f"{fraction(g.attrs['bubble_analytic'])} |")
                 check(want_b in md, f"{name}: comparison row {want_b!r} not in report.md")
                 checked_rows += 1

@@ -107,6 +107,10 @@ TEST_CASE("make_partition: explicit layers_per_stage, contiguous ranges, embeddi
   CHECK(p.stages[2].has_head);
   CHECK(layer_range_text(p.stages[1], 0) == "3-6");
   CHECK(layer_range_text(p.stages[1], 1) == "4-7");
+  // A failed run records -1, -1 for a rank that never built its stage: not "-1--1".
+  CHECK(built_range_text(-1, -1, 0) == "not built");
+  CHECK(built_range_text(-1, -1, 1) == "not built");
+  CHECK(built_range_text(3, 6, 1) == "4-7");
 
   run.layers_per_stage.clear();
   run.remainder = Remainder::last;

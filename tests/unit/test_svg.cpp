@@ -41,3 +41,30 @@ TEST_CASE("ticks: the labels of step times 3.62-3.64 s differ; whole numbers sta
   CHECK(std::count_if(t.begin(), t.end(), [](double v) { return v == std::round(v); }) == 2);
   CHECK(t.back() == 2.0);
 }
+
+TEST_CASE("trend dates: minute ticks, seconds when two share a minute, #n when two share a second", "[report][svg]") {
+  using pipebench::svg::date_tick_labels;
+  CHECK(date_tick_labels({"2026-11-28T03:00:07Z", "2026-11-29T03:00:09Z"}) ==
+        std::vector<std::string>{"11-28 03:00", "11-29 03:00"});
+  CHECK(date_tick_labels({"2026-11-30T16:23:16Z", "2026-11-30T16:23:18Z", "2026-11-29T01:00:00Z"}) ==
+        std::vector<std::string>{"11-30 16:23:16", "11-30 16:23:18", "11-29 01:00:00"});
+  CHECK(date_tick_labels({"2026-11-30T16:23:16Z", "2026-11-30T16:23:16Z", "2026-11-30T16:23:16Z"}) ==
+        std::vector<std::string>{"11-30 16:23:16", "11-30 16:23:16 #2", "11-30 16:23:16 #3"});
+  CHECK(date_tick_labels({"unknown", "2026-11-30T16:23:16Z"}) == std::vector<std::string>{"unknown", "11-30 16:23"});
+}
+
+TEST_CASE("line chart: named x ticks, point hovers and a band inside the y range", "[report][svg]") {
+  pipebench::svg::LineChart c;
+  c.title = "t";
+  c.integer_x = true;
+  c.zero_based = true;
+  c.x_names = {"11-28 03:00", "11-29 03:00"};
+  c.series.push_back({"median", "#000", {1, 2}, {1.0, 1.1}, {"first <file>", "second"}});
+  c.bands.push_back({"min-max", "#ccc", {1, 2}, {0.9, 1.0}, {1.2, 5.0}});
+  const std::string svg = pipebench::svg::line_chart(c);
+  CHECK(svg.find(">11-28 03:00</text>") != std::string::npos);
+  CHECK(svg.find(">11-29 03:00</text>") != std::string::npos);
+  CHECK(svg.find("<title>first &lt;file&gt;</title>") != std::string::npos);
+  CHECK(svg.find("<polygon class=\"band\"") != std::string::npos);
+  CHECK(svg.find("text-anchor=\"end\">4</text>") != std::string::npos);  // the band's top (5.0) widens the y axis
+}

@@ -112,4 +112,9 @@ std::string layer_range_text(const StageRange& s, int origin) {
   return fmt::format("{}-{}", s.first_layer + origin, s.last_layer() + origin);
 }
 
+std::string built_range_text(int first, int last, int origin) {
+  if (first < 0 || last < first) return "not built";
+  return fmt::format("{}-{}", first + origin, last + origin);
+}
+
 }  // namespace pipebench

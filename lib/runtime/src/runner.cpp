@@ -221,7 +221,7 @@ void print_run_summary(const RunResult& r, const RunPlan& rp) {
   for (std::size_t i = 0; i < r.peak_mem_bytes.size(); ++i) {
     const auto& l = r.stage_layers[i];
     fmt::print("     {:>5} {:>9} {:>12} {:>12} {:>12} {:>12} {:>9.1f}% {:>6}\n", i,
-               fmt::format("{}-{}", l[0] + r.spec.layers_per_stage_origin, l[1] + r.spec.layers_per_stage_origin),
+               built_range_text(l[0], l[1], r.spec.layers_per_stage_origin),
                format_seconds(counted_median(r.busy_s, r.is_warmup, i)), format_seconds(counted_median(r.comm_wait_s, r.is_warmup, i)),
                format_seconds(counted_median(r.idle_s, r.is_warmup, i)), format_bytes(static_cast<double>(r.peak_mem_bytes[i])),
                100.0 * static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]),
@@ -250,7 +250,7 @@ void print_dry_run(const RunPlan& rp, const std::vector<RankRecord>& records) {
     const auto& st = rp.partition.stages[static_cast<std::size_t>(r.rank)];
     const bool same = r.stage_layers[0] == st.first_layer && r.stage_layers[1] == st.last_layer();
     fmt::print("     {:>5} {:>11} {:>11} {:>14} {:>12}  {}\n", r.rank, layer_range_text(st, origin),
-               fmt::format("{}-{}", r.stage_layers[0] + origin, r.stage_layers[1] + origin), group_digits(r.stage_params),
+               built_range_text(r.stage_layers[0], r.stage_layers[1], origin), group_digits(r.stage_params),
                format_bytes(static_cast<double>(r.peak_mem_bytes)),
                r.failure != FailureKind::none ? r.failure_message : same ? "ok" : "MISMATCH");
   }

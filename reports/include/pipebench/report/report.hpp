@@ -74,6 +74,7 @@ struct TrendPoint {
   double throughput = 0.0;          // samples/s, median over counted steps
   double slowest_stage_s = 0.0;     // median busy time of the slowest stage
   std::vector<double> loss;         // per step, warm-up included; empty on sim
+  std::string git_sha;              // of the pipebench that wrote the file ("" when unrecorded)
 };
 
 // A series: the files of one job and run on one hardware fingerprint with one

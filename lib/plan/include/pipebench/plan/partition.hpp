@@ -51,5 +51,9 @@ Partition partition_from_sizes(const std::vector<int>& layers_per_stage);
 
 // "a-b" in the run's numbering origin (0 or 1).
 std::string layer_range_text(const StageRange& s, int origin);
+// A stage's built layers [first, last] (0-based) shown from `origin`; a rank
+// that never built its stage (a failed or interrupted run records -1, -1)
+// reads "not built".
+std::string built_range_text(int first, int last, int origin);
 
 }  // namespace pipebench
