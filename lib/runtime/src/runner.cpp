@@ -454,10 +454,16 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
   const int total_steps = job.train.warmup + job.train.repeats;
   const double grace = std::max(30.0, job.train.step_timeout_s);
   watchdog.arm(now_s() + (total_steps + 1) * job.train.step_timeout_s + grace, "run " + rp.run.name);
+  // The run's time left: the steps to go at the median step so far (the
+  // warm-up's first steps are often slower; the median discounts them).
+  std::vector<double> step_times;
   eo.on_step = [&](const StepProgress& s) {
-    fmt::print("  [{}] step {}/{}{:<8} time {:>12}  bubble {}  loss {}\n", rp.run.name, s.step + 1, total_steps,
+    step_times.push_back(s.step_time_s);
+    const int left = total_steps - (s.step + 1);
+    fmt::print("  [{}] step {}/{}{:<8} time {:>12}  bubble {}  loss {}{}\n", rp.run.name, s.step + 1, total_steps,
                s.warmup ? " warm-up" : "", format_seconds(s.step_time_s),
-               fmt_num(s.step_time_s > 0 ? 1.0 - s.busy_sum_s / (p * s.step_time_s) : NAN), fmt_num(s.loss, "{:.6f}"));
+               fmt_num(s.step_time_s > 0 ? 1.0 - s.busy_sum_s / (p * s.step_time_s) : NAN), fmt_num(s.loss, "{:.6f}"),
+               left > 0 ? fmt::format("  ETA {}", format_seconds(left * compute_stats(step_times).median)) : "");
     std::fflush(stdout);
   };
   const RankRecord rec = execute_run(job, rp, rc, *backend, *transport, eo);
