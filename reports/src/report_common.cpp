@@ -56,6 +56,19 @@ const Trend* trend_for(const ReportData& d, const FileView& f, const RunResult& 
   return nullptr;
 }
 
+namespace {
+// A verdict's reason on one line of at most about `most` characters, cut at a
+// word (the whole message is in the job's section below).
+std::string one_line(const std::string& text, std::size_t most = 100) {
+  std::string s = text.substr(0, text.find('\n'));
+  if (s.size() <= most) return s;
+  std::size_t cut = s.rfind(' ', most);
+  if (cut == std::string::npos || cut < most / 2) cut = most;
+  while (cut > 0 && (s[cut - 1] == ',' || s[cut - 1] == ';' || s[cut - 1] == ':')) --cut;
+  return s.substr(0, cut) + " …";
+}
+}  // namespace
+
 VerdictTable verdict_table(const ReportData& d) {
   VerdictTable v;
   v.header = {"job", "run", "status", "decision", "why", "speedup vs baseline (95% interval)", "slowest stage (median busy)",
@@ -71,9 +84,9 @@ VerdictTable verdict_table(const ReportData& d) {
     if (f.role != "job") continue;
     for (const auto& rv : f.runs) {
       const RunResult& r = *rv.run;
-      const std::string why = r.status == RunStatus::failed    ? fmt::format("{}: {}", failure_origin(r), r.failure_message)
-                              : r.status == RunStatus::skipped ? r.failure_message
-                                                               : decision_headline(r);
+      const std::string why = one_line(r.status == RunStatus::failed    ? fmt::format("{}: {}", failure_origin(r), r.failure_message)
+                                       : r.status == RunStatus::skipped ? r.failure_message
+                                                                        : decision_headline(r));
       double worst = std::numeric_limits<double>::quiet_NaN();
       for (std::size_t i = 0; i < r.peak_mem_bytes.size() && i < r.memory_capacity_bytes.size(); ++i) {
         const double frac = static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]);

@@ -312,8 +312,8 @@ std::string render_html(const ReportData& d) {
                    100 * rule.threshold, rule.noise_k, rule.cv_factor);
   // The answer first: every run's verdict, failures and missing results first (in red).
   if (const VerdictTable v = verdict_table(d); !v.rows.empty())
-    s += "<h2 id=\"verdicts\">Verdicts</h2>" +
-         table(v.header, v.rows, v.row_classes, {false, false, false, false, false, true, true, true, true, false});
+    s += "<h2 id=\"verdicts\">Verdicts</h2><div class=\"verdicts\">" +
+         table(v.header, v.rows, v.row_classes, {false, false, false, false, false, true, true, true, true, false}) + "</div>";
   if (!d.missing_jobs.empty()) {
     s += "<div class=\"notice\" id=\"missing\"><b>Missing results</b> (expected jobs without a results file: the job "
          "failed before writing one, was cancelled, or never ran)<ul>";
