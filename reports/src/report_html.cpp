@@ -295,6 +295,14 @@ std::string trend_chart(const Trend& t) {
   return svg::line_chart(c);
 }
 
+// A table's cells that are exactly "regression" or "improvement", coloured.
+std::string colour_trend_verdicts(std::string tbl) {
+  for (const char* v : {"regression", "improvement"})
+    for (std::size_t pos = 0; (pos = tbl.find(std::string("<td>") + v + "</td>", pos)) != std::string::npos; pos += 4)
+      tbl.replace(pos, 4, std::string("<td class=\"verdict-") + v + "\">");
+  return tbl;
+}
+
 }  // namespace
 
 std::string render_html(const ReportData& d) {
@@ -313,7 +321,8 @@ std::string render_html(const ReportData& d) {
   // The answer first: every run's verdict, failures and missing results first (in red).
   if (const VerdictTable v = verdict_table(d); !v.rows.empty())
     s += "<h2 id=\"verdicts\">Verdicts</h2><div class=\"verdicts\">" +
-         table(v.header, v.rows, v.row_classes, {false, false, false, false, false, true, true, true, true, false}) + "</div>";
+         colour_trend_verdicts(table(v.header, v.rows, v.row_classes, {false, false, false, false, false, true, true, true, true, false})) +
+         "</div>";
   if (!d.missing_jobs.empty()) {
     s += "<div class=\"notice\" id=\"missing\"><b>Missing results</b> (expected jobs without a results file: the job "
          "failed before writing one, was cancelled, or never ran)<ul>";
@@ -339,10 +348,7 @@ std::string render_html(const ReportData& d) {
     std::string tbl = table(
         {"job", "run", "hardware", "workload", "files", "newest median step", "change", "p-value", "verdict", "evidence"},
         rows, classes, {false, false, false, false, true, true, true, true, false, false});
-    for (const char* v : {"regression", "improvement"})  // colour the verdict cells
-      for (std::size_t pos = 0; (pos = tbl.find(std::string("<td>") + v + "</td>", pos)) != std::string::npos; pos += 4)
-        tbl.replace(pos, 4, std::string("<td class=\"verdict-") + v + "\">");
-    s += tbl;
+    s += colour_trend_verdicts(std::move(tbl));
     s += "<div class=\"charts\">";
     for (const auto& t : d.trends)
       if (t.points.size() > 1) s += trend_chart(t);
