@@ -9,6 +9,8 @@
 
 namespace pipebench {
 
+extern const char* const kBuildGitSha;  // git_sha.cpp, generated at build time
+
 namespace {
 
 std::string env_or(const char* name, const std::string& fallback) {
@@ -40,7 +42,7 @@ const std::vector<std::string>& provenance_env_allow_list() {
   return names;
 }
 
-std::string build_git_sha() { return PIPEBENCH_GIT_SHA; }
+std::string build_git_sha() { return kBuildGitSha; }
 std::string build_type() { return PIPEBENCH_BUILD_TYPE; }
 
 std::string slurm_job_id() { return env_or("SLURM_JOB_ID", ""); }

@@ -15,8 +15,9 @@ const std::vector<std::string>& provenance_env_allow_list();
 // Attributes of /provenance for this process (call on rank 0 after MPI_Init).
 std::map<std::string, std::string> collect_provenance();
 
-// This build: the git commit it was configured at ("unknown" outside a
-// checkout) and the CMake build type.
+// This build: the git commit it was built from ("-dirty" when tracked files
+// differed from it, "unknown" outside a checkout; tools/cmake/git_sha.cmake)
+// and the CMake build type.
 std::string build_git_sha();
 std::string build_type();
 
