@@ -61,17 +61,18 @@ std::string table(const std::vector<std::string>& header, const std::vector<std:
   return s + "</tbody></table>";
 }
 
-// Measured Gantt of one counted step: compute bars, the wait for input before
-// actions that receive, idle gaps, and the end of step (gradient reduction,
-// optimizer, waiting) after the last action.
-// The legend entries of a Gantt chart: W only when the schedule splits its backward.
-std::vector<std::pair<std::string, std::string>> action_legend(bool split) {
-  std::vector<std::pair<std::string, std::string>> l{{"forward", kForward},
-                                                     {split ? "backward (input gradient)" : "backward", kBackward}};
+// The legend entries of a Gantt chart: forward; backward in training; W only
+// when the schedule splits its backward.
+std::vector<std::pair<std::string, std::string>> action_legend(RunMode mode, bool split) {
+  std::vector<std::pair<std::string, std::string>> l{{"forward", kForward}};
+  if (mode == RunMode::train) l.emplace_back(split ? "backward (input gradient)" : "backward", kBackward);
   if (split) l.emplace_back("weight gradient (W)", kWeight);
   return l;
 }
 
+// Measured Gantt of one counted step: compute bars, the wait for input before
+// actions that receive, idle gaps, and the end of step (gradient reduction,
+// optimizer, waiting; inference: waiting) after the last action.
 std::string measured_gantt(const RunView& v, const Schedule* sched) {
   const RunResult& r = *v.run;
   const int P = r.spec.pipeline_size, k = v.gantt_step;
@@ -113,7 +114,7 @@ std::string measured_gantt(const RunView& v, const Schedule* sched) {
     }
     if (g.t_end > t) g.bars.push_back({rank, t, g.t_end, kTail, "", "end of step: " + tail});
   }
-  g.legend = action_legend(split);
+  g.legend = action_legend(r.spec.mode, split);
   for (const auto& l : std::vector<std::pair<std::string, std::string>>{
            {"waiting for input", kWait}, {"idle", kIdle}, {train ? "reduction + optimizer" : "end of step", kTail}})
     g.legend.push_back(l);
@@ -135,7 +136,7 @@ std::string simulated_gantt(const RunView& v, const Schedule& s) {
     const char* color = a.action.kind == ActionKind::F ? kForward : a.action.kind == ActionKind::B ? kBackward : kWeight;
     g.bars.push_back({a.rank, a.start, a.end, color, name, fmt::format("{} {:.6f}-{:.6f} s", name, a.start, a.end)});
   }
-  g.legend = action_legend(s.split_backward());
+  g.legend = action_legend(r.spec.mode, s.split_backward());
   return svg::gantt(g);
 }
 

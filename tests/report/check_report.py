@@ -79,6 +79,17 @@ check(re.search(r"<td>oom</td><td>failed</td>.*?oom on rank 0: rank 0: out of me
 check("| oom | failed |" in md, "oom run in report.md")
 check(any(r["status"] == "skipped" for r in summary["runs"]), "skipped runs are listed")
 
+# Legends per mode: an inference timeline has no backward and no optimizer.
+gantts = re.findall(r'<svg[^>]*aria-label="([^"]*): measured step[^"]*"(.*?)</svg>', html, re.S)
+inference = [body for name, body in gantts if name == "inference2"]
+training = [body for name, body in gantts if name != "inference2"]
+check(len(inference) >= 1 and len(training) >= 1, f"measured timelines: {[n for n, _ in gantts]}")
+for body in inference:
+    check(">end of step</text>" in body and "reduction + optimizer" not in body and ">backward" not in body,
+          "the inference timeline's legend: forward and end of step only")
+for body in training:
+    check(">reduction + optimizer</text>" in body, "a training timeline's legend names the reduction and optimizer")
+
 # Escaping: the hostile description appears only escaped.
 check("<script>" not in html.lower(), "an unescaped <script> in index.html")
 # report.md too: Markdown renderers pass raw HTML through.
