@@ -18,7 +18,7 @@ STEP = ["step_time_s", "is_warmup", "loss", "slowest_stage_s", "bubble_measured"
 STEP_RANK = ["busy_s", "comm_wait_s", "comm_transfer_s", "idle_s", "forward_s", "backward_s", "optimizer_s"]
 RANK = ["peak_mem_bytes", "memory_capacity_bytes", "stage_params", "peak_live_activations"] + [
     f"peak_mem_{c}_bytes" for c in ["params", "grads", "optimizer", "activations", "workspace", "comm"]]
-EVENT_FIELDS = ["step", "rank", "kind", "microbatch", "chunk", "start_s", "end_s"]
+EVENT_FIELDS = ["step", "rank", "kind", "microbatch", "chunk", "start_s", "end_s", "wait_s"]
 
 path = sys.argv[1]
 missing = []
@@ -46,6 +46,15 @@ with h5py.File(path, "r") as f:
         if status == "ok":
             assert steps == g.attrs["warmup"] + g.attrs["repeats"], (name, steps)
             assert len(g["events"]) > 0
+            # Each action's receive wait; per step and rank they sum to comm_wait_s.
+            ev, cw = g["events"][:], g["comm_wait_s"][:]
+            sums = {}
+            for e in ev:
+                assert e["wait_s"] >= 0, (name, e)
+                key = (int(e["step"]), int(e["rank"]))
+                sums[key] = sums.get(key, 0.0) + float(e["wait_s"])
+            for (step, rank), total in sums.items():
+                assert abs(total - cw[step][rank]) <= 1e-9 * max(1.0, total), (name, step, rank, total, cw[step][rank])
 if missing:
     print("missing: " + ", ".join(missing))
     sys.exit(1)
