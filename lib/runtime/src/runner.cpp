@@ -413,7 +413,10 @@ std::unique_ptr<Transport> make_transport(const Job& job, const RunPlan& rp, Run
   if (job.device.backend == BackendKind::sim)
     link = {true, job.device.sim_load * job.device.sim_link_latency_us * 1e-6,
             job.device.sim_link_gbps * 1e9 / job.device.sim_load};
-  return std::make_unique<MpiTransport>(rc, rp.schedule.chunks_per_rank, rp.run.num_microbatches, link);
+  // Test hook: PIPEBENCH_MPI_MAX_MESSAGE_BYTES splits payloads as a 2 GiB one is split.
+  std::size_t max_part = kMaxMessageBytes;
+  if (const char* env = std::getenv("PIPEBENCH_MPI_MAX_MESSAGE_BYTES")) max_part = std::strtoull(env, nullptr, 10);
+  return std::make_unique<MpiTransport>(rc, rp.schedule.chunks_per_rank, rp.run.num_microbatches, link, max_part);
 }
 
 // Everything one run needs besides its plan, the same for every run of a job.

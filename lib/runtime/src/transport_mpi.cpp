@@ -1,5 +1,8 @@
 #include "pipebench/runtime/transport_mpi.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+
 #include <fmt/format.h>
 
 #include "pipebench/core/clock.hpp"
@@ -10,8 +13,18 @@ namespace {
 char letter(int kind) { return kind == static_cast<int>(ActionKind::F) ? 'F' : 'B'; }
 }  // namespace
 
-MpiTransport::MpiTransport(RunComm& comm, int chunks_per_rank, int num_microbatches, LinkModel link)
-    : comm_(comm), chunks_(chunks_per_rank), microbatches_(num_microbatches), link_(link) {
+std::vector<std::pair<std::size_t, std::size_t>> message_parts(std::size_t bytes, std::size_t max_part) {
+  if (max_part == 0) throw Error("message_parts: the largest part must be at least 1 byte");
+  std::vector<std::pair<std::size_t, std::size_t>> parts;
+  for (std::size_t offset = 0; offset < bytes; offset += max_part) parts.emplace_back(offset, std::min(max_part, bytes - offset));
+  return parts;
+}
+
+MpiTransport::MpiTransport(RunComm& comm, int chunks_per_rank, int num_microbatches, LinkModel link,
+                           std::size_t max_part_bytes)
+    : comm_(comm), chunks_(chunks_per_rank), microbatches_(num_microbatches), link_(link), max_part_(max_part_bytes) {
+  if (max_part_ == 0 || max_part_ > kMaxMessageBytes)
+    throw Error(fmt::format("MPI transport: message parts of {} bytes (1 to {})", max_part_, kMaxMessageBytes));
   int* ub = nullptr;
   int flag = 0;
   PIPEBENCH_MPI_CHECK(MPI_Comm_get_attr(comm_.comm(), MPI_TAG_UB, &ub, &flag));
@@ -39,8 +52,9 @@ void MpiTransport::send(int peer, const BoundaryKey& key, const Buffer& buf) {
   MPI_Request req;
   PIPEBENCH_MPI_CHECK(MPI_Isend(&headers_.back(), sizeof(Header), MPI_BYTE, peer, tag(key, 0), comm_.comm(), &req));
   sends_.push_back(req);
-  if (buf.bytes > 0) {
-    PIPEBENCH_MPI_CHECK(MPI_Isend(buf.data, static_cast<int>(buf.bytes), MPI_BYTE, peer, tag(key, 1), comm_.comm(), &req));
+  for (const auto& [offset, size] : message_parts(buf.bytes, max_part_)) {
+    PIPEBENCH_MPI_CHECK(MPI_Isend(static_cast<char*>(buf.data) + offset, static_cast<int>(size), MPI_BYTE, peer, tag(key, 1),
+                                  comm_.comm(), &req));
     sends_.push_back(req);
   }
 }
@@ -70,7 +84,7 @@ RecvTiming MpiTransport::recv(int peer, const BoundaryKey& key, const Buffer& bu
                             comm_.rank(), letter(static_cast<int>(key.kind)), key.microbatch, key.chunk, key.step,
                             buf.logical_bytes, peer, letter(h.kind), h.microbatch, h.chunk, h.step, h.logical_bytes));
   const double ready = now_s();
-  if (buf.bytes > 0) receive(buf.data, buf.bytes, 1);
+  for (const auto& [offset, size] : message_parts(buf.bytes, max_part_)) receive(static_cast<char*>(buf.data) + offset, size, 1);
   if (link_.enabled) {
     const double arrival = h.send_time_s + link_.latency_s + 8.0 * static_cast<double>(h.logical_bytes) / link_.bits_per_s;
     sleep_until_s(step_start_s_ + arrival);

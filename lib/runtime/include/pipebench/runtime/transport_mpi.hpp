@@ -7,14 +7,27 @@
 // modelled arrival: send time + latency + logical bytes / bandwidth. Send
 // times are relative to each rank's step barrier, so no global clock is
 // needed.
+//
+// MPI counts are int: a payload of 2 GiB or more travels as consecutive
+// parts of at most kMaxMessageBytes on one tag (MPI keeps their order between
+// one pair of ranks), received part by part into the same buffer.
 #pragma once
 
+#include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "pipebench/runtime/mpi_comm.hpp"
 #include "pipebench/runtime/transport.hpp"
 
 namespace pipebench {
+
+// 1 GiB: far below INT_MAX bytes.
+inline constexpr std::size_t kMaxMessageBytes = std::size_t{1} << 30;
+
+// The [offset, size) parts of a `bytes` payload, each at most `max_part`
+// (> 0) bytes, in order; none for 0 bytes.
+std::vector<std::pair<std::size_t, std::size_t>> message_parts(std::size_t bytes, std::size_t max_part);
 
 struct LinkModel {
   bool enabled = false;
@@ -24,7 +37,9 @@ struct LinkModel {
 
 class MpiTransport final : public Transport {
  public:
-  MpiTransport(RunComm& comm, int chunks_per_rank, int num_microbatches, LinkModel link);
+  // max_part_bytes: the largest message (kMaxMessageBytes; tests make it small).
+  MpiTransport(RunComm& comm, int chunks_per_rank, int num_microbatches, LinkModel link,
+               std::size_t max_part_bytes = kMaxMessageBytes);
 
   void begin_step(double step_start_s) override;
   void send(int peer, const BoundaryKey& key, const Buffer& buf) override;
@@ -44,6 +59,7 @@ class MpiTransport final : public Transport {
   RunComm& comm_;
   int chunks_, microbatches_;
   LinkModel link_;
+  std::size_t max_part_;
   double step_start_s_ = 0.0;
   std::vector<MPI_Request> sends_;
   std::vector<Header> headers_;  // kept alive until complete_sends(); reserved so never reallocated mid-step
