@@ -260,7 +260,12 @@ void CudaBackend::build(const StageSpec& spec) {
   spec_ = spec;
   dt_ = spec.dtype;
   e_ = dtype_bytes(dt_);
-  if (dt_ != DType::fp32) cublas_check(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  // bf16/fp16 GEMMs on tensor cores, but their reductions in fp32, as the
+  // docs promise: cuBLAS's default would allow reduced-precision reductions.
+  if (dt_ != DType::fp32)
+    cublas_check(cublasSetMathMode(cublas_, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                                                      CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+                 "cublasSetMathMode");
   const ModelSpec& ms = job_.model;
   const ModelDesc model(ms, dt_);
   const std::int64_t h = ms.hidden, V = ms.vocab;
@@ -372,6 +377,12 @@ void CudaBackend::upload_tokens(int mb, std::int32_t* dst, bool targets) {
   std::vector<std::int32_t> tok, tgt;
   synthetic_batch(job_.model, step_, mb, spec_.micro_batch_size, tok, tgt);
   const auto& src = targets ? tgt : tok;
+  // An id outside the vocabulary would index past the embedding (or the
+  // logits) on the device, silently: checked here, where it is cheap.
+  for (std::size_t i = 0; i < src.size(); ++i)
+    if (src[i] < 0 || src[i] >= job_.model.vocab)
+      throw Error(fmt::format("cuda backend: {} {} of micro-batch {} is {}, outside the vocabulary [0, {})",
+                              targets ? "target" : "token", i, mb, src[i], job_.model.vocab));
   cuda_check(cudaMemcpyAsync(dst, src.data(), src.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice, stream_), kWho,
              "uploading tokens");
   cuda_check(cudaStreamSynchronize(stream_), kWho, "uploading tokens");  // `src` dies here
