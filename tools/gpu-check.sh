@@ -1,99 +1,136 @@
 #!/usr/bin/env bash
-# The GPU check of the cuda backend and the NCCL transport, for a machine
-# with at least one NVIDIA GPU (about 5-8 minutes on one H200 from a clean
-# clone). Steps, each PASS or FAIL in the summary at the end:
-#   1. build (Release, PIPEBENCH_CUDA=ON, for this GPU's architecture) into build-gpu/
-#   2. the GPU-labelled tests: cuda vs cpu on a tiny model (fp32 losses and
-#      gradient norms within 1e-4, bf16/fp16 losses within 2e-2 over 5 steps),
-#      memory == plan, OOM, and whole `pipebench run --backend cuda` programs
-#   3. cuBLAS GEMM TFLOP/s (fp32, bf16, fp16) at the workload's shapes
-#   4. the 1-GPU baseline of jobs/gpu/gpt_350m_cuda.toml (350M GPT, bf16):
-#      step time, model TFLOP/s and peak memory
-#   5. its 2-stage pipeline as 2 ranks on GPU 0 with the MPI transport (NCCL
-#      refuses one GPU twice), so the executor runs on the device
-#   6. with 2 or more GPUs: the same pipeline over NCCL
-# Usage: tools/gpu-check.sh [OUTDIR]   (results and logs; default gpu-check-out)
-# Needs the build dependencies of scripts/bootstrap.sh (installed here when
-# missing and apt can reach a mirror) and the CUDA toolkit under /usr/local/cuda.
+# The GPU check of the cuda backend, as one command on a GPU machine, from the
+# device bundle (tools/gpu-bundle.sh; nothing is installed or built there).
+# Every step runs under `timeout` and within a total budget (GPU_CHECK_BUDGET_S,
+# default 540 s: the device tool's 10-minute call with time to spare); a step
+# that no longer fits is SKIPPED, never cut off mid-way. Steps, most telling
+# first:
+#   gpu-tests     cuda vs cpu cross-checks (fp32 within 1e-4, bf16/fp16 within
+#                 2e-2 of the cpu fp32 losses), memory tracker, OOM (gpu_tests)
+#   gemm          cuBLAS TFLOP/s at the 350M GPT's shapes, random inputs
+#   torch-gemm    PyTorch matmul at the same shapes: the reference
+#   baseline-1gpu jobs/gpu/gpt_350m_cuda.toml, 1 rank (bf16 350M GPT)
+#   torch-gpt     PyTorch bf16 training step of the same GPT: the peer
+#   pipeline-2ranks-1gpu  its 2-stage 1F1B as 2 ranks on GPU 0 over MPI
+#   sanitizer     compute-sanitizer memcheck on the smallest cross-check
+# Writes OUT/summary.json (steps with verdict and seconds; GEMM TFLOP/s beside
+# torch's; step times beside torch's; cross-check and sanitizer lines) and one
+# log per step (each at most 16 MiB), all in OUT itself.
+# Usage: tools/gpu-check.sh [OUT]   (default: $OUT, else gpu-check-out)
+#   GPU_BUNDLE=DIR  the bundle (default gpu-bundle; env.sh is sourced unless
+#                   PIPEBENCH_BUNDLE is already set)
+# On the device tool: run(command="bash tools/gpu-check.sh", carry=["gpu-bundle"],
+# timeout_s=590) after `bash tools/gpu-bundle.sh` here (docs/cuda-backend.md).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-out=${1:-gpu-check-out}
-build=${PIPEBENCH_GPU_BUILD:-build-gpu}
+source scripts/lib-help.sh
+pipebench_help "$0" "$@"
+out=${1:-${OUT:-gpu-check-out}}
 mkdir -p "$out"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-declare -a summary=()
+out=$(cd "$out" && pwd)
+budget=${GPU_CHECK_BUDGET_S:-540}
+if [[ -z ${PIPEBENCH_BUNDLE:-} ]]; then
+  bundle=${GPU_BUNDLE:-gpu-bundle}
+  [[ -f $bundle/env.sh ]] || { echo "gpu-check: no bundle at $bundle (make one with tools/gpu-bundle.sh)" >&2; exit 2; }
+  source "$bundle/env.sh"
+fi
+export PIPEBENCH_SOURCE_DIR=$PWD OMPI_MCA_rmaps_base_oversubscribe=1
+# PyTorch and the summary use the machine's own libraries, not the bundle's.
+py() { env -u LD_LIBRARY_PATH python3 "$@"; }
+
+declare -a steps=()
 failed=0
-step() {  # step NAME COMMAND...: runs, logs to $out/NAME.log, records PASS/FAIL
-  local name=$1
-  shift
+step() {  # step NAME TIMEOUT_S COMMAND...: runs within the budget, logs to OUT/NAME.log
+  local name=$1 limit=$2
+  shift 2
+  if ((SECONDS + limit > budget)); then
+    steps+=("$name SKIP 0 (left of the ${budget}s budget: $((budget - SECONDS))s, the step may take ${limit}s)")
+    echo "=== $name: SKIPPED (time budget)"
+    return 1
+  fi
   local t0=$SECONDS
   echo
-  echo "=== $name: $*"
-  "$@" 2>&1 | tee "$out/$name.log"
-  local rc=${PIPESTATUS[0]}
+  echo "=== $name (at most ${limit}s): $*"
+  timeout --kill-after=10 "$limit" "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  truncate -s '<16M' "$out/$name.log"
+  tail -n 25 "$out/$name.log"
   local verdict=PASS
-  ((rc == 0)) || { verdict="FAIL (exit $rc)"; failed=1; }
-  summary+=("$(printf '%-22s %-16s %4ds' "$name" "$verdict" $((SECONDS - t0)))")
+  if ((rc == 124 || rc == 137)); then verdict=TIMEOUT; elif ((rc != 0)); then verdict=FAIL; fi
+  [[ $verdict == PASS ]] || failed=1
+  steps+=("$name $verdict $((SECONDS - t0)) exit $rc")
   return "$rc"
 }
 
-echo "pipebench gpu-check $(git rev-parse --short HEAD 2>/dev/null) on $(hostname), $(date -u +%FT%TZ)"
-if ! nvidia-smi -L; then
-  echo "gpu-check: no NVIDIA GPU visible (nvidia-smi -L failed); nothing to check" >&2
-  exit 7
+echo "pipebench gpu-check on $(hostname), $(date -u +%FT%TZ), bundle $PIPEBENCH_BUNDLE"
+nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader > "$out/gpu.txt" 2>&1 ||
+  { cat "$out/gpu.txt"; echo "gpu-check: no NVIDIA GPU visible (nvidia-smi failed)" >&2; exit 7; }
+cat "$out/gpu.txt"
+pipebench --version > "$out/version.txt" 2>&1; head -3 "$out/version.txt"
+
+# 4096 tokens (micro-batch 4 x seq 1024) through hidden 1024: qkv, fc1, LM head; then the square reference.
+shapes=(4096 3072 1024 4096 4096 1024 4096 50304 1024 4096 4096 4096)
+gpt=(--hidden 1024 --layers 24 --heads 16 --ffn 4096 --seq 1024 --vocab 50304 --mbs 4 --m 4 --dtype bf16)
+job=jobs/gpu/gpt_350m_cuda.toml
+step gpu-tests 150 gpu_tests
+step gemm 60 bench_cuda_gemm "${shapes[@]}"
+step torch-gemm 90 env -u LD_LIBRARY_PATH python3 tools/torch_reference.py gemm "${shapes[@]}"
+step baseline-1gpu 150 pipebench run "$job" --run baseline -o "$out/results"
+step torch-gpt 120 env -u LD_LIBRARY_PATH python3 tools/torch_reference.py gpt "${gpt[@]}"
+step pipeline-2ranks-1gpu 180 env CUDA_VISIBLE_DEVICES=0 mpirun -np 2 -x CUDA_VISIBLE_DEVICES -x LD_LIBRARY_PATH \
+  -x PIPEBENCH_SOURCE_DIR pipebench run "$job" --run pp2 --set device.transport=mpi -o "$out/results"
+step sanitizer 150 compute-sanitizer --tool memcheck --error-exitcode 9 gpu_tests \
+  "cuda fp32 matches the cpu backend: single stage"
+if compgen -G "$out/results/*/*.h5" >/dev/null; then
+  pipebench report "$out"/results/*/*.h5 -o "$out/report" > "$out/report.log" 2>&1 || true
 fi
-gpus=$(nvidia-smi -L | grep -c '^GPU')
-arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.[:space:]')
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
-build_all() {
-  local pkgs=(cmake ninja-build g++ pkg-config libopenmpi-dev openmpi-bin libhdf5-dev libtoml11-dev libcli11-dev
-              libfmt-dev libopenblas-dev catch2)
-  local missing=()
-  if command -v dpkg-query >/dev/null; then
-    for p in "${pkgs[@]}"; do
-      dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-    done
-  fi
-  if ((${#missing[@]})); then
-    echo "installing ${missing[*]}"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" ||
-      { echo "gpu-check: cannot install ${missing[*]}" >&2; return 1; }
-  fi
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPIPEBENCH_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES="${arch:-90}" -DPIPEBENCH_BUILD_MICROBENCH=OFF &&
-    cmake --build "$build" -j "$(nproc)" --target pipebench gpu_tests verify_results bench_cuda_gemm
+printf '%s\n' "${steps[@]}" > "$out/steps.txt"
+py - "$out" <<'PY'
+import glob, json, os, re, sys
+out = sys.argv[1]
+def text(name):
+    p = os.path.join(out, name)
+    return open(p, errors="replace").read() if os.path.exists(p) else ""
+def last_json(name):
+    for line in reversed(text(name).splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return None
+steps = []
+for line in text("steps.txt").splitlines():
+    name, verdict, seconds, *rest = line.split(" ", 3) + [""]
+    steps.append({"step": name, "verdict": verdict, "seconds": int(seconds), "note": " ".join(rest).strip()})
+gemm = [dict(zip(("M", "N", "K", "fp32", "bf16", "fp16"), map(float, m.groups())))
+        for m in re.finditer(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s", text("gemm.log"), re.M)]
+torch_gemm = (last_json("torch-gemm.log") or {}).get("gemm_tflops", [])
+for g, t in zip(gemm, torch_gemm):
+    for k in ("fp32", "bf16", "fp16"):
+        g[f"torch_{k}"] = t.get(k)
+        g[f"ratio_{k}"] = g[k] / t[k] if t.get(k) else None
+runs = {}
+summary = os.path.join(out, "report", "summary.json")
+if os.path.exists(summary):
+    for r in json.load(open(summary))["runs"]:
+        runs[r["run"]] = {k: r.get(k) for k in ("status", "failure_kind", "step_time_median_s", "bubble_measured",
+                                               "peak_mem_max_bytes", "decision")}
+torch_gpt = last_json("torch-gpt.log") or {}
+base = runs.get("baseline", {}).get("step_time_median_s")
+peer = torch_gpt.get("gpt_step_time_median_s")
+result = {
+    "gpu": text("gpu.txt").strip(), "version": text("version.txt").strip().splitlines()[:1],
+    "steps": steps, "passed": all(s["verdict"] == "PASS" for s in steps),
+    "cross_check": [l for l in text("gpu-tests.log").splitlines() if re.search(r"loss|norm|passed|failed|SKIP", l)][-20:],
+    "gemm_tflops": gemm, "runs": runs,
+    "torch_gpt_step_time_median_s": peer,
+    "baseline_vs_torch_step_ratio": base / peer if base and peer else None,
+    "sanitizer": [l for l in text("sanitizer.log").splitlines() if "ERROR SUMMARY" in l or "error" in l.lower()][-5:],
 }
-
-# The gpu tests; skipping the cross-check (no usable GPU after all) is a failure here.
-gpu_tests() {
-  local log="$out/ctest-gpu.txt"
-  ctest --test-dir "$build" -L gpu --output-on-failure -V >"$log" 2>&1
-  local rc=$?
-  grep -E "SKIP|Passed|Failed|Skipped|tests passed" "$log"
-  if grep -q "gpu.cross_check .*Skipped" "$log"; then
-    echo "FAIL: gpu.cross_check was skipped: $(grep -m1 'SKIP:' "$log")"
-    return 1
-  fi
-  return $rc
-}
-
-if step build build_all; then
-  step gpu-tests gpu_tests
-  # 4096 tokens (micro-batch 4 x seq 1024) through hidden 1024: qkv, fc1, LM head; then the square reference.
-  step gemm "$build/bench/bench_cuda_gemm" 4096 3072 1024 4096 4096 1024 4096 50304 1024 4096 4096 4096
-  step baseline-1gpu "$build/bench/pipebench" run jobs/gpu/gpt_350m_cuda.toml --run baseline -o "$out/results"
-  step pipeline-2ranks-1gpu env CUDA_VISIBLE_DEVICES=0 mpirun -np 2 -x CUDA_VISIBLE_DEVICES \
-    "$build/bench/pipebench" run jobs/gpu/gpt_350m_cuda.toml --set device.transport=mpi -o "$out/results"
-  if ((gpus >= 2)); then
-    step pipeline-nccl-2gpus mpirun -np 2 "$build/bench/pipebench" run jobs/gpu/gpt_350m_cuda.toml -o "$out/results"
-  else
-    summary+=("$(printf '%-22s %-16s' pipeline-nccl-2gpus "SKIP (1 GPU)")")
-  fi
-fi
+json.dump(result, open(os.path.join(out, "summary.json"), "w"), indent=1)
+print(json.dumps({k: result[k] for k in ("passed", "baseline_vs_torch_step_ratio")}))
+PY
 
 echo
-echo "=== gpu-check summary ($gpus GPU(s), sm_${arch:-?}, ${SECONDS}s)"
-printf '%s\n' "${summary[@]}"
-grep -h -E "step time median|model TFLOP/s|peak mem|^\s+[0-9]+ +[0-9]+-[0-9]+ " "$out"/baseline-1gpu.log "$out"/pipeline-*.log 2>/dev/null
+echo "=== gpu-check summary (${SECONDS}s of ${budget}s): $out/summary.json"
+printf '  %s\n' "${steps[@]}"
 exit $failed

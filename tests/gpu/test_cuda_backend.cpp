@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -28,8 +29,15 @@ using namespace pipebench;
 
 namespace {
 
+// The checkout: PIPEBENCH_SOURCE_DIR in the environment (the device bundle
+// runs these tests from another machine's copy of it), else the build's.
+std::string source_dir() {
+  const char* env = std::getenv("PIPEBENCH_SOURCE_DIR");
+  return env && *env ? env : PIPEBENCH_SOURCE_DIR;
+}
+
 Job tiny_job(std::vector<std::string> overrides = {}) {
-  return load_job(PIPEBENCH_SOURCE_DIR "/tests/data/gpu/tiny.toml", overrides);
+  return load_job(source_dir() + "/tests/data/gpu/tiny.toml", overrides);
 }
 
 struct StepFigures {
