@@ -1,8 +1,9 @@
 // Own kernels of the cuda backend (kernels.hpp). One template per kernel over
 // the storage type T (float, __nv_bfloat16, __half), fp32 arithmetic inside,
 // dispatched on DType at the launcher. Deliberately plain: one thread per
-// element, one warp per row, one thread per column for column sums; fixed
-// reduction orders, no atomics.
+// element, one warp per row; column sums (bias and LayerNorm parameter
+// gradients) by blocks of 32 columns x 16 row lanes combined in lane order;
+// fixed reduction orders, no atomics: bit-repeatable.
 #include "kernels.hpp"
 
 #include "pipebench/backends/cuda_check.hpp"
@@ -23,6 +24,10 @@ namespace {
 constexpr float kLnEps = 1e-5f;
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr int kThreads = 256;
+// Column sums: a block owns kColTile columns; its kRowLanes lanes take every
+// kRowLanes-th row; the lanes' partial sums are added in lane order.
+constexpr int kColTile = 32;
+constexpr int kRowLanes = 16;
 
 __device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -57,6 +62,8 @@ __device__ V block_reduce(V v, Op op, V* shared) {
   for (int w = 1; w < kThreads / 32; ++w) r = op(r, shared[w]);
   return r;
 }
+
+unsigned column_blocks(int C) { return static_cast<unsigned>((C + kColTile - 1) / kColTile); }
 
 unsigned blocks_for(std::int64_t n, int threads = kThreads) {
   const std::int64_t b = (n + threads - 1) / threads;
@@ -135,21 +142,31 @@ __global__ void layernorm_backward_dx_k(const T* dout, const T* x, const T* gamm
   }
 }
 
-// dgamma, dbeta: one thread per column, rows in order.
+// dgamma, dbeta: column sums (kColTile x kRowLanes blocks, lanes added in order).
 template <typename T>
 __global__ void layernorm_backward_params_k(const T* dout, const T* x, const T* mean, const T* rstd, T* dgamma, T* dbeta,
                                             int T_, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  __shared__ float part_g[kRowLanes][kColTile + 1], part_b[kRowLanes][kColTile + 1];
+  const int c = blockIdx.x * kColTile + threadIdx.x;
   float dg = 0.0f, db = 0.0f;
-  for (int t = 0; t < T_; ++t) {
-    const std::int64_t i = std::int64_t{t} * C + c;
-    const float d = to_f(dout[i]);
-    db += d;
-    dg += (to_f(x[i]) - to_f(mean[t])) * to_f(rstd[t]) * d;
+  if (c < C)
+    for (int t = threadIdx.y; t < T_; t += kRowLanes) {
+      const std::int64_t i = std::int64_t{t} * C + c;
+      const float d = to_f(dout[i]);
+      db += d;
+      dg += (to_f(x[i]) - to_f(mean[t])) * to_f(rstd[t]) * d;
+    }
+  part_g[threadIdx.y][threadIdx.x] = dg;
+  part_b[threadIdx.y][threadIdx.x] = db;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  float g = 0.0f, b = 0.0f;
+  for (int lane = 0; lane < kRowLanes; ++lane) {
+    g += part_g[lane][threadIdx.x];
+    b += part_b[lane][threadIdx.x];
   }
-  dgamma[c] = from_f<T>(to_f(dgamma[c]) + dg);
-  dbeta[c] = from_f<T>(to_f(dbeta[c]) + db);
+  dgamma[c] = from_f<T>(to_f(dgamma[c]) + g);
+  dbeta[c] = from_f<T>(to_f(dbeta[c]) + b);
 }
 
 template <typename T>
@@ -177,13 +194,20 @@ __global__ void add_bias_k(T* y, const T* b, int T_, int C) {
     y[i] = from_f<T>(to_f(y[i]) + to_f(b[i % C]));
 }
 
+// db: column sums of dy (kColTile x kRowLanes blocks, lanes added in order).
 template <typename T>
 __global__ void bias_backward_k(const T* dy, T* db, int T_, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  __shared__ float part[kRowLanes][kColTile + 1];
+  const int c = blockIdx.x * kColTile + threadIdx.x;
   float sum = 0.0f;
-  for (int t = 0; t < T_; ++t) sum += to_f(dy[std::int64_t{t} * C + c]);
-  db[c] = from_f<T>(to_f(db[c]) + sum);
+  if (c < C)
+    for (int t = threadIdx.y; t < T_; t += kRowLanes) sum += to_f(dy[std::int64_t{t} * C + c]);
+  part[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  float total = 0.0f;
+  for (int lane = 0; lane < kRowLanes; ++lane) total += part[lane][threadIdx.x];
+  db[c] = from_f<T>(to_f(db[c]) + total);
 }
 
 // One warp per row of the [matrices · s, s] stack.
@@ -231,10 +255,12 @@ __global__ void softmax_crossentropy_forward_k(T* logits, const std::int32_t* ta
   const float inv = 1.0f / sum;
   const int target = targets[blockIdx.x];
   __syncthreads();  // every thread has read row[target] below before it is overwritten
-  const float p_target = expf(to_f(row[target]) - mx) * inv;
+  const float logit_target = to_f(row[target]);
   __syncthreads();
   for (int v = threadIdx.x; v < V; v += blockDim.x) row[v] = from_f<T>(expf(to_f(row[v]) - mx) * inv);
-  if (threadIdx.x == 0) losses[blockIdx.x] = -logf(fmaxf(p_target, 1e-30f));
+  // Log-sum-exp: -log softmax = log(sum) - (logit - max), exact where the
+  // probability itself underflows (no clamp).
+  if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) - (logit_target - mx);
 }
 
 template <typename T>
@@ -344,7 +370,7 @@ void layernorm_backward(DType dt, const void* dout, const void* x, const void* g
     using T = decltype(t);
     layernorm_backward_dx_k<T><<<rows_blocks(T_), kThreads, 0, st>>>(as<T>(dout), as<T>(x), as<T>(gamma), as<T>(mean),
                                                                        as<T>(rstd), as<T>(dx), T_, C);
-    layernorm_backward_params_k<T><<<blocks_for(C, 128), 128, 0, st>>>(as<T>(dout), as<T>(x), as<T>(mean), as<T>(rstd),
+    layernorm_backward_params_k<T><<<column_blocks(C), dim3(kColTile, kRowLanes), 0, st>>>(as<T>(dout), as<T>(x), as<T>(mean), as<T>(rstd),
                                                                        as<T>(dgamma), as<T>(dbeta), T_, C);
   });
   check_launch("layernorm_backward");
@@ -377,7 +403,7 @@ void add_bias(DType dt, void* y, const void* b, int T_, int C, cudaStream_t st) 
 void bias_backward(DType dt, const void* dy, void* db, int T_, int C, cudaStream_t st) {
   dispatch(dt, [&](auto t) {
     using T = decltype(t);
-    bias_backward_k<T><<<blocks_for(C, 128), 128, 0, st>>>(as<T>(dy), as<T>(db), T_, C);
+    bias_backward_k<T><<<column_blocks(C), dim3(kColTile, kRowLanes), 0, st>>>(as<T>(dy), as<T>(db), T_, C);
   });
   check_launch("bias_backward");
 }
