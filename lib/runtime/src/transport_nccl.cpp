@@ -91,7 +91,7 @@ class NcclTransport final : public Transport {
     cuda_check(cudaEventRecord(l.done, l.stream), kWho, "cudaEventRecord");
     const std::string what = fmt::format("the NCCL transfer of {}{} from rank {}",
                                          key.kind == ActionKind::F ? "activation F" : "gradient B", key.microbatch, peer);
-    comm_.wait_for([&] { return cudaEventQuery(l.done) != cudaErrorNotReady; }, what.c_str());
+    comm_.wait_for([&] { return link_done(l, what.c_str()); }, what.c_str());
     cuda_check(cudaEventQuery(l.done), kWho, "an NCCL receive");
     const double end = now_s();
     return {end - start, end - ready};
@@ -104,7 +104,7 @@ class NcclTransport final : public Transport {
       if (key.src == comm_.rank()) cuda_check(cudaEventRecord(l.done, l.stream), kWho, "cudaEventRecord");
     for (auto& [key, l] : links_)
       if (key.src == comm_.rank())
-        comm_.wait_for([&l] { return cudaEventQuery(l.done) != cudaErrorNotReady; }, "the NCCL sends of this step");
+        comm_.wait_for([&] { return link_done(l, "the NCCL sends of this step"); }, "the NCCL sends of this step");
     headers_.complete_sends();
   }
 
@@ -116,6 +116,19 @@ class NcclTransport final : public Transport {
   }
 
  private:
+  // Whether the link's queued work is done; an asynchronous NCCL error (a
+  // peer gone, a network failure) ends the wait as an error, after which
+  // abandon() aborts the communicators, instead of a wait until the timeout.
+  static bool link_done(const Link& l, const char* what) {
+    if (cudaEventQuery(l.done) != cudaErrorNotReady) return true;
+    ncclResult_t state = ncclSuccess;
+    nccl_check(ncclCommGetAsyncError(l.comm, &state), "ncclCommGetAsyncError");
+    if (state != ncclSuccess && state != ncclInProgress)
+      throw Error(fmt::format("NCCL reported an asynchronous error while waiting for {}: {}", what,
+                              ncclGetErrorString(state)));
+    return false;
+  }
+
   Link& link(int src, int dst, ActionKind kind) {
     auto it = links_.find(BoundaryLink{src, dst, kind});
     if (it == links_.end())
