@@ -507,6 +507,34 @@ std::vector<int> read_stage_rank(hid_t g, std::size_t stages) {
   return ranks;
 }
 
+// /runs/<name>/events into r.events (after the per-step and per-rank
+// datasets, which bound how many there can be).
+void read_events(hid_t g, const std::string& name, RunResult& r) {
+  std::vector<hsize_t> dims;
+  Hid ds = open_dataset_checked(g, "events", Want::event, 1, dims);
+  // At most 3 actions (F, B, W) per micro-batch, chunk, rank and step.
+  const auto declared = static_cast<hssize_t>(dims[0]);
+  const double most = 3.0 * static_cast<double>(r.step_time_s.size() + 1) * static_cast<double>(r.peak_mem_bytes.size()) *
+                      std::max(1, r.spec.num_microbatches) *
+                      std::clamp(r.spec.virtual_stages_per_rank, 1, kMaxVirtualStagesPerRank);
+  if (static_cast<double>(declared) > std::min(most, static_cast<double>(kMaxElements)))
+    throw ResultsError(fmt::format("run {}: {} events declared, more than its steps, ranks and micro-batches allow",
+                                   name, declared));
+  Hid file_type(H5_CHECK(H5Dget_type(ds)), H5Tclose);
+  for (const char* member : kEventMembers)
+    if (H5Tget_member_index(file_type, member) < 0)
+      throw ResultsError(fmt::format("run {}: events has no member {}", name, member));
+  const bool has_wait = H5Tget_member_index(file_type, "wait_s") >= 0;
+  std::vector<EventRow> rows(static_cast<std::size_t>(declared));
+  Hid et = event_type(has_wait);
+  if (!rows.empty()) H5_CHECK(H5Dread(ds, et, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()));
+  for (const auto& e : rows) {
+    if (e.kind < 0 || e.kind > 2) throw ResultsError(fmt::format("run {}: an event of kind {} (F, B, W are 0-2)", name, static_cast<int>(e.kind)));
+    r.events.push_back({e.step, e.rank, static_cast<ActionKind>(e.kind), e.microbatch, e.chunk, e.start_s, e.end_s,
+                        has_wait ? e.wait_s : std::numeric_limits<double>::quiet_NaN()});
+  }
+}
+
 RunResult read_run(hid_t runs, const std::string& name) {
   Hid g(H5_CHECK(H5Gopen2(runs, name.c_str(), H5P_DEFAULT)), H5Gclose);
   RunResult r;
@@ -587,29 +615,7 @@ RunResult read_run(hid_t runs, const std::string& name) {
   for (const auto& row : read_dataset_2d<int>(g, "stage_layers")) r.stage_layers.push_back({row.at(0), row.at(1)});
   r.microbatch_latency_s = read_dataset_2d<double>(g, "microbatch_latency_s");
 
-  std::vector<hsize_t> dims;
-  Hid ds = open_dataset_checked(g, "events", Want::event, 1, dims);
-  // At most 3 actions (F, B, W) per micro-batch, chunk, rank and step.
-  const auto declared = static_cast<hssize_t>(dims[0]);
-  const double most = 3.0 * static_cast<double>(r.step_time_s.size() + 1) * static_cast<double>(r.peak_mem_bytes.size()) *
-                      std::max(1, r.spec.num_microbatches) *
-                      std::clamp(r.spec.virtual_stages_per_rank, 1, kMaxVirtualStagesPerRank);
-  if (static_cast<double>(declared) > std::min(most, static_cast<double>(kMaxElements)))
-    throw ResultsError(fmt::format("run {}: {} events declared, more than its steps, ranks and micro-batches allow",
-                                   name, declared));
-  Hid file_type(H5_CHECK(H5Dget_type(ds)), H5Tclose);
-  for (const char* member : kEventMembers)
-    if (H5Tget_member_index(file_type, member) < 0)
-      throw ResultsError(fmt::format("run {}: events has no member {}", name, member));
-  const bool has_wait = H5Tget_member_index(file_type, "wait_s") >= 0;
-  std::vector<EventRow> rows(static_cast<std::size_t>(declared));
-  Hid et = event_type(has_wait);
-  if (!rows.empty()) H5_CHECK(H5Dread(ds, et, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()));
-  for (const auto& e : rows) {
-    if (e.kind < 0 || e.kind > 2) throw ResultsError(fmt::format("run {}: an event of kind {} (F, B, W are 0-2)", name, static_cast<int>(e.kind)));
-    r.events.push_back({e.step, e.rank, static_cast<ActionKind>(e.kind), e.microbatch, e.chunk, e.start_s, e.end_s,
-                        has_wait ? e.wait_s : std::numeric_limits<double>::quiet_NaN()});
-  }
+  read_events(g, name, r);
   check_shapes(r);
   return r;
 }
