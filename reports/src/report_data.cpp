@@ -245,6 +245,16 @@ void fill_comparison(RunView& v, const RunView& base) {
     base_frac = std::max(base_frac, static_cast<double>(b.peak_mem_bytes[s]) / static_cast<double>(b.memory_capacity_bytes[s]));
   row("peak memory (max over ranks)", "bytes", static_cast<double>(b.peak_mem_max_bytes), static_cast<double>(r.peak_mem_max_bytes), ranks);
   row("peak memory (% of capacity, max over ranks)", "fraction", base_frac, frac_max);
+  // The driver's count beside the tracker's: only where a device reported it.
+  auto device_max = [](const RunResult& x) {
+    double m = kNaN;
+    for (std::int64_t bytes : x.device_used_peak_bytes)
+      if (bytes >= 0) m = std::isnan(m) ? static_cast<double>(bytes) : std::max(m, static_cast<double>(bytes));
+    return m;
+  };
+  if (!std::isnan(device_max(r)) || !std::isnan(device_max(b)))
+    row("device memory in use (driver, max over ranks)", "bytes", device_max(b), device_max(r),
+        "cudaMemGetInfo: the whole GPU, other processes on it included");
   row("loss deviation from baseline (max relative, unitless)", "ratio", kNaN, r.loss_max_rel_dev);
 }
 

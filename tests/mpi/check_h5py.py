@@ -46,6 +46,9 @@ with h5py.File(path, "r") as f:
         if status == "ok":
             assert steps == g.attrs["warmup"] + g.attrs["repeats"], (name, steps)
             assert len(g["events"]) > 0
+            # The driver's device memory: -1 on sim (no device), one per rank.
+            for d in ("device_mem_used_before_bytes", "device_mem_used_peak_bytes"):
+                assert g[d].shape == (ranks,) and all(int(x) == -1 for x in g[d][:]), (name, d, g[d][:])
             # Each action's receive wait; per step and rank they sum to comm_wait_s.
             ev, cw = g["events"][:], g["comm_wait_s"][:]
             sums = {}

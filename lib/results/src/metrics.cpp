@@ -172,6 +172,8 @@ void add_rank_figures(RunResult& r, const std::vector<RankRecord>& ranks) {
       r.peak_mem_by_category[static_cast<std::size_t>(c)].push_back(rk.peak_mem_by_category[static_cast<std::size_t>(c)]);
     r.stage_params.push_back(rk.stage_params);
     r.peak_live_activations.push_back(rk.peak_live_activations);
+    r.device_used_before_bytes.push_back(rk.device_used_before_bytes);
+    r.device_used_peak_bytes.push_back(rk.device_used_peak_bytes);
     r.stage_layers.push_back(rk.stage_layers);
     r.hostnames.push_back(rk.hostname);
     r.pids.push_back(rk.pid);

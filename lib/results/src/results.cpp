@@ -258,6 +258,8 @@ void write_run(hid_t runs, const RunResult& r) {
   dataset_1d(g, "memory_capacity_bytes", r.memory_capacity_bytes);
   dataset_1d(g, "stage_params", r.stage_params);
   dataset_1d(g, "peak_live_activations", r.peak_live_activations);
+  dataset_1d(g, "device_mem_used_before_bytes", r.device_used_before_bytes);
+  dataset_1d(g, "device_mem_used_peak_bytes", r.device_used_peak_bytes);
   std::vector<std::vector<int>> layers;
   for (const auto& l : r.stage_layers) layers.push_back({l[0], l[1]});
   dataset_2d(g, "stage_layers", layers, 2);
@@ -475,6 +477,8 @@ void check_shapes(const RunResult& r) {
   std::vector<std::size_t> per_rank{r.memory_capacity_bytes.size(), r.stage_params.size(),
                                     r.peak_live_activations.size(), r.stage_layers.size()};
   for (const auto& c : r.peak_mem_by_category) per_rank.push_back(c.size());
+  for (const auto* d : {&r.device_used_before_bytes, &r.device_used_peak_bytes})
+    if (!d->empty()) per_rank.push_back(d->size());
   for (std::size_t n : per_rank)
     if (n != ranks) throw bad(fmt::format("a per-rank dataset has {} entries, peak_mem_bytes {}", n, ranks));
   for (const auto* rows : {&r.busy_s, &r.comm_wait_s, &r.idle_s, &r.forward_s, &r.backward_s, &r.optimizer_s})
@@ -612,6 +616,10 @@ RunResult read_run(hid_t runs, const std::string& name) {
   r.memory_capacity_bytes = read_dataset<std::uint64_t>(g, "memory_capacity_bytes");
   r.stage_params = read_dataset<std::int64_t>(g, "stage_params");
   r.peak_live_activations = read_dataset<int>(g, "peak_live_activations");
+  if (H5Lexists(g, "device_mem_used_peak_bytes", H5P_DEFAULT) > 0) {  // files before issue 18 lack them
+    r.device_used_before_bytes = read_dataset<std::int64_t>(g, "device_mem_used_before_bytes");
+    r.device_used_peak_bytes = read_dataset<std::int64_t>(g, "device_mem_used_peak_bytes");
+  }
   for (const auto& row : read_dataset_2d<int>(g, "stage_layers")) r.stage_layers.push_back({row.at(0), row.at(1)});
   r.microbatch_latency_s = read_dataset_2d<double>(g, "microbatch_latency_s");
 

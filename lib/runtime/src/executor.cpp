@@ -262,6 +262,8 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
     rec.peak_mem_by_category[static_cast<std::size_t>(c)] = mem.peak(static_cast<MemCategory>(c));
   rec.peak_mem_bytes = mem.peak_total();
   rec.peak_live_activations = backend.peak_live_activations();
+  rec.device_used_before_bytes = backend.device_used_before_bytes();
+  rec.device_used_peak_bytes = backend.device_used_peak_bytes();
   return rec;
 }
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -102,6 +103,8 @@ std::vector<char> pack(const RankRecord& r) {
   p.put(r.stage_params);
   p.put(r.stage_layers);
   p.put(r.peak_live_activations);
+  p.put(r.device_used_before_bytes);
+  p.put(r.device_used_peak_bytes);
   p.put(r.failure);
   p.put(r.failure_is_origin);
   p.put_string(r.failure_message);
@@ -122,6 +125,8 @@ RankRecord unpack(const char* data, std::size_t size) {
   r.stage_params = u.get<std::int64_t>();
   r.stage_layers = u.get<std::array<int, 2>>();
   r.peak_live_activations = u.get<int>();
+  r.device_used_before_bytes = u.get<std::int64_t>();
+  r.device_used_peak_bytes = u.get<std::int64_t>();
   r.failure = u.get<FailureKind>();
   r.failure_is_origin = u.get<bool>();
   r.failure_message = u.get_string();
@@ -230,6 +235,12 @@ void print_run_summary(const RunResult& r, const RunPlan& rp) {
   fmt::print("     step time median {} (min {}, max {}, p90 {}, CV {}), slowest stage {}\n", format_seconds(r.step_time.median),
              format_seconds(r.step_time.min), format_seconds(r.step_time.max), format_seconds(r.step_time.p90), fmt_num(r.step_time.cv, "{:.3f}"),
              format_seconds(r.slowest_stage_median_s));
+  for (std::size_t i = 0; i < r.device_used_peak_bytes.size(); ++i)
+    if (r.device_used_peak_bytes[i] >= 0)
+      fmt::print("     rank {}: device memory in use (cudaMemGetInfo) {} at most, {} before the backend; tracker {}\n", i,
+                 format_bytes(static_cast<double>(r.device_used_peak_bytes[i])),
+                 format_bytes(static_cast<double>(r.device_used_before_bytes[i])),
+                 format_bytes(static_cast<double>(r.peak_mem_bytes[i])));
   const double tflops = step_model_flops(rp) / r.step_time.median / 1e12;
   const double hardware = step_model_flops(rp, true) / r.step_time.median / 1e12;
   fmt::print("     bubble measured {} / analytic {} / simulated {}; throughput {} samples/s, {} model TFLOP/s "

@@ -149,7 +149,10 @@ class CudaBackend final : public Backend {
   void build(const StageSpec& spec) override;
   std::pair<int, int> built_layers() const override { return layers_; }
   std::int64_t built_params() const override { return num_params_; }
-  void begin_step(int step, double /*deadline_s*/) override { step_ = step; }
+  void begin_step(int step, double /*deadline_s*/) override {
+    step_ = step;
+    note_device_memory();
+  }
   // One chunk per rank (unsupported_reason in backend.hpp): `chunk` is 0.
   void forward(int step, int microbatch, int chunk) override;
   void backward(int step, int microbatch, int chunk) override;
@@ -164,6 +167,11 @@ class CudaBackend final : public Backend {
   double last_action_device_s() const override { return last_action_s_; }
   const MemoryTracker& memory() const override { return memory_; }
   int peak_live_activations() const override { return peak_live_; }
+  std::int64_t device_used_before_bytes() const override { return device_used_before_; }
+  std::int64_t device_used_peak_bytes() const override {
+    note_device_memory();
+    return device_used_peak_;
+  }
 
  private:
   using Piece = PieceLayout;  // stage_layout.hpp
@@ -203,6 +211,10 @@ class CudaBackend final : public Backend {
   std::vector<Piece> pieces_;
   std::pair<int, int> layers_{-1, -1};
   std::int64_t num_params_ = 0, tokens_ = 0;
+  // cudaMemGetInfo's used bytes before the backend allocated, and the most since.
+  std::int64_t device_used_before_ = -1;
+  mutable std::int64_t device_used_peak_ = -1;
+  void note_device_memory() const;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   cudaEvent_t ev_start_ = nullptr, ev_end_ = nullptr;
@@ -237,6 +249,8 @@ std::uint64_t CudaBackend::device_capacity(const Job& job) {
 
 CudaBackend::CudaBackend(const Job& job, int rank)
     : job_(job), memory_(rank, device_capacity(job)) {
+  note_device_memory();  // creates the context first: its own memory counts as "before"
+  device_used_before_ = device_used_peak_;
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), kWho, "cudaStreamCreate");
   cublas_check(cublasCreate(&cublas_), "cublasCreate");
   cublas_check(cublasSetStream(cublas_, stream_), "cublasSetStream");
@@ -629,6 +643,12 @@ void CudaBackend::grad_sq_norm_by_piece(std::vector<double>& per_piece) const {
   }
 }
 
+void CudaBackend::note_device_memory() const {
+  std::size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return;  // a query, never a failure of the run
+  device_used_peak_ = std::max(device_used_peak_, static_cast<std::int64_t>(total - free));
+}
+
 void CudaBackend::optimizer_step(int /*step*/, double grad_scale) {
   ++optimizer_steps_;
   const auto lr = static_cast<float>(job_.train.learning_rate);
@@ -646,6 +666,7 @@ void CudaBackend::optimizer_step(int /*step*/, double grad_scale) {
     }
   cuda_check(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), stream_), kWho, "clearing gradients");
   cuda_check(cudaStreamSynchronize(stream_), kWho, "the optimizer step");
+  note_device_memory();
 }
 
 Buffer CudaBackend::recv_buffer(ActionKind kind, int /*mb*/, int /*chunk*/) {

@@ -129,6 +129,13 @@ class Backend {
   virtual const MemoryTracker& memory() const = 0;
   // Micro-batches whose activations are held at once, at most, so far.
   virtual int peak_live_activations() const = 0;
+  // Device memory in use as the driver reports it (cudaMemGetInfo: total -
+  // free, the whole device, other processes on it included), beside the
+  // tracker's own count: before this backend allocated anything, and the most
+  // seen since (after the build, at each step's start and optimizer step,
+  // and when asked). -1 on backends without a device.
+  virtual std::int64_t device_used_before_bytes() const { return -1; }
+  virtual std::int64_t device_used_peak_bytes() const { return -1; }
 };
 
 // The backend named by job.device.backend for `rank`; throws ConfigError for

@@ -72,6 +72,8 @@ struct RankRecord {
   std::int64_t stage_params = 0;
   std::array<int, 2> stage_layers{-1, -1};  // first/last layer actually built, 0-based
   int peak_live_activations = 0;            // micro-batches held at once, as executed
+  std::int64_t device_used_before_bytes = -1;  // Backend::device_used_before_bytes (-1: no device)
+  std::int64_t device_used_peak_bytes = -1;
   FailureKind failure = FailureKind::none;
   bool failure_is_origin = false;           // this rank failed itself (not aborted by a peer)
   std::string failure_message;
@@ -114,6 +116,9 @@ struct RunResult {
   std::array<std::vector<std::uint64_t>, kNumMemCategories> peak_mem_by_category;
   std::vector<std::int64_t> stage_params;
   std::vector<int> peak_live_activations;
+  // cudaMemGetInfo's used bytes per rank, before the backend and at most
+  // (-1: no device); empty in files written before they were recorded.
+  std::vector<std::int64_t> device_used_before_bytes, device_used_peak_bytes;
   std::vector<std::array<int, 2>> stage_layers;
   std::vector<std::string> hostnames;
   std::vector<std::int64_t> pids;
