@@ -199,7 +199,7 @@ std::string loss_chart(const RunView& v) {
   c.title = fmt::format("{}: loss per step{}", r.spec.name,
                         !v.baseline ? "" : identical ? " (identical to the baseline: the lines coincide)" : " (pipeline over baseline)");
   c.x_label = "step";
-  c.y_label = "loss";
+  c.y_label = "loss (nats: mean token cross-entropy)";
   if (v.baseline) c.series.push_back(per_step(v.baseline->loss, kBaseColor, v.baseline->spec.name));
   c.series.push_back(per_step(r.loss, kRunColor, r.spec.name));
   if (!v.rolling_loss.empty()) c.series.push_back(rolling(v, v.rolling_loss, kRollingColor));

@@ -90,6 +90,10 @@ for body in inference:
 for body in training:
     check(">reduction + optimizer</text>" in body, "a training timeline's legend names the reduction and optimizer")
 
+# Units on the axes: the loss in nats, times in seconds, memory in binary units.
+for label in (">loss (nats: mean token cross-entropy)</text>", ">step time (s)</text>", ">time since the step barrier (s)</text>"):
+    check(label in html, f"axis label {label!r}")
+
 # Escaping: the hostile description appears only escaped.
 check("<script>" not in html.lower(), "an unescaped <script> in index.html")
 # report.md too: Markdown renderers pass raw HTML through.
