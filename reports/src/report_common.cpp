@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include <fmt/format.h>
 
@@ -87,11 +86,7 @@ VerdictTable verdict_table(const ReportData& d) {
       const std::string why = one_line(r.status == RunStatus::failed    ? fmt::format("{}: {}", failure_origin(r), r.failure_message)
                                        : r.status == RunStatus::skipped ? r.failure_message
                                                                         : decision_headline(r));
-      double worst = std::numeric_limits<double>::quiet_NaN();
-      for (std::size_t i = 0; i < r.peak_mem_bytes.size() && i < r.memory_capacity_bytes.size(); ++i) {
-        const double frac = static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]);
-        worst = std::isnan(worst) ? frac : std::max(worst, frac);
-      }
+      const double worst = peak_capacity_fraction(r);
       const Trend* t = trend_for(d, f, r);
       v.rows.push_back({job_name(f), r.spec.name, std::string(to_string(r.status)), r.decision, why, format_speedup(r),
                         rv.slowest_stage < 0 ? "-"

@@ -233,18 +233,12 @@ void fill_comparison(RunView& v, const RunView& base) {
   row("bubble analytic (% of step)", "fraction", b.bubble_analytic, r.bubble_analytic);
   row("bubble simulated (% of step)", "fraction", b.bubble_simulated, r.bubble_simulated);
   std::string ranks;
-  double frac_max = 0.0;
-  for (std::size_t s = 0; s < r.peak_mem_bytes.size(); ++s) {
-    const double frac = static_cast<double>(r.peak_mem_bytes[s]) / static_cast<double>(r.memory_capacity_bytes[s]);
-    frac_max = std::max(frac_max, frac);
+  for (std::size_t s = 0; s < r.peak_mem_bytes.size(); ++s)
     ranks += fmt::format("{}rank {}: {} ({:.1f}%)", ranks.empty() ? "" : ", ", s,
-                         format_bytes(static_cast<double>(r.peak_mem_bytes[s])), 100 * frac);
-  }
-  double base_frac = 0.0;
-  for (std::size_t s = 0; s < b.peak_mem_bytes.size(); ++s)
-    base_frac = std::max(base_frac, static_cast<double>(b.peak_mem_bytes[s]) / static_cast<double>(b.memory_capacity_bytes[s]));
+                         format_bytes(static_cast<double>(r.peak_mem_bytes[s])),
+                         100 * static_cast<double>(r.peak_mem_bytes[s]) / static_cast<double>(r.memory_capacity_bytes[s]));
   row("peak memory (max over ranks)", "bytes", static_cast<double>(b.peak_mem_max_bytes), static_cast<double>(r.peak_mem_max_bytes), ranks);
-  row("peak memory (% of capacity, max over ranks)", "fraction", base_frac, frac_max);
+  row("peak memory (% of capacity, max over ranks)", "fraction", peak_capacity_fraction(b), peak_capacity_fraction(r));
   // The driver's count beside the tracker's: only where a device reported it.
   auto device_max = [](const RunResult& x) {
     double m = kNaN;

@@ -100,8 +100,7 @@ std::string measured_gantt(const RunView& v, const Schedule* sched) {
       // The recorded receive wait ends at the action's start; before it the
       // rank idled. Files without recorded waits: the whole gap by whether
       // the action receives.
-      const double wait_from =
-          std::isnan(e->wait_s) ? (receives ? t : e->start_s) : std::max(t, e->start_s - e->wait_s);
+      const double wait_from = std::isnan(e->wait_s) ? (receives ? t : e->start_s) : wait_start_s(*e, t);
       if (wait_from > t)
         g.bars.push_back({rank, t, wait_from, kIdle, "", fmt::format("idle {:.6f}-{:.6f} s", t, wait_from)});
       if (e->start_s > wait_from)

@@ -80,7 +80,7 @@ void between(TraceWriter& t, int pid, double base, int step, double t_prev, cons
             [&](JsonWriter& w) { w.field("step", step + 1).field("before", action_name(e)); });
     return;
   }
-  const double wait_from = std::max(t_prev, e.start_s - e.wait_s);
+  const double wait_from = wait_start_s(e, t_prev);
   if (wait_from > t_prev)
     t.slice(pid, kCommTid, "idle", "idle", base + t_prev, base + wait_from,
             [&](JsonWriter& w) { w.field("step", step + 1).field("before", action_name(e)); });

@@ -214,12 +214,14 @@ class Search {
     p.expected = static_cast<int>(res_.trials.size()) + still_needed();
     double spent = 0.0;
     for (const auto& t : res_.trials) spent += t.seconds;
-    const double mean = res_.trials.empty() ? -1.0 : spent / static_cast<double>(res_.trials.size());
-    p.eta_s = mean < 0 ? -1.0 : mean * (p.expected - p.trial + 1);
+    // The trials left, this one included, at the mean trial time so far.
+    const double search_left =
+        res_.trials.empty() ? -1.0 : spent / static_cast<double>(res_.trials.size()) * (p.expected - p.trial + 1);
+    p.eta_s = search_left;
     if (observer_.on_start) observer_.on_start(p);
     auto tick = [&](double elapsed) {
       p.elapsed_s = elapsed;
-      p.eta_s = mean < 0 ? -1.0 : std::max(0.0, mean * (p.expected - p.trial + 1) - elapsed);
+      p.eta_s = search_left < 0 ? -1.0 : std::max(0.0, search_left - elapsed);
       if (observer_.on_tick) observer_.on_tick(p);
     };
     res_.trials.push_back(run_trial(o_, mbs, observer_.on_tick ? std::function<void(double)>(tick) : nullptr,

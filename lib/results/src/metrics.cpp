@@ -514,6 +514,17 @@ std::string decision_headline(const RunResult& r) {
   return r.decision_reasons.empty() ? std::string() : r.decision_reasons.front();
 }
 
+double peak_capacity_fraction(const RunResult& r) {
+  double worst = kNaN;
+  for (std::size_t i = 0; i < r.peak_mem_bytes.size() && i < r.memory_capacity_bytes.size(); ++i) {
+    const double frac = static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]);
+    worst = std::isnan(worst) ? frac : std::max(worst, frac);
+  }
+  return worst;
+}
+
+double wait_start_s(const EventRecord& e, double prev_end_s) { return std::max(prev_end_s, e.start_s - e.wait_s); }
+
 std::string best_run_summary(const std::vector<RunResult>& runs) {
   std::vector<const RunResult*> candidates;
   for (const auto& r : runs)

@@ -398,11 +398,17 @@ void print_job_header(const Job& job, const JobResult& jr, const GpuBinding& gpu
 // skipped (exit 5); ranks beyond the widest run idle through the launch
 // (exit 8 unless --allow-idle-ranks).
 // "" when they match.
-std::string rank_mismatch(const std::vector<const RunSpec*>& runs, int world_size) {
+// The most ranks any of `runs` uses.
+int widest_run(const std::vector<const RunSpec*>& runs) {
   int widest = 0;
+  for (const RunSpec* run : runs) widest = std::max(widest, run->pipeline_size);
+  return widest;
+}
+
+std::string rank_mismatch(const std::vector<const RunSpec*>& runs, int world_size) {
+  const int widest = widest_run(runs);
   std::string too_wide;
   for (const RunSpec* run : runs) {
-    widest = std::max(widest, run->pipeline_size);
     if (run->pipeline_size > world_size)
       too_wide += fmt::format("{}{} ({} ranks)", too_wide.empty() ? "" : ", ", run->name, run->pipeline_size);
   }
@@ -581,11 +587,11 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
   tighten_timer_slack();  // modelled sleeps and waiting naps wake on time
 
   JobResult jr = describe_world(job, gpus, ctx.transport_kind, world_size, root);
+  std::vector<const RunSpec*> runs;
+  for (const RunPlan& rp : plan.runs) runs.push_back(&rp.run);
   std::optional<ResultsWriter> writer;
   if (root) {
     print_job_header(job, jr, gpus, ctx.transport_kind, options);
-    std::vector<const RunSpec*> runs;
-    for (const RunPlan& rp : plan.runs) runs.push_back(&rp.run);
     if (const std::string mismatch = rank_mismatch(runs, world_size); !mismatch.empty()) {
       fmt::print(stderr, "pipebench: WARNING: {}\n", mismatch);
       fmt::print("  WARNING: {}\n", mismatch);
@@ -613,9 +619,7 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
     throw;
   }
   RunOutcome outcome = finish_job(ctx, root, jr);
-  int widest = 0;
-  for (const RunPlan& rp : plan.runs) widest = std::max(widest, rp.run.pipeline_size);
-  outcome.ranks_idle = widest < world_size;
+  outcome.ranks_idle = widest_run(runs) < world_size;
   return outcome;
 }
 

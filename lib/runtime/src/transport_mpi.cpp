@@ -1,7 +1,6 @@
 #include "pipebench/runtime/transport_mpi.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include <fmt/format.h>
 

@@ -74,6 +74,14 @@ std::vector<std::string> decision_concerns(const RunResult& r);
 // One line for a table: the first concern, else the first reason, else "".
 std::string decision_headline(const RunResult& r);
 
+// The largest peak memory / capacity over the run's ranks; NaN without ranks.
+double peak_capacity_fraction(const RunResult& r);
+
+// Where the receive wait `e` recorded began: wait_s before its start, but not
+// before the rank's previous action ended (at prev_end_s). For a recorded
+// (finite) wait_s.
+double wait_start_s(const EventRecord& e, double prev_end_s);
+
 // The job's answer among its pipelined training runs that are not
 // not_feasible: the fastest, and among the runs whose speedup intervals
 // overlap the fastest's (a tie within the measurement), the one with the
