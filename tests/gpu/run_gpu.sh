@@ -4,6 +4,8 @@
 #   np2_mpi        2 ranks on GPU 0 with the MPI transport (host staging): both runs,
 #                  the pipeline's losses within 1e-4 of the baseline's
 #   np2_nccl       2 ranks on 2 GPUs with NCCL (skipped with fewer than 2 GPUs)
+#   np4_nccl       4 ranks on 4 GPUs with NCCL, 1F1B and eager 1F1B on 4 stages: the grouped
+#                  transfers of the middle ranks (skipped with fewer than 4 GPUs)
 #   refuse_shared  2 ranks made to share GPU 0 with NCCL: exit 7 and a message that says how to launch
 # Exits 77 (skipped) when no usable GPU is visible.
 set -uo pipefail
@@ -23,16 +25,24 @@ case $mode in
     exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 1 "$job" "$outdir" 0 --run single -- RUNS=1 ;;
   np2_mpi)
     CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" \
-      "$outdir" 0 --set device.transport=mpi -- LOSS_REL=1e-4 ;;
+      "$outdir" 0 --run single --run two_stage --set device.transport=mpi -- RUNS=2 LOSS_REL=1e-4 ;;
   np2_nccl)
     if ((gpus < 2)); then
       echo "SKIP: the nccl transport needs 2 GPUs, this machine shows $gpus"
       exit 77
     fi
-    exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" "$outdir" 0 -- LOSS_REL=1e-4 ;;
+    exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" "$outdir" 0 --run single --run two_stage -- \
+      RUNS=2 LOSS_REL=1e-4 ;;
+  np4_nccl)
+    if ((gpus < 4)); then
+      echo "SKIP: 4 stages over NCCL need 4 GPUs, this machine shows $gpus"
+      exit 77
+    fi
+    exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 4 "$job" "$outdir" 0 --run single --run four_stage \
+      --run four_stage_eager -- RUNS=3 LOSS_REL=1e-4 ;;
   refuse_shared)
     msg=$(CUDA_VISIBLE_DEVICES=0 "$mpiexec" -np 2 --oversubscribe -x CUDA_VISIBLE_DEVICES "$pipebench" run "$job" \
-          -o "$outdir" 2>&1)
+          -o "$outdir" --run single --run two_stage 2>&1)
     rc=$?
     echo "$msg"
     [[ $rc -eq 7 ]] || { echo "FAIL: exit $rc, expected 7"; exit 1; }

@@ -1,9 +1,12 @@
 // The MPI transport's message parts: MPI counts are int, so a boundary
-// tensor of 2 GiB or more must travel in parts (issue 18).
+// tensor of 2 GiB or more must travel in parts (issue 18); the order check
+// every transport call passes through.
 #include <catch2/catch.hpp>
 
 #include <climits>
+#include <memory>
 
+#include "pipebench/runtime/transport_checked.hpp"
 #include "pipebench/runtime/transport_mpi.hpp"
 
 using pipebench::kMaxMessageBytes;
@@ -32,4 +35,50 @@ TEST_CASE("message parts: a 5 GiB tensor in 1 GiB parts, each an int count, cove
     CHECK(next == bytes);
     CHECK(parts.size() == (bytes + kMaxMessageBytes - 1) / kMaxMessageBytes);
   }
+}
+
+// CheckedTransport: the executor's calls against the schedule's plan of
+// transfers, which the NCCL transport's groups are built from.
+namespace {
+struct CountingTransport final : pipebench::Transport {
+  int sends = 0, recvs = 0, completes = 0;
+  void begin_step(double) override {}
+  void send(int, const pipebench::BoundaryKey&, const pipebench::Buffer&) override { ++sends; }
+  pipebench::RecvTiming recv(int, const pipebench::BoundaryKey&, const pipebench::Buffer&) override {
+    ++recvs;
+    return {};
+  }
+  void complete_sends() override { ++completes; }
+  void abandon() override {}
+};
+}  // namespace
+
+TEST_CASE("checked transport: the plan's order passes, any other call is an error naming both", "[transport]") {
+  using namespace pipebench;
+  const Schedule s = make_1f1b(2, 2);  // rank 0: F0 F1 B0 B1 -> send F0, send F1, recv B0, recv B1
+  auto inner = std::make_unique<CountingTransport>();
+  CountingTransport& seen = *inner;
+  CheckedTransport t(std::move(inner), s, 0);
+  for (int step = 0; step < 2; ++step) {
+    t.begin_step(0.0);
+    t.send(1, {ActionKind::F, step, 0, 0}, {});
+    t.send(1, {ActionKind::F, step, 1, 0}, {});
+    t.recv(1, {ActionKind::B, step, 0, 0}, {});
+    t.recv(1, {ActionKind::B, step, 1, 0}, {});
+    t.complete_sends();
+  }
+  CHECK(seen.sends == 4);
+  CHECK(seen.recvs == 4);
+  CHECK(seen.completes == 2);
+
+  t.begin_step(0.0);
+  t.send(1, {ActionKind::F, 2, 0, 0}, {});
+  CHECK_THROWS_WITH(t.recv(1, {ActionKind::B, 2, 0, 0}, {}),
+                    Catch::Contains("boundary transfer 2 of step 2 is \"recv B0 from 1\", the schedule's plan says "
+                                    "\"send F1 to 1\""));
+  CHECK(seen.recvs == 4);  // not passed on
+  t.begin_step(0.0);
+  t.send(1, {ActionKind::F, 3, 0, 0}, {});
+  CHECK_THROWS_WITH(t.complete_sends(), Catch::Contains("the step made 1 of its 4 boundary transfers; next in the plan: "
+                                                        "\"send F1 to 1\""));
 }

@@ -28,6 +28,7 @@
 #include "pipebench/runtime/interrupt.hpp"
 #include "pipebench/runtime/mpi_comm.hpp"
 #include "pipebench/runtime/provenance.hpp"
+#include "pipebench/runtime/transport_checked.hpp"
 #include "pipebench/runtime/transport_mpi.hpp"
 #include "pipebench/runtime/transport_nccl.hpp"
 
@@ -423,9 +424,13 @@ std::string rank_mismatch(const std::vector<const RunSpec*>& runs, int world_siz
 }
 
 // The transport between the stages of one run: NCCL for a cuda pipeline
-// that asked for it, else MPI (with the sim backend's modelled link).
+// that asked for it, else MPI (with the sim backend's modelled link); either
+// way every call checked against the schedule's plan of transfers.
 std::unique_ptr<Transport> make_transport(const Job& job, const RunPlan& rp, RunComm& rc, bool nccl) {
-  if (nccl) return make_nccl_transport(rc, rp.schedule, rp.run.num_microbatches, rp.run.mode == RunMode::train);
+  auto checked = [&](std::unique_ptr<Transport> t) {
+    return std::make_unique<CheckedTransport>(std::move(t), rp.schedule, rc.rank());
+  };
+  if (nccl) return checked(make_nccl_transport(rc, rp.schedule, rp.run.num_microbatches, rp.run.mode == RunMode::train));
   LinkModel link;
   if (job.device.backend == BackendKind::sim)
     link = {true, job.device.sim_load * job.device.sim_link_latency_us * 1e-6,
@@ -433,7 +438,7 @@ std::unique_ptr<Transport> make_transport(const Job& job, const RunPlan& rp, Run
   // Test hook: PIPEBENCH_MPI_MAX_MESSAGE_BYTES splits payloads as a 2 GiB one is split.
   std::size_t max_part = kMaxMessageBytes;
   if (const char* env = std::getenv("PIPEBENCH_MPI_MAX_MESSAGE_BYTES")) max_part = std::strtoull(env, nullptr, 10);
-  return std::make_unique<MpiTransport>(rc, rp.schedule.chunks_per_rank, rp.run.num_microbatches, link, max_part);
+  return checked(std::make_unique<MpiTransport>(rc, rp.schedule.chunks_per_rank, rp.run.num_microbatches, link, max_part));
 }
 
 // Everything one run needs besides its plan, the same for every run of a job.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -12,6 +14,7 @@
 #include "pipebench/backends/cuda_device.hpp"
 #include "pipebench/core/clock.hpp"
 #include "pipebench/runtime/transport_mpi.hpp"
+#include "pipebench/schedule/p2p_groups.hpp"
 
 namespace pipebench {
 
@@ -24,18 +27,26 @@ void nccl_check(ncclResult_t rc, const char* what) {
     throw Error(fmt::format("NCCL {}: {} ({})", what, ncclGetErrorString(rc), static_cast<int>(rc)));
 }
 
-struct Link {
-  ncclComm_t comm = nullptr;  // two ranks: 0 = src, 1 = dst
+// One neighbour pair: a two-rank communicator (0 = the lower rank) and its
+// stream, on which the pair's groups run in order.
+struct Pair {
+  ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
-  cudaEvent_t done = nullptr;
+  cudaEvent_t done = nullptr;  // after a receive's group, or after the step's last group
 };
 
 class NcclTransport final : public Transport {
  public:
   NcclTransport(RunComm& comm, const Schedule& sched, int num_microbatches, bool train)
       : comm_(comm), headers_(comm, sched.chunks_per_rank, num_microbatches, LinkModel{}) {
-    // The links of this schedule, in one order on every rank.
-    const std::vector<BoundaryLink> links = boundary_links(sched, train);
+    // The groups of every rank, checked to finish under NCCL's in-order
+    // rules before any NCCL call (the same verdict on every rank).
+    std::vector<RankP2pPlan> plans = p2p_groups(sched);
+    check_p2p_progress(plans);
+    plan_ = std::move(plans[static_cast<std::size_t>(comm_.rank())]);
+    members_.resize(plan_.groups.size());
+    for (std::size_t t = 0; t < plan_.transfers.size(); ++t)
+      members_[static_cast<std::size_t>(plan_.group_of[t])].push_back(static_cast<int>(t));
 
     // The run's communicator: unique id from run rank 0, broadcast over MPI.
     ncclUniqueId id{};
@@ -43,68 +54,74 @@ class NcclTransport final : public Transport {
     PIPEBENCH_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm_.control()));
     nccl_check(ncclCommInitRank(&run_comm_, comm_.size(), id, comm_.rank()), "ncclCommInitRank");
 
-    // One split per link (collective over the run); ranks outside it take no part.
-    for (const BoundaryLink& k : links) {
-      const bool mine = comm_.rank() == k.src || comm_.rank() == k.dst;
+    // One split per neighbour pair, in one order on every rank (collective
+    // over the run; ranks outside a pair take no part).
+    std::set<std::pair<int, int>> pairs;
+    for (const BoundaryLink& k : boundary_links(sched, train)) pairs.insert({std::min(k.src, k.dst), std::max(k.src, k.dst)});
+    for (const auto& [lo, hi] : pairs) {
+      const bool mine = comm_.rank() == lo || comm_.rank() == hi;
       ncclComm_t c = nullptr;
-      nccl_check(ncclCommSplit(run_comm_, mine ? 0 : NCCL_SPLIT_NOCOLOR, comm_.rank() == k.src ? 0 : 1, &c, nullptr),
+      nccl_check(ncclCommSplit(run_comm_, mine ? 0 : NCCL_SPLIT_NOCOLOR, comm_.rank() == lo ? 0 : 1, &c, nullptr),
                  "ncclCommSplit");
       if (!mine) continue;
-      Link l;
-      l.comm = c;
-      cuda_check(cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking), kWho, "cudaStreamCreate");
-      cuda_check(cudaEventCreateWithFlags(&l.done, cudaEventDisableTiming), kWho, "cudaEventCreate");
-      links_[k] = l;
+      Pair pr;
+      pr.comm = c;
+      cuda_check(cudaStreamCreateWithFlags(&pr.stream, cudaStreamNonBlocking), kWho, "cudaStreamCreate");
+      cuda_check(cudaEventCreateWithFlags(&pr.done, cudaEventDisableTiming), kWho, "cudaEventCreate");
+      pairs_[comm_.rank() == lo ? hi : lo] = pr;
     }
-    // Connect every link now (NCCL connects peers lazily, at their first
-    // operation): one byte each way's sender to receiver, links in the same
-    // order on every rank, so the pairwise handshakes cannot wait in a cycle.
+    // Connect every pair now (NCCL connects peers lazily, at their first
+    // operation): one byte from the lower rank to the higher, pairs in the
+    // same order on every rank, so the handshakes cannot wait in a cycle.
     cuda_check(cudaMalloc(&probe_byte_, 1), kWho, "cudaMalloc (1 byte)");
-    for (const BoundaryLink& k : links) {
-      auto it = links_.find(k);
-      if (it == links_.end()) continue;
-      const bool sender = comm_.rank() == k.src;
-      if (sender) nccl_check(ncclSend(probe_byte_, 1, ncclUint8, 1, it->second.comm, it->second.stream), "ncclSend");
-      else nccl_check(ncclRecv(probe_byte_, 1, ncclUint8, 0, it->second.comm, it->second.stream), "ncclRecv");
-      cuda_check(cudaStreamSynchronize(it->second.stream), kWho, "connecting an NCCL link");
+    for (const auto& [lo, hi] : pairs) {
+      if (comm_.rank() != lo && comm_.rank() != hi) continue;
+      Pair& pr = pairs_.at(comm_.rank() == lo ? hi : lo);
+      if (comm_.rank() == lo) nccl_check(ncclSend(probe_byte_, 1, ncclUint8, 1, pr.comm, pr.stream), "ncclSend");
+      else nccl_check(ncclRecv(probe_byte_, 1, ncclUint8, 0, pr.comm, pr.stream), "ncclRecv");
+      cuda_check(cudaStreamSynchronize(pr.stream), kWho, "connecting an NCCL pair");
     }
   }
 
   ~NcclTransport() override { release(false); }
 
-  void begin_step(double step_start_s) override { headers_.begin_step(step_start_s); }
+  void begin_step(double step_start_s) override {
+    headers_.begin_step(step_start_s);
+    next_ = 0;
+    posted_ = 0;
+    buffers_.assign(plan_.transfers.size(), Buffer{});
+  }
 
+  // The header leaves at once (the tensor is computed: actions end
+  // synchronised); the payload goes with its group (p2p_groups.hpp).
   void send(int peer, const BoundaryKey& key, const Buffer& buf) override {
-    Link& l = link(comm_.rank(), peer, key.kind);
-    // The header first: the tensor is computed (actions end synchronised), so
-    // the receiver may post its ncclRecv as soon as the header arrives.
+    const std::size_t n = expect(buf);
     headers_.send(peer, key, Buffer{nullptr, 0, buf.logical_bytes});
-    nccl_check(ncclSend(buf.data, buf.bytes, ncclUint8, 1, l.comm, l.stream), "ncclSend");
+    post_until(plan_.posted_after[n], -1);
   }
 
   RecvTiming recv(int peer, const BoundaryKey& key, const Buffer& buf) override {
     const double start = now_s();
+    const std::size_t n = expect(buf);
     headers_.recv(peer, key, Buffer{nullptr, 0, buf.logical_bytes});  // waits for the peer; checks what comes
     const double ready = now_s();
-    Link& l = link(peer, comm_.rank(), key.kind);
-    nccl_check(ncclRecv(buf.data, buf.bytes, ncclUint8, 0, l.comm, l.stream), "ncclRecv");
-    cuda_check(cudaEventRecord(l.done, l.stream), kWho, "cudaEventRecord");
+    Pair& pr = pairs_.at(peer);
+    post_until(plan_.posted_after[n], plan_.group_of[n]);
     const std::string what = fmt::format("the NCCL transfer of {}{} from rank {}",
                                          key.kind == ActionKind::F ? "activation F" : "gradient B", key.microbatch, peer);
-    comm_.wait_for([&] { return link_done(l, what.c_str()); }, what.c_str());
-    cuda_check(cudaEventQuery(l.done), kWho, "an NCCL receive");
+    comm_.wait_for([&] { return pair_done(pr, what.c_str()); }, what.c_str());
+    cuda_check(cudaEventQuery(pr.done), kWho, "an NCCL receive");
     const double end = now_s();
     return {end - start, end - ready};
   }
 
-  // Every link this rank sends on: an event after its queued sends (an idle
-  // stream's completes at once).
+  // Every group posted (a schedule's last group may hold only sends), then
+  // each pair's stream drained.
   void complete_sends() override {
-    for (auto& [key, l] : links_)
-      if (key.src == comm_.rank()) cuda_check(cudaEventRecord(l.done, l.stream), kWho, "cudaEventRecord");
-    for (auto& [key, l] : links_)
-      if (key.src == comm_.rank())
-        comm_.wait_for([&] { return link_done(l, "the NCCL sends of this step"); }, "the NCCL sends of this step");
+    post_until(static_cast<int>(plan_.groups.size()), -1);
+    for (auto& [peer, pr] : pairs_) cuda_check(cudaEventRecord(pr.done, pr.stream), kWho, "cudaEventRecord");
+    for (auto& [peer, pr] : pairs_)
+      comm_.wait_for([&] { return pair_done(pr, "the NCCL transfers of this step"); }, "the NCCL transfers of this step");
     headers_.complete_sends();
   }
 
@@ -116,36 +133,56 @@ class NcclTransport final : public Transport {
   }
 
  private:
-  // Whether the link's queued work is done; an asynchronous NCCL error (a
-  // peer gone, a network failure) ends the wait as an error, after which
+  // The call's place in the plan: the runner's CheckedTransport has checked
+  // that it is the plan's next transfer.
+  std::size_t expect(const Buffer& buf) {
+    buffers_[next_] = buf;
+    return next_++;
+  }
+
+  // Posts the plan's groups up to `upto`, each as one ncclGroupStart/End on
+  // its pair's stream; after group `mark` (a receive's) records that pair's
+  // event, which the receive then waits for.
+  void post_until(int upto, int mark) {
+    for (; posted_ < upto; ++posted_) {
+      const P2pGroup& g = plan_.groups[static_cast<std::size_t>(posted_)];
+      Pair& pr = pairs_.at(g.peer);
+      const int peer_in_pair = g.peer < comm_.rank() ? 0 : 1;
+      nccl_check(ncclGroupStart(), "ncclGroupStart");
+      for (int t : members_[static_cast<std::size_t>(posted_)]) {
+        const Buffer& b = buffers_[static_cast<std::size_t>(t)];
+        if (plan_.transfers[static_cast<std::size_t>(t)].send)
+          nccl_check(ncclSend(b.data, b.bytes, ncclUint8, peer_in_pair, pr.comm, pr.stream), "ncclSend");
+        else
+          nccl_check(ncclRecv(b.data, b.bytes, ncclUint8, peer_in_pair, pr.comm, pr.stream), "ncclRecv");
+      }
+      nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+      if (posted_ == mark) cuda_check(cudaEventRecord(pr.done, pr.stream), kWho, "cudaEventRecord");
+    }
+  }
+
+  // Whether the pair's event has passed; an asynchronous NCCL error (a peer
+  // gone, a network failure) ends the wait as an error, after which
   // abandon() aborts the communicators, instead of a wait until the timeout.
-  static bool link_done(const Link& l, const char* what) {
-    if (cudaEventQuery(l.done) != cudaErrorNotReady) return true;
+  static bool pair_done(const Pair& pr, const char* what) {
+    if (cudaEventQuery(pr.done) != cudaErrorNotReady) return true;
     ncclResult_t state = ncclSuccess;
-    nccl_check(ncclCommGetAsyncError(l.comm, &state), "ncclCommGetAsyncError");
+    nccl_check(ncclCommGetAsyncError(pr.comm, &state), "ncclCommGetAsyncError");
     if (state != ncclSuccess && state != ncclInProgress)
       throw Error(fmt::format("NCCL reported an asynchronous error while waiting for {}: {}", what,
                               ncclGetErrorString(state)));
     return false;
   }
 
-  Link& link(int src, int dst, ActionKind kind) {
-    auto it = links_.find(BoundaryLink{src, dst, kind});
-    if (it == links_.end())
-      throw Error(fmt::format("nccl transport: no link from rank {} to rank {} for {} tensors", src, dst,
-                              kind == ActionKind::F ? "activation" : "gradient"));
-    return it->second;
-  }
-
   void release(bool abort) {
-    for (auto& [key, l] : links_) {
-      if (abort) ncclCommAbort(l.comm);
-      else ncclCommDestroy(l.comm);
-      if (!abort) cudaStreamSynchronize(l.stream);
-      cudaEventDestroy(l.done);
-      cudaStreamDestroy(l.stream);
+    for (auto& [peer, pr] : pairs_) {
+      if (abort) ncclCommAbort(pr.comm);
+      else ncclCommDestroy(pr.comm);
+      if (!abort) cudaStreamSynchronize(pr.stream);
+      cudaEventDestroy(pr.done);
+      cudaStreamDestroy(pr.stream);
     }
-    links_.clear();
+    pairs_.clear();
     if (run_comm_) abort ? ncclCommAbort(run_comm_) : ncclCommDestroy(run_comm_);
     run_comm_ = nullptr;
     if (probe_byte_) cudaFree(probe_byte_);
@@ -154,8 +191,13 @@ class NcclTransport final : public Transport {
 
   RunComm& comm_;
   MpiTransport headers_;
+  RankP2pPlan plan_;
+  std::vector<std::vector<int>> members_;  // group -> its transfers (indices into plan_.transfers)
+  std::vector<Buffer> buffers_;            // transfer -> the executor's buffer, this step
+  std::size_t next_ = 0;                   // the step's next transfer
+  int posted_ = 0;                         // the step's groups posted so far
   ncclComm_t run_comm_ = nullptr;
-  std::map<BoundaryLink, Link> links_;
+  std::map<int, Pair> pairs_;  // peer -> pair
   void* probe_byte_ = nullptr;
 };
 

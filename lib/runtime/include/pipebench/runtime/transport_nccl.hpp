@@ -7,11 +7,13 @@
 //
 // Communicators: one NCCL communicator over the run's ranks from a unique id
 // that run rank 0 creates and MPI broadcasts; from it, with ncclCommSplit,
-// one two-rank communicator per directed link and tensor kind (activations
-// stage v -> v+1, gradients v+1 -> v), each with its own stream. A link only
-// ever carries one direction, in schedule order, so a pending send never
-// blocks a receive (NCCL p2p operations block their stream until matched).
-// Every link is connected once when the transport is built.
+// one two-rank communicator per neighbour pair (two ranks that exchange
+// boundary tensors either way), each with its own stream. A pair's
+// operations run in issue order, so both ranks issue them in matching
+// groups — ncclGroupStart/End of at most one tensor each way, the crossing
+// sends of 1F1B together — planned from the schedule by p2p_groups.hpp and
+// checked there to finish before the transport is built. Every pair is
+// connected once when the transport is built.
 //
 // Two ranks of a run on one GPU cannot use NCCL: the runner refuses such a
 // launch before building this (device_binding.hpp).
