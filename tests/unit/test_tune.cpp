@@ -47,29 +47,31 @@ num_microbatches = 4
 
 }  // namespace
 
-TEST_CASE("tune: the 70B GPT fits from 32 stages on; the answer line names it", "[tune]") {
+TEST_CASE("tune: the 70B GPT fits from 48 stages on; the answer line names it", "[tune]") {
+  // bf16 weights, fp32 gradients, AdamW: 18 bytes per parameter; at 32
+  // stages micro-batch 1 is 0.7% over the 80 GiB.
   const Job job = gpt_70b();
   TuneOptions o;
   o.max_ranks = 64;
   o.partitions = {Remainder::first};
   const TuneResult r = tune(job, o);
-  CHECK(r.smallest_fitting_p == 32);
-  for (int p = 1; p < 32; ++p) {
+  CHECK(r.smallest_fitting_p == 48);
+  for (int p = 1; p < 48; ++p) {
     const TuneCandidate* c = find(r, p, Remainder::first);
     REQUIRE(c);
     CHECK_FALSE(c->fits);
     CHECK(c->peak_fraction > 1.0);  // micro-batch 1 already exceeds the capacity
   }
-  const TuneCandidate* p32 = find(r, 32, Remainder::first);
-  REQUIRE(p32);
-  CHECK(p32->fits);
-  CHECK(p32->max_micro_batch == 1);
-  CHECK(p32->peak_fraction <= 1.0);
+  const TuneCandidate* p48 = find(r, 48, Remainder::first);
+  REQUIRE(p48);
+  CHECK(p48->fits);
+  CHECK(p48->max_micro_batch >= 1);
+  CHECK(p48->peak_fraction <= 1.0);
   // m: the smallest meeting a 10% closed-form bubble: (p-1)/(m+p-1) <= 0.1.
-  CHECK(p32->num_microbatches == 279);
-  CHECK(31.0 / (279 + 31) <= 0.1);
-  CHECK(31.0 / (278 + 31) > 0.1);
-  CHECK_THAT(tune_answer_line(r), Catch::StartsWith("smallest fitting p = 32; best throughput per rank: p = "));
+  CHECK(p48->num_microbatches == 423);
+  CHECK(47.0 / (423 + 47) <= 0.1);
+  CHECK(47.0 / (422 + 47) > 0.1);
+  CHECK_THAT(tune_answer_line(r), Catch::StartsWith("smallest fitting p = 48; best throughput per rank: p = "));
   // Ranked: fitting with the 90% margin, fitting without it, the rest; by
   // throughput per rank within each group.
   auto group = [](const TuneCandidate& c) { return c.fits ? (c.margin ? 0 : 1) : 2; };
@@ -78,7 +80,7 @@ TEST_CASE("tune: the 70B GPT fits from 32 stages on; the answer line names it", 
     CHECK(group(a) <= group(b));
     if (group(a) == group(b) && b.fits) CHECK(a.samples_per_s_per_rank >= b.samples_per_s_per_rank);
   }
-  CHECK_FALSE(p32->margin);  // 95% of the capacity
+  CHECK(p48->margin);  // 89.7% of the capacity
   REQUIRE(r.best());
   CHECK(r.best()->margin);
   CHECK(r.best()->peak_fraction <= 0.90);
@@ -151,7 +153,7 @@ TEST_CASE("tune: a chosen pipeline gets a single-stage baseline at its global ba
 TEST_CASE("tune: without one rank that fits, the smallest fitting pipeline is the baseline, said so", "[tune]") {
   const Job job = gpt_70b();
   TuneOptions o;
-  o.max_ranks = 40;
+  o.max_ranks = 56;
   o.partitions = {Remainder::balanced};
   const TuneResult r = tune(job, o);
   REQUIRE(r.best());

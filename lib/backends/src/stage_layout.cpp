@@ -68,28 +68,30 @@ void initial_values(const ModelSpec& ms, const PieceLayout& p, std::size_t t, fl
     out[i] = stdev * init_normal(ms.seed, p.id, static_cast<int>(t), static_cast<std::uint64_t>(i));
 }
 
-GptActs::GptActs(std::int64_t T, std::int64_t h, std::int64_t f) {
+GptActs::GptActs(std::int64_t T, std::int64_t h, std::int64_t f, int elem_bytes) {
+  const std::int64_t stats = T * (4 / elem_bytes);  // T floats
   x = 0;
   ln1 = x + T * h;
   mean1 = ln1 + T * h;
-  rstd1 = mean1 + T;
-  qkv = rstd1 + T;
+  rstd1 = mean1 + stats;
+  qkv = rstd1 + stats;
   attn = qkv + 3 * T * h;
   x2 = attn + T * h;
   ln2 = x2 + T * h;
   mean2 = ln2 + T * h;
-  rstd2 = mean2 + T;
-  pre = rstd2 + T;
+  rstd2 = mean2 + stats;
+  pre = rstd2 + stats;
   gelu = pre + T * f;
   probs = gelu + T * f;
 }
 
-HeadActs::HeadActs(std::int64_t T, std::int64_t h, std::int64_t V) {
+HeadActs::HeadActs(std::int64_t T, std::int64_t h, std::int64_t V, int elem_bytes) {
+  const std::int64_t stats = T * (4 / elem_bytes);  // T floats
   x = 0;
   ln = T * h;
   mean = ln + T * h;
-  rstd = mean + T;
-  probs = rstd + T;
+  rstd = mean + stats;
+  probs = rstd + stats;
   targets = probs + T * V;
 }
 

@@ -7,13 +7,16 @@ namespace {
 // instead of wrapping (core/checked.hpp).
 using I = CheckedInt;
 constexpr std::int64_t kTokenIdBytes = 4;  // int32 token ids / targets
+constexpr std::int64_t kLnStatsBytes = 8;  // one LayerNorm's fp32 mean and 1/std, per token
 }
 
 StateBytes state_bytes_per_param(OptimizerKind opt, DType dtype) {
   const bool fp32 = dtype == DType::fp32;
   const int p = dtype_bytes(dtype);
-  if (opt == OptimizerKind::adamw) return {p, p, fp32 ? 8 : 12};
-  return {p, p, fp32 ? 0 : 4};
+  // Gradients accumulate in fp32 whatever the storage dtype (the cuda
+  // backend's cuBLAS weight gradients write fp32; docs/cuda-backend.md).
+  if (opt == OptimizerKind::adamw) return {p, 4, fp32 ? 8 : 12};
+  return {p, 4, fp32 ? 0 : 4};
 }
 
 ModelDesc::ModelDesc(const ModelSpec& spec, DType dtype) : spec_(spec), dtype_(dtype) {}
@@ -45,9 +48,9 @@ Cost ModelDesc::block(int b) const {
     // qkv, proj, fc1, fc2 GEMMs + QK^T and softmax(QK^T)V over all s x s pairs
     c.forward_flops = 2.0 * t * (4.0 * hd * hd + 2.0 * hd * fd) + 4.0 * static_cast<double>(b) * sd * sd * hd;
     // Per token: x, ln1 out, qkv (3h), attention out, x + attn, ln2 out (8h total),
-    // fc1 pre-activation and GELU out (2f), mean/rstd of both LayerNorms (4);
-    // plus the attention probabilities [b, heads, s, s].
-    c.activation_bytes = (e * (tokens * (I(8) * h + I(2) * f + 4) + I(b) * a * s * s)).value();
+    // fc1 pre-activation and GELU out (2f); plus the attention probabilities
+    // [b, heads, s, s]; and mean/rstd of both LayerNorms in fp32 (4 x 4 bytes).
+    c.activation_bytes = (e * (tokens * (I(8) * h + I(2) * f) + I(b) * a * s * s) + tokens * kLnStatsBytes * 2).value();
     // Split backward: the gradients at the outputs of fc2 (h), fc1 (f), ln2
     // (h), proj (h), qkv (3h) and ln1 (h).
     c.split_stash_bytes = (e * tokens * (I(7) * h + f)).value();
@@ -74,8 +77,8 @@ Cost ModelDesc::head(int b) const {
   c.forward_flops = 2.0 * static_cast<double>(tokens.value()) * static_cast<double>(spec_.hidden) *
                     static_cast<double>(spec_.vocab);
   c.backward_flops = 2.0 * c.forward_flops;
-  // Per token: LN input, LN out, mean/rstd, softmax probabilities; int32 targets.
-  c.activation_bytes = (e * tokens * (I(2) * h + 2 + v) + tokens * kTokenIdBytes).value();
+  // Per token: LN input, LN out, softmax probabilities; fp32 mean/rstd; int32 targets.
+  c.activation_bytes = (e * tokens * (I(2) * h + v) + tokens * (kLnStatsBytes + kTokenIdBytes)).value();
   // Split backward: the gradient at the LayerNorm's output (the LM head's
   // output gradient overwrites the probabilities in place and stays there).
   c.split_stash_bytes = (e * tokens * h).value();
@@ -115,7 +118,11 @@ std::int64_t ModelDesc::cuda_workspace_bytes(int b, bool train) const {
   const I h = spec_.hidden, f = spec_.ffn_hidden, s = spec_.seq_len, a = spec_.heads;
   const I tokens = I(b) * s;
   const I temporaries = train ? I(dtype_bytes(dtype_)) * (tokens * (f + I(7) * h) + a * s * s) : I(0);
-  return (temporaries + I(4) * tokens + kCudaNormSlotsBytes).value();
+  return (temporaries + I(4) * tokens + (train ? I(cuda_embedding_order_bytes(b)) : I(0)) + kCudaNormSlotsBytes).value();
+}
+
+std::int64_t ModelDesc::cuda_embedding_order_bytes(int b) const {
+  return (I(4) * (I(3) * (I(b) * spec_.seq_len) + 4)).value();
 }
 
 std::int64_t ModelDesc::workspace_bytes(BackendKind backend, int b, bool train) const {

@@ -19,11 +19,12 @@ FaultInjection FaultInjection::from_env() {
   if (!env || !*env) return f;
   const std::string s = env;
   const auto at = s.find('@'), c1 = s.find(':', at == std::string::npos ? 0 : at), c2 = s.rfind(':');
-  auto bad = [&] { return ConfigError(fmt::format("PIPEBENCH_FAULT=\"{}\": expected KIND@RUN:RANK:STEP with KIND nan|error", s)); };
+  auto bad = [&] { return ConfigError(fmt::format("PIPEBENCH_FAULT=\"{}\": expected KIND@RUN:RANK:STEP with KIND nan|error|device", s)); };
   if (at == std::string::npos || c1 == std::string::npos || c2 == c1) throw bad();
   const std::string kind = s.substr(0, at);
   if (kind == "nan") f.kind = Kind::nan;
   else if (kind == "error") f.kind = Kind::error;
+  else if (kind == "device") f.kind = Kind::device;
   else throw bad();
   f.run = s.substr(at + 1, c1 - at - 1);
   try {

@@ -1,7 +1,9 @@
 #include "pipebench/runtime/runner.hpp"
 
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -504,9 +506,44 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
   return rec.failure == FailureKind::none;
 }
 
+// Collective over the world, after a run: whether a rank of the run was left
+// with an unusable device — a sticky CUDA error (cuda_context_error), or the
+// test hook PIPEBENCH_FAULT=device@RUN:RANK:0. "" when none was, else
+// "rank R: what", the lowest such rank, the same text on every rank.
+std::string broken_device(const JobContext& ctx, const RunPlan& rp, bool ran_here) {
+  std::string mine;
+  if (ran_here && ctx.job.device.backend == BackendKind::cuda) mine = cuda_context_error();
+  if (ran_here && ctx.fault.fires(FaultInjection::Kind::device, rp.run.name, ctx.world_rank, 0))
+    mine = "injected device fault (PIPEBENCH_FAULT)";
+  int first = mine.empty() ? INT_MAX : ctx.world_rank;
+  PIPEBENCH_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (first == INT_MAX) return "";
+  std::array<char, 512> text{};
+  if (ctx.world_rank == first) mine.copy(text.data(), text.size() - 1);
+  PIPEBENCH_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(text.size()), MPI_CHAR, first, MPI_COMM_WORLD));
+  return fmt::format("rank {}: {}", first, text.data());
+}
+
+// Rank 0: the run that left a device unusable fails with it (a run that
+// failed already keeps its kind, the device's state is added to its message).
+void record_broken_device(JobResult& jr, const std::string& broken) {
+  RunResult& r = jr.runs.back();
+  const std::string what = "the device was left unusable after the run, " + broken;
+  if (r.status == RunStatus::failed) {
+    r.failure_message += "; " + what;
+    return;
+  }
+  r.status = RunStatus::failed;
+  r.failure_kind = FailureKind::error;
+  r.failing_rank = std::stoi(broken.substr(5));  // "rank R: ..."
+  r.failure_message = what;
+}
+
 // Collective over the world: one run on its ranks (the others wait at the
 // closing barrier), or a skipped record when the world is too small.
-void run_one(const JobContext& ctx, const RunPlan& rp, int world_size, Watchdog& watchdog, JobResult& jr) {
+// Returns "" or, when the run left a device unusable, why (broken_device):
+// the launch then runs nothing more.
+std::string run_one(const JobContext& ctx, const RunPlan& rp, int world_size, Watchdog& watchdog, JobResult& jr) {
   const int p = rp.run.pipeline_size;
   const bool root = ctx.world_rank == 0;
   std::string reason = unsupported_reason(ctx.job.device.backend, rp);
@@ -517,7 +554,7 @@ void run_one(const JobContext& ctx, const RunPlan& rp, int world_size, Watchdog&
       jr.runs.push_back(skipped_run(ctx.job, rp, reason));
       checkpoint(ctx, jr);
     }
-    return;
+    return "";
   }
   if (root) {
     fmt::print("\n== run {}: {} ranks, {}, schedule {}, micro_batch_size {} x {} micro-batches\n", rp.run.name, p,
@@ -529,9 +566,16 @@ void run_one(const JobContext& ctx, const RunPlan& rp, int world_size, Watchdog&
   // A failed run may leave an unmatched step barrier on `comm`; such a
   // communicator is never freed (one per failed run), so no later
   // collective can be matched against it.
-  if (comm != MPI_COMM_NULL && execute_on_ranks(ctx, rp, comm, watchdog, jr)) MPI_Comm_free(&comm);
+  const bool ran_here = comm != MPI_COMM_NULL;
+  if (ran_here && execute_on_ranks(ctx, rp, comm, watchdog, jr)) MPI_Comm_free(&comm);
+  const std::string broken = broken_device(ctx, rp, ran_here);
+  if (root && !broken.empty() && !jr.runs.empty()) {
+    record_broken_device(jr, broken);
+    fmt::print("  -- {}: the device was left unusable ({}); the launch runs nothing more\n", rp.run.name, broken);
+  }
   if (root) checkpoint(ctx, jr);
   PIPEBENCH_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  return broken;
 }
 
 // Collective: the decision and the job status on rank 0, whether any run
@@ -616,7 +660,21 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
 
   Watchdog watchdog;
   try {
-    for (const RunPlan& rp : plan.runs) run_one(ctx, rp, world_size, watchdog, jr);
+    // After a run leaves a device unusable (a sticky CUDA error lasts for the
+    // life of the process) every later run is recorded as not run.
+    std::string broken, broken_by;
+    for (const RunPlan& rp : plan.runs) {
+      if (broken.empty()) {
+        broken = run_one(ctx, rp, world_size, watchdog, jr);
+        broken_by = rp.run.name;
+      } else if (root) {
+        const std::string reason =
+            fmt::format("not run: run {} left a device unusable ({}); relaunch to run it", broken_by, broken);
+        fmt::print("\n== run {}: skipped ({})\n", rp.run.name, reason);
+        jr.runs.push_back(skipped_run(job, rp, reason));
+        checkpoint(ctx, jr);
+      }
+    }
   } catch (const PeerLostError&) {
     // No collective can follow; main aborts the launch. The checkpoint holds
     // the completed runs and this one as interrupted.

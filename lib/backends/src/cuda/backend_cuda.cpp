@@ -182,24 +182,36 @@ class CudaBackend final : public Backend {
   }
   std::byte* elem(const DeviceBuffer& b, std::int64_t elements) const { return b.data() + elements * e_; }
   void* w(const Piece& p, std::size_t t) const { return elem(params_, p.tensors[t].offset); }
-  void* g(const Piece& p, std::size_t t) const { return elem(grads_, p.tensors[t].offset); }
+  // Gradients are fp32 whatever the dtype (docs/cuda-backend.md, dtypes).
+  float* g(const Piece& p, std::size_t t) const { return reinterpret_cast<float*>(grads_.data()) + p.tensors[t].offset; }
+  // A LayerNorm's fp32 mean or 1/std at slab element offset `elements`.
+  float* stat(int mb, const Piece& p, std::int64_t elements) const { return reinterpret_cast<float*>(act(mb, p, elements)); }
   // Workspace layout (ModelDesc::cuda_workspace_bytes): norm partial sums,
   // per-token losses, then the backward's temporaries (aligned: cudaMalloc
   // returns 256-byte-aligned memory and the first two parts are multiples of 4).
   double* norm_partials() const { return reinterpret_cast<double*>(workspace_.data()); }
   float* token_losses() const { return reinterpret_cast<float*>(workspace_.data() + ModelDesc::kCudaNormSlotsBytes); }
-  std::byte* temporaries() const { return workspace_.data() + ModelDesc::kCudaNormSlotsBytes + 4 * tokens_; }
+  std::int32_t* embedding_order_ints() const {
+    return reinterpret_cast<std::int32_t*>(workspace_.data() + ModelDesc::kCudaNormSlotsBytes + 4 * tokens_);
+  }
+  std::byte* temporaries() const {
+    return workspace_.data() + ModelDesc::kCudaNormSlotsBytes + 4 * tokens_ + embedding_order_bytes_;
+  }
 
-  // Runs the row-major product `g` (gemm_layout.hpp) through cuBLAS.
-  void gemm(const gemm::RowMajor& g, const void* A, const void* B, void* C) const;
+  // Runs the row-major product `g` (gemm_layout.hpp) through cuBLAS; C in
+  // the storage dtype, or fp32 for a weight gradient (`fp32_out`).
+  void gemm(const gemm::RowMajor& g, const void* A, const void* B, void* C, bool fp32_out = false) const;
   void linear_forward(const void* x, const void* W, const void* b, void* y, int T, int in, int out, bool accumulate) const;
-  void linear_backward(const void* x, const void* W, const void* dy, void* dx, void* dW, void* db, int T, int in, int out,
-                       bool accumulate_dx) const;
+  void linear_backward(const void* x, const void* W, const void* dy, void* dx, float* dW, float* db, int T, int in,
+                       int out, bool accumulate_dx) const;
   void forward_piece(const Piece& p, int mb, const std::byte* in, std::byte* out);
   void backward_piece(const Piece& p, int mb, const std::byte* dy, std::byte* dx);
   void acquire_slab(int mb);
   void release_slab(int mb);
   void upload_tokens(int mb, std::int32_t* dst, bool targets);
+  void upload_inputs(int mb);
+  void upload_embedding_order(int mb);
+  void read_loss(int mb);
   void start_action();
   void finish_action();
 
@@ -236,6 +248,10 @@ class CudaBackend final : public Backend {
   std::vector<void*> slabs_, free_slabs_;
   std::vector<double> loss_;
   std::vector<float> host_losses_;
+  // The embedding backward's token order (workspace, train only): its bytes
+  // and the current micro-batch's segments, uploaded before each backward.
+  std::int64_t embedding_order_bytes_ = 0;
+  gpu::EmbeddingOrder embedding_order_;
   int optimizer_steps_ = 0, step_ = 0;
   int live_ = 0, peak_live_ = 0;
 };
@@ -295,14 +311,24 @@ void CudaBackend::build(const StageSpec& spec) {
   const std::int64_t next_param = layout.params, next_act = layout.activation_bytes;
   num_params_ = next_param;
   if (dt_ == DType::fp16) grad_unscale_ = 1.0 / (static_cast<double>(tokens_) * spec.num_microbatches);
-  if (range.has_head) {
-    // The head's int32 targets follow its fp16/bf16 activations in the slab.
-    const std::int64_t at = pieces_.back().act_offset + HeadActs(tokens_, h, V).targets * e_;
-    if (at % 4 != 0)
-      throw Error(fmt::format("cuda backend: the targets of the head would sit at slab offset {}, not 4-byte aligned, "
-                              "with dtype {}: use an even seq_len or micro_batch_size",
-                              at, to_string(dt_)));
+  // The fp32 LayerNorm statistics and the head's int32 targets sit among
+  // fp16/bf16 activations in the slab: each must be 4-byte aligned.
+  for (const Piece& p : pieces_) {
+    std::vector<std::pair<const char*, std::int64_t>> at;
+    if (p.kind == PieceKind::gpt) {
+      const GptActs a(tokens_, h, ms.ffn_hidden, static_cast<int>(e_));
+      at = {{"LayerNorm statistics", a.mean1}, {"LayerNorm statistics", a.mean2}};
+    } else if (p.kind == PieceKind::head) {
+      const HeadActs a(tokens_, h, V, static_cast<int>(e_));
+      at = {{"LayerNorm statistics", a.mean}, {"targets", a.targets}};
+    }
+    for (const auto& [what, elements] : at)
+      if ((p.act_offset + elements * e_) % 4 != 0)
+        throw Error(fmt::format("cuda backend: the {} of piece {} would sit at slab offset {}, not 4-byte aligned, "
+                                "with dtype {}: use an even seq_len or micro_batch_size",
+                                what, p.id, p.act_offset + elements * e_, to_string(dt_)));
   }
+  if (train) embedding_order_bytes_ = model.cuda_embedding_order_bytes(b);
 
   const auto n = static_cast<std::uint64_t>(next_param);
   const StateBytes per_param = state_bytes_per_param(job_.train.optimizer, dt_);
@@ -358,18 +384,21 @@ void CudaBackend::build(const StageSpec& spec) {
   cuda_check(cudaDeviceSynchronize(), kWho, "build");
 }
 
-void CudaBackend::gemm(const gemm::RowMajor& g, const void* A, const void* B, void* C) const {
+void CudaBackend::gemm(const gemm::RowMajor& g, const void* A, const void* B, void* C, bool fp32_out) const {
   const gemm::ColumnMajor c = gemm::to_column_major(g);
   const cublasOperation_t first = c.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t second = c.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cudaDataType_t type = cuda_type(dt_);
+  // bf16/fp16 inputs with an fp32 output under CUBLAS_COMPUTE_32F: one of
+  // cublasGemmEx's documented type combinations.
+  const cudaDataType_t c_type = fp32_out ? CUDA_R_32F : type;
   if (c.batch == 1)
     cublas_check(cublasGemmEx(cublas_, first, second, c.m, c.n, c.k, &c.alpha, B, type, c.ld_first, A, type, c.ld_second,
-                              &c.beta, C, type, c.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                              &c.beta, C, c_type, c.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "GemmEx");
   else
     cublas_check(cublasGemmStridedBatchedEx(cublas_, first, second, c.m, c.n, c.k, &c.alpha, B, type, c.ld_first,
-                                            c.stride_first, A, type, c.ld_second, c.stride_second, &c.beta, C, type,
+                                            c.stride_first, A, type, c.ld_second, c.stride_second, &c.beta, C, c_type,
                                             c.ldc, c.stride_c, c.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "GemmStridedBatchedEx");
 }
@@ -380,9 +409,9 @@ void CudaBackend::linear_forward(const void* x, const void* W, const void* b, vo
   if (b) gpu::add_bias(dt_, y, b, T, out, stream_);
 }
 
-void CudaBackend::linear_backward(const void* x, const void* W, const void* dy, void* dx, void* dW, void* db, int T,
+void CudaBackend::linear_backward(const void* x, const void* W, const void* dy, void* dx, float* dW, float* db, int T,
                                   int in, int out, bool accumulate_dx) const {
-  gemm(gemm::linear_weight_grad(T, in, out), x, dy, dW);
+  gemm(gemm::linear_weight_grad(T, in, out), x, dy, dW, true);
   if (db) gpu::bias_backward(dt_, dy, db, T, out, stream_);
   if (dx) gemm(gemm::linear_input_grad(T, in, out, accumulate_dx), dy, W, dx);
 }
@@ -402,6 +431,62 @@ void CudaBackend::upload_tokens(int mb, std::int32_t* dst, bool targets) {
   cuda_check(cudaStreamSynchronize(stream_), kWho, "uploading tokens");  // `src` dies here
 }
 
+// What a forward reads from the host, queued before its start event so that
+// the event pair times GPU work only (docs/cuda-backend.md, Timing): the
+// received activation's staging copy, the tokens, the targets.
+void CudaBackend::upload_inputs(int mb) {
+  if (host_recv_prev_)
+    cuda_check(cudaMemcpyAsync(recv_prev_.data(), host_recv_prev_->data(), recv_prev_.bytes(), cudaMemcpyHostToDevice,
+                               stream_),
+               kWho, "staging the received activation");
+  if (pieces_.front().kind == PieceKind::embedding)
+    upload_tokens(mb, reinterpret_cast<std::int32_t*>(act(mb, pieces_.front(), 0)), false);
+  if (pieces_.back().kind == PieceKind::head) {
+    const HeadActs a(tokens_, job_.model.hidden, job_.model.vocab, static_cast<int>(e_));
+    upload_tokens(mb, reinterpret_cast<std::int32_t*>(act(mb, pieces_.back(), a.targets)), true);
+  }
+}
+
+// The embedding backward's segments (kernels.hpp EmbeddingOrder): the
+// micro-batch's positions sorted by (token id, position), the start of each
+// token's run and its id, uploaded to the workspace before the backward.
+void CudaBackend::upload_embedding_order(int mb) {
+  std::vector<std::int32_t> tok, tgt;
+  synthetic_batch(job_.model, step_, mb, spec_.micro_batch_size, tok, tgt);
+  const auto T = static_cast<std::int32_t>(tok.size());
+  std::vector<std::int32_t> ints(static_cast<std::size_t>(3 * T + 1));
+  std::int32_t* order = ints.data();
+  for (std::int32_t i = 0; i < T; ++i) order[i] = i;
+  std::stable_sort(order, order + T, [&](std::int32_t x, std::int32_t y) { return tok[x] < tok[y]; });
+  std::vector<std::int32_t> seg, seg_token;
+  for (std::int32_t k = 0; k < T; ++k)
+    if (k == 0 || tok[order[k]] != tok[order[k - 1]]) {
+      seg.push_back(k);
+      seg_token.push_back(tok[order[k]]);
+    }
+  const auto U = static_cast<std::int32_t>(seg_token.size());
+  seg.push_back(T);
+  std::copy(seg.begin(), seg.end(), ints.begin() + T);
+  std::copy(seg_token.begin(), seg_token.end(), ints.begin() + T + U + 1);
+  std::int32_t* dev = embedding_order_ints();
+  cuda_check(cudaMemcpyAsync(dev, ints.data(), static_cast<std::size_t>(T + U + 1 + U) * sizeof(std::int32_t),
+                             cudaMemcpyHostToDevice, stream_),
+             kWho, "uploading the embedding's token order");
+  cuda_check(cudaStreamSynchronize(stream_), kWho, "uploading the embedding's token order");  // `ints` dies here
+  embedding_order_ = {dev, dev + T, dev + T + U + 1, U};
+}
+
+// The head's per-token losses to the host, after the action's events.
+void CudaBackend::read_loss(int mb) {
+  cuda_check(cudaMemcpyAsync(host_losses_.data(), token_losses(), host_losses_.size() * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream_),
+             kWho, "reading losses");
+  cuda_check(cudaStreamSynchronize(stream_), kWho, "reading losses");
+  double sum = 0.0;
+  for (float l : host_losses_) sum += static_cast<double>(l);
+  loss_[static_cast<std::size_t>(mb)] = sum / static_cast<double>(tokens_);
+}
+
 void CudaBackend::forward_piece(const Piece& p, int mb, const std::byte* in, std::byte* out) {
   const ModelSpec& ms = job_.model;
   const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, V = ms.vocab;
@@ -413,15 +498,14 @@ void CudaBackend::forward_piece(const Piece& p, int mb, const std::byte* in, std
     cuda_check(cudaMemcpyAsync(act(mb, p, 0), in, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
   switch (p.kind) {
     case PieceKind::embedding: {
-      auto* tokens = reinterpret_cast<std::int32_t*>(act(mb, p, 0));
-      upload_tokens(mb, tokens, false);
+      const auto* tokens = reinterpret_cast<const std::int32_t*>(act(mb, p, 0));  // upload_inputs()
       gpu::embedding_forward(dt_, tokens, w(p, 0), w(p, 1), out, T, s, h, stream_);
       break;
     }
     case PieceKind::gpt: {
-      const GptActs a(T, h, f);
+      const GptActs a(T, h, f, static_cast<int>(e_));
       std::byte* x = act(mb, p, a.x);
-      gpu::layernorm_forward(dt_, x, w(p, 0), w(p, 1), act(mb, p, a.ln1), act(mb, p, a.mean1), act(mb, p, a.rstd1), T, h, stream_);
+      gpu::layernorm_forward(dt_, x, w(p, 0), w(p, 1), act(mb, p, a.ln1), stat(mb, p, a.mean1), stat(mb, p, a.rstd1), T, h, stream_);
       linear_forward(act(mb, p, a.ln1), w(p, 2), w(p, 3), act(mb, p, a.qkv), T, h, 3 * h, false);
       // Attention, per sequence: scores = Q·Kᵀ/√d for all heads at once, causal softmax, out = P·V.
       const gemm::Attention at(s, h, ms.heads);
@@ -438,7 +522,7 @@ void CudaBackend::forward_piece(const Piece& p, int mb, const std::byte* in, std
       std::byte* x2 = act(mb, p, a.x2);
       cuda_check(cudaMemcpyAsync(x2, x, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
       linear_forward(act(mb, p, a.attn), w(p, 4), w(p, 5), x2, T, h, h, true);
-      gpu::layernorm_forward(dt_, x2, w(p, 6), w(p, 7), act(mb, p, a.ln2), act(mb, p, a.mean2), act(mb, p, a.rstd2), T, h, stream_);
+      gpu::layernorm_forward(dt_, x2, w(p, 6), w(p, 7), act(mb, p, a.ln2), stat(mb, p, a.mean2), stat(mb, p, a.rstd2), T, h, stream_);
       linear_forward(act(mb, p, a.ln2), w(p, 8), w(p, 9), act(mb, p, a.pre), T, h, f, false);
       gpu::gelu_forward(dt_, act(mb, p, a.pre), act(mb, p, a.gelu), std::int64_t{T} * f, stream_);
       cuda_check(cudaMemcpyAsync(out, x2, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
@@ -456,22 +540,13 @@ void CudaBackend::forward_piece(const Piece& p, int mb, const std::byte* in, std
       break;
     }
     case PieceKind::head: {
-      const HeadActs a(T, h, V);
+      const HeadActs a(T, h, V, static_cast<int>(e_));
       std::byte* x = act(mb, p, a.x);
-      gpu::layernorm_forward(dt_, x, w(p, 0), w(p, 1), act(mb, p, a.ln), act(mb, p, a.mean), act(mb, p, a.rstd), T, h, stream_);
+      gpu::layernorm_forward(dt_, x, w(p, 0), w(p, 1), act(mb, p, a.ln), stat(mb, p, a.mean), stat(mb, p, a.rstd), T, h, stream_);
       std::byte* probs = act(mb, p, a.probs);
       linear_forward(act(mb, p, a.ln), w(p, 2), nullptr, probs, T, h, V, false);
-      auto* targets = reinterpret_cast<std::int32_t*>(act(mb, p, a.targets));
-      upload_tokens(mb, targets, true);
-      float* losses = token_losses();
-      gpu::softmax_crossentropy_forward(dt_, probs, targets, losses, T, V, stream_);
-      cuda_check(cudaMemcpyAsync(host_losses_.data(), losses, host_losses_.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                                 stream_), kWho,
-                 "reading losses");
-      cuda_check(cudaStreamSynchronize(stream_), kWho, "reading losses");
-      double sum = 0.0;
-      for (float l : host_losses_) sum += static_cast<double>(l);
-      loss_[static_cast<std::size_t>(mb)] = sum / static_cast<double>(T);
+      const auto* targets = reinterpret_cast<const std::int32_t*>(act(mb, p, a.targets));  // upload_inputs()
+      gpu::softmax_crossentropy_forward(dt_, probs, targets, token_losses(), T, V, stream_);  // read_loss()
       break;
     }
   }
@@ -512,11 +587,9 @@ void CudaBackend::finish_action() {
 
 void CudaBackend::forward(int /*step*/, int mb, int /*chunk*/) {
   acquire_slab(mb);
+  upload_inputs(mb);
   start_action();
   const bool has_next = spec_.rank + 1 < spec_.num_stages;
-  if (host_recv_prev_)
-    cuda_check(cudaMemcpyAsync(recv_prev_.data(), host_recv_prev_->data(), recv_prev_.bytes(), cudaMemcpyHostToDevice, stream_), kWho,
-               "staging the received activation");
   const std::byte* in = pieces_.front().kind == PieceKind::embedding ? nullptr : recv_prev_.data();
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
     std::byte* out = nullptr;
@@ -526,6 +599,7 @@ void CudaBackend::forward(int /*step*/, int mb, int /*chunk*/) {
     in = out;
   }
   finish_action();
+  if (pieces_.back().kind == PieceKind::head) read_loss(mb);
   if (spec_.mode == RunMode::inference) release_slab(mb);
 }
 
@@ -544,16 +618,15 @@ void CudaBackend::backward_piece(const Piece& p, int mb, const std::byte* dy, st
   std::byte* scratch = dqkv + 5 * Th * e_;
   switch (p.kind) {
     case PieceKind::embedding:
-      gpu::embedding_backward(dt_, reinterpret_cast<const std::int32_t*>(act(mb, p, 0)), dy, g(p, 0), g(p, 1), T, s, h,
-                              stream_);
+      gpu::embedding_backward(dt_, dy, embedding_order_, g(p, 0), g(p, 1), T, s, h, stream_);  // upload_embedding_order()
       break;
     case PieceKind::gpt: {
-      const GptActs a(T, h, f);
+      const GptActs a(T, h, f, static_cast<int>(e_));
       linear_backward(act(mb, p, a.gelu), w(p, 10), dy, dgelu, g(p, 10), g(p, 11), T, f, h, false);
       gpu::gelu_backward(dt_, act(mb, p, a.pre), dgelu, dgelu, std::int64_t{T} * f, stream_);
       linear_backward(act(mb, p, a.ln2), w(p, 8), dgelu, dh, g(p, 8), g(p, 9), T, h, f, false);
       cuda_check(cudaMemcpyAsync(dx2, dy, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
-      gpu::layernorm_backward(dt_, dh, act(mb, p, a.x2), w(p, 6), act(mb, p, a.mean2), act(mb, p, a.rstd2), dx2, g(p, 6),
+      gpu::layernorm_backward(dt_, dh, act(mb, p, a.x2), w(p, 6), stat(mb, p, a.mean2), stat(mb, p, a.rstd2), dx2, g(p, 6),
                               g(p, 7), T, h, stream_);
       linear_backward(act(mb, p, a.attn), w(p, 4), dx2, dh, g(p, 4), g(p, 5), T, h, h, false);
       // Attention backward per sequence, all heads at once (cpu_kernels attention_backward).
@@ -574,7 +647,7 @@ void CudaBackend::backward_piece(const Piece& p, int mb, const std::byte* dy, st
       }
       linear_backward(act(mb, p, a.ln1), w(p, 2), dqkv, dh, g(p, 2), g(p, 3), T, h, 3 * h, false);
       cuda_check(cudaMemcpyAsync(dx, dx2, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
-      gpu::layernorm_backward(dt_, dh, act(mb, p, a.x), w(p, 0), act(mb, p, a.mean1), act(mb, p, a.rstd1), dx, g(p, 0),
+      gpu::layernorm_backward(dt_, dh, act(mb, p, a.x), w(p, 0), stat(mb, p, a.mean1), stat(mb, p, a.rstd1), dx, g(p, 0),
                               g(p, 1), T, h, stream_);
       break;
     }
@@ -589,14 +662,14 @@ void CudaBackend::backward_piece(const Piece& p, int mb, const std::byte* dy, st
       break;
     }
     case PieceKind::head: {
-      const HeadActs a(T, h, V);
+      const HeadActs a(T, h, V, static_cast<int>(e_));
       std::byte* probs = act(mb, p, a.probs);
       const float scale = dt_ == DType::fp16 ? 1.0f : 1.0f / (static_cast<float>(T) * static_cast<float>(spec_.num_microbatches));
       gpu::softmax_crossentropy_backward(dt_, probs, reinterpret_cast<const std::int32_t*>(act(mb, p, a.targets)), T, V,
                                          scale, stream_);
       linear_backward(act(mb, p, a.ln), w(p, 2), probs, dh, g(p, 2), nullptr, T, h, V, false);
       cuda_check(cudaMemsetAsync(dx, 0, Th_bytes, stream_), kWho, "memset");
-      gpu::layernorm_backward(dt_, dh, act(mb, p, a.x), w(p, 0), act(mb, p, a.mean), act(mb, p, a.rstd), dx, g(p, 0),
+      gpu::layernorm_backward(dt_, dh, act(mb, p, a.x), w(p, 0), stat(mb, p, a.mean), stat(mb, p, a.rstd), dx, g(p, 0),
                               g(p, 1), T, h, stream_);
       break;
     }
@@ -604,11 +677,14 @@ void CudaBackend::backward_piece(const Piece& p, int mb, const std::byte* dy, st
 }
 
 void CudaBackend::backward(int /*step*/, int mb, int /*chunk*/) {
+  // Host inputs before the events: the staged gradient, the token order.
+  if (host_recv_next_)
+    cuda_check(cudaMemcpyAsync(recv_next_.data(), host_recv_next_->data(), recv_next_.bytes(), cudaMemcpyHostToDevice,
+                               stream_),
+               kWho, "staging the received gradient");
+  if (pieces_.front().kind == PieceKind::embedding) upload_embedding_order(mb);
   start_action();
   const bool has_next = spec_.rank + 1 < spec_.num_stages, has_prev = spec_.rank > 0;
-  if (host_recv_next_)
-    cuda_check(cudaMemcpyAsync(recv_next_.data(), host_recv_next_->data(), recv_next_.bytes(), cudaMemcpyHostToDevice, stream_), kWho,
-               "staging the received gradient");
   const std::int64_t Th = tokens_ * job_.model.hidden;
   std::byte* ping = temporaries() + (tokens_ * job_.model.ffn_hidden + 5 * Th) * e_;
   std::byte* pong = ping + Th * e_;
@@ -633,7 +709,7 @@ void CudaBackend::grad_sq_norm_by_piece(std::vector<double>& per_piece) const {
   for (const Piece& p : pieces_) {
     cuda_check(cudaMemsetAsync(partials, 0, sizeof(double) * host.size(), stream_), kWho, "memset");
     for (std::size_t t = 0; t < p.tensors.size(); ++t)
-      gpu::sum_squares_accumulate(dt_, g(p, t), p.tensors[t].size, partials, stream_);
+      gpu::sum_squares_accumulate(g(p, t), p.tensors[t].size, partials, stream_);
     cuda_check(cudaMemcpyAsync(host.data(), partials, sizeof(double) * host.size(), cudaMemcpyDeviceToHost, stream_), kWho,
                "reading gradient norms");
     cuda_check(cudaStreamSynchronize(stream_), kWho, "reading gradient norms");

@@ -15,6 +15,15 @@ std::string version_text(int v) { return fmt::format("{}.{}", v / 1000, (v % 100
 
 bool cuda_built() { return true; }
 
+std::string cuda_context_error() {
+  cudaGetLastError();  // a non-sticky error (a bad launch configuration) ends here
+  if (cudaDeviceSynchronize() == cudaSuccess) return "";
+  cudaGetLastError();
+  const cudaError_t again = cudaDeviceSynchronize();  // a sticky one comes back
+  if (again == cudaSuccess) return "";
+  return fmt::format("{} ({})", cudaGetErrorName(again), cudaGetErrorString(again));
+}
+
 int cuda_device_count() {
   int n = 0;
   const cudaError_t rc = cudaGetDeviceCount(&n);

@@ -1,10 +1,13 @@
 // Own kernels of the cuda backend (kernels.hpp). One template per kernel over
 // the storage type T (float, __nv_bfloat16, __half), fp32 arithmetic inside,
-// dispatched on DType at the launcher. Deliberately plain: one thread per
-// element, one warp per row; column sums (bias and LayerNorm parameter
-// gradients) by blocks of 32 columns x 16 row lanes combined in lane order;
-// fixed reduction orders, no atomics: bit-repeatable.
+// dispatched on DType at the launcher. Gradients of parameters and the
+// LayerNorm statistics are fp32 whatever T is. Deliberately plain: one
+// thread per element, one warp per row; column sums (bias and LayerNorm
+// parameter gradients) by blocks of 32 columns x 16 row lanes combined in
+// lane order; fixed reduction orders, no atomics: bit-repeatable.
 #include "kernels.hpp"
+
+#include "pipebench/backends/cuda_device.hpp"
 
 #include "pipebench/backends/cuda_check.hpp"
 
@@ -82,23 +85,39 @@ __global__ void embedding_forward_k(const std::int32_t* tokens, const T* wte, co
   }
 }
 
-// One thread per channel, tokens in order: deterministic scatter-add.
+// dwpe[p, c] += the rows p, p + s, ... of dout, in order: one thread per
+// (position, channel).
 template <typename T>
-__global__ void embedding_backward_k(const std::int32_t* tokens, const T* dout, T* dwte, T* dwpe, int T_, int s, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  for (int t = 0; t < T_; ++t) {
-    const float d = to_f(dout[std::int64_t{t} * C + c]);
-    T* te = dwte + std::int64_t{tokens[t]} * C + c;
-    *te = from_f<T>(to_f(*te) + d);
-    T* pe = dwpe + std::int64_t{t % s} * C + c;
-    *pe = from_f<T>(to_f(*pe) + d);
+__global__ void position_embedding_backward_k(const T* dout, float* dwpe, int T_, int s, int C) {
+  const std::int64_t n = std::int64_t{s} * C;
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x) {
+    const std::int64_t pos = i / C, c = i % C;
+    float sum = 0.0f;
+    for (std::int64_t row = pos; row < T_; row += s) sum += to_f(dout[row * C + c]);
+    dwpe[i] += sum;
+  }
+}
+
+// dwte[token, c] += the rows of dout holding that token, in position order:
+// one thread per (segment, channel); segment u is order[seg[u] .. seg[u+1]),
+// the positions of token seg_token[u] (distinct tokens, so no two threads
+// write one element).
+template <typename T>
+__global__ void token_embedding_backward_k(const T* dout, const std::int32_t* order, const std::int32_t* seg,
+                                           const std::int32_t* seg_token, int segments, float* dwte, int C) {
+  const std::int64_t n = std::int64_t{segments} * C;
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x) {
+    const std::int64_t u = i / C, c = i % C;
+    float sum = 0.0f;
+    for (int k = seg[u]; k < seg[u + 1]; ++k) sum += to_f(dout[std::int64_t{order[k]} * C + c]);
+    dwte[std::int64_t{seg_token[u]} * C + c] += sum;
   }
 }
 
 // One warp per row.
 template <typename T>
-__global__ void layernorm_forward_k(const T* x, const T* gamma, const T* beta, T* out, T* mean, T* rstd, int T_, int C) {
+__global__ void layernorm_forward_k(const T* x, const T* gamma, const T* beta, T* out, float* mean, float* rstd, int T_,
+                                    int C) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= T_) return;
   const T* xr = x + std::int64_t{row} * C;
@@ -114,19 +133,19 @@ __global__ void layernorm_forward_k(const T* x, const T* gamma, const T* beta, T
   T* o = out + std::int64_t{row} * C;
   for (int c = lane; c < C; c += 32) o[c] = from_f<T>((to_f(xr[c]) - m) * r * to_f(gamma[c]) + to_f(beta[c]));
   if (lane == 0) {
-    mean[row] = from_f<T>(m);
-    rstd[row] = from_f<T>(r);
+    mean[row] = m;
+    rstd[row] = r;
   }
 }
 
 // dx, one warp per row.
 template <typename T>
-__global__ void layernorm_backward_dx_k(const T* dout, const T* x, const T* gamma, const T* mean, const T* rstd, T* dx,
-                                        int T_, int C) {
+__global__ void layernorm_backward_dx_k(const T* dout, const T* x, const T* gamma, const float* mean, const float* rstd,
+                                        T* dx, int T_, int C) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= T_) return;
   const std::int64_t off = std::int64_t{row} * C;
-  const float m = to_f(mean[row]), r = to_f(rstd[row]);
+  const float m = mean[row], r = rstd[row];
   float a = 0.0f, b = 0.0f;
   for (int c = lane; c < C; c += 32) {
     const float norm = (to_f(x[off + c]) - m) * r;
@@ -144,8 +163,8 @@ __global__ void layernorm_backward_dx_k(const T* dout, const T* x, const T* gamm
 
 // dgamma, dbeta: column sums (kColTile x kRowLanes blocks, lanes added in order).
 template <typename T>
-__global__ void layernorm_backward_params_k(const T* dout, const T* x, const T* mean, const T* rstd, T* dgamma, T* dbeta,
-                                            int T_, int C) {
+__global__ void layernorm_backward_params_k(const T* dout, const T* x, const float* mean, const float* rstd, float* dgamma,
+                                            float* dbeta, int T_, int C) {
   __shared__ float part_g[kRowLanes][kColTile + 1], part_b[kRowLanes][kColTile + 1];
   const int c = blockIdx.x * kColTile + threadIdx.x;
   float dg = 0.0f, db = 0.0f;
@@ -154,7 +173,7 @@ __global__ void layernorm_backward_params_k(const T* dout, const T* x, const T* 
       const std::int64_t i = std::int64_t{t} * C + c;
       const float d = to_f(dout[i]);
       db += d;
-      dg += (to_f(x[i]) - to_f(mean[t])) * to_f(rstd[t]) * d;
+      dg += (to_f(x[i]) - mean[t]) * rstd[t] * d;
     }
   part_g[threadIdx.y][threadIdx.x] = dg;
   part_b[threadIdx.y][threadIdx.x] = db;
@@ -165,8 +184,8 @@ __global__ void layernorm_backward_params_k(const T* dout, const T* x, const T* 
     g += part_g[lane][threadIdx.x];
     b += part_b[lane][threadIdx.x];
   }
-  dgamma[c] = from_f<T>(to_f(dgamma[c]) + g);
-  dbeta[c] = from_f<T>(to_f(dbeta[c]) + b);
+  dgamma[c] += g;
+  dbeta[c] += b;
 }
 
 template <typename T>
@@ -196,7 +215,7 @@ __global__ void add_bias_k(T* y, const T* b, int T_, int C) {
 
 // db: column sums of dy (kColTile x kRowLanes blocks, lanes added in order).
 template <typename T>
-__global__ void bias_backward_k(const T* dy, T* db, int T_, int C) {
+__global__ void bias_backward_k(const T* dy, float* db, int T_, int C) {
   __shared__ float part[kRowLanes][kColTile + 1];
   const int c = blockIdx.x * kColTile + threadIdx.x;
   float sum = 0.0f;
@@ -207,7 +226,7 @@ __global__ void bias_backward_k(const T* dy, T* db, int T_, int C) {
   if (threadIdx.y != 0 || c >= C) return;
   float total = 0.0f;
   for (int lane = 0; lane < kRowLanes; ++lane) total += part[lane][threadIdx.x];
-  db[c] = from_f<T>(to_f(db[c]) + total);
+  db[c] += total;
 }
 
 // One warp per row of the [matrices · s, s] stack.
@@ -272,10 +291,10 @@ __global__ void softmax_crossentropy_backward_k(T* probs, const std::int32_t* ta
 }
 
 template <typename T>
-__global__ void adamw_k(T* p, const T* g, float* master, float* m, float* v, std::int64_t n, float lr, float beta1,
+__global__ void adamw_k(T* p, const float* g, float* master, float* m, float* v, std::int64_t n, float lr, float beta1,
                         float beta2, float eps, float wd, float c1, float c2, float grad_scale) {
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x) {
-    const float gi = to_f(g[i]) * grad_scale;
+    const float gi = g[i] * grad_scale;
     const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
     const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     m[i] = mi;
@@ -288,27 +307,28 @@ __global__ void adamw_k(T* p, const T* g, float* master, float* m, float* v, std
 }
 
 template <typename T>
-__global__ void sgd_k(T* p, const T* g, float* master, std::int64_t n, float lr, float grad_scale) {
+__global__ void sgd_k(T* p, const float* g, float* master, std::int64_t n, float lr, float grad_scale) {
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x) {
     float w = master ? master[i] : to_f(p[i]);
-    w -= lr * to_f(g[i]) * grad_scale;
+    w -= lr * g[i] * grad_scale;
     if (master) master[i] = w;
     p[i] = from_f<T>(w);
   }
 }
 
 // Exactly kSumSquaresSlots blocks of kThreads: block k owns partials[k].
-template <typename T>
-__global__ void sum_squares_k(const T* x, std::int64_t n, double* partials) {
+__global__ void sum_squares_k(const float* x, std::int64_t n, double* partials) {
   __shared__ double shared[kThreads / 32];
   double s = 0.0;
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x) {
-    const double xi = to_f(x[i]);
+    const double xi = x[i];
     s += xi * xi;
   }
   s = block_reduce(s, [](double a, double b) { return a + b; }, shared);
   if (threadIdx.x == 0) partials[blockIdx.x] += s;
 }
+
+__global__ void write_through_null_k(int* p) { *p = 1; }
 
 // ---- dispatch -------------------------------------------------------------------
 
@@ -345,33 +365,35 @@ void embedding_forward(DType dt, const std::int32_t* tokens, const void* wte, co
   check_launch("embedding_forward");
 }
 
-void embedding_backward(DType dt, const std::int32_t* tokens, const void* dout, void* dwte, void* dwpe, int T_, int s,
+void embedding_backward(DType dt, const void* dout, const EmbeddingOrder& order, float* dwte, float* dwpe, int T_, int s,
                         int C, cudaStream_t st) {
   dispatch(dt, [&](auto t) {
     using T = decltype(t);
-    embedding_backward_k<T><<<blocks_for(C, 128), 128, 0, st>>>(tokens, as<T>(dout), as<T>(dwte), as<T>(dwpe), T_, s, C);
+    position_embedding_backward_k<T><<<blocks_for(std::int64_t{s} * C), kThreads, 0, st>>>(as<T>(dout), dwpe, T_, s, C);
+    token_embedding_backward_k<T><<<blocks_for(std::int64_t{order.segments} * C), kThreads, 0, st>>>(
+        as<T>(dout), order.order, order.seg, order.seg_token, order.segments, dwte, C);
   });
   check_launch("embedding_backward");
 }
 
-void layernorm_forward(DType dt, const void* x, const void* gamma, const void* beta, void* out, void* mean, void* rstd,
+void layernorm_forward(DType dt, const void* x, const void* gamma, const void* beta, void* out, float* mean, float* rstd,
                        int T_, int C, cudaStream_t st) {
   dispatch(dt, [&](auto t) {
     using T = decltype(t);
-    layernorm_forward_k<T><<<rows_blocks(T_), kThreads, 0, st>>>(as<T>(x), as<T>(gamma), as<T>(beta), as<T>(out),
-                                                                   as<T>(mean), as<T>(rstd), T_, C);
+    layernorm_forward_k<T><<<rows_blocks(T_), kThreads, 0, st>>>(as<T>(x), as<T>(gamma), as<T>(beta), as<T>(out), mean,
+                                                                   rstd, T_, C);
   });
   check_launch("layernorm_forward");
 }
 
-void layernorm_backward(DType dt, const void* dout, const void* x, const void* gamma, const void* mean, const void* rstd,
-                        void* dx, void* dgamma, void* dbeta, int T_, int C, cudaStream_t st) {
+void layernorm_backward(DType dt, const void* dout, const void* x, const void* gamma, const float* mean, const float* rstd,
+                        void* dx, float* dgamma, float* dbeta, int T_, int C, cudaStream_t st) {
   dispatch(dt, [&](auto t) {
     using T = decltype(t);
-    layernorm_backward_dx_k<T><<<rows_blocks(T_), kThreads, 0, st>>>(as<T>(dout), as<T>(x), as<T>(gamma), as<T>(mean),
-                                                                       as<T>(rstd), as<T>(dx), T_, C);
-    layernorm_backward_params_k<T><<<column_blocks(C), dim3(kColTile, kRowLanes), 0, st>>>(as<T>(dout), as<T>(x), as<T>(mean), as<T>(rstd),
-                                                                       as<T>(dgamma), as<T>(dbeta), T_, C);
+    layernorm_backward_dx_k<T><<<rows_blocks(T_), kThreads, 0, st>>>(as<T>(dout), as<T>(x), as<T>(gamma), mean, rstd,
+                                                                       as<T>(dx), T_, C);
+    layernorm_backward_params_k<T><<<column_blocks(C), dim3(kColTile, kRowLanes), 0, st>>>(
+        as<T>(dout), as<T>(x), mean, rstd, dgamma, dbeta, T_, C);
   });
   check_launch("layernorm_backward");
 }
@@ -400,10 +422,10 @@ void add_bias(DType dt, void* y, const void* b, int T_, int C, cudaStream_t st) 
   check_launch("add_bias");
 }
 
-void bias_backward(DType dt, const void* dy, void* db, int T_, int C, cudaStream_t st) {
+void bias_backward(DType dt, const void* dy, float* db, int T_, int C, cudaStream_t st) {
   dispatch(dt, [&](auto t) {
     using T = decltype(t);
-    bias_backward_k<T><<<column_blocks(C), dim3(kColTile, kRowLanes), 0, st>>>(as<T>(dy), as<T>(db), T_, C);
+    bias_backward_k<T><<<column_blocks(C), dim3(kColTile, kRowLanes), 0, st>>>(as<T>(dy), db, T_, C);
   });
   check_launch("bias_backward");
 }
@@ -444,34 +466,40 @@ void softmax_crossentropy_backward(DType dt, void* probs, const std::int32_t* ta
   check_launch("softmax_crossentropy_backward");
 }
 
-void adamw_update(DType dt, void* p, const void* g, float* master, float* m, float* v, std::int64_t n, float lr,
+void adamw_update(DType dt, void* p, const float* g, float* master, float* m, float* v, std::int64_t n, float lr,
                   float beta1, float beta2, float eps, float wd, int t, float grad_scale, cudaStream_t st) {
   // The bias corrections as the cpu backend computes them (fp32 powf).
   const float c1 = 1.0f - std::pow(beta1, static_cast<float>(t));
   const float c2 = 1.0f - std::pow(beta2, static_cast<float>(t));
   dispatch(dt, [&](auto tag) {
     using T = decltype(tag);
-    adamw_k<T><<<blocks_for(n), kThreads, 0, st>>>(as<T>(p), as<T>(g), master, m, v, n, lr, beta1, beta2, eps, wd, c1, c2,
+    adamw_k<T><<<blocks_for(n), kThreads, 0, st>>>(as<T>(p), g, master, m, v, n, lr, beta1, beta2, eps, wd, c1, c2,
                                                    grad_scale);
   });
   check_launch("adamw_update");
 }
 
-void sgd_update(DType dt, void* p, const void* g, float* master, std::int64_t n, float lr, float grad_scale,
+void sgd_update(DType dt, void* p, const float* g, float* master, std::int64_t n, float lr, float grad_scale,
                 cudaStream_t st) {
   dispatch(dt, [&](auto t) {
     using T = decltype(t);
-    sgd_k<T><<<blocks_for(n), kThreads, 0, st>>>(as<T>(p), as<T>(g), master, n, lr, grad_scale);
+    sgd_k<T><<<blocks_for(n), kThreads, 0, st>>>(as<T>(p), g, master, n, lr, grad_scale);
   });
   check_launch("sgd_update");
 }
 
-void sum_squares_accumulate(DType dt, const void* x, std::int64_t n, double* partials, cudaStream_t st) {
-  dispatch(dt, [&](auto t) {
-    using T = decltype(t);
-    sum_squares_k<T><<<kSumSquaresSlots, kThreads, 0, st>>>(as<T>(x), n, partials);
-  });
+void sum_squares_accumulate(const float* x, std::int64_t n, double* partials, cudaStream_t st) {
+  sum_squares_k<<<kSumSquaresSlots, kThreads, 0, st>>>(x, n, partials);
   check_launch("sum_squares");
 }
 
 }  // namespace pipebench::gpu
+
+namespace pipebench {
+
+void cuda_break_context_for_test() {
+  gpu::write_through_null_k<<<1, 1>>>(nullptr);
+  cudaDeviceSynchronize();
+}
+
+}  // namespace pipebench

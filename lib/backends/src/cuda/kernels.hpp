@@ -2,7 +2,8 @@
 // backend_cuda.cpp). The same layers and conventions as the cpu kernels
 // (cpu_kernels.hpp), so the cpu backend is their numerical reference:
 //   - buffers of the storage dtype are passed as void* with a DType
-//     (fp32 | bf16 | fp16); every kernel computes in fp32;
+//     (fp32 | bf16 | fp16); every kernel computes in fp32; parameter
+//     gradients and LayerNorm statistics are float* whatever the dtype;
 //   - parameter-gradient outputs ACCUMULATE (+=), input-gradient outputs are
 //     overwritten unless a function says otherwise;
 //   - every reduction runs in a fixed order (no atomics), so a run repeats
@@ -24,16 +25,27 @@ void check_launch(const char* what);
 // out[b·s + t] = wte[tokens[b·s + t]] + wpe[t]; channels C.
 void embedding_forward(DType dt, const std::int32_t* tokens, const void* wte, const void* wpe, void* out, int T, int s,
                        int C, cudaStream_t stream);
-// dwte[tokens[i]] += dout[i], dwpe[i % s] += dout[i], in token order.
-void embedding_backward(DType dt, const std::int32_t* tokens, const void* dout, void* dwte, void* dwpe, int T, int s,
+// A micro-batch's positions grouped by token id (device int32 arrays; the
+// host builds them, embedding_order() in backend_cuda.cpp): segment u is
+// order[seg[u] .. seg[u+1]), ascending positions of token seg_token[u].
+struct EmbeddingOrder {
+  const std::int32_t* order = nullptr;
+  const std::int32_t* seg = nullptr;
+  const std::int32_t* seg_token = nullptr;
+  int segments = 0;
+};
+// dwte[token] += dout[i] over that token's positions i, dwpe[i % s] +=
+// dout[i], each sum in position order (parallel over tokens/positions and
+// channels, no atomics).
+void embedding_backward(DType dt, const void* dout, const EmbeddingOrder& order, float* dwte, float* dwpe, int T, int s,
                         int C, cudaStream_t stream);
 
 // Per row: out = (x - mean)·rstd·gamma + beta (eps 1e-5); mean and rstd saved.
-void layernorm_forward(DType dt, const void* x, const void* gamma, const void* beta, void* out, void* mean, void* rstd,
+void layernorm_forward(DType dt, const void* x, const void* gamma, const void* beta, void* out, float* mean, float* rstd,
                        int T, int C, cudaStream_t stream);
 // dx += ..., dgamma += ..., dbeta += ...
-void layernorm_backward(DType dt, const void* dout, const void* x, const void* gamma, const void* mean, const void* rstd,
-                        void* dx, void* dgamma, void* dbeta, int T, int C, cudaStream_t stream);
+void layernorm_backward(DType dt, const void* dout, const void* x, const void* gamma, const float* mean, const float* rstd,
+                        void* dx, float* dgamma, float* dbeta, int T, int C, cudaStream_t stream);
 
 // GELU (tanh approximation) and its backward (din may alias dout).
 void gelu_forward(DType dt, const void* in, void* out, std::int64_t n, cudaStream_t stream);
@@ -42,7 +54,7 @@ void gelu_backward(DType dt, const void* in, const void* dout, void* din, std::i
 // y[t, c] += b[c].
 void add_bias(DType dt, void* y, const void* b, int T, int C, cudaStream_t stream);
 // db[c] += Σ_t dy[t, c], t in order.
-void bias_backward(DType dt, const void* dy, void* db, int T, int C, cudaStream_t stream);
+void bias_backward(DType dt, const void* dy, float* db, int T, int C, cudaStream_t stream);
 
 // Each of `matrices` row-major [s, s] score matrices (already scaled) becomes
 // its causal softmax in place: row i over columns 0..i, zero above.
@@ -61,14 +73,14 @@ void softmax_crossentropy_backward(DType dt, void* probs, const std::int32_t* ta
 // AdamW / SGD on n parameters with gradients times grad_scale. `master` is
 // the fp32 master copy for bf16/fp16 (the update runs on it and p gets its
 // rounding); null for fp32, where p is updated in place.
-void adamw_update(DType dt, void* p, const void* g, float* master, float* m, float* v, std::int64_t n, float lr,
+void adamw_update(DType dt, void* p, const float* g, float* master, float* m, float* v, std::int64_t n, float lr,
                   float beta1, float beta2, float eps, float wd, int t, float grad_scale, cudaStream_t stream);
-void sgd_update(DType dt, void* p, const void* g, float* master, std::int64_t n, float lr, float grad_scale,
+void sgd_update(DType dt, void* p, const float* g, float* master, std::int64_t n, float lr, float grad_scale,
                 cudaStream_t stream);
 
-// partials[k] += Σ x² over a fixed k-th share of x, k < kSumSquaresSlots, in
-// double; the host sums the slots in order.
+// partials[k] += Σ x² over a fixed k-th share of the fp32 gradients x,
+// k < kSumSquaresSlots, in double; the host sums the slots in order.
 inline constexpr int kSumSquaresSlots = 256;
-void sum_squares_accumulate(DType dt, const void* x, std::int64_t n, double* partials, cudaStream_t stream);
+void sum_squares_accumulate(const float* x, std::int64_t n, double* partials, cudaStream_t stream);
 
 }  // namespace pipebench::gpu

@@ -17,6 +17,8 @@ bool cuda_built() { return false; }
 int cuda_device_count() { not_built(); }
 GpuInfo cuda_device_info(int) { not_built(); }
 void cuda_set_device(int) { not_built(); }
+std::string cuda_context_error() { return ""; }
+void cuda_break_context_for_test() { not_built(); }
 std::string cuda_driver_version() { return ""; }
 std::string cuda_runtime_version() { return ""; }
 std::unique_ptr<Backend> make_cuda_backend(const Job&, int) { not_built(); }

@@ -30,6 +30,18 @@ GpuInfo cuda_device_info(int ordinal);
 // Makes `ordinal` this process's device (cudaSetDevice).
 void cuda_set_device(int ordinal);
 
+// "" while this process's CUDA context is usable; otherwise the sticky error
+// that broke it ("cudaErrorIllegalAddress (an illegal memory access was
+// encountered)"): after an illegal address or a failed launch CUDA returns
+// the same error from every later call for the life of the process. A
+// pending non-sticky error is cleared. Call it only where this process has
+// used the device (it synchronises the device, creating a context if none
+// exists); "" in a build without CUDA.
+std::string cuda_context_error();
+// Test hook (tests/gpu/sticky_error.cpp): a kernel writes through a null
+// pointer, which leaves this process's context broken for good.
+void cuda_break_context_for_test();
+
 // Versions for /provenance ("" without CUDA): driver "13.0", runtime "13.0".
 // NCCL's is runtime/transport_nccl.hpp's nccl_version().
 std::string cuda_driver_version();

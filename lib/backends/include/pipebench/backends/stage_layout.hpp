@@ -51,18 +51,22 @@ void initial_values(const ModelSpec& model, const PieceLayout& piece, std::size_
 // 0.95, eps 1e-8, decoupled weight decay 0.01 on matrices only.
 inline constexpr float kAdamBeta1 = 0.9f, kAdamBeta2 = 0.95f, kAdamEps = 1e-8f, kAdamWeightDecay = 0.01f;
 
-// Element offsets of one gpt block's saved activations inside its slab
+// Element offsets (elements of `elem_bytes`, the storage dtype's size; 4 for
+// the cpu backend) of one gpt block's saved activations inside its slab
 // region (docs/model.md order): per token x, ln1, ln1 mean/rstd, qkv, attn,
-// x2, ln2, ln2 mean/rstd, pre, gelu; then the attention probabilities.
+// x2, ln2, ln2 mean/rstd, pre, gelu; then the attention probabilities. The
+// LayerNorm statistics are fp32 whatever the dtype: T floats each, which is
+// 4 / elem_bytes elements per token.
 struct GptActs {
   std::int64_t x, ln1, mean1, rstd1, qkv, attn, x2, ln2, mean2, rstd2, pre, gelu, probs;
-  GptActs(std::int64_t T, std::int64_t h, std::int64_t f);
+  GptActs(std::int64_t T, std::int64_t h, std::int64_t f, int elem_bytes = 4);
 };
 
-// Head: x, ln, mean, rstd, probs [T, V] (elements), then the int32 targets.
+// Head: x, ln, fp32 mean, fp32 rstd, probs [T, V] (elements as above), then
+// the int32 targets.
 struct HeadActs {
   std::int64_t x, ln, mean, rstd, probs, targets;
-  HeadActs(std::int64_t T, std::int64_t h, std::int64_t V);
+  HeadActs(std::int64_t T, std::int64_t h, std::int64_t V, int elem_bytes = 4);
 };
 
 }  // namespace pipebench

@@ -42,7 +42,8 @@ struct Cost {
 
 // Bytes per parameter held by each training state, by optimizer and dtype.
 // fp32: params 4, grads 4, AdamW m+v 8, SGD 0.
-// bf16/fp16: params 2, grads 2, AdamW fp32 master+m+v 12, SGD fp32 master 4.
+// bf16/fp16: params 2, grads 4 (accumulated in fp32), AdamW fp32
+// master+m+v 12, SGD fp32 master 4.
 struct StateBytes {
   int params;
   int grads;
@@ -94,11 +95,15 @@ class ModelDesc {
 
   // The cuda backend's workspace, allocated once per stage: always
   // kCudaNormSlotsBytes of gradient-norm partial sums and 4·tokens bytes of
-  // fp32 per-token losses, then in training the cpu backend's temporaries
+  // fp32 per-token losses; in training then the embedding backward's token
+  // order (cuda_embedding_order_bytes) and the cpu backend's temporaries
   // with one attention score matrix per head (tokens·(ffn_hidden + 7·hidden)
   // + heads·seq_len² elements).
   static constexpr std::int64_t kCudaNormSlotsBytes = 256 * 8;
   std::int64_t cuda_workspace_bytes(int micro_batch, bool train) const;
+  // int32: the positions sorted by token id, the segment starts and the
+  // segments' token ids (at most 3·tokens + 1), padded: 4·(3·tokens + 4).
+  std::int64_t cuda_embedding_order_bytes(int micro_batch) const;
 
   // The workspace of `backend` (sim: none).
   std::int64_t workspace_bytes(BackendKind backend, int micro_batch, bool train) const;

@@ -25,7 +25,9 @@ namespace pipebench {
 // at STEP: KIND = nan (its loss is NaN; on the last stage) or error (it
 // throws). Documented in docs/runner.md; never set in production.
 struct FaultInjection {
-  enum class Kind { none, nan, error };
+  // nan, error: at STEP of RUN on RANK. device: the device check after RUN
+  // finds RANK's device unusable, as after a sticky CUDA error (STEP unused).
+  enum class Kind { none, nan, error, device };
   Kind kind = Kind::none;
   std::string run;
   int rank = -1;
