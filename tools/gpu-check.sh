@@ -6,7 +6,9 @@
 # that no longer fits is SKIPPED, never cut off mid-way. Steps, most telling
 # first:
 #   gpu-tests     cuda vs cpu cross-checks (fp32 within 1e-4, bf16/fp16 within
-#                 2e-2 of the cpu fp32 losses), memory tracker, OOM (gpu_tests)
+#                 2e-2 of the cpu fp32 losses), bit-repeatability, fp32 gradient
+#                 accumulation, memory tracker, OOM (gpu_tests)
+#   sticky-error  a broken context is seen by the runner's device check
 #   gemm          cuBLAS TFLOP/s at the 350M GPT's shapes, random inputs
 #   torch-gemm    PyTorch matmul at the same shapes: the reference
 #   baseline-1gpu jobs/gpu/gpt_350m_cuda.toml, 1 rank (bf16 350M GPT)
@@ -73,6 +75,7 @@ shapes=(4096 3072 1024 4096 4096 1024 4096 50304 1024 4096 4096 4096)
 gpt=(--hidden 1024 --layers 24 --heads 16 --ffn 4096 --seq 1024 --vocab 50304 --mbs 4 --m 4 --dtype bf16)
 job=jobs/gpu/gpt_350m_cuda.toml
 step gpu-tests 150 gpu_tests
+step sticky-error 30 gpu_sticky_error
 step gemm 60 bench_cuda_gemm "${shapes[@]}"
 step torch-gemm 90 env -u LD_LIBRARY_PATH python3 tools/torch_reference.py gemm "${shapes[@]}"
 step baseline-1gpu 150 pipebench run "$job" --run baseline -o "$out/results"

@@ -95,10 +95,37 @@ void attr_array(hid_t obj, const char* name, const std::vector<T>& values) {
   if (n > 0) H5_CHECK(H5Awrite(attr, native_type<T>(), values.data()));
 }
 
+// Storage of a dataset of `dims` (first dimension the long one: steps, rows,
+// events): contiguous when small; from kCompressFromElements elements on,
+// chunked (about kChunkElements per chunk, whole rows) with the shuffle and
+// deflate filters — every HDF5 build and h5py read them, and the per-step
+// figures and event times of a long run compress several-fold
+// (docs/results-format.md, "Storage").
+constexpr hsize_t kCompressFromElements = 4096;
+constexpr hsize_t kChunkElements = 16384;
+constexpr unsigned kDeflateLevel = 4;
+
+Hid creation_properties(const std::vector<hsize_t>& dims) {
+  Hid dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+  hsize_t elements = 1, row = 1;
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    elements *= dims[d];
+    if (d > 0) row *= dims[d];
+  }
+  if (dims.empty() || elements < kCompressFromElements) return dcpl;
+  std::vector<hsize_t> chunk = dims;
+  chunk[0] = std::clamp<hsize_t>(kChunkElements / std::max<hsize_t>(row, 1), 1, dims[0]);
+  H5_CHECK(H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()));
+  H5_CHECK(H5Pset_shuffle(dcpl));
+  H5_CHECK(H5Pset_deflate(dcpl, kDeflateLevel));
+  return dcpl;
+}
+
 template <typename T>
 void dataset(hid_t group, const char* name, const std::vector<T>& data, std::vector<hsize_t> dims) {
   Hid space(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
-  Hid ds(H5_CHECK(H5Dcreate2(group, name, native_type<T>(), space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Dclose);
+  Hid dcpl = creation_properties(dims);
+  Hid ds(H5_CHECK(H5Dcreate2(group, name, native_type<T>(), space, H5P_DEFAULT, dcpl, H5P_DEFAULT)), H5Dclose);
   if (!data.empty()) H5_CHECK(H5Dwrite(ds, native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()));
 }
 
@@ -272,7 +299,8 @@ void write_run(hid_t runs, const RunResult& r) {
   Hid et = event_type();
   const hsize_t n = rows.size();
   Hid space(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
-  Hid ds(H5_CHECK(H5Dcreate2(g, "events", et, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Dclose);
+  Hid dcpl = creation_properties({n});
+  Hid ds(H5_CHECK(H5Dcreate2(g, "events", et, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)), H5Dclose);
   if (n > 0) H5_CHECK(H5Dwrite(ds, et, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()));
 }
 
