@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "pipebench/backends/cuda_check.hpp"
+#include "cublas_api.hpp"
 #include "kernels.hpp"
 #include "pipebench/backends/cuda_device.hpp"
 #include "pipebench/backends/gemm_layout.hpp"
@@ -34,7 +35,7 @@ constexpr const char* kWho = "cuda backend";
 
 void cublas_check(cublasStatus_t st, const char* what) {
   if (st == CUBLAS_STATUS_ALLOC_FAILED) throw OutOfMemoryError(fmt::format("out of memory: cuBLAS {}: CUBLAS_STATUS_ALLOC_FAILED", what));
-  if (st != CUBLAS_STATUS_SUCCESS) throw Error(fmt::format("cuda backend: cuBLAS {}: {} ({})", what, cublasGetStatusString(st), cublasGetStatusName(st)));
+  if (st != CUBLAS_STATUS_SUCCESS) throw Error(fmt::format("cuda backend: cuBLAS {}: {} ({})", what, gpu::cublas().status_string(st), gpu::cublas().status_name(st)));
 }
 
 cudaDataType_t cuda_type(DType dt) {
@@ -268,10 +269,10 @@ CudaBackend::CudaBackend(const Job& job, int rank)
   note_device_memory();  // creates the context first: its own memory counts as "before"
   device_used_before_ = device_used_peak_;
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), kWho, "cudaStreamCreate");
-  cublas_check(cublasCreate(&cublas_), "cublasCreate");
-  cublas_check(cublasSetStream(cublas_, stream_), "cublasSetStream");
+  cublas_check(gpu::cublas().create(&cublas_), "cublasCreate");
+  cublas_check(gpu::cublas().set_stream(cublas_, stream_), "cublasSetStream");
   // fp32 GEMMs stay fp32 (no TF32), as the cpu reference computes them.
-  cublas_check(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+  cublas_check(gpu::cublas().set_math_mode(cublas_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
   cuda_check(cudaEventCreate(&ev_start_), kWho, "cudaEventCreate");
   cuda_check(cudaEventCreate(&ev_end_), kWho, "cudaEventCreate");
 }
@@ -282,7 +283,7 @@ CudaBackend::~CudaBackend() {
   for (void* slab : free_slabs_) cudaFree(slab);
   if (ev_start_) cudaEventDestroy(ev_start_);
   if (ev_end_) cudaEventDestroy(ev_end_);
-  if (cublas_) cublasDestroy(cublas_);
+  if (cublas_) gpu::cublas().destroy(cublas_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -293,7 +294,7 @@ void CudaBackend::build(const StageSpec& spec) {
   // bf16/fp16 GEMMs on tensor cores, but their reductions in fp32, as the
   // docs promise: cuBLAS's default would allow reduced-precision reductions.
   if (dt_ != DType::fp32)
-    cublas_check(cublasSetMathMode(cublas_, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+    cublas_check(gpu::cublas().set_math_mode(cublas_, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
                                                                       CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
                  "cublasSetMathMode");
   const ModelSpec& ms = job_.model;
@@ -393,11 +394,11 @@ void CudaBackend::gemm(const gemm::RowMajor& g, const void* A, const void* B, vo
   // cublasGemmEx's documented type combinations.
   const cudaDataType_t c_type = fp32_out ? CUDA_R_32F : type;
   if (c.batch == 1)
-    cublas_check(cublasGemmEx(cublas_, first, second, c.m, c.n, c.k, &c.alpha, B, type, c.ld_first, A, type, c.ld_second,
+    cublas_check(gpu::cublas().gemm_ex(cublas_, first, second, c.m, c.n, c.k, &c.alpha, B, type, c.ld_first, A, type, c.ld_second,
                               &c.beta, C, c_type, c.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "GemmEx");
   else
-    cublas_check(cublasGemmStridedBatchedEx(cublas_, first, second, c.m, c.n, c.k, &c.alpha, B, type, c.ld_first,
+    cublas_check(gpu::cublas().gemm_strided_batched_ex(cublas_, first, second, c.m, c.n, c.k, &c.alpha, B, type, c.ld_first,
                                             c.stride_first, A, type, c.ld_second, c.stride_second, &c.beta, C, c_type,
                                             c.ldc, c.stride_c, c.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "GemmStridedBatchedEx");
