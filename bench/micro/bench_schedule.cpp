@@ -1,7 +1,8 @@
 // Cost of the planner's schedule machinery: generation, validation (which
 // includes a unit-cost simulation for deadlock detection) and simulation, for
-// p up to 64 stages and m up to 1024 micro-batches; and a whole `plan` of a
-// 64-stage, 1024-micro-batch run. Items processed = schedule actions.
+// p from 4 to 1024 stages and m up to 1024 micro-batches; and a whole `plan`
+// of 8 to 1024 stages. Items processed = schedule actions: time per item
+// should stay flat as p grows (the simulator is linear in the actions).
 #include <string>
 
 #include <benchmark/benchmark.h>
@@ -36,6 +37,7 @@ void BM_GenerateValidateSimulate(benchmark::State& state) {
 void Sizes(benchmark::internal::Benchmark* b) {
   for (int p : {4, 16, 64})
     for (int m : {8, 128, 1024}) b->Args({p, m});
+  b->Args({1024, 1024});
   b->Unit(benchmark::kMillisecond);
 }
 
@@ -66,13 +68,16 @@ num_microbatches = {}
 schedule = "1f1b"
 )", p, p, m);
   const pipebench::Job job = pipebench::parse_job(toml, "bench.toml");
+  std::size_t actions = 0;
   for (auto _ : state) {
     const auto plan = pipebench::plan_job(job);
     const std::string text = pipebench::format_plan_json(plan);
     benchmark::DoNotOptimize(text.data());
+    actions = plan.runs[0].schedule.total_actions();
   }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * actions));
 }
-BENCHMARK(BM_PlanWholeRun)->Args({64, 1024})->Args({8, 64})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PlanWholeRun)->Args({8, 64})->Args({64, 1024})->Args({1024, 1024})->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include "pipebench/core/checked.hpp"
 #include "pipebench/core/error.hpp"
 #include "pipebench/core/units.hpp"
+#include "pipebench/plan/plan_format.hpp"
 #include "pipebench/schedule/schedule_csv.hpp"
 #include "pipebench/schedule/validate.hpp"
 
@@ -193,11 +194,14 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
   plan.partition = make_partition(model, run);
   if (run.model_stages() > 1) plan.partition_alternatives = partition_alternatives(model, run);
   plan.bubble_analytic = analytic_bubble(plan.schedule);
-  plan.unit = simulate(plan.schedule, SimCosts::unit(plan.schedule));
+  // The unit timeline only where `plan` can draw it as a grid (at most
+  // kGridMaxSteps actions per rank on kGridMaxRanks ranks); the costed one never.
+  const bool grid = plan.schedule.total_actions() <= static_cast<std::size_t>(kGridMaxRanks * kGridMaxSteps);
+  plan.unit = simulate(plan.schedule, SimCosts::unit(plan.schedule), grid);
   plan.costs = model_costs(job, model, plan.partition, run.micro_batch_size, plan.schedule.split_backward());
   if (run.recompute == Recompute::full)  // B runs the forward again first
     for (std::size_t v = 0; v < plan.costs.backward.size(); ++v) plan.costs.backward[v] += plan.costs.forward[v];
-  plan.simulated = simulate(plan.schedule, plan.costs);
+  plan.simulated = simulate(plan.schedule, plan.costs, false);
   StageMemory memory = plan_memory_unchecked(job, run, plan.schedule, plan.partition);
   plan.stage_costs = std::move(memory.stage_costs);
   plan.stages = std::move(memory.stages);

@@ -71,14 +71,9 @@ std::string memory_table(const RunPlan& rp) {
 std::string timeline_summary(const RunPlan& rp) {
   Table t({"rank", "actions", "first start", "last end", "idle steps", "peak live"});
   const auto& u = rp.unit;
-  std::vector<double> first(static_cast<std::size_t>(rp.schedule.num_ranks), u.makespan), last(first.size(), 0.0);
-  for (const auto& a : u.timeline) {
-    first[static_cast<std::size_t>(a.rank)] = std::min(first[static_cast<std::size_t>(a.rank)], a.start);
-    last[static_cast<std::size_t>(a.rank)] = std::max(last[static_cast<std::size_t>(a.rank)], a.end);
-  }
-  for (std::size_t r = 0; r < first.size(); ++r)
-    t.add({std::to_string(r), std::to_string(rp.schedule.actions[r].size()), fmt::format("{:.0f}", first[r]),
-           fmt::format("{:.0f}", last[r]), fmt::format("{:.0f}", u.makespan - u.busy[r]),
+  for (std::size_t r = 0; r < u.busy.size(); ++r)
+    t.add({std::to_string(r), std::to_string(rp.schedule.actions[r].size()), fmt::format("{:.0f}", u.first_start[r]),
+           fmt::format("{:.0f}", u.last_end[r]), fmt::format("{:.0f}", u.makespan - u.busy[r]),
            std::to_string(u.peak_live_activations[r])});
   return t.str();
 }

@@ -113,19 +113,23 @@ void check_inputs(const Schedule& s, const SimCosts& costs) {
 }
 }  // namespace
 
-SimResult simulate(const Schedule& s, const SimCosts& costs) {
+SimResult simulate(const Schedule& s, const SimCosts& costs, bool keep_timeline) {
   check_inputs(s, costs);
   const int p = s.num_ranks, m = s.num_microbatches, V = s.num_virtual_stages();
   SimResult res;
   res.busy.assign(static_cast<std::size_t>(p), 0.0);
+  res.first_start.assign(static_cast<std::size_t>(p), 0.0);
+  res.last_end.assign(static_cast<std::size_t>(p), 0.0);
   res.peak_live_activations = peak_live_activations(s);
-  res.timeline.reserve(s.total_actions());
 
   EndTimes ends(V, m);
   std::vector<std::size_t> next(static_cast<std::size_t>(p), 0);
   std::vector<double> free_at(static_cast<std::size_t>(p), 0.0);
-  std::vector<std::vector<TimedAction>> per_rank(static_cast<std::size_t>(p));
+  // The timeline is rank-major: rank r's actions at [first[r], first[r+1]).
+  std::vector<std::size_t> first(static_cast<std::size_t>(p) + 1, 0);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(p); ++r) first[r + 1] = first[r] + s.actions[r].size();
   const std::size_t total = s.total_actions();
+  if (keep_timeline) res.timeline.resize(total);
   std::size_t done = 0;
 
   // Ready time of `a` on rank r, or a negative value when a dependency has not
@@ -156,50 +160,66 @@ SimResult simulate(const Schedule& s, const SimCosts& costs) {
     return -1.0;
   };
 
-  // Sweep the ranks, advancing each as far as its dependencies allow;
-  // alternate directions so forward and backward chains both move quickly.
-  // An action's times depend only on its predecessors, never on sweep order.
-  for (bool upward = true; done < total; upward = !upward) {
-    std::size_t progressed = 0;
-    for (int i = 0; i < p; ++i) {
-      const int r = upward ? i : p - 1 - i;
+  // A worklist of ranks whose next action may have become ready: each rank
+  // runs as far as its dependencies allow, and every action it completes
+  // puts back the ranks that may wait for it (its neighbour stages' ranks;
+  // W waits on its own rank). Every action runs once and every readiness
+  // check follows a completion, so the whole run is linear in the actions.
+  // An action's times depend only on its predecessors, never on this order.
+  std::vector<int> work;
+  std::vector<char> queued(static_cast<std::size_t>(p), 1);
+  work.reserve(static_cast<std::size_t>(p));
+  for (int r = p - 1; r >= 0; --r) work.push_back(r);
+  auto wake = [&](int r) {
+    if (!queued[static_cast<std::size_t>(r)]) {
+      queued[static_cast<std::size_t>(r)] = 1;
+      work.push_back(r);
+    }
+  };
+  while (!work.empty()) {
+    const int r = work.back();
+    work.pop_back();
+    const auto R = static_cast<std::size_t>(r);
+    queued[R] = 0;
+    const auto& list = s.actions[R];
+    while (next[R] < list.size()) {
+      const Action& a = list[next[R]];
+      const double ready = ready_time(r, a, nullptr);
+      if (ready < 0.0) break;
+      const int v = s.virtual_stage(r, a.chunk);
+      const auto Vi = static_cast<std::size_t>(v);
+      const double cost = a.kind == ActionKind::F ? costs.forward[Vi]
+                          : a.kind == ActionKind::B ? costs.backward[Vi] : costs.weight[Vi];
+      const double start = std::max(free_at[R], ready);
+      const double end = start + cost;
+      ends.at(a.kind, v, a.microbatch) = end;
+      free_at[R] = end;
+      res.busy[R] += cost;
+      if (keep_timeline) res.timeline[first[R] + next[R]] = {r, a, start, end};
+      if (next[R] == 0) res.first_start[R] = start;
+      res.last_end[R] = end;
+      ++next[R];
+      ++done;
+      if (a.kind == ActionKind::F && v + 1 < V) wake(s.rank_of(v + 1));
+      if (a.kind == ActionKind::B && v > 0) wake(s.rank_of(v - 1));
+    }
+  }
+  if (done < total)
+    for (int r = 0; r < p; ++r) {
       const auto R = static_cast<std::size_t>(r);
-      const auto& list = s.actions[R];
-      while (next[R] < list.size()) {
-        const Action& a = list[next[R]];
-        const double ready = ready_time(r, a, nullptr);
-        if (ready < 0.0) break;
-        const int v = s.virtual_stage(r, a.chunk);
-        const auto Vi = static_cast<std::size_t>(v);
-        const double cost = a.kind == ActionKind::F ? costs.forward[Vi]
-                            : a.kind == ActionKind::B ? costs.backward[Vi] : costs.weight[Vi];
-        const double start = std::max(free_at[R], ready);
-        const double end = start + cost;
-        ends.at(a.kind, v, a.microbatch) = end;
-        free_at[R] = end;
-        res.busy[R] += cost;
-        per_rank[R].push_back({r, a, start, end});
-        ++next[R];
-        ++progressed;
-      }
+      if (next[R] >= s.actions[R].size()) continue;
+      std::string why;
+      ready_time(r, s.actions[R][next[R]], &why);
+      res.blocked.push_back(fmt::format("rank {}: {}", r, why));
     }
-    done += progressed;
-    if (progressed == 0 && done < total) {
-      for (int r = 0; r < p; ++r) {
-        const auto R = static_cast<std::size_t>(r);
-        if (next[R] >= s.actions[R].size()) continue;
-        std::string why;
-        ready_time(r, s.actions[R][next[R]], &why);
-        res.blocked.push_back(fmt::format("rank {}: {}", r, why));
-      }
-      break;
-    }
-  }
   res.completed = done == total;
-  for (auto& list : per_rank) {
-    for (auto& t : list) res.makespan = std::max(res.makespan, t.end);
-    res.timeline.insert(res.timeline.end(), list.begin(), list.end());
+  if (!res.completed && keep_timeline) {  // only what ran: each rank's first next[r] actions
+    std::size_t kept = 0;
+    for (std::size_t r = 0; r < static_cast<std::size_t>(p); ++r)
+      for (std::size_t i = 0; i < next[r]; ++i) res.timeline[kept++] = res.timeline[first[r] + i];
+    res.timeline.resize(kept);
   }
+  for (double e : res.last_end) res.makespan = std::max(res.makespan, e);
   double sum_busy = 0.0;
   for (double b : res.busy) sum_busy += b;
   res.bubble = res.makespan > 0.0 ? 1.0 - sum_busy / (p * res.makespan) : 0.0;

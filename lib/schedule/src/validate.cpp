@@ -63,27 +63,28 @@ std::vector<std::string> check_schedule(const Schedule& s) {
       const Occurrence& f = seen[0][k];
       const Occurrence& b = seen[1][k];
       const Occurrence& w = seen[2][k];
-      const std::string where = fmt::format("stage {} (rank {}) micro-batch {}", v, r, mb);
-      if (f.count != 1) errors.push_back(fmt::format("{}: F appears {} times, expected once", where, f.count));
+      // Formatted only for an error (this loop visits every slot of a large plan).
+      auto where = [&] { return fmt::format("stage {} (rank {}) micro-batch {}", v, r, mb); };
+      if (f.count != 1) errors.push_back(fmt::format("{}: F appears {} times, expected once", where(), f.count));
       if (s.retains_activations) {
-        if (b.count != 1) errors.push_back(fmt::format("{}: B appears {} times, expected once", where, b.count));
+        if (b.count != 1) errors.push_back(fmt::format("{}: B appears {} times, expected once", where(), b.count));
       } else if (b.count + w.count != 0) {
-        errors.push_back(fmt::format("{}: a forward-only schedule has backward actions", where));
+        errors.push_back(fmt::format("{}: a forward-only schedule has backward actions", where()));
       }
       if (split && s.retains_activations && w.count == 0)
-        errors.push_back(fmt::format("{}: no W, but the schedule splits its backward (every B needs its W)", where));
-      if (w.count > 1) errors.push_back(fmt::format("{}: W appears {} times, expected at most once", where, w.count));
+        errors.push_back(fmt::format("{}: no W, but the schedule splits its backward (every B needs its W)", where()));
+      if (w.count > 1) errors.push_back(fmt::format("{}: W appears {} times, expected at most once", where(), w.count));
       if (f.count == 1 && b.count == 1 && b.position < f.position)
-        errors.push_back(fmt::format("{}: B at position {} comes before its F at position {}", where, b.position, f.position));
+        errors.push_back(fmt::format("{}: B at position {} comes before its F at position {}", where(), b.position, f.position));
       if (w.count == 1 && b.count == 1 && w.position < b.position)
-        errors.push_back(fmt::format("{}: W at position {} comes before its B at position {}", where, w.position, b.position));
+        errors.push_back(fmt::format("{}: W at position {} comes before its B at position {}", where(), w.position, b.position));
       if (w.count == 1 && b.count == 0)
-        errors.push_back(fmt::format("{}: W without B", where));
+        errors.push_back(fmt::format("{}: W without B", where()));
     }
   }
   if (!errors.empty()) return errors;
 
-  const SimResult unit = simulate(s, SimCosts::unit(s));
+  const SimResult unit = simulate(s, SimCosts::unit(s), false);  // completion only
   if (!unit.completed) {
     errors.push_back("deadlock: no rank can run its next action");
     for (const auto& b : unit.blocked) errors.push_back("  " + b);

@@ -38,15 +38,18 @@ struct SimResult {
   double makespan = 0.0;             // last end time (first start is 0)
   double bubble = 0.0;               // 1 - sum(busy) / (num_ranks * makespan)
   std::vector<double> busy;          // per rank, sum of its action durations
+  std::vector<double> first_start, last_end;  // per rank (0 and 0 for a rank that ran nothing)
   std::vector<int> peak_live_activations;  // per rank (see peak_live_activations())
-  std::vector<TimedAction> timeline;       // every executed action, rank-major, in order
+  std::vector<TimedAction> timeline;       // every executed action, rank-major, in order (if asked for)
   std::vector<std::string> blocked;        // when !completed: each stuck rank and what it waits for
 };
 
 // Runs `s` with `costs`. Never throws for a deadlock: it returns what could
 // run and why the rest could not. Throws ScheduleError when costs do not match
-// the schedule's virtual stages.
-SimResult simulate(const Schedule& s, const SimCosts& costs);
+// the schedule's virtual stages. Time and memory are linear in the actions;
+// `keep_timeline = false` leaves `timeline` empty (32 bytes per action less:
+// the planner keeps it only where a grid can show it).
+SimResult simulate(const Schedule& s, const SimCosts& costs, bool keep_timeline = true);
 
 // Peak number of micro-batches whose activations a rank holds at once: F
 // creates them, B (or W, when the schedule has W for that micro-batch)
