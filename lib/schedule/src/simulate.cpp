@@ -111,6 +111,33 @@ void check_inputs(const Schedule& s, const SimCosts& costs) {
   if (s.actions.size() != static_cast<std::size_t>(s.num_ranks))
     throw ScheduleError(fmt::format("simulate: {} action lists for {} ranks", s.actions.size(), s.num_ranks));
 }
+// Ready time of `a` on rank r, or a negative value when a dependency has not
+// run yet. `why` names the missing dependency.
+double ready_time(const Schedule& s, const SimCosts& costs, EndTimes& ends, int r, const Action& a, std::string* why) {
+  const int v = s.virtual_stage(r, a.chunk), V = s.num_virtual_stages();
+  auto need = [&](ActionKind k, int dv, bool remote) -> double {
+    const double e = ends.at(k, dv, a.microbatch);
+    if (e < 0.0) {
+      if (why) *why = fmt::format("{} waits for {}{} of stage {} (rank {})", to_string(a), letter(k), a.microbatch, dv, s.rank_of(dv));
+      return -1.0;
+    }
+    return e + (remote ? costs.transfer : 0.0);
+  };
+  switch (a.kind) {
+    case ActionKind::F:
+      return v == 0 ? 0.0 : need(ActionKind::F, v - 1, s.rank_of(v - 1) != r);
+    case ActionKind::B: {
+      const double own = need(ActionKind::F, v, false);
+      if (own < 0.0) return own;
+      if (v == V - 1) return own;
+      const double down = need(ActionKind::B, v + 1, s.rank_of(v + 1) != r);
+      return down < 0.0 ? down : std::max(own, down);
+    }
+    case ActionKind::W:
+      return need(ActionKind::B, v, false);
+  }
+  return -1.0;
+}
 }  // namespace
 
 SimResult simulate(const Schedule& s, const SimCosts& costs, bool keep_timeline) {
@@ -131,34 +158,6 @@ SimResult simulate(const Schedule& s, const SimCosts& costs, bool keep_timeline)
   const std::size_t total = s.total_actions();
   if (keep_timeline) res.timeline.resize(total);
   std::size_t done = 0;
-
-  // Ready time of `a` on rank r, or a negative value when a dependency has not
-  // run yet. `why` names the missing dependency.
-  auto ready_time = [&](int r, const Action& a, std::string* why) -> double {
-    const int v = s.virtual_stage(r, a.chunk);
-    auto need = [&](ActionKind k, int dv, bool remote) -> double {
-      const double e = ends.at(k, dv, a.microbatch);
-      if (e < 0.0) {
-        if (why) *why = fmt::format("{} waits for {}{} of stage {} (rank {})", to_string(a), letter(k), a.microbatch, dv, s.rank_of(dv));
-        return -1.0;
-      }
-      return e + (remote ? costs.transfer : 0.0);
-    };
-    switch (a.kind) {
-      case ActionKind::F:
-        return v == 0 ? 0.0 : need(ActionKind::F, v - 1, s.rank_of(v - 1) != r);
-      case ActionKind::B: {
-        const double own = need(ActionKind::F, v, false);
-        if (own < 0.0) return own;
-        if (v == V - 1) return own;
-        const double down = need(ActionKind::B, v + 1, s.rank_of(v + 1) != r);
-        return down < 0.0 ? down : std::max(own, down);
-      }
-      case ActionKind::W:
-        return need(ActionKind::B, v, false);
-    }
-    return -1.0;
-  };
 
   // A worklist of ranks whose next action may have become ready: each rank
   // runs as far as its dependencies allow, and every action it completes
@@ -184,7 +183,7 @@ SimResult simulate(const Schedule& s, const SimCosts& costs, bool keep_timeline)
     const auto& list = s.actions[R];
     while (next[R] < list.size()) {
       const Action& a = list[next[R]];
-      const double ready = ready_time(r, a, nullptr);
+      const double ready = ready_time(s, costs, ends, r, a, nullptr);
       if (ready < 0.0) break;
       const int v = s.virtual_stage(r, a.chunk);
       const auto Vi = static_cast<std::size_t>(v);
@@ -209,7 +208,7 @@ SimResult simulate(const Schedule& s, const SimCosts& costs, bool keep_timeline)
       const auto R = static_cast<std::size_t>(r);
       if (next[R] >= s.actions[R].size()) continue;
       std::string why;
-      ready_time(r, s.actions[R][next[R]], &why);
+      ready_time(s, costs, ends, r, s.actions[R][next[R]], &why);
       res.blocked.push_back(fmt::format("rank {}: {}", r, why));
     }
   res.completed = done == total;
