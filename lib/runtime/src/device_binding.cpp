@@ -45,6 +45,7 @@ GpuBinding bind_gpus(MPI_Comm world) {
     const int count = cuda_device_count();
     const GpuInfo g = cuda_device_info(count == 1 ? 0 : mine.local_rank % count);
     cuda_set_device(g.ordinal);
+    cuda_load_libraries();  // cuBLAS (dlopen): missing, it is this launch's environment failure too
     copy_text(mine.name, sizeof(mine.name), g.name);
     copy_text(mine.uuid, sizeof(mine.uuid), g.uuid);
     copy_text(mine.pci_bus_id, sizeof(mine.pci_bus_id), g.pci_bus_id);

@@ -1,5 +1,7 @@
 #include "cublas_api.hpp"
 
+#include "pipebench/backends/cuda_device.hpp"
+
 #include <dlfcn.h>
 
 #include <string>
@@ -43,3 +45,9 @@ const CublasApi& cublas() {
 }
 
 }  // namespace pipebench::gpu
+
+namespace pipebench {
+
+void cuda_load_libraries() { gpu::cublas(); }
+
+}  // namespace pipebench

@@ -17,6 +17,7 @@ bool cuda_built() { return false; }
 int cuda_device_count() { not_built(); }
 GpuInfo cuda_device_info(int) { not_built(); }
 void cuda_set_device(int) { not_built(); }
+void cuda_load_libraries() { not_built(); }
 std::string cuda_context_error() { return ""; }
 void cuda_break_context_for_test() { not_built(); }
 std::string cuda_driver_version() { return ""; }

@@ -29,6 +29,9 @@ int cuda_device_count();
 GpuInfo cuda_device_info(int ordinal);
 // Makes `ordinal` this process's device (cudaSetDevice).
 void cuda_set_device(int ordinal);
+// Loads the libraries the backend opens on demand (cuBLAS, with dlopen), or
+// DeviceUnavailableError naming the library and why it did not load.
+void cuda_load_libraries();
 
 // "" while this process's CUDA context is usable; otherwise the sticky error
 // that broke it ("cudaErrorIllegalAddress (an illegal memory access was
