@@ -21,6 +21,7 @@
 #include "pipebench/backends/backend_cpu.hpp"
 #include "pipebench/backends/backend_cuda.hpp"
 #include "pipebench/backends/cuda_device.hpp"
+#include "pipebench/core/clock.hpp"
 #include "pipebench/core/config.hpp"
 #include "pipebench/model/model.hpp"
 #include "pipebench/plan/plan.hpp"
@@ -167,6 +168,27 @@ TEST_CASE("cuda bf16 accumulates gradients in fp32: 16 micro-batches no worse th
   const double one = norm_error(1), sixteen = norm_error(16);
   INFO("relative grad-norm error, 1 micro-batch: " << one << ", 16: " << sixteen);
   CHECK(sixteen <= std::max(2.0 * one, 5e-3));
+}
+
+// The events of an action bracket its GPU work only (docs/cuda-backend.md,
+// Timing): what it uploads from the host (here the staged boundary tensor of
+// stage 1) and the tokens are queued before the start event, and the loss
+// is read after the end event: the device time is positive and no longer
+// than the call.
+TEST_CASE("cuda action timing: the events bracket GPU work, not the host uploads", "[gpu]") {
+  const Job job = tiny_job();
+  const JobPlan plan = plan_job(job, {"two_stage"});
+  auto b = make_cuda_backend(job, 1);
+  b->build(stage_spec(plan.runs[0], 1, false));  // host staging: the MPI transport's path
+  b->begin_step(0, 1e30);
+  for (int mb = 0; mb < 2; ++mb) {
+    const double t0 = now_s();
+    b->forward(0, mb, 0);
+    const double wall = now_s() - t0, device = b->last_action_device_s();
+    INFO("micro-batch " << mb << ": device " << device << " s, call " << wall << " s");
+    CHECK(device > 0.0);
+    CHECK(device <= wall);
+  }
 }
 
 TEST_CASE("cuda memory tracker: the model description's bytes, capacity min(memory_capacity, device)", "[gpu]") {
