@@ -243,10 +243,10 @@ TEST_CASE("limits: pipeline_size, num_microbatches and their product are bounded
   CHECK_THAT(error_of(kBase, {"run.pipe.num_microbatches=2147483647"}),
              Catch::Contains("num_microbatches: expected at most 65536, got 2147483647"));
   CHECK_THAT(error_of(kBase, {"run.pipe.pipeline_size=2000"}), Catch::Contains("pipeline_size: expected at most 1024, got 2000"));
-  CHECK_THAT(error_of(kBase, {"model.layers=512", "run.pipe.pipeline_size=512", "run.pipe.num_microbatches=4096"}),
-             Catch::Contains("pipeline_size x num_microbatches = 512 x 4096 is above the limit of 1048576"));
+  CHECK_THAT(error_of(kBase, {"model.layers=512", "run.pipe.pipeline_size=512", "run.pipe.num_microbatches=16384"}),
+             Catch::Contains("pipeline_size x num_microbatches = 512 x 16384 is above the limit of 4194304"));
   // At the limits themselves: accepted.
-  CHECK_NOTHROW(parse_job(kBase, "w.toml", {"model.layers=1024", "run.pipe.pipeline_size=1024", "run.pipe.num_microbatches=1024"}));
+  CHECK_NOTHROW(parse_job(kBase, "w.toml", {"model.layers=1024", "run.pipe.pipeline_size=1024", "run.pipe.num_microbatches=4096"}));
   CHECK_NOTHROW(parse_job(kBase, "w.toml", {"run.pipe.num_microbatches=65536"}));
 }
 

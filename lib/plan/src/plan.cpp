@@ -190,14 +190,14 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
   plan.storage_dtype = storage_dtype(job);
   const ModelDesc model(job.model, plan.storage_dtype);
   plan.schedule = run_schedule(run);
-  validate_schedule(plan.schedule);
   plan.partition = make_partition(model, run);
   if (run.model_stages() > 1) plan.partition_alternatives = partition_alternatives(model, run);
   plan.bubble_analytic = analytic_bubble(plan.schedule);
-  // The unit timeline only where `plan` can draw it as a grid (at most
+  // Validated, and simulated with unit costs once (the validator's deadlock
+  // check); its timeline only where `plan` can draw it as a grid (at most
   // kGridMaxSteps actions per rank on kGridMaxRanks ranks); the costed one never.
   const bool grid = plan.schedule.total_actions() <= static_cast<std::size_t>(kGridMaxRanks * kGridMaxSteps);
-  plan.unit = simulate(plan.schedule, SimCosts::unit(plan.schedule), grid);
+  plan.unit = validate_and_simulate_unit(plan.schedule, grid);
   plan.costs = model_costs(job, model, plan.partition, run.micro_batch_size, plan.schedule.split_backward());
   if (run.recompute == Recompute::full)  // B runs the forward again first
     for (std::size_t v = 0; v < plan.costs.backward.size(); ++v) plan.costs.backward[v] += plan.costs.forward[v];

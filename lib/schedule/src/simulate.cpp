@@ -10,15 +10,18 @@ namespace pipebench {
 
 namespace {
 
-// End times of every (kind, virtual stage, micro-batch); negative = not run yet.
+// End times of every (kind, virtual stage, micro-batch); negative = not run
+// yet. W's only where the schedule has W actions (nothing reads them else).
 class EndTimes {
  public:
-  EndTimes(int stages, int microbatches)
+  EndTimes(int stages, int microbatches, bool with_w)
       : stages_(static_cast<std::size_t>(stages)),
         m_(static_cast<std::size_t>(microbatches)),
-        ends_(3 * stages_ * m_, -1.0) {}
+        ends_((with_w ? 3 : 2) * stages_ * m_, -1.0) {}
   double& at(ActionKind k, int v, int mb) {
-    return ends_[(static_cast<std::size_t>(k) * stages_ + static_cast<std::size_t>(v)) * m_ + static_cast<std::size_t>(mb)];
+    // Micro-batch-major: a stage reads its neighbour's end of the same
+    // micro-batch just after the neighbour wrote it, on the same cache line.
+    return ends_[(static_cast<std::size_t>(k) * m_ + static_cast<std::size_t>(mb)) * stages_ + static_cast<std::size_t>(v)];
   }
 
  private:
@@ -149,7 +152,7 @@ SimResult simulate(const Schedule& s, const SimCosts& costs, bool keep_timeline)
   res.last_end.assign(static_cast<std::size_t>(p), 0.0);
   res.peak_live_activations = peak_live_activations(s);
 
-  EndTimes ends(V, m);
+  EndTimes ends(V, m, s.split_backward());
   std::vector<std::size_t> next(static_cast<std::size_t>(p), 0);
   std::vector<double> free_at(static_cast<std::size_t>(p), 0.0);
   // The timeline is rank-major: rank r's actions at [first[r], first[r+1]).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include <fmt/format.h>
 
@@ -11,16 +12,21 @@ namespace pipebench {
 
 namespace {
 
-// Counts and in-rank positions of every (kind, virtual stage, micro-batch).
+// Counts and in-rank positions of every (kind, virtual stage, micro-batch):
+// 8 bytes, as a plan of 1024 stages x 4096 micro-batches has 4 M of each
+// kind (a rank's list is far shorter than 2^32 actions: core/job.hpp limits).
 struct Occurrence {
-  int count = 0;
-  int rank = -1;
-  std::size_t position = 0;  // index in that rank's list (last occurrence)
+  std::uint32_t count = 0;
+  std::uint32_t position = 0;  // index in that rank's list (last occurrence)
 };
 
 }  // namespace
 
-std::vector<std::string> check_schedule(const Schedule& s) {
+namespace {
+
+// check_schedule's structural checks (counts, order, ranges): the deadlock
+// check, a unit-cost simulation, follows only when these pass.
+std::vector<std::string> check_structure(const Schedule& s) {
   std::vector<std::string> errors;
   const int p = s.num_ranks, m = s.num_microbatches, V = s.num_virtual_stages();
   if (p < 1 || m < 1 || s.chunks_per_rank < 1) {
@@ -33,8 +39,11 @@ std::vector<std::string> check_schedule(const Schedule& s) {
     return errors;
   }
   const auto slots = static_cast<std::size_t>(V) * static_cast<std::size_t>(m);
+  // W's table only where W actions exist (a W-less schedule's counts are 0).
+  const bool any_w = s.split_backward();
   std::vector<Occurrence> seen[3] = {std::vector<Occurrence>(slots), std::vector<Occurrence>(slots),
-                                     std::vector<Occurrence>(slots)};
+                                     std::vector<Occurrence>(any_w ? slots : 0)};
+  const Occurrence none{};
   bool in_range = true;
   for (int r = 0; r < p; ++r) {
     const auto& list = s.actions[static_cast<std::size_t>(r)];
@@ -49,8 +58,7 @@ std::vector<std::string> check_schedule(const Schedule& s) {
       auto& o = seen[static_cast<int>(a.kind)][static_cast<std::size_t>(s.virtual_stage(r, a.chunk)) *
                                                     static_cast<std::size_t>(m) + static_cast<std::size_t>(a.microbatch)];
       ++o.count;
-      o.rank = r;
-      o.position = i;
+      o.position = static_cast<std::uint32_t>(i);
     }
   }
   if (!in_range) return errors;
@@ -62,7 +70,7 @@ std::vector<std::string> check_schedule(const Schedule& s) {
       const std::size_t k = static_cast<std::size_t>(v) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb);
       const Occurrence& f = seen[0][k];
       const Occurrence& b = seen[1][k];
-      const Occurrence& w = seen[2][k];
+      const Occurrence& w = any_w ? seen[2][k] : none;
       // Formatted only for an error (this loop visits every slot of a large plan).
       auto where = [&] { return fmt::format("stage {} (rank {}) micro-batch {}", v, r, mb); };
       if (f.count != 1) errors.push_back(fmt::format("{}: F appears {} times, expected once", where(), f.count));
@@ -82,19 +90,16 @@ std::vector<std::string> check_schedule(const Schedule& s) {
         errors.push_back(fmt::format("{}: W without B", where()));
     }
   }
-  if (!errors.empty()) return errors;
-
-  const SimResult unit = simulate(s, SimCosts::unit(s), false);  // completion only
-  if (!unit.completed) {
-    errors.push_back("deadlock: no rank can run its next action");
-    for (const auto& b : unit.blocked) errors.push_back("  " + b);
-  }
   return errors;
 }
 
-void validate_schedule(const Schedule& s) {
-  const auto errors = check_schedule(s);
-  if (errors.empty()) return;
+void add_deadlock(const SimResult& unit, std::vector<std::string>& errors) {
+  if (unit.completed) return;
+  errors.push_back("deadlock: no rank can run its next action");
+  for (const auto& b : unit.blocked) errors.push_back("  " + b);
+}
+
+[[noreturn]] void throw_invalid(const Schedule& s, const std::vector<std::string>& errors) {
   std::string msg = fmt::format("invalid schedule \"{}\" (p = {}, m = {}):\n", s.name, s.num_ranks, s.num_microbatches);
   for (const auto& e : errors) msg += "  " + e + "\n";
   try {
@@ -103,6 +108,28 @@ void validate_schedule(const Schedule& s) {
     msg += "(no grid: actions out of range)\n";
   }
   throw ScheduleError(msg);
+}
+
+}  // namespace
+
+std::vector<std::string> check_schedule(const Schedule& s) {
+  std::vector<std::string> errors = check_structure(s);
+  if (errors.empty()) add_deadlock(simulate(s, SimCosts::unit(s), false), errors);  // completion only
+  return errors;
+}
+
+SimResult validate_and_simulate_unit(const Schedule& s, bool keep_timeline) {
+  std::vector<std::string> errors = check_structure(s);
+  if (!errors.empty()) throw_invalid(s, errors);
+  SimResult unit = simulate(s, SimCosts::unit(s), keep_timeline);
+  add_deadlock(unit, errors);
+  if (!errors.empty()) throw_invalid(s, errors);
+  return unit;
+}
+
+void validate_schedule(const Schedule& s) {
+  const auto errors = check_schedule(s);
+  if (!errors.empty()) throw_invalid(s, errors);
 }
 
 std::string render_grid(const Schedule& s, const SimResult& unit) {

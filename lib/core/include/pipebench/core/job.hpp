@@ -94,7 +94,7 @@ struct DeviceSpec {
 // results files beyond these limits are refused by the reader.
 inline constexpr int kMaxPipelineSize = 1024;
 inline constexpr int kMaxMicrobatches = 65536;
-inline constexpr std::int64_t kMaxStageMicrobatches = std::int64_t{1} << 20;  // pipeline_size x num_microbatches
+inline constexpr std::int64_t kMaxStageMicrobatches = std::int64_t{1} << 22;  // pipeline_size x num_microbatches
 // Events a run records: steps x (2 train, 1 inference) x pipeline_size x
 // num_microbatches; the results reader refuses larger datasets.
 inline constexpr std::int64_t kMaxEventsPerRun = std::int64_t{1} << 26;

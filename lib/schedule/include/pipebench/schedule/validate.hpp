@@ -23,6 +23,10 @@ std::vector<std::string> check_schedule(const Schedule& s);
 // what could execute (with unit costs), for a human to read.
 void validate_schedule(const Schedule& s);
 
+// validate_schedule, returning the unit-cost simulation the deadlock check
+// ran (with its timeline if `keep_timeline`): the planner needs it anyway.
+SimResult validate_and_simulate_unit(const Schedule& s, bool keep_timeline);
+
 // Step x rank grid of a unit-cost timeline: one row per rank, one column per
 // unit step, "." where the rank idles. Actions with non-integral start times
 // are placed at floor(start).
