@@ -116,7 +116,8 @@ void check_inputs(const Schedule& s, const SimCosts& costs) {
 }
 // Ready time of `a` on rank r, or a negative value when a dependency has not
 // run yet. `why` names the missing dependency.
-double ready_time(const Schedule& s, const SimCosts& costs, EndTimes& ends, int r, const Action& a, std::string* why) {
+[[gnu::always_inline]] inline double ready_time(const Schedule& s, const SimCosts& costs, EndTimes& ends, int r, const Action& a,
+                                                std::string* why) {
   const int v = s.virtual_stage(r, a.chunk), V = s.num_virtual_stages();
   auto need = [&](ActionKind k, int dv, bool remote) -> double {
     const double e = ends.at(k, dv, a.microbatch);
