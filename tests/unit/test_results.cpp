@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <hdf5.h>
 #include <unistd.h>
 
 #include "pipebench/results/results.hpp"
@@ -123,6 +124,42 @@ TEST_CASE("results: long datasets are chunked and compressed; event times are ke
   CHECK(back.runs[0].events[0].wait_s == 0.0);  // 0 stays exactly 0
   // 20000 rows of 48 bytes, about 960 kB raw: deflated well below half.
   CHECK(fs::file_size(path) < 400 * 1024);
+  fs::remove_all(dir);
+}
+
+// A chunked dataset whose extent promises more chunks than are stored (a
+// damaged header or chunk index) would read the missing ones as zeros —
+// events at step 0 of rank 0 that never ran. The reader refuses it.
+TEST_CASE("results: a chunked dataset with chunks missing is a damaged file", "[results]") {
+  const fs::path dir = temp_dir();
+  JobResult jr = sample();
+  jr.runs[0].spec.num_microbatches = 5000;
+  const std::string path = write_results((dir / "r.h5").string(), jr);
+  {  // events replaced by 40000 declared rows in chunks of 16384, only the first chunk written
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    const hid_t g = H5Gopen2(f, "runs/p", H5P_DEFAULT);
+    const hid_t old = H5Dopen2(g, "events", H5P_DEFAULT);
+    const hid_t type = H5Dget_type(old);
+    H5Dclose(old);
+    REQUIRE(H5Ldelete(g, "events", H5P_DEFAULT) >= 0);
+    const hsize_t dims = 40000, chunk = 16384;
+    const hid_t space = H5Screate_simple(1, &dims, nullptr), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 1, &chunk);
+    const hid_t ds = H5Dcreate2(g, "events", type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    std::vector<char> zeros(static_cast<std::size_t>(chunk * H5Tget_size(type)), 0);
+    const hsize_t start = 0;
+    const hid_t part = H5Scopy(space), mem = H5Screate_simple(1, &chunk, nullptr);
+    H5Sselect_hyperslab(part, H5S_SELECT_SET, &start, nullptr, &chunk, nullptr);
+    REQUIRE(H5Dwrite(ds, type, mem, part, H5P_DEFAULT, zeros.data()) >= 0);
+    for (hid_t s : {part, mem, space}) H5Sclose(s);
+    H5Pclose(dcpl);
+    H5Dclose(ds);
+    H5Tclose(type);
+    H5Gclose(g);
+    H5Fclose(f);
+  }
+  CHECK_THROWS_WITH(read_results(path), Catch::Contains("dataset events: 1 of its 3 chunks stored (a damaged file)"));
   fs::remove_all(dir);
 }
 

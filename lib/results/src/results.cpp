@@ -356,6 +356,27 @@ Hid open_attr_checked(hid_t obj, const char* name, Want want, bool scalar, std::
   return attr;
 }
 
+// A chunked dataset (the writer chunks every long one) must have every chunk
+// stored: the writer writes every element. A damaged extent or chunk index
+// would otherwise read as fill values — slowly, into memory sized from the
+// damage (the fuzzer found reads of a minute and 7 GB).
+void check_chunks_stored(hid_t ds, const char* name, const std::vector<hsize_t>& dims) {
+  Hid dcpl(H5_CHECK(H5Dget_create_plist(ds)), H5Pclose);
+  if (H5Pget_layout(dcpl) != H5D_CHUNKED || dims.empty()) return;
+  std::vector<hsize_t> chunk(dims.size(), 0);
+  if (H5Pget_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()) != static_cast<int>(dims.size()))
+    throw ResultsError(fmt::format("dataset {}: a chunk shape that does not match its extent (a damaged file)", name));
+  hsize_t expected = 1;
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    if (chunk[d] == 0) throw ResultsError(fmt::format("dataset {}: a chunk of size 0 (a damaged file)", name));
+    expected *= (dims[d] + chunk[d] - 1) / chunk[d];
+  }
+  hsize_t stored = 0;
+  Hid space(H5_CHECK(H5Dget_space(ds)), H5Sclose);  // H5S_ALL counts nothing in HDF5 1.10
+  if (H5Dget_num_chunks(ds, space, &stored) < 0 || stored != expected)
+    throw ResultsError(fmt::format("dataset {}: {} of its {} chunks stored (a damaged file)", name, stored, expected));
+}
+
 // Opens dataset `name` and checks its type, its rank and its size; `dims`
 // gets its extent.
 Hid open_dataset_checked(hid_t g, const char* name, Want want, int want_rank, std::vector<hsize_t>& dims) {
@@ -372,6 +393,7 @@ Hid open_dataset_checked(hid_t g, const char* name, Want want, int want_rank, st
                                    name, want_rank, to_text(want), kMaxElements, rank, points));
   dims.assign(static_cast<std::size_t>(rank), 0);
   H5_CHECK(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
+  check_chunks_stored(ds, name, dims);
   return ds;
 }
 
