@@ -384,6 +384,22 @@ TEST_CASE("device.sim_load and sim_jitter: bounded, the machine's condition", "[
   CHECK_THAT(error_of(kBase, {"device.sim_jitter_seed=-1"}), Catch::Contains("sim_jitter_seed: expected a non-negative"));
 }
 
+TEST_CASE("device.sim_clock: wall or virtual, virtual on the sim backend only, a key of the workload", "[config][series]") {
+  CHECK(parse_job(kBase, "w.toml").device.sim_clock == SimClock::wall);
+  const Job v = parse_job(kBase, "w.toml", {"device.backend=\"sim\"", "device.sim_clock=\"virtual\""});
+  CHECK(v.device.sim_clock == SimClock::virtual_time);
+  CHECK_THAT(error_of(kBase, {"device.sim_clock=\"virtual\""}),
+             Catch::Contains("device.sim_clock: \"virtual\" models time and needs backend = \"sim\" (the cpu backend"));
+  CHECK_THAT(error_of(kBase, {"device.sim_clock=\"fast\""}), Catch::Contains("device.sim_clock"));
+  // Virtual and wall measure different things (the executor's overhead or not):
+  // different series; wall adds no key, so older series keep their fingerprint.
+  const Job w = parse_job(kBase, "w.toml", {"device.backend=\"sim\""});
+  const Job w2 = parse_job(kBase, "w.toml", {"device.backend=\"sim\"", "device.sim_clock=\"wall\""});
+  CHECK(workload_keys(w, *w.find_run("pipe")).count("device.sim_clock") == 0);
+  CHECK(workload_keys(w2, *w2.find_run("pipe")) == workload_keys(w, *w.find_run("pipe")));
+  CHECK(workload_keys(v, *v.find_run("pipe")).at("device.sim_clock") == "virtual");
+}
+
 TEST_CASE("partition names the split rule in one word", "[config]") {
   auto run_of = [](const std::string& extra) { return parse_job(kBase + extra, "w.toml").runs[1]; };
   CHECK(run_of("partition = \"balanced-cost\"\n").remainder == Remainder::balanced);

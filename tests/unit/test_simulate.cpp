@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "pipebench/backends/backend_sim.hpp"
+#include "pipebench/core/clock.hpp"
 #include "pipebench/core/error.hpp"
 #include "pipebench/schedule/schedule.hpp"
 #include "pipebench/schedule/simulate.hpp"
@@ -105,4 +106,43 @@ TEST_CASE("sim machine factor: sim_load x mean-1 log-normal jitter, reproducible
   const double mean_log = sum_log / n;
   CHECK(sum / n == Approx(1.0).margin(0.002));
   CHECK(std::sqrt(sum_log2 / n - mean_log * mean_log) == Approx(0.1).margin(0.002));
+}
+
+TEST_CASE("sim backend on the virtual clock: actions advance the rank's clock by their modelled time, no sleeping",
+          "[simulate][clock]") {
+  Job job;
+  job.model.hidden = 64;
+  job.model.layers = 4;
+  job.model.heads = 4;
+  job.model.ffn_hidden = 256;
+  job.model.seq_len = 16;
+  job.model.vocab = 128;
+  job.device.backend = BackendKind::sim;
+  job.device.sim_flops_per_s = 1.0e6;  // seconds per action: slept, this test would take minutes
+  job.device.sim_clock = SimClock::virtual_time;
+  SimBackend sim(job, 0);
+  REQUIRE(sim.clock().is_virtual());
+  StageSpec spec;
+  spec.one_chunk(StageRange{0, 4, true, true});
+  spec.num_microbatches = 2;
+  sim.build(spec);
+  const Cost cost = ModelDesc(job.model, DType::fp32).stage(1, 4, true, true);
+  const double wall0 = now_s();
+  sim.begin_step(0, wall0 + 1.0);  // a real-time deadline the modelled seconds must not trip
+  const double t0 = sim.clock().now();
+  sim.forward(0, 0, 0);
+  CHECK(sim.clock().now() - t0 == Approx(cost.forward_flops / 1.0e6));
+  sim.backward(0, 0, 0);
+  CHECK(sim.clock().now() - t0 == Approx((cost.forward_flops + cost.backward_flops) / 1.0e6));
+  CHECK(sim.clock().now() - t0 > 1.0);
+  CHECK(now_s() - wall0 < 0.5);
+  // A receive that ends before the clock leaves it; a later one moves it.
+  const double t1 = sim.clock().now();
+  sim.clock().sleep_until(t1 - 1.0);
+  CHECK(sim.clock().now() == t1);
+  sim.clock().sleep_until(t1 + 2.5);
+  CHECK(sim.clock().now() == t1 + 2.5);
+  // The wall clock backend keeps sleeping (device.sim_clock = "wall", the default).
+  job.device.sim_clock = SimClock::wall;
+  CHECK_FALSE(SimBackend(job, 0).clock().is_virtual());
 }

@@ -429,6 +429,11 @@ DeviceSpec read_device(TableReader& r) {
     if (*s < 0) r.fail_at(*r.find("sim_jitter_seed"), "sim_jitter_seed", "expected a non-negative integer");
     d.sim_jitter_seed = static_cast<std::uint64_t>(*s);
   }
+  d.sim_clock = r.choice<SimClock>("sim_clock", d.sim_clock, {{"wall", SimClock::wall}, {"virtual", SimClock::virtual_time}});
+  if (d.sim_clock == SimClock::virtual_time && d.backend != BackendKind::sim)
+    r.fail_at(*r.find("sim_clock"), "sim_clock",
+              fmt::format("\"virtual\" models time and needs backend = \"sim\" (the {} backend measures real time)",
+                          to_string(d.backend)));
   d.transport = r.choice<TransportKind>(
       "transport", d.transport,
       {{"auto", TransportKind::automatic}, {"mpi", TransportKind::mpi}, {"nccl", TransportKind::nccl}});

@@ -24,6 +24,8 @@ std::string_view to_string(TransportKind v) {
   return "?";
 }
 
+std::string_view to_string(SimClock v) { return v == SimClock::wall ? "wall" : "virtual"; }
+
 std::string_view to_string(BackendKind v) {
   switch (v) {
     case BackendKind::cpu: return "cpu";

@@ -46,6 +46,8 @@ WorkloadKeys workload_keys(const Job& job, const RunSpec& run) {
   k["device.sim_flops_per_s"] = number(d.sim_flops_per_s);
   k["device.sim_link_latency_us"] = number(d.sim_link_latency_us);
   k["device.sim_link_gbps"] = number(d.sim_link_gbps);
+  // Only when virtual, so series recorded before the key existed keep their fingerprint.
+  if (d.sim_clock != SimClock::wall) k["device.sim_clock"] = to_string(d.sim_clock);
   k["device.transport"] = to_string(d.resolved_transport());
   k["run.pipeline_size"] = number(run.pipeline_size);
   k["run.micro_batch_size"] = number(run.micro_batch_size);

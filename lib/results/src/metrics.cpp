@@ -268,10 +268,15 @@ RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<Ra
   if (plan.run.mode == RunMode::inference && steps > 0)
     add_microbatch_latency(r, plan, steps, static_cast<int>(ranks.size()) - 1);
 
-  // bubble_simulated: the schedule simulated with this run's per-action medians.
+  // bubble_simulated: the schedule simulated with this run's per-action
+  // medians; on the sim backend with its modelled link too (the transfer time
+  // the transport is told to take, sim_load included), so that what is left
+  // between the two is what the executor and the transport add themselves.
   const bool any_counted = std::count(r.is_warmup.begin(), r.is_warmup.end(), 0) > 0;
   if (any_counted) {
-    const SimResult sim = simulate(plan.schedule, measured_costs(plan.schedule, r.events, job.train.warmup));
+    SimCosts costs = measured_costs(plan.schedule, r.events, job.train.warmup);
+    if (job.device.backend == BackendKind::sim) costs.transfer = job.device.sim_load * plan.costs.transfer;
+    const SimResult sim = simulate(plan.schedule, costs);
     if (sim.completed && sim.makespan > 0.0) r.bubble_simulated = sim.bubble;
   }
   return r;

@@ -59,7 +59,7 @@ class StepRun {
   StepRun(const Job& job, const RunPlan& plan, RunComm& comm, Backend& backend, Transport& transport,
           const ExecOptions& opt, int step)
       : job_(job), plan_(plan), sched_(plan.schedule), comm_(comm), backend_(backend), transport_(transport),
-        opt_(opt), step_(step), rank_(comm.rank()), V_(plan.schedule.num_virtual_stages()) {}
+        clock_(backend.clock()), opt_(opt), step_(step), rank_(comm.rank()), V_(plan.schedule.num_virtual_stages()) {}
 
   void run(RankRecord& rec) {
     start();
@@ -70,28 +70,42 @@ class StepRun {
     sr_.grad_norm = std::numeric_limits<double>::quiet_NaN();
     if (plan_.run.mode == RunMode::train) clip_and_step();
     sr_.busy_s = sr_.forward_s + sr_.backward_s + sr_.optimizer_s;
-    sr_.end_s = now_s() - t0_;
+    sr_.end_s = clock_.now() - t0_;
     report_progress(has_loss_here);
     rec.steps.push_back(sr_);
   }
 
  private:
+  // The step timeout bounds real time, on every clock: a virtual clock's
+  // modelled time never times out, a hang does.
   void check_deadline(const std::string& what) const {
-    const double elapsed = now_s() - t0_;
+    const double elapsed = now_s() - wall_t0_;
     if (elapsed > job_.train.step_timeout_s)
       throw StepTimeoutError(fmt::format("rank {}: step {} passed the step timeout ({} s) after {} ({:.3f} s into the step)",
                                          rank_, step_, job_.train.step_timeout_s, what, elapsed));
   }
 
-  // Every step starts together (a barrier), then runs under its deadline.
+  // Every step starts together (a barrier; on a virtual clock, every rank's
+  // clock moves to the latest), then runs under its deadline.
   void start() {
     const double timeout = job_.train.step_timeout_s;
     comm_.set_deadline(now_s() + timeout);
-    comm_.barrier();
-    t0_ = now_s();
-    comm_.set_deadline(t0_ + timeout);
+    if (clock_.is_virtual()) sync_virtual_clocks();
+    else comm_.barrier();
+    wall_t0_ = now_s();
+    t0_ = clock_.now();
+    comm_.set_deadline(wall_t0_ + timeout);
     transport_.begin_step(t0_);
-    backend_.begin_step(step_, t0_ + timeout);
+    backend_.begin_step(step_, wall_t0_ + timeout);
+  }
+
+  // A collective ends when its last rank joins it: on a virtual clock,
+  // every rank's clock moves to the latest of them.
+  void sync_virtual_clocks() {
+    if (!clock_.is_virtual()) return;
+    std::vector<double> latest{clock_.now()};
+    comm_.allreduce(latest, MPI_MAX);
+    clock_.sleep_until(latest[0]);
   }
 
   EventRecord execute(const Action& a) {
@@ -102,7 +116,7 @@ class StepRun {
         if (v > 0) ev.wait_s = receive(ActionKind::F, v - 1, a);
         if (opt_.fault.fires(FaultInjection::Kind::error, plan_.run.name, rank_, step_))
           throw Error(fmt::format("injected error (PIPEBENCH_FAULT) on rank {} at step {}", rank_, step_));
-        ev.start_s = now_s() - t0_;
+        ev.start_s = clock_.now() - t0_;
         backend_.forward(step_, a.microbatch, a.chunk);
         sr_.forward_s += finish(ev, a);
         if (v == V_ - 1) add_loss(a.microbatch);
@@ -110,13 +124,13 @@ class StepRun {
         break;
       case ActionKind::B:
         if (v < V_ - 1) ev.wait_s = receive(ActionKind::B, v + 1, a);
-        ev.start_s = now_s() - t0_;
+        ev.start_s = clock_.now() - t0_;
         backend_.backward(step_, a.microbatch, a.chunk);
         sr_.backward_s += finish(ev, a);
         if (v > 0) send(ActionKind::B, v - 1, a);
         break;
       case ActionKind::W:
-        ev.start_s = now_s() - t0_;
+        ev.start_s = clock_.now() - t0_;
         backend_.weight_grad(step_, a.microbatch, a.chunk);
         sr_.backward_s += finish(ev, a);
         break;
@@ -153,7 +167,7 @@ class StepRun {
   // A step past its deadline ends here, even when no wait would notice it
   // (a single stage, or a rank that never waits long).
   double finish(EventRecord& ev, const Action& a) {
-    ev.end_s = now_s() - t0_;
+    ev.end_s = clock_.now() - t0_;
     check_deadline(to_string(a));
     const double device_s = backend_.last_action_device_s();
     if (device_s >= 0.0) ev.end_s = ev.start_s + device_s;
@@ -178,6 +192,7 @@ class StepRun {
     std::vector<double> sq(static_cast<std::size_t>(job_.model.layers) + 2, 0.0);
     backend_.grad_sq_norm_by_piece(sq);
     comm_.allreduce(sq, MPI_SUM);
+    sync_virtual_clocks();
     double total = 0.0;
     for (double x : sq) total += x;
     double scale = 1.0;
@@ -188,9 +203,9 @@ class StepRun {
         sr_.clipped = true;
       }
     }
-    const double s0 = now_s();
+    const double s0 = clock_.now();
     backend_.optimizer_step(step_, scale);
-    sr_.optimizer_s = now_s() - s0;
+    sr_.optimizer_s = clock_.now() - s0;
     check_deadline("the optimizer step");
   }
 
@@ -216,9 +231,11 @@ class StepRun {
   RunComm& comm_;
   Backend& backend_;
   Transport& transport_;
+  RunClock& clock_;
   const ExecOptions& opt_;
   const int step_, rank_, V_;
-  double t0_ = 0.0;
+  double t0_ = 0.0;       // the step's start on the run's clock: records are relative to it
+  double wall_t0_ = 0.0;  // the same on the wall clock: the step timeout counts from it
   double loss_sum_ = 0.0;
   StepRecord sr_;
 };

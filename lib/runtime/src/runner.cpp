@@ -428,7 +428,7 @@ std::string rank_mismatch(const std::vector<const RunSpec*>& runs, int world_siz
 // The transport between the stages of one run: NCCL for a cuda pipeline
 // that asked for it, else MPI (with the sim backend's modelled link); either
 // way every call checked against the schedule's plan of transfers.
-std::unique_ptr<Transport> make_transport(const Job& job, const RunPlan& rp, RunComm& rc, bool nccl) {
+std::unique_ptr<Transport> make_transport(const Job& job, const RunPlan& rp, RunComm& rc, RunClock& clock, bool nccl) {
   auto checked = [&](std::unique_ptr<Transport> t) {
     return std::make_unique<CheckedTransport>(std::move(t), rp.schedule, rc.rank());
   };
@@ -440,7 +440,7 @@ std::unique_ptr<Transport> make_transport(const Job& job, const RunPlan& rp, Run
   // Test hook: PIPEBENCH_MPI_MAX_MESSAGE_BYTES splits payloads as a 2 GiB one is split.
   std::size_t max_part = kMaxMessageBytes;
   if (const char* env = std::getenv("PIPEBENCH_MPI_MAX_MESSAGE_BYTES")) max_part = std::strtoull(env, nullptr, 10);
-  return checked(std::make_unique<MpiTransport>(rc, rp.schedule.chunks_per_rank, rp.run.num_microbatches, link, max_part));
+  return checked(std::make_unique<MpiTransport>(rc, clock, rp.schedule.chunks_per_rank, rp.run.num_microbatches, link, max_part));
 }
 
 // Everything one run needs besides its plan, the same for every run of a job.
@@ -473,7 +473,7 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
   RunComm rc(comm);
   auto backend = make_backend(job, ctx.world_rank);
   const bool nccl = ctx.transport_kind == TransportKind::nccl && p > 1;
-  const std::unique_ptr<Transport> transport = make_transport(job, rp, rc, nccl);
+  const std::unique_ptr<Transport> transport = make_transport(job, rp, rc, backend->clock(), nccl);
   ExecOptions eo;
   eo.transport_uses_device_memory = nccl;
   eo.dry_run = ctx.options.dry_run;

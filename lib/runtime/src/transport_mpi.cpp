@@ -19,9 +19,9 @@ std::vector<std::pair<std::size_t, std::size_t>> message_parts(std::size_t bytes
   return parts;
 }
 
-MpiTransport::MpiTransport(RunComm& comm, int chunks_per_rank, int num_microbatches, LinkModel link,
+MpiTransport::MpiTransport(RunComm& comm, RunClock& clock, int chunks_per_rank, int num_microbatches, LinkModel link,
                            std::size_t max_part_bytes)
-    : comm_(comm), chunks_(chunks_per_rank), microbatches_(num_microbatches), link_(link), max_part_(max_part_bytes) {
+    : comm_(comm), clock_(clock), chunks_(chunks_per_rank), microbatches_(num_microbatches), link_(link), max_part_(max_part_bytes) {
   if (max_part_ == 0 || max_part_ > kMaxMessageBytes)
     throw Error(fmt::format("MPI transport: message parts of {} bytes (1 to {})", max_part_, kMaxMessageBytes));
   int* ub = nullptr;
@@ -47,7 +47,7 @@ void MpiTransport::begin_step(double step_start_s) {
 
 void MpiTransport::send(int peer, const BoundaryKey& key, const Buffer& buf) {
   headers_.push_back(Header{key.step, static_cast<std::int32_t>(key.kind), key.microbatch, key.chunk,
-                            buf.logical_bytes, now_s() - step_start_s_});
+                            buf.logical_bytes, clock_.now() - step_start_s_});
   MPI_Request req;
   PIPEBENCH_MPI_CHECK(MPI_Isend(&headers_.back(), sizeof(Header), MPI_BYTE, peer, tag(key, 0), comm_.comm(), &req));
   sends_.push_back(req);
@@ -59,7 +59,7 @@ void MpiTransport::send(int peer, const BoundaryKey& key, const Buffer& buf) {
 }
 
 RecvTiming MpiTransport::recv(int peer, const BoundaryKey& key, const Buffer& buf) {
-  const double start = now_s();
+  const double start = clock_.now();
   const std::string what = fmt::format("{}{} of step {} from rank {}", key.kind == ActionKind::F ? "activation F" : "gradient B",
                                        key.microbatch, key.step, peer);
   // A receive must not outlive its target: on a failure, cancel it here.
@@ -82,13 +82,15 @@ RecvTiming MpiTransport::recv(int peer, const BoundaryKey& key, const Buffer& bu
                             "of step {} ({} bytes)",
                             comm_.rank(), letter(static_cast<int>(key.kind)), key.microbatch, key.chunk, key.step,
                             buf.logical_bytes, peer, letter(h.kind), h.microbatch, h.chunk, h.step, h.logical_bytes));
-  const double ready = now_s();
+  // When the sender had the tensor ready: its header's arrival, or on a
+  // virtual clock its send time (or this receive's start, if later).
+  const double ready = clock_.is_virtual() ? std::max(start, step_start_s_ + h.send_time_s) : clock_.now();
   for (const auto& [offset, size] : message_parts(buf.bytes, max_part_)) receive(static_cast<char*>(buf.data) + offset, size, 1);
   if (link_.enabled) {
     const double arrival = h.send_time_s + link_.latency_s + 8.0 * static_cast<double>(h.logical_bytes) / link_.bits_per_s;
-    sleep_until_s(step_start_s_ + arrival);
+    clock_.sleep_until(step_start_s_ + arrival);
   }
-  const double end = now_s();
+  const double end = clock_.now();
   return {end - start, end - ready};
 }
 

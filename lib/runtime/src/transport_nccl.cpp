@@ -38,7 +38,7 @@ struct Pair {
 class NcclTransport final : public Transport {
  public:
   NcclTransport(RunComm& comm, const Schedule& sched, int num_microbatches, bool train)
-      : comm_(comm), headers_(comm, sched.chunks_per_rank, num_microbatches, LinkModel{}) {
+      : comm_(comm), headers_(comm, wall_clock_, sched.chunks_per_rank, num_microbatches, LinkModel{}) {
     // The groups of every rank, checked to finish under NCCL's in-order
     // rules before any NCCL call (the same verdict on every rank).
     std::vector<RankP2pPlan> plans = p2p_groups(sched);
@@ -190,6 +190,7 @@ class NcclTransport final : public Transport {
   }
 
   RunComm& comm_;
+  RunClock wall_clock_ = RunClock::wall();  // the cuda backend's: declared before headers_, which uses it
   MpiTransport headers_;
   RankP2pPlan plan_;
   std::vector<std::vector<int>> members_;  // group -> its transfers (indices into plan_.transfers)

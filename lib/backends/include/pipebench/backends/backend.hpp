@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "pipebench/core/clock.hpp"
 #include "pipebench/core/job.hpp"
 #include "pipebench/model/model.hpp"
 #include "pipebench/plan/memory.hpp"
@@ -136,6 +137,15 @@ class Backend {
   // and when asked). -1 on backends without a device.
   virtual std::int64_t device_used_before_bytes() const { return -1; }
   virtual std::int64_t device_used_peak_bytes() const { return -1; }
+
+  // The clock this rank's run is timed on (core/clock.hpp): the wall clock,
+  // or the sim backend's virtual clock (device.sim_clock = "virtual"), which
+  // its actions advance. The executor and the transport read and advance the
+  // same clock.
+  RunClock& clock() { return clock_; }
+
+ protected:
+  RunClock clock_ = RunClock::wall();
 };
 
 // The backend named by job.device.backend for `rank`; throws ConfigError for

@@ -1,5 +1,6 @@
-// The `sim` backend: no math. Each action sleeps (absolute deadline) for its
-// modelled duration: FLOPs of the stage (model.hpp) at [device]
+// The `sim` backend: no math. Each action takes its modelled duration —
+// slept to an absolute deadline (device.sim_clock = "wall"), or added to the
+// rank's virtual clock ("virtual"; Backend::clock()): FLOPs of the stage (model.hpp) at [device]
 // sim_flops_per_s; the optimizer at 2 (SGD) or 12 (AdamW) FLOPs per
 // parameter. Memory is accounted, never allocated, so a 70B model "runs" on
 // a laptop. Boundary tensors are modelled (logical size only).
@@ -49,7 +50,8 @@ class SimBackend final : public Backend {
   int peak_live_activations() const override { return peak_live_; }
 
  private:
-  // Sleeps `seconds` x sim_machine_factor (the deadline permitting).
+  // Takes `seconds` x sim_machine_factor on the clock: sleeps (the deadline
+  // permitting) or advances the virtual clock.
   void busy_for(double seconds, const char* what, int microbatch, int action);
   void release_activation(int chunk);
 

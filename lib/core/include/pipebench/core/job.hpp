@@ -19,6 +19,9 @@ enum class OptimizerKind { sgd, adamw };
 enum class BackendKind { cpu, sim, cuda };
 // How boundary tensors move: auto = nccl for the cuda backend, else mpi.
 enum class TransportKind { automatic, mpi, nccl };
+// What the sim backend's modelled durations are measured on (core/clock.hpp
+// RunClock): slept on the wall clock, or added to a per-rank virtual clock.
+enum class SimClock { wall, virtual_time };
 // The training schedules of SPEC §4. Inference runs ignore this and use the
 // forward-only schedule.
 enum class ScheduleKind { gpipe, one_f_one_b, eager_one_f_one_b, interleaved_one_f_one_b, zb_h1, zb_v, file };
@@ -32,6 +35,7 @@ std::string_view to_string(DType v);
 std::string_view to_string(OptimizerKind v);
 std::string_view to_string(BackendKind v);
 std::string_view to_string(TransportKind v);
+std::string_view to_string(SimClock v);
 std::string_view to_string(ScheduleKind v);
 std::string_view to_string(RunMode v);
 std::string_view to_string(Recompute v);
@@ -79,6 +83,11 @@ struct DeviceSpec {
   double sim_load = 1.0;
   double sim_jitter = 0.0;
   std::uint64_t sim_jitter_seed = 0;
+  // "wall": every modelled duration is slept, and the run measures the
+  // executor's own overhead too; "virtual": each rank advances its own clock
+  // by the modelled durations and messages carry their send times, so a run
+  // is the model's timeline exactly, at any rank count (sim backend only).
+  SimClock sim_clock = SimClock::wall;
   TransportKind transport = TransportKind::automatic;
 
   // The transport a run uses: `transport`, with automatic resolved.

@@ -6,7 +6,9 @@
 // With a link model (the sim backend), the receiver also waits until the
 // modelled arrival: send time + latency + logical bytes / bandwidth. Send
 // times are relative to each rank's step barrier, so no global clock is
-// needed.
+// needed. Times are read on the run's clock (core/clock.hpp): on a virtual
+// clock the receive completes, without sleeping, at max(the receiver's clock,
+// the modelled arrival), whenever the real message came.
 //
 // MPI counts are int: a payload of 2 GiB or more travels as consecutive
 // parts of at most kMaxMessageBytes on one tag (MPI keeps their order between
@@ -17,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "pipebench/core/clock.hpp"
 #include "pipebench/runtime/mpi_comm.hpp"
 #include "pipebench/runtime/transport.hpp"
 
@@ -38,7 +41,7 @@ struct LinkModel {
 class MpiTransport final : public Transport {
  public:
   // max_part_bytes: the largest message (kMaxMessageBytes; tests make it small).
-  MpiTransport(RunComm& comm, int chunks_per_rank, int num_microbatches, LinkModel link,
+  MpiTransport(RunComm& comm, RunClock& clock, int chunks_per_rank, int num_microbatches, LinkModel link,
                std::size_t max_part_bytes = kMaxMessageBytes);
 
   void begin_step(double step_start_s) override;
@@ -57,6 +60,7 @@ class MpiTransport final : public Transport {
   int tag(const BoundaryKey& key, int part) const;
 
   RunComm& comm_;
+  RunClock& clock_;
   int chunks_, microbatches_;
   LinkModel link_;
   std::size_t max_part_;

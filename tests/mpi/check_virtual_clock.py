@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""check_virtual_clock.py PIPEBENCH JOB.toml [--set KEY=VALUE ...] RESULTS.h5
+
+A sim run on the virtual clock (device.sim_clock = "virtual") measures the
+model's timeline itself, however many ranks share a core. For every run in
+RESULTS.h5, against `pipebench plan JOB --format json` (same --set
+overrides), the planner's cost-weighted simulation:
+
+  * measured bubble (median over counted steps) within 0.001 of the planned;
+  * each rank's forward + backward time per step equal to the plan's busy
+    time of that rank (relative 1e-6; event times are rounded to 2^-30 s);
+  * the step time the planned makespan plus at most the longest optimizer
+    step (the only part of a step the schedule simulation leaves out);
+  * every counted step the same (relative 1e-9): nothing on a virtual clock
+    depends on the machine.
+"""
+import json
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+
+BUBBLE_TOLERANCE = 1e-3
+
+
+def main():
+    pipebench, job, *overrides, path = sys.argv[1:]
+    plan = json.loads(subprocess.run([pipebench, "plan", job, "--format", "json", *overrides], check=True,
+                                     capture_output=True, text=True).stdout)
+    planned = {r["name"]: r["simulated"] for r in plan["runs"]}
+    problems = []
+    with h5py.File(path, "r") as f:
+        if f.attrs["evidence_level"] != "simulated":
+            problems.append(f"evidence_level is {f.attrs['evidence_level']!r}, not 'simulated'")
+        names = list(f["runs"])
+        if not names:
+            problems.append("no runs in the file")
+        for name in names:
+            r = f["runs"][name]
+            if r.attrs["status"] != "ok":
+                problems.append(f"{name}: status {r.attrs['status']}")
+                continue
+            sim = planned[name]
+            counted = np.asarray(r["is_warmup"]) == 0
+            step = np.asarray(r["step_time_s"])[counted]
+            work = (np.asarray(r["forward_s"]) + np.asarray(r["backward_s"]))[counted]
+            opt = np.asarray(r["optimizer_s"])[counted]
+            bm = float(r.attrs["bubble_measured_median"])
+            print(f"{name:16s} bubble measured {bm:.6f} planned {sim['bubble']:.6f}; step {step[0]:.6f} s, "
+                  f"makespan {sim['makespan_s']:.6f} s, optimizer <= {opt.max():.6f} s")
+            if abs(bm - sim["bubble"]) > BUBBLE_TOLERANCE:
+                problems.append(f"{name}: measured bubble {bm:.6f} is {abs(bm - sim['bubble']):.6f} from the "
+                                f"planned {sim['bubble']:.6f}")
+            if not np.allclose(work, np.broadcast_to(sim["busy_s"], work.shape), rtol=1e-6, atol=1e-8):
+                problems.append(f"{name}: forward+backward per rank {work[0].tolist()} != planned {sim['busy_s']}")
+            extra = step - sim["makespan_s"]
+            if np.any(extra < -1e-8) or np.any(extra > opt.max(axis=1) + 1e-8):
+                problems.append(f"{name}: step times {step.tolist()} vs makespan {sim['makespan_s']} + optimizer "
+                                f"{opt.max(axis=1).tolist()}")
+            if np.ptp(step) > 1e-9 * step.max():
+                problems.append(f"{name}: counted steps differ on a virtual clock: {step.tolist()}")
+    for p in problems:
+        print("FAIL:", p)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
