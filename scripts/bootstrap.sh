@@ -14,6 +14,7 @@ PACKAGES=(
   python3-jsonschema   # tests: every summary.json against docs/summary.schema.json
   libtoml11-dev libcli11-dev libfmt-dev
   libopenblas-dev
+  libsleef-dev   # vectorised exp/tanh for the cpu backend's AVX2 kernels (the library PyTorch uses)
   catch2 libbenchmark-dev
   chromium   # the report tests render index.html in headless Chromium
   slurmctld slurmd slurm-client munge   # tests/slurm starts a real single-node cluster

@@ -11,6 +11,7 @@
 
 #include "pipebench/backends/backend_cpu.hpp"
 #include "pipebench/backends/cpu_kernels.hpp"
+#include "pipebench/backends/cpu_simd.hpp"
 #include "pipebench/core/config.hpp"
 
 #include <fmt/format.h>
@@ -355,4 +356,86 @@ TEST_CASE("activation slabs are reused: the process holds the schedule's peak, n
   CHECK(be.slabs_allocated() == 3);
   CHECK(be.memory().current(MemCategory::activations) == 0);
   CHECK(be.peak_live_activations() == 3);
+}
+
+namespace {
+// |a - b| <= atol + rtol |b| elementwise; names the first element that is not.
+void check_close(const std::vector<float>& a, const std::vector<float>& b, float rtol, float atol, const char* what) {
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!(std::abs(a[i] - b[i]) <= atol + rtol * std::abs(b[i]))) {
+      FAIL(fmt::format("{}[{}]: {} vs {} (scalar)", what, i, a[i], b[i]));
+    }
+}
+}  // namespace
+
+TEST_CASE("cpu kernels: the AVX2 + SLEEF build agrees with the portable one, full vectors and partial tails",
+          "[cpu][simd]") {
+  using cpu::SimdKernels;
+  const SimdKernels* fast = cpu::simd_kernels(cpu::SimdPath::avx2);
+  const SimdKernels& ref = *cpu::simd_kernels(cpu::SimdPath::scalar);
+  if (!fast) {
+    WARN("no AVX2 kernels in this build or on this CPU: nothing to compare");
+    return;
+  }
+  CHECK(std::string(cpu::simd_kernels().name) == (std::getenv("PIPEBENCH_CPU_KERNELS") ? "scalar" : "avx2"));
+  for (int n : {1, 7, 8, 9, 31, 64, 257}) {
+    INFO("n = " << n);
+    const auto N = static_cast<std::size_t>(n);
+    const std::vector<float> x = randn(N, 1, 3.0f), dy = randn(N, 2), gamma = randn(N, 3), beta = randn(N, 4);
+    std::vector<float> a(N), b(N);
+    fast->gelu_forward(x.data(), a.data(), n);
+    ref.gelu_forward(x.data(), b.data(), n);
+    check_close(a, b, 2e-6f, 1e-6f, "gelu");
+    fast->gelu_backward(x.data(), dy.data(), a.data(), n);
+    ref.gelu_backward(x.data(), dy.data(), b.data(), n);
+    check_close(a, b, 1e-5f, 1e-6f, "gelu'");
+    a = x, b = x;
+    fast->softmax_row(a.data(), n);
+    ref.softmax_row(b.data(), n);
+    check_close(a, b, 1e-5f, 1e-7f, "softmax");
+    const std::vector<float> p = b;
+    a = dy, b = dy;
+    fast->softmax_backward_row(p.data(), a.data(), n);
+    ref.softmax_backward_row(p.data(), b.data(), n);
+    check_close(a, b, 1e-4f, 1e-6f, "softmax'");
+    float m1 = 0, r1 = 0, m2 = 0, r2 = 0;
+    fast->layernorm_row(x.data(), gamma.data(), beta.data(), a.data(), n, m1, r1);
+    ref.layernorm_row(x.data(), gamma.data(), beta.data(), b.data(), n, m2, r2);
+    CHECK(m1 == Approx(m2).margin(1e-5));
+    CHECK(r1 == Approx(r2).epsilon(1e-5));
+    check_close(a, b, 1e-4f, 1e-4f, "layernorm");
+    a = beta, b = beta;
+    fast->layernorm_backward_input_row(dy.data(), x.data(), gamma.data(), m2, r2, a.data(), n);
+    ref.layernorm_backward_input_row(dy.data(), x.data(), gamma.data(), m2, r2, b.data(), n);
+    check_close(a, b, 1e-4f, 1e-4f, "layernorm dx");
+    std::vector<float> ga = gamma, gb = gamma, ba = beta, bb = beta;
+    fast->layernorm_backward_weight_row(dy.data(), x.data(), m2, r2, ga.data(), ba.data(), n);
+    ref.layernorm_backward_weight_row(dy.data(), x.data(), m2, r2, gb.data(), bb.data(), n);
+    check_close(ga, gb, 1e-5f, 1e-6f, "dgamma");
+    check_close(ba, bb, 0.0f, 0.0f, "dbeta");
+    // Three rows: bias added to each, and summed back.
+    std::vector<float> y3a = randn(3 * N, 5), y3b = y3a, sa(N, 0.5f), sb(N, 0.5f);
+    fast->add_bias_rows(y3a.data(), beta.data(), 3, n);
+    ref.add_bias_rows(y3b.data(), beta.data(), 3, n);
+    check_close(y3a, y3b, 0.0f, 0.0f, "bias");
+    fast->sum_rows(y3a.data(), sa.data(), 3, n);
+    ref.sum_rows(y3b.data(), sb.data(), 3, n);
+    check_close(sa, sb, 0.0f, 0.0f, "sum_rows");
+    std::vector<float> pa = x, pb = x, ma = dy, mb = dy, va(N, 0.01f), vb(N, 0.01f);
+    fast->adamw(pa.data(), gamma.data(), ma.data(), va.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.19f, 0.002f, 0.5f);
+    ref.adamw(pb.data(), gamma.data(), mb.data(), vb.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.19f, 0.002f, 0.5f);
+    check_close(pa, pb, 1e-6f, 1e-7f, "adamw p");
+    check_close(ma, mb, 1e-6f, 1e-7f, "adamw m");
+    check_close(va, vb, 1e-6f, 1e-9f, "adamw v");
+  }
+  // Nothing outside [0, n) is read into a result or written: a row inside a
+  // larger buffer leaves its neighbours alone.
+  std::vector<float> buf(16, 7.0f);
+  fast->softmax_row(buf.data() + 1, 5);
+  CHECK(buf[0] == 7.0f);
+  CHECK(buf[6] == 7.0f);
+  float total = 0;
+  for (int i = 1; i < 6; ++i) total += buf[static_cast<std::size_t>(i)];
+  CHECK(total == Approx(1.0f));
 }

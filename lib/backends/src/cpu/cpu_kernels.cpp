@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 
 #include <cblas.h>
+
+#include "cpu_kernels_simd.hpp"
 
 extern "C" {
 void openblas_set_num_threads(int num_threads);
@@ -15,96 +19,8 @@ namespace pipebench::cpu {
 void set_blas_threads(int threads) { openblas_set_num_threads(threads); }
 const char* blas_config() { return openblas_get_config(); }
 
-void linear_forward(const float* x, const float* W, const float* b, float* y, int T, int in, int out, bool accumulate) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, out, in, 1.0f, x, in, W, out, accumulate ? 1.0f : 0.0f, y,
-              out);
-  if (b)
-    for (int t = 0; t < T; ++t) {
-      float* row = y + static_cast<std::int64_t>(t) * out;
-      for (int o = 0; o < out; ++o) row[o] += b[o];
-    }
-}
-
-void linear_backward_weight(const float* x, const float* dy, float* dW, float* db, int T, int in, int out) {
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, out, T, 1.0f, x, in, dy, out, 1.0f, dW, out);
-  if (db)
-    for (int t = 0; t < T; ++t) {
-      const float* row = dy + static_cast<std::int64_t>(t) * out;
-      for (int o = 0; o < out; ++o) db[o] += row[o];
-    }
-}
-
-void linear_backward_input(const float* W, const float* dy, float* dx, int T, int in, int out, bool accumulate_dx) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, in, out, 1.0f, dy, out, W, out, accumulate_dx ? 1.0f : 0.0f,
-              dx, in);
-}
-
-void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db, int T, int in,
-                     int out, bool accumulate_dx) {
-  linear_backward_weight(x, dy, dW, db, T, in, out);
-  if (dx) linear_backward_input(W, dy, dx, T, in, out, accumulate_dx);
-}
-
-void layernorm_forward(const float* x, const float* gamma, const float* beta, float* out, float* mean, float* rstd,
-                       int T, int C) {
-  constexpr float eps = 1e-5f;
-  for (int t = 0; t < T; ++t) {
-    const float* xr = x + static_cast<std::int64_t>(t) * C;
-    float* o = out + static_cast<std::int64_t>(t) * C;
-    float m = 0.0f;
-    for (int c = 0; c < C; ++c) m += xr[c];
-    m /= static_cast<float>(C);
-    float var = 0.0f;
-    for (int c = 0; c < C; ++c) var += (xr[c] - m) * (xr[c] - m);
-    var /= static_cast<float>(C);
-    const float r = 1.0f / std::sqrt(var + eps);
-    for (int c = 0; c < C; ++c) o[c] = (xr[c] - m) * r * gamma[c] + beta[c];
-    mean[t] = m;
-    rstd[t] = r;
-  }
-}
-
-void layernorm_backward_weight(const float* dout, const float* x, const float* mean, const float* rstd, float* dgamma,
-                               float* dbeta, int T, int C) {
-  for (int t = 0; t < T; ++t) {
-    const float* d = dout + static_cast<std::int64_t>(t) * C;
-    const float* xr = x + static_cast<std::int64_t>(t) * C;
-    const float m = mean[t], r = rstd[t];
-    for (int c = 0; c < C; ++c) {
-      dbeta[c] += d[c];
-      dgamma[c] += (xr[c] - m) * r * d[c];
-    }
-  }
-}
-
-void layernorm_backward_input(const float* dout, const float* x, const float* gamma, const float* mean,
-                              const float* rstd, float* dx, int T, int C) {
-  for (int t = 0; t < T; ++t) {
-    const float* d = dout + static_cast<std::int64_t>(t) * C;
-    const float* xr = x + static_cast<std::int64_t>(t) * C;
-    float* dxr = dx + static_cast<std::int64_t>(t) * C;
-    const float m = mean[t], r = rstd[t];
-    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-    for (int c = 0; c < C; ++c) {
-      const float norm = (xr[c] - m) * r;
-      const float dnorm = gamma[c] * d[c];
-      dnorm_mean += dnorm;
-      dnorm_norm_mean += dnorm * norm;
-    }
-    dnorm_mean /= static_cast<float>(C);
-    dnorm_norm_mean /= static_cast<float>(C);
-    for (int c = 0; c < C; ++c) {
-      const float norm = (xr[c] - m) * r;
-      dxr[c] += (gamma[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * r;
-    }
-  }
-}
-
-void layernorm_backward(const float* dout, const float* x, const float* gamma, const float* mean, const float* rstd,
-                        float* dx, float* dgamma, float* dbeta, int T, int C) {
-  layernorm_backward_weight(dout, x, mean, rstd, dgamma, dbeta, T, C);
-  layernorm_backward_input(dout, x, gamma, mean, rstd, dx, T, C);
-}
+// The portable builds of the kernels of cpu_kernels_simd.hpp.
+namespace scalar {
 
 namespace {
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
@@ -128,6 +44,182 @@ void gelu_backward(const float* in, const float* dout, float* din, std::int64_t 
   }
 }
 
+void softmax_row(float* row, int n) {
+  float mx = row[0];
+  for (int j = 1; j < n; ++j) mx = std::max(mx, row[j]);
+  float sum = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    row[j] = std::exp(row[j] - mx);
+    sum += row[j];
+  }
+  const float inv = 1.0f / sum;
+  for (int j = 0; j < n; ++j) row[j] *= inv;
+}
+
+void softmax_backward_row(const float* p, float* d, int n) {
+  float dot = 0.0f;
+  for (int j = 0; j < n; ++j) dot += p[j] * d[j];
+  for (int j = 0; j < n; ++j) d[j] = p[j] * (d[j] - dot);
+}
+
+void layernorm_row(const float* x, const float* gamma, const float* beta, float* out, int C, float& mean, float& rstd) {
+  constexpr float eps = 1e-5f;
+  float m = 0.0f;
+  for (int c = 0; c < C; ++c) m += x[c];
+  m /= static_cast<float>(C);
+  float var = 0.0f;
+  for (int c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
+  var /= static_cast<float>(C);
+  const float r = 1.0f / std::sqrt(var + eps);
+  for (int c = 0; c < C; ++c) out[c] = (x[c] - m) * r * gamma[c] + beta[c];
+  mean = m;
+  rstd = r;
+}
+
+void layernorm_backward_input_row(const float* d, const float* x, const float* gamma, float mean, float rstd, float* dx,
+                                  int C) {
+  float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+  for (int c = 0; c < C; ++c) {
+    const float norm = (x[c] - mean) * rstd;
+    const float dnorm = gamma[c] * d[c];
+    dnorm_mean += dnorm;
+    dnorm_norm_mean += dnorm * norm;
+  }
+  dnorm_mean /= static_cast<float>(C);
+  dnorm_norm_mean /= static_cast<float>(C);
+  for (int c = 0; c < C; ++c) {
+    const float norm = (x[c] - mean) * rstd;
+    dx[c] += (gamma[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * rstd;
+  }
+}
+
+void add_bias_rows(float* y, const float* b, int T, int n) {
+  for (int t = 0; t < T; ++t) {
+    float* row = y + static_cast<std::int64_t>(t) * n;
+    for (int o = 0; o < n; ++o) row[o] += b[o];
+  }
+}
+
+void sum_rows(const float* dy, float* db, int T, int n) {
+  for (int t = 0; t < T; ++t) {
+    const float* row = dy + static_cast<std::int64_t>(t) * n;
+    for (int o = 0; o < n; ++o) db[o] += row[o];
+  }
+}
+
+void layernorm_backward_weight_row(const float* d, const float* x, float mean, float rstd, float* dgamma, float* dbeta,
+                                   int C) {
+  for (int c = 0; c < C; ++c) {
+    dbeta[c] += d[c];
+    dgamma[c] += (x[c] - mean) * rstd * d[c];
+  }
+}
+
+void adamw(float* p, const float* g, float* m, float* v, std::int64_t n, float lr, float beta1, float beta2, float eps,
+           float wd, float c1, float c2, float grad_scale) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * grad_scale;
+    m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
+    v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    const float mhat = m[i] / c1, vhat = v[i] / c2;
+    p[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * p[i]);
+  }
+}
+
+}  // namespace scalar
+
+namespace {
+#define PIPEBENCH_SIMD_TABLE(ns)                                                                                       \
+  SimdKernels {                                                                                                        \
+    SimdPath::ns, #ns, ns::gelu_forward, ns::gelu_backward, ns::softmax_row, ns::softmax_backward_row,                  \
+        ns::layernorm_row, ns::layernorm_backward_input_row, ns::layernorm_backward_weight_row, ns::add_bias_rows,      \
+        ns::sum_rows, ns::adamw                                                                                        \
+  }
+constexpr SimdKernels kScalar = PIPEBENCH_SIMD_TABLE(scalar);
+#if PIPEBENCH_HAVE_AVX2_KERNELS
+constexpr SimdKernels kAvx2 = PIPEBENCH_SIMD_TABLE(avx2);
+#endif
+#undef PIPEBENCH_SIMD_TABLE
+}  // namespace
+
+const SimdKernels* simd_kernels(SimdPath path) {
+  if (path == SimdPath::scalar) return &kScalar;
+#if PIPEBENCH_HAVE_AVX2_KERNELS
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &kAvx2;
+#endif
+  return nullptr;
+}
+
+const SimdKernels& simd_kernels() {
+  static const SimdKernels& chosen = []() -> const SimdKernels& {
+    const char* env = std::getenv("PIPEBENCH_CPU_KERNELS");
+    const SimdKernels* avx2 = simd_kernels(SimdPath::avx2);
+    return avx2 && !(env && std::string_view(env) == "scalar") ? *avx2 : kScalar;
+  }();
+  return chosen;
+}
+
+#define PIPEBENCH_SIMD(fn, ...) simd_kernels().fn(__VA_ARGS__)
+
+void linear_forward(const float* x, const float* W, const float* b, float* y, int T, int in, int out, bool accumulate) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, out, in, 1.0f, x, in, W, out, accumulate ? 1.0f : 0.0f, y,
+              out);
+  if (b) PIPEBENCH_SIMD(add_bias_rows, y, b, T, out);
+}
+
+void linear_backward_weight(const float* x, const float* dy, float* dW, float* db, int T, int in, int out) {
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, out, T, 1.0f, x, in, dy, out, 1.0f, dW, out);
+  if (db) PIPEBENCH_SIMD(sum_rows, dy, db, T, out);
+}
+
+void linear_backward_input(const float* W, const float* dy, float* dx, int T, int in, int out, bool accumulate_dx) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, in, out, 1.0f, dy, out, W, out, accumulate_dx ? 1.0f : 0.0f,
+              dx, in);
+}
+
+void linear_backward(const float* x, const float* W, const float* dy, float* dx, float* dW, float* db, int T, int in,
+                     int out, bool accumulate_dx) {
+  linear_backward_weight(x, dy, dW, db, T, in, out);
+  if (dx) linear_backward_input(W, dy, dx, T, in, out, accumulate_dx);
+}
+
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* out, float* mean, float* rstd,
+                       int T, int C) {
+  for (int t = 0; t < T; ++t) {
+    const std::int64_t o = static_cast<std::int64_t>(t) * C;
+    PIPEBENCH_SIMD(layernorm_row, x + o, gamma, beta, out + o, C, mean[t], rstd[t]);
+  }
+}
+
+void layernorm_backward_weight(const float* dout, const float* x, const float* mean, const float* rstd, float* dgamma,
+                               float* dbeta, int T, int C) {
+  for (int t = 0; t < T; ++t) {
+    const std::int64_t o = static_cast<std::int64_t>(t) * C;
+    PIPEBENCH_SIMD(layernorm_backward_weight_row, dout + o, x + o, mean[t], rstd[t], dgamma, dbeta, C);
+  }
+}
+
+void layernorm_backward_input(const float* dout, const float* x, const float* gamma, const float* mean,
+                              const float* rstd, float* dx, int T, int C) {
+  for (int t = 0; t < T; ++t) {
+    const std::int64_t o = static_cast<std::int64_t>(t) * C;
+    PIPEBENCH_SIMD(layernorm_backward_input_row, dout + o, x + o, gamma, mean[t], rstd[t], dx + o, C);
+  }
+}
+
+void layernorm_backward(const float* dout, const float* x, const float* gamma, const float* mean, const float* rstd,
+                        float* dx, float* dgamma, float* dbeta, int T, int C) {
+  layernorm_backward_weight(dout, x, mean, rstd, dgamma, dbeta, T, C);
+  layernorm_backward_input(dout, x, gamma, mean, rstd, dx, T, C);
+}
+
+void gelu_forward(const float* in, float* out, std::int64_t n) { PIPEBENCH_SIMD(gelu_forward, in, out, n); }
+
+void gelu_backward(const float* in, const float* dout, float* din, std::int64_t n) {
+  PIPEBENCH_SIMD(gelu_backward, in, dout, din, n);
+}
+
 void attention_forward(const float* qkv, float* probs, float* out, int B, int s, int C, int heads) {
   const int d = C / heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -143,16 +235,8 @@ void attention_forward(const float* qkv, float* probs, float* out, int B, int s,
                   static_cast<int>(ld), 0.0f, P, s);
       for (int i = 0; i < s; ++i) {
         float* row = P + static_cast<std::int64_t>(i) * s;
-        float mx = row[0];
-        for (int j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
-        float sum = 0.0f;
-        for (int j = 0; j <= i; ++j) {
-          row[j] = std::exp(row[j] - mx);
-          sum += row[j];
-        }
-        const float inv = 1.0f / sum;
-        for (int j = 0; j <= i; ++j) row[j] *= inv;
-        for (int j = i + 1; j < s; ++j) row[j] = 0.0f;
+        PIPEBENCH_SIMD(softmax_row, row, i + 1);
+        std::fill(row + i + 1, row + s, 0.0f);
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, d, s, 1.0f, P, s, v, static_cast<int>(ld), 0.0f, o, C);
     }
@@ -180,10 +264,8 @@ void attention_backward(const float* dout, const float* qkv, const float* probs,
       for (int i = 0; i < s; ++i) {  // dS = P ⊙ (dP - rowsum(P ⊙ dP)); masked entries have P = 0
         const float* pr = P + static_cast<std::int64_t>(i) * s;
         float* dr = dP + static_cast<std::int64_t>(i) * s;
-        float dot = 0.0f;
-        for (int j = 0; j <= i; ++j) dot += pr[j] * dr[j];
-        for (int j = 0; j <= i; ++j) dr[j] = pr[j] * (dr[j] - dot);
-        for (int j = i + 1; j < s; ++j) dr[j] = 0.0f;
+        PIPEBENCH_SIMD(softmax_backward_row, pr, dr, i + 1);
+        std::fill(dr + i + 1, dr + s, 0.0f);
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, d, s, scale, dP, s, k, ld, 0.0f, dq, ld);  // dQ = dS·K
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s, d, s, scale, dP, s, q, ld, 0.0f, dk, ld);    // dK = dSᵀ·Q
@@ -219,15 +301,7 @@ double softmax_crossentropy_forward(float* logits, const std::int32_t* targets, 
   double loss = 0.0;
   for (int t = 0; t < T; ++t) {
     float* row = logits + static_cast<std::int64_t>(t) * V;
-    float mx = row[0];
-    for (int v = 1; v < V; ++v) mx = std::max(mx, row[v]);
-    float sum = 0.0f;
-    for (int v = 0; v < V; ++v) {
-      row[v] = std::exp(row[v] - mx);
-      sum += row[v];
-    }
-    const float inv = 1.0f / sum;
-    for (int v = 0; v < V; ++v) row[v] *= inv;
+    PIPEBENCH_SIMD(softmax_row, row, V);
     loss -= std::log(static_cast<double>(std::max(row[targets[t]], 1e-30f)));
   }
   return loss / T;
@@ -245,13 +319,7 @@ void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n, 
                   float eps, float wd, int t, float grad_scale) {
   const float c1 = 1.0f - std::pow(beta1, static_cast<float>(t));
   const float c2 = 1.0f - std::pow(beta2, static_cast<float>(t));
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * grad_scale;
-    m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
-    v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-    const float mhat = m[i] / c1, vhat = v[i] / c2;
-    p[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * p[i]);
-  }
+  PIPEBENCH_SIMD(adamw, p, g, m, v, n, lr, beta1, beta2, eps, wd, c1, c2, grad_scale);
 }
 
 void sgd_update(float* p, const float* g, std::int64_t n, float lr, float grad_scale) {

@@ -1,0 +1,53 @@
+// The cpu backend's element-wise and row kernels (GELU, softmax rows,
+// LayerNorm rows, bias sums, AdamW) come in two builds: portable C++
+// (`scalar`) and AVX2 + FMA with SLEEF's vectorised exp and tanh (`avx2`,
+// built on x86-64 where libsleef-dev is found). One is chosen per process:
+// avx2 where the CPU has AVX2 and FMA, unless PIPEBENCH_CPU_KERNELS=scalar.
+// Every rank of a run on one machine takes the same path, so a pipeline
+// computes the baseline's bits; the two paths differ in the last bits
+// (summation order, fused multiply-add, the math libraries' rounding),
+// within the cpu backend's tolerance (docs/cpu-backend.md).
+#pragma once
+
+#include <cstdint>
+
+namespace pipebench::cpu {
+
+enum class SimdPath { scalar, avx2 };
+
+struct SimdKernels {
+  SimdPath path;
+  const char* name;
+  // out = gelu(in), tanh approximation.
+  void (*gelu_forward)(const float* in, float* out, std::int64_t n);
+  // din = dout * gelu'(in); din may alias dout.
+  void (*gelu_backward)(const float* in, const float* dout, float* din, std::int64_t n);
+  // row[0, n) = softmax(row[0, n)) in place.
+  void (*softmax_row)(float* row, int n);
+  // d[j] = p[j] * (d[j] - sum_k p[k] d[k]) for j < n: one row of the softmax backward.
+  void (*softmax_backward_row)(const float* p, float* d, int n);
+  // One LayerNorm row: out = (x - mean) * rstd * gamma + beta; gives mean and rstd.
+  void (*layernorm_row)(const float* x, const float* gamma, const float* beta, float* out, int C, float& mean,
+                        float& rstd);
+  // One LayerNorm row's input gradient, accumulated: dx += ...
+  void (*layernorm_backward_input_row)(const float* d, const float* x, const float* gamma, float mean, float rstd,
+                                       float* dx, int C);
+  // dgamma += (x - mean) * rstd * d, dbeta += d over one row.
+  void (*layernorm_backward_weight_row)(const float* d, const float* x, float mean, float rstd, float* dgamma,
+                                        float* dbeta, int C);
+  // y[T, n] += b[n] on every row.
+  void (*add_bias_rows)(float* y, const float* b, int T, int n);
+  // db[n] += sum_t dy[t, n].
+  void (*sum_rows)(const float* dy, float* db, int T, int n);
+  // AdamW over n parameters; c1, c2 are the bias corrections 1 - beta^t.
+  void (*adamw)(float* p, const float* g, float* m, float* v, std::int64_t n, float lr, float beta1, float beta2,
+                float eps, float wd, float c1, float c2, float grad_scale);
+};
+
+// The kernels of `path`, or nullptr where this build or this CPU has none.
+const SimdKernels* simd_kernels(SimdPath path);
+// This process's kernels: avx2 when available and PIPEBENCH_CPU_KERNELS is
+// not "scalar", else scalar; decided on first use.
+const SimdKernels& simd_kernels();
+
+}  // namespace pipebench::cpu
