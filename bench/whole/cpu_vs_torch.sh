@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# pipebench's cpu backend against PyTorch on the same training step: the GPT of
+# docs/cpu-backend.md (bench/whole/torch_gpt_step.py is its PyTorch twin),
+# fp32, AdamW, clipping, one thread each, both pinned to one core, run in
+# interleaved pairs (pipebench then PyTorch, then the other way round) so a
+# machine's drift hits both alike. For each shape: every pair's ratio
+# pipebench / PyTorch of the median step time, their median and range.
+# Needs a build in build/ and python3-torch (Debian); skips with a reason
+# (exit 77) without it.
+# Usage: bench/whole/cpu_vs_torch.sh [PAIRS]   (default 5; CORE=N to pin elsewhere)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+pairs=${1:-5}
+core=${CORE:-0}
+python=/usr/bin/python3
+if ! "$python" -c "import torch" 2>/dev/null; then
+  echo "SKIP: PyTorch is not installed for $python (Debian: apt-get install python3-torch)"
+  exit 77
+fi
+[[ -x build/bench/pipebench ]] || { echo "no build/bench/pipebench: run scripts/bootstrap.sh first" >&2; exit 1; }
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+warmup=1 steps=3
+
+# name hidden layers heads ffn seq vocab micro_batch_size micro-batches
+shapes=("default_job 256 8 4 1024 128 4096 2 4" "h512_s256 512 4 8 2048 256 4096 4 4")
+
+# Median step time of pipebench's single-stage run of that shape, seconds.
+pipebench_step() {
+  local h=$1 L=$2 heads=$3 f=$4 s=$5 V=$6 mbs=$7 m=$8 dir=$out/pb.$RANDOM
+  taskset -c "$core" build/bench/pipebench run jobs/default.toml --run single_stage_baseline -o "$dir" \
+    -w $warmup -n $steps --set model.hidden="$h" --set model.layers="$L" --set model.heads="$heads" \
+    --set model.ffn_hidden="$f" --set model.seq_len="$s" --set model.vocab="$V" \
+    --set run.single_stage_baseline.micro_batch_size="$mbs" --set run.single_stage_baseline.num_microbatches="$m" \
+    --set "run.two_stage_pipeline.layers_per_stage=[$((L / 2)),$((L - L / 2))]" >/dev/null
+  "$python" -c "import glob,h5py,sys; f=h5py.File(glob.glob(sys.argv[1]+'/*/*.h5')[0]); \
+print(f['runs/single_stage_baseline'].attrs['step_time_median_s'])" "$dir"
+}
+
+torch_step() {
+  taskset -c "$core" "$python" bench/whole/torch_gpt_step.py "$@" $warmup $steps
+}
+
+echo "cpu_vs_torch: $pairs interleaved pairs per shape, core $core, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "pipebench $(build/bench/pipebench --version | head -1 | cut -d' ' -f2), PyTorch $("$python" -c 'import torch; print(torch.__version__)')," \
+     "PIPEBENCH_CPU_KERNELS=${PIPEBENCH_CPU_KERNELS:-auto}"
+for shape in "${shapes[@]}"; do
+  read -r name h L heads f s V mbs m <<<"$shape"
+  ratios=()
+  for ((i = 0; i < pairs; i++)); do
+    if ((i % 2 == 0)); then
+      pb=$(pipebench_step "$h" "$L" "$heads" "$f" "$s" "$V" "$mbs" "$m")
+      pt=$(torch_step "$h" "$L" "$heads" "$f" "$s" "$V" "$mbs" "$m")
+    else
+      pt=$(torch_step "$h" "$L" "$heads" "$f" "$s" "$V" "$mbs" "$m")
+      pb=$(pipebench_step "$h" "$L" "$heads" "$f" "$s" "$V" "$mbs" "$m")
+    fi
+    ratios+=("$pb $pt")
+    awk -v n="$name" -v i=$((i + 1)) -v pb="$pb" -v pt="$pt" \
+      'BEGIN { printf "  %-12s pair %d: pipebench %.3f s, PyTorch %.3f s, ratio %.3f\n", n, i, pb, pt, pb / pt }'
+  done
+  printf '%s\n' "${ratios[@]}" | "$python" -c "
+import statistics, sys
+pairs = [tuple(map(float, l.split())) for l in sys.stdin if l.strip()]
+r = sorted(pb / pt for pb, pt in pairs)
+print(f'$name (h$h L$L s$s mbs$mbs x$m): pipebench/PyTorch median {statistics.median(r):.3f} '
+      f'(range {r[0]:.3f}-{r[-1]:.3f}); step pipebench {statistics.median(p for p, _ in pairs):.3f} s, '
+      f'PyTorch {statistics.median(t for _, t in pairs):.3f} s')"
+done
