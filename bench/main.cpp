@@ -13,6 +13,7 @@
 #include "commands.hpp"
 #include "pipebench/backends/cuda_device.hpp"
 #include "pipebench/backends/cpu_kernels.hpp"
+#include "pipebench/backends/cpu_simd.hpp"
 #include "pipebench/core/error.hpp"
 #include "pipebench/core/units.hpp"
 #include "pipebench/results/results.hpp"
@@ -61,9 +62,10 @@ std::string version_text() {
   const std::string blas = cpu::blas_config();
   const bool cuda = cuda_built();
   return fmt::format(
-      "pipebench {} (git {}, {} build)\nbackends: cpu, sim{}\nMPI: {}\nHDF5: {}\nBLAS: {}\nCUDA runtime: {}\nNCCL: {}",
+      "pipebench {} (git {}, {} build)\nbackends: cpu, sim{}\nMPI: {}\nHDF5: {}\nBLAS: {}\ncpu element-wise kernels: {}\n"
+      "CUDA runtime: {}\nNCCL: {}",
       PIPEBENCH_VERSION, build_git_sha(), build_type(), cuda ? ", cuda" : " (built without CUDA)", mpi_text,
-      hdf5_version(), blas.empty() ? "none" : blas, cuda ? cuda_runtime_version() : "not built",
+      hdf5_version(), blas.empty() ? "none" : blas, cpu::simd_kernels().name, cuda ? cuda_runtime_version() : "not built",
       cuda ? nccl_version() : "not built");
 }
 

@@ -19,6 +19,7 @@
 
 #include "pipebench/backends/backend.hpp"
 #include "pipebench/backends/cpu_kernels.hpp"
+#include "pipebench/backends/cpu_simd.hpp"
 #include "pipebench/backends/cuda_device.hpp"
 #include "pipebench/core/clock.hpp"
 #include "pipebench/core/units.hpp"
@@ -346,7 +347,8 @@ JobResult describe_world(const Job& job, const GpuBinding& gpus, TransportKind t
   auto& prov = jr.provenance_attrs;
   prov = collect_provenance();
   if (job.device.backend == BackendKind::cpu)
-    prov["blas"] = fmt::format("{} (threads_per_rank {})", cpu::blas_config(), job.device.threads_per_rank);
+    prov["blas"] = fmt::format("{} (threads_per_rank {}); element-wise kernels {}", cpu::blas_config(),
+                               job.device.threads_per_rank, cpu::simd_kernels().name);
   if (!gpus.gpus.empty()) {
     // Per world rank, comma-separated in rank order.
     std::string names, uuids, pcis;
