@@ -152,6 +152,13 @@ TEST_CASE("CSV: malformed files name the line and cell", "[schedule][zoo][csv]")
   CHECK_THROWS_WITH(schedule_from_csv("0F0,1F0\n2F0,3F0\n", 2, 1, "a.csv"), Catch::Contains("neither in a loop") &&
                                                                              Catch::Contains("rank 0 holds 0 1"));
   CHECK_THROWS_WITH(schedule_from_csv("F0\n1F0\n", 2, 1, "a.csv"), Catch::Contains("is not an action"));
+  // Stage indices that would not fit an action's 16-bit chunk are refused, never wrapped onto a real chunk.
+  CHECK_THROWS_WITH(schedule_from_csv("0F0,131072F0\n1F0\n", 2, 1, "a.csv"),
+                    Catch::Contains("131073 stages on 2 ranks") || Catch::Contains("cannot be spread"));
+  CHECK_THROWS_WITH(schedule_from_csv("0F0,131073F0\n1F0\n", 2, 1, "a.csv"),
+                    Catch::Contains("131074 stages on 2 ranks is 65537 per rank; at most 64"));
+  CHECK_THROWS_WITH(parse_action("70000F1"), Catch::Contains("malformed action \"70000F1\""));
+  CHECK(parse_action("63F1") == Action(ActionKind::F, 1, 63));
 }
 
 TEST_CASE("recomputation: F holds the full activations then the input, B the full ones again", "[schedule][zoo]") {

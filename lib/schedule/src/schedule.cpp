@@ -25,12 +25,6 @@ void require_positive(int p, int m) {
     throw ScheduleError(fmt::format("schedule needs p >= 1 and m >= 1 (got p = {}, m = {})", p, m));
 }
 
-// The rank of virtual stage v (schedule.hpp, "Model chunks and virtual stages").
-int placed_rank(Placement placement, int p, int v) {
-  const int lap = v / p, offset = v % p;
-  return placement == Placement::v_shape && lap % 2 == 1 ? p - 1 - offset : offset;
-}
-
 }  // namespace
 
 Schedule empty_schedule(std::string name, int p, int m, bool retains, int chunks, Placement placement) {
@@ -48,18 +42,12 @@ Schedule empty_schedule(std::string name, int p, int m, bool retains, int chunks
 
 std::vector<int> stage_ranks(Placement placement, int p, int chunks) {
   std::vector<int> ranks;
-  for (int v = 0; v < p * chunks; ++v) ranks.push_back(placed_rank(placement, p, v));
+  Schedule shape;
+  shape.num_ranks = p;
+  shape.placement = placement;
+  for (int v = 0; v < p * chunks; ++v) ranks.push_back(shape.rank_of(v));
   return ranks;
 }
-
-int Schedule::virtual_stage(int rank, int chunk) const {
-  const int lap_start = chunk * num_ranks;
-  return placement == Placement::v_shape && chunk % 2 == 1 ? lap_start + num_ranks - 1 - rank : lap_start + rank;
-}
-
-int Schedule::rank_of(int vstage) const { return placed_rank(placement, num_ranks, vstage); }
-
-int Schedule::chunk_of(int vstage) const { return vstage / num_ranks; }
 
 bool Schedule::split_backward() const {
   for (const auto& list : actions)
@@ -79,11 +67,11 @@ Action parse_action(std::string_view text) {
   if (letter == std::string_view::npos || letter + 1 >= text.size()) throw bad();
   Action a;
   a.kind = text[letter] == 'F' ? ActionKind::F : text[letter] == 'B' ? ActionKind::B : ActionKind::W;
-  auto parse_int = [&](std::string_view digits, int& out) {
+  auto parse_int = [&](std::string_view digits, auto& out) {
     auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), out);
     if (ec != std::errc() || ptr != digits.data() + digits.size() || out < 0) throw bad();
   };
-  if (letter > 0) parse_int(text.substr(0, letter), a.chunk);
+  if (letter > 0) parse_int(text.substr(0, letter), a.chunk);  // from_chars refuses a chunk beyond int16
   parse_int(text.substr(letter + 1), a.microbatch);
   return a;
 }
@@ -96,6 +84,7 @@ std::size_t Schedule::total_actions() const {
 
 Schedule make_forward_only(int p, int m) {
   Schedule s = empty_schedule("forward-only", p, m, false);
+  for (auto& rank : s.actions) rank.reserve(static_cast<std::size_t>(m));
   for (auto& rank : s.actions)
     for (int mb = 0; mb < m; ++mb) rank.push_back({ActionKind::F, mb, 0});
   return s;
@@ -104,6 +93,7 @@ Schedule make_forward_only(int p, int m) {
 Schedule make_gpipe(int p, int m) {
   Schedule s = empty_schedule("gpipe", p, m, true);
   for (auto& rank : s.actions) {
+    rank.reserve(2 * static_cast<std::size_t>(m));
     for (int mb = 0; mb < m; ++mb) rank.push_back({ActionKind::F, mb, 0});
     for (int mb = 0; mb < m; ++mb) rank.push_back({ActionKind::B, mb, 0});
   }
@@ -114,6 +104,7 @@ Schedule make_1f1b(int p, int m) {
   Schedule s = empty_schedule("1f1b", p, m, true);
   for (int r = 0; r < p; ++r) {
     auto& rank = s.actions[static_cast<std::size_t>(r)];
+    rank.reserve(2 * static_cast<std::size_t>(m));
     const int warmup = std::min(p - r - 1, m);
     for (int mb = 0; mb < warmup; ++mb) rank.push_back({ActionKind::F, mb, 0});
     for (int i = 0; i < m - warmup; ++i) {

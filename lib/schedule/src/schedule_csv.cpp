@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "pipebench/core/error.hpp"
+#include "pipebench/core/job.hpp"
 #include "pipebench/core/units.hpp"
 
 namespace pipebench {
@@ -138,6 +139,9 @@ Schedule schedule_from_csv(std::string_view text, int p, int m, const std::strin
   if (stages % p != 0)
     throw ScheduleError(fmt::format("{}: {} stages cannot be spread evenly over {} ranks", source, stages, p));
   const int chunks = std::max(1, stages / p);
+  if (chunks > kMaxVirtualStagesPerRank)
+    throw ScheduleError(fmt::format("{}: {} stages on {} ranks is {} per rank; at most {}", source, stages, p, chunks,
+                                    kMaxVirtualStagesPerRank));
   const Placement placement = infer_placement(held, p, chunks, source);
 
   Schedule s = empty_schedule("file:" + source, p, m, true, chunks, placement);

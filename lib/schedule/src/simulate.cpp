@@ -119,7 +119,7 @@ void check_inputs(const Schedule& s, const SimCosts& costs) {
 [[gnu::always_inline]] inline double ready_time(const Schedule& s, const SimCosts& costs, EndTimes& ends, int r, const Action& a,
                                                 std::string* why) {
   const int v = s.virtual_stage(r, a.chunk), V = s.num_virtual_stages();
-  auto need = [&](ActionKind k, int dv, bool remote) -> double {
+  auto need = [&](ActionKind k, int dv, bool remote) __attribute__((always_inline)) -> double {
     const double e = ends.at(k, dv, a.microbatch);
     if (e < 0.0) {
       if (why) *why = fmt::format("{} waits for {}{} of stage {} (rank {})", to_string(a), letter(k), a.microbatch, dv, s.rank_of(dv));

@@ -37,13 +37,19 @@ namespace pipebench {
 
 enum class ActionKind : std::uint8_t { F, B, W };
 
+// 8 bytes: a plan holds one per action (8.4 M for 1024 ranks x 4096
+// micro-batches), so its size is the planner's memory and page faults.
 struct Action {
+  constexpr Action() = default;
+  constexpr Action(ActionKind k, int mb, int c) : kind(k), chunk(static_cast<std::int16_t>(c)), microbatch(mb) {}
+
   ActionKind kind = ActionKind::F;
+  std::int16_t chunk = 0;  // model chunk on this rank (at most kMaxVirtualStagesPerRank)
   int microbatch = 0;
-  int chunk = 0;  // model chunk on this rank
 
   friend bool operator==(const Action&, const Action&) = default;
 };
+static_assert(sizeof(Action) == 8);
 
 // Text form: "F3", "B0", "W2"; a chunk other than 0 is a prefix: "1F3".
 std::string to_string(const Action& a);
@@ -68,9 +74,15 @@ struct Schedule {
   std::vector<std::vector<Action>> actions;  // [rank] -> ordered actions
 
   int num_virtual_stages() const { return num_ranks * chunks_per_rank; }
-  int virtual_stage(int rank, int chunk) const;
-  int rank_of(int vstage) const;
-  int chunk_of(int vstage) const;
+  int virtual_stage(int rank, int chunk) const {
+    const int lap_start = chunk * num_ranks;
+    return placement == Placement::v_shape && chunk % 2 == 1 ? lap_start + num_ranks - 1 - rank : lap_start + rank;
+  }
+  int rank_of(int vstage) const {
+    const int lap = vstage / num_ranks, offset = vstage % num_ranks;
+    return placement == Placement::v_shape && lap % 2 == 1 ? num_ranks - 1 - offset : offset;
+  }
+  int chunk_of(int vstage) const { return vstage / num_ranks; }
   std::size_t total_actions() const;
   // Whether any action is a W: B then computes input gradients only.
   bool split_backward() const;
