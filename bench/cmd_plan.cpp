@@ -53,7 +53,11 @@ Handler add_plan_command(CLI::App& app) {
       std::fwrite(csv.data(), 1, csv.size(), stdout);
       return kOk;
     }
-    const std::string out = opts->format == "json" ? format_plan_json(plan) : format_plan_text(plan);
+    if (opts->format == "json") {
+      write_plan_json(plan, stdout);
+      return kOk;
+    }
+    const std::string out = format_plan_text(plan);
     std::fwrite(out.data(), 1, out.size(), stdout);
     return kOk;
   };

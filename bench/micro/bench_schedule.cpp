@@ -77,7 +77,13 @@ schedule = "1f1b"
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * actions));
 }
-BENCHMARK(BM_PlanWholeRun)->Args({8, 64})->Args({64, 1024})->Args({1024, 1024})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PlanWholeRun)
+    ->Args({8, 64})
+    ->Args({8, 1024})
+    ->Args({64, 1024})
+    ->Args({1024, 1024})
+    ->Args({1024, 4096})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -149,6 +149,26 @@ TEST_CASE("JSON plan carries the documented keys", "[plan][json]") {
     CHECK_THAT(json, Catch::Contains(key));
 }
 
+TEST_CASE("JSON plan streamed to a file is the text built in memory, byte for byte", "[plan][json]") {
+  const Job job = parse_job(kJob, "p.toml");
+  // Large enough for the streaming writer to flush (about 1 MiB at a time) many times.
+  const Job big = parse_job(kJob, "p.toml", {"run.pipe.num_microbatches=20000", "model.layers=64",
+                                              "run.pipe.pipeline_size=16"});
+  for (const Job* j : {&job, &big}) {
+    const JobPlan plan = plan_job(*j);
+    const std::string expected = format_plan_json(plan);
+    std::FILE* f = std::tmpfile();
+    REQUIRE(f);
+    write_plan_json(plan, f);
+    std::string got(static_cast<std::size_t>(std::ftell(f)), '\0');
+    std::rewind(f);
+    REQUIRE(std::fread(got.data(), 1, got.size(), f) == got.size());
+    std::fclose(f);
+    CHECK(got.size() == expected.size());
+    CHECK(got == expected);
+  }
+}
+
 TEST_CASE("text plan: partition table, memory table, grid or summary", "[plan][text]") {
   const Job job = parse_job(kJob, "p.toml");
   const std::string text = format_plan_text(plan_job(job, {"pipe"}));

@@ -1,14 +1,18 @@
 #include "pipebench/core/json.hpp"
 
+#include "pipebench/core/error.hpp"
+
 #include <cmath>
+#include <cstdio>
+#include <iterator>
 
 #include <fmt/format.h>
 
 namespace pipebench {
 
-std::string json_escape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
+namespace {
+// Appends `s` JSON-escaped to `out` (no quotes).
+void append_escaped(std::string& out, std::string_view s) {
   for (char c : s) {
     switch (c) {
       case '"': out += "\\\""; break;
@@ -17,11 +21,30 @@ std::string json_escape(std::string_view s) {
       case '\r': out += "\\r"; break;
       case '\t': out += "\\t"; break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", static_cast<int>(c));
+        if (static_cast<unsigned char>(c) < 0x20) fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<int>(c));
         else out += c;
     }
   }
+}
+
+constexpr std::size_t kSinkFlushBytes = 1 << 20;
+}  // namespace
+
+std::string json_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  append_escaped(out, s);
   return out;
+}
+
+void JsonWriter::maybe_flush() {
+  if (sink_ && out_.size() >= kSinkFlushBytes) flush();
+}
+
+void JsonWriter::flush() {
+  if (!sink_ || out_.empty()) return;
+  if (std::fwrite(out_.data(), 1, out_.size(), sink_) != out_.size()) throw Error("writing JSON: the output failed");
+  out_.clear();
 }
 
 void JsonWriter::newline() {
@@ -54,6 +77,7 @@ JsonWriter& JsonWriter::close(char bracket) {
   first_.pop_back();
   if (!empty) newline();
   out_ += bracket;
+  maybe_flush();
   return *this;
 }
 
@@ -70,32 +94,38 @@ JsonWriter& JsonWriter::end_array() { return close(']'); }
 
 JsonWriter& JsonWriter::key(std::string_view k) {
   before_value();
-  out_ += '"' + json_escape(k) + (indent_ > 0 ? "\": " : "\":");
+  out_ += '"';
+  append_escaped(out_, k);
+  out_ += indent_ > 0 ? "\": " : "\":";
   after_key_ = true;
   return *this;
 }
 
 JsonWriter& JsonWriter::value(std::string_view v) {
   before_value();
-  out_ += '"' + json_escape(v) + '"';
+  out_ += '"';
+  append_escaped(out_, v);
+  out_ += '"';
+  maybe_flush();
   return *this;
 }
 
 JsonWriter& JsonWriter::value(double v) {
   before_value();
-  out_ += std::isfinite(v) ? fmt::format("{}", v) : "null";
+  if (std::isfinite(v)) fmt::format_to(std::back_inserter(out_), "{}", v);
+  else out_ += "null";
   return *this;
 }
 
 JsonWriter& JsonWriter::value(std::int64_t v) {
   before_value();
-  out_ += fmt::format("{}", v);
+  fmt::format_to(std::back_inserter(out_), "{}", v);
   return *this;
 }
 
 JsonWriter& JsonWriter::value(std::uint64_t v) {
   before_value();
-  out_ += fmt::format("{}", v);
+  fmt::format_to(std::back_inserter(out_), "{}", v);
   return *this;
 }
 

@@ -233,9 +233,10 @@ std::string format_plan_text(const JobPlan& plan) {
   return out;
 }
 
-std::string format_plan_json(const JobPlan& plan) {
+namespace {
+
+void emit_plan_json(const JobPlan& plan, JsonWriter& w) {
   const Job& job = *plan.job;
-  JsonWriter w;
   w.begin_object();
   w.field("tool", "pipebench plan").field("job", job.name).field("source", job.source_path);
   w.array("overrides", job.overrides).array("warnings", job.warnings);
@@ -307,15 +308,29 @@ std::string format_plan_json(const JobPlan& plan) {
       w.end_object();
     }
     w.end_array();
-    std::vector<std::string> sched;
-    for (const auto& list : rp.schedule.actions) sched.push_back(to_text(list));
-    w.array("schedule_text", sched);
+    w.key("schedule_text").begin_array();  // a rank at a time: the writer may stream
+    for (const auto& list : rp.schedule.actions) w.value(to_text(list));
+    w.end_array();
     w.array("warnings", rp.warnings);
     w.end_object();
   }
   w.end_array();
   w.end_object();
+}
+
+}  // namespace
+
+std::string format_plan_json(const JobPlan& plan) {
+  JsonWriter w;
+  emit_plan_json(plan, w);
   return w.str() + "\n";
+}
+
+void write_plan_json(const JobPlan& plan, std::FILE* out) {
+  JsonWriter w(out);
+  emit_plan_json(plan, w);
+  w.flush();
+  if (std::fputc('\n', out) == EOF) throw Error("writing JSON: the output failed");
 }
 
 }  // namespace pipebench

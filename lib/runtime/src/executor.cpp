@@ -78,12 +78,16 @@ class StepRun {
  private:
   // The step timeout bounds real time, on every clock: a virtual clock's
   // modelled time never times out, a hang does.
-  void check_deadline(const std::string& what) const {
+  // `what` names the work just done; formatted only on a timeout.
+  template <class What>
+  void check_deadline(const What& what) const {
     const double elapsed = now_s() - wall_t0_;
     if (elapsed > job_.train.step_timeout_s)
       throw StepTimeoutError(fmt::format("rank {}: step {} passed the step timeout ({} s) after {} ({:.3f} s into the step)",
-                                         rank_, step_, job_.train.step_timeout_s, what, elapsed));
+                                         rank_, step_, job_.train.step_timeout_s, describe(what), elapsed));
   }
+  static std::string describe(const Action& a) { return to_string(a); }
+  static std::string describe(const char* what) { return what; }
 
   // Every step starts together (a barrier; on a virtual clock, every rank's
   // clock moves to the latest), then runs under its deadline.
@@ -168,7 +172,7 @@ class StepRun {
   // (a single stage, or a rank that never waits long).
   double finish(EventRecord& ev, const Action& a) {
     ev.end_s = clock_.now() - t0_;
-    check_deadline(to_string(a));
+    check_deadline(a);
     const double device_s = backend_.last_action_device_s();
     if (device_s >= 0.0) ev.end_s = ev.start_s + device_s;
     return ev.end_s - ev.start_s;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,6 +14,11 @@ namespace pipebench {
 class JsonWriter {
  public:
   explicit JsonWriter(int indent = 2) : indent_(indent) {}
+  // Streaming: the text goes to `sink` in pieces of about 1 MiB as it is
+  // written (str() then holds only what is not yet flushed); call flush() at
+  // the end. Throws Error when a write fails.
+  explicit JsonWriter(std::FILE* sink, int indent = 2) : sink_(sink), indent_(indent) {}
+  void flush();
 
   JsonWriter& begin_object();
   JsonWriter& end_object();
@@ -43,8 +49,10 @@ class JsonWriter {
 
  private:
   void before_value();
+  void maybe_flush();
   JsonWriter& close(char bracket);
   void newline();
+  std::FILE* sink_ = nullptr;
   std::string out_;
   std::vector<bool> first_;  // per open container: nothing written yet
   bool after_key_ = false;

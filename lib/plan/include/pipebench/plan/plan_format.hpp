@@ -1,6 +1,7 @@
 // Renderings of a JobPlan for `pipebench plan` (docs/plan.md).
 #pragma once
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -35,5 +36,9 @@ std::string format_plan_text(const JobPlan& plan);
 
 // One JSON document (schema documented in docs/plan.md).
 std::string format_plan_json(const JobPlan& plan);
+// The same, written to `out` as it is produced (about 1 MiB at a time: the
+// schedule text of 1024 ranks x 4096 micro-batches is ~50 MB), not built
+// in memory first. Throws Error when a write fails.
+void write_plan_json(const JobPlan& plan, std::FILE* out);
 
 }  // namespace pipebench
