@@ -10,26 +10,8 @@
 namespace pipebench {
 
 namespace {
-// How long a wait spins before it yields the core at every poll (a
-// receive's latency on an idle core), unless the node is oversubscribed.
 constexpr double kSpinSeconds = 20e-6;
-bool g_oversubscribed = false;
 }  // namespace
-
-void detect_oversubscription(MPI_Comm world) {
-  MPI_Comm node = MPI_COMM_NULL;
-  int rank = 0, local = 1;
-  PIPEBENCH_MPI_CHECK(MPI_Comm_rank(world, &rank));
-  PIPEBENCH_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-  PIPEBENCH_MPI_CHECK(MPI_Comm_size(node, &local));
-  MPI_Comm_free(&node);
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  g_oversubscribed = local > cores;
-}
-
-bool node_oversubscribed() { return g_oversubscribed; }
 
 void mpi_check(int rc, const char* call, const char* file, int line) {
   if (rc == MPI_SUCCESS) return;
@@ -63,7 +45,6 @@ void RunComm::wait(MPI_Request& req, const char* what) {
 
 void RunComm::wait_for(const std::function<bool()>& done, const char* what) {
   const double start = now_s();
-  const double spin = g_oversubscribed ? 0.0 : kSpinSeconds;
   for (long polls = 0;; ++polls) {
     if (done()) return;
     if (!aborted_ && (polls & 15) == 0) {
@@ -77,10 +58,9 @@ void RunComm::wait_for(const std::function<bool()>& done, const char* what) {
         throw StepTimeoutError(fmt::format("rank {} waited {:.3f} s for {} and passed the step timeout", rank_,
                                            now_s() - start, what));
     }
-    // Spin briefly for latency (not at all on an oversubscribed node), then
-    // yield the core at every poll: a spinning waiter would delay the rank
-    // it waits for.
-    if (spin == 0.0 || now_s() - start > spin) sched_yield();
+    // Spin briefly for latency, then yield the core at every poll: ranks may
+    // outnumber cores, and a spinning waiter would delay the rank it waits for.
+    if (now_s() - start > kSpinSeconds) sched_yield();
   }
 }
 

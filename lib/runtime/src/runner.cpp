@@ -636,7 +636,6 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
     throw;
   }
   tighten_timer_slack();  // modelled sleeps and waiting naps wake on time
-  detect_oversubscription(MPI_COMM_WORLD);
 
   JobResult jr = describe_world(job, gpus, ctx.transport_kind, world_size, root);
   std::vector<const RunSpec*> runs;

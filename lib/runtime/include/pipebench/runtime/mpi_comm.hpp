@@ -19,14 +19,6 @@ namespace pipebench {
 void mpi_check(int rc, const char* call, const char* file, int line);
 #define PIPEBENCH_MPI_CHECK(call) ::pipebench::mpi_check((call), #call, __FILE__, __LINE__)
 
-// Collective over `world`, once at launch: whether this node runs more of
-// its ranks than this process may use cores (sched_getaffinity). Every wait
-// then yields the core at once instead of spinning first: with ranks
-// outnumbering cores, a spinning waiter delays the very rank it waits for.
-void detect_oversubscription(MPI_Comm world);
-// What detect_oversubscription found (false before it ran).
-bool node_oversubscribed();
-
 // Collectives cannot be cancelled: after a failure some ranks may have an
 // unfinished step barrier on comm() that others never entered. So everything
 // after a run (settle, gathering records) uses control(), a duplicate that
