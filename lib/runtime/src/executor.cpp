@@ -73,6 +73,7 @@ class StepRun {
     sr_.end_s = clock_.now() - t0_;
     report_progress(has_loss_here);
     rec.steps.push_back(sr_);
+    if (opt_.stream_events) stream_events(rec);
   }
 
  private:
@@ -211,6 +212,30 @@ class StepRun {
     backend_.optimizer_step(step_, scale);
     sr_.optimizer_s = clock_.now() - s0;
     check_deadline("the optimizer step");
+  }
+
+  // This step's events of every rank to run rank 0 (rank-major, each rank's
+  // in order); none stay here. A rank runs its schedule's actions, so every
+  // rank knows every count (p x m <= 2^22 keeps the bytes within an int).
+  void stream_events(RankRecord& rec) {
+    const auto p = static_cast<std::size_t>(comm_.size());
+    std::vector<int> bytes(p), offsets(p);
+    int total = 0;
+    for (std::size_t r = 0; r < p; ++r) {
+      bytes[r] = static_cast<int>(sched_.actions[r].size() * sizeof(EventRecord));
+      offsets[r] = total;
+      total += bytes[r];
+    }
+    if (rec.events.size() * sizeof(EventRecord) != static_cast<std::size_t>(bytes[static_cast<std::size_t>(rank_)]))
+      throw Error(fmt::format("rank {}: {} events in step {}, the schedule has {} actions", rank_, rec.events.size(), step_,
+                              sched_.actions[static_cast<std::size_t>(rank_)].size()));
+    std::vector<EventRecord> all(rank_ == 0 ? static_cast<std::size_t>(total) / sizeof(EventRecord) : 0);
+    comm_.gather_to_root(rec.events.data(), bytes, offsets, all.data(), "gathering the step's events");
+    rec.events.clear();
+    if (rank_ != 0 || !opt_.on_step_events) return;
+    for (std::size_t r = 0; r < p; ++r)
+      opt_.on_step_events(static_cast<int>(r), all.data() + offsets[r] / static_cast<int>(sizeof(EventRecord)),
+                          static_cast<std::size_t>(bytes[r]) / sizeof(EventRecord));
   }
 
   // Progress for run rank 0: the step time (max) and loss (last stage), and busy (sum).

@@ -77,6 +77,14 @@ void RunComm::allreduce(std::vector<double>& values, MPI_Op op) {
   wait(req, "a reduction");
 }
 
+void RunComm::gather_to_root(const void* mine, const std::vector<int>& bytes, const std::vector<int>& offsets,
+                             void* into, const char* what) {
+  MPI_Request req;
+  PIPEBENCH_MPI_CHECK(MPI_Igatherv(mine, bytes[static_cast<std::size_t>(rank_)], MPI_BYTE, into, bytes.data(),
+                                   offsets.data(), MPI_BYTE, 0, comm_, &req));
+  wait(req, what);
+}
+
 void RunComm::notify_abort() {
   if (aborted_) return;
   aborted_ = true;

@@ -495,9 +495,22 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
                left > 0 ? fmt::format("  ETA {}", format_seconds(left * compute_stats(step_times).median)) : "");
     std::fflush(stdout);
   };
+  // Each step's events come to rank 0 as the run goes (a rank's memory does
+  // not grow with the steps); the rest of the records at the end.
+  std::vector<std::vector<EventRecord>> streamed(ctx.world_rank == 0 ? static_cast<std::size_t>(p) : 0);
+  eo.stream_events = true;
+  eo.on_step_events = [&](int r, const EventRecord* events, std::size_t n) {
+    auto& to = streamed[static_cast<std::size_t>(r)];
+    to.insert(to.end(), events, events + n);
+  };
   const RankRecord rec = execute_run(job, rp, rc, *backend, *transport, eo);
   watchdog.arm(0.0, "");
-  const auto records = gather_records(rc.control(), rec);
+  auto records = gather_records(rc.control(), rec);
+  for (std::size_t r = 0; r < records.size(); ++r) {  // the streamed steps first, then any unfinished step's
+    auto& events = streamed[r];
+    events.insert(events.end(), records[r].events.begin(), records[r].events.end());
+    records[r].events = std::move(events);
+  }
   if (ctx.world_rank == 0) {
     if (ctx.options.dry_run) print_dry_run(rp, records);
     jr.runs.push_back(assemble_run(job, rp, records));

@@ -46,6 +46,10 @@ class RunComm {
   void barrier();
   // Element-wise reductions over the run.
   void allreduce(std::vector<double>& values, MPI_Op op);
+  // Rank r's `bytes[r]` bytes from `mine` land at `offsets[r]` of `into` on
+  // rank 0 (`into` unused elsewhere); every rank passes the same sizes.
+  void gather_to_root(const void* mine, const std::vector<int>& bytes, const std::vector<int>& offsets, void* into,
+                      const char* what);
 
   // Tells every peer that this rank failed (once).
   void notify_abort();
