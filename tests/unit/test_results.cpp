@@ -106,24 +106,25 @@ TEST_CASE("results: long datasets are chunked and compressed; event times are ke
   const fs::path dir = temp_dir();
   JobResult jr = sample();
   RunResult& r = jr.runs[0];
-  r.spec.num_microbatches = 5000;  // 2 steps x 2 ranks x 5000 forwards
+  r.spec.num_microbatches = 35000;  // 2 steps x 2 ranks x 35000 forwards: more than two write blocks of 65536
   r.events.clear();
-  for (int i = 0; i < 20000; ++i)  // times with every mantissa bit set, as clock differences have
-    r.events.push_back({i / 10000, i / 5000 % 2, ActionKind::F, i % 5000, 0, 0.1 + i * 1e-4 / 3.0,
+  for (int i = 0; i < 140000; ++i)  // times with every mantissa bit set, as clock differences have
+    r.events.push_back({i / 70000, i / 35000 % 2, ActionKind::F, i % 35000, 0, 0.1 + i * 1e-4 / 3.0,
                         0.1 + (i + 1) * 1e-4 / 3.0, i % 2 ? 1e-6 / 7.0 : 0.0});
   const std::string path = write_results((dir / "r.h5").string(), jr);
   const JobResult back = read_results(path);
   REQUIRE(back.runs[0].events.size() == r.events.size());
   for (std::size_t i = 0; i < r.events.size(); ++i) {
     const EventRecord &a = r.events[i], &b = back.runs[0].events[i];
+    REQUIRE((a.step == b.step && a.rank == b.rank && a.microbatch == b.microbatch && a.kind == b.kind));
     for (const auto& [wrote, read] : {std::pair{a.start_s, b.start_s}, {a.end_s, b.end_s}, {a.wait_s, b.wait_s}}) {
       REQUIRE(std::abs(read - wrote) <= std::ldexp(1.0, -31));
       REQUIRE(std::ldexp(read, 30) == std::nearbyint(std::ldexp(read, 30)));  // a multiple of 2^-30 s
     }
   }
   CHECK(back.runs[0].events[0].wait_s == 0.0);  // 0 stays exactly 0
-  // 20000 rows of 48 bytes, about 960 kB raw: deflated well below half.
-  CHECK(fs::file_size(path) < 400 * 1024);
+  // 140000 rows of 48 bytes, about 6.7 MB raw: deflated well below half.
+  CHECK(fs::file_size(path) < 2800 * 1024);
   fs::remove_all(dir);
 }
 

@@ -177,7 +177,6 @@ void add_rank_figures(RunResult& r, const std::vector<RankRecord>& ranks) {
     r.stage_layers.push_back(rk.stage_layers);
     r.hostnames.push_back(rk.hostname);
     r.pids.push_back(rk.pid);
-    r.events.insert(r.events.end(), rk.events.begin(), rk.events.end());
   }
   r.peak_mem_max_bytes = r.peak_mem_bytes.empty() ? 0 : *std::max_element(r.peak_mem_bytes.begin(), r.peak_mem_bytes.end());
 }
@@ -261,9 +260,17 @@ void add_microbatch_latency(RunResult& r, const RunPlan& plan, std::size_t steps
 }  // namespace
 
 RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<RankRecord>& ranks) {
+  std::vector<EventRecord> events;
+  for (const auto& rk : ranks) events.insert(events.end(), rk.events.begin(), rk.events.end());
+  return assemble_run(job, plan, ranks, std::move(events));
+}
+
+RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<RankRecord>& ranks,
+                       std::vector<EventRecord> events) {
   RunResult r = base_result(job, plan);
   add_failure(r, ranks);
   add_rank_figures(r, ranks);
+  r.events = std::move(events);
   const std::size_t steps = add_step_figures(r, job, plan, ranks);
   if (plan.run.mode == RunMode::inference && steps > 0)
     add_microbatch_latency(r, plan, steps, static_cast<int>(ranks.size()) - 1);

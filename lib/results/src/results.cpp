@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <cmath>
 #include <cstring>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <unistd.h>
@@ -229,6 +230,42 @@ Hid event_type(bool with_wait = true) {
   return t;
 }
 
+// The events dataset, converted and written kEventBlock rows at a time (a
+// run's events can be millions: no second copy of them all).
+constexpr std::size_t kEventBlock = std::size_t{1} << 16;
+
+void write_events(hid_t g, const std::vector<EventRecord>& events) {
+  Hid et = event_type();
+  const hsize_t n = events.size();
+  Hid space(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
+  Hid dcpl = creation_properties({n});
+  Hid ds(H5_CHECK(H5Dcreate2(g, "events", et, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)), H5Dclose);
+  std::vector<EventRow> rows(std::min(events.size(), kEventBlock));
+  for (std::size_t first = 0; first < events.size(); first += kEventBlock) {
+    const std::size_t count = std::min(kEventBlock, events.size() - first);
+    // The rows' padding bytes are stored too (the file type keeps the memory
+    // layout): they must be zeros, never a reused buffer's or a temporary's
+    // old bytes. Fields are assigned one by one, which leaves padding alone.
+    std::memset(static_cast<void*>(rows.data()), 0, count * sizeof(EventRow));
+    for (std::size_t i = 0; i < count; ++i) {
+      const EventRecord& e = events[first + i];
+      EventRow& row = rows[i];
+      row.step = e.step;
+      row.rank = e.rank;
+      row.kind = static_cast<std::int8_t>(e.kind);
+      row.microbatch = e.microbatch;
+      row.chunk = e.chunk;
+      row.start_s = event_time(e.start_s);
+      row.end_s = event_time(e.end_s);
+      row.wait_s = event_time(e.wait_s);
+    }
+    const hsize_t offset = first, block = count;
+    H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_SET, &offset, nullptr, &block, nullptr));
+    Hid memory(H5_CHECK(H5Screate_simple(1, &block, nullptr)), H5Sclose);
+    H5_CHECK(H5Dwrite(ds, et, memory, space, H5P_DEFAULT, rows.data()));
+  }
+}
+
 void write_run(hid_t runs, const RunResult& r) {
   Hid g(H5_CHECK(H5Gcreate2(runs, r.spec.name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
   attr_string(g, "status", std::string(to_string(r.status)));
@@ -301,17 +338,7 @@ void write_run(hid_t runs, const RunResult& r) {
   dataset_2d(g, "stage_layers", layers, 2);
   dataset_2d(g, "microbatch_latency_s", r.microbatch_latency_s, static_cast<std::size_t>(r.spec.num_microbatches));
 
-  std::vector<EventRow> rows;
-  rows.reserve(r.events.size());
-  for (const auto& e : r.events)
-    rows.push_back({e.step, e.rank, static_cast<std::int8_t>(e.kind), e.microbatch, e.chunk, event_time(e.start_s),
-                    event_time(e.end_s), event_time(e.wait_s)});
-  Hid et = event_type();
-  const hsize_t n = rows.size();
-  Hid space(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
-  Hid dcpl = creation_properties({n});
-  Hid ds(H5_CHECK(H5Dcreate2(g, "events", et, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)), H5Dclose);
-  if (n > 0) H5_CHECK(H5Dwrite(ds, et, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()));
+  write_events(g, r.events);
 }
 
 // ---- reading -------------------------------------------------------------

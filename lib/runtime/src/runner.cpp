@@ -506,14 +506,16 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
   const RankRecord rec = execute_run(job, rp, rc, *backend, *transport, eo);
   watchdog.arm(0.0, "");
   auto records = gather_records(rc.control(), rec);
-  for (std::size_t r = 0; r < records.size(); ++r) {  // the streamed steps first, then any unfinished step's
-    auto& events = streamed[r];
-    events.insert(events.end(), records[r].events.begin(), records[r].events.end());
-    records[r].events = std::move(events);
-  }
   if (ctx.world_rank == 0) {
+    // Rank by rank: its streamed steps, then any unfinished step's events.
+    std::vector<EventRecord> events;
+    for (std::size_t r = 0; r < records.size(); ++r) {
+      events.insert(events.end(), streamed[r].begin(), streamed[r].end());
+      std::vector<EventRecord>().swap(streamed[r]);
+      events.insert(events.end(), records[r].events.begin(), records[r].events.end());
+    }
     if (ctx.options.dry_run) print_dry_run(rp, records);
-    jr.runs.push_back(assemble_run(job, rp, records));
+    jr.runs.push_back(assemble_run(job, rp, records, std::move(events)));
     if (!ctx.options.dry_run) print_run_summary(jr.runs.back(), rp);
     else if (jr.runs.back().status == RunStatus::failed)
       fmt::print("  -- {}: {}\n", rp.run.name, jr.runs.back().failure_message);

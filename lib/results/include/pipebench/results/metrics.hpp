@@ -46,6 +46,11 @@ SimCosts measured_costs(const Schedule& s, const std::vector<EventRecord>& event
 // Builds the RunResult of one executed (possibly failed) run. `ranks` holds
 // one record per run rank, in rank order.
 RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<RankRecord>& ranks);
+// The same with the run's events apart from the records (whose own events
+// are then ignored), every rank's in rank order, moved in: the runner's
+// events, streamed to rank 0 step by step, are not copied again.
+RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<RankRecord>& ranks,
+                       std::vector<EventRecord> events);
 
 // A run that did not execute: not enough ranks.
 // The placeholder of a run in progress in a results checkpoint: failed,
