@@ -19,6 +19,7 @@ SKIP = [
     (r"sbatch|srun|slurm/", "needs Slurm (tests/slurm)"),
     (r"^cmake |build-release", "a second build (CI builds the default preset)"),
     (r"bench/whole/sim_bubble.sh", "a whole-run benchmark, minutes"),
+    (r"bench/whole/cpu_vs_torch.sh", "a whole-run benchmark, minutes; needs python3-torch, which set-up does not install"),
     (r"--confirm --verify", "4 minutes of cpu trials and runs (tests/tune covers --confirm and --verify)"),
     (r"pipebench probe jobs/default.toml", "a minute of cpu trials (tests/probe covers the probe)"),
 ]
