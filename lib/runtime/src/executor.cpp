@@ -216,7 +216,8 @@ class StepRun {
 
   // This step's events of every rank to run rank 0 (rank-major, each rank's
   // in order); none stay here. A rank runs its schedule's actions, so every
-  // rank knows every count (p x m <= 2^22 keeps the bytes within an int).
+  // rank knows every count (virtual stages x m <= 2^22: at most 3 x 2^22
+  // actions of 48 bytes, within an int).
   void stream_events(RankRecord& rec) {
     const auto p = static_cast<std::size_t>(comm_.size());
     std::vector<int> bytes(p), offsets(p);
