@@ -429,6 +429,18 @@ TEST_CASE("cpu kernels: the AVX2 + SLEEF build agrees with the portable one, ful
     check_close(ma, mb, 1e-6f, 1e-7f, "adamw m");
     check_close(va, vb, 1e-6f, 1e-9f, "adamw v");
   }
+  // The fused bias + GELU is, bit for bit, the bias then the GELU, in each build.
+  for (const SimdKernels* k : {fast, &ref})
+    for (int n : {5, 8, 77}) {
+      const auto N = static_cast<std::size_t>(n);
+      const std::vector<float> y = randn(3 * N, 9, 2.0f), bias = randn(N, 10);
+      std::vector<float> pre_fused = y, out_fused(3 * N), pre_apart = y, out_apart(3 * N);
+      k->bias_gelu_rows(pre_fused.data(), bias.data(), out_fused.data(), 3, n);
+      k->add_bias_rows(pre_apart.data(), bias.data(), 3, n);
+      k->gelu_forward(pre_apart.data(), out_apart.data(), 3 * n);
+      CHECK(pre_fused == pre_apart);
+      CHECK(out_fused == out_apart);
+    }
   // Nothing outside [0, n) is read into a result or written: a row inside a
   // larger buffer leaves its neighbours alone.
   std::vector<float> buf(16, 7.0f);
@@ -438,4 +450,16 @@ TEST_CASE("cpu kernels: the AVX2 + SLEEF build agrees with the portable one, ful
   float total = 0;
   for (int i = 1; i < 6; ++i) total += buf[static_cast<std::size_t>(i)];
   CHECK(total == Approx(1.0f));
+}
+
+TEST_CASE("linear_gelu_forward is linear_forward then gelu_forward, bit for bit", "[cpu][simd]") {
+  const int T = 6, in = 20, n = 37;
+  const std::vector<float> x = randn(static_cast<std::size_t>(T * in), 11), W = randn(static_cast<std::size_t>(in * n), 12, 0.2f),
+                           b = randn(static_cast<std::size_t>(n), 13);
+  std::vector<float> pre1(static_cast<std::size_t>(T * n)), out1 = pre1, pre2 = pre1, out2 = pre1;
+  cpu::linear_gelu_forward(x.data(), W.data(), b.data(), pre1.data(), out1.data(), T, in, n);
+  cpu::linear_forward(x.data(), W.data(), b.data(), pre2.data(), T, in, n);
+  cpu::gelu_forward(pre2.data(), out2.data(), static_cast<std::int64_t>(T) * n);
+  CHECK(pre1 == pre2);
+  CHECK(out1 == out2);
 }

@@ -117,8 +117,7 @@ void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const flo
       std::memcpy(x2, x, sizeof(float) * static_cast<std::size_t>(T) * h);
       cpu::linear_forward(act(mb, p, a.attn), w(4), w(5), x2, T, h, h, true);
       cpu::layernorm_forward(x2, w(6), w(7), act(mb, p, a.ln2), act(mb, p, a.mean2), act(mb, p, a.rstd2), T, h);
-      cpu::linear_forward(act(mb, p, a.ln2), w(8), w(9), act(mb, p, a.pre), T, h, f);
-      cpu::gelu_forward(act(mb, p, a.pre), act(mb, p, a.gelu), static_cast<std::int64_t>(T) * f);
+      cpu::linear_gelu_forward(act(mb, p, a.ln2), w(8), w(9), act(mb, p, a.pre), act(mb, p, a.gelu), T, h, f);
       std::memcpy(out, x2, sizeof(float) * static_cast<std::size_t>(T) * h);
       cpu::linear_forward(act(mb, p, a.gelu), w(10), w(11), out, T, f, h, true);
       break;
@@ -127,8 +126,7 @@ void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const flo
       float* x = act(mb, p, 0);
       float* pre = x + static_cast<std::int64_t>(T) * h;
       float* gl = pre + static_cast<std::int64_t>(T) * f;
-      cpu::linear_forward(x, w(0), w(1), pre, T, h, f);
-      cpu::gelu_forward(pre, gl, static_cast<std::int64_t>(T) * f);
+      cpu::linear_gelu_forward(x, w(0), w(1), pre, gl, T, h, f);
       std::memcpy(out, x, sizeof(float) * static_cast<std::size_t>(T) * h);
       cpu::linear_forward(gl, w(2), w(3), out, T, f, h, true);
       break;

@@ -100,6 +100,14 @@ void add_bias_rows(float* y, const float* b, int T, int n) {
   }
 }
 
+void bias_gelu_rows(float* pre, const float* b, float* out, int T, int n) {
+  for (int t = 0; t < T; ++t) {
+    const std::int64_t o = static_cast<std::int64_t>(t) * n;
+    for (int i = 0; i < n; ++i) pre[o + i] += b[i];
+    gelu_forward(pre + o, out + o, n);
+  }
+}
+
 void sum_rows(const float* dy, float* db, int T, int n) {
   for (int t = 0; t < T; ++t) {
     const float* row = dy + static_cast<std::int64_t>(t) * n;
@@ -133,7 +141,7 @@ namespace {
   SimdKernels {                                                                                                        \
     SimdPath::ns, #ns, ns::gelu_forward, ns::gelu_backward, ns::softmax_row, ns::softmax_backward_row,                  \
         ns::layernorm_row, ns::layernorm_backward_input_row, ns::layernorm_backward_weight_row, ns::add_bias_rows,      \
-        ns::sum_rows, ns::adamw                                                                                        \
+        ns::bias_gelu_rows, ns::sum_rows, ns::adamw                                                                    \
   }
 constexpr SimdKernels kScalar = PIPEBENCH_SIMD_TABLE(scalar);
 #if PIPEBENCH_HAVE_AVX2_KERNELS
@@ -166,6 +174,12 @@ void linear_forward(const float* x, const float* W, const float* b, float* y, in
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, out, in, 1.0f, x, in, W, out, accumulate ? 1.0f : 0.0f, y,
               out);
   if (b) PIPEBENCH_SIMD(add_bias_rows, y, b, T, out);
+}
+
+void linear_gelu_forward(const float* x, const float* W, const float* b, float* pre, float* out, int T, int in,
+                         int n) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, n, in, 1.0f, x, in, W, n, 0.0f, pre, n);
+  PIPEBENCH_SIMD(bias_gelu_rows, pre, b, out, T, n);
 }
 
 void linear_backward_weight(const float* x, const float* dy, float* dW, float* db, int T, int in, int out) {

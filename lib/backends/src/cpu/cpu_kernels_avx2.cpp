@@ -168,6 +168,20 @@ void add_bias_rows(float* y, const float* b, int T, int n) {
   }
 }
 
+void bias_gelu_rows(float* pre, const float* b, float* out, int T, int n) {
+  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+  for (int t = 0; t < T; ++t) {
+    float* p = pre + static_cast<std::int64_t>(t) * n;
+    float* o = out + static_cast<std::int64_t>(t) * n;
+    for_lanes(n, [&](std::int64_t i, const Lanes& l) {
+      const __m256 x = _mm256_add_ps(load(p + i, l), load(b + i, l));
+      store(p + i, l, x);
+      const __m256 th = Sleef_tanhf8_u10avx2(gelu_inner(x));
+      store(o + i, l, _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, th)));
+    });
+  }
+}
+
 void sum_rows(const float* dy, float* db, int T, int n) {
   for (int t = 0; t < T; ++t) {
     const float* row = dy + static_cast<std::int64_t>(t) * n;

@@ -31,6 +31,7 @@ namespace pipebench::cpu {
                                     float* dx, int C);                                                                 \
   /* y[T, n] += b[n] on every row */                                                                                   \
   void add_bias_rows(float* y, const float* b, int T, int n);                                                          \
+  void bias_gelu_rows(float* pre, const float* b, float* out, int T, int n);                                           \
   /* db[n] += sum_t dy[t, n] */                                                                                        \
   void sum_rows(const float* dy, float* db, int T, int n);                                                             \
   /* dgamma += (x - mean) * rstd * d, dbeta += d over one row */                                                       \

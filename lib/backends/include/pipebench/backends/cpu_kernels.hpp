@@ -21,6 +21,9 @@ const char* blas_config();
 // y[T,out] = x[T,in]·W[in,out] + b[out]. With accumulate, y += instead of y =.
 void linear_forward(const float* x, const float* W, const float* b, float* y, int T, int in, int out,
                     bool accumulate = false);
+// pre[T,n] = x·W + b and out = gelu(pre) (fc1 and its GELU): the bias and the
+// GELU in one pass over the rows; the bits of linear_forward then gelu_forward.
+void linear_gelu_forward(const float* x, const float* W, const float* b, float* pre, float* out, int T, int in, int n);
 // dW += xᵀ·dy, db += Σ_t dy; dx = dy·Wᵀ (dx may be null; with accumulate_dx, dx +=).
 // It is exactly linear_backward_weight then linear_backward_input: a split
 // backward (B now, W later) computes the same bits.

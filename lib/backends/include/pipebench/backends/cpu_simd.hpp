@@ -37,6 +37,9 @@ struct SimdKernels {
                                         float* dbeta, int C);
   // y[T, n] += b[n] on every row.
   void (*add_bias_rows)(float* y, const float* b, int T, int n);
+  // Both in one pass: pre[T, n] += b[n], then out = gelu(pre) (the bits of
+  // add_bias_rows followed by gelu_forward).
+  void (*bias_gelu_rows)(float* pre, const float* b, float* out, int T, int n);
   // db[n] += sum_t dy[t, n].
   void (*sum_rows)(const float* dy, float* db, int T, int n);
   // AdamW over n parameters; c1, c2 are the bias corrections 1 - beta^t.
