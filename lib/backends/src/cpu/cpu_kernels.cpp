@@ -103,7 +103,7 @@ void add_bias_rows(float* y, const float* b, int T, int n) {
 void bias_gelu_rows(float* pre, const float* b, float* out, int T, int n) {
   for (int t = 0; t < T; ++t) {
     const std::int64_t o = static_cast<std::int64_t>(t) * n;
-    for (int i = 0; i < n; ++i) pre[o + i] += b[i];
+    add_bias_rows(pre + o, b, 1, n);
     gelu_forward(pre + o, out + o, n);
   }
 }
@@ -168,23 +168,21 @@ const SimdKernels& simd_kernels() {
   return chosen;
 }
 
-#define PIPEBENCH_SIMD(fn, ...) simd_kernels().fn(__VA_ARGS__)
-
 void linear_forward(const float* x, const float* W, const float* b, float* y, int T, int in, int out, bool accumulate) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, out, in, 1.0f, x, in, W, out, accumulate ? 1.0f : 0.0f, y,
               out);
-  if (b) PIPEBENCH_SIMD(add_bias_rows, y, b, T, out);
+  if (b) simd_kernels().add_bias_rows(y, b, T, out);
 }
 
 void linear_gelu_forward(const float* x, const float* W, const float* b, float* pre, float* out, int T, int in,
                          int n) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, n, in, 1.0f, x, in, W, n, 0.0f, pre, n);
-  PIPEBENCH_SIMD(bias_gelu_rows, pre, b, out, T, n);
+  simd_kernels().bias_gelu_rows(pre, b, out, T, n);
 }
 
 void linear_backward_weight(const float* x, const float* dy, float* dW, float* db, int T, int in, int out) {
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, out, T, 1.0f, x, in, dy, out, 1.0f, dW, out);
-  if (db) PIPEBENCH_SIMD(sum_rows, dy, db, T, out);
+  if (db) simd_kernels().sum_rows(dy, db, T, out);
 }
 
 void linear_backward_input(const float* W, const float* dy, float* dx, int T, int in, int out, bool accumulate_dx) {
@@ -200,25 +198,28 @@ void linear_backward(const float* x, const float* W, const float* dy, float* dx,
 
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* out, float* mean, float* rstd,
                        int T, int C) {
+  const SimdKernels& k = simd_kernels();
   for (int t = 0; t < T; ++t) {
     const std::int64_t o = static_cast<std::int64_t>(t) * C;
-    PIPEBENCH_SIMD(layernorm_row, x + o, gamma, beta, out + o, C, mean[t], rstd[t]);
+    k.layernorm_row(x + o, gamma, beta, out + o, C, mean[t], rstd[t]);
   }
 }
 
 void layernorm_backward_weight(const float* dout, const float* x, const float* mean, const float* rstd, float* dgamma,
                                float* dbeta, int T, int C) {
+  const SimdKernels& k = simd_kernels();
   for (int t = 0; t < T; ++t) {
     const std::int64_t o = static_cast<std::int64_t>(t) * C;
-    PIPEBENCH_SIMD(layernorm_backward_weight_row, dout + o, x + o, mean[t], rstd[t], dgamma, dbeta, C);
+    k.layernorm_backward_weight_row(dout + o, x + o, mean[t], rstd[t], dgamma, dbeta, C);
   }
 }
 
 void layernorm_backward_input(const float* dout, const float* x, const float* gamma, const float* mean,
                               const float* rstd, float* dx, int T, int C) {
+  const SimdKernels& k = simd_kernels();
   for (int t = 0; t < T; ++t) {
     const std::int64_t o = static_cast<std::int64_t>(t) * C;
-    PIPEBENCH_SIMD(layernorm_backward_input_row, dout + o, x + o, gamma, mean[t], rstd[t], dx + o, C);
+    k.layernorm_backward_input_row(dout + o, x + o, gamma, mean[t], rstd[t], dx + o, C);
   }
 }
 
@@ -228,10 +229,10 @@ void layernorm_backward(const float* dout, const float* x, const float* gamma, c
   layernorm_backward_input(dout, x, gamma, mean, rstd, dx, T, C);
 }
 
-void gelu_forward(const float* in, float* out, std::int64_t n) { PIPEBENCH_SIMD(gelu_forward, in, out, n); }
+void gelu_forward(const float* in, float* out, std::int64_t n) { simd_kernels().gelu_forward(in, out, n); }
 
 void gelu_backward(const float* in, const float* dout, float* din, std::int64_t n) {
-  PIPEBENCH_SIMD(gelu_backward, in, dout, din, n);
+  simd_kernels().gelu_backward(in, dout, din, n);
 }
 
 void attention_forward(const float* qkv, float* probs, float* out, int B, int s, int C, int heads) {
@@ -249,7 +250,7 @@ void attention_forward(const float* qkv, float* probs, float* out, int B, int s,
                   static_cast<int>(ld), 0.0f, P, s);
       for (int i = 0; i < s; ++i) {
         float* row = P + static_cast<std::int64_t>(i) * s;
-        PIPEBENCH_SIMD(softmax_row, row, i + 1);
+        simd_kernels().softmax_row(row, i + 1);
         std::fill(row + i + 1, row + s, 0.0f);
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, d, s, 1.0f, P, s, v, static_cast<int>(ld), 0.0f, o, C);
@@ -278,7 +279,7 @@ void attention_backward(const float* dout, const float* qkv, const float* probs,
       for (int i = 0; i < s; ++i) {  // dS = P ⊙ (dP - rowsum(P ⊙ dP)); masked entries have P = 0
         const float* pr = P + static_cast<std::int64_t>(i) * s;
         float* dr = dP + static_cast<std::int64_t>(i) * s;
-        PIPEBENCH_SIMD(softmax_backward_row, pr, dr, i + 1);
+        simd_kernels().softmax_backward_row(pr, dr, i + 1);
         std::fill(dr + i + 1, dr + s, 0.0f);
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, d, s, scale, dP, s, k, ld, 0.0f, dq, ld);  // dQ = dS·K
@@ -315,7 +316,7 @@ double softmax_crossentropy_forward(float* logits, const std::int32_t* targets, 
   double loss = 0.0;
   for (int t = 0; t < T; ++t) {
     float* row = logits + static_cast<std::int64_t>(t) * V;
-    PIPEBENCH_SIMD(softmax_row, row, V);
+    simd_kernels().softmax_row(row, V);
     loss -= std::log(static_cast<double>(std::max(row[targets[t]], 1e-30f)));
   }
   return loss / T;
@@ -333,7 +334,7 @@ void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n, 
                   float eps, float wd, int t, float grad_scale) {
   const float c1 = 1.0f - std::pow(beta1, static_cast<float>(t));
   const float c2 = 1.0f - std::pow(beta2, static_cast<float>(t));
-  PIPEBENCH_SIMD(adamw, p, g, m, v, n, lr, beta1, beta2, eps, wd, c1, c2, grad_scale);
+  simd_kernels().adamw(p, g, m, v, n, lr, beta1, beta2, eps, wd, c1, c2, grad_scale);
 }
 
 void sgd_update(float* p, const float* g, std::int64_t n, float lr, float grad_scale) {

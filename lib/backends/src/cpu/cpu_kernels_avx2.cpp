@@ -66,15 +66,15 @@ inline __m256 gelu_inner(__m256 x) {  // sqrt(2/pi) (x + 0.044715 x^3)
   return _mm256_mul_ps(_mm256_set1_ps(kGeluScale), _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(kGeluCubic), x2), x, x));
 }
 
+inline __m256 gelu(__m256 x) {  // 0.5 x (1 + tanh(gelu_inner(x)))
+  const __m256 t = Sleef_tanhf8_u10avx2(gelu_inner(x));
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.0f), t));
+}
+
 }  // namespace
 
 void gelu_forward(const float* in, float* out, std::int64_t n) {
-  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
-  for_lanes(n, [&](std::int64_t i, const Lanes& l) {
-    const __m256 x = load(in + i, l);
-    const __m256 t = Sleef_tanhf8_u10avx2(gelu_inner(x));
-    store(out + i, l, _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, t)));
-  });
+  for_lanes(n, [&](std::int64_t i, const Lanes& l) { store(out + i, l, gelu(load(in + i, l))); });
 }
 
 void gelu_backward(const float* in, const float* dout, float* din, std::int64_t n) {
@@ -169,15 +169,13 @@ void add_bias_rows(float* y, const float* b, int T, int n) {
 }
 
 void bias_gelu_rows(float* pre, const float* b, float* out, int T, int n) {
-  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
   for (int t = 0; t < T; ++t) {
     float* p = pre + static_cast<std::int64_t>(t) * n;
     float* o = out + static_cast<std::int64_t>(t) * n;
     for_lanes(n, [&](std::int64_t i, const Lanes& l) {
       const __m256 x = _mm256_add_ps(load(p + i, l), load(b + i, l));
       store(p + i, l, x);
-      const __m256 th = Sleef_tanhf8_u10avx2(gelu_inner(x));
-      store(o + i, l, _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, th)));
+      store(o + i, l, gelu(x));
     });
   }
 }
