@@ -60,6 +60,17 @@ def gemm(shapes):
     return {"torch": torch.__version__, "gemm_tflops": rows}
 
 
+def causal_attention(q, k, v):
+    """softmax(q kᵀ / √d) v with a causal mask: F.scaled_dot_product_attention where
+    PyTorch has it (2.0 on), else written out (Debian 12's PyTorch 1.13)."""
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    s = q.shape[-2]
+    mask = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+    return F.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
+
+
 class Block(nn.Module):
     def __init__(self, h, heads, ffn):
         super().__init__()
@@ -71,7 +82,7 @@ class Block(nn.Module):
     def forward(self, x):
         b, s, h = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, h)
+        a = causal_attention(q, k, v).transpose(1, 2).reshape(b, s, h)
         x = x + self.proj(a)
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
 
@@ -97,17 +108,23 @@ class Gpt(nn.Module):
         for blk in self.blocks:
             x = blk(x)
         logits = self.head(self.ln(x))
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+        # reshape, not view: targets are a column slice of the token rows (not contiguous when mbs > 1)
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def adamw(model, **kwargs):
+    """AdamW as pipebench's: beta 0.9/0.95, eps 1e-8, weight decay 0.01 on the weight matrices."""
+    decay = [p for p in model.parameters() if p.dim() == 2 and p is not model.tok.weight and p is not model.pos.weight]
+    rest = [p for p in model.parameters() if all(p is not d for d in decay)]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
+                             lr=3e-4, betas=(0.9, 0.95), eps=1e-8, **kwargs)
 
 
 def gpt(a):
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[a.dtype]
     torch.manual_seed(0)
     model = Gpt(a).to(device="cuda", dtype=dtype)
-    decay = [p for p in model.parameters() if p.dim() == 2 and p is not model.tok.weight and p is not model.pos.weight]
-    rest = [p for p in model.parameters() if all(p is not d for d in decay)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    opt = adamw(model, fused=True)
     gen = torch.Generator(device="cuda").manual_seed(2)
     batches = [torch.randint(0, a.vocab, (a.mbs, a.seq + 1), device="cuda", generator=gen) for _ in range(a.m)]
 
