@@ -73,7 +73,7 @@ class StepRun {
     sr_.end_s = clock_.now() - t0_;
     report_progress(has_loss_here);
     rec.steps.push_back(sr_);
-    if (opt_.stream_events) stream_events(rec);
+    if (opt_.on_step_events) stream_events(rec);
   }
 
  private:
@@ -233,7 +233,7 @@ class StepRun {
     std::vector<EventRecord> all(rank_ == 0 ? static_cast<std::size_t>(total) / sizeof(EventRecord) : 0);
     comm_.gather_to_root(rec.events.data(), bytes, offsets, all.data(), "gathering the step's events");
     rec.events.clear();
-    if (rank_ != 0 || !opt_.on_step_events) return;
+    if (rank_ != 0) return;
     for (std::size_t r = 0; r < p; ++r)
       opt_.on_step_events(static_cast<int>(r), all.data() + offsets[r] / static_cast<int>(sizeof(EventRecord)),
                           static_cast<std::size_t>(bytes[r]) / sizeof(EventRecord));

@@ -498,7 +498,6 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
   // Each step's events come to rank 0 as the run goes (a rank's memory does
   // not grow with the steps); the rest of the records at the end.
   std::vector<std::vector<EventRecord>> streamed(ctx.world_rank == 0 ? static_cast<std::size_t>(p) : 0);
-  eo.stream_events = true;
   eo.on_step_events = [&](int r, const EventRecord* events, std::size_t n) {
     auto& to = streamed[static_cast<std::size_t>(r)];
     to.insert(to.end(), events, events + n);

@@ -6,7 +6,7 @@
 // order, receiving its input first (timed as comm wait), computing (timed as
 // busy), sending its output without waiting; then the sends complete, the
 // gradient norm is reduced over the run, clipping is decided and the
-// optimizer steps; with ExecOptions::stream_events the step's events go to
+// optimizer steps; with ExecOptions::on_step_events the step's events go to
 // run rank 0. A failure on any rank (out of memory, NaN/Inf loss, step
 // timeout, any exception) ends the run on every rank; the record says so.
 #pragma once
@@ -54,12 +54,12 @@ struct ExecOptions {
   bool transport_uses_device_memory = false;  // StageSpec::transport_uses_device_memory
   FaultInjection fault;
   std::function<void(const StepProgress&)> on_step;  // called on run rank 0
-  // Events streamed to run rank 0 after every completed step (the same on
-  // every rank): each rank then holds one step's events at most, and rank 0
-  // gets every rank's through on_step_events (rank, that rank's events of
-  // the step, in order). Off: each rank keeps all its events in its record.
-  bool stream_events = false;
-  std::function<void(int rank, const EventRecord* events, std::size_t count)> on_step_events;  // run rank 0
+  // Set on every rank of the run, or on none (a collective): after every
+  // completed step the step's events go to run rank 0, which gets every
+  // rank's through it (rank, that rank's events of the step, in order); a
+  // rank then holds one step's events at most. Unset: each rank keeps all
+  // its events in its record.
+  std::function<void(int rank, const EventRecord* events, std::size_t count)> on_step_events;
 };
 
 // Builds the stage on this rank, checks the built layer range against the
