@@ -42,10 +42,7 @@ Schedule empty_schedule(std::string name, int p, int m, bool retains, int chunks
 
 std::vector<int> stage_ranks(Placement placement, int p, int chunks) {
   std::vector<int> ranks;
-  Schedule shape;
-  shape.num_ranks = p;
-  shape.placement = placement;
-  for (int v = 0; v < p * chunks; ++v) ranks.push_back(shape.rank_of(v));
+  for (int v = 0; v < p * chunks; ++v) ranks.push_back(placed_rank(placement, p, v));
   return ranks;
 }
 

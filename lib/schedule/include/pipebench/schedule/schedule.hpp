@@ -58,6 +58,13 @@ Action parse_action(std::string_view text);
 
 enum class Placement : std::uint8_t { looped, v_shape };
 
+// The rank of virtual stage v of p ranks (see above, "Model chunks and
+// virtual stages").
+inline int placed_rank(Placement placement, int p, int v) {
+  const int lap = v / p, offset = v % p;
+  return placement == Placement::v_shape && lap % 2 == 1 ? p - 1 - offset : offset;
+}
+
 // Virtual stage -> rank for p ranks holding `chunks` chunks each (see above;
 // v_shape needs chunks == 2).
 std::vector<int> stage_ranks(Placement placement, int p, int chunks);
@@ -78,10 +85,7 @@ struct Schedule {
     const int lap_start = chunk * num_ranks;
     return placement == Placement::v_shape && chunk % 2 == 1 ? lap_start + num_ranks - 1 - rank : lap_start + rank;
   }
-  int rank_of(int vstage) const {
-    const int lap = vstage / num_ranks, offset = vstage % num_ranks;
-    return placement == Placement::v_shape && lap % 2 == 1 ? num_ranks - 1 - offset : offset;
-  }
+  int rank_of(int vstage) const { return placed_rank(placement, num_ranks, vstage); }
   int chunk_of(int vstage) const { return vstage / num_ranks; }
   std::size_t total_actions() const;
   // Whether any action is a W: B then computes input gradients only.
