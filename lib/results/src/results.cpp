@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <cmath>
 #include <cstring>
-#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <unistd.h>
