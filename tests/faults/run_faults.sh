@@ -150,7 +150,7 @@ for s in "${scenarios[@]}"; do
       elif [[ -z $partial ]] || [[ $("$py" "$here/check_interrupted.py" "$partial") == FAIL* ]]; then
         row "$s" FAIL "exit $rc; the checkpoint with the first run is missing or damaged"
       else
-        row "$s" ok "exit $rc; $(grep -o 'cannot write results file.*' "$log" | head -1 | sed "s#$out/##"); first run kept in the checkpoint"
+        row "$s" ok "exit $rc; $(grep -o 'cannot write results.*' "$log" | head -1 | sed "s#$out/##"); first run kept in the checkpoint"
       fi
       ;;
     read_only_folder)

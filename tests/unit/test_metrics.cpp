@@ -87,6 +87,39 @@ TEST_CASE("assemble_run: step time is the max over ranks; bubble, slowest stage,
   CHECK(r.status == RunStatus::ok);
 }
 
+TEST_CASE("EventDigest: per stage and kind the median over counted steps of each step's median duration",
+          "[metrics]") {
+  const Job job = parse_job(kJob, "m.toml");
+  const RunPlan plan = plan_run(job, job.runs[1]);  // 2 ranks, 2 micro-batches, warm-up 1
+  // Rank 0's F durations: step 0 (warm-up) {9, 9}; step 1 {1, 3}; step 2 {2, 2}; step 3 {10, 0}.
+  // Each step's median: 9, 2, 2, 5; counted: 2, 2, 5 -> 2 (the median of all durations would be 2.5).
+  const double f0[4][2] = {{9, 9}, {1, 3}, {2, 2}, {10, 0}};
+  std::vector<EventRecord> events;
+  for (int k = 0; k < 4; ++k)
+    for (int r = 0; r < 2; ++r)
+      for (int j = 0; j < 2; ++j) {
+        events.push_back({k, r, ActionKind::F, j, 0, 0.0, r == 0 ? f0[k][j] : 4.0});
+        events.push_back({k, r, ActionKind::B, j, 0, 1.0, 1.0 + 2.0 * (r + 1)});
+      }
+  const SimCosts whole = measured_costs(plan.schedule, events, job.train.warmup);
+  CHECK(whole.forward == std::vector<double>{2.0, 4.0});
+  CHECK(whole.backward == std::vector<double>{2.0, 4.0});
+  CHECK(whole.weight == std::vector<double>{0.0, 0.0});
+  // Streamed as the executor does it (a rank's step at a time, in any order): the same costs.
+  EventDigest digest(plan.schedule, false);
+  for (int r = 1; r >= 0; --r)
+    for (int k = 0; k < 4; ++k) {
+      std::vector<EventRecord> piece;
+      for (const auto& e : events)
+        if (e.rank == r && e.step == k) piece.push_back(e);
+      digest.add(piece.data(), piece.size());
+    }
+  CHECK(digest.costs(job.train.warmup).forward == whole.forward);
+  CHECK(digest.costs(job.train.warmup).backward == whole.backward);
+  // No counted step: every step counts.
+  CHECK(measured_costs(plan.schedule, events, 10).forward == std::vector<double>{3.5, 4.0});
+}
+
 TEST_CASE("assemble_run: the origin of a failure names kind and rank", "[metrics]") {
   const Job job = parse_job(kJob, "m.toml");
   const RunPlan plan = plan_run(job, job.runs[1]);

@@ -210,6 +210,50 @@ TEST_CASE("ResultsWriter: every checkpoint is a valid file; finish publishes and
   fs::remove_all(dir);
 }
 
+TEST_CASE("ResultsWriter: streamed events go to a scratch store and into every file written after their run ended",
+          "[results]") {
+  const fs::path dir = temp_dir();
+  const std::string final_path = (dir / "r.h5").string();
+  JobResult jr = sample();
+  jr.runs.resize(1);
+  jr.runs[0].status = RunStatus::ok;
+  jr.runs[0].spec.num_microbatches = 65536;  // room for the events below (the reader bounds them)
+  jr.runs[0].events.clear();
+  // More than one block of rows, appended in uneven pieces; times that the
+  // file rounds to 2^-30 s.
+  std::vector<EventRecord> events;
+  for (int i = 0; i < 150000; ++i)
+    events.push_back({i % 2, i % 2, static_cast<ActionKind>(i % 3), i / 4, 0, i * 1e-3 + 1e-12, i * 1e-3 + 5e-4, 1e-4});
+  {
+    ResultsWriter w(final_path);
+    std::size_t at = 0;
+    for (std::size_t piece : {1u, 70000u, 3u, 65536u}) {
+      w.append_events("p", events.data() + at, piece);
+      at += piece;
+    }
+    w.checkpoint(jr);  // the run has not ended: its events are not in the file yet
+    CHECK(read_results(w.partial_path()).runs.at(0).events.empty());
+    w.append_events("p", events.data() + at, events.size() - at);
+    w.end_events("p");
+    CHECK_THROWS_AS(w.append_events("p", events.data(), 1), ResultsError);  // ended
+    // The store leaves no file of its own, even while it is in use.
+    for (const auto& entry : fs::directory_iterator(dir))
+      CHECK_THAT(entry.path().string(), !Catch::Matchers::EndsWith(".events.tmp"));
+    w.checkpoint(jr);
+    CHECK(read_results(w.partial_path()).runs.at(0).events.size() == events.size());
+    CHECK(w.finish(jr) == final_path);
+  }
+  const std::vector<EventRecord> back = read_results(final_path).runs.at(0).events;
+  REQUIRE(back.size() == events.size());
+  for (std::size_t i = 0; i < events.size(); i += 997) {
+    CHECK(back[i].microbatch == events[i].microbatch);
+    CHECK(back[i].kind == events[i].kind);
+    CHECK(back[i].start_s == std::ldexp(std::nearbyint(std::ldexp(events[i].start_s, 30)), -30));
+  }
+  CHECK(back.back().end_s == Approx(events.back().end_s));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("ResultsWriter: an abandoned launch keeps its checkpoint; publish_partial links it into place", "[results]") {
   const fs::path dir = temp_dir();
   const std::string final_path = (dir / "r.h5").string();

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -89,24 +90,81 @@ double counted_median(const std::vector<std::vector<double>>& rows, const std::v
   return median_of(v);
 }
 
-SimCosts measured_costs(const Schedule& s, const std::vector<EventRecord>& events, int warmup) {
-  const auto V = static_cast<std::size_t>(s.num_virtual_stages());
-  bool any_counted = false;
-  for (const auto& e : events) any_counted |= e.step >= warmup;
-  std::vector<std::vector<double>> f(V), b(V), w(V);
-  for (const auto& e : events) {
-    if (any_counted && e.step < warmup) continue;
-    const auto v = static_cast<std::size_t>(s.virtual_stage(e.rank, e.chunk));
-    if (v >= V) continue;
-    (e.kind == ActionKind::F ? f : e.kind == ActionKind::B ? b : w)[v].push_back(e.end_s - e.start_s);
+EventDigest::EventDigest(const Schedule& s, bool inference)
+    : virtual_stages_(s.num_virtual_stages()), ranks_(s.num_ranks), microbatches_(s.num_microbatches),
+      inference_(inference), schedule_(&s) {
+  for (auto& per_stage : medians_) per_stage.resize(static_cast<std::size_t>(virtual_stages_));
+}
+
+void EventDigest::add(const EventRecord* events, std::size_t n) {
+  // Each (step, virtual stage, kind) group's durations, its median appended.
+  struct Keyed {
+    int step, stage, kind;
+    double seconds;
+  };
+  std::vector<Keyed> keyed;
+  keyed.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const EventRecord& e = events[i];
+    const int v = schedule_->virtual_stage(e.rank, e.chunk);
+    if (v >= 0 && v < virtual_stages_) keyed.push_back({e.step, v, static_cast<int>(e.kind), e.end_s - e.start_s});
+    if (!inference_ || e.kind != ActionKind::F || e.step < 0 || e.microbatch < 0 || e.microbatch >= microbatches_) continue;
+    const auto k = static_cast<std::size_t>(e.step), j = static_cast<std::size_t>(e.microbatch);
+    if (k >= enter_.size()) {
+      enter_.resize(k + 1, std::vector<double>(static_cast<std::size_t>(microbatches_), kNaN));
+      leave_.resize(k + 1, std::vector<double>(static_cast<std::size_t>(microbatches_), kNaN));
+    }
+    if (e.rank == 0) enter_[k][j] = e.start_s;
+    if (e.rank == ranks_ - 1) leave_[k][j] = e.end_s;
   }
+  std::sort(keyed.begin(), keyed.end(), [](const Keyed& x, const Keyed& y) {
+    return std::tie(x.kind, x.stage, x.step, x.seconds) < std::tie(y.kind, y.stage, y.step, y.seconds);
+  });
+  std::vector<double> group;
+  for (std::size_t i = 0; i < keyed.size();) {
+    std::size_t end = i;
+    group.clear();
+    for (; end < keyed.size() && keyed[end].kind == keyed[i].kind && keyed[end].stage == keyed[i].stage &&
+           keyed[end].step == keyed[i].step;
+         ++end)
+      group.push_back(keyed[end].seconds);
+    const Keyed& g = keyed[i];
+    medians_[static_cast<std::size_t>(g.kind)][static_cast<std::size_t>(g.stage)].push_back({g.step, median_of(group)});
+    i = end;
+  }
+}
+
+SimCosts EventDigest::costs(int warmup) const {
+  bool any_counted = false;
+  for (const auto& per_stage : medians_)
+    for (const auto& steps : per_stage)
+      for (const StepMedian& m : steps) any_counted |= m.step >= warmup;
+  auto median_over_steps = [&](const std::vector<StepMedian>& steps) {
+    std::vector<double> v;
+    for (const StepMedian& m : steps)
+      if (!any_counted || m.step >= warmup) v.push_back(m.seconds);
+    return v.empty() ? 0.0 : median_of(std::move(v));
+  };
   SimCosts costs;
-  for (std::size_t v = 0; v < V; ++v) {
-    costs.forward.push_back(f[v].empty() ? 0.0 : median_of(f[v]));
-    costs.backward.push_back(b[v].empty() ? 0.0 : median_of(b[v]));
-    costs.weight.push_back(w[v].empty() ? 0.0 : median_of(w[v]));
+  for (std::size_t v = 0; v < static_cast<std::size_t>(virtual_stages_); ++v) {
+    costs.forward.push_back(median_over_steps(medians_[0][v]));
+    costs.backward.push_back(median_over_steps(medians_[1][v]));
+    costs.weight.push_back(median_over_steps(medians_[2][v]));
   }
   return costs;
+}
+
+std::vector<std::vector<double>> EventDigest::microbatch_latency(std::size_t steps) const {
+  std::vector<std::vector<double>> latency(steps, std::vector<double>(static_cast<std::size_t>(microbatches_), kNaN));
+  for (std::size_t k = 0; k < steps && k < enter_.size(); ++k)
+    for (std::size_t j = 0; j < latency[k].size(); ++j) latency[k][j] = leave_[k][j] - enter_[k][j];
+  return latency;
+}
+
+SimCosts measured_costs(const Schedule& s, const std::vector<EventRecord>& events, int warmup) {
+  EventDigest digest(s, false);
+  digest.add(events.data(), events.size());
+  return digest.costs(warmup);
 }
 
 RunResult interrupted_run(const Job& job, const RunPlan& plan) {
@@ -163,7 +221,7 @@ void add_failure(RunResult& r, const std::vector<RankRecord>& ranks) {
   r.failing_rank = failed->rank;
 }
 
-// Per-rank figures: memory, stage, host, and every event.
+// Per-rank figures: memory, stage and host.
 void add_rank_figures(RunResult& r, const std::vector<RankRecord>& ranks) {
   for (const auto& rk : ranks) {
     r.peak_mem_bytes.push_back(rk.peak_mem_bytes);
@@ -242,38 +300,26 @@ std::size_t add_step_figures(RunResult& r, const Job& job, const RunPlan& plan, 
   return steps;
 }
 
-// Inference: per micro-batch latency from entering stage 0 to leaving the
-// last stage (`last_rank`), over the first `steps` steps.
-void add_microbatch_latency(RunResult& r, const RunPlan& plan, std::size_t steps, int last_rank) {
-  const auto m = static_cast<std::size_t>(plan.run.num_microbatches);
-  r.microbatch_latency_s.assign(steps, std::vector<double>(m, kNaN));
-  std::vector<std::vector<double>> enter(steps, std::vector<double>(m, kNaN)), leave = enter;
-  for (const auto& e : r.events) {
-    if (e.kind != ActionKind::F || static_cast<std::size_t>(e.step) >= steps) continue;
-    if (e.rank == 0) enter[static_cast<std::size_t>(e.step)][static_cast<std::size_t>(e.microbatch)] = e.start_s;
-    if (e.rank == last_rank) leave[static_cast<std::size_t>(e.step)][static_cast<std::size_t>(e.microbatch)] = e.end_s;
-  }
-  for (std::size_t k = 0; k < steps; ++k)
-    for (std::size_t j = 0; j < m; ++j) r.microbatch_latency_s[k][j] = leave[k][j] - enter[k][j];
-}
-
 }  // namespace
 
 RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<RankRecord>& ranks) {
+  EventDigest digest(plan.schedule, plan.run.mode == RunMode::inference);
   std::vector<EventRecord> events;
-  for (const auto& rk : ranks) events.insert(events.end(), rk.events.begin(), rk.events.end());
-  return assemble_run(job, plan, ranks, std::move(events));
+  for (const auto& rk : ranks) {
+    digest.add(rk.events.data(), rk.events.size());
+    events.insert(events.end(), rk.events.begin(), rk.events.end());
+  }
+  return assemble_run(job, plan, ranks, digest, std::move(events));
 }
 
 RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<RankRecord>& ranks,
-                       std::vector<EventRecord> events) {
+                       const EventDigest& digest, std::vector<EventRecord> events) {
   RunResult r = base_result(job, plan);
   add_failure(r, ranks);
   add_rank_figures(r, ranks);
   r.events = std::move(events);
   const std::size_t steps = add_step_figures(r, job, plan, ranks);
-  if (plan.run.mode == RunMode::inference && steps > 0)
-    add_microbatch_latency(r, plan, steps, static_cast<int>(ranks.size()) - 1);
+  if (plan.run.mode == RunMode::inference && steps > 0) r.microbatch_latency_s = digest.microbatch_latency(steps);
 
   // bubble_simulated: the schedule simulated with this run's per-action
   // medians; on the sim backend with its modelled link too (the transfer time
@@ -281,7 +327,7 @@ RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<Ra
   // between the two is what the executor and the transport add themselves.
   const bool any_counted = std::count(r.is_warmup.begin(), r.is_warmup.end(), 0) > 0;
   if (any_counted) {
-    SimCosts costs = measured_costs(plan.schedule, r.events, job.train.warmup);
+    SimCosts costs = digest.costs(job.train.warmup);
     if (job.device.backend == BackendKind::sim) costs.transfer = job.device.sim_load * plan.costs.transfer;
     const SimResult sim = simulate(plan.schedule, costs);
     if (sim.completed && sim.makespan > 0.0) r.bubble_simulated = sim.bubble;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -229,9 +230,39 @@ Hid event_type(bool with_wait = true) {
   return t;
 }
 
-// The events dataset, converted and written kEventBlock rows at a time (a
-// run's events can be millions: no second copy of them all).
+// Event rows are converted and written kEventBlock at a time (a run's
+// events can be millions: no second copy of them all).
 constexpr std::size_t kEventBlock = std::size_t{1} << 16;
+
+// `count` events as rows into `rows`. The rows' padding bytes are stored too
+// (the file type keeps the memory layout): they must be zeros, never a reused
+// buffer's or a temporary's old bytes. Fields are assigned one by one, which
+// leaves the zeroed padding alone.
+void to_rows(const EventRecord* events, std::size_t count, EventRow* rows) {
+  std::memset(static_cast<void*>(rows), 0, count * sizeof(EventRow));
+  for (std::size_t i = 0; i < count; ++i) {
+    const EventRecord& e = events[i];
+    EventRow& row = rows[i];
+    row.step = e.step;
+    row.rank = e.rank;
+    row.kind = static_cast<std::int8_t>(e.kind);
+    row.microbatch = e.microbatch;
+    row.chunk = e.chunk;
+    row.start_s = event_time(e.start_s);
+    row.end_s = event_time(e.end_s);
+    row.wait_s = event_time(e.wait_s);
+  }
+}
+
+// `count` rows into dataset `ds` (whose extent holds them) from row `first`.
+void write_event_rows(hid_t ds, hid_t type, hsize_t first, const EventRow* rows, std::size_t count) {
+  if (count == 0) return;
+  Hid space(H5_CHECK(H5Dget_space(ds)), H5Sclose);
+  const hsize_t block = count;
+  H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_SET, &first, nullptr, &block, nullptr));
+  Hid memory(H5_CHECK(H5Screate_simple(1, &block, nullptr)), H5Sclose);
+  H5_CHECK(H5Dwrite(ds, type, memory, space, H5P_DEFAULT, rows));
+}
 
 void write_events(hid_t g, const std::vector<EventRecord>& events) {
   Hid et = event_type();
@@ -242,30 +273,93 @@ void write_events(hid_t g, const std::vector<EventRecord>& events) {
   std::vector<EventRow> rows(std::min(events.size(), kEventBlock));
   for (std::size_t first = 0; first < events.size(); first += kEventBlock) {
     const std::size_t count = std::min(kEventBlock, events.size() - first);
-    // The rows' padding bytes are stored too (the file type keeps the memory
-    // layout): they must be zeros, never a reused buffer's or a temporary's
-    // old bytes. Fields are assigned one by one, which leaves padding alone.
-    std::memset(static_cast<void*>(rows.data()), 0, count * sizeof(EventRow));
-    for (std::size_t i = 0; i < count; ++i) {
-      const EventRecord& e = events[first + i];
-      EventRow& row = rows[i];
-      row.step = e.step;
-      row.rank = e.rank;
-      row.kind = static_cast<std::int8_t>(e.kind);
-      row.microbatch = e.microbatch;
-      row.chunk = e.chunk;
-      row.start_s = event_time(e.start_s);
-      row.end_s = event_time(e.end_s);
-      row.wait_s = event_time(e.wait_s);
-    }
-    const hsize_t offset = first, block = count;
-    H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_SET, &offset, nullptr, &block, nullptr));
-    Hid memory(H5_CHECK(H5Screate_simple(1, &block, nullptr)), H5Sclose);
-    H5_CHECK(H5Dwrite(ds, et, memory, space, H5P_DEFAULT, rows.data()));
+    to_rows(events.data() + first, count, rows.data());
+    write_event_rows(ds, et, first, rows.data(), count);
   }
 }
 
-void write_run(hid_t runs, const RunResult& r) {
+}  // namespace
+
+// Streamed events, run by run, in a scratch file (ResultsWriter::append_events):
+// one extendable dataset per run, chunked and compressed like the results
+// file's, filled kEventBlock rows at a time and copied (compressed chunks as
+// they are, H5Ocopy) into each results file written after the run ended.
+class EventStore {
+ public:
+  explicit EventStore(const std::string& path)
+      : file_(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose) {
+    if (file_ < 0) throw ResultsError("H5Fcreate failed");
+    unlink(path.c_str());  // HDF5 keeps its descriptor; nothing is left after a kill
+    buffer_.reserve(kEventBlock);
+  }
+
+  void append(const std::string& run, const EventRecord* events, std::size_t n) {
+    if (run != open_run_) open(run);
+    while (n > 0) {
+      const std::size_t take = std::min(n, kEventBlock - buffer_.size());
+      const std::size_t at = buffer_.size();
+      buffer_.resize(at + take);
+      to_rows(events, take, buffer_.data() + at);
+      events += take;
+      n -= take;
+      if (buffer_.size() == kEventBlock) flush();
+    }
+  }
+
+  void end(const std::string& run) {
+    if (run != open_run_) open(run);  // a run without events: an empty dataset
+    flush();
+    H5_CHECK(H5Fflush(file_, H5F_SCOPE_LOCAL));
+    dataset_.reset();
+    open_run_.clear();
+    ended_.push_back(run);
+  }
+
+  // Copies run `run`'s events into `group` as "events"; false when they are
+  // not here (not ended).
+  bool copy_to(hid_t group, const std::string& run) const {
+    if (std::find(ended_.begin(), ended_.end(), run) == ended_.end()) return false;
+    H5_CHECK(H5Ocopy(file_, run.c_str(), group, "events", H5P_DEFAULT, H5P_DEFAULT));
+    return true;
+  }
+
+ private:
+  void open(const std::string& run) {
+    if (!open_run_.empty()) throw ResultsError(fmt::format("events of run {} appended before run {} ended", run, open_run_));
+    if (std::find(ended_.begin(), ended_.end(), run) != ended_.end())
+      throw ResultsError(fmt::format("events of run {} appended after it ended", run));
+    const hsize_t none = 0, unlimited = H5S_UNLIMITED, chunk = kChunkElements;
+    Hid space(H5_CHECK(H5Screate_simple(1, &none, &unlimited)), H5Sclose);
+    Hid dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+    H5_CHECK(H5Pset_chunk(dcpl, 1, &chunk));
+    H5_CHECK(H5Pset_shuffle(dcpl));
+    H5_CHECK(H5Pset_deflate(dcpl, kDeflateLevel));
+    dataset_.emplace(H5_CHECK(H5Dcreate2(file_, run.c_str(), type_, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)), H5Dclose);
+    rows_ = 0;
+    open_run_ = run;
+  }
+
+  void flush() {
+    if (buffer_.empty()) return;
+    const hsize_t rows = rows_ + buffer_.size();
+    H5_CHECK(H5Dset_extent(*dataset_, &rows));
+    write_event_rows(*dataset_, type_, rows_, buffer_.data(), buffer_.size());
+    rows_ = rows;
+    buffer_.clear();
+  }
+
+  Hid file_;
+  Hid type_ = event_type();
+  std::optional<Hid> dataset_;  // the open run's
+  std::string open_run_;
+  hsize_t rows_ = 0;            // in the open run's dataset
+  std::vector<EventRow> buffer_;
+  std::vector<std::string> ended_;
+};
+
+namespace {
+
+void write_run(hid_t runs, const RunResult& r, const EventStore* store) {
   Hid g(H5_CHECK(H5Gcreate2(runs, r.spec.name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
   attr_string(g, "status", std::string(to_string(r.status)));
   attr_string(g, "failure_kind", r.failure_kind == FailureKind::none ? "" : std::string(to_string(r.failure_kind)));
@@ -337,7 +431,7 @@ void write_run(hid_t runs, const RunResult& r) {
   dataset_2d(g, "stage_layers", layers, 2);
   dataset_2d(g, "microbatch_latency_s", r.microbatch_latency_s, static_cast<std::size_t>(r.spec.num_microbatches));
 
-  write_events(g, r.events);
+  if (!(r.events.empty() && store && store->copy_to(g, r.spec.name))) write_events(g, r.events);
 }
 
 // ---- reading -------------------------------------------------------------
@@ -792,10 +886,26 @@ namespace {
 
 // `result` as a complete file at `path` (truncated first), flushed and
 // fsynced. Errors name the path and, where the OS gave one, its reason.
-void write_file(const std::string& path, const JobResult& result) {
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors surface as ResultsError, not HDF5's stack dump
+// Runs `write`, which writes `path`; its ResultsError is rethrown naming
+// `what` and `path` and, where the OS gave one, its reason ("No space left
+// on device"). HDF5's own error stack is not printed.
+template <typename Write>
+void writing(const char* what, const std::string& path, Write&& write) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   errno = 0;
   try {
+    write();
+  } catch (const ResultsError& e) {
+    const int err = errno;
+    if (err != 0) throw ResultsError(fmt::format("cannot write {} {}: {} ({})", what, path, std::strerror(err), e.what()));
+    throw ResultsError(fmt::format("cannot write {} {}: {}", what, path, e.what()));
+  }
+}
+
+// `result` as a complete file at `path` (truncated first), flushed and
+// fsynced, with the events `store` holds for its runs.
+void write_file(const std::string& path, const JobResult& result, const EventStore* store) {
+  writing("results file", path, [&] {
     {
       Hid file(H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)), H5Fclose);
       attr_scalar<std::int64_t>(file, "schema_version", kResultsSchemaVersion);
@@ -814,7 +924,7 @@ void write_file(const std::string& path, const JobResult& result) {
       Hid gcpl(H5_CHECK(H5Pcreate(H5P_GROUP_CREATE)), H5Pclose);
       H5_CHECK(H5Pset_link_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED));
       Hid runs(H5_CHECK(H5Gcreate2(file, "runs", H5P_DEFAULT, gcpl, H5P_DEFAULT)), H5Gclose);
-      for (const auto& r : result.runs) write_run(runs, r);
+      for (const auto& r : result.runs) write_run(runs, r, store);
       if (result.probe) write_probe(file, *result.probe);
       H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));
     }
@@ -822,20 +932,20 @@ void write_file(const std::string& path, const JobResult& result) {
     if (fd < 0 || fsync(fd) != 0) {
       const int err = errno;
       if (fd >= 0) close(fd);
+      errno = err;
       throw ResultsError(fmt::format("fsync: {}", std::strerror(err)));
     }
     close(fd);
-  } catch (const ResultsError& e) {
-    const int err = errno;
-    if (err != 0) throw ResultsError(fmt::format("cannot write results file {}: {} ({})", path, std::strerror(err), e.what()));
-    throw ResultsError(fmt::format("cannot write results file {}: {}", path, e.what()));
-  }
+  });
 }
 
 }  // namespace
 
 ResultsWriter::ResultsWriter(const std::string& final_path)
-    : final_(final_path), partial_(final_path + ".partial"), tmp_(final_path + ".partial.tmp") {
+    : final_(final_path),
+      partial_(final_path + ".partial"),
+      tmp_(final_path + ".partial.tmp"),
+      events_path_(final_path + ".events.tmp") {
   namespace fs = std::filesystem;
   const fs::path dir = fs::path(final_).parent_path();
   std::error_code ec;
@@ -850,14 +960,27 @@ ResultsWriter::~ResultsWriter() {
   if (!finished_) unlink(tmp_.c_str());  // FINAL.partial stays: the last checkpoint
 }
 
+EventStore& ResultsWriter::event_store() {
+  if (!events_) events_ = std::make_unique<EventStore>(events_path_);
+  return *events_;
+}
+
+void ResultsWriter::append_events(const std::string& run, const EventRecord* events, std::size_t n) {
+  writing("results scratch file", events_path_, [&] { event_store().append(run, events, n); });
+}
+
+void ResultsWriter::end_events(const std::string& run) {
+  writing("results scratch file", events_path_, [&] { event_store().end(run); });
+}
+
 void ResultsWriter::checkpoint(const JobResult& result) {
-  write_file(tmp_, result);
+  write_file(tmp_, result, events_.get());
   if (std::rename(tmp_.c_str(), partial_.c_str()) != 0)
     throw ResultsError(fmt::format("cannot rename {} to {}: {}", tmp_, partial_, std::strerror(errno)));
 }
 
 std::string ResultsWriter::finish(const JobResult& result) {
-  write_file(tmp_, result);
+  write_file(tmp_, result, events_.get());
   // Publish without ever replacing an existing file: link() fails on EEXIST.
   const std::filesystem::path fp(final_);
   const std::filesystem::path stem = fp.parent_path() / fp.stem();

@@ -496,25 +496,23 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
     std::fflush(stdout);
   };
   // Each step's events come to rank 0 as the run goes (a rank's memory does
-  // not grow with the steps); the rest of the records at the end.
-  std::vector<std::vector<EventRecord>> streamed(ctx.world_rank == 0 ? static_cast<std::size_t>(p) : 0);
-  eo.on_step_events = [&](int r, const EventRecord* events, std::size_t n) {
-    auto& to = streamed[static_cast<std::size_t>(r)];
-    to.insert(to.end(), events, events + n);
+  // not grow with the steps); rank 0 digests them for the run's metrics and
+  // passes them on to the results file's event store (nor does its memory).
+  EventDigest digest(rp.schedule, rp.run.mode == RunMode::inference);
+  auto take_events = [&](const EventRecord* events, std::size_t n) {
+    digest.add(events, n);
+    if (ctx.writer) ctx.writer->append_events(rp.run.name, events, n);
   };
+  eo.on_step_events = [&](int, const EventRecord* events, std::size_t n) { take_events(events, n); };
   const RankRecord rec = execute_run(job, rp, rc, *backend, *transport, eo);
   watchdog.arm(0.0, "");
   auto records = gather_records(rc.control(), rec);
   if (ctx.world_rank == 0) {
-    // Rank by rank: its streamed steps, then any unfinished step's events.
-    std::vector<EventRecord> events;
-    for (std::size_t r = 0; r < records.size(); ++r) {
-      events.insert(events.end(), streamed[r].begin(), streamed[r].end());
-      std::vector<EventRecord>().swap(streamed[r]);
-      events.insert(events.end(), records[r].events.begin(), records[r].events.end());
-    }
+    // After the streamed steps, any unfinished step's events, rank by rank.
+    for (const RankRecord& r : records) take_events(r.events.data(), r.events.size());
+    if (ctx.writer) ctx.writer->end_events(rp.run.name);
     if (ctx.options.dry_run) print_dry_run(rp, records);
-    jr.runs.push_back(assemble_run(job, rp, records, std::move(events)));
+    jr.runs.push_back(assemble_run(job, rp, records, digest, {}));
     if (!ctx.options.dry_run) print_run_summary(jr.runs.back(), rp);
     else if (jr.runs.back().status == RunStatus::failed)
       fmt::print("  -- {}: {}\n", rp.run.name, jr.runs.back().failure_message);

@@ -3,6 +3,7 @@
 // functions: no MPI, no I/O.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -38,19 +39,50 @@ Stats compute_stats(const std::vector<double>& values);
 double counted_median(const std::vector<std::vector<double>>& rows, const std::vector<std::uint8_t>& is_warmup,
                       std::size_t col);
 
-// Per virtual stage, the median F, B and W durations of `events` outside the
-// first `warmup` steps (all steps when none are counted), as simulator costs
-// with free transfers: the input of bubble_simulated.
+// What a run's metrics take from its events, reduced as the events arrive,
+// so that rank 0 need not hold a run's events (the runner streams them to the
+// results file step by step): per (virtual stage, F/B/W) the median duration
+// of each step, and for inference each micro-batch's entry into the first
+// rank and exit from the last. Memory grows by 3 x virtual stages numbers per
+// step (plus 2 x micro-batches for inference), not with the events.
+class EventDigest {
+ public:
+  EventDigest(const Schedule& s, bool inference);
+  // `events` must hold every event of each (step, rank) it holds any of: a
+  // rank's step as the executor streams it, or a whole run.
+  void add(const EventRecord* events, std::size_t n);
+  // Per virtual stage, the median over the steps >= `warmup` (over all steps
+  // when there are none) of each step's median F, B and W durations, as
+  // simulator costs with free transfers: the input of bubble_simulated.
+  SimCosts costs(int warmup) const;
+  // Inference: [steps][micro-batches] latency from entering rank 0 to leaving
+  // the last rank, over the first `steps` steps (NaN where not seen).
+  std::vector<std::vector<double>> microbatch_latency(std::size_t steps) const;
+
+ private:
+  struct StepMedian {
+    int step;
+    double seconds;
+  };
+  int virtual_stages_, ranks_, microbatches_;
+  bool inference_;
+  const Schedule* schedule_;
+  std::array<std::vector<std::vector<StepMedian>>, 3> medians_;  // [kind][virtual stage]
+  std::vector<std::vector<double>> enter_, leave_;              // inference: [step][micro-batch]
+};
+
+// EventDigest's costs of a whole run's events (reports and trace: the same
+// figures as the run's bubble_simulated).
 SimCosts measured_costs(const Schedule& s, const std::vector<EventRecord>& events, int warmup);
 
 // Builds the RunResult of one executed (possibly failed) run. `ranks` holds
-// one record per run rank, in rank order.
+// one record per run rank, in rank order; their events are the run's.
 RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<RankRecord>& ranks);
-// The same with the run's events apart from the records (whose own events
-// are then ignored), every rank's in rank order, moved in: the runner's
-// events, streamed to rank 0 step by step, are not copied again.
+// The same with the run's events digested apart from the records (whose own
+// events are then ignored): `events` is what the result keeps (moved in;
+// empty when they are stored elsewhere, ResultsWriter::append_events).
 RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<RankRecord>& ranks,
-                       std::vector<EventRecord> events);
+                       const EventDigest& digest, std::vector<EventRecord> events);
 
 // A run that did not execute: not enough ranks.
 // The placeholder of a run in progress in a results checkpoint: failed,

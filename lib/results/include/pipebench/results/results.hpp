@@ -4,6 +4,8 @@
 // overwrite), and the reader that reports and tests use.
 #pragma once
 
+#include <cstddef>
+#include <memory>
 #include <string>
 
 #include "pipebench/core/error.hpp"  // ResultsError
@@ -12,6 +14,8 @@
 namespace pipebench {
 
 inline constexpr int kResultsSchemaVersion = 1;
+
+class EventStore;  // results.cpp: a ResultsWriter's scratch file of streamed events
 
 // results/<job>/[<label>/]<UTC yyyymmddThhmmssZ>-<id>.h5 under `base_dir`,
 // where id is the Slurm job id when set, else the pid.
@@ -39,6 +43,16 @@ class ResultsWriter {
   ResultsWriter& operator=(const ResultsWriter&) = delete;
   ~ResultsWriter();
 
+  // A run's events as they arrive, so that rank 0 need not hold them: kept
+  // in a scratch HDF5 file beside the results, stored as the results file
+  // stores events (chunked, compressed), in the order appended. The scratch
+  // file is unlinked as soon as it is created: a kill leaves nothing behind.
+  // After end_events(run), every checkpoint and finish copy them into
+  // /runs/<run>/events of the result's run of that name (whose `events` must
+  // then be empty). ResultsError when the scratch file cannot be written.
+  void append_events(const std::string& run, const EventRecord* events, std::size_t n);
+  void end_events(const std::string& run);
+
   void checkpoint(const JobResult& result);
   // Returns the path published.
   std::string finish(const JobResult& result);
@@ -47,8 +61,11 @@ class ResultsWriter {
   const std::string& partial_path() const { return partial_; }
 
  private:
-  std::string final_, partial_, tmp_;
+  EventStore& event_store();  // created on first use
+
+  std::string final_, partial_, tmp_, events_path_;
   bool finished_ = false;
+  std::unique_ptr<EventStore> events_;
 };
 
 // Publishes `partial` as `final` (link, then unlink `partial`); false when it
