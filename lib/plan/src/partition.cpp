@@ -32,39 +32,45 @@ std::vector<int> split_balanced(const std::vector<double>& layer_cost, int stage
     return c;
   };
   // Dynamic programme over (stage s, first layer i of stage s) on the suffix
-  // [i, L): value[s][i] combines the suffix's stage costs with `combine`.
+  // [i, L): value(s, i) combines the suffix's stage costs with `combine`.
   // Split points are scanned from the largest stage s down and replaced only
-  // on strict improvement, so ties give earlier stages more layers.
+  // on strict improvement, so ties give earlier stages more layers. Stage s
+  // can start only at layers s .. s + W - 1 (W = L - stages + 1: every stage
+  // non-empty), so the tables hold that band alone: (stages + 1) x W, not
+  // stages x L (1024 stages of 1024 layers: W = 1).
   constexpr double inf = std::numeric_limits<double>::infinity();
-  const auto P = static_cast<std::size_t>(stages);
-  const auto N = static_cast<std::size_t>(L) + 1;
-  auto solve = [&](auto combine, double cap, std::vector<std::vector<int>>& cut) {
-    std::vector<std::vector<double>> value(P + 1, std::vector<double>(N, inf));
-    cut.assign(P, std::vector<int>(N, -1));
-    value[P][L] = 0.0;
+  const int W = L - stages + 1;
+  auto at = [W](int s, int i) { return static_cast<std::size_t>(s) * static_cast<std::size_t>(W) + static_cast<std::size_t>(i - s); };
+  std::vector<double> value;
+  auto solve = [&](auto combine, double cap, std::vector<int>& cut) {
+    value.assign(static_cast<std::size_t>(stages + 1) * static_cast<std::size_t>(W), inf);
+    cut.assign(static_cast<std::size_t>(stages) * static_cast<std::size_t>(W), -1);
+    value[at(stages, L)] = 0.0;
     for (int s = stages - 1; s >= 0; --s) {
-      for (int i = s; i <= L - (stages - s); ++i) {
-        for (int j = L - (stages - 1 - s); j > i; --j) {
+      for (int i = s; i < s + W; ++i) {
+        double& best = value[at(s, i)];
+        for (int j = s + W; j > i; --j) {
+          const double rest = value[at(s + 1, j)];
           const double c = cost(s, i, j);
-          if (c > cap || value[s + 1][j] == inf) continue;
-          const double v = combine(c, value[s + 1][j]);
-          if (v < value[s][i]) {
-            value[s][i] = v;
-            cut[s][i] = j;
+          if (c > cap || rest == inf) continue;
+          const double v = combine(c, rest);
+          if (v < best) {
+            best = v;
+            cut[at(s, i)] = j;
           }
         }
       }
     }
-    return value[0][0];
+    return value[at(0, 0)];
   };
-  std::vector<std::vector<int>> cut;
+  std::vector<int> cut;
   // 1. the smallest achievable maximum stage cost;
   const double best_max = solve([](double c, double rest) { return std::max(c, rest); }, inf, cut);
   // 2. among splits within it, the most even one (least sum of squared costs).
   solve([](double c, double rest) { return c * c + rest; }, best_max * (1.0 + 1e-12), cut);
   std::vector<int> sizes;
   for (int s = 0, i = 0; s < stages; ++s) {
-    const int j = cut[s][i];
+    const int j = cut[at(s, i)];
     sizes.push_back(j - i);
     i = j;
   }

@@ -323,7 +323,9 @@ void emit_plan_json(const JobPlan& plan, JsonWriter& w) {
 std::string format_plan_json(const JobPlan& plan) {
   JsonWriter w;
   emit_plan_json(plan, w);
-  return w.str() + "\n";
+  std::string text = w.take();
+  text += '\n';
+  return text;
 }
 
 void write_plan_json(const JobPlan& plan, std::FILE* out) {

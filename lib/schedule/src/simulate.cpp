@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "pipebench/core/error.hpp"
+#include "pipebench/core/large_array.hpp"
 
 namespace pipebench {
 
@@ -12,21 +13,28 @@ namespace {
 
 // End times of every (kind, virtual stage, micro-batch); negative = not run
 // yet. W's only where the schedule has W actions (nothing reads them else).
+//
+// Laid out along the pipeline's waves, so that what the simulator touches at
+// once is a few contiguous rows at any p: forwards move up the stages, F(v,
+// mb) running about when F(v+1, mb-1) does, so F's row is mb + v; backwards
+// move down, so B's (and W's) row is mb - v + V - 1. A row holds the V stages;
+// each table has m + V - 1 rows (a stage-by-micro-batch table would put the
+// wavefront's p entries p cache lines apart, and miss the cache on each).
 class EndTimes {
  public:
   EndTimes(int stages, int microbatches, bool with_w)
       : stages_(static_cast<std::size_t>(stages)),
-        m_(static_cast<std::size_t>(microbatches)),
-        ends_((with_w ? 3 : 2) * stages_ * m_, -1.0) {}
+        rows_(static_cast<std::size_t>(microbatches) + stages_ - 1),
+        ends_((with_w ? 3 : 2) * rows_ * stages_, -1.0) {}
   double& at(ActionKind k, int v, int mb) {
-    // Micro-batch-major: a stage reads its neighbour's end of the same
-    // micro-batch just after the neighbour wrote it, on the same cache line.
-    return ends_[(static_cast<std::size_t>(k) * m_ + static_cast<std::size_t>(mb)) * stages_ + static_cast<std::size_t>(v)];
+    const std::size_t row = k == ActionKind::F ? static_cast<std::size_t>(mb + v)
+                                               : static_cast<std::size_t>(mb - v) + stages_ - 1;
+    return ends_[(static_cast<std::size_t>(k) * rows_ + row) * stages_ + static_cast<std::size_t>(v)];
   }
 
  private:
-  std::size_t stages_, m_;
-  std::vector<double> ends_;
+  std::size_t stages_, rows_;
+  LargeArray<double> ends_;
 };
 
 char letter(ActionKind k) { return k == ActionKind::F ? 'F' : k == ActionKind::B ? 'B' : 'W'; }

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "pipebench/core/error.hpp"
+#include "pipebench/core/large_array.hpp"
 
 namespace pipebench {
 
@@ -41,8 +42,8 @@ std::vector<std::string> check_structure(const Schedule& s) {
   const auto slots = static_cast<std::size_t>(V) * static_cast<std::size_t>(m);
   // W's table only where W actions exist (a W-less schedule's counts are 0).
   const bool any_w = s.split_backward();
-  std::vector<Occurrence> seen[3] = {std::vector<Occurrence>(slots), std::vector<Occurrence>(slots),
-                                     std::vector<Occurrence>(any_w ? slots : 0)};
+  LargeArray<Occurrence> seen[3] = {LargeArray<Occurrence>(slots, {}), LargeArray<Occurrence>(slots, {}),
+                                    LargeArray<Occurrence>(any_w ? slots : 0, {})};
   const Occurrence none{};
   bool in_range = true;
   for (int r = 0; r < p; ++r) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace pipebench {
@@ -46,6 +47,8 @@ class JsonWriter {
   }
 
   const std::string& str() const { return out_; }
+  // The text, moved out (the writer is left empty).
+  std::string take() { return std::move(out_); }
 
  private:
   void before_value();
