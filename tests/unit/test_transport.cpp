@@ -82,3 +82,19 @@ TEST_CASE("checked transport: the plan's order passes, any other call is an erro
   CHECK_THROWS_WITH(t.complete_sends(), Catch::Contains("the step made 1 of its 4 boundary transfers; next in the plan: "
                                                         "\"send F1 to 1\""));
 }
+
+TEST_CASE("link model: a message arrives latency + bytes / bandwidth after its send, on the receiver's clock",
+          "[transport]") {
+  const pipebench::LinkModel link{true, 5e-6, 100e9};
+  CHECK(link.arrival(1.0, 1250000) == Approx(1.0 + 5e-6 + 1e-4));
+  // Sent 0.25 s into the sender's step, at 10.25 s on its clock; the
+  // receiver left the step barrier 0.125 s later than the sender did.
+  pipebench::MpiTransport::Header h{};
+  h.send_time_s = 0.25;
+  h.send_clock_s = 10.25;
+  // One node, one clock: the send as it happened (the barrier's skew would
+  // otherwise delay every message by 0.125 s).
+  CHECK(pipebench::MpiTransport::sent_on_receiver_clock(h, 10.125, true) == 10.25);
+  // Across nodes: the time into the step, placed in the receiver's step.
+  CHECK(pipebench::MpiTransport::sent_on_receiver_clock(h, 10.125, false) == 10.375);
+}

@@ -27,6 +27,22 @@ RunComm::RunComm(MPI_Comm comm) : comm_(comm) {
   PIPEBENCH_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   PIPEBENCH_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   PIPEBENCH_MPI_CHECK(MPI_Comm_dup(comm_, &control_));
+  // The run's ranks on this node: those of a shared-memory split of it.
+  MPI_Comm node = MPI_COMM_NULL;
+  PIPEBENCH_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  int node_size = 0;
+  PIPEBENCH_MPI_CHECK(MPI_Comm_size(node, &node_size));
+  MPI_Group node_group, run_group;
+  PIPEBENCH_MPI_CHECK(MPI_Comm_group(node, &node_group));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_group(comm_, &run_group));
+  std::vector<int> node_ranks(static_cast<std::size_t>(node_size)), run_ranks(node_ranks.size());
+  for (int i = 0; i < node_size; ++i) node_ranks[static_cast<std::size_t>(i)] = i;
+  PIPEBENCH_MPI_CHECK(MPI_Group_translate_ranks(node_group, node_size, node_ranks.data(), run_group, run_ranks.data()));
+  same_node_.assign(static_cast<std::size_t>(size_), 0);
+  for (int r : run_ranks) same_node_[static_cast<std::size_t>(r)] = 1;
+  MPI_Group_free(&node_group);
+  MPI_Group_free(&run_group);
+  MPI_Comm_free(&node);
 }
 
 RunComm::~RunComm() {

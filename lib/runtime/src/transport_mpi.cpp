@@ -46,8 +46,9 @@ void MpiTransport::begin_step(double step_start_s) {
 }
 
 void MpiTransport::send(int peer, const BoundaryKey& key, const Buffer& buf) {
+  const double now = clock_.now();
   headers_.push_back(Header{key.step, static_cast<std::int32_t>(key.kind), key.microbatch, key.chunk,
-                            buf.logical_bytes, clock_.now() - step_start_s_});
+                            buf.logical_bytes, now - step_start_s_, now});
   MPI_Request req;
   PIPEBENCH_MPI_CHECK(MPI_Isend(&headers_.back(), sizeof(Header), MPI_BYTE, peer, tag(key, 0), comm_.comm(), &req));
   sends_.push_back(req);
@@ -86,10 +87,8 @@ RecvTiming MpiTransport::recv(int peer, const BoundaryKey& key, const Buffer& bu
   // virtual clock its send time (or this receive's start, if later).
   const double ready = clock_.is_virtual() ? std::max(start, step_start_s_ + h.send_time_s) : clock_.now();
   for (const auto& [offset, size] : message_parts(buf.bytes, max_part_)) receive(static_cast<char*>(buf.data) + offset, size, 1);
-  if (link_.enabled) {
-    const double arrival = h.send_time_s + link_.latency_s + 8.0 * static_cast<double>(h.logical_bytes) / link_.bits_per_s;
-    clock_.sleep_until(step_start_s_ + arrival);
-  }
+  if (link_.enabled)  // a virtual clock's step starts are one time on every rank: either form is exact there
+    clock_.sleep_until(link_.arrival(sent_on_receiver_clock(h, step_start_s_, comm_.shares_node(peer)), h.logical_bytes));
   const double end = clock_.now();
   return {end - start, end - ready};
 }

@@ -35,6 +35,8 @@ class RunComm {
   MPI_Comm control() const { return control_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // Whether run rank `peer` runs on this rank's node (shares its memory and clocks).
+  bool shares_node(int peer) const { return same_node_[static_cast<std::size_t>(peer)] != 0; }
 
   // Waits for a posted request; throws PeerAbortedError or StepTimeoutError.
   void wait(MPI_Request& req, const char* what);
@@ -66,6 +68,7 @@ class RunComm {
   int rank_ = 0, size_ = 1;
   double deadline_s_ = 0.0;
   bool aborted_ = false;
+  std::vector<char> same_node_;  // per run rank
   std::vector<MPI_Request> abort_sends_;
   std::vector<int> abort_payload_;
 };

@@ -4,11 +4,15 @@
 // mismatch is an error (the executor's correctness check, on in every run).
 //
 // With a link model (the sim backend), the receiver also waits until the
-// modelled arrival: send time + latency + logical bytes / bandwidth. Send
-// times are relative to each rank's step barrier, so no global clock is
-// needed. Times are read on the run's clock (core/clock.hpp): on a virtual
-// clock the receive completes, without sleeping, at max(the receiver's clock,
-// the modelled arrival), whenever the real message came.
+// modelled arrival: send time + latency + logical bytes / bandwidth. Between
+// ranks of one node the send time is the sender's own clock reading (the
+// node's ranks share the monotonic clock); across nodes it is the sender's
+// time into the step placed in the receiver's step, so no global clock is
+// needed — at the price of the step barrier's exit skew (a receiver that left
+// the barrier later would otherwise wait for it on every message, as if the
+// link were slower). Times are read on the run's clock (core/clock.hpp): on a
+// virtual clock the receive completes, without sleeping, at max(the
+// receiver's clock, the modelled arrival), whenever the real message came.
 //
 // MPI counts are int: a payload of 2 GiB or more travels as consecutive
 // parts of at most kMaxMessageBytes on one tag (MPI keeps their order between
@@ -16,6 +20,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -36,6 +41,10 @@ struct LinkModel {
   bool enabled = false;
   double latency_s = 0.0;
   double bits_per_s = 0.0;
+  // When a message of `logical_bytes` sent at `sent_s` arrives.
+  double arrival(double sent_s, std::uint64_t logical_bytes) const {
+    return sent_s + latency_s + 8.0 * static_cast<double>(logical_bytes) / bits_per_s;
+  }
 };
 
 class MpiTransport final : public Transport {
@@ -53,8 +62,16 @@ class MpiTransport final : public Transport {
   struct Header {
     std::int32_t step, kind, microbatch, chunk;
     std::uint64_t logical_bytes;
-    double send_time_s;  // relative to the sender's step start
+    double send_time_s;   // relative to the sender's step start
+    double send_clock_s;  // the sender's clock at the send
   };
+  // When the message of `h` was sent, on the receiver's clock (see above):
+  // the sender's clock reading when the two share the node, else its time
+  // into the step placed in the receiver's step (which began at
+  // `receiver_step_start_s`).
+  static double sent_on_receiver_clock(const Header& h, double receiver_step_start_s, bool same_node) {
+    return same_node ? h.send_clock_s : receiver_step_start_s + h.send_time_s;
+  }
 
  private:
   int tag(const BoundaryKey& key, int part) const;
