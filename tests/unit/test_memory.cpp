@@ -44,6 +44,25 @@ TEST_CASE("exceeding capacity throws 'out of memory' with the sizes and changes 
   CHECK_THROWS_AS(m.reserve(MemCategory::workspace, 1, "one more byte"), OutOfMemoryError);
 }
 
+TEST_CASE("a reservation's name made on demand is made only for the message", "[memory]") {
+  MemoryTracker m(0, 1000);
+  int made = 0;
+  auto name = [&] {
+    ++made;
+    return std::string("activations of micro-batch 7");
+  };
+  m.reserve(MemCategory::activations, 1000, name);
+  CHECK(made == 0);
+  CHECK(m.current_total() == 1000);
+  try {
+    m.reserve(MemCategory::activations, 1, name);
+    FAIL("no exception");
+  } catch (const OutOfMemoryError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("for activations of micro-batch 7"));
+  }
+  CHECK(made == 1);
+}
+
 TEST_CASE("releasing more than is held is a logic error", "[memory]") {
   MemoryTracker m(0, 100);
   m.reserve(MemCategory::grads, 10, "g");

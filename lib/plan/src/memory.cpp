@@ -22,7 +22,7 @@ std::string_view to_string(MemCategory c) {
 }
 
 void MemoryTracker::reserve(MemCategory cat, std::uint64_t bytes, std::string_view what) {
-  if (bytes > capacity_ - std::min(total_, capacity_) || total_ > capacity_) {
+  if (!fits(bytes)) {
     std::string held;
     for (int i = 0; i < kNumMemCategories; ++i)
       held += fmt::format("{}{} {}", i ? ", " : "", to_string(static_cast<MemCategory>(i)),

@@ -61,14 +61,17 @@ void MpiTransport::send(int peer, const BoundaryKey& key, const Buffer& buf) {
 
 RecvTiming MpiTransport::recv(int peer, const BoundaryKey& key, const Buffer& buf) {
   const double start = clock_.now();
-  const std::string what = fmt::format("{}{} of step {} from rank {}", key.kind == ActionKind::F ? "activation F" : "gradient B",
-                                       key.microbatch, key.step, peer);
+  // For a wait's error message; on the stack: a receive per action allocates nothing.
+  char what[96];
+  const auto written = fmt::format_to_n(what, sizeof(what) - 1, "{}{} of step {} from rank {}",
+                                        key.kind == ActionKind::F ? "activation F" : "gradient B", key.microbatch, key.step, peer);
+  *written.out = '\0';
   // A receive must not outlive its target: on a failure, cancel it here.
   auto receive = [&](void* data, std::size_t bytes, int part) {
     MPI_Request req;
     PIPEBENCH_MPI_CHECK(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, tag(key, part), comm_.comm(), &req));
     try {
-      comm_.wait(req, what.c_str());
+      comm_.wait(req, what);
     } catch (...) {
       MPI_Cancel(&req);
       MPI_Wait(&req, MPI_STATUS_IGNORE);

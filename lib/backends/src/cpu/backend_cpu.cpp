@@ -150,7 +150,7 @@ void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const flo
 void CpuBackend::acquire_slab(Chunk& c, int mb) {
   auto& slab = c.slabs[static_cast<std::size_t>(mb)];
   if (slab) release_slab(c, mb);  // a forward again without backward (tests, inference probes)
-  memory_.reserve(MemCategory::activations, c.slab_bytes, fmt::format("activations of micro-batch {}", mb));
+  memory_.reserve(MemCategory::activations, c.slab_bytes, [&] { return fmt::format("activations of micro-batch {}", mb); });
   if (!c.free_slabs.empty()) {
     slab = std::move(c.free_slabs.back());
     c.free_slabs.pop_back();
@@ -219,7 +219,8 @@ void CpuBackend::recompute_forward(Chunk& c, int mb) {
 
 std::byte* CpuBackend::acquire_kept(Chunk& c, int mb) {
   auto& slot = c.kept[static_cast<std::size_t>(mb)];
-  memory_.reserve(MemCategory::activations, c.kept_bytes, fmt::format("input of micro-batch {} kept to recompute it", mb));
+  memory_.reserve(MemCategory::activations, c.kept_bytes,
+                  [&] { return fmt::format("input of micro-batch {} kept to recompute it", mb); });
   if (!slot) slot.reset(new std::byte[c.kept_bytes]);
   return slot.get();
 }
@@ -412,7 +413,7 @@ float* CpuBackend::acquire_stash(Chunk& c, int mb) {
   auto& slot = c.stash[static_cast<std::size_t>(mb)];
   const auto bytes = static_cast<std::uint64_t>(c.stash_floats) * sizeof(float);
   memory_.reserve(MemCategory::activations, bytes,
-                  fmt::format("output gradients of micro-batch {} kept for its weight gradient", mb));
+                  [&] { return fmt::format("output gradients of micro-batch {} kept for its weight gradient", mb); });
   if (!slot) slot.reset(new float[static_cast<std::size_t>(c.stash_floats)]);
   return slot.get();
 }

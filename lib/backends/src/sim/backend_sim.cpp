@@ -93,9 +93,10 @@ int action_id(int kind, int chunk) { return kind + 4 * chunk; }
 void SimBackend::forward(int /*step*/, int microbatch, int chunk) {
   const Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
   if (spec_.recompute) memory_.reserve(MemCategory::activations, c.kept_bytes, "recomputation input");
-  memory_.reserve(MemCategory::activations, c.activation_bytes,
-                  chunk == 0 ? fmt::format("activations of micro-batch {}", microbatch)
-                             : fmt::format("activations of micro-batch {} (chunk {})", microbatch, chunk));
+  memory_.reserve(MemCategory::activations, c.activation_bytes, [&] {
+    return chunk == 0 ? fmt::format("activations of micro-batch {}", microbatch)
+                      : fmt::format("activations of micro-batch {} (chunk {})", microbatch, chunk);
+  });
   ++live_;
   peak_live_ = std::max(peak_live_, live_);
   busy_for(c.forward_s, "forward", microbatch, action_id(0, chunk));
@@ -111,14 +112,15 @@ void SimBackend::release_activation(int chunk) {
 void SimBackend::backward(int /*step*/, int microbatch, int chunk) {
   const Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
   if (spec_.split_backward) {
-    memory_.reserve(MemCategory::activations, c.stash_bytes,
-                    fmt::format("output gradients of micro-batch {} kept for its weight gradient", microbatch));
+    memory_.reserve(MemCategory::activations, c.stash_bytes, [&] {
+      return fmt::format("output gradients of micro-batch {} kept for its weight gradient", microbatch);
+    });
     busy_for(0.5 * c.backward_s, "backward (input gradient)", microbatch, action_id(1, chunk));
     return;
   }
   if (spec_.recompute) {
     memory_.reserve(MemCategory::activations, c.activation_bytes,
-                    fmt::format("recomputed activations of micro-batch {}", microbatch));
+                    [&] { return fmt::format("recomputed activations of micro-batch {}", microbatch); });
     busy_for(c.forward_s + c.backward_s, "backward (with recomputation)", microbatch, action_id(1, chunk));
     memory_.release(MemCategory::activations, c.kept_bytes);
     release_activation(chunk);

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "pipebench/core/error.hpp"
@@ -30,6 +31,15 @@ class MemoryTracker {
   // Accounts `bytes` in `cat`, or throws OutOfMemoryError (nothing changes) if
   // the total would exceed the capacity. `what` names the buffer in the message.
   void reserve(MemCategory cat, std::uint64_t bytes, std::string_view what);
+  // The same with `what` a callable that makes the name, called only for the
+  // message: a reservation per action formats nothing when it fits.
+  template <typename Name, typename = std::enable_if_t<std::is_invocable_r_v<std::string, Name&>>>
+  void reserve(MemCategory cat, std::uint64_t bytes, Name&& what) {
+    if (fits(bytes)) reserve(cat, bytes, std::string_view{});
+    else reserve(cat, bytes, std::string_view{what()});
+  }
+  // Whether `bytes` more stay within the capacity.
+  bool fits(std::uint64_t bytes) const { return total_ <= capacity_ && bytes <= capacity_ - total_; }
   // Returns bytes to the pool; releasing more than is held is a logic error.
   void release(MemCategory cat, std::uint64_t bytes);
   // Forgets the peaks (current stays): peaks then cover what follows.
