@@ -40,7 +40,9 @@ std::vector<int> split_balanced(const std::vector<double>& layer_cost, int stage
   // stages x L (1024 stages of 1024 layers: W = 1).
   constexpr double inf = std::numeric_limits<double>::infinity();
   const int W = L - stages + 1;
-  auto at = [W](int s, int i) { return static_cast<std::size_t>(s) * static_cast<std::size_t>(W) + static_cast<std::size_t>(i - s); };
+  auto at = [W](int s, int i) {  // (stage s, first layer i) in the band
+    return static_cast<std::size_t>(s) * static_cast<std::size_t>(W) + static_cast<std::size_t>(i - s);
+  };
   std::vector<double> value;
   auto solve = [&](auto combine, double cap, std::vector<int>& cut) {
     value.assign(static_cast<std::size_t>(stages + 1) * static_cast<std::size_t>(W), inf);

@@ -884,8 +884,6 @@ std::string default_results_path(const std::string& base_dir, const std::string&
 
 namespace {
 
-// `result` as a complete file at `path` (truncated first), flushed and
-// fsynced. Errors name the path and, where the OS gave one, its reason.
 // Runs `write`, which writes `path`; its ResultsError is rethrown naming
 // `what` and `path` and, where the OS gave one, its reason ("No space left
 // on device"). HDF5's own error stack is not printed.

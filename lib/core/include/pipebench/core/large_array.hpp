@@ -23,8 +23,7 @@ class LargeArray {
   static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>);
 
  public:
-  LargeArray(std::size_t n, const T& value)
-      : data_(static_cast<T*>(allocate_large(n * sizeof(T))), &std::free), size_(n) {
+  LargeArray(std::size_t n, const T& value) : data_(static_cast<T*>(allocate_large(n * sizeof(T)))), size_(n) {
     for (std::size_t i = 0; i < n; ++i) data_[i] = value;
   }
   T& operator[](std::size_t i) { return data_[i]; }
@@ -32,7 +31,10 @@ class LargeArray {
   std::size_t size() const { return size_; }
 
  private:
-  std::unique_ptr<T[], void (*)(void*)> data_;
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T[], Free> data_;
   std::size_t size_;
 };
 
