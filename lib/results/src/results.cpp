@@ -621,7 +621,7 @@ template <typename E>
 E parse_enum(const std::string& s, std::initializer_list<E> values) {
   for (E v : values)
     if (to_string(v) == s) return v;
-  throw ResultsError(fmt::format("unexpected value \"{}\" in results file", s));
+  throw ResultsError(fmt::format("unexpected value \"{}\" in results file", printable(s)));
 }
 
 // A run's figures agree with the counts they imply (docs/results-format.md):
