@@ -512,10 +512,7 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
     for (const RankRecord& r : records) take_events(r.events.data(), r.events.size());
     if (ctx.writer) ctx.writer->end_events(rp.run.name);
     if (ctx.options.dry_run) print_dry_run(rp, records);
-    jr.runs.push_back(assemble_run(job, rp, records, digest, {}));
-    if (!ctx.options.dry_run) print_run_summary(jr.runs.back(), rp);
-    else if (jr.runs.back().status == RunStatus::failed)
-      fmt::print("  -- {}: {}\n", rp.run.name, jr.runs.back().failure_message);
+    jr.runs.push_back(assemble_run(job, rp, records, digest, {}));  // run_one prints it, after the device check
   }
   return rec.failure == FailureKind::none;
 }
@@ -583,9 +580,13 @@ std::string run_one(const JobContext& ctx, const RunPlan& rp, int world_size, Wa
   const bool ran_here = comm != MPI_COMM_NULL;
   if (ran_here && execute_on_ranks(ctx, rp, comm, watchdog, jr)) MPI_Comm_free(&comm);
   const std::string broken = broken_device(ctx, rp, ran_here);
-  if (root && !broken.empty() && !jr.runs.empty()) {
-    record_broken_device(jr, broken);
-    fmt::print("  -- {}: the device was left unusable ({}); the launch runs nothing more\n", rp.run.name, broken);
+  if (root && !jr.runs.empty()) {  // the run's record, its status final only now
+    const RunResult& r = jr.runs.back();
+    if (!broken.empty()) record_broken_device(jr, broken);
+    if (!ctx.options.dry_run) print_run_summary(r, rp);
+    else if (r.status == RunStatus::failed) fmt::print("  -- {}: {}\n", rp.run.name, r.failure_message);
+    if (!broken.empty())
+      fmt::print("  -- {}: the device was left unusable ({}); the launch runs nothing more\n", rp.run.name, broken);
   }
   if (root) checkpoint(ctx, jr);
   PIPEBENCH_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
