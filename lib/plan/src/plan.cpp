@@ -28,8 +28,7 @@ SimCosts model_costs(const Job& job, const ModelDesc& model, const Partition& pa
     c.backward.push_back((split_backward ? 0.5 : 1.0) * cost.backward_flops / speed);
     c.weight.push_back(split_backward ? 0.5 * cost.backward_flops / speed : 0.0);
   }
-  const double bits = 8.0 * static_cast<double>(model.boundary_bytes(micro_batch_size));
-  c.transfer = job.device.sim_link_latency_us * 1e-6 + bits / (job.device.sim_link_gbps * 1e9);
+  c.transfer = job.device.sim_transfer_s(static_cast<std::uint64_t>(model.boundary_bytes(micro_batch_size)));
   return c;
 }
 

@@ -322,9 +322,10 @@ RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<Ra
   if (plan.run.mode == RunMode::inference && steps > 0) r.microbatch_latency_s = digest.microbatch_latency(steps);
 
   // bubble_simulated: the schedule simulated with this run's per-action
-  // medians; on the sim backend with its modelled link too (the transfer time
-  // the transport is told to take, sim_load included), so that what is left
-  // between the two is what the executor and the transport add themselves.
+  // medians; on the sim backend with its modelled link too (sim_load ×
+  // DeviceSpec::sim_transfer_s of the boundary bytes, what the transport's
+  // LinkModel takes per message), so that what is left between the two is
+  // what the executor and the transport add themselves.
   const bool any_counted = std::count(r.is_warmup.begin(), r.is_warmup.end(), 0) > 0;
   if (any_counted) {
     SimCosts costs = digest.costs(job.train.warmup);

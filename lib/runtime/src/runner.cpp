@@ -435,10 +435,7 @@ std::unique_ptr<Transport> make_transport(const Job& job, const RunPlan& rp, Run
     return std::make_unique<CheckedTransport>(std::move(t), rp.schedule, rc.rank());
   };
   if (nccl) return checked(make_nccl_transport(rc, rp.schedule, rp.run.num_microbatches, rp.run.mode == RunMode::train));
-  LinkModel link;
-  if (job.device.backend == BackendKind::sim)
-    link = {true, job.device.sim_load * job.device.sim_link_latency_us * 1e-6,
-            job.device.sim_link_gbps * 1e9 / job.device.sim_load};
+  const LinkModel link{job.device.backend == BackendKind::sim, job.device};
   // Test hook: PIPEBENCH_MPI_MAX_MESSAGE_BYTES splits payloads as a 2 GiB one is split.
   std::size_t max_part = kMaxMessageBytes;
   if (const char* env = std::getenv("PIPEBENCH_MPI_MAX_MESSAGE_BYTES")) max_part = std::strtoull(env, nullptr, 10);

@@ -90,6 +90,14 @@ struct DeviceSpec {
   SimClock sim_clock = SimClock::wall;
   TransportKind transport = TransportKind::automatic;
 
+  // The sim link's time to move `bytes` at nominal speed: latency + bytes · 8
+  // / bandwidth. The one formula of the planner's transfer cost, and, times
+  // sim_load, of the sim transport's modelled arrival and bubble_simulated's
+  // transfers.
+  double sim_transfer_s(std::uint64_t bytes) const {
+    return sim_link_latency_us * 1e-6 + 8.0 * static_cast<double>(bytes) / (sim_link_gbps * 1e9);
+  }
+
   // The transport a run uses: `transport`, with automatic resolved.
   TransportKind resolved_transport() const {
     if (transport != TransportKind::automatic) return transport;

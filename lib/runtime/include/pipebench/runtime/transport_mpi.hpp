@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "pipebench/core/clock.hpp"
+#include "pipebench/core/job.hpp"
 #include "pipebench/runtime/mpi_comm.hpp"
 #include "pipebench/runtime/transport.hpp"
 
@@ -37,13 +38,14 @@ inline constexpr std::size_t kMaxMessageBytes = std::size_t{1} << 30;
 // (> 0) bytes, in order; none for 0 bytes.
 std::vector<std::pair<std::size_t, std::size_t>> message_parts(std::size_t bytes, std::size_t max_part);
 
+// The sim backend's link: DeviceSpec's sim_link_* and sim_load.
 struct LinkModel {
   bool enabled = false;
-  double latency_s = 0.0;
-  double bits_per_s = 0.0;
-  // When a message of `logical_bytes` sent at `sent_s` arrives.
+  DeviceSpec device;
+  // When a message of `logical_bytes` sent at `sent_s` arrives (the machine's
+  // condition, sim_load, included).
   double arrival(double sent_s, std::uint64_t logical_bytes) const {
-    return sent_s + latency_s + 8.0 * static_cast<double>(logical_bytes) / bits_per_s;
+    return sent_s + device.sim_load * device.sim_transfer_s(logical_bytes);
   }
 };
 
