@@ -8,7 +8,9 @@
 #     actions and a free link, median step time / actions per rank; beside it
 #     the machine's floor for one hand-off between NP processes
 #     (build/bench/handoff_floor: a token passed round a ring, yielding), and
-#     their ratio, measured in the same run.
+#     their ratio, measured in the same run. With zero-cost actions a 1F1B
+#     step is 2m + 2(p-1) hand-offs in a row (the critical path), so "per
+#     hop" = step / (2m + 2(p-1)) is the cost of one, comparable across m.
 # Usage: bench/whole/sim_bubble.sh [NP]   (stages = ranks, default 4; needs a build in build/)
 # NP must divide the 8 layers (1, 2, 4, 8) for the stages to stay balanced.
 set -euo pipefail
@@ -31,7 +33,7 @@ import h5py, numpy as np
 out, np_, floor_us = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 print(f"sim backend, {np_} ranks on {open('/proc/cpuinfo').read().count('processor')} cores")
 print(f"{'m':>3} {'analytic':>9} | {'link model':>10} {'diff':>8} | {'free link':>10} {'diff':>8} {'simulated':>9} | "
-      f"{'zero-cost step':>14} {'per action':>11} {'/ floor':>7}")
+      f"{'zero-cost step':>14} {'per action':>11} {'per hop':>8} {'/ floor':>7}")
 files = {k: h5py.File(glob.glob(f"{out}/{k}/*/*.h5")[0]) for k in ("timed", "free", "zero")}
 for name in files["timed"]["runs"]:
     t, f, z = (files[k]["runs"][name] for k in ("timed", "free", "zero"))
@@ -40,7 +42,8 @@ for name in files["timed"]["runs"]:
     bt, bf = t.attrs["bubble_measured_median"], f.attrs["bubble_measured_median"]
     step0 = z.attrs["step_time_median_s"]
     print(f"{m:3d} {a:9.4f} | {bt:10.4f} {bt - a:+8.4f} | {bf:10.4f} {bf - a:+8.4f} {f.attrs['bubble_simulated']:9.4f} | "
-          f"{step0 * 1e6:11.1f} us {step0 / (2 * m) * 1e6:8.1f} us {step0 / (2 * m) * 1e6 / floor_us:7.1f}")
+          f"{step0 * 1e6:11.1f} us {step0 / (2 * m) * 1e6:8.1f} us {step0 / (2 * m + 2 * (np_ - 1)) * 1e6:5.1f} us "
+          f"{step0 / (2 * m + 2 * (np_ - 1)) * 1e6 / floor_us:7.1f}")
 print(f"hand-off floor: {floor_us:.2f} us per hop between {max(np_, 2)} processes (build/bench/handoff_floor)")
 PY
 rm -rf "$out"
