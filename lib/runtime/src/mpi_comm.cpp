@@ -11,6 +11,47 @@ namespace pipebench {
 
 namespace {
 constexpr double kSpinSeconds = 20e-6;
+
+// Whether the MPI library gives the core up itself (sched_yield) when a test
+// finds nothing to progress: Open MPI's `mpi_yield_when_idle`, which mpirun
+// turns on when it places more ranks than cores, read through the MPI tool
+// interface (false where the variable does not exist). A wait on an MPI
+// request then does not yield again: a second sched_yield per poll doubled
+// the context switches (bench/whole/sim_bubble.sh, 4 ranks on 2 cores: a
+// zero-cost m = 16 step ~430 µs median, ~250 µs without it).
+bool read_mpi_yields_when_idle() {
+  int provided = 0;
+  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return false;
+  bool yields = false;
+  int index = -1;
+  if (MPI_T_cvar_get_index("mpi_yield_when_idle", &index) == MPI_SUCCESS) {
+    char name[128], desc[8];
+    int name_len = sizeof(name), desc_len = sizeof(desc), verbosity = 0, bind = 0, scope = 0;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    MPI_T_enum enumtype;
+    MPI_T_cvar_handle handle;
+    int count = 0;
+    if (MPI_T_cvar_get_info(index, name, &name_len, &verbosity, &type, &enumtype, desc, &desc_len, &bind, &scope) ==
+            MPI_SUCCESS &&
+        MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+      if (count == 1 && type == MPI_C_BOOL) {
+        bool value = false;
+        if (MPI_T_cvar_read(handle, &value) == MPI_SUCCESS) yields = value;
+      } else if (count == 1 && type == MPI_INT) {
+        int value = 0;
+        if (MPI_T_cvar_read(handle, &value) == MPI_SUCCESS) yields = value != 0;
+      }
+      MPI_T_cvar_handle_free(&handle);
+    }
+  }
+  MPI_T_finalize();
+  return yields;
+}
+
+bool mpi_yields_when_idle() {
+  static const bool yields = read_mpi_yields_when_idle();
+  return yields;
+}
 }  // namespace
 
 void mpi_check(int rc, const char* call, const char* file, int line) {
@@ -50,16 +91,18 @@ RunComm::~RunComm() {
 }
 
 void RunComm::wait(MPI_Request& req, const char* what) {
-  wait_for(
+  wait_until(
       [&req] {
         int done = 0;
         PIPEBENCH_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
         return done != 0;
       },
-      what);
+      what, mpi_yields_when_idle());
 }
 
-void RunComm::wait_for(const std::function<bool()>& done, const char* what) {
+void RunComm::wait_for(const std::function<bool()>& done, const char* what) { wait_until(done, what, false); }
+
+void RunComm::wait_until(const std::function<bool()>& done, const char* what, bool done_yields) {
   const double start = now_s();
   for (long polls = 0;; ++polls) {
     if (done()) return;
@@ -75,8 +118,9 @@ void RunComm::wait_for(const std::function<bool()>& done, const char* what) {
                                            now_s() - start, what));
     }
     // Spin briefly for latency, then yield the core at every poll: ranks may
-    // outnumber cores, and a spinning waiter would delay the rank it waits for.
-    if (now_s() - start > kSpinSeconds) sched_yield();
+    // outnumber cores, and a spinning waiter would delay the rank it waits
+    // for. Not when done() has yielded already (an MPI test, see above).
+    if (!done_yields && now_s() - start > kSpinSeconds) sched_yield();
   }
 }
 

@@ -63,6 +63,11 @@ class RunComm {
   void settle(double timeout_s);
 
  private:
+  // The wait loop: polls done(), checks for aborts and the deadline, spins,
+  // then yields the core at every poll unless `done_yields` (done() gave it
+  // up already).
+  void wait_until(const std::function<bool()>& done, const char* what, bool done_yields);
+
   MPI_Comm comm_;
   MPI_Comm control_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
