@@ -3,7 +3,12 @@
 #   np1            1 rank, --backend cuda: baseline run, results checked (events, memory == plan)
 #   np2_mpi        2 ranks on GPU 0 with the MPI transport (host staging): both runs,
 #                  the pipeline's losses within 1e-4 of the baseline's
+#   np2_schedules  2 ranks on GPU 0 with the MPI transport: interleaved 1F1B, ZB-H1, ZB-V (the
+#                  V's turn handed over on the device), recomputation; losses within 1e-4 of
+#                  the baseline's
 #   np2_nccl       2 ranks on 2 GPUs with NCCL (skipped with fewer than 2 GPUs)
+#   np2_nccl_schedules  the same schedules over NCCL on 2 GPUs (device buffers, grouped transfers
+#                  of two chunks per pair)
 #   np4_nccl       4 ranks on 4 GPUs with NCCL, 1F1B and eager 1F1B on 4 stages: the grouped
 #                  transfers of the middle ranks (skipped with fewer than 4 GPUs)
 #   refuse_shared  2 ranks made to share GPU 0 with NCCL: exit 7 and a message that says how to launch
@@ -26,6 +31,10 @@ case $mode in
   np2_mpi)
     CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" \
       "$outdir" 0 --run single --run two_stage --set device.transport=mpi -- RUNS=2 LOSS_REL=1e-4 ;;
+  np2_schedules)
+    CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" \
+      "$outdir" 0 --run single --run interleaved --run zb_h1 --run zb_v --run recompute --run interleaved_recompute \
+      --set device.transport=mpi -- RUNS=6 LOSS_REL=1e-4 ;;
   np2_nccl)
     if ((gpus < 2)); then
       echo "SKIP: the nccl transport needs 2 GPUs, this machine shows $gpus"
@@ -33,6 +42,13 @@ case $mode in
     fi
     exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" "$outdir" 0 --run single --run two_stage -- \
       RUNS=2 LOSS_REL=1e-4 ;;
+  np2_nccl_schedules)
+    if ((gpus < 2)); then
+      echo "SKIP: the nccl transport needs 2 GPUs, this machine shows $gpus"
+      exit 77
+    fi
+    exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" "$outdir" 0 --run single --run interleaved \
+      --run zb_h1 --run zb_v --run recompute -- RUNS=5 LOSS_REL=1e-4 ;;
   np4_nccl)
     if ((gpus < 4)); then
       echo "SKIP: 4 stages over NCCL need 4 GPUs, this machine shows $gpus"

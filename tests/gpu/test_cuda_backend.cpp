@@ -1,7 +1,9 @@
 // GPU cross-checks (label gpu): the cuda backend against the cpu backend on
 // tests/data/gpu/tiny.toml, in one process, stages chained through their
-// host buffers (the MPI transport's path), GPipe order, 5 steps.
-//   fp32: every step's loss and gradient norm within 1e-4 relative;
+// host buffers (the MPI transport's path), each run's own schedule, 5 steps.
+//   fp32: every step's loss and gradient norm within 1e-4 relative, for
+//   every schedule (interleaved 1F1B, ZB-H1 and ZB-V with their split
+//   backward, full recomputation);
 //   bf16 / fp16: losses within 2e-2 relative;
 // and the memory tracker's figures equal the model description's.
 // Without a usable GPU, main() prints why and exits 77: ctest reports the
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/in_process_pipeline.hpp"
 #include "pipebench/backends/backend_cpu.hpp"
 #include "pipebench/backends/backend_cuda.hpp"
 #include "pipebench/backends/cuda_device.hpp"
@@ -43,52 +46,25 @@ Job tiny_job(std::vector<std::string> overrides = {}) {
 
 struct StepFigures {
   std::vector<double> loss, grad_norm;
+  std::string memory;  // testing::memory_vs_plan of every rank: "" when all equal the plan
 };
 
-// Builds one backend per stage of `run` and trains `steps` steps: all
-// forwards, then all backwards (GPipe), boundary tensors copied from the
-// sender's send_buffer to the receiver's recv_buffer (host memory).
+// Trains `steps` steps of `run_name` in one process through the run's own
+// schedule (tests/support/in_process_pipeline.hpp): boundary tensors through
+// the backends' host buffers (the MPI transport's path), the turn of a V
+// through hand_over.
 template <typename MakeBackend>
 StepFigures train(const Job& job, const std::string& run_name, int steps, MakeBackend make) {
   const JobPlan plan = plan_job(job, {run_name});
   const RunPlan& rp = plan.runs.at(0);
-  const int p = rp.run.pipeline_size, m = rp.run.num_microbatches;
-  std::vector<std::unique_ptr<Backend>> stages;
-  for (int s = 0; s < p; ++s) {
-    stages.push_back(make(s));
-    stages.back()->build(stage_spec(rp, s, false));
-  }
-  auto move = [](Backend& from, Backend& to, ActionKind kind, int mb) {
-    const Buffer src = from.send_buffer(kind, mb, 0), dst = to.recv_buffer(kind, mb, 0);
-    REQUIRE(src.logical_bytes == dst.logical_bytes);
-    REQUIRE(src.bytes == dst.bytes);
-    std::memcpy(dst.data, src.data, src.bytes);
-  };
+  testing::InProcessPipeline pipe(job, rp, make);
   StepFigures out;
   for (int step = 0; step < steps; ++step) {
-    for (auto& b : stages) b->begin_step(step, 1e30);
-    double loss = 0.0;
-    for (int mb = 0; mb < m; ++mb)
-      for (int s = 0; s < p; ++s) {
-        if (s > 0) move(*stages[static_cast<std::size_t>(s - 1)], *stages[static_cast<std::size_t>(s)], ActionKind::F, mb);
-        stages[static_cast<std::size_t>(s)]->forward(step, mb, 0);
-      }
-    for (int mb = 0; mb < m; ++mb) loss += stages.back()->loss(mb) / m;
-    for (int mb = 0; mb < m; ++mb)
-      for (int s = p - 1; s >= 0; --s) {
-        if (s < p - 1) move(*stages[static_cast<std::size_t>(s + 1)], *stages[static_cast<std::size_t>(s)], ActionKind::B, mb);
-        stages[static_cast<std::size_t>(s)]->backward(step, mb, 0);
-      }
-    std::vector<double> sq(static_cast<std::size_t>(job.model.layers) + 2, 0.0);
-    for (auto& b : stages) b->grad_sq_norm_by_piece(sq);
-    double total = 0.0;
-    for (double x : sq) total += x;
-    const double norm = std::sqrt(total);
-    const double scale = job.train.grad_clip > 0 && norm > job.train.grad_clip ? job.train.grad_clip / norm : 1.0;
-    for (auto& b : stages) b->optimizer_step(step, scale);
-    out.loss.push_back(loss);
-    out.grad_norm.push_back(norm);
+    const testing::InProcessStep s = pipe.step(step);
+    out.loss.push_back(s.loss);
+    out.grad_norm.push_back(s.grad_norm);
   }
+  for (int r = 0; r < pipe.size(); ++r) out.memory += testing::memory_vs_plan(rp, r, pipe.rank(r));
   return out;
 }
 
@@ -123,6 +99,39 @@ TEST_CASE("cuda fp32 matches the cpu backend: two stages through host buffers", 
   const auto cpu = on_cpu(job, "single", 5), gpu = on_cuda(job, "two_stage", 5);
   require_close(gpu.loss, cpu.loss, 1e-4, "loss");
   require_close(gpu.grad_norm, cpu.grad_norm, 1e-4, "grad norm");
+}
+
+// The schedules with more than one chunk per rank, a split backward (B then
+// W from the stash) and recomputation, each against the cpu backend running
+// the same schedule (which the mpi tests hold bit-identical to the baseline),
+// and each rank's memory peaks equal to the plan's.
+TEST_CASE("cuda fp32 matches the cpu backend: interleaved, zero-bubble and recomputation", "[gpu]") {
+  const Job job = tiny_job();
+  for (const char* run : {"interleaved", "zb_h1", "zb_v", "recompute", "interleaved_recompute"}) {
+    INFO("run " << run);
+    const auto cpu = on_cpu(job, run, 5), gpu = on_cuda(job, run, 5);
+    require_close(gpu.loss, cpu.loss, 1e-4, "loss");
+    require_close(gpu.grad_norm, cpu.grad_norm, 1e-4, "grad norm");
+    CHECK(gpu.memory == "");
+    CHECK(cpu.memory == "");
+  }
+}
+
+// A split backward gives the full backward's bits on the device too (the
+// same launches, in another order), and bf16 keeps within 2e-2 of fp32.
+TEST_CASE("cuda: split backward and recomputation repeat the plain backward", "[gpu]") {
+  for (const char* dt : {"fp32", "bf16"}) {
+    INFO("dtype " << dt);
+    const Job job = tiny_job({std::string("model.dtype=\"") + dt + "\""});
+    const auto plain = on_cuda(job, "two_stage", 3);
+    const auto zb = on_cuda(job, "zb_h1", 3), rc = on_cuda(job, "recompute", 3);
+    CHECK(zb.loss == plain.loss);
+    CHECK(zb.grad_norm == plain.grad_norm);
+    CHECK(rc.loss == plain.loss);
+    CHECK(rc.grad_norm == plain.grad_norm);
+    CHECK(zb.memory == "");
+    CHECK(rc.memory == "");
+  }
 }
 
 TEST_CASE("cuda fp32 matches the cpu backend: mlp blocks, SGD", "[gpu]") {

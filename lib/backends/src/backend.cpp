@@ -1,5 +1,8 @@
 #include "pipebench/backends/backend.hpp"
 
+#include <algorithm>
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "pipebench/backends/backend_cpu.hpp"
@@ -30,17 +33,9 @@ StageSpec stage_spec(const RunPlan& plan, int rank, bool transport_uses_device_m
   return spec;
 }
 
-std::string unsupported_reason(BackendKind backend, const RunPlan& plan) {
-  if (backend != BackendKind::cuda) return "";
-  if (plan.schedule.chunks_per_rank > 1)
-    return fmt::format("schedule {} holds {} model chunks per rank; the cuda backend runs one (sim and cpu run more)",
-                       plan.schedule.name, plan.schedule.chunks_per_rank);
-  if (plan.schedule.split_backward())
-    return fmt::format("schedule {} splits the backward (W actions); the cuda backend does not yet (sim and cpu do)",
-                       plan.schedule.name);
-  if (plan.run.recompute == Recompute::full)
-    return "recompute = \"full\": the cuda backend does not recompute activations yet (sim and cpu do)";
-  return "";
+void Backend::hand_over(ActionKind kind, int microbatch, int from_chunk, int to_chunk) {
+  const Buffer into = recv_buffer(kind, microbatch, to_chunk), from = send_buffer(kind, microbatch, from_chunk);
+  if (into.data && from.data) std::memcpy(into.data, from.data, std::min(into.bytes, from.bytes));
 }
 
 std::unique_ptr<Backend> make_backend(const Job& job, int rank) {

@@ -68,6 +68,16 @@ void initial_values(const ModelSpec& ms, const PieceLayout& p, std::size_t t, fl
     out[i] = stdev * init_normal(ms.seed, p.id, static_cast<int>(t), static_cast<std::uint64_t>(i));
 }
 
+std::int64_t split_stash_elements(PieceKind kind, std::int64_t T, std::int64_t h, std::int64_t f) {
+  switch (kind) {
+    case PieceKind::embedding: return T * h;
+    case PieceKind::gpt: return T * (7 * h + f);
+    case PieceKind::mlp: return T * (h + f);
+    case PieceKind::head: return T * h;
+  }
+  return 0;
+}
+
 GptActs::GptActs(std::int64_t T, std::int64_t h, std::int64_t f, int elem_bytes) {
   const std::int64_t stats = T * (4 / elem_bytes);  // T floats
   x = 0;

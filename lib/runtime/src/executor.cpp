@@ -1,7 +1,6 @@
 #include "pipebench/runtime/executor.hpp"
 
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
 #include <limits>
 #include <unistd.h>
@@ -145,16 +144,15 @@ class StepRun {
 
   // The input of `kind` for action `a`, from virtual stage `from_v`: over the
   // transport from another rank (its wait and transfer count as comm time),
-  // or, from a chunk of this rank (the turn of a V), copied from that
-  // chunk's send buffer, which holds it until this action. Returns the time
+  // or, from a chunk of this rank (the turn of a V), handed over by the
+  // backend from that chunk's send buffer, which holds it until this action. Returns the time
   // blocked (0 for the local copy).
   double receive(ActionKind kind, int from_v, const Action& a) {
-    const Buffer into = backend_.recv_buffer(kind, a.microbatch, a.chunk);
     if (sched_.rank_of(from_v) == rank_) {
-      const Buffer from = backend_.send_buffer(kind, a.microbatch, sched_.chunk_of(from_v));
-      if (into.data && from.data) std::memcpy(into.data, from.data, std::min(into.bytes, from.bytes));
+      backend_.hand_over(kind, a.microbatch, sched_.chunk_of(from_v), a.chunk);
       return 0.0;
     }
+    const Buffer into = backend_.recv_buffer(kind, a.microbatch, a.chunk);
     const RecvTiming t =
         transport_.recv(sched_.rank_of(from_v), {kind, step_, a.microbatch, sched_.chunk_of(from_v)}, into);
     sr_.comm_wait_s += t.blocked_s;

@@ -235,19 +235,9 @@ const float* CpuBackend::probs(int mb) const {
   return act(c, mb, p, HeadActs(tokens_, job_.model.hidden, job_.model.vocab).probs);
 }
 
-// Stash of piece p (split backward): the output gradients its W needs, in
-// floats: embedding [T,h]; gpt block fc2 out [T,h], fc1 out [T,f], ln2 out
-// [T,h], proj out [T,h], qkv [T,3h], ln1 out [T,h]; mlp block fc2 out [T,h],
-// fc1 out [T,f]; head ln out [T,h] (its logits gradient stays in the slab).
+// Stash of piece p (split backward), in floats: split_stash_elements().
 std::int64_t CpuBackend::stash_floats(const Piece& p) const {
-  const std::int64_t T = tokens_, h = job_.model.hidden, f = job_.model.ffn_hidden;
-  switch (p.kind) {
-    case PieceKind::embedding: return T * h;
-    case PieceKind::gpt: return T * (7 * h + f);
-    case PieceKind::mlp: return T * (h + f);
-    case PieceKind::head: return T * h;
-  }
-  return 0;
+  return split_stash_elements(p.kind, tokens_, job_.model.hidden, job_.model.ffn_hidden);
 }
 
 // The backward of one piece. Pass::full: input and weight gradients now.

@@ -140,6 +140,71 @@ class HostBuffer {
   std::size_t bytes_ = 0;
 };
 
+// Per-micro-batch device blocks of one size — activation slabs, a split
+// backward's stashes, recomputation's kept inputs — each counted in the
+// tracker (activations) from acquire(mb) to release(mb). Released memory
+// waits in a free list for the next micro-batch, never returned until the
+// end (PyTorch's caching allocator does the same): the process holds the
+// schedule's peak. Every use is on the backend's one stream, so a block
+// released on the host is reused only by work queued after its last reader.
+class SlotPool {
+ public:
+  SlotPool() = default;
+  SlotPool(MemoryTracker& tracker, std::uint64_t bytes, int slots, const char* what)
+      : tracker_(&tracker), bytes_(bytes), what_(what), held_(static_cast<std::size_t>(slots), nullptr) {}
+  SlotPool(SlotPool&& o) noexcept { *this = std::move(o); }
+  SlotPool& operator=(SlotPool&& o) noexcept {
+    free_all();
+    tracker_ = std::exchange(o.tracker_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+    what_ = o.what_;
+    held_ = std::move(o.held_);
+    free_ = std::move(o.free_);
+    o.held_.clear();
+    o.free_.clear();
+    return *this;
+  }
+  ~SlotPool() { free_all(); }
+
+  std::uint64_t bytes() const { return bytes_; }
+  // The block of micro-batch mb, or null when it holds none.
+  std::byte* get(int mb) const { return held_.at(static_cast<std::size_t>(mb)); }
+  // A block for mb (one it still held is released first: a forward again
+  // without its backward). OutOfMemoryError beyond the tracker's capacity.
+  std::byte* acquire(int mb) {
+    std::byte*& slot = held_.at(static_cast<std::size_t>(mb));
+    if (slot) release(mb);
+    const auto name = [&] { return fmt::format(fmt::runtime(what_), mb); };
+    tracker_->reserve(MemCategory::activations, bytes_, name);
+    if (!free_.empty()) {
+      slot = free_.back();
+      free_.pop_back();
+    } else {
+      slot = static_cast<std::byte*>(cuda_malloc_or_oom(*tracker_, MemCategory::activations, bytes_, name()));
+    }
+    return slot;
+  }
+  // Returns whether mb held a block.
+  bool release(int mb) {
+    std::byte*& slot = held_.at(static_cast<std::size_t>(mb));
+    if (!slot) return false;
+    tracker_->release(MemCategory::activations, bytes_);
+    free_.push_back(std::exchange(slot, nullptr));
+    return true;
+  }
+
+ private:
+  void free_all() {
+    for (std::size_t mb = 0; mb < held_.size(); ++mb) release(static_cast<int>(mb));
+    for (std::byte* block : free_) cudaFree(block);
+    free_.clear();
+  }
+  MemoryTracker* tracker_ = nullptr;
+  std::uint64_t bytes_ = 0;
+  const char* what_ = "";  // a format with the micro-batch: "activations of micro-batch {}"
+  std::vector<std::byte*> held_, free_;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const Job& job, int rank);
@@ -154,17 +219,15 @@ class CudaBackend final : public Backend {
     step_ = step;
     note_device_memory();
   }
-  // One chunk per rank (unsupported_reason in backend.hpp): `chunk` is 0.
   void forward(int step, int microbatch, int chunk) override;
   void backward(int step, int microbatch, int chunk) override;
-  void weight_grad(int, int, int) override {
-    throw Error("cuda backend: split backward (W actions) is not implemented; B computes all gradients");
-  }
+  void weight_grad(int step, int microbatch, int chunk) override;
   double loss(int microbatch) const override { return loss_[static_cast<std::size_t>(microbatch)]; }
   void grad_sq_norm_by_piece(std::vector<double>& per_piece) const override;
   void optimizer_step(int step, double grad_scale) override;
   Buffer recv_buffer(ActionKind kind, int microbatch, int chunk) override;
   Buffer send_buffer(ActionKind kind, int microbatch, int chunk) override;
+  void hand_over(ActionKind kind, int microbatch, int from_chunk, int to_chunk) override;
   double last_action_device_s() const override { return last_action_s_; }
   const MemoryTracker& memory() const override { return memory_; }
   int peak_live_activations() const override { return peak_live_; }
@@ -177,16 +240,53 @@ class CudaBackend final : public Backend {
  private:
   using Piece = PieceLayout;  // stage_layout.hpp
 
+  // One model chunk (virtual stage spec_.chunk_stage[c]): its pieces, whose
+  // tensor offsets point into the rank's flat parameter buffers (chunk after
+  // chunk), its boundary buffers and its per-micro-batch device blocks.
+  struct Chunk {
+    std::vector<Piece> pieces;
+    bool receives = false, sends = false;  // from / to a neighbouring virtual stage
+    DeviceBuffer recv_prev, recv_next;
+    std::vector<DeviceBuffer> send_prev, send_next;  // per micro-batch
+    // Host staging for a transport that moves host memory (MPI). A receive
+    // buffer handed to the transport (recv_buffer) is marked staged and
+    // uploaded before the action that reads it.
+    std::optional<HostBuffer> host_recv_prev, host_recv_next;
+    std::vector<HostBuffer> host_send_prev, host_send_next;  // per micro-batch
+    bool staged_prev = false, staged_next = false;
+    SlotPool slabs;  // activations, from F to B (to W with a split backward)
+    SlotPool stash;  // split backward: output gradients from B to W (split_stash_elements)
+    SlotPool kept;   // recomputation: the chunk's input from F to B
+    bool embedding() const { return pieces.front().kind == PieceKind::embedding; }
+    bool head() const { return pieces.back().kind == PieceKind::head; }
+  };
+  // Pass::full: input and weight gradients at B. A split backward: the input
+  // gradient at B (Pass::input), saving the output gradients W needs in the
+  // stash; the weight gradients at W from them (Pass::weight).
+  enum class Pass { full, input, weight };
+
   static std::uint64_t device_capacity(const Job& job);
-  std::byte* act(int mb, const Piece& p, std::int64_t elements) const {
-    return static_cast<std::byte*>(slabs_[static_cast<std::size_t>(mb)]) + p.act_offset + elements * e_;
+  void build_chunk(Chunk& c, int ci, const ModelDesc& model);
+  Chunk& chunk(int c) { return chunks_.at(static_cast<std::size_t>(c)); }
+  std::byte* act(const Chunk& c, int mb, const Piece& p, std::int64_t elements) const {
+    return c.slabs.get(mb) + p.act_offset + elements * e_;
   }
   std::byte* elem(const DeviceBuffer& b, std::int64_t elements) const { return b.data() + elements * e_; }
   void* w(const Piece& p, std::size_t t) const { return elem(params_, p.tensors[t].offset); }
   // Gradients are fp32 whatever the dtype (docs/cuda-backend.md, dtypes).
   float* g(const Piece& p, std::size_t t) const { return reinterpret_cast<float*>(grads_.data()) + p.tensors[t].offset; }
   // A LayerNorm's fp32 mean or 1/std at slab element offset `elements`.
-  float* stat(int mb, const Piece& p, std::int64_t elements) const { return reinterpret_cast<float*>(act(mb, p, elements)); }
+  float* stat(const Chunk& c, int mb, const Piece& p, std::int64_t elements) const {
+    return reinterpret_cast<float*>(act(c, mb, p, elements));
+  }
+  std::int32_t* tokens_at(const Chunk& c, int mb) const { return reinterpret_cast<std::int32_t*>(act(c, mb, c.pieces.front(), 0)); }
+  std::int32_t* targets_at(const Chunk& c, int mb) const {
+    const HeadActs a(tokens_, job_.model.hidden, job_.model.vocab, static_cast<int>(e_));
+    return reinterpret_cast<std::int32_t*>(act(c, mb, c.pieces.back(), a.targets));
+  }
+  std::int64_t stash_elements(const Piece& p) const {
+    return split_stash_elements(p.kind, tokens_, job_.model.hidden, job_.model.ffn_hidden);
+  }
   // Workspace layout (ModelDesc::cuda_workspace_bytes): norm partial sums,
   // per-token losses, then the backward's temporaries (aligned: cudaMalloc
   // returns 256-byte-aligned memory and the first two parts are multiples of 4).
@@ -195,22 +295,37 @@ class CudaBackend final : public Backend {
   std::int32_t* embedding_order_ints() const {
     return reinterpret_cast<std::int32_t*>(workspace_.data() + ModelDesc::kCudaNormSlotsBytes + 4 * tokens_);
   }
+  // The backward's temporaries: dgelu [T,f], dh, dx2, dqkv [T,3h], then two
+  // ping-pong gradients [T,h] (pieces hand their input gradients through
+  // them; a recomputed forward writes its output there), then the heads'
+  // score matrices.
   std::byte* temporaries() const {
     return workspace_.data() + ModelDesc::kCudaNormSlotsBytes + 4 * tokens_ + embedding_order_bytes_;
   }
+  std::byte* workspace_ping() const {
+    return temporaries() + (tokens_ * job_.model.ffn_hidden + 5 * tokens_ * job_.model.hidden) * e_;
+  }
+  void copy_on_device(void* dst, const void* src, std::uint64_t bytes) const;
 
   // Runs the row-major product `g` (gemm_layout.hpp) through cuBLAS; C in
   // the storage dtype, or fp32 for a weight gradient (`fp32_out`).
   void gemm(const gemm::RowMajor& g, const void* A, const void* B, void* C, bool fp32_out = false) const;
   void linear_forward(const void* x, const void* W, const void* b, void* y, int T, int in, int out, bool accumulate) const;
-  void linear_backward(const void* x, const void* W, const void* dy, void* dx, float* dW, float* db, int T, int in,
-                       int out, bool accumulate_dx) const;
-  void forward_piece(const Piece& p, int mb, const std::byte* in, std::byte* out);
-  void backward_piece(const Piece& p, int mb, const std::byte* dy, std::byte* dx);
-  void acquire_slab(int mb);
-  void release_slab(int mb);
+  // dW += xᵀ·dy (fp32), db += Σ_t dy (when db); dx = dy·W (+= when accumulate).
+  void linear_backward_weight(const void* x, const void* dy, float* dW, float* db, int T, int in, int out) const;
+  void linear_backward_input(const void* W, const void* dy, void* dx, int T, int in, int out, bool accumulate) const;
+  void forward_piece(const Chunk& c, const Piece& p, int mb, const std::byte* in, std::byte* out);
+  void forward_pieces(const Chunk& c, int mb, const std::byte* in, std::byte* last_out);
+  void recompute_forward(Chunk& c, int mb);
+  void backward_pieces(Chunk& c, int mb, Pass pass, std::byte* stash);
+  void backward_piece(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass, std::byte* st);
+  void backward_gpt(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass, std::byte* st);
+  void backward_mlp(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass, std::byte* st);
+  void backward_head(const Chunk& c, const Piece& p, int mb, std::byte* dx, Pass pass, std::byte* st);
+  void acquire_slab(Chunk& c, int mb);
+  void release_slab(Chunk& c, int mb);
   void upload_tokens(int mb, std::int32_t* dst, bool targets);
-  void upload_inputs(int mb);
+  void upload_staged(Chunk& c, ActionKind kind);
   void upload_embedding_order(int mb);
   void read_loss(int mb);
   void start_action();
@@ -221,7 +336,7 @@ class CudaBackend final : public Backend {
   StageSpec spec_;
   DType dt_ = DType::fp32;
   std::int64_t e_ = 4;  // bytes per element
-  std::vector<Piece> pieces_;
+  std::vector<Chunk> chunks_;
   std::pair<int, int> layers_{-1, -1};
   std::int64_t num_params_ = 0, tokens_ = 0;
   // cudaMemGetInfo's used bytes before the backend allocated, and the most since.
@@ -237,20 +352,11 @@ class CudaBackend final : public Backend {
   // divide instead (grad_unscale_ = 1 / that product; 1 for fp32 and bf16).
   double grad_unscale_ = 1.0;
   DeviceBuffer params_, grads_, master_, adam_m_, adam_v_, workspace_;
-  DeviceBuffer recv_prev_, recv_next_;
-  std::vector<DeviceBuffer> send_prev_, send_next_;
-  // Host staging for a transport that moves host memory (MPI).
-  std::optional<HostBuffer> host_recv_prev_, host_recv_next_;
-  std::vector<HostBuffer> host_send_prev_, host_send_next_;  // per micro-batch
-  std::uint64_t slab_bytes_ = 0;
-  // Activation slabs, cached like the cpu backend's: a slab is counted in the
-  // tracker from its forward to its backward, its device memory then waits in
-  // free_slabs_ for the next micro-batch (never returned until the end).
-  std::vector<void*> slabs_, free_slabs_;
   std::vector<double> loss_;
   std::vector<float> host_losses_;
   // The embedding backward's token order (workspace, train only): its bytes
-  // and the current micro-batch's segments, uploaded before each backward.
+  // and the current micro-batch's segments, uploaded before the action that
+  // runs the embedding's weight gradient (B, or W of a split backward).
   std::int64_t embedding_order_bytes_ = 0;
   gpu::EmbeddingOrder embedding_order_;
   int optimizer_steps_ = 0, step_ = 0;
@@ -279,12 +385,32 @@ CudaBackend::CudaBackend(const Job& job, int rank)
 
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
-  for (int mb = 0; mb < static_cast<int>(slabs_.size()); ++mb) release_slab(mb);
-  for (void* slab : free_slabs_) cudaFree(slab);
+  chunks_.clear();  // the device blocks, before the stream and the handles go
   if (ev_start_) cudaEventDestroy(ev_start_);
   if (ev_end_) cudaEventDestroy(ev_end_);
   if (cublas_) gpu::cublas().destroy(cublas_);
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+// The fp32 LayerNorm statistics and the head's int32 targets sit among
+// fp16/bf16 activations in the slab: each must be 4-byte aligned.
+void check_slab_alignment(const std::vector<PieceLayout>& pieces, const ModelSpec& ms, std::int64_t tokens, DType dt) {
+  const int e = dtype_bytes(dt);
+  for (const PieceLayout& p : pieces) {
+    std::vector<std::pair<const char*, std::int64_t>> at;
+    if (p.kind == PieceKind::gpt) {
+      const GptActs a(tokens, ms.hidden, ms.ffn_hidden, e);
+      at = {{"LayerNorm statistics", a.mean1}, {"LayerNorm statistics", a.mean2}};
+    } else if (p.kind == PieceKind::head) {
+      const HeadActs a(tokens, ms.hidden, ms.vocab, e);
+      at = {{"LayerNorm statistics", a.mean}, {"targets", a.targets}};
+    }
+    for (const auto& [what, elements] : at)
+      if ((p.act_offset + elements * e) % 4 != 0)
+        throw Error(fmt::format("cuda backend: the {} of piece {} would sit at slab offset {}, not 4-byte aligned, "
+                                "with dtype {}: use an even seq_len or micro_batch_size",
+                                what, p.id, p.act_offset + elements * e, to_string(dt)));
+  }
 }
 
 void CudaBackend::build(const StageSpec& spec) {
@@ -299,39 +425,28 @@ void CudaBackend::build(const StageSpec& spec) {
                  "cublasSetMathMode");
   const ModelSpec& ms = job_.model;
   const ModelDesc model(ms, dt_);
-  const std::int64_t h = ms.hidden, V = ms.vocab;
   const int b = spec.micro_batch_size;
   tokens_ = std::int64_t{b} * ms.seq_len;
   const bool train = spec.mode == RunMode::train;
-  if (spec.num_chunks() != 1) throw Error("cuda backend: one model chunk per rank only");
-  const StageRange& range = spec.chunks.front();
-  layers_ = {range.first_layer, range.last_layer()};
-
-  const StageLayout layout = stage_layout(ms, dt_, range, b, "cuda");
-  pieces_ = layout.pieces;
-  const std::int64_t next_param = layout.params, next_act = layout.activation_bytes;
-  num_params_ = next_param;
+  layers_ = {spec.chunks.front().first_layer, spec.chunks.back().last_layer()};
   if (dt_ == DType::fp16) grad_unscale_ = 1.0 / (static_cast<double>(tokens_) * spec.num_microbatches);
-  // The fp32 LayerNorm statistics and the head's int32 targets sit among
-  // fp16/bf16 activations in the slab: each must be 4-byte aligned.
-  for (const Piece& p : pieces_) {
-    std::vector<std::pair<const char*, std::int64_t>> at;
-    if (p.kind == PieceKind::gpt) {
-      const GptActs a(tokens_, h, ms.ffn_hidden, static_cast<int>(e_));
-      at = {{"LayerNorm statistics", a.mean1}, {"LayerNorm statistics", a.mean2}};
-    } else if (p.kind == PieceKind::head) {
-      const HeadActs a(tokens_, h, V, static_cast<int>(e_));
-      at = {{"LayerNorm statistics", a.mean}, {"targets", a.targets}};
-    }
-    for (const auto& [what, elements] : at)
-      if ((p.act_offset + elements * e_) % 4 != 0)
-        throw Error(fmt::format("cuda backend: the {} of piece {} would sit at slab offset {}, not 4-byte aligned, "
-                                "with dtype {}: use an even seq_len or micro_batch_size",
-                                what, p.id, p.act_offset + elements * e_, to_string(dt_)));
+  // The chunks' tensor tables, one after the other in the flat buffers.
+  chunks_.resize(static_cast<std::size_t>(spec.num_chunks()));
+  std::vector<std::int64_t> slab_bytes;
+  num_params_ = 0;
+  for (int ci = 0; ci < spec.num_chunks(); ++ci) {
+    const StageLayout layout = stage_layout(ms, dt_, spec.chunks[static_cast<std::size_t>(ci)], b, "cuda");
+    check_slab_alignment(layout.pieces, ms, tokens_, dt_);
+    Chunk& c = chunk(ci);
+    c.pieces = layout.pieces;
+    for (Piece& p : c.pieces)
+      for (TensorSlot& t : p.tensors) t.offset += num_params_;
+    num_params_ += layout.params;
+    slab_bytes.push_back(layout.activation_bytes);
   }
   if (train) embedding_order_bytes_ = model.cuda_embedding_order_bytes(b);
 
-  const auto n = static_cast<std::uint64_t>(next_param);
+  const auto n = static_cast<std::uint64_t>(num_params_);
   const StateBytes per_param = state_bytes_per_param(job_.train.optimizer, dt_);
   params_ = DeviceBuffer(memory_, MemCategory::params, n * static_cast<std::uint64_t>(per_param.params), "parameters");
   if (train) {
@@ -342,47 +457,72 @@ void CudaBackend::build(const StageSpec& spec) {
       adam_v_ = DeviceBuffer(memory_, MemCategory::optimizer, n * 4, "AdamW second moments");
     }
   }
-  const bool has_prev = spec.rank > 0, has_next = spec.rank + 1 < spec.num_stages;
-  const auto boundary = static_cast<std::uint64_t>(model.boundary_bytes(b));
-  const auto m = static_cast<std::size_t>(spec.num_microbatches);
-  const bool staging = !spec.transport_uses_device_memory;
-  if (has_prev) recv_prev_ = DeviceBuffer(memory_, MemCategory::comm, boundary, "activation receive buffer");
-  if (has_next && train) recv_next_ = DeviceBuffer(memory_, MemCategory::comm, boundary, "gradient receive buffer");
-  for (std::size_t i = 0; i < m; ++i) {
-    if (has_next) send_next_.emplace_back(memory_, MemCategory::comm, boundary, "activation send buffer");
-    if (has_prev && train) send_prev_.emplace_back(memory_, MemCategory::comm, boundary, "gradient send buffer");
-  }
-  if (staging) {
-    if (has_prev) host_recv_prev_.emplace(boundary);
-    if (has_next && train) host_recv_next_.emplace(boundary);
-    for (std::size_t i = 0; i < send_next_.size(); ++i) host_send_next_.emplace_back(boundary);
-    for (std::size_t i = 0; i < send_prev_.size(); ++i) host_send_prev_.emplace_back(boundary);
+  const int m = spec.num_microbatches;
+  for (int ci = 0; ci < spec.num_chunks(); ++ci) {
+    Chunk& c = chunk(ci);
+    build_chunk(c, ci, model);
+    c.slabs = SlotPool(memory_, static_cast<std::uint64_t>(slab_bytes[static_cast<std::size_t>(ci)]), m,
+                       "activations of micro-batch {}");
   }
   workspace_ = DeviceBuffer(memory_, MemCategory::workspace,
                             static_cast<std::uint64_t>(model.cuda_workspace_bytes(b, train)), "workspace");
-  slab_bytes_ = static_cast<std::uint64_t>(next_act);
-  slabs_.assign(m, nullptr);
-  loss_.assign(m, 0.0);
+  loss_.assign(static_cast<std::size_t>(m), 0.0);
   host_losses_.assign(static_cast<std::size_t>(tokens_), 0.0f);
 
   // Initial weights: the cpu backend's values (seed, piece, tensor, element),
   // rounded to the storage dtype; the fp32 master keeps them exactly.
   std::vector<float> host;
   std::vector<std::byte> rounded;
-  for (const Piece& p : pieces_) {
-    for (std::size_t t = 0; t < p.tensors.size(); ++t) {
-      const TensorSlot& tt = p.tensors[t];
-      host.resize(static_cast<std::size_t>(tt.size));
-      initial_values(ms, p, t, host.data());
-      rounded.resize(host.size() * static_cast<std::size_t>(e_));
-      round_on_host(dt_, host.data(), rounded.data(), host.size());
-      cuda_check(cudaMemcpy(w(p, t), rounded.data(), rounded.size(), cudaMemcpyHostToDevice), kWho, "uploading weights");
-      if (master_.bytes())
-        cuda_check(cudaMemcpy(master_.data() + tt.offset * 4, host.data(), host.size() * 4, cudaMemcpyHostToDevice), kWho,
-                   "uploading master weights");
-    }
-  }
+  for (const Chunk& c : chunks_)
+    for (const Piece& p : c.pieces)
+      for (std::size_t t = 0; t < p.tensors.size(); ++t) {
+        const TensorSlot& tt = p.tensors[t];
+        host.resize(static_cast<std::size_t>(tt.size));
+        initial_values(ms, p, t, host.data());
+        rounded.resize(host.size() * static_cast<std::size_t>(e_));
+        round_on_host(dt_, host.data(), rounded.data(), host.size());
+        cuda_check(cudaMemcpy(w(p, t), rounded.data(), rounded.size(), cudaMemcpyHostToDevice), kWho, "uploading weights");
+        if (master_.bytes())
+          cuda_check(cudaMemcpy(master_.data() + tt.offset * 4, host.data(), host.size() * 4, cudaMemcpyHostToDevice),
+                     kWho, "uploading master weights");
+      }
   cuda_check(cudaDeviceSynchronize(), kWho, "build");
+}
+
+// Chunk ci's boundary buffers (ModelDesc::comm_bytes: one receive buffer per
+// neighbour, one send buffer per micro-batch, also between two chunks of this
+// rank), their host staging, and the stash / kept-input pools.
+void CudaBackend::build_chunk(Chunk& c, int ci, const ModelDesc& model) {
+  const bool train = spec_.mode == RunMode::train;
+  const int b = spec_.micro_batch_size, m = spec_.num_microbatches;
+  const auto boundary = static_cast<std::uint64_t>(model.boundary_bytes(b));
+  c.receives = spec_.receives(ci);
+  c.sends = spec_.sends(ci);
+  if (c.receives) c.recv_prev = DeviceBuffer(memory_, MemCategory::comm, boundary, "activation receive buffer");
+  if (c.sends && train) c.recv_next = DeviceBuffer(memory_, MemCategory::comm, boundary, "gradient receive buffer");
+  for (int i = 0; i < m; ++i) {
+    if (c.sends) c.send_next.emplace_back(memory_, MemCategory::comm, boundary, "activation send buffer");
+    if (c.receives && train) c.send_prev.emplace_back(memory_, MemCategory::comm, boundary, "gradient send buffer");
+  }
+  if (!spec_.transport_uses_device_memory) {
+    if (c.recv_prev.bytes()) c.host_recv_prev.emplace(boundary);
+    if (c.recv_next.bytes()) c.host_recv_next.emplace(boundary);
+    for (std::size_t i = 0; i < c.send_next.size(); ++i) c.host_send_next.emplace_back(boundary);
+    for (std::size_t i = 0; i < c.send_prev.size(); ++i) c.host_send_prev.emplace_back(boundary);
+  }
+  if (spec_.split_backward) {
+    std::int64_t elements = 0;
+    for (const Piece& p : c.pieces) elements += stash_elements(p);
+    c.stash = SlotPool(memory_, static_cast<std::uint64_t>(elements * e_), m,
+                       "output gradients of micro-batch {} kept for its weight gradient");
+  }
+  if (spec_.recompute)
+    c.kept = SlotPool(memory_, static_cast<std::uint64_t>(model.recompute_kept_bytes(b, c.embedding())), m,
+                      "input of micro-batch {} kept to recompute it");
+}
+
+void CudaBackend::copy_on_device(void* dst, const void* src, std::uint64_t bytes) const {
+  cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
 }
 
 void CudaBackend::gemm(const gemm::RowMajor& g, const void* A, const void* B, void* C, bool fp32_out) const {
@@ -410,11 +550,15 @@ void CudaBackend::linear_forward(const void* x, const void* W, const void* b, vo
   if (b) gpu::add_bias(dt_, y, b, T, out, stream_);
 }
 
-void CudaBackend::linear_backward(const void* x, const void* W, const void* dy, void* dx, float* dW, float* db, int T,
-                                  int in, int out, bool accumulate_dx) const {
+void CudaBackend::linear_backward_weight(const void* x, const void* dy, float* dW, float* db, int T, int in,
+                                         int out) const {
   gemm(gemm::linear_weight_grad(T, in, out), x, dy, dW, true);
   if (db) gpu::bias_backward(dt_, dy, db, T, out, stream_);
-  if (dx) gemm(gemm::linear_input_grad(T, in, out, accumulate_dx), dy, W, dx);
+}
+
+void CudaBackend::linear_backward_input(const void* W, const void* dy, void* dx, int T, int in, int out,
+                                        bool accumulate) const {
+  gemm(gemm::linear_input_grad(T, in, out, accumulate), dy, W, dx);
 }
 
 void CudaBackend::upload_tokens(int mb, std::int32_t* dst, bool targets) {
@@ -432,22 +576,18 @@ void CudaBackend::upload_tokens(int mb, std::int32_t* dst, bool targets) {
   cuda_check(cudaStreamSynchronize(stream_), kWho, "uploading tokens");  // `src` dies here
 }
 
-// What a forward reads from the host, queued before its start event so that
-// the event pair times GPU work only (docs/cuda-backend.md, Timing): the
-// received activation's staging copy, the tokens, the targets.
-void CudaBackend::upload_inputs(int mb) {
-  if (host_recv_prev_)
-    cuda_check(cudaMemcpyAsync(recv_prev_.data(), host_recv_prev_->data(), recv_prev_.bytes(), cudaMemcpyHostToDevice,
-                               stream_),
-               kWho, "staging the received activation");
-  if (pieces_.front().kind == PieceKind::embedding)
-    upload_tokens(mb, reinterpret_cast<std::int32_t*>(act(mb, pieces_.front(), 0)), false);
-  if (pieces_.back().kind == PieceKind::head) {
-    const HeadActs a(tokens_, job_.model.hidden, job_.model.vocab, static_cast<int>(e_));
-    upload_tokens(mb, reinterpret_cast<std::int32_t*>(act(mb, pieces_.back(), a.targets)), true);
-  }
+// A boundary tensor the MPI transport received into host staging, to the
+// device, queued before the action's start event (docs/cuda-backend.md, Timing).
+void CudaBackend::upload_staged(Chunk& c, ActionKind kind) {
+  const bool fwd = kind == ActionKind::F;
+  bool& staged = fwd ? c.staged_prev : c.staged_next;
+  if (!staged) return;
+  const DeviceBuffer& dst = fwd ? c.recv_prev : c.recv_next;
+  const HostBuffer& src = (fwd ? c.host_recv_prev : c.host_recv_next).value();
+  cuda_check(cudaMemcpyAsync(dst.data(), src.data(), dst.bytes(), cudaMemcpyHostToDevice, stream_), kWho,
+             fwd ? "staging the received activation" : "staging the received gradient");
+  staged = false;
 }
-
 // The embedding backward's segments (kernels.hpp EmbeddingOrder): the
 // micro-batch's positions sorted by (token id, position), the start of each
 // token's run and its id, uploaded to the workspace before the backward.
@@ -488,92 +628,90 @@ void CudaBackend::read_loss(int mb) {
   loss_[static_cast<std::size_t>(mb)] = sum / static_cast<double>(tokens_);
 }
 
-void CudaBackend::forward_piece(const Piece& p, int mb, const std::byte* in, std::byte* out) {
+void CudaBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const std::byte* in, std::byte* out) {
   const ModelSpec& ms = job_.model;
   const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, V = ms.vocab;
   const int B = spec_.micro_batch_size;
-  const std::size_t Th_bytes = static_cast<std::size_t>(tokens_ * h * e_);
+  const std::uint64_t Th_bytes = static_cast<std::uint64_t>(tokens_ * h * e_);
+  auto A = [&](std::int64_t elements) { return act(c, mb, p, elements); };
+  auto S = [&](std::int64_t elements) { return stat(c, mb, p, elements); };
   // Every piece but the embedding keeps its input at the start of its slab
-  // region; only a stage's first piece gets it from elsewhere (the receive buffer).
-  if (p.kind != PieceKind::embedding && in != act(mb, p, 0))
-    cuda_check(cudaMemcpyAsync(act(mb, p, 0), in, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
+  // region; only a chunk's first piece gets it from elsewhere (the receive
+  // buffer, or a kept input).
+  if (p.kind != PieceKind::embedding && in != A(0)) copy_on_device(A(0), in, Th_bytes);
   switch (p.kind) {
     case PieceKind::embedding: {
-      const auto* tokens = reinterpret_cast<const std::int32_t*>(act(mb, p, 0));  // upload_inputs()
+      const auto* tokens = reinterpret_cast<const std::int32_t*>(A(0));  // uploaded (or recomputation's kept copy)
       gpu::embedding_forward(dt_, tokens, w(p, 0), w(p, 1), out, T, s, h, stream_);
       break;
     }
     case PieceKind::gpt: {
       const GptActs a(T, h, f, static_cast<int>(e_));
-      std::byte* x = act(mb, p, a.x);
-      gpu::layernorm_forward(dt_, x, w(p, 0), w(p, 1), act(mb, p, a.ln1), stat(mb, p, a.mean1), stat(mb, p, a.rstd1), T, h, stream_);
-      linear_forward(act(mb, p, a.ln1), w(p, 2), w(p, 3), act(mb, p, a.qkv), T, h, 3 * h, false);
+      std::byte* x = A(a.x);
+      gpu::layernorm_forward(dt_, x, w(p, 0), w(p, 1), A(a.ln1), S(a.mean1), S(a.rstd1), T, h, stream_);
+      linear_forward(A(a.ln1), w(p, 2), w(p, 3), A(a.qkv), T, h, 3 * h, false);
       // Attention, per sequence: scores = Q·Kᵀ/√d for all heads at once, causal softmax, out = P·V.
       const gemm::Attention at(s, h, ms.heads);
       for (int bi = 0; bi < B; ++bi) {
-        const std::byte* q = act(mb, p, a.qkv + std::int64_t{bi} * s * 3 * h);
-        gemm(at.scores(), q, q + h * e_, act(mb, p, a.probs + bi * at.heads * at.ss()));
+        const std::byte* q = A(a.qkv + std::int64_t{bi} * s * 3 * h);
+        gemm(at.scores(), q, q + h * e_, A(a.probs + bi * at.heads * at.ss()));
       }
-      gpu::causal_softmax(dt_, act(mb, p, a.probs), s, std::int64_t{B} * at.heads, stream_);
+      gpu::causal_softmax(dt_, A(a.probs), s, std::int64_t{B} * at.heads, stream_);
       for (int bi = 0; bi < B; ++bi) {
-        const std::byte* q = act(mb, p, a.qkv + std::int64_t{bi} * s * 3 * h);
-        gemm(at.values(), act(mb, p, a.probs + bi * at.heads * at.ss()), q + 2 * h * e_,
-             act(mb, p, a.attn + std::int64_t{bi} * s * h));
+        const std::byte* q = A(a.qkv + std::int64_t{bi} * s * 3 * h);
+        gemm(at.values(), A(a.probs + bi * at.heads * at.ss()), q + 2 * h * e_, A(a.attn + std::int64_t{bi} * s * h));
       }
-      std::byte* x2 = act(mb, p, a.x2);
-      cuda_check(cudaMemcpyAsync(x2, x, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
-      linear_forward(act(mb, p, a.attn), w(p, 4), w(p, 5), x2, T, h, h, true);
-      gpu::layernorm_forward(dt_, x2, w(p, 6), w(p, 7), act(mb, p, a.ln2), stat(mb, p, a.mean2), stat(mb, p, a.rstd2), T, h, stream_);
-      linear_forward(act(mb, p, a.ln2), w(p, 8), w(p, 9), act(mb, p, a.pre), T, h, f, false);
-      gpu::gelu_forward(dt_, act(mb, p, a.pre), act(mb, p, a.gelu), std::int64_t{T} * f, stream_);
-      cuda_check(cudaMemcpyAsync(out, x2, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
-      linear_forward(act(mb, p, a.gelu), w(p, 10), w(p, 11), out, T, f, h, true);
+      std::byte* x2 = A(a.x2);
+      copy_on_device(x2, x, Th_bytes);
+      linear_forward(A(a.attn), w(p, 4), w(p, 5), x2, T, h, h, true);
+      gpu::layernorm_forward(dt_, x2, w(p, 6), w(p, 7), A(a.ln2), S(a.mean2), S(a.rstd2), T, h, stream_);
+      linear_forward(A(a.ln2), w(p, 8), w(p, 9), A(a.pre), T, h, f, false);
+      gpu::gelu_forward(dt_, A(a.pre), A(a.gelu), std::int64_t{T} * f, stream_);
+      copy_on_device(out, x2, Th_bytes);
+      linear_forward(A(a.gelu), w(p, 10), w(p, 11), out, T, f, h, true);
       break;
     }
     case PieceKind::mlp: {
-      std::byte* x = act(mb, p, 0);
-      std::byte* pre = act(mb, p, std::int64_t{T} * h);
-      std::byte* gl = act(mb, p, std::int64_t{T} * h + std::int64_t{T} * f);
+      std::byte* x = A(0);
+      std::byte* pre = A(std::int64_t{T} * h);
+      std::byte* gl = A(std::int64_t{T} * h + std::int64_t{T} * f);
       linear_forward(x, w(p, 0), w(p, 1), pre, T, h, f, false);
       gpu::gelu_forward(dt_, pre, gl, std::int64_t{T} * f, stream_);
-      cuda_check(cudaMemcpyAsync(out, x, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
+      copy_on_device(out, x, Th_bytes);
       linear_forward(gl, w(p, 2), w(p, 3), out, T, f, h, true);
       break;
     }
     case PieceKind::head: {
       const HeadActs a(T, h, V, static_cast<int>(e_));
-      std::byte* x = act(mb, p, a.x);
-      gpu::layernorm_forward(dt_, x, w(p, 0), w(p, 1), act(mb, p, a.ln), stat(mb, p, a.mean), stat(mb, p, a.rstd), T, h, stream_);
-      std::byte* probs = act(mb, p, a.probs);
-      linear_forward(act(mb, p, a.ln), w(p, 2), nullptr, probs, T, h, V, false);
-      const auto* targets = reinterpret_cast<const std::int32_t*>(act(mb, p, a.targets));  // upload_inputs()
+      gpu::layernorm_forward(dt_, A(a.x), w(p, 0), w(p, 1), A(a.ln), S(a.mean), S(a.rstd), T, h, stream_);
+      std::byte* probs = A(a.probs);
+      linear_forward(A(a.ln), w(p, 2), nullptr, probs, T, h, V, false);
+      const auto* targets = reinterpret_cast<const std::int32_t*>(A(a.targets));  // uploaded
       gpu::softmax_crossentropy_forward(dt_, probs, targets, token_losses(), T, V, stream_);  // read_loss()
       break;
     }
   }
 }
 
-void CudaBackend::acquire_slab(int mb) {
-  void*& slab = slabs_[static_cast<std::size_t>(mb)];
-  if (slab) release_slab(mb);  // a forward again without backward
-  const std::string what = fmt::format("activations of micro-batch {}", mb);
-  memory_.reserve(MemCategory::activations, slab_bytes_, what);
-  if (!free_slabs_.empty()) {
-    slab = free_slabs_.back();
-    free_slabs_.pop_back();
-  } else {
-    slab = cuda_malloc_or_oom(memory_, MemCategory::activations, slab_bytes_, what);
+// The chunk's pieces in order, from `in` (null for the embedding, which
+// reads the token ids in its slab) to `last_out` (null for the head).
+void CudaBackend::forward_pieces(const Chunk& c, int mb, const std::byte* in, std::byte* last_out) {
+  for (std::size_t i = 0; i < c.pieces.size(); ++i) {
+    std::byte* out = i + 1 < c.pieces.size() ? act(c, mb, c.pieces[i + 1], 0) : last_out;  // the next piece's input
+    forward_piece(c, c.pieces[i], mb, in, out);
+    in = out;
   }
+}
+
+void CudaBackend::acquire_slab(Chunk& c, int mb) {
+  if (c.slabs.get(mb)) --live_;  // a forward again without backward: acquire releases it
+  c.slabs.acquire(mb);
   ++live_;
   peak_live_ = std::max(peak_live_, live_);
 }
 
-void CudaBackend::release_slab(int mb) {
-  void*& slab = slabs_[static_cast<std::size_t>(mb)];
-  if (!slab) return;
-  memory_.release(MemCategory::activations, slab_bytes_);
-  free_slabs_.push_back(std::exchange(slab, nullptr));
-  --live_;
+void CudaBackend::release_slab(Chunk& c, int mb) {
+  if (c.slabs.release(mb)) --live_;
 }
 
 void CudaBackend::start_action() { cuda_check(cudaEventRecord(ev_start_, stream_), kWho, "cudaEventRecord"); }
@@ -586,138 +724,246 @@ void CudaBackend::finish_action() {
   last_action_s_ = static_cast<double>(ms) * 1e-3;
 }
 
-void CudaBackend::forward(int /*step*/, int mb, int /*chunk*/) {
-  acquire_slab(mb);
-  upload_inputs(mb);
+// F: what it reads from the host first (the staged activation, the tokens,
+// the targets), then the pieces between the action's events. With
+// recomputation the chunk's input is kept (the token ids for the embedding)
+// and the slab goes at the end: the micro-batch is still held, as its input.
+void CudaBackend::forward(int /*step*/, int mb, int ci) {
+  Chunk& c = chunk(ci);
+  acquire_slab(c, mb);
+  std::byte* kept = spec_.recompute ? c.kept.acquire(mb) : nullptr;
+  upload_staged(c, ActionKind::F);
+  if (c.embedding()) upload_tokens(mb, tokens_at(c, mb), false);
+  if (c.head()) upload_tokens(mb, targets_at(c, mb), true);
   start_action();
-  const bool has_next = spec_.rank + 1 < spec_.num_stages;
-  const std::byte* in = pieces_.front().kind == PieceKind::embedding ? nullptr : recv_prev_.data();
-  for (std::size_t i = 0; i < pieces_.size(); ++i) {
-    std::byte* out = nullptr;
-    if (i + 1 < pieces_.size()) out = act(mb, pieces_[i + 1], 0);  // where the next piece keeps its input
-    else if (has_next) out = send_next_[static_cast<std::size_t>(mb)].data();
-    forward_piece(pieces_[i], mb, in, out);
-    in = out;
-  }
+  const std::byte* in = c.embedding() ? nullptr : c.recv_prev.data();
+  forward_pieces(c, mb, in, c.sends ? c.send_next[static_cast<std::size_t>(mb)].data() : nullptr);
+  if (kept) copy_on_device(kept, c.embedding() ? reinterpret_cast<const std::byte*>(tokens_at(c, mb)) : in, c.kept.bytes());
   finish_action();
-  if (pieces_.back().kind == PieceKind::head) read_loss(mb);
-  if (spec_.mode == RunMode::inference) release_slab(mb);
-}
-
-void CudaBackend::backward_piece(const Piece& p, int mb, const std::byte* dy, std::byte* dx) {
-  const ModelSpec& ms = job_.model;
-  const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, V = ms.vocab;
-  const int B = spec_.micro_batch_size;
-  const std::int64_t Th = std::int64_t{T} * h;
-  const std::size_t Th_bytes = static_cast<std::size_t>(Th * e_);
-  // Workspace carving (ModelDesc::cuda_workspace_bytes): dgelu [T,f], dh, dx2,
-  // dqkv [T,3h], ping, pong, then the heads' score matrices.
-  std::byte* dgelu = temporaries();
-  std::byte* dh = dgelu + std::int64_t{T} * f * e_;
-  std::byte* dx2 = dh + Th * e_;
-  std::byte* dqkv = dx2 + Th * e_;
-  std::byte* scratch = dqkv + 5 * Th * e_;
-  switch (p.kind) {
-    case PieceKind::embedding:
-      gpu::embedding_backward(dt_, dy, embedding_order_, g(p, 0), g(p, 1), T, s, h, stream_);  // upload_embedding_order()
-      break;
-    case PieceKind::gpt: {
-      const GptActs a(T, h, f, static_cast<int>(e_));
-      linear_backward(act(mb, p, a.gelu), w(p, 10), dy, dgelu, g(p, 10), g(p, 11), T, f, h, false);
-      gpu::gelu_backward(dt_, act(mb, p, a.pre), dgelu, dgelu, std::int64_t{T} * f, stream_);
-      linear_backward(act(mb, p, a.ln2), w(p, 8), dgelu, dh, g(p, 8), g(p, 9), T, h, f, false);
-      cuda_check(cudaMemcpyAsync(dx2, dy, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
-      gpu::layernorm_backward(dt_, dh, act(mb, p, a.x2), w(p, 6), stat(mb, p, a.mean2), stat(mb, p, a.rstd2), dx2, g(p, 6),
-                              g(p, 7), T, h, stream_);
-      linear_backward(act(mb, p, a.attn), w(p, 4), dx2, dh, g(p, 4), g(p, 5), T, h, h, false);
-      // Attention backward per sequence, all heads at once (cpu_kernels attention_backward).
-      const gemm::Attention at(s, h, ms.heads);
-      for (int bi = 0; bi < B; ++bi) {
-        const std::int64_t base = std::int64_t{bi} * s * 3 * h;
-        const std::byte* q = act(mb, p, a.qkv + base);
-        const std::byte* k = q + h * e_;
-        const std::byte* v = q + 2 * h * e_;
-        std::byte* dq = dqkv + base * e_;
-        const std::byte* P = act(mb, p, a.probs + bi * at.heads * at.ss());
-        const std::byte* dO = dh + std::int64_t{bi} * s * h * e_;
-        gemm(at.dv(), P, dO, dq + 2 * h * e_);
-        gemm(at.dp(), dO, v, scratch);
-        gpu::causal_softmax_backward(dt_, P, scratch, s, at.heads, stream_);
-        gemm(at.dq(), scratch, k, dq);
-        gemm(at.dk(), scratch, q, dq + h * e_);
-      }
-      linear_backward(act(mb, p, a.ln1), w(p, 2), dqkv, dh, g(p, 2), g(p, 3), T, h, 3 * h, false);
-      cuda_check(cudaMemcpyAsync(dx, dx2, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
-      gpu::layernorm_backward(dt_, dh, act(mb, p, a.x), w(p, 0), stat(mb, p, a.mean1), stat(mb, p, a.rstd1), dx, g(p, 0),
-                              g(p, 1), T, h, stream_);
-      break;
-    }
-    case PieceKind::mlp: {
-      const std::byte* x = act(mb, p, 0);
-      const std::byte* pre = act(mb, p, Th);
-      const std::byte* gl = act(mb, p, Th + std::int64_t{T} * f);
-      linear_backward(gl, w(p, 2), dy, dgelu, g(p, 2), g(p, 3), T, f, h, false);
-      gpu::gelu_backward(dt_, pre, dgelu, dgelu, std::int64_t{T} * f, stream_);
-      cuda_check(cudaMemcpyAsync(dx, dy, Th_bytes, cudaMemcpyDeviceToDevice, stream_), kWho, "copy");
-      linear_backward(x, w(p, 0), dgelu, dx, g(p, 0), g(p, 1), T, h, f, true);
-      break;
-    }
-    case PieceKind::head: {
-      const HeadActs a(T, h, V, static_cast<int>(e_));
-      std::byte* probs = act(mb, p, a.probs);
-      const float scale = dt_ == DType::fp16 ? 1.0f : 1.0f / (static_cast<float>(T) * static_cast<float>(spec_.num_microbatches));
-      gpu::softmax_crossentropy_backward(dt_, probs, reinterpret_cast<const std::int32_t*>(act(mb, p, a.targets)), T, V,
-                                         scale, stream_);
-      linear_backward(act(mb, p, a.ln), w(p, 2), probs, dh, g(p, 2), nullptr, T, h, V, false);
-      cuda_check(cudaMemsetAsync(dx, 0, Th_bytes, stream_), kWho, "memset");
-      gpu::layernorm_backward(dt_, dh, act(mb, p, a.x), w(p, 0), stat(mb, p, a.mean), stat(mb, p, a.rstd), dx, g(p, 0),
-                              g(p, 1), T, h, stream_);
-      break;
-    }
+  if (c.head()) read_loss(mb);
+  if (kept) {
+    release_slab(c, mb);
+    ++live_;
   }
+  if (spec_.mode == RunMode::inference) release_slab(c, mb);
 }
 
-void CudaBackend::backward(int /*step*/, int mb, int /*chunk*/) {
-  // Host inputs before the events: the staged gradient, the token order.
-  if (host_recv_next_)
-    cuda_check(cudaMemcpyAsync(recv_next_.data(), host_recv_next_->data(), recv_next_.bytes(), cudaMemcpyHostToDevice,
-                               stream_),
-               kWho, "staging the received gradient");
-  if (pieces_.front().kind == PieceKind::embedding) upload_embedding_order(mb);
+// Recomputation, at the start of B (inside its events): the chunk's forward
+// again from its kept input into the slab; the output goes to the workspace
+// (the tensor sent at F may still be in flight), the head's losses are F's.
+void CudaBackend::recompute_forward(Chunk& c, int mb) {
+  const std::byte* kept = c.kept.get(mb);
+  if (c.embedding()) copy_on_device(tokens_at(c, mb), kept, c.kept.bytes());
+  forward_pieces(c, mb, c.embedding() ? nullptr : kept, c.head() ? nullptr : workspace_ping());
+  c.kept.release(mb);
+}
+
+// B: the pieces from the last to the first, each handing its input gradient
+// to the one before it through the workspace's ping-pong buffers; with a
+// split backward each also fills its part of the micro-batch's stash, and
+// the activations stay until W.
+void CudaBackend::backward(int /*step*/, int mb, int ci) {
+  Chunk& c = chunk(ci);
+  const Pass pass = spec_.split_backward ? Pass::input : Pass::full;
+  std::byte* stash = pass == Pass::input ? c.stash.acquire(mb) : nullptr;
+  if (spec_.recompute) {
+    --live_;  // held as its input until now; acquire_slab counts it again
+    acquire_slab(c, mb);
+    if (c.head()) upload_tokens(mb, targets_at(c, mb), true);
+  }
+  upload_staged(c, ActionKind::B);
+  if (c.embedding() && pass == Pass::full) upload_embedding_order(mb);
   start_action();
-  const bool has_next = spec_.rank + 1 < spec_.num_stages, has_prev = spec_.rank > 0;
-  const std::int64_t Th = tokens_ * job_.model.hidden;
-  std::byte* ping = temporaries() + (tokens_ * job_.model.ffn_hidden + 5 * Th) * e_;
-  std::byte* pong = ping + Th * e_;
-  const std::byte* dy = has_next ? recv_next_.data() : nullptr;
-  for (std::size_t k = pieces_.size(); k-- > 0;) {
-    const Piece& p = pieces_[k];
+  if (spec_.recompute) recompute_forward(c, mb);
+  backward_pieces(c, mb, pass, stash);
+  finish_action();
+  if (pass == Pass::full) release_slab(c, mb);
+}
+
+void CudaBackend::backward_pieces(Chunk& c, int mb, Pass pass, std::byte* stash) {
+  std::byte* ping = workspace_ping();
+  std::byte* pong = ping + tokens_ * job_.model.hidden * e_;
+  const std::byte* dy = c.sends ? c.recv_next.data() : nullptr;  // the head starts from the loss
+  std::int64_t offset = 0;
+  for (const Piece& p : c.pieces) offset += stash_elements(p);
+  for (std::size_t k = c.pieces.size(); k-- > 0;) {
+    const Piece& p = c.pieces[k];
+    offset -= stash_elements(p);
     std::byte* dx = nullptr;
     if (p.kind != PieceKind::embedding) {
-      if (k == 0) dx = has_prev ? send_prev_[static_cast<std::size_t>(mb)].data() : nullptr;
+      if (k == 0) dx = c.receives ? c.send_prev[static_cast<std::size_t>(mb)].data() : nullptr;
       else dx = (dy == ping) ? pong : ping;
     }
-    backward_piece(p, mb, dy, dx);
+    backward_piece(c, p, mb, dy, dx, pass, stash ? stash + offset * e_ : nullptr);
     dy = dx;
   }
+}
+
+// W: every piece's weight gradients from the stash B left, then the
+// micro-batch's activations and stash are released.
+void CudaBackend::weight_grad(int /*step*/, int mb, int ci) {
+  Chunk& c = chunk(ci);
+  std::byte* stash = spec_.split_backward ? c.stash.get(mb) : nullptr;
+  if (!stash) throw Error(fmt::format("cuda backend: W of micro-batch {} (chunk {}) without its B", mb, ci));
+  if (c.embedding()) upload_embedding_order(mb);
+  start_action();
+  std::int64_t offset = 0;
+  for (const Piece& p : c.pieces) {
+    backward_piece(c, p, mb, nullptr, nullptr, Pass::weight, stash + offset * e_);
+    offset += stash_elements(p);
+  }
   finish_action();
-  release_slab(mb);
+  c.stash.release(mb);
+  release_slab(c, mb);
+}
+
+// The backward of one piece in `pass` (Pass): `st` is this piece's part of
+// the stash. The input and weight parts are the same launches either way, so
+// a split backward gives the full one's bits.
+void CudaBackend::backward_piece(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass,
+                                 std::byte* st) {
+  switch (p.kind) {
+    case PieceKind::embedding: {
+      const int s = job_.model.seq_len, h = job_.model.hidden;
+      if (pass == Pass::input) copy_on_device(st, dy, static_cast<std::uint64_t>(tokens_ * h * e_));
+      else gpu::embedding_backward(dt_, pass == Pass::weight ? st : dy, embedding_order_, g(p, 0), g(p, 1),
+                                   static_cast<int>(tokens_), s, h, stream_);  // upload_embedding_order()
+      break;
+    }
+    case PieceKind::gpt: backward_gpt(c, p, mb, dy, dx, pass, st); break;
+    case PieceKind::mlp: backward_mlp(c, p, mb, dy, dx, pass, st); break;
+    case PieceKind::head: backward_head(c, p, mb, dx, pass, st); break;
+  }
+}
+
+void CudaBackend::backward_gpt(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass,
+                               std::byte* st) {
+  const ModelSpec& ms = job_.model;
+  const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len;
+  const std::int64_t Th = std::int64_t{T} * h, Tf = std::int64_t{T} * f;
+  const auto Th_bytes = static_cast<std::uint64_t>(Th * e_);
+  const GptActs a(T, h, f, static_cast<int>(e_));
+  auto A = [&](std::int64_t elements) { return act(c, mb, p, elements); };
+  auto S = [&](std::int64_t elements) { return stat(c, mb, p, elements); };
+  // Output gradients: in the stash (split) or the temporaries (dgelu, dh,
+  // dx2, dqkv, …; see temporaries()), at element offsets.
+  std::byte* ws = temporaries();
+  const bool split = pass != Pass::full, full = pass == Pass::full;
+  auto at = [&](std::byte* base, std::int64_t elements) { return base + elements * e_; };
+  std::byte* d_fc2 = split ? st : const_cast<std::byte*>(dy);
+  std::byte* d_fc1 = split ? at(st, Th) : ws;
+  std::byte* d_ln2 = split ? at(st, Th + Tf) : at(ws, Tf);
+  std::byte* d_proj = split ? at(st, 2 * Th + Tf) : at(ws, Tf + Th);
+  std::byte* d_qkv = split ? at(st, 3 * Th + Tf) : at(ws, Tf + 2 * Th);
+  std::byte* d_ln1 = split ? at(st, 6 * Th + Tf) : at(ws, Tf);
+  std::byte* d_attn = at(ws, Tf);  // no weights: never stashed
+  std::byte* scratch = at(ws, Tf + 7 * Th);
+  if (pass == Pass::weight) {
+    linear_backward_weight(A(a.gelu), d_fc2, g(p, 10), g(p, 11), T, f, h);
+    linear_backward_weight(A(a.ln2), d_fc1, g(p, 8), g(p, 9), T, h, f);
+    gpu::layernorm_backward_weight(dt_, d_ln2, A(a.x2), S(a.mean2), S(a.rstd2), g(p, 6), g(p, 7), T, h, stream_);
+    linear_backward_weight(A(a.attn), d_proj, g(p, 4), g(p, 5), T, h, h);
+    linear_backward_weight(A(a.ln1), d_qkv, g(p, 2), g(p, 3), T, h, 3 * h);
+    gpu::layernorm_backward_weight(dt_, d_ln1, A(a.x), S(a.mean1), S(a.rstd1), g(p, 0), g(p, 1), T, h, stream_);
+    return;
+  }
+  if (split) copy_on_device(d_fc2, dy, Th_bytes);
+  if (full) linear_backward_weight(A(a.gelu), d_fc2, g(p, 10), g(p, 11), T, f, h);
+  linear_backward_input(w(p, 10), d_fc2, d_fc1, T, f, h, false);
+  gpu::gelu_backward(dt_, A(a.pre), d_fc1, d_fc1, Tf, stream_);
+  if (full) linear_backward_weight(A(a.ln2), d_fc1, g(p, 8), g(p, 9), T, h, f);
+  linear_backward_input(w(p, 8), d_fc1, d_ln2, T, h, f, false);
+  copy_on_device(d_proj, dy, Th_bytes);
+  if (full) gpu::layernorm_backward_weight(dt_, d_ln2, A(a.x2), S(a.mean2), S(a.rstd2), g(p, 6), g(p, 7), T, h, stream_);
+  gpu::layernorm_backward_input(dt_, d_ln2, A(a.x2), w(p, 6), S(a.mean2), S(a.rstd2), d_proj, T, h, stream_);
+  if (full) linear_backward_weight(A(a.attn), d_proj, g(p, 4), g(p, 5), T, h, h);
+  linear_backward_input(w(p, 4), d_proj, d_attn, T, h, h, false);
+  // Attention backward per sequence, all heads at once (cpu_kernels attention_backward).
+  const gemm::Attention att(s, h, ms.heads);
+  for (int bi = 0; bi < spec_.micro_batch_size; ++bi) {
+    const std::int64_t base = std::int64_t{bi} * s * 3 * h;
+    const std::byte* q = A(a.qkv + base);
+    const std::byte* k = q + h * e_;
+    const std::byte* v = q + 2 * h * e_;
+    std::byte* dq = at(d_qkv, base);
+    const std::byte* P = A(a.probs + bi * att.heads * att.ss());
+    const std::byte* dO = at(d_attn, std::int64_t{bi} * s * h);
+    gemm(att.dv(), P, dO, dq + 2 * h * e_);
+    gemm(att.dp(), dO, v, scratch);
+    gpu::causal_softmax_backward(dt_, P, scratch, s, att.heads, stream_);
+    gemm(att.dq(), scratch, k, dq);
+    gemm(att.dk(), scratch, q, dq + h * e_);
+  }
+  if (full) linear_backward_weight(A(a.ln1), d_qkv, g(p, 2), g(p, 3), T, h, 3 * h);
+  linear_backward_input(w(p, 2), d_qkv, d_ln1, T, h, 3 * h, false);
+  copy_on_device(dx, d_proj, Th_bytes);
+  if (full) gpu::layernorm_backward_weight(dt_, d_ln1, A(a.x), S(a.mean1), S(a.rstd1), g(p, 0), g(p, 1), T, h, stream_);
+  gpu::layernorm_backward_input(dt_, d_ln1, A(a.x), w(p, 0), S(a.mean1), S(a.rstd1), dx, T, h, stream_);
+}
+
+void CudaBackend::backward_mlp(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass,
+                               std::byte* st) {
+  const int T = static_cast<int>(tokens_), h = job_.model.hidden, f = job_.model.ffn_hidden;
+  const std::int64_t Th = std::int64_t{T} * h;
+  const std::byte* x = act(c, mb, p, 0);
+  const std::byte* pre = act(c, mb, p, Th);
+  const std::byte* gl = act(c, mb, p, Th + std::int64_t{T} * f);
+  const bool split = pass != Pass::full;
+  std::byte* d_fc2 = split ? st : const_cast<std::byte*>(dy);
+  std::byte* d_fc1 = split ? st + Th * e_ : temporaries();
+  if (pass == Pass::weight) {
+    linear_backward_weight(gl, d_fc2, g(p, 2), g(p, 3), T, f, h);
+    linear_backward_weight(x, d_fc1, g(p, 0), g(p, 1), T, h, f);
+    return;
+  }
+  if (split) copy_on_device(d_fc2, dy, static_cast<std::uint64_t>(Th * e_));
+  if (!split) linear_backward_weight(gl, d_fc2, g(p, 2), g(p, 3), T, f, h);
+  linear_backward_input(w(p, 2), d_fc2, d_fc1, T, f, h, false);
+  gpu::gelu_backward(dt_, pre, d_fc1, d_fc1, std::int64_t{T} * f, stream_);
+  copy_on_device(dx, dy, static_cast<std::uint64_t>(Th * e_));
+  if (!split) linear_backward_weight(x, d_fc1, g(p, 0), g(p, 1), T, h, f);
+  linear_backward_input(w(p, 0), d_fc1, dx, T, h, f, true);
+}
+
+void CudaBackend::backward_head(const Chunk& c, const Piece& p, int mb, std::byte* dx, Pass pass, std::byte* st) {
+  const int T = static_cast<int>(tokens_), h = job_.model.hidden, V = job_.model.vocab;
+  const HeadActs a(T, h, V, static_cast<int>(e_));
+  auto A = [&](std::int64_t elements) { return act(c, mb, p, elements); };
+  auto S = [&](std::int64_t elements) { return stat(c, mb, p, elements); };
+  std::byte* probs = A(a.probs);  // becomes d(logits) in place, kept in the slab until W
+  std::byte* d_ln = pass == Pass::full ? temporaries() + std::int64_t{T} * job_.model.ffn_hidden * e_ : st;
+  if (pass == Pass::weight) {
+    linear_backward_weight(A(a.ln), probs, g(p, 2), nullptr, T, h, V);
+    gpu::layernorm_backward_weight(dt_, d_ln, A(a.x), S(a.mean), S(a.rstd), g(p, 0), g(p, 1), T, h, stream_);
+    return;
+  }
+  // d(step loss)/d(logits): the step loss is the mean over micro-batches of
+  // the mean over tokens (fp16: not divided, see grad_unscale_).
+  const float scale = dt_ == DType::fp16 ? 1.0f : 1.0f / (static_cast<float>(T) * static_cast<float>(spec_.num_microbatches));
+  gpu::softmax_crossentropy_backward(dt_, probs, reinterpret_cast<const std::int32_t*>(A(a.targets)), T, V, scale, stream_);
+  if (pass == Pass::full) linear_backward_weight(A(a.ln), probs, g(p, 2), nullptr, T, h, V);
+  linear_backward_input(w(p, 2), probs, d_ln, T, h, V, false);
+  cuda_check(cudaMemsetAsync(dx, 0, static_cast<std::size_t>(std::int64_t{T} * h * e_), stream_), kWho, "memset");
+  if (pass == Pass::full)
+    gpu::layernorm_backward_weight(dt_, d_ln, A(a.x), S(a.mean), S(a.rstd), g(p, 0), g(p, 1), T, h, stream_);
+  gpu::layernorm_backward_input(dt_, d_ln, A(a.x), w(p, 0), S(a.mean), S(a.rstd), dx, T, h, stream_);
 }
 
 void CudaBackend::grad_sq_norm_by_piece(std::vector<double>& per_piece) const {
   double* partials = norm_partials();
   std::vector<double> host(gpu::kSumSquaresSlots);
-  for (const Piece& p : pieces_) {
-    cuda_check(cudaMemsetAsync(partials, 0, sizeof(double) * host.size(), stream_), kWho, "memset");
-    for (std::size_t t = 0; t < p.tensors.size(); ++t)
-      gpu::sum_squares_accumulate(g(p, t), p.tensors[t].size, partials, stream_);
-    cuda_check(cudaMemcpyAsync(host.data(), partials, sizeof(double) * host.size(), cudaMemcpyDeviceToHost, stream_), kWho,
-               "reading gradient norms");
-    cuda_check(cudaStreamSynchronize(stream_), kWho, "reading gradient norms");
-    double sum = 0.0;
-    for (double x : host) sum += x;
-    per_piece.at(static_cast<std::size_t>(p.id)) += sum * grad_unscale_ * grad_unscale_;
-  }
+  for (const Chunk& c : chunks_)
+    for (const Piece& p : c.pieces) {
+      cuda_check(cudaMemsetAsync(partials, 0, sizeof(double) * host.size(), stream_), kWho, "memset");
+      for (std::size_t t = 0; t < p.tensors.size(); ++t)
+        gpu::sum_squares_accumulate(g(p, t), p.tensors[t].size, partials, stream_);
+      cuda_check(cudaMemcpyAsync(host.data(), partials, sizeof(double) * host.size(), cudaMemcpyDeviceToHost, stream_),
+                 kWho, "reading gradient norms");
+      cuda_check(cudaStreamSynchronize(stream_), kWho, "reading gradient norms");
+      double sum = 0.0;
+      for (double x : host) sum += x;
+      per_piece.at(static_cast<std::size_t>(p.id)) += sum * grad_unscale_ * grad_unscale_;
+    }
 }
 
 void CudaBackend::note_device_memory() const {
@@ -730,41 +976,59 @@ void CudaBackend::optimizer_step(int /*step*/, double grad_scale) {
   ++optimizer_steps_;
   const auto lr = static_cast<float>(job_.train.learning_rate);
   const auto scale = static_cast<float>(grad_scale * grad_unscale_);
-  for (const Piece& p : pieces_)
-    for (std::size_t t = 0; t < p.tensors.size(); ++t) {
-      const TensorSlot& tt = p.tensors[t];
-      float* master = master_.bytes() ? reinterpret_cast<float*>(master_.data()) + tt.offset : nullptr;
-      if (job_.train.optimizer == OptimizerKind::adamw)
-        gpu::adamw_update(dt_, w(p, t), g(p, t), master, reinterpret_cast<float*>(adam_m_.data()) + tt.offset,
-                          reinterpret_cast<float*>(adam_v_.data()) + tt.offset, tt.size, lr, kAdamBeta1, kAdamBeta2,
-                          kAdamEps, tt.matrix ? kAdamWeightDecay : 0.0f, optimizer_steps_, scale, stream_);
-      else
-        gpu::sgd_update(dt_, w(p, t), g(p, t), master, tt.size, lr, scale, stream_);
-    }
+  for (const Chunk& c : chunks_)
+    for (const Piece& p : c.pieces)
+      for (std::size_t t = 0; t < p.tensors.size(); ++t) {
+        const TensorSlot& tt = p.tensors[t];
+        float* master = master_.bytes() ? reinterpret_cast<float*>(master_.data()) + tt.offset : nullptr;
+        if (job_.train.optimizer == OptimizerKind::adamw)
+          gpu::adamw_update(dt_, w(p, t), g(p, t), master, reinterpret_cast<float*>(adam_m_.data()) + tt.offset,
+                            reinterpret_cast<float*>(adam_v_.data()) + tt.offset, tt.size, lr, kAdamBeta1, kAdamBeta2,
+                            kAdamEps, tt.matrix ? kAdamWeightDecay : 0.0f, optimizer_steps_, scale, stream_);
+        else
+          gpu::sgd_update(dt_, w(p, t), g(p, t), master, tt.size, lr, scale, stream_);
+      }
   cuda_check(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), stream_), kWho, "clearing gradients");
   cuda_check(cudaStreamSynchronize(stream_), kWho, "the optimizer step");
   note_device_memory();
 }
 
-Buffer CudaBackend::recv_buffer(ActionKind kind, int /*mb*/, int /*chunk*/) {
+// F: where the activation lands / B: the gradient. With host staging the
+// transport writes the host copy, uploaded before the action (upload_staged).
+Buffer CudaBackend::recv_buffer(ActionKind kind, int /*mb*/, int ci) {
+  Chunk& c = chunk(ci);
   const bool fwd = kind == ActionKind::F;
   if (!spec_.transport_uses_device_memory) {
-    HostBuffer& hb = (fwd ? host_recv_prev_ : host_recv_next_).value();
+    HostBuffer& hb = (fwd ? c.host_recv_prev : c.host_recv_next).value();
+    (fwd ? c.staged_prev : c.staged_next) = true;
     return {hb.data(), hb.bytes(), hb.bytes()};
   }
-  DeviceBuffer& b = fwd ? recv_prev_ : recv_next_;
+  DeviceBuffer& b = fwd ? c.recv_prev : c.recv_next;
   return {b.data(), static_cast<std::size_t>(b.bytes()), b.bytes()};
 }
 
-Buffer CudaBackend::send_buffer(ActionKind kind, int mb, int /*chunk*/) {
+Buffer CudaBackend::send_buffer(ActionKind kind, int mb, int ci) {
+  Chunk& c = chunk(ci);
   const bool fwd = kind == ActionKind::F;
-  DeviceBuffer& b = (fwd ? send_next_ : send_prev_).at(static_cast<std::size_t>(mb));
+  DeviceBuffer& b = (fwd ? c.send_next : c.send_prev).at(static_cast<std::size_t>(mb));
   if (!spec_.transport_uses_device_memory) {
-    HostBuffer& hb = (fwd ? host_send_next_ : host_send_prev_).at(static_cast<std::size_t>(mb));
+    HostBuffer& hb = (fwd ? c.host_send_next : c.host_send_prev).at(static_cast<std::size_t>(mb));
     cuda_check(cudaMemcpy(hb.data(), b.data(), b.bytes(), cudaMemcpyDeviceToHost), kWho, "staging a boundary tensor");
     return {hb.data(), hb.bytes(), hb.bytes()};
   }
   return {b.data(), static_cast<std::size_t>(b.bytes()), b.bytes()};
+}
+
+// The turn of a V: device to device on the stream, before the receiving
+// action (and never through host staging).
+void CudaBackend::hand_over(ActionKind kind, int mb, int from_chunk, int to_chunk) {
+  const bool fwd = kind == ActionKind::F;
+  const Chunk& from = chunk(from_chunk);
+  Chunk& to = chunk(to_chunk);
+  const DeviceBuffer& src = (fwd ? from.send_next : from.send_prev).at(static_cast<std::size_t>(mb));
+  const DeviceBuffer& dst = fwd ? to.recv_prev : to.recv_next;
+  copy_on_device(dst.data(), src.data(), dst.bytes());
+  (fwd ? to.staged_prev : to.staged_next) = false;
 }
 
 }  // namespace

@@ -386,16 +386,24 @@ void layernorm_forward(DType dt, const void* x, const void* gamma, const void* b
   check_launch("layernorm_forward");
 }
 
-void layernorm_backward(DType dt, const void* dout, const void* x, const void* gamma, const float* mean, const float* rstd,
-                        void* dx, float* dgamma, float* dbeta, int T_, int C, cudaStream_t st) {
+void layernorm_backward_input(DType dt, const void* dout, const void* x, const void* gamma, const float* mean,
+                              const float* rstd, void* dx, int T_, int C, cudaStream_t st) {
   dispatch(dt, [&](auto t) {
     using T = decltype(t);
     layernorm_backward_dx_k<T><<<rows_blocks(T_), kThreads, 0, st>>>(as<T>(dout), as<T>(x), as<T>(gamma), mean, rstd,
                                                                        as<T>(dx), T_, C);
+  });
+  check_launch("layernorm_backward_input");
+}
+
+void layernorm_backward_weight(DType dt, const void* dout, const void* x, const float* mean, const float* rstd,
+                               float* dgamma, float* dbeta, int T_, int C, cudaStream_t st) {
+  dispatch(dt, [&](auto t) {
+    using T = decltype(t);
     layernorm_backward_params_k<T><<<column_blocks(C), dim3(kColTile, kRowLanes), 0, st>>>(
         as<T>(dout), as<T>(x), mean, rstd, dgamma, dbeta, T_, C);
   });
-  check_launch("layernorm_backward");
+  check_launch("layernorm_backward_weight");
 }
 
 void gelu_forward(DType dt, const void* in, void* out, std::int64_t n, cudaStream_t st) {

@@ -43,9 +43,13 @@ void embedding_backward(DType dt, const void* dout, const EmbeddingOrder& order,
 // Per row: out = (x - mean)·rstd·gamma + beta (eps 1e-5); mean and rstd saved.
 void layernorm_forward(DType dt, const void* x, const void* gamma, const void* beta, void* out, float* mean, float* rstd,
                        int T, int C, cudaStream_t stream);
-// dx += ..., dgamma += ..., dbeta += ...
-void layernorm_backward(DType dt, const void* dout, const void* x, const void* gamma, const float* mean, const float* rstd,
-                        void* dx, float* dgamma, float* dbeta, int T, int C, cudaStream_t stream);
+// The backward in its two parts (a split backward runs them at B and at W;
+// one launch each, independent): dx += ... (input gradient), and
+// dgamma += ..., dbeta += ... (weight gradients).
+void layernorm_backward_input(DType dt, const void* dout, const void* x, const void* gamma, const float* mean,
+                              const float* rstd, void* dx, int T, int C, cudaStream_t stream);
+void layernorm_backward_weight(DType dt, const void* dout, const void* x, const float* mean, const float* rstd,
+                               float* dgamma, float* dbeta, int T, int C, cudaStream_t stream);
 
 // GELU (tanh approximation) and its backward (din may alias dout).
 void gelu_forward(DType dt, const void* in, void* out, std::int64_t n, cudaStream_t stream);

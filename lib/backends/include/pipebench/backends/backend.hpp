@@ -77,11 +77,6 @@ struct StageSpec {
 // has W.
 StageSpec stage_spec(const RunPlan& plan, int rank, bool transport_uses_device_memory);
 
-// Why `backend` cannot run `plan` ("" when it can): model chunks beyond one
-// per rank, a split backward (W actions) and activation recomputation run on
-// sim and cpu; the cuda backend runs none of them yet.
-std::string unsupported_reason(BackendKind backend, const RunPlan& plan);
-
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -121,6 +116,11 @@ class Backend {
   // input gradient to send.
   virtual Buffer recv_buffer(ActionKind kind, int microbatch, int chunk) = 0;
   virtual Buffer send_buffer(ActionKind kind, int microbatch, int chunk) = 0;
+  // A boundary tensor between two chunks of this rank (the turn of a V), no
+  // transport: `kind`'s send buffer of (microbatch, from_chunk) into the
+  // receive buffer of `to_chunk`, before to_chunk's action. The default
+  // copies host memory; a device backend copies on its device.
+  virtual void hand_over(ActionKind kind, int microbatch, int from_chunk, int to_chunk);
 
   // Device time of the latest forward/backward/weight_grad measured by the
   // backend itself (CUDA events), or a negative value when it has no such

@@ -69,4 +69,13 @@ struct HeadActs {
   HeadActs(std::int64_t T, std::int64_t h, std::int64_t V, int elem_bytes = 4);
 };
 
+// A split backward (B, then W later; zero-bubble schedules): the output
+// gradients piece `kind`'s W needs, kept from its B, in elements of the
+// storage dtype, for T tokens: embedding [T,h]; gpt block fc2 out [T,h], fc1
+// out [T,f], ln2 out [T,h], proj out [T,h], qkv [T,3h], ln1 out [T,h]; mlp
+// block fc2 out [T,h], fc1 out [T,f]; head ln out [T,h] (its logits gradient
+// stays in the slab). Both real backends keep them in this order; the sum
+// over a chunk's pieces is ModelDesc's split_stash_bytes.
+std::int64_t split_stash_elements(PieceKind kind, std::int64_t T, std::int64_t h, std::int64_t f);
+
 }  // namespace pipebench
