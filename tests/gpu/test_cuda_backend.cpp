@@ -191,6 +191,7 @@ TEST_CASE("cuda action timing: the events bracket GPU work, not the host uploads
   b->build(stage_spec(plan.runs[0], 1, false));  // host staging: the MPI transport's path
   b->begin_step(0, 1e30);
   for (int mb = 0; mb < 2; ++mb) {
+    b->recv_buffer(ActionKind::F, mb, 0);  // as the transport asks for it: the host copy is uploaded
     const double t0 = now_s();
     b->forward(0, mb, 0);
     const double wall = now_s() - t0, device = b->last_action_device_s();

@@ -1,7 +1,10 @@
 // The `cuda` backend: the cpu backend's model (embedding, gpt/mlp blocks,
 // head) on one GPU, in the storage dtype of [model] dtype (fp32, bf16 or fp16,
 // fp32 accumulation), GEMMs through cuBLAS, the rest in own kernels
-// (lib/backends/src/cuda/kernels.hpp). docs/cuda-backend.md has the design.
+// (lib/backends/src/cuda/kernels.hpp). Like the cpu backend it runs several
+// model chunks per rank, a split backward (B, then W from a stash of output
+// gradients) and full activation recomputation. docs/cuda-backend.md has the
+// design.
 //
 // Memory: every device buffer goes through the memory tracker in the model
 // description's sizes (params, grads, fp32 master + AdamW m/v for bf16/fp16,
