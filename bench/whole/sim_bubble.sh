@@ -5,12 +5,20 @@
 #     job's link model (5 us + 100 Gbit/s) and with a free link (the
 #     executor's own error; the analytic formula has no transfers);
 #  2. the executor's overhead per action: the same runs with zero-duration
-#     actions and a free link, median step time / actions per rank; beside it
-#     the machine's floor for one hand-off between NP processes
-#     (build/bench/handoff_floor: a token passed round a ring, yielding), and
-#     their ratio, measured in the same run. With zero-cost actions a 1F1B
-#     step is 2m + 2(p-1) hand-offs in a row (the critical path), so "per
-#     hop" = step / (2m + 2(p-1)) is the cost of one, comparable across m.
+#     actions and a free link (300 counted steps each), median step time /
+#     actions per rank; beside it the machine's floor for one hand-off between
+#     NP processes (build/bench/handoff_floor --pin: a token passed round a
+#     ring, yielding), and their ratio, measured in the same run. With
+#     zero-cost actions a 1F1B step is 2m + 2(p-1) hand-offs in a row (the
+#     critical path), so "per hop" = step / (2m + 2(p-1)) is the cost of one,
+#     comparable across m; "per action" also carries the step's fixed costs
+#     (start barrier, fill and drain, the gradient-norm reduction), which m = 4
+#     spreads over 8 actions. The marginal cost of an action, free of them, is
+#     the slope of the step between m = 8 and m = 16: (step16 - step8) / 16.
+# Ranks are pinned round-robin to the cores (mpirun --map-by core --bind-to
+# core, overloaded when they outnumber the cores), as benchmarks launch them:
+# unpinned, where the kernel puts 4 ranks on 2 cores changes from launch to
+# launch and with it the step time (up to 1.5x in a median of 300 steps).
 # Usage: bench/whole/sim_bubble.sh [NP]   (stages = ranks, default 4; needs a build in build/)
 # NP must divide the 8 layers (1, 2, 4, 8) for the stages to stay balanced.
 set -euo pipefail
@@ -20,13 +28,14 @@ out=$(mktemp -d)
 stages=()
 for r in m4 m8 m16; do stages+=(--set "run.$r.pipeline_size=$np"); done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpirun -np "$np" --oversubscribe build/bench/pipebench run bench/whole/sim_bubble.toml -o "$out/timed" "${stages[@]}" > "$out/timed.log"
+launch=(mpirun -np "$np" --map-by core:OVERSUBSCRIBE --bind-to core:overload-allowed)
+"${launch[@]}" build/bench/pipebench run bench/whole/sim_bubble.toml -o "$out/timed" "${stages[@]}" > "$out/timed.log"
 free_link=(--set device.sim_link_latency_us=0 --set device.sim_link_gbps=1e12)
-mpirun -np "$np" --oversubscribe build/bench/pipebench run bench/whole/sim_bubble.toml -o "$out/free" "${stages[@]}" \
+"${launch[@]}" build/bench/pipebench run bench/whole/sim_bubble.toml -o "$out/free" "${stages[@]}" \
   "${free_link[@]}" > "$out/free.log"
-mpirun -np "$np" --oversubscribe build/bench/pipebench run bench/whole/sim_bubble.toml -o "$out/zero" "${stages[@]}" \
-  "${free_link[@]}" --set device.sim_flops_per_s=1e30 > "$out/zero.log"
-floor_us=$(build/bench/handoff_floor "$(( np > 1 ? np : 2 ))" | awk '{print $(NF-3)}')
+"${launch[@]}" build/bench/pipebench run bench/whole/sim_bubble.toml -o "$out/zero" "${stages[@]}" \
+  "${free_link[@]}" --set device.sim_flops_per_s=1e30 --set train.repeats=300 > "$out/zero.log"
+floor_us=$(build/bench/handoff_floor "$(( np > 1 ? np : 2 ))" --pin | awk '{print $(NF-3)}')
 /usr/bin/python3 - "$out" "$np" "$floor_us" <<'PY'
 import glob, sys
 import h5py, numpy as np
@@ -35,15 +44,21 @@ print(f"sim backend, {np_} ranks on {open('/proc/cpuinfo').read().count('process
 print(f"{'m':>3} {'analytic':>9} | {'link model':>10} {'diff':>8} | {'free link':>10} {'diff':>8} {'simulated':>9} | "
       f"{'zero-cost step':>14} {'per action':>11} {'per hop':>8} {'/ floor':>7}")
 files = {k: h5py.File(glob.glob(f"{out}/{k}/*/*.h5")[0]) for k in ("timed", "free", "zero")}
+zero_step = {}
 for name in files["timed"]["runs"]:
     t, f, z = (files[k]["runs"][name] for k in ("timed", "free", "zero"))
     m = int(t.attrs["num_microbatches"])
     a = t.attrs["bubble_analytic"]
     bt, bf = t.attrs["bubble_measured_median"], f.attrs["bubble_measured_median"]
     step0 = z.attrs["step_time_median_s"]
+    zero_step[m] = step0
     print(f"{m:3d} {a:9.4f} | {bt:10.4f} {bt - a:+8.4f} | {bf:10.4f} {bf - a:+8.4f} {f.attrs['bubble_simulated']:9.4f} | "
           f"{step0 * 1e6:11.1f} us {step0 / (2 * m) * 1e6:8.1f} us {step0 / (2 * m + 2 * (np_ - 1)) * 1e6:5.1f} us "
           f"{step0 / (2 * m + 2 * (np_ - 1)) * 1e6 / floor_us:7.1f}")
-print(f"hand-off floor: {floor_us:.2f} us per hop between {max(np_, 2)} processes (build/bench/handoff_floor)")
+if 8 in zero_step and 16 in zero_step:
+    marginal = (zero_step[16] - zero_step[8]) / 16
+    print(f"marginal cost per action (zero-cost step, m = 8 -> 16): {marginal * 1e6:.1f} us "
+          f"({marginal * 1e6 / floor_us:.1f} x the floor); fixed per step: {(zero_step[8] - 16 * marginal) * 1e6:.1f} us")
+print(f"hand-off floor: {floor_us:.2f} us per hop between {max(np_, 2)} pinned processes (build/bench/handoff_floor --pin)")
 PY
 rm -rf "$out"
