@@ -18,6 +18,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../support/in_process_pipeline.hpp"
@@ -117,20 +118,23 @@ TEST_CASE("cuda fp32 matches the cpu backend: interleaved, zero-bubble and recom
   }
 }
 
-// A split backward gives the full backward's bits on the device too (the
-// same launches, in another order), and bf16 keeps within 2e-2 of fp32.
+// A split backward runs the full backward's launches in another order, and
+// recomputation the same forward again: on the cpu backend that is bit for
+// bit; on the device, cuBLAS may pick another algorithm for another pointer
+// (the stash is not the workspace), so within 1e-6 (fp32) / 5e-3 (bf16) —
+// a wrong stash or a stale recomputed activation is orders of magnitude off.
 TEST_CASE("cuda: split backward and recomputation repeat the plain backward", "[gpu]") {
-  for (const char* dt : {"fp32", "bf16"}) {
+  for (const auto& [dt, rel] : {std::pair<const char*, double>{"fp32", 1e-6}, {"bf16", 5e-3}}) {
     INFO("dtype " << dt);
     const Job job = tiny_job({std::string("model.dtype=\"") + dt + "\""});
     const auto plain = on_cuda(job, "two_stage", 3);
-    const auto zb = on_cuda(job, "zb_h1", 3), rc = on_cuda(job, "recompute", 3);
-    CHECK(zb.loss == plain.loss);
-    CHECK(zb.grad_norm == plain.grad_norm);
-    CHECK(rc.loss == plain.loss);
-    CHECK(rc.grad_norm == plain.grad_norm);
-    CHECK(zb.memory == "");
-    CHECK(rc.memory == "");
+    for (const char* run : {"zb_h1", "recompute"}) {
+      INFO("run " << run);
+      const auto got = on_cuda(job, run, 3);
+      require_close(got.loss, plain.loss, rel, "loss");
+      require_close(got.grad_norm, plain.grad_norm, rel, "grad norm");
+      CHECK(got.memory == "");
+    }
   }
 }
 

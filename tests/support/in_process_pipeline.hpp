@@ -147,7 +147,8 @@ inline std::string memory_vs_plan(const RunPlan& plan, int r, const Backend& b) 
   expect("activations", static_cast<std::int64_t>(t.peak(MemCategory::activations)), sp.activations_peak_bytes);
   expect("comm", static_cast<std::int64_t>(t.peak(MemCategory::comm)), sp.comm_bytes);
   expect("workspace", static_cast<std::int64_t>(t.peak(MemCategory::workspace)), sp.workspace_bytes);
-  expect("peak live activations", b.peak_live_activations(), sp.peak_live_activations);
+  // Inference holds one micro-batch's working set at a time (tests/mpi/verify_results.cpp alike).
+  expect("peak live activations", b.peak_live_activations(), plan.run.mode == RunMode::train ? sp.peak_live_activations : 1);
   return out;
 }
 

@@ -64,3 +64,18 @@ TEST_CASE("in-process pipeline: a schedule that cannot progress is reported, not
   testing::InProcessPipeline pipe(job, rp, [&](int r) { return std::make_unique<CpuBackend>(job, r); });
   CHECK_THROWS_WITH(pipe.step(0), Catch::Contains("deadlocks"));
 }
+
+TEST_CASE("in-process pipeline: forward-only inference on 4 ranks gives the single rank's losses", "[in_process]") {
+  const Job job = equivalence_job();
+  const JobPlan plan = plan_job(job, {"baseline", "infer_base", "infer_p4"});
+  const double train_loss = train(job, plan.runs.at(0), 1).front().loss;
+  std::string memory;
+  const auto single = train(job, plan.runs.at(1), 2, &memory), four = train(job, plan.runs.at(2), 2, &memory);
+  CHECK(single[0].loss == train_loss);  // the training forward of step 0, same weights and data
+  for (std::size_t s = 0; s < 2; ++s) {
+    INFO("step " << s);
+    CHECK(four[s].loss == single[s].loss);
+  }
+  CHECK(single[1].loss != single[0].loss);  // each step its own data
+  CHECK(memory == "");
+}
