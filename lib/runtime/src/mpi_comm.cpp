@@ -160,6 +160,7 @@ void RunComm::notify_abort() {
 
 void RunComm::settle(double timeout_s) {
   const double deadline = now_s() + timeout_s;
+  const bool yields = mpi_yields_when_idle();
   // A request that does not complete by the deadline is left pending: the
   // launch ends (PeerLostError), nothing else will use these communicators.
   auto await = [&](MPI_Request& req, const char* what) {
@@ -171,7 +172,7 @@ void RunComm::settle(double timeout_s) {
         throw PeerLostError(fmt::format("rank {}: the other ranks of the run did not answer within {:.0f} s while {} "
                                         "(a rank is stopped, hung or lost)",
                                         rank_, timeout_s, what));
-      sched_yield();
+      if (!yields) sched_yield();  // as wait(): not twice per poll
     }
   };
   // How many notices each rank must receive: one from every rank that aborted.
