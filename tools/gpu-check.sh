@@ -17,6 +17,7 @@
 #   torch-gpt     PyTorch bf16 training step of the same GPT: the peer
 #   pipeline-2ranks-1gpu  its 2-stage 1F1B as 2 ranks on GPU 0 over MPI
 #   sanitizer     compute-sanitizer memcheck on the smallest cross-check
+#   sanitizer-schedules  the same on the split backward and recomputation check
 # Writes OUT/summary.json (steps with verdict and seconds; GEMM TFLOP/s beside
 # torch's; step times beside torch's; cross-check and sanitizer lines) and one
 # log per step (each at most 16 MiB), all in OUT itself.
@@ -92,6 +93,8 @@ step pipeline-2ranks-1gpu 180 env CUDA_VISIBLE_DEVICES=0 mpirun -np 2 -x CUDA_VI
   -x PIPEBENCH_SOURCE_DIR pipebench run "$job" --run pp2 --set device.transport=mpi -o "$out/results"
 step sanitizer 150 compute-sanitizer --tool memcheck --error-exitcode 9 gpu_tests \
   "cuda fp32 matches the cpu backend: single stage"
+step sanitizer-schedules 150 compute-sanitizer --tool memcheck --error-exitcode 9 gpu_tests \
+  "cuda: split backward and recomputation repeat the plain backward"
 if compgen -G "$out/results/*/*.h5" >/dev/null; then
   pipebench report "$out"/results/*/*.h5 -o "$out/report" > "$out/report.log" 2>&1 || true
 fi
