@@ -302,7 +302,7 @@ std::string crash_check(const std::string& path) {
   if (pid == 0) {
     close(fds[0]);
     try {
-      (void)read_results(path);
+      (void)read_results(path, ReadEvents::skip);  // every event read and checked, none held
     } catch (const std::exception& e) {
       const std::string_view what = std::string_view(e.what()).substr(0, 4000);  // below the pipe's buffer
       if (write(fds[1], what.data(), what.size()) < 0) _exit(kRefused);
@@ -338,8 +338,9 @@ std::string crash_check(const std::string& path) {
 
 // The readable results files among `inputs` (files, folders); unreadable
 // ones go to `skipped` with the reason. A file whose job TOML does not parse
-// is kept, with job_error set.
-std::vector<FileView> load_files(const std::vector<std::string>& inputs, std::vector<SkippedFile>& skipped) {
+// is kept, with job_error set. `events`: whether the runs keep their events.
+std::vector<FileView> load_files(const std::vector<std::string>& inputs, std::vector<SkippedFile>& skipped,
+                                 ReadEvents events) {
   std::vector<FileView> out;
   for (const auto& path : expand(inputs, skipped)) {
     FileView f;
@@ -349,7 +350,7 @@ std::vector<FileView> load_files(const std::vector<std::string>& inputs, std::ve
       continue;
     }
     try {
-      f.result = read_results(path);
+      f.result = read_results(path, events);
     } catch (const std::exception& e) {
       skipped.push_back({path, e.what()});
       continue;
@@ -526,8 +527,10 @@ std::string report_trace_name(const ReportData& data, std::size_t file_index) {
 ReportData load_report(const ReportOptions& options) {
   ReportData d;
   d.options = options;
-  d.files = load_files(options.inputs, d.skipped);
-  const std::vector<FileView> history = load_files(options.history, d.skipped);
+  d.files = load_files(options.inputs, d.skipped, ReadEvents::keep);
+  // Trend history: step times, memory and losses; no events (a month of
+  // nightly files would otherwise hold every action they recorded).
+  const std::vector<FileView> history = load_files(options.history, d.skipped, ReadEvents::skip);
   for (const auto& name : options.expected_jobs)
     if (std::none_of(d.files.begin(), d.files.end(), [&](const FileView& f) { return job_of(f) == name; }))
       d.missing_jobs.push_back(name);

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <hdf5.h>
 #include <unistd.h>
 
@@ -99,6 +100,51 @@ TEST_CASE("results round trip through HDF5", "[results]") {
   CHECK(back.runs[1].spec.name == "a_skipped");
   CHECK(back.runs[1].status == RunStatus::skipped);
   CHECK(back.runs[1].step_time_s.empty());
+  fs::remove_all(dir);
+}
+
+// Events are read kEventBlock (65 536) rows at a time; ReadEvents::skip
+// checks every one and keeps none, so a damaged event is refused either way.
+TEST_CASE("results: events read in blocks, kept or skipped, every one checked", "[results]") {
+  const fs::path dir = temp_dir();
+  JobResult jr = sample();
+  RunResult& r = jr.runs[0];
+  r.spec.num_microbatches = 8192;  // room for 3 x 3 steps x 2 ranks x 8192 events
+  r.events.clear();
+  for (int i = 0; i < 140000; ++i)
+    r.events.push_back({i % 2, (i / 2) % 2, i % 3 == 0 ? ActionKind::F : ActionKind::B, (i / 4) % 8192, 0, i * 1e-6,
+                        i * 1e-6 + 5e-7, 0.0});
+  const std::string path = write_results((dir / "t" / "r.h5").string(), jr);
+  const JobResult kept = read_results(path), skipped = read_results(path, ReadEvents::skip);
+  REQUIRE(kept.runs[0].events.size() == r.events.size());
+  for (std::size_t i : {std::size_t{0}, std::size_t{65535}, std::size_t{65536}, std::size_t{131072}, r.events.size() - 1}) {
+    INFO("event " << i);
+    CHECK(kept.runs[0].events[i].rank == r.events[i].rank);
+    CHECK(kept.runs[0].events[i].microbatch == r.events[i].microbatch);
+    CHECK(std::abs(kept.runs[0].events[i].start_s - r.events[i].start_s) < 1e-9);
+  }
+  CHECK(skipped.runs[0].events.empty());
+  CHECK(skipped.runs[0].step_time_s == kept.runs[0].step_time_s);
+
+  // Damage one event in the last block: rank 9 of a 2-rank run.
+  {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t ds = H5Dopen2(file, "/runs/p/events", H5P_DEFAULT);
+    const hid_t ft = H5Dget_type(ds), nt = H5Tget_native_type(ft, H5T_DIR_ASCEND);
+    const std::size_t row = H5Tget_size(nt);
+    const std::size_t at = H5Tget_member_offset(nt, static_cast<unsigned>(H5Tget_member_index(nt, "rank")));
+    std::vector<unsigned char> rows(row * r.events.size());
+    CHECK(H5Dread(ds, nt, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) >= 0);
+    const std::int32_t nine = 9;
+    std::memcpy(rows.data() + row * 139000 + at, &nine, sizeof(nine));
+    CHECK(H5Dwrite(ds, nt, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) >= 0);
+    H5Tclose(nt);
+    H5Tclose(ft);
+    H5Dclose(ds);
+    H5Fclose(file);
+  }
+  for (ReadEvents how : {ReadEvents::keep, ReadEvents::skip})
+    CHECK_THROWS_WITH(read_results(path, how), Catch::Contains("an event (step 0, rank 9") && Catch::Contains("lies outside"));
   fs::remove_all(dir);
 }
 

@@ -624,6 +624,20 @@ E parse_enum(const std::string& s, std::initializer_list<E> values) {
   throw ResultsError(fmt::format("unexpected value \"{}\" in results file", printable(s)));
 }
 
+// An event lies inside its run's steps, ranks, micro-batches and chunks, with
+// finite times. A failed run keeps the events of the step it failed in: one
+// past the steps every rank completed.
+void check_event(const RunResult& r, const EventRecord& e) {
+  const std::size_t steps = r.step_time_s.size(), ranks = r.peak_mem_bytes.size();
+  const int m = r.spec.num_microbatches, v = r.spec.virtual_stages_per_rank;
+  if (e.step < 0 || static_cast<std::size_t>(e.step) > steps || e.rank < 0 || static_cast<std::size_t>(e.rank) >= ranks ||
+      e.microbatch < 0 || e.microbatch >= m || e.chunk < 0 || e.chunk >= v || !std::isfinite(e.start_s) ||
+      !std::isfinite(e.end_s) || std::isinf(e.wait_s) || e.wait_s < 0.0)
+    throw ResultsError(fmt::format("run {}: an event (step {}, rank {}, micro-batch {}, chunk {}) lies outside the run's {} "
+                                   "(+1) steps, {} ranks, {} micro-batches and {} chunks",
+                                   r.spec.name, e.step, e.rank, e.microbatch, e.chunk, steps, ranks, m, v));
+}
+
 // A run's figures agree with the counts they imply (docs/results-format.md):
 // p and m within the workload limits; per-step arrays of one length; per-rank
 // arrays either empty (skipped) or one entry per stage; step x rank arrays
@@ -669,16 +683,7 @@ void check_shapes(const RunResult& r) {
   if (r.microbatch_latency_s.size() > steps ||
       (!r.microbatch_latency_s.empty() && r.microbatch_latency_s.front().size() != static_cast<std::size_t>(m)))
     throw bad("microbatch_latency_s does not match the steps and micro-batches");
-  for (const auto& e : r.events)
-    // A failed run keeps the events of the step it failed in: one past the
-    // steps every rank completed.
-    if (e.step < 0 || static_cast<std::size_t>(e.step) > steps || e.rank < 0 ||
-        static_cast<std::size_t>(e.rank) >= ranks || e.microbatch < 0 || e.microbatch >= m || e.chunk < 0 ||
-        e.chunk >= v ||
-        !std::isfinite(e.start_s) || !std::isfinite(e.end_s) || std::isinf(e.wait_s) || e.wait_s < 0.0)
-      throw bad(fmt::format("an event (step {}, rank {}, micro-batch {}, chunk {}) lies outside the run's {} (+1) steps, {} ranks, "
-                            "{} micro-batches and {} chunks",
-                            e.step, e.rank, e.microbatch, e.chunk, steps, ranks, m, v));
+  for (const auto& e : r.events) check_event(r, e);
 }
 
 // Which rank ran each virtual stage; files from before chunked schedules
@@ -692,8 +697,10 @@ std::vector<int> read_stage_rank(hid_t g, std::size_t stages) {
 }
 
 // /runs/<name>/events into r.events (after the per-step and per-rank
-// datasets, which bound how many there can be).
-void read_events(hid_t g, const std::string& name, RunResult& r) {
+// datasets, which bound how many there can be), kEventBlock rows at a time:
+// no second copy of millions of events. Without `keep` each is checked
+// (check_event) and dropped.
+void read_events(hid_t g, const std::string& name, RunResult& r, bool keep) {
   std::vector<hsize_t> dims;
   Hid ds = open_dataset_checked(g, "events", Want::event, 1, dims);
   // At most 3 actions (F, B, W) per micro-batch, chunk, rank and step.
@@ -709,17 +716,30 @@ void read_events(hid_t g, const std::string& name, RunResult& r) {
     if (H5Tget_member_index(file_type, member) < 0)
       throw ResultsError(fmt::format("run {}: events has no member {}", name, member));
   const bool has_wait = H5Tget_member_index(file_type, "wait_s") >= 0;
-  std::vector<EventRow> rows(static_cast<std::size_t>(declared));
+  const auto n = static_cast<hsize_t>(declared);
+  if (n == 0) return;
+  if (keep) r.events.reserve(static_cast<std::size_t>(n));
+  std::vector<EventRow> rows(static_cast<std::size_t>(std::min<hsize_t>(n, kEventBlock)));
   Hid et = event_type(has_wait);
-  if (!rows.empty()) H5_CHECK(H5Dread(ds, et, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()));
-  for (const auto& e : rows) {
-    if (e.kind < 0 || e.kind > 2) throw ResultsError(fmt::format("run {}: an event of kind {} (F, B, W are 0-2)", name, static_cast<int>(e.kind)));
-    r.events.push_back({e.step, e.rank, static_cast<ActionKind>(e.kind), e.microbatch, e.chunk, e.start_s, e.end_s,
-                        has_wait ? e.wait_s : std::numeric_limits<double>::quiet_NaN()});
+  Hid file_space(H5_CHECK(H5Dget_space(ds)), H5Sclose);
+  for (hsize_t first = 0; first < n; first += kEventBlock) {
+    const hsize_t count = std::min<hsize_t>(kEventBlock, n - first);
+    H5_CHECK(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, &first, nullptr, &count, nullptr));
+    Hid mem_space(H5_CHECK(H5Screate_simple(1, &count, nullptr)), H5Sclose);
+    H5_CHECK(H5Dread(ds, et, mem_space, file_space, H5P_DEFAULT, rows.data()));
+    for (std::size_t i = 0; i < count; ++i) {
+      const EventRow& e = rows[i];
+      if (e.kind < 0 || e.kind > 2)
+        throw ResultsError(fmt::format("run {}: an event of kind {} (F, B, W are 0-2)", name, static_cast<int>(e.kind)));
+      const EventRecord rec{e.step, e.rank, static_cast<ActionKind>(e.kind), e.microbatch, e.chunk, e.start_s, e.end_s,
+                            has_wait ? e.wait_s : std::numeric_limits<double>::quiet_NaN()};
+      if (keep) r.events.push_back(rec);
+      else check_event(r, rec);
+    }
   }
 }
 
-RunResult read_run(hid_t runs, const std::string& name) {
+RunResult read_run(hid_t runs, const std::string& name, bool keep_events) {
   Hid g(H5_CHECK(H5Gopen2(runs, name.c_str(), H5P_DEFAULT)), H5Gclose);
   RunResult r;
   r.spec.name = name;
@@ -803,7 +823,7 @@ RunResult read_run(hid_t runs, const std::string& name) {
   for (const auto& row : read_dataset_2d<int>(g, "stage_layers")) r.stage_layers.push_back({row.at(0), row.at(1)});
   r.microbatch_latency_s = read_dataset_2d<double>(g, "microbatch_latency_s");
 
-  read_events(g, name, r);
+  read_events(g, name, r, keep_events);
   check_shapes(r);
   return r;
 }
@@ -1006,7 +1026,7 @@ std::string write_results(const std::string& path, const JobResult& result) {
   return writer.finish(result);
 }
 
-JobResult read_results(const std::string& path) {
+JobResult read_results(const std::string& path, ReadEvents events) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   const hid_t fid = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (fid < 0) throw ResultsError(fmt::format("{}: not a readable HDF5 file", path));
@@ -1038,7 +1058,7 @@ JobResult read_results(const std::string& path) {
   H5_CHECK(H5Literate(runs, H5_INDEX_CRT_ORDER, H5_ITER_INC, nullptr, collect_name, &names));
   for (const auto& n : names) {
     if (!valid_name(n)) throw ResultsError(fmt::format("runs/\"{}\": not a pipebench run name", printable(n)));
-    jr.runs.push_back(read_run(runs, n));
+    jr.runs.push_back(read_run(runs, n, events == ReadEvents::keep));
   }
   if (H5Lexists(file, "probe", H5P_DEFAULT) > 0) jr.probe = read_probe(file);
   return jr;

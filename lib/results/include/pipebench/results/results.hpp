@@ -80,7 +80,10 @@ std::string hdf5_version();
 // path written.
 std::string write_results(const std::string& path, const JobResult& result);
 
-// Reads a file written by write_results (any schema-1 file).
-JobResult read_results(const std::string& path);
+// Reads a file written by write_results (any schema-1 file). Every event is
+// checked either way; `skip` leaves the runs' `events` empty (a reader that
+// needs none of them: trends over many files).
+enum class ReadEvents { keep, skip };
+JobResult read_results(const std::string& path, ReadEvents events = ReadEvents::keep);
 
 }  // namespace pipebench
