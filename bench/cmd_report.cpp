@@ -11,6 +11,7 @@
 #include "pipebench/core/units.hpp"
 #include "pipebench/report/report.hpp"
 #include "pipebench/report/trace.hpp"
+#include "pipebench/results/results.hpp"
 
 namespace pipebench::cli {
 
@@ -36,8 +37,9 @@ void write_report(const ReportData& data, const std::filesystem::path& dir) {
   write_file(dir / "summary.json", render_summary_json(data));
   for (std::size_t i = 0; i < data.files.size(); ++i)
     if (const std::string name = report_trace_name(data, i); !name.empty()) {
+      // At most kReportTraceEvents events: read again, with them.
       const FileView& f = data.files[i];
-      write_file(dir / name, trace_event_json(f.result, f.job ? &*f.job : nullptr, TraceOptions{}));
+      write_file(dir / name, trace_event_json(read_results(f.path), f.job ? &*f.job : nullptr, TraceOptions{}));
     }
 }
 

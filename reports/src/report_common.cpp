@@ -47,6 +47,11 @@ std::optional<RunPlan> plan_of(const FileView& f, const RunResult& r) {
   }
 }
 
+bool plan_matches(const RunPlan& plan, const RunResult& r) {
+  return plan.schedule.num_ranks == r.spec.pipeline_size && plan.schedule.num_microbatches == r.spec.num_microbatches &&
+         plan.schedule.chunks_per_rank == r.spec.virtual_stages_per_rank;
+}
+
 const Trend* trend_for(const ReportData& d, const FileView& f, const RunResult& r) {
   for (const auto& t : d.trends)
     if (t.run == r.spec.name &&

@@ -26,6 +26,9 @@ std::string attr(const std::map<std::string, std::string>& m, const char* key);
 // The run's plan recomputed from the file's recorded workload (partition
 // table, schedule); null when the workload could not be parsed.
 std::optional<RunPlan> plan_of(const FileView& f, const RunResult& r);
+// Whether `plan`'s schedule is the one the run ran (ranks, micro-batches,
+// chunks): the charts that replay it need that.
+bool plan_matches(const RunPlan& plan, const RunResult& r);
 
 // The series run `r` of file `f` belongs to (none for probe trials and failed runs).
 const Trend* trend_for(const ReportData& d, const FileView& f, const RunResult& r);

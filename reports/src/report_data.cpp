@@ -22,6 +22,7 @@
 #include "pipebench/results/mann_whitney.hpp"
 #include "pipebench/results/metrics.hpp"
 #include "pipebench/results/results.hpp"
+#include "report_common.hpp"
 
 namespace pipebench {
 
@@ -160,6 +161,27 @@ void add_advice(RunView& v) {
         "The schedule's analytic bubble is {:.2f}: more micro-batches (num_microbatches), or a schedule with a smaller "
         "bubble (interleaved-1f1b, zb-h1, zb-v; docs/schedules.md), lower it if memory allows (seed 004).",
         r.bubble_analytic));
+}
+
+// What the charts take from a run's events, streamed from its file in
+// blocks (RunView::gantt_events, measured_costs): memory does not grow with
+// the run. A file that cannot be read again leaves the charts out.
+void chart_events(const FileView& f, const RunResult& r, RunView& v) {
+  if (v.gantt_step < 0 || r.events_in_file == 0) return;
+  const auto plan = report_detail::plan_of(f, r);
+  std::optional<EventDigest> digest;
+  if (plan && report_detail::plan_matches(*plan, r)) digest.emplace(plan->schedule, false);
+  try {
+    stream_events(f.path, r, [&](const EventRecord* e, std::size_t n) {
+      if (digest) digest->add(e, n);
+      for (std::size_t i = 0; i < n; ++i)
+        if (e[i].step == v.gantt_step) v.gantt_events.push_back(e[i]);
+    });
+  } catch (const std::exception&) {
+    v.gantt_events.clear();
+    return;
+  }
+  if (digest) v.measured_costs = digest->costs(r.warmup);
 }
 
 RunView derive(const FileView& f, const RunResult& r) {
@@ -520,14 +542,15 @@ std::vector<Trend> build_trends(const std::vector<FileView>& files, const std::v
 std::string report_trace_name(const ReportData& data, std::size_t file_index) {
   if (file_index >= data.files.size()) return "";
   std::size_t events = 0;
-  for (const auto& r : data.files[file_index].result.runs) events += r.events.size();
+  for (const auto& r : data.files[file_index].result.runs) events += r.events_in_file;
   return events == 0 || events > kReportTraceEvents ? "" : fmt::format("trace-{}.json", file_index);
 }
 
 ReportData load_report(const ReportOptions& options) {
   ReportData d;
   d.options = options;
-  d.files = load_files(options.inputs, d.skipped, ReadEvents::keep);
+  // No run's events are held: the charts stream what they need (chart_events).
+  d.files = load_files(options.inputs, d.skipped, ReadEvents::skip);
   // Trend history: step times, memory and losses; no events (a month of
   // nightly files would otherwise hold every action they recorded).
   const std::vector<FileView> history = load_files(options.history, d.skipped, ReadEvents::skip);
@@ -542,7 +565,10 @@ ReportData load_report(const ReportOptions& options) {
   });
   // RunViews point into their file's runs: derive once the files are in place.
   for (auto& f : d.files) {
-    for (const auto& r : f.result.runs) f.runs.push_back(derive(f, r));
+    for (const auto& r : f.result.runs) {
+      f.runs.push_back(derive(f, r));
+      chart_events(f, r, f.runs.back());
+    }
     for (auto& v : f.runs) {
       for (const auto& b : f.runs)
         if (v.baseline == b.run && v.run->status != RunStatus::skipped && v.baseline->status == RunStatus::ok)

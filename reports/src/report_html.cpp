@@ -86,7 +86,7 @@ std::string measured_gantt(const RunView& v, const Schedule* sched) {
   const bool train = r.spec.mode == RunMode::train;
   const std::string tail = train ? "gradient reduction, optimizer, waiting for the others" : "waiting for the others";
   std::vector<std::vector<const EventRecord*>> per_rank(static_cast<std::size_t>(P));
-  for (const auto& e : r.events)
+  for (const auto& e : v.gantt_events)
     if (e.step == k && e.rank < P) per_rank[static_cast<std::size_t>(e.rank)].push_back(&e);
   for (int rank = 0; rank < P; ++rank) {
     double t = 0.0;
@@ -124,7 +124,7 @@ std::string measured_gantt(const RunView& v, const Schedule* sched) {
 std::string simulated_gantt(const RunView& v, const Schedule& s) {
   const RunResult& r = *v.run;
   const int P = r.spec.pipeline_size;
-  const SimResult sim = simulate(s, measured_costs(s, r.events, r.warmup));
+  const SimResult sim = simulate(s, *v.measured_costs);
   svg::Gantt g;
   g.title = fmt::format("{}: {} simulated with measured medians (bubble {:.3f})", r.spec.name, s.name, sim.bubble);
   g.x_label = "simulated time (s)";
@@ -236,13 +236,11 @@ std::string run_section(const FileView& f, const RunView& v) {
   // The schedule as planned from the file's workload (any schedule, a file
   // schedule included); without it the charts that need it are left out.
   const auto plan = plan_of(f, r);
-  const bool plan_matches = plan && plan->schedule.num_ranks == r.spec.pipeline_size &&
-                            plan->schedule.num_microbatches == r.spec.num_microbatches &&
-                            plan->schedule.chunks_per_rank == r.spec.virtual_stages_per_rank;
-  const Schedule* sched = plan_matches ? &plan->schedule : nullptr;
+  const Schedule* sched = plan && plan_matches(*plan, r) ? &plan->schedule : nullptr;
   if (r.status != RunStatus::skipped && !r.peak_mem_bytes.empty()) {
     s += "<div class=\"charts\">";
-    if (v.gantt_step >= 0) s += measured_gantt(v, sched) + (sched ? simulated_gantt(v, *sched) : std::string());
+    if (v.gantt_step >= 0)
+      s += measured_gantt(v, sched) + (sched && v.measured_costs ? simulated_gantt(v, *sched) : std::string());
     s += memory_chart(r);
     if (!r.step_time_s.empty()) s += step_chart(v) + loss_chart(v);
     s += "</div>";

@@ -1,4 +1,5 @@
 // HDF5 results: write/read round trip, never overwriting, the default path.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -9,7 +10,9 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include "pipebench/results/metrics.hpp"
 #include "pipebench/results/results.hpp"
+#include "pipebench/schedule/schedule.hpp"
 
 using namespace pipebench;
 namespace fs = std::filesystem;
@@ -145,6 +148,50 @@ TEST_CASE("results: events read in blocks, kept or skipped, every one checked", 
   }
   for (ReadEvents how : {ReadEvents::keep, ReadEvents::skip})
     CHECK_THROWS_WITH(read_results(path, how), Catch::Contains("an event (step 0, rank 9") && Catch::Contains("lies outside"));
+  fs::remove_all(dir);
+}
+
+// stream_events hands over whole (step, rank) groups even where a group
+// straddles two 65 536-row blocks, so an EventDigest fed piece by piece gives
+// the whole run's figures (the report's simulated chart).
+TEST_CASE("results: stream_events gives whole (step, rank) groups; a digest of the pieces is the run's", "[results]") {
+  const fs::path dir = temp_dir();
+  JobResult jr = sample();
+  RunResult& r = jr.runs[0];
+  r.spec.num_microbatches = 8192;
+  r.events.clear();
+  for (int step = 0; step < 3; ++step)  // 6 groups of 24 000: blocks end inside the 3rd and the 6th
+    for (int rank = 0; rank < 2; ++rank)
+      for (int i = 0; i < 24000; ++i)
+        r.events.push_back({step, rank, i % 2 == 0 ? ActionKind::F : ActionKind::B, (i / 2) % 8192, 0, i * 1e-6,
+                            i * 1e-6 + (1 + (i * 7 + step + rank) % 13) * 1e-7, 0.0});
+  const std::string path = write_results((dir / "t" / "r.h5").string(), jr);
+  const JobResult header = read_results(path, ReadEvents::skip);
+  CHECK(header.runs[0].events_in_file == r.events.size());
+  std::vector<std::vector<EventRecord>> pieces;
+  stream_events(path, header.runs[0], [&](const EventRecord* e, std::size_t n) { pieces.emplace_back(e, e + n); });
+  REQUIRE(pieces.size() >= 2);
+  std::vector<EventRecord> all;
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
+    if (k + 1 < pieces.size()) {
+      INFO("piece " << k);
+      CHECK((pieces[k].back().step != pieces[k + 1].front().step || pieces[k].back().rank != pieces[k + 1].front().rank));
+    }
+    all.insert(all.end(), pieces[k].begin(), pieces[k].end());
+  }
+  const JobResult full = read_results(path);
+  REQUIRE(all.size() == full.runs[0].events.size());
+  CHECK(std::equal(all.begin(), all.end(), full.runs[0].events.begin(), [](const EventRecord& a, const EventRecord& b) {
+    return a.step == b.step && a.rank == b.rank && a.microbatch == b.microbatch && a.start_s == b.start_s && a.end_s == b.end_s;
+  }));
+  const Schedule s = make_1f1b(2, 8192);
+  EventDigest digest(s, false);
+  for (const auto& piece : pieces) digest.add(piece.data(), piece.size());
+  const SimCosts streamed = digest.costs(1), whole = measured_costs(s, full.runs[0].events, 1);
+  CHECK(streamed.forward == whole.forward);
+  CHECK(streamed.backward == whole.backward);
+  CHECK(whole.forward.at(0) > 0.0);
+  CHECK_THROWS_WITH(stream_events(path, RunResult{}, [](const EventRecord*, std::size_t) {}), Catch::Contains("not a pipebench run name"));
   fs::remove_all(dir);
 }
 

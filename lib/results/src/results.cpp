@@ -641,7 +641,7 @@ void check_event(const RunResult& r, const EventRecord& e) {
 // A run's figures agree with the counts they imply (docs/results-format.md):
 // p and m within the workload limits; per-step arrays of one length; per-rank
 // arrays either empty (skipped) or one entry per stage; step x rank arrays
-// of that shape; every event inside its step, rank and micro-batch ranges.
+// of that shape (every event was checked as it was read: check_event).
 // Readers (the report above all) index by these counts without checking.
 void check_shapes(const RunResult& r) {
   auto bad = [&](const std::string& what) { return ResultsError(fmt::format("run {}: {}", r.spec.name, what)); };
@@ -683,7 +683,6 @@ void check_shapes(const RunResult& r) {
   if (r.microbatch_latency_s.size() > steps ||
       (!r.microbatch_latency_s.empty() && r.microbatch_latency_s.front().size() != static_cast<std::size_t>(m)))
     throw bad("microbatch_latency_s does not match the steps and micro-batches");
-  for (const auto& e : r.events) check_event(r, e);
 }
 
 // Which rank ran each virtual stage; files from before chunked schedules
@@ -696,11 +695,14 @@ std::vector<int> read_stage_rank(hid_t g, std::size_t stages) {
   return ranks;
 }
 
-// /runs/<name>/events into r.events (after the per-step and per-rank
-// datasets, which bound how many there can be), kEventBlock rows at a time:
-// no second copy of millions of events. Without `keep` each is checked
-// (check_event) and dropped.
-void read_events(hid_t g, const std::string& name, RunResult& r, bool keep) {
+// /runs/<name>/events of run `r` (after its per-step and per-rank datasets,
+// which bound how many there can be) to `take`, kEventBlock rows at a time,
+// each checked (check_event), in pieces of whole (step, rank) groups: the end
+// of a block that may continue in the next one waits for it. Returns how many;
+// `reserve` (if any) is sized for them first.
+using EventTake = std::function<void(const EventRecord*, std::size_t)>;
+std::size_t read_events(hid_t g, const RunResult& r, const EventTake& take, std::vector<EventRecord>* reserve) {
+  const std::string& name = r.spec.name;
   std::vector<hsize_t> dims;
   Hid ds = open_dataset_checked(g, "events", Want::event, 1, dims);
   // At most 3 actions (F, B, W) per micro-batch, chunk, rank and step.
@@ -717,9 +719,9 @@ void read_events(hid_t g, const std::string& name, RunResult& r, bool keep) {
       throw ResultsError(fmt::format("run {}: events has no member {}", name, member));
   const bool has_wait = H5Tget_member_index(file_type, "wait_s") >= 0;
   const auto n = static_cast<hsize_t>(declared);
-  if (n == 0) return;
-  if (keep) r.events.reserve(static_cast<std::size_t>(n));
+  if (reserve) reserve->reserve(static_cast<std::size_t>(n));
   std::vector<EventRow> rows(static_cast<std::size_t>(std::min<hsize_t>(n, kEventBlock)));
+  std::vector<EventRecord> pending;  // converted, not yet taken: the last group may go on
   Hid et = event_type(has_wait);
   Hid file_space(H5_CHECK(H5Dget_space(ds)), H5Sclose);
   for (hsize_t first = 0; first < n; first += kEventBlock) {
@@ -731,12 +733,20 @@ void read_events(hid_t g, const std::string& name, RunResult& r, bool keep) {
       const EventRow& e = rows[i];
       if (e.kind < 0 || e.kind > 2)
         throw ResultsError(fmt::format("run {}: an event of kind {} (F, B, W are 0-2)", name, static_cast<int>(e.kind)));
-      const EventRecord rec{e.step, e.rank, static_cast<ActionKind>(e.kind), e.microbatch, e.chunk, e.start_s, e.end_s,
-                            has_wait ? e.wait_s : std::numeric_limits<double>::quiet_NaN()};
-      if (keep) r.events.push_back(rec);
-      else check_event(r, rec);
+      pending.push_back({e.step, e.rank, static_cast<ActionKind>(e.kind), e.microbatch, e.chunk, e.start_s, e.end_s,
+                         has_wait ? e.wait_s : std::numeric_limits<double>::quiet_NaN()});
+      check_event(r, pending.back());
     }
+    // Everything before the last (step, rank) group; all of it after the last block.
+    std::size_t whole = pending.size();
+    if (first + count < n) {
+      const EventRecord& last = pending.back();
+      while (whole > 0 && pending[whole - 1].step == last.step && pending[whole - 1].rank == last.rank) --whole;
+    }
+    if (whole > 0) take(pending.data(), whole);
+    pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(whole));
   }
+  return static_cast<std::size_t>(n);
 }
 
 RunResult read_run(hid_t runs, const std::string& name, bool keep_events) {
@@ -823,7 +833,10 @@ RunResult read_run(hid_t runs, const std::string& name, bool keep_events) {
   for (const auto& row : read_dataset_2d<int>(g, "stage_layers")) r.stage_layers.push_back({row.at(0), row.at(1)});
   r.microbatch_latency_s = read_dataset_2d<double>(g, "microbatch_latency_s");
 
-  read_events(g, name, r, keep_events);
+  // `r` is only read while its events are appended (check_event: counts).
+  r.events_in_file = read_events(
+      g, r, [&](const EventRecord* e, std::size_t n) { if (keep_events) r.events.insert(r.events.end(), e, e + n); },
+      keep_events ? &r.events : nullptr);
   check_shapes(r);
   return r;
 }
@@ -1062,6 +1075,20 @@ JobResult read_results(const std::string& path, ReadEvents events) {
   }
   if (H5Lexists(file, "probe", H5P_DEFAULT) > 0) jr.probe = read_probe(file);
   return jr;
+}
+
+void stream_events(const std::string& path, const RunResult& run,
+                   const std::function<void(const EventRecord*, std::size_t)>& take) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const hid_t fid = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (fid < 0) throw ResultsError(fmt::format("{}: not a readable HDF5 file", path));
+  Hid file(fid, H5Fclose);
+  if (!valid_name(run.spec.name)) throw ResultsError(fmt::format("runs/\"{}\": not a pipebench run name", printable(run.spec.name)));
+  const std::string group = "runs/" + run.spec.name;
+  if (H5Lexists(file, "runs", H5P_DEFAULT) <= 0 || H5Lexists(file, group.c_str(), H5P_DEFAULT) <= 0)
+    throw ResultsError(fmt::format("{}: no run {}", path, run.spec.name));
+  Hid g(H5_CHECK(H5Gopen2(file, group.c_str(), H5P_DEFAULT)), H5Gclose);
+  (void)read_events(g, run, take, nullptr);
 }
 
 std::string hdf5_version() {

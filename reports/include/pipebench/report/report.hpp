@@ -15,6 +15,7 @@
 #include "pipebench/core/job.hpp"
 #include "pipebench/results/records.hpp"
 #include "pipebench/results/regression.hpp"
+#include "pipebench/schedule/simulate.hpp"
 
 namespace pipebench {
 
@@ -45,6 +46,11 @@ struct RunView {
   double tokens_per_s = 0.0;
   double latency_median_s = 0.0, latency_p99_s = 0.0;  // inference
   int gantt_step = -1;                    // the counted step drawn (median step time)
+  // From the run's events, streamed from its file at load (the report keeps
+  // no run's events): those of gantt_step, and — with a plan that matches the
+  // run — the per-action medians the simulated chart uses (EventDigest).
+  std::vector<EventRecord> gantt_events;
+  std::optional<SimCosts> measured_costs;
   // Seed 000's "recent average": trailing means over kRollingWindow counted
   // steps (results/metrics.hpp), one per counted step; loss empty on sim.
   std::vector<double> rolling_step_time_s, rolling_loss;

@@ -123,6 +123,8 @@ struct RunResult {
   std::vector<std::string> hostnames;
   std::vector<std::int64_t> pids;
   std::vector<EventRecord> events;
+  // read_results: how many events the run has in the file, kept in `events` or not.
+  std::size_t events_in_file = 0;
   // inference: [steps][microbatches] latency from entering stage 0 to leaving the last stage
   std::vector<std::vector<double>> microbatch_latency_s;
 

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <functional>
 #include <string>
 
 #include "pipebench/core/error.hpp"  // ResultsError
@@ -85,5 +86,13 @@ std::string write_results(const std::string& path, const JobResult& result);
 // needs none of them: trends over many files).
 enum class ReadEvents { keep, skip };
 JobResult read_results(const std::string& path, ReadEvents events = ReadEvents::keep);
+
+// Streams the events of `run` (as read_results returned it: its counts bound
+// them) from the results file at `path`, checked as read_results checks them,
+// in the file's order, to `take` in pieces of whole (step, rank) groups —
+// EventDigest::add's contract — so a reader holds one block (65 536 events)
+// and one group, whatever the run's size. ResultsError as read_results.
+void stream_events(const std::string& path, const RunResult& run,
+                   const std::function<void(const EventRecord*, std::size_t)>& take);
 
 }  // namespace pipebench
