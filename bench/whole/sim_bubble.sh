@@ -19,11 +19,30 @@
 # core, overloaded when they outnumber the cores), as benchmarks launch them:
 # unpinned, where the kernel puts 4 ranks on 2 cores changes from launch to
 # launch and with it the step time (up to 1.5x in a median of 300 steps).
-# Usage: bench/whole/sim_bubble.sh [NP]   (stages = ranks, default 4; needs a build in build/)
+# Usage: bench/whole/sim_bubble.sh [NP] [RUNS]   (stages = ranks, default 4; needs a build in build/)
 # NP must divide the 8 layers (1, 2, 4, 8) for the stages to stay balanced.
+# RUNS > 1 (default 1) measures it all RUNS times, one table each, then the
+# medians over the runs of the per-action and marginal figures.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 np=${1:-4}
+runs=${2:-1}
+if ((runs > 1)); then
+  tables=$(mktemp)
+  for ((i = 1; i <= runs; ++i)); do echo "== run $i of $runs"; "$0" "$np" 1; done | tee "$tables"
+  /usr/bin/python3 - "$runs" "$tables" <<'PY'
+import re, statistics, sys
+text = open(sys.argv[2]).read()
+per_action = {}
+for m, a in re.findall(r"^\s*(\d+)\s.*\|\s*[\d.]+ us\s+([\d.]+) us", text, re.M):
+    per_action.setdefault(int(m), []).append(float(a))
+marginal = [float(x) for x in re.findall(r"marginal cost per action .*?: ([\d.-]+) us", text)]
+print(f"medians over {sys.argv[1]} runs: " + ", ".join(f"per action m = {m}: {statistics.median(v):.1f} us"
+      for m, v in sorted(per_action.items())) + (f", marginal {statistics.median(marginal):.1f} us" if marginal else ""))
+PY
+  rm -f "$tables"
+  exit 0
+fi
 out=$(mktemp -d)
 stages=()
 for r in m4 m8 m16; do stages+=(--set "run.$r.pipeline_size=$np"); done
