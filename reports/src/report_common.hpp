@@ -24,7 +24,8 @@ std::string job_name(const FileView& f);
 std::string attr(const std::map<std::string, std::string>& m, const char* key);
 
 // The run's plan recomputed from the file's recorded workload (partition
-// table, schedule); null when the workload could not be parsed.
+// table, schedule); null when the workload could not be parsed. Computed
+// once per run at load: RunView::plan.
 std::optional<RunPlan> plan_of(const FileView& f, const RunResult& r);
 // Whether `plan`'s schedule is the one the run ran (ranks, micro-batches,
 // chunks): the charts that replay it need that.

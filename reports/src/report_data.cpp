@@ -168,9 +168,8 @@ void add_advice(RunView& v) {
 // the run. A file that cannot be read again leaves the charts out.
 void chart_events(const FileView& f, const RunResult& r, RunView& v) {
   if (v.gantt_step < 0 || r.events_in_file == 0) return;
-  const auto plan = report_detail::plan_of(f, r);
   std::optional<EventDigest> digest;
-  if (plan && report_detail::plan_matches(*plan, r)) digest.emplace(plan->schedule, false);
+  if (v.plan && report_detail::plan_matches(*v.plan, r)) digest.emplace(v.plan->schedule, false);
   try {
     stream_events(f.path, r, [&](const EventRecord* e, std::size_t n) {
       if (digest) digest->add(e, n);
@@ -567,6 +566,7 @@ ReportData load_report(const ReportOptions& options) {
   for (auto& f : d.files) {
     for (const auto& r : f.result.runs) {
       f.runs.push_back(derive(f, r));
+      f.runs.back().plan = report_detail::plan_of(f, r);
       chart_events(f, r, f.runs.back());
     }
     for (auto& v : f.runs) {

@@ -235,7 +235,7 @@ std::string run_section(const FileView& f, const RunView& v) {
   s += "</div>";
   // The schedule as planned from the file's workload (any schedule, a file
   // schedule included); without it the charts that need it are left out.
-  const auto plan = plan_of(f, r);
+  const auto& plan = v.plan;
   const Schedule* sched = plan && plan_matches(*plan, r) ? &plan->schedule : nullptr;
   if (r.status != RunStatus::skipped && !r.peak_mem_bytes.empty()) {
     s += "<div class=\"charts\">";

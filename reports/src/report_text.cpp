@@ -123,7 +123,7 @@ std::string render_markdown(const ReportData& d) {
         s += "\n";
       }
       s += "\n";
-      if (const auto plan = plan_of(f, r)) s += md_table(partition_table_header(*plan), partition_table_rows(*plan));
+      if (const auto& plan = v.plan) s += md_table(partition_table_header(*plan), partition_table_rows(*plan));
     }
   }
   return s;

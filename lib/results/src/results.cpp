@@ -107,6 +107,13 @@ constexpr hsize_t kChunkElements = 16384;
 constexpr unsigned kDeflateLevel = 4;
 constexpr int kEventTimeBits = 30;
 
+// Chunks of `chunk` with the shuffle and deflate filters.
+void compress(hid_t dcpl, const std::vector<hsize_t>& chunk) {
+  H5_CHECK(H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()));
+  H5_CHECK(H5Pset_shuffle(dcpl));
+  H5_CHECK(H5Pset_deflate(dcpl, kDeflateLevel));
+}
+
 Hid creation_properties(const std::vector<hsize_t>& dims) {
   Hid dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
   hsize_t elements = 1, row = 1;
@@ -117,9 +124,7 @@ Hid creation_properties(const std::vector<hsize_t>& dims) {
   if (dims.empty() || elements < kCompressFromElements) return dcpl;
   std::vector<hsize_t> chunk = dims;
   chunk[0] = std::clamp<hsize_t>(kChunkElements / std::max<hsize_t>(row, 1), 1, dims[0]);
-  H5_CHECK(H5Pset_chunk(dcpl, static_cast<int>(chunk.size()), chunk.data()));
-  H5_CHECK(H5Pset_shuffle(dcpl));
-  H5_CHECK(H5Pset_deflate(dcpl, kDeflateLevel));
+  compress(dcpl, chunk);
   return dcpl;
 }
 
@@ -328,12 +333,10 @@ class EventStore {
     if (!open_run_.empty()) throw ResultsError(fmt::format("events of run {} appended before run {} ended", run, open_run_));
     if (std::find(ended_.begin(), ended_.end(), run) != ended_.end())
       throw ResultsError(fmt::format("events of run {} appended after it ended", run));
-    const hsize_t none = 0, unlimited = H5S_UNLIMITED, chunk = kChunkElements;
+    const hsize_t none = 0, unlimited = H5S_UNLIMITED;
     Hid space(H5_CHECK(H5Screate_simple(1, &none, &unlimited)), H5Sclose);
     Hid dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
-    H5_CHECK(H5Pset_chunk(dcpl, 1, &chunk));
-    H5_CHECK(H5Pset_shuffle(dcpl));
-    H5_CHECK(H5Pset_deflate(dcpl, kDeflateLevel));
+    compress(dcpl, {kChunkElements});
     dataset_.emplace(H5_CHECK(H5Dcreate2(file_, run.c_str(), type_, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)), H5Dclose);
     rows_ = 0;
     open_run_ = run;

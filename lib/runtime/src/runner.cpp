@@ -554,9 +554,8 @@ void record_broken_device(JobResult& jr, const std::string& broken) {
 std::string run_one(const JobContext& ctx, const RunPlan& rp, int world_size, Watchdog& watchdog, JobResult& jr) {
   const int p = rp.run.pipeline_size;
   const bool root = ctx.world_rank == 0;
-  std::string reason;
-  if (p > world_size) reason = fmt::format("needs {} ranks, the world has {}", p, world_size);
-  if (!reason.empty()) {
+  if (p > world_size) {
+    const std::string reason = fmt::format("needs {} ranks, the world has {}", p, world_size);
     if (root) {
       fmt::print("\n== run {}: skipped ({})\n", rp.run.name, reason);
       jr.runs.push_back(skipped_run(ctx.job, rp, reason));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "pipebench/core/job.hpp"
+#include "pipebench/plan/plan.hpp"
 #include "pipebench/results/records.hpp"
 #include "pipebench/results/regression.hpp"
 #include "pipebench/schedule/simulate.hpp"
@@ -46,6 +47,9 @@ struct RunView {
   double tokens_per_s = 0.0;
   double latency_median_s = 0.0, latency_p99_s = 0.0;  // inference
   int gantt_step = -1;                    // the counted step drawn (median step time)
+  // The run's plan recomputed from the file's recorded workload (partition
+  // table, schedule), once; empty when the workload could not be parsed.
+  std::optional<RunPlan> plan;
   // From the run's events, streamed from its file at load (the report keeps
   // no run's events): those of gantt_step, and — with a plan that matches the
   // run — the per-action medians the simulated chart uses (EventDigest).
