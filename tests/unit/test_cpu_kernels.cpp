@@ -134,6 +134,77 @@ TEST_CASE("causal attention: dqkv; probabilities are causal and normalised", "[c
   check_gradient(qkv, dqkv, loss, "dqkv");
 }
 
+namespace {
+// Straightforward causal attention of one sequence in double, the mask
+// applied element by element.
+void reference_attention(const std::vector<float>& qkv, const std::vector<float>& dout, int s, int C, int heads,
+                         std::vector<double>& out, std::vector<double>& dqkv) {
+  const int d = C / heads, ld = 3 * C;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  out.assign(static_cast<std::size_t>(s) * C, 0.0);
+  dqkv.assign(static_cast<std::size_t>(s) * ld, 0.0);
+  auto at = [&](int t, int part, int h, int c) { return static_cast<double>(qkv[t * ld + part * C + h * d + c]); };
+  for (int h = 0; h < heads; ++h) {
+    std::vector<double> P(static_cast<std::size_t>(s) * s, 0.0), dP(P.size(), 0.0);
+    for (int i = 0; i < s; ++i) {
+      double mx = -1e300, sum = 0.0;
+      for (int j = 0; j <= i; ++j) {
+        double x = 0.0;
+        for (int c = 0; c < d; ++c) x += at(i, 0, h, c) * at(j, 1, h, c);
+        P[i * s + j] = x * scale;
+        mx = std::max(mx, x * scale);
+      }
+      for (int j = 0; j <= i; ++j) sum += P[i * s + j] = std::exp(P[i * s + j] - mx);
+      for (int j = 0; j <= i; ++j) P[i * s + j] /= sum;
+      for (int c = 0; c < d; ++c)
+        for (int j = 0; j <= i; ++j) out[i * C + h * d + c] += P[i * s + j] * at(j, 2, h, c);
+    }
+    for (int i = 0; i < s; ++i) {
+      double dot_pd = 0.0;
+      for (int j = 0; j <= i; ++j) {
+        for (int c = 0; c < d; ++c) dP[i * s + j] += dout[i * C + h * d + c] * at(j, 2, h, c);
+        dot_pd += P[i * s + j] * dP[i * s + j];
+      }
+      for (int j = 0; j <= i; ++j) {
+        const double dS = P[i * s + j] * (dP[i * s + j] - dot_pd) * scale;
+        for (int c = 0; c < d; ++c) {
+          dqkv[i * ld + h * d + c] += dS * at(j, 1, h, c);
+          dqkv[j * ld + C + h * d + c] += dS * at(i, 0, h, c);
+          dqkv[j * ld + 2 * C + h * d + c] += P[i * s + j] * dout[i * C + h * d + c];
+        }
+      }
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("causal attention over several query blocks equals the whole-matrix reference", "[cpu]") {
+  // 64-row query blocks: s = 135 is two whole blocks and a partial one.
+  for (const int s : {64, 65, 135}) {
+    const int C = 32, heads = 2;
+    const auto qkv = randn(static_cast<std::size_t>(s) * 3 * C, 21), dout = randn(static_cast<std::size_t>(s) * C, 22);
+    std::vector<float> probs(static_cast<std::size_t>(heads) * s * s), out(static_cast<std::size_t>(s) * C),
+        dqkv(qkv.size(), 99.0f), scratch(static_cast<std::size_t>(s) * s, 99.0f);
+    cpu::attention_forward(qkv.data(), probs.data(), out.data(), 1, s, C, heads);
+    cpu::attention_backward(dout.data(), qkv.data(), probs.data(), dqkv.data(), scratch.data(), 1, s, C, heads);
+    std::vector<double> want_out, want_dqkv;
+    reference_attention(qkv, dout, s, C, heads, want_out, want_dqkv);
+    auto worst = [](const std::vector<float>& got, const std::vector<double>& want) {
+      double w = 0.0;
+      for (std::size_t i = 0; i < got.size(); ++i) w = std::max(w, std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i])));
+      return w;
+    };
+    INFO("s = " << s);
+    CHECK(worst(out, want_out) < 1e-5);
+    CHECK(worst(dqkv, want_dqkv) < 1e-5);  // every element overwritten (no 99 left)
+    int above_diagonal = 0;
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < s; ++i)
+        for (int j = i + 1; j < s; ++j) above_diagonal += probs[(static_cast<std::size_t>(h) * s + i) * s + j] != 0.0f;
+    CHECK(above_diagonal == 0);
+  }
+}
+
 TEST_CASE("embedding: dwte, dwpe", "[cpu][gradcheck]") {
   const int B = 2, s = 3, C = 4, V = 5;
   const std::vector<std::int32_t> tokens{1, 4, 1, 0, 2, 4};
