@@ -2,9 +2,11 @@
 // against the same GEMMs alone through cblas_sgemm in the same process:
 //   block/<hidden>/<seq>  the backend's forward(mb) + backward(mb) of a middle stage
 //   gemm/<hidden>/<seq>   only the block's GEMMs (4 forward + 8 backward linear
-//                         GEMMs, 2 forward + 4 backward attention GEMMs per head)
-// Both report GFLOP/s of the block's model FLOPs (docs/model.md: 3 x forward),
-// so block/gemm is the share of the GEMM-only rate the whole block reaches.
+//                         GEMMs, 2 forward + 4 backward attention GEMMs per head
+//                         and block of queries, the shapes cpu::attention_* use)
+// Both report GFLOP/s of the block's model FLOPs (docs/model.md: 3 x forward,
+// attention over all s x s pairs, of which the causal products skip about
+// half), so block/gemm is the share of the GEMM-only rate the whole block reaches.
 #include <algorithm>
 #include <vector>
 
@@ -83,14 +85,16 @@ void BM_GemmOnly(benchmark::State& state) {
       gemm(l[2], l[1], l[0]);
       gemm(l[0], l[2], l[1]);
     }
-    for (int b = 0; b < kBatch * heads; ++b) {
-      gemm(s, s, d);  // QKᵀ
-      gemm(s, d, s);  // P·V
-      gemm(s, d, s);  // dV
-      gemm(s, s, d);  // dP
-      gemm(s, d, s);  // dQ
-      gemm(s, d, s);  // dK
-    }
+    for (int b = 0; b < kBatch * heads; ++b)  // per block of queries (keys), as cpu::attention_* run them
+      for (int i0 = 0; i0 < s; i0 += cpu::kCausalBlock) {
+        const int i1 = std::min(i0 + cpu::kCausalBlock, s), rows = i1 - i0;
+        gemm(rows, i1, d);      // QKᵀ
+        gemm(rows, d, i1);      // P·V
+        gemm(rows, i1, d);      // dP
+        gemm(rows, d, i1);      // dQ
+        gemm(rows, d, s - i0);  // dV
+        gemm(rows, d, s - i0);  // dK
+      }
     benchmark::DoNotOptimize(c.data());
   }
   state.counters["GFLOP/s"] = benchmark::Counter(block_flops(job) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -439,6 +440,48 @@ void check_close(const std::vector<float>& a, const std::vector<float>& b, float
     }
 }
 }  // namespace
+
+TEST_CASE("gelu: both builds equal the tanh approximation computed in double, from -30 to 30", "[cpu][simd]") {
+  std::vector<float> x;
+  for (float v = -30.0f; v <= 30.0f; v += 0.01f) x.push_back(v);
+  x.insert(x.end(), {0.0f, -0.0f, 1e-30f, -1e-30f, 1e30f, -1e30f});
+  const auto n = static_cast<std::int64_t>(x.size());
+  const std::vector<float> dy(x.size(), 1.0f);
+  for (cpu::SimdPath path : {cpu::SimdPath::scalar, cpu::SimdPath::avx2}) {
+    const cpu::SimdKernels* k = cpu::simd_kernels(path);
+    if (!k) continue;
+    INFO("kernels " << k->name);
+    std::vector<float> y(x.size()), g(x.size());
+    k->gelu_forward(x.data(), y.data(), n);
+    k->gelu_backward(x.data(), dy.data(), g.data(), n);
+    double worst_y = 0.0, worst_g = 0.0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      // 0.5 (1 + tanh u) = sigmoid(2u) and 1 - tanh^2 u = 4 sigmoid(2u) sigmoid(-2u), in double and
+      // without the cancellation of 1 + tanh u (which is 0 in double below x = -5.5)
+      const double X = x[i], c = std::sqrt(2.0 / M_PI), u = c * (X + 0.044715 * X * X * X);
+      const double sig = 1.0 / (1.0 + std::exp(-2.0 * u)), sig_minus = 1.0 / (1.0 + std::exp(2.0 * u));
+      const double want_y = X * sig;
+      const double want_g = sig + 2.0 * X * sig * sig_minus * c * (1.0 + 3.0 * 0.044715 * X * X);
+      REQUIRE(std::isfinite(y[i]));
+      REQUIRE(std::isfinite(g[i]));
+      // Relative, down to the smallest outputs (-1e-38 at x = -13), per unit of |u|: rounding
+      // u in float moves exp(-2u) by about |2u| ulps, in any form of the function.
+      const double conditioning = 1.0 + std::fabs(u);
+      worst_y = std::max(worst_y, std::fabs(y[i] - want_y) / (1e-30 + std::fabs(want_y)) / conditioning);
+      // gelu' is O(1) and crosses 0 at x = -0.75 (a difference of two O(1) terms): relative to 0.01 at least
+      worst_g = std::max(worst_g, std::fabs(g[i] - want_g) / (1e-2 + std::fabs(want_g)) / conditioning);
+    }
+    // The tanh form in float scored 0.1 here (1 + tanh cancels: x = -5.2) and 5.4e-6 for gelu'.
+    CHECK(worst_y < 1e-6);
+    CHECK(worst_g < 2e-6);
+    const float nan = std::numeric_limits<float>::quiet_NaN(), one = 1.0f;
+    float out = 0.0f;
+    k->gelu_forward(&nan, &out, 1);
+    CHECK(std::isnan(out));
+    k->gelu_backward(&nan, &one, &out, 1);
+    CHECK(std::isnan(out));
+  }
+}
 
 TEST_CASE("cpu kernels: the AVX2 + SLEEF build agrees with the portable one, full vectors and partial tails",
           "[cpu][simd]") {

@@ -1,8 +1,8 @@
 // AVX2 + FMA builds of the cpu backend's element-wise and row kernels
 // (cpu_kernels_simd.hpp). This file alone is compiled with -mavx2 -mfma;
 // nothing here runs unless simd_path() chose avx2 (the CPU has both).
-// exp and tanh are SLEEF's 8-lane, 1.0-ULP functions (the library PyTorch
-// vectorises with). A row whose length is not a multiple of 8 ends with one
+// exp is SLEEF's 8-lane, 1.0-ULP function (the library PyTorch vectorises
+// with); GELU is the sigmoid form of the portable build (cpu_kernels.cpp). A row whose length is not a multiple of 8 ends with one
 // masked vector step, so every element goes through the same arithmetic.
 #include <immintrin.h>
 #include <sleef.h>
@@ -17,6 +17,7 @@ namespace {
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
+constexpr float kGeluFlat = 20.0f;  // gelu' is 1 or 0 beyond it (cpu_kernels.cpp)
 
 // Lanes [0, n) set (n in 0..8).
 __m256i lane_mask(std::int64_t n) {
@@ -61,14 +62,14 @@ inline void store(float* p, const Lanes& l, __m256 v) {
 // v where the lane is inside the row, else 0.
 inline __m256 inside(const Lanes& l, __m256 v) { return l.full ? v : _mm256_and_ps(v, _mm256_castsi256_ps(l.mask)); }
 
-inline __m256 gelu_inner(__m256 x) {  // sqrt(2/pi) (x + 0.044715 x^3)
+inline __m256 gelu_minus_2u(__m256 x) {  // -2 sqrt(2/pi) (x + 0.044715 x^3)
   const __m256 x2 = _mm256_mul_ps(x, x);
-  return _mm256_mul_ps(_mm256_set1_ps(kGeluScale), _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(kGeluCubic), x2), x, x));
+  return _mm256_mul_ps(_mm256_set1_ps(-2.0f * kGeluScale),
+                       _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(kGeluCubic), x2), x, x));
 }
 
-inline __m256 gelu(__m256 x) {  // 0.5 x (1 + tanh(gelu_inner(x)))
-  const __m256 t = Sleef_tanhf8_u10avx2(gelu_inner(x));
-  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.0f), t));
+inline __m256 gelu(__m256 x) {  // x / (1 + exp(-2u)) = 0.5 x (1 + tanh(u))
+  return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), Sleef_expf8_u10avx2(gelu_minus_2u(x))));
 }
 
 }  // namespace
@@ -78,15 +79,18 @@ void gelu_forward(const float* in, float* out, std::int64_t n) {
 }
 
 void gelu_backward(const float* in, const float* dout, float* din, std::int64_t n) {
-  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+  const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f), cap = _mm256_set1_ps(88.0f);
+  const __m256 hi = _mm256_set1_ps(kGeluFlat), lo = _mm256_set1_ps(-kGeluFlat);
   const __m256 slope = _mm256_set1_ps(kGeluScale * 3.0f * kGeluCubic), scale = _mm256_set1_ps(kGeluScale);
   for_lanes(n, [&](std::int64_t i, const Lanes& l) {
-    const __m256 x = load(in + i, l);
-    const __m256 t = Sleef_tanhf8_u10avx2(gelu_inner(x));
-    const __m256 sech2 = _mm256_fnmadd_ps(t, t, one);  // 1 - t^2
-    // du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+    // min/max return their second operand when either is NaN: a NaN x stays NaN.
+    const __m256 x = _mm256_max_ps(lo, _mm256_min_ps(hi, load(in + i, l)));
+    const __m256 e = Sleef_expf8_u10avx2(_mm256_min_ps(cap, gelu_minus_2u(x)));
+    const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, e));
+    // du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2); gelu' = sig (1 + 2 x sig (1 - sig) du), sig (1 - sig) = e sig^2
     const __m256 du = _mm256_fmadd_ps(_mm256_mul_ps(slope, x), x, scale);
-    const __m256 grad = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_mul_ps(half, x), sech2), du, _mm256_mul_ps(half, _mm256_add_ps(one, t)));
+    const __m256 inner = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(two, x), _mm256_mul_ps(e, sig)), du);
+    const __m256 grad = _mm256_mul_ps(sig, _mm256_add_ps(one, inner));
     store(din + i, l, _mm256_mul_ps(load(dout + i, l), grad));
   });
 }

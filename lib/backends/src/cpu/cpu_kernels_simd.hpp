@@ -1,7 +1,7 @@
 // Declarations of the two builds of the kernels of SimdKernels
 // (pipebench/backends/cpu_simd.hpp, which documents each): `scalar`, plain
 // C++ in cpu_kernels.cpp, and `avx2`, AVX2 + FMA intrinsics with SLEEF's exp
-// and tanh in cpu_kernels_avx2.cpp (compiled with -mavx2 -mfma). The tables
+// in cpu_kernels_avx2.cpp (compiled with -mavx2 -mfma). The tables
 // in cpu_kernels.cpp hold their addresses: a signature that differs from the
 // struct's does not compile.
 #pragma once

@@ -53,7 +53,10 @@ void gelu_backward(const float* in, const float* dout, float* din, std::int64_t 
 
 // Causal multi-head self-attention over qkv[T, 3C] (q | k | v, heads of
 // d = C/heads contiguous inside each), T = B·s. probs[B, heads, s, s] are the
-// softmax(q·kᵀ/√d) rows (zero above the diagonal); out[T, C].
+// softmax(q·kᵀ/√d) rows (zero above the diagonal); out[T, C]. The products
+// skip the zero triangle: queries in blocks of kCausalBlock rows, each
+// against the keys up to its last row (and the backward's likewise).
+inline constexpr int kCausalBlock = 64;
 void attention_forward(const float* qkv, float* probs, float* out, int B, int s, int C, int heads);
 // dqkv[T, 3C] (overwritten) from dout[T, C]; `scratch` holds s·s floats.
 void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv, float* scratch, int B,

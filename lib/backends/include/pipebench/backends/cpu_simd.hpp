@@ -1,6 +1,6 @@
 // The cpu backend's element-wise and row kernels (GELU, softmax rows,
 // LayerNorm rows, bias sums, AdamW) come in two builds: portable C++
-// (`scalar`) and AVX2 + FMA with SLEEF's vectorised exp and tanh (`avx2`,
+// (`scalar`) and AVX2 + FMA with SLEEF's vectorised exp (`avx2`,
 // built on x86-64 where libsleef-dev is found). One is chosen per process:
 // avx2 where the CPU has AVX2 and FMA, unless PIPEBENCH_CPU_KERNELS=scalar.
 // Every rank of a run on one machine takes the same path, so a pipeline
@@ -18,7 +18,7 @@ enum class SimdPath { scalar, avx2 };
 struct SimdKernels {
   SimdPath path;
   const char* name;
-  // out = gelu(in), tanh approximation.
+  // out = gelu(in), tanh approximation (computed as x · sigmoid(2u), cpu_kernels.cpp).
   void (*gelu_forward)(const float* in, float* out, std::int64_t n);
   // din = dout * gelu'(in); din may alias dout.
   void (*gelu_backward)(const float* in, const float* dout, float* din, std::int64_t n);
