@@ -7,7 +7,8 @@
 # pipebench / PyTorch of the median step time, their median and range.
 # Needs a build in build/ and python3-torch (Debian); skips with a reason
 # (exit 77) without it.
-# Usage: bench/whole/cpu_vs_torch.sh [PAIRS]   (default 5; CORE=N to pin elsewhere)
+# Usage: bench/whole/cpu_vs_torch.sh [PAIRS]   (default 5; CORE=N to pin elsewhere,
+#        SHAPE=default_job or SHAPE=h512_s256 for one shape only)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 pairs=${1:-5}
@@ -47,6 +48,7 @@ echo "pipebench $(build/bench/pipebench --version | head -1 | cut -d' ' -f2), Py
      "PIPEBENCH_CPU_KERNELS=${PIPEBENCH_CPU_KERNELS:-auto}"
 for shape in "${shapes[@]}"; do
   read -r name h L heads f s V mbs m <<<"$shape"
+  [[ -z ${SHAPE:-} || $SHAPE == "$name" ]] || continue
   ratios=()
   for ((i = 0; i < pairs; i++)); do
     if ((i % 2 == 0)); then

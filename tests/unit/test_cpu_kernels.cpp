@@ -288,6 +288,20 @@ StageSpec stage(int rank, int stages, int first, int count, bool embedding, bool
 
 }  // namespace
 
+TEST_CASE("sum_squares: the sum in double, the same bits at any address", "[cpu]") {
+  for (const int n : {0, 1, 7, 8, 9, 1000, 100003}) {
+    INFO("n = " << n);
+    const auto x = randn(static_cast<std::size_t>(n) + 1, 31, 3.0f);
+    long double want = 0.0L;
+    for (int i = 0; i < n; ++i) want += static_cast<long double>(x[i]) * x[i];
+    const double got = cpu::sum_squares(x.data(), n);
+    CHECK(got == Approx(static_cast<double>(want)).epsilon(1e-12));
+    std::vector<float> shifted(static_cast<std::size_t>(n) + 1);  // the same values one float further on
+    std::copy(x.begin(), x.begin() + n, shifted.begin() + 1);
+    CHECK(cpu::sum_squares(shifted.data() + 1, n) == got);
+  }
+}
+
 TEST_CASE("whole stage (embedding, blocks, head): d loss / d every parameter", "[cpu][gradcheck]") {
   for (const char* kind : {"gpt", "mlp"}) {
     INFO(kind);

@@ -374,10 +374,17 @@ void sgd_update(float* p, const float* g, std::int64_t n, float lr, float grad_s
   for (std::int64_t i = 0; i < n; ++i) p[i] -= lr * g[i] * grad_scale;
 }
 
+// Eight partial sums, element i in sum i mod 8, added pairwise at the end: a
+// fixed order for a given tensor whatever its address or the build (so a
+// stage's piece sums, and the global norm, are the same bits in every split),
+// and eight independent additions in flight instead of one chain.
 double sum_squares(const float* x, std::int64_t n) {
-  double s = 0.0;
-  for (std::int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
-  return s;
+  double acc[8] = {};
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += static_cast<double>(x[i + k]) * x[i + k];
+  for (int k = 0; i < n; ++i, ++k) acc[k] += static_cast<double>(x[i]) * x[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
 }  // namespace pipebench::cpu

@@ -79,7 +79,7 @@ void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n, 
                   float eps, float wd, int t, float grad_scale);
 void sgd_update(float* p, const float* g, std::int64_t n, float lr, float grad_scale);
 
-// Σ x² in double.
+// Σ x² in double, in a fixed order that depends on n only.
 double sum_squares(const float* x, std::int64_t n);
 
 }  // namespace pipebench::cpu
