@@ -2,8 +2,9 @@
 // (cpu_kernels_simd.hpp). This file alone is compiled with -mavx2 -mfma;
 // nothing here runs unless simd_path() chose avx2 (the CPU has both).
 // exp is SLEEF's 8-lane, 1.0-ULP function (the library PyTorch vectorises
-// with); GELU is the sigmoid form of the portable build (cpu_kernels.cpp). A row whose length is not a multiple of 8 ends with one
-// masked vector step, so every element goes through the same arithmetic.
+// with); GELU is the sigmoid form of the portable build (cpu_kernels.cpp).
+// A row whose length is not a multiple of 8 ends with one masked vector
+// step, so every element goes through the same arithmetic.
 #include <immintrin.h>
 #include <sleef.h>
 
@@ -87,7 +88,7 @@ void gelu_backward(const float* in, const float* dout, float* din, std::int64_t 
     const __m256 x = _mm256_max_ps(lo, _mm256_min_ps(hi, load(in + i, l)));
     const __m256 e = Sleef_expf8_u10avx2(_mm256_min_ps(cap, gelu_minus_2u(x)));
     const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, e));
-    // du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2); gelu' = sig (1 + 2 x sig (1 - sig) du), sig (1 - sig) = e sig^2
+    // du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2); gelu' = sig (1 + 2 x (1 - sig) du), 1 - sig = e sig
     const __m256 du = _mm256_fmadd_ps(_mm256_mul_ps(slope, x), x, scale);
     const __m256 inner = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(two, x), _mm256_mul_ps(e, sig)), du);
     const __m256 grad = _mm256_mul_ps(sig, _mm256_add_ps(one, inner));
