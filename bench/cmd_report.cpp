@@ -1,5 +1,8 @@
 // `pipebench report RESULTS... -o DIR [--history DIR]... [--threshold 0.05]
 //  [--alpha 0.01] [--min-history 3] [--noise-k 3] [--fail-on-regression]`: no MPI needed.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -37,9 +40,17 @@ void write_report(const ReportData& data, const std::filesystem::path& dir) {
   write_file(dir / "summary.json", render_summary_json(data));
   for (std::size_t i = 0; i < data.files.size(); ++i)
     if (const std::string name = report_trace_name(data, i); !name.empty()) {
-      // At most kReportTraceEvents events: read again, with them.
       const FileView& f = data.files[i];
-      write_file(dir / name, trace_event_json(read_results(f.path), f.job ? &*f.job : nullptr, TraceOptions{}));
+      const std::string path = (dir / name).string();
+      std::FILE* out = std::fopen(path.c_str(), "wb");
+      if (!out) throw Error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+      try {
+        write_trace_json(f.path, f.result, f.job ? &*f.job : nullptr, TraceOptions{}, out);
+      } catch (...) {
+        std::fclose(out);
+        throw;
+      }
+      if (std::fclose(out) != 0) throw Error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
     }
 }
 

@@ -1,13 +1,18 @@
 // `pipebench trace RESULTS.h5 [--run NAME]... [--step N|all] [--no-simulated] -o TRACE.json`:
 // the measured timeline for Perfetto / chrome://tracing (docs/trace.md). No MPI.
-#include <fstream>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <memory>
 #include <optional>
+#include <string_view>
 
 #include <fmt/format.h>
 
 #include "commands.hpp"
 #include "pipebench/core/config.hpp"
+#include "pipebench/core/error.hpp"
 #include "pipebench/report/trace.hpp"
 #include "pipebench/results/results.hpp"
 
@@ -48,7 +53,7 @@ Handler add_trace_command(CLI::App& app) {
   return [o]() -> int {
     o->trace.step = o->step == "all" ? 0 : std::stoi(o->step);
     o->trace.simulated = !o->no_simulated;
-    const JobResult jr = read_results(o->results);
+    const JobResult jr = read_results(o->results, ReadEvents::skip);  // checked; streamed again below
     std::optional<Job> job;
     if (o->trace.simulated && jr.root_attrs.count("job_toml")) {
       try {
@@ -57,14 +62,34 @@ Handler add_trace_command(CLI::App& app) {
         fmt::print(stderr, "pipebench trace: no simulated timeline: the file's workload does not parse: {}\n", e.what());
       }
     }
-    const std::string text = trace_event_json(jr, job ? &*job : nullptr, o->trace);
-    std::ofstream out(o->output, std::ios::binary);
-    out << text;
+    std::FILE* out = std::fopen(o->output.c_str(), "wb");
     if (!out) {
-      fmt::print(stderr, "pipebench: trace: cannot write {}\n", o->output);
+      fmt::print(stderr, "pipebench: trace: cannot write {}: {}\n", o->output, std::strerror(errno));
       return kUsageError;
     }
-    fmt::print("trace: {} ({} bytes); open it in https://ui.perfetto.dev or chrome://tracing\n", o->output, text.size());
+    // A trace left half written is removed, not left to be opened.
+    auto discard = [&] {
+      if (std::filesystem::is_regular_file(o->output)) std::remove(o->output.c_str());
+    };
+    try {
+      write_trace_json(o->results, jr, job ? &*job : nullptr, o->trace, out);
+    } catch (const Error& e) {
+      std::fclose(out);
+      discard();
+      if (std::string_view(e.what()).rfind("trace:", 0) == 0) throw;  // the file's run or step, not the output
+      throw Error(fmt::format("trace: cannot write {}: {}", o->output, e.what()));
+    } catch (...) {
+      std::fclose(out);
+      discard();
+      throw;
+    }
+    if (std::fclose(out) != 0) {
+      fmt::print(stderr, "pipebench: trace: cannot write {}: {}\n", o->output, std::strerror(errno));
+      discard();
+      return kUsageError;
+    }
+    fmt::print("trace: {} ({} bytes); open it in https://ui.perfetto.dev or chrome://tracing\n", o->output,
+               std::filesystem::file_size(o->output));
     return kOk;
   };
 }

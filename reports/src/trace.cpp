@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <tuple>
+#include <cstdio>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -11,6 +12,7 @@
 #include "pipebench/core/units.hpp"
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/results/metrics.hpp"
+#include "pipebench/results/results.hpp"
 #include "pipebench/schedule/simulate.hpp"
 
 namespace pipebench {
@@ -29,7 +31,7 @@ double us(double seconds) { return seconds * 1e6; }
 
 class TraceWriter {
  public:
-  TraceWriter() { w_.begin_object().key("traceEvents").begin_array(); }
+  explicit TraceWriter(std::FILE* sink) : w_(sink, 0) { w_.begin_object().key("traceEvents").begin_array(); }
 
   void process(int pid, const std::string& name, int sort) {
     w_.begin_object().field("ph", "M").field("name", "process_name").field("pid", pid).field("tid", 0);
@@ -63,7 +65,7 @@ class TraceWriter {
   }
 
  private:
-  JsonWriter w_{0};
+  JsonWriter w_;
 };
 
 std::string action_name(const EventRecord& e) { return to_string(Action{e.kind, e.microbatch, e.chunk}); }
@@ -90,9 +92,40 @@ void between(TraceWriter& t, int pid, double base, int step, double t_prev, cons
     });
 }
 
+// One (step, rank) group of measured events, in time order (pointers into
+// the piece being streamed), on process `pid`; then its "step end".
+void measured_group(TraceWriter& t, const RunResult& r, int pid, double base, std::vector<const EventRecord*>& group) {
+  std::stable_sort(group.begin(), group.end(),
+                   [](const EventRecord* a, const EventRecord* b) { return a->start_s < b->start_s; });
+  const int step = group.front()->step;
+  double t_prev = 0.0;
+  for (const EventRecord* ep : group) {
+    const EventRecord& e = *ep;
+    between(t, pid, base, step, t_prev, e);
+    t.slice(pid, kComputeTid, action_name(e), e.kind == ActionKind::F ? "forward" : e.kind == ActionKind::B ? "backward" : "weight",
+            base + e.start_s, base + e.end_s, [&](JsonWriter& w) {
+              w.field("step", step + 1).field("microbatch", e.microbatch).field("chunk", e.chunk);
+              w.field("kind", kind_name(e.kind)).field("start_s", e.start_s).field("end_s", e.end_s);
+              if (std::isfinite(e.wait_s)) w.field("wait_s", e.wait_s);
+            });
+    t_prev = e.end_s;
+  }
+  const double step_end =
+      static_cast<std::size_t>(step) < r.step_time_s.size() ? r.step_time_s[static_cast<std::size_t>(step)] : t_prev;
+  if (std::isfinite(step_end) && step_end > t_prev)
+    t.slice(pid, kComputeTid, "step end", "step_end", base + t_prev, base + step_end, [&](JsonWriter& w) {
+      w.field("step", step + 1)
+          .field("what", r.spec.mode == RunMode::train ? "gradient reduction, optimizer, waiting for the others"
+                                                       : "waiting for the others (inference: no gradients)");
+    });
+}
+
 // The measured events of `r` (steps laid end to end at their measured step
-// times), on ranks pid_base + rank.
-void measured(TraceWriter& t, const RunResult& r, int pid_base, int only_step) {
+// times), on ranks pid_base + rank, streamed from the file at `path` in
+// whole (step, rank) groups; every event streamed also goes to `digest`
+// (when given), for the simulated timeline.
+void measured(TraceWriter& t, const std::string& path, const RunResult& r, int pid_base, int only_step,
+              EventDigest* digest) {
   const int P = r.spec.pipeline_size;
   for (int rank = 0; rank < P; ++rank) {
     const int pid = pid_base + rank;
@@ -108,15 +141,6 @@ void measured(TraceWriter& t, const RunResult& r, int pid_base, int only_step) {
     const double prev = r.step_time_s[k - 1];
     offset[k] = only_step > 0 ? 0.0 : offset[k - 1] + (std::isfinite(prev) ? prev : 0.0);
   }
-  // Events by (step, rank), in time order.
-  std::vector<const EventRecord*> events;
-  for (const auto& e : r.events)
-    if ((only_step == 0 || e.step == only_step - 1) && e.step >= 0 && static_cast<std::size_t>(e.step) < offset.size() &&
-        std::isfinite(e.start_s) && std::isfinite(e.end_s))
-      events.push_back(&e);
-  std::stable_sort(events.begin(), events.end(), [](const EventRecord* a, const EventRecord* b) {
-    return std::tie(a->step, a->rank, a->start_s) < std::tie(b->step, b->rank, b->start_s);
-  });
   for (std::size_t k = 0; k < r.step_time_s.size(); ++k) {
     if (only_step > 0 && static_cast<int>(k) != only_step - 1) continue;
     const bool warm = k < r.is_warmup.size() && r.is_warmup[k];
@@ -125,46 +149,37 @@ void measured(TraceWriter& t, const RunResult& r, int pid_base, int only_step) {
         w.field("step", static_cast<int>(k) + 1).field("warmup", warm).field("step_time_s", r.step_time_s[k]);
       });
   }
-  std::size_t i = 0;
-  while (i < events.size()) {
-    const int step = events[i]->step, rank = events[i]->rank;
-    const double base = offset[static_cast<std::size_t>(step)];
-    double t_prev = 0.0;
-    for (; i < events.size() && events[i]->step == step && events[i]->rank == rank; ++i) {
-      const EventRecord& e = *events[i];
-      const int pid = pid_base + rank;
-      between(t, pid, base, step, t_prev, e);
-      t.slice(pid, kComputeTid, action_name(e), e.kind == ActionKind::F ? "forward" : e.kind == ActionKind::B ? "backward" : "weight",
-              base + e.start_s, base + e.end_s, [&](JsonWriter& w) {
-                w.field("step", step + 1).field("microbatch", e.microbatch).field("chunk", e.chunk);
-                w.field("kind", kind_name(e.kind)).field("start_s", e.start_s).field("end_s", e.end_s);
-                if (std::isfinite(e.wait_s)) w.field("wait_s", e.wait_s);
-              });
-      t_prev = e.end_s;
+  auto shown = [&](const EventRecord& e) {
+    return (only_step == 0 || e.step == only_step - 1) && e.step >= 0 && static_cast<std::size_t>(e.step) < offset.size() &&
+           std::isfinite(e.start_s) && std::isfinite(e.end_s);
+  };
+  std::vector<const EventRecord*> group;
+  stream_events(path, r, [&](const EventRecord* e, std::size_t n) {
+    if (digest) digest->add(e, n);
+    for (std::size_t i = 0; i < n;) {
+      const int step = e[i].step, rank = e[i].rank;
+      group.clear();
+      for (; i < n && e[i].step == step && e[i].rank == rank; ++i)
+        if (shown(e[i])) group.push_back(&e[i]);
+      if (!group.empty()) measured_group(t, r, pid_base + rank, offset[static_cast<std::size_t>(step)], group);
     }
-    const double step_end =
-        static_cast<std::size_t>(step) < r.step_time_s.size() ? r.step_time_s[static_cast<std::size_t>(step)] : t_prev;
-    if (std::isfinite(step_end) && step_end > t_prev)
-      t.slice(pid_base + rank, kComputeTid, "step end", "step_end", base + t_prev, base + step_end,
-              [&](JsonWriter& w) {
-                w.field("step", step + 1)
-                    .field("what", r.spec.mode == RunMode::train ? "gradient reduction, optimizer, waiting for the others"
-                                                                 : "waiting for the others (inference: no gradients)");
-              });
+  });
+}
+
+// The schedule of `r` as the file's workload plans it, if it plans.
+std::optional<Schedule> run_schedule(const RunResult& r, const Job& job) {
+  const RunSpec* spec = job.find_run(r.spec.name);
+  if (!spec) return std::nullopt;
+  try {
+    return plan_run(job, *spec).schedule;
+  } catch (const std::exception&) {
+    return std::nullopt;
   }
 }
 
 // The schedule simulated with the run's per-action medians: one step.
-void simulated(TraceWriter& t, const RunResult& r, const Job& job, int pid_base) {
-  const RunSpec* spec = job.find_run(r.spec.name);
-  if (!spec) return;
-  Schedule s;
-  try {
-    s = plan_run(job, *spec).schedule;
-  } catch (const std::exception&) {
-    return;
-  }
-  const SimResult sim = simulate(s, measured_costs(s, r.events, r.warmup));
+void simulated(TraceWriter& t, const RunResult& r, const Schedule& s, const SimCosts& costs, int pid_base) {
+  const SimResult sim = simulate(s, costs);
   for (int rank = 0; rank < s.num_ranks; ++rank) {
     t.process(pid_base + rank, fmt::format("{} rank {} (simulated: {} with measured medians)", r.spec.name, rank, s.name),
               pid_base + rank);
@@ -179,22 +194,29 @@ void simulated(TraceWriter& t, const RunResult& r, const Job& job, int pid_base)
 
 }  // namespace
 
-std::string trace_event_json(const JobResult& result, const Job* job, const TraceOptions& options) {
+void write_trace_json(const std::string& path, const JobResult& result, const Job* job, const TraceOptions& options,
+                      std::FILE* sink) {
   for (const auto& name : options.runs)
     if (std::none_of(result.runs.begin(), result.runs.end(), [&](const RunResult& r) { return r.spec.name == name; }))
       throw Error(fmt::format("trace: the file has no run named \"{}\"", printable(name)));
-  TraceWriter t;
+  for (const auto& r : result.runs)
+    if (options.step > static_cast<int>(r.step_time_s.size()) && r.events_in_file > 0 &&
+        (options.runs.empty() || std::find(options.runs.begin(), options.runs.end(), r.spec.name) != options.runs.end()))
+      throw Error(fmt::format("trace: run {} has {} step(s); --step {} does not exist", r.spec.name, r.step_time_s.size(),
+                              options.step));
+  TraceWriter t(sink);
   int index = 0, exported = 0;
   for (const auto& r : result.runs) {
     const int base = 1 + kRunStride * index++;
     if (!options.runs.empty() && std::find(options.runs.begin(), options.runs.end(), r.spec.name) == options.runs.end())
       continue;
-    if (r.events.empty()) continue;
-    if (options.step > static_cast<int>(r.step_time_s.size()))
-      throw Error(fmt::format("trace: run {} has {} step(s); --step {} does not exist", r.spec.name, r.step_time_s.size(),
-                              options.step));
-    measured(t, r, base, options.step);
-    if (options.simulated && job) simulated(t, r, *job, base + kPipelineStride);
+    if (r.events_in_file == 0) continue;
+    std::optional<Schedule> schedule;
+    if (options.simulated && job) schedule = run_schedule(r, *job);
+    std::optional<EventDigest> digest;
+    if (schedule) digest.emplace(*schedule, false);
+    measured(t, path, r, base, options.step, digest ? &*digest : nullptr);
+    if (schedule) simulated(t, r, *schedule, digest->costs(r.warmup), base + kPipelineStride);
     ++exported;
   }
   JsonWriter& w = t.finish_events();
@@ -204,7 +226,8 @@ std::string trace_event_json(const JobResult& result, const Job* job, const Trac
   w.field("created_utc", result.root_attrs.count("created_utc") ? result.root_attrs.at("created_utc") : "");
   w.field("runs_exported", exported).field("step", options.step == 0 ? std::string("all") : std::to_string(options.step));
   w.end_object().end_object();
-  return w.str() + "\n";
+  w.flush();
+  if (std::fputc('\n', sink) == EOF) throw Error("trace: cannot write the trace's last line");
 }
 
 }  // namespace pipebench

@@ -134,6 +134,43 @@ assert any(e.get("name") == "between actions" for e in old_events)
 assert not any(e.get("cat") == "comm_wait" for e in old_events)
 rep = subprocess.run([pipebench, "report", old_file, "-o", f"{out}/old-report"], capture_output=True, text=True)
 assert rep.returncode == 0, rep.stderr
+# A trace that cannot be written is an error that names the file and the
+# reason (here a full device, through a link of our own: what pipebench may
+# remove is the link, never /dev/full), and only a regular file is removed.
+full_link = f"{out}/full.json"
+os.symlink("/dev/full", full_link)
+full = subprocess.run([pipebench, "trace", h5[0], "-o", full_link], capture_output=True, text=True)
+assert full.returncode != 0 and f"cannot write {full_link}: " in full.stderr and "No space left" in full.stderr, \
+    (full.returncode, full.stderr)
+assert os.path.islink(full_link), "the output link was removed"
+
+# Events are streamed from the file in blocks of 65 536, whole (step, rank)
+# groups at a time: with 4 x 2 x 3000 = 24 000 events per step, step 3
+# (events 48 000 to 71 999) straddles the first block's end inside rank 2's
+# group. Its slices are the file's events of step 3, each once; the simulated
+# step (from medians over every streamed block) has 24 000 slices too.
+big_out = f"{out}/big"
+run = subprocess.run([mpiexec, "-np", "4", "--oversubscribe", pipebench, "run", job, "--run", "one_f_one_b", "--set",
+                      "train.warmup=1", "--set", "train.repeats=3", "--set", "device.sim_clock=virtual", "--set",
+                      "run.one_f_one_b.num_microbatches=3000", "-o", big_out], capture_output=True, text=True, env=env)
+assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+big_h5 = glob.glob(f"{big_out}/**/*.h5", recursive=True)[0]
+p = subprocess.run([pipebench, "trace", big_h5, "-o", f"{big_out}/step3.json", "--step", "3"], capture_output=True, text=True)
+assert p.returncode == 0, p.stderr
+big_events = json.load(open(f"{big_out}/step3.json"))["traceEvents"]
+with h5py.File(big_h5, "r") as f:
+    rows = f["runs/one_f_one_b"]["events"][:]
+assert len(rows) == 4 * 24000, len(rows)
+want = sorted((int(r["rank"]), KINDS[int(r["kind"])], int(r["microbatch"]), round(float(r["start_s"]) * 1e6, 3))
+              for r in rows if int(r["step"]) == 2)
+got = sorted((e["pid"] - 1, e["args"]["kind"], e["args"]["microbatch"], round(e["ts"], 3)) for e in big_events
+             if e["ph"] == "X" and e["pid"] <= P and e["cat"] in ("forward", "backward"))
+assert len(got) == 24000 and got == want, (len(got), len(want))
+assert sum(1 for e in big_events if e["ph"] == "X" and e["pid"] > 1024) == 24000
+# Each rank's step is one group: one "step end" per rank (a group split at the
+# block's end would end twice).
+assert sorted(e["pid"] - 1 for e in big_events if e.get("cat") == "step_end") == list(range(P))
+
 print(f"{len(events)} trace events; {len(compute)} compute slices = {len(ev)} HDF5 events; {len(recv)} receive waits; "
-      f"{len(simulated)} simulated")
+      f"{len(simulated)} simulated; a 96 000-event file's step 3 whole across blocks")
 print("PASS")

@@ -2,8 +2,10 @@
 
 #include "pipebench/core/error.hpp"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <iterator>
 
 #include <fmt/format.h>
@@ -48,7 +50,8 @@ void JsonWriter::maybe_flush() {
 
 void JsonWriter::flush() {
   if (!sink_ || out_.empty()) return;
-  if (std::fwrite(out_.data(), 1, out_.size(), sink_) != out_.size()) throw Error("writing JSON: the output failed");
+  if (std::fwrite(out_.data(), 1, out_.size(), sink_) != out_.size())
+    throw Error(fmt::format("writing JSON: {}", std::strerror(errno)));
   out_.clear();
 }
 
