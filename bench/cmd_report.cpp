@@ -1,8 +1,5 @@
 // `pipebench report RESULTS... -o DIR [--history DIR]... [--threshold 0.05]
 //  [--alpha 0.01] [--min-history 3] [--noise-k 3] [--fail-on-regression]`: no MPI needed.
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -41,16 +38,9 @@ void write_report(const ReportData& data, const std::filesystem::path& dir) {
   for (std::size_t i = 0; i < data.files.size(); ++i)
     if (const std::string name = report_trace_name(data, i); !name.empty()) {
       const FileView& f = data.files[i];
-      const std::string path = (dir / name).string();
-      std::FILE* out = std::fopen(path.c_str(), "wb");
-      if (!out) throw Error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
-      try {
+      write_output_file((dir / name).string(), [&](std::FILE* out) {
         write_trace_json(f.path, f.result, f.job ? &*f.job : nullptr, TraceOptions{}, out);
-      } catch (...) {
-        std::fclose(out);
-        throw;
-      }
-      if (std::fclose(out) != 0) throw Error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+      });
     }
 }
 

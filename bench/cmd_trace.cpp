@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
-#include <string_view>
 
 #include <fmt/format.h>
 
@@ -27,6 +26,31 @@ struct TraceCmdOptions {
   TraceOptions trace;
 };
 }  // namespace
+
+void write_output_file(const std::string& path, const std::function<void(std::FILE*)>& write) {
+  std::FILE* out = std::fopen(path.c_str(), "wb");
+  if (!out) throw OutputError(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
+  auto discard = [&] {
+    std::fclose(out);
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(path, ec)) std::remove(path.c_str());  // never a device or a pipe
+  };
+  try {
+    write(out);
+  } catch (const ResultsError&) {
+    discard();
+    throw;
+  } catch (const std::exception& e) {
+    discard();
+    throw OutputError(fmt::format("cannot write {}: {}", path, e.what()));
+  }
+  if (std::fclose(out) != 0) {
+    const int err = errno;
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(path, ec)) std::remove(path.c_str());
+    throw OutputError(fmt::format("cannot write {}: {}", path, std::strerror(err)));
+  }
+}
 
 Handler add_trace_command(CLI::App& app) {
   auto o = std::make_shared<TraceCmdOptions>();
@@ -62,32 +86,8 @@ Handler add_trace_command(CLI::App& app) {
         fmt::print(stderr, "pipebench trace: no simulated timeline: the file's workload does not parse: {}\n", e.what());
       }
     }
-    std::FILE* out = std::fopen(o->output.c_str(), "wb");
-    if (!out) {
-      fmt::print(stderr, "pipebench: trace: cannot write {}: {}\n", o->output, std::strerror(errno));
-      return kUsageError;
-    }
-    // A trace left half written is removed, not left to be opened.
-    auto discard = [&] {
-      if (std::filesystem::is_regular_file(o->output)) std::remove(o->output.c_str());
-    };
-    try {
-      write_trace_json(o->results, jr, job ? &*job : nullptr, o->trace, out);
-    } catch (const Error& e) {
-      std::fclose(out);
-      discard();
-      if (std::string_view(e.what()).rfind("trace:", 0) == 0) throw;  // the file's run or step, not the output
-      throw Error(fmt::format("trace: cannot write {}: {}", o->output, e.what()));
-    } catch (...) {
-      std::fclose(out);
-      discard();
-      throw;
-    }
-    if (std::fclose(out) != 0) {
-      fmt::print(stderr, "pipebench: trace: cannot write {}: {}\n", o->output, std::strerror(errno));
-      discard();
-      return kUsageError;
-    }
+    check_trace_options(jr, o->trace);  // before the output is touched
+    write_output_file(o->output, [&](std::FILE* out) { write_trace_json(o->results, jr, job ? &*job : nullptr, o->trace, out); });
     fmt::print("trace: {} ({} bytes); open it in https://ui.perfetto.dev or chrome://tracing\n", o->output,
                std::filesystem::file_size(o->output));
     return kOk;

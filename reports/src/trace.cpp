@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 
 #include <fmt/format.h>
@@ -194,8 +196,7 @@ void simulated(TraceWriter& t, const RunResult& r, const Schedule& s, const SimC
 
 }  // namespace
 
-void write_trace_json(const std::string& path, const JobResult& result, const Job* job, const TraceOptions& options,
-                      std::FILE* sink) {
+void check_trace_options(const JobResult& result, const TraceOptions& options) {
   for (const auto& name : options.runs)
     if (std::none_of(result.runs.begin(), result.runs.end(), [&](const RunResult& r) { return r.spec.name == name; }))
       throw Error(fmt::format("trace: the file has no run named \"{}\"", printable(name)));
@@ -204,6 +205,11 @@ void write_trace_json(const std::string& path, const JobResult& result, const Jo
         (options.runs.empty() || std::find(options.runs.begin(), options.runs.end(), r.spec.name) != options.runs.end()))
       throw Error(fmt::format("trace: run {} has {} step(s); --step {} does not exist", r.spec.name, r.step_time_s.size(),
                               options.step));
+}
+
+void write_trace_json(const std::string& path, const JobResult& result, const Job* job, const TraceOptions& options,
+                      std::FILE* sink) {
+  check_trace_options(result, options);
   TraceWriter t(sink);
   int index = 0, exported = 0;
   for (const auto& r : result.runs) {
@@ -227,7 +233,7 @@ void write_trace_json(const std::string& path, const JobResult& result, const Jo
   w.field("runs_exported", exported).field("step", options.step == 0 ? std::string("all") : std::to_string(options.step));
   w.end_object().end_object();
   w.flush();
-  if (std::fputc('\n', sink) == EOF) throw Error("trace: cannot write the trace's last line");
+  if (std::fputc('\n', sink) == EOF) throw Error(fmt::format("writing JSON: {}", std::strerror(errno)));
 }
 
 }  // namespace pipebench

@@ -140,7 +140,7 @@ assert rep.returncode == 0, rep.stderr
 full_link = f"{out}/full.json"
 os.symlink("/dev/full", full_link)
 full = subprocess.run([pipebench, "trace", h5[0], "-o", full_link], capture_output=True, text=True)
-assert full.returncode != 0 and f"cannot write {full_link}: " in full.stderr and "No space left" in full.stderr, \
+assert full.returncode == 2 and f"cannot write {full_link}: " in full.stderr and "No space left" in full.stderr, \
     (full.returncode, full.stderr)
 assert os.path.islink(full_link), "the output link was removed"
 

@@ -19,15 +19,18 @@ struct TraceOptions {
   bool simulated = true;          // add the simulated timeline (needs the file's workload)
 };
 
+// Throws Error when `options` name a run or a step `result` does not have.
+void check_trace_options(const JobResult& result, const TraceOptions& options);
+
 // Writes the trace of the results file at `path` to `sink` as it is
 // produced ({"traceEvents": [...], "displayTimeUnit": "ms", "otherData":
 // {...}} and a newline). `result` is that file as read_results read it
 // (ReadEvents::skip will do): each run's events are streamed from the file
 // again, whole (step, rank) groups at a time, so memory holds a block of
 // events whatever the run's size. `job` is the file's recorded workload
-// (nullptr: no simulated timeline). Throws Error for a run name or a step the
-// file does not have (before writing anything) and when a write fails;
-// ResultsError when the file cannot be read again.
+// (nullptr: no simulated timeline). Throws as check_trace_options (before
+// writing anything), Error when a write fails, ResultsError when the file
+// cannot be read again.
 void write_trace_json(const std::string& path, const JobResult& result, const Job* job, const TraceOptions& options,
                       std::FILE* sink);
 

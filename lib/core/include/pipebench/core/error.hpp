@@ -35,6 +35,14 @@ class Error : public std::runtime_error {
   virtual ExitCode exit_code() const noexcept { return kInternalError; }
 };
 
+// An output file cannot be written (opened, filled or closed): the message
+// names it and the reason. Exit kUsageError, as docs/cli.md lists it.
+class OutputError : public Error {
+ public:
+  using Error::Error;
+  ExitCode exit_code() const noexcept override { return kUsageError; }
+};
+
 // A workload file (or a --set override) is malformed or inconsistent. The
 // message always names the file, the line and the key. Exit kInvalidWorkload.
 class ConfigError : public Error {
