@@ -25,6 +25,7 @@ TEST_CASE("exit codes: each exception type, seen through the base class", "[erro
   CHECK(code_of(ConfigError("x")) == kInvalidWorkload);
   CHECK(code_of(ScheduleError("x")) == kInvalidSchedule);
   CHECK(code_of(DeviceUnavailableError("x")) == kDeviceUnavailable);
+  CHECK(code_of(OutputError("x")) == kUsageError);
   // Run failures are recorded by the executor (exit kRunFailed via the
   // runner); escaping outside a run they are internal errors.
   CHECK(code_of(OutOfMemoryError("x")) == kInternalError);
