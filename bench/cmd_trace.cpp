@@ -30,24 +30,24 @@ struct TraceCmdOptions {
 void write_output_file(const std::string& path, const std::function<void(std::FILE*)>& write) {
   std::FILE* out = std::fopen(path.c_str(), "wb");
   if (!out) throw OutputError(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
-  auto discard = [&] {
-    std::fclose(out);
+  auto remove_partial = [&] {
     std::error_code ec;
     if (std::filesystem::is_regular_file(path, ec)) std::remove(path.c_str());  // never a device or a pipe
   };
   try {
     write(out);
   } catch (const ResultsError&) {
-    discard();
+    std::fclose(out);
+    remove_partial();
     throw;
   } catch (const std::exception& e) {
-    discard();
+    std::fclose(out);
+    remove_partial();
     throw OutputError(fmt::format("cannot write {}: {}", path, e.what()));
   }
   if (std::fclose(out) != 0) {
     const int err = errno;
-    std::error_code ec;
-    if (std::filesystem::is_regular_file(path, ec)) std::remove(path.c_str());
+    remove_partial();
     throw OutputError(fmt::format("cannot write {}: {}", path, std::strerror(err)));
   }
 }

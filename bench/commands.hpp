@@ -44,8 +44,9 @@ void write_report(const ReportData& data, const std::filesystem::path& dir);
 
 // Writes the file at `path` through `write` (the open file; it may stream),
 // then closes it. Opening, writing or closing that fails is OutputError
-// "cannot write PATH: REASON" (exit 2) (a ResultsError from reading an input is passed on as
-// it is); either way a regular file left half written is removed.
+// "cannot write PATH: REASON" (exit 2); a ResultsError from reading an input
+// is passed on as it is. Either way a regular file left half written is
+// removed.
 void write_output_file(const std::string& path, const std::function<void(std::FILE*)>& write);
 
 // This executable's absolute path (what probe trials and tune's runs start).

@@ -194,6 +194,11 @@ void simulated(TraceWriter& t, const RunResult& r, const Schedule& s, const SimC
     });
 }
 
+// Whether `options` export the run named `name` (no --run: every run).
+bool selected(const TraceOptions& options, const std::string& name) {
+  return options.runs.empty() || std::find(options.runs.begin(), options.runs.end(), name) != options.runs.end();
+}
+
 }  // namespace
 
 void check_trace_options(const JobResult& result, const TraceOptions& options) {
@@ -201,8 +206,7 @@ void check_trace_options(const JobResult& result, const TraceOptions& options) {
     if (std::none_of(result.runs.begin(), result.runs.end(), [&](const RunResult& r) { return r.spec.name == name; }))
       throw Error(fmt::format("trace: the file has no run named \"{}\"", printable(name)));
   for (const auto& r : result.runs)
-    if (options.step > static_cast<int>(r.step_time_s.size()) && r.events_in_file > 0 &&
-        (options.runs.empty() || std::find(options.runs.begin(), options.runs.end(), r.spec.name) != options.runs.end()))
+    if (options.step > static_cast<int>(r.step_time_s.size()) && r.events_in_file > 0 && selected(options, r.spec.name))
       throw Error(fmt::format("trace: run {} has {} step(s); --step {} does not exist", r.spec.name, r.step_time_s.size(),
                               options.step));
 }
@@ -214,9 +218,7 @@ void write_trace_json(const std::string& path, const JobResult& result, const Jo
   int index = 0, exported = 0;
   for (const auto& r : result.runs) {
     const int base = 1 + kRunStride * index++;
-    if (!options.runs.empty() && std::find(options.runs.begin(), options.runs.end(), r.spec.name) == options.runs.end())
-      continue;
-    if (r.events_in_file == 0) continue;
+    if (!selected(options, r.spec.name) || r.events_in_file == 0) continue;
     std::optional<Schedule> schedule;
     if (options.simulated && job) schedule = run_schedule(r, *job);
     std::optional<EventDigest> digest;

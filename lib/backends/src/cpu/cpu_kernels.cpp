@@ -246,7 +246,6 @@ void gelu_backward(const float* in, const float* dout, float* din, std::int64_t 
 // see (up to its last row), so QKᵀ and P·V cost (n+1)/2n of the full s×s
 // products with n blocks (s = 256: 62.5%); the backward's four products
 // likewise. The probabilities stay stored whole, zero above the diagonal.
-
 void attention_forward(const float* qkv, float* probs, float* out, int B, int s, int C, int heads) {
   const int d = C / heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));

@@ -71,8 +71,9 @@ class EventDigest {
   std::vector<std::vector<double>> enter_, leave_;              // inference: [step][micro-batch]
 };
 
-// EventDigest's costs of a whole run's events (reports and trace: the same
-// figures as the run's bubble_simulated).
+// EventDigest's costs of a whole run's events held in memory: the same
+// figures as the run's bubble_simulated (the report and the trace digest
+// the events as they stream them instead; tests compare the two).
 SimCosts measured_costs(const Schedule& s, const std::vector<EventRecord>& events, int warmup);
 
 // Builds the RunResult of one executed (possibly failed) run. `ranks` holds
