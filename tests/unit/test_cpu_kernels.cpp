@@ -455,13 +455,13 @@ void check_close(const std::vector<float>& a, const std::vector<float>& b, float
 }
 }  // namespace
 
-TEST_CASE("gelu: both builds equal the tanh approximation computed in double, from -30 to 30", "[cpu][simd]") {
+TEST_CASE("gelu: every build equals the tanh approximation computed in double, from -30 to 30", "[cpu][simd]") {
   std::vector<float> x;
   for (float v = -30.0f; v <= 30.0f; v += 0.01f) x.push_back(v);
   x.insert(x.end(), {0.0f, -0.0f, 1e-30f, -1e-30f, 1e30f, -1e30f});
   const auto n = static_cast<std::int64_t>(x.size());
   const std::vector<float> dy(x.size(), 1.0f);
-  for (cpu::SimdPath path : {cpu::SimdPath::scalar, cpu::SimdPath::avx2}) {
+  for (cpu::SimdPath path : {cpu::SimdPath::scalar, cpu::SimdPath::avx2, cpu::SimdPath::avx512}) {
     const cpu::SimdKernels* k = cpu::simd_kernels(path);
     if (!k) continue;
     INFO("kernels " << k->name);
@@ -497,87 +497,103 @@ TEST_CASE("gelu: both builds equal the tanh approximation computed in double, fr
   }
 }
 
-TEST_CASE("cpu kernels: the AVX2 + SLEEF build agrees with the portable one, full vectors and partial tails",
-          "[cpu][simd]") {
+TEST_CASE("cpu kernels: this process runs the widest build, or the one PIPEBENCH_CPU_KERNELS names", "[cpu][simd]") {
+  const cpu::SimdKernels* widest = nullptr;
+  for (cpu::SimdPath p : {cpu::SimdPath::avx512, cpu::SimdPath::avx2, cpu::SimdPath::scalar})
+    if ((widest = cpu::simd_kernels(p))) break;
+  REQUIRE(widest);
+  const char* env = std::getenv("PIPEBENCH_CPU_KERNELS");
+  INFO("PIPEBENCH_CPU_KERNELS=" << (env ? env : "(unset)"));
+  bool named_available = false;
+  for (cpu::SimdPath p : {cpu::SimdPath::scalar, cpu::SimdPath::avx2, cpu::SimdPath::avx512})
+    if (const cpu::SimdKernels* k = cpu::simd_kernels(p); k && env && std::string(env) == k->name) named_available = true;
+  CHECK(std::string(cpu::simd_kernels().name) == (named_available ? std::string(env) : std::string(widest->name)));
+}
+
+// Each vector build this program and CPU have (avx2, avx512) against the portable one.
+TEST_CASE("cpu kernels: the vector builds agree with the portable one, full vectors and partial tails", "[cpu][simd]") {
   using cpu::SimdKernels;
-  const SimdKernels* fast = cpu::simd_kernels(cpu::SimdPath::avx2);
   const SimdKernels& ref = *cpu::simd_kernels(cpu::SimdPath::scalar);
-  if (!fast) {
-    WARN("no AVX2 kernels in this build or on this CPU: nothing to compare");
-    return;
-  }
-  CHECK(std::string(cpu::simd_kernels().name) == (std::getenv("PIPEBENCH_CPU_KERNELS") ? "scalar" : "avx2"));
-  for (int n : {1, 7, 8, 9, 31, 64, 257}) {
-    INFO("n = " << n);
-    const auto N = static_cast<std::size_t>(n);
-    const std::vector<float> x = randn(N, 1, 3.0f), dy = randn(N, 2), gamma = randn(N, 3), beta = randn(N, 4);
-    std::vector<float> a(N), b(N);
-    fast->gelu_forward(x.data(), a.data(), n);
-    ref.gelu_forward(x.data(), b.data(), n);
-    check_close(a, b, 2e-6f, 1e-6f, "gelu");
-    fast->gelu_backward(x.data(), dy.data(), a.data(), n);
-    ref.gelu_backward(x.data(), dy.data(), b.data(), n);
-    check_close(a, b, 1e-5f, 1e-6f, "gelu'");
-    a = x, b = x;
-    fast->softmax_row(a.data(), n);
-    ref.softmax_row(b.data(), n);
-    check_close(a, b, 1e-5f, 1e-7f, "softmax");
-    const std::vector<float> p = b;
-    a = dy, b = dy;
-    fast->softmax_backward_row(p.data(), a.data(), n);
-    ref.softmax_backward_row(p.data(), b.data(), n);
-    check_close(a, b, 1e-4f, 1e-6f, "softmax'");
-    float m1 = 0, r1 = 0, m2 = 0, r2 = 0;
-    fast->layernorm_row(x.data(), gamma.data(), beta.data(), a.data(), n, m1, r1);
-    ref.layernorm_row(x.data(), gamma.data(), beta.data(), b.data(), n, m2, r2);
-    CHECK(m1 == Approx(m2).margin(1e-5));
-    CHECK(r1 == Approx(r2).epsilon(1e-5));
-    check_close(a, b, 1e-4f, 1e-4f, "layernorm");
-    a = beta, b = beta;
-    fast->layernorm_backward_input_row(dy.data(), x.data(), gamma.data(), m2, r2, a.data(), n);
-    ref.layernorm_backward_input_row(dy.data(), x.data(), gamma.data(), m2, r2, b.data(), n);
-    check_close(a, b, 1e-4f, 1e-4f, "layernorm dx");
-    std::vector<float> ga = gamma, gb = gamma, ba = beta, bb = beta;
-    fast->layernorm_backward_weight_row(dy.data(), x.data(), m2, r2, ga.data(), ba.data(), n);
-    ref.layernorm_backward_weight_row(dy.data(), x.data(), m2, r2, gb.data(), bb.data(), n);
-    check_close(ga, gb, 1e-5f, 1e-6f, "dgamma");
-    check_close(ba, bb, 0.0f, 0.0f, "dbeta");
-    // Three rows: bias added to each, and summed back.
-    std::vector<float> y3a = randn(3 * N, 5), y3b = y3a, sa(N, 0.5f), sb(N, 0.5f);
-    fast->add_bias_rows(y3a.data(), beta.data(), 3, n);
-    ref.add_bias_rows(y3b.data(), beta.data(), 3, n);
-    check_close(y3a, y3b, 0.0f, 0.0f, "bias");
-    fast->sum_rows(y3a.data(), sa.data(), 3, n);
-    ref.sum_rows(y3b.data(), sb.data(), 3, n);
-    check_close(sa, sb, 0.0f, 0.0f, "sum_rows");
-    std::vector<float> pa = x, pb = x, ma = dy, mb = dy, va(N, 0.01f), vb(N, 0.01f);
-    fast->adamw(pa.data(), gamma.data(), ma.data(), va.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.19f, 0.002f, 0.5f);
-    ref.adamw(pb.data(), gamma.data(), mb.data(), vb.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.19f, 0.002f, 0.5f);
-    check_close(pa, pb, 1e-6f, 1e-7f, "adamw p");
-    check_close(ma, mb, 1e-6f, 1e-7f, "adamw m");
-    check_close(va, vb, 1e-6f, 1e-9f, "adamw v");
-  }
-  // The fused bias + GELU is, bit for bit, the bias then the GELU, in each build.
-  for (const SimdKernels* k : {fast, &ref})
-    for (int n : {5, 8, 77}) {
+  int compared = 0;
+  for (cpu::SimdPath path : {cpu::SimdPath::avx2, cpu::SimdPath::avx512}) {
+    const SimdKernels* fast = cpu::simd_kernels(path);
+    if (!fast) continue;
+    ++compared;
+    INFO("kernels " << fast->name);
+    for (int n : {1, 7, 8, 9, 15, 16, 17, 31, 64, 257}) {
+      INFO("n = " << n);
       const auto N = static_cast<std::size_t>(n);
-      const std::vector<float> y = randn(3 * N, 9, 2.0f), bias = randn(N, 10);
-      std::vector<float> pre_fused = y, out_fused(3 * N), pre_apart = y, out_apart(3 * N);
-      k->bias_gelu_rows(pre_fused.data(), bias.data(), out_fused.data(), 3, n);
-      k->add_bias_rows(pre_apart.data(), bias.data(), 3, n);
-      k->gelu_forward(pre_apart.data(), out_apart.data(), 3 * n);
-      CHECK(pre_fused == pre_apart);
-      CHECK(out_fused == out_apart);
+      const std::vector<float> x = randn(N, 1, 3.0f), dy = randn(N, 2), gamma = randn(N, 3), beta = randn(N, 4);
+      std::vector<float> a(N), b(N);
+      fast->gelu_forward(x.data(), a.data(), n);
+      ref.gelu_forward(x.data(), b.data(), n);
+      check_close(a, b, 2e-6f, 1e-6f, "gelu");
+      fast->gelu_backward(x.data(), dy.data(), a.data(), n);
+      ref.gelu_backward(x.data(), dy.data(), b.data(), n);
+      check_close(a, b, 1e-5f, 1e-6f, "gelu'");
+      a = x, b = x;
+      fast->softmax_row(a.data(), n);
+      ref.softmax_row(b.data(), n);
+      check_close(a, b, 1e-5f, 1e-7f, "softmax");
+      const std::vector<float> p = b;
+      a = dy, b = dy;
+      fast->softmax_backward_row(p.data(), a.data(), n);
+      ref.softmax_backward_row(p.data(), b.data(), n);
+      check_close(a, b, 1e-4f, 1e-6f, "softmax'");
+      float m1 = 0, r1 = 0, m2 = 0, r2 = 0;
+      fast->layernorm_row(x.data(), gamma.data(), beta.data(), a.data(), n, m1, r1);
+      ref.layernorm_row(x.data(), gamma.data(), beta.data(), b.data(), n, m2, r2);
+      CHECK(m1 == Approx(m2).margin(1e-5));
+      CHECK(r1 == Approx(r2).epsilon(1e-5));
+      check_close(a, b, 1e-4f, 1e-4f, "layernorm");
+      a = beta, b = beta;
+      fast->layernorm_backward_input_row(dy.data(), x.data(), gamma.data(), m2, r2, a.data(), n);
+      ref.layernorm_backward_input_row(dy.data(), x.data(), gamma.data(), m2, r2, b.data(), n);
+      check_close(a, b, 1e-4f, 1e-4f, "layernorm dx");
+      std::vector<float> ga = gamma, gb = gamma, ba = beta, bb = beta;
+      fast->layernorm_backward_weight_row(dy.data(), x.data(), m2, r2, ga.data(), ba.data(), n);
+      ref.layernorm_backward_weight_row(dy.data(), x.data(), m2, r2, gb.data(), bb.data(), n);
+      check_close(ga, gb, 1e-5f, 1e-6f, "dgamma");
+      check_close(ba, bb, 0.0f, 0.0f, "dbeta");
+      // Three rows: bias added to each, and summed back.
+      std::vector<float> y3a = randn(3 * N, 5), y3b = y3a, sa(N, 0.5f), sb(N, 0.5f);
+      fast->add_bias_rows(y3a.data(), beta.data(), 3, n);
+      ref.add_bias_rows(y3b.data(), beta.data(), 3, n);
+      check_close(y3a, y3b, 0.0f, 0.0f, "bias");
+      fast->sum_rows(y3a.data(), sa.data(), 3, n);
+      ref.sum_rows(y3b.data(), sb.data(), 3, n);
+      check_close(sa, sb, 0.0f, 0.0f, "sum_rows");
+      std::vector<float> pa = x, pb = x, ma = dy, mb = dy, va(N, 0.01f), vb(N, 0.01f);
+      fast->adamw(pa.data(), gamma.data(), ma.data(), va.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.19f, 0.002f, 0.5f);
+      ref.adamw(pb.data(), gamma.data(), mb.data(), vb.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.19f, 0.002f, 0.5f);
+      check_close(pa, pb, 1e-6f, 1e-7f, "adamw p");
+      check_close(ma, mb, 1e-6f, 1e-7f, "adamw m");
+      check_close(va, vb, 1e-6f, 1e-9f, "adamw v");
     }
-  // Nothing outside [0, n) is read into a result or written: a row inside a
-  // larger buffer leaves its neighbours alone.
-  std::vector<float> buf(16, 7.0f);
-  fast->softmax_row(buf.data() + 1, 5);
-  CHECK(buf[0] == 7.0f);
-  CHECK(buf[6] == 7.0f);
-  float total = 0;
-  for (int i = 1; i < 6; ++i) total += buf[static_cast<std::size_t>(i)];
-  CHECK(total == Approx(1.0f));
+    // The fused bias + GELU is, bit for bit, the bias then the GELU, in each build.
+    for (const SimdKernels* k : {fast, &ref})
+      for (int n : {5, 8, 77}) {
+        const auto N = static_cast<std::size_t>(n);
+        const std::vector<float> y = randn(3 * N, 9, 2.0f), bias = randn(N, 10);
+        std::vector<float> pre_fused = y, out_fused(3 * N), pre_apart = y, out_apart(3 * N);
+        k->bias_gelu_rows(pre_fused.data(), bias.data(), out_fused.data(), 3, n);
+        k->add_bias_rows(pre_apart.data(), bias.data(), 3, n);
+        k->gelu_forward(pre_apart.data(), out_apart.data(), 3 * n);
+        CHECK(pre_fused == pre_apart);
+        CHECK(out_fused == out_apart);
+      }
+    // Nothing outside [0, n) is read into a result or written: a row inside a
+    // larger buffer leaves its neighbours alone.
+    // 21 = one full 16-lane step and a partial one, or two 8-lane steps and a partial one.
+    std::vector<float> buf(40, 7.0f);
+    fast->softmax_row(buf.data() + 1, 21);
+    CHECK(buf[0] == 7.0f);
+    CHECK(buf[22] == 7.0f);
+    float total = 0;
+    for (int i = 1; i < 22; ++i) total += buf[static_cast<std::size_t>(i)];
+    CHECK(total == Approx(1.0f));
+  }
+  if (compared == 0) WARN("no vector kernels in this build or on this CPU: nothing to compare");
 }
 
 TEST_CASE("linear_gelu_forward is linear_forward then gelu_forward, bit for bit", "[cpu][simd]") {

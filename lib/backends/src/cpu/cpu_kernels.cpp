@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string_view>
 
@@ -153,23 +154,46 @@ constexpr SimdKernels kScalar = PIPEBENCH_SIMD_TABLE(scalar);
 #if PIPEBENCH_HAVE_AVX2_KERNELS
 constexpr SimdKernels kAvx2 = PIPEBENCH_SIMD_TABLE(avx2);
 #endif
+#if PIPEBENCH_HAVE_AVX512_KERNELS
+constexpr SimdKernels kAvx512 = PIPEBENCH_SIMD_TABLE(avx512);
+#endif
 #undef PIPEBENCH_SIMD_TABLE
 }  // namespace
 
 const SimdKernels* simd_kernels(SimdPath path) {
-  if (path == SimdPath::scalar) return &kScalar;
-#if PIPEBENCH_HAVE_AVX2_KERNELS
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &kAvx2;
+  switch (path) {
+    case SimdPath::scalar:
+      return &kScalar;
+    case SimdPath::avx2:
+#if PIPEBENCH_HAVE_AVX2_KERNELS
+      if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &kAvx2;
 #endif
+      return nullptr;
+    case SimdPath::avx512:
+      // __builtin_cpu_supports also checks that the OS saves the 512-bit registers.
+#if PIPEBENCH_HAVE_AVX512_KERNELS
+      if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) return &kAvx512;
+#endif
+      return nullptr;
+  }
   return nullptr;
 }
 
 const SimdKernels& simd_kernels() {
   static const SimdKernels& chosen = []() -> const SimdKernels& {
+    const SimdKernels* widest = nullptr;
+    for (SimdPath p : {SimdPath::avx512, SimdPath::avx2, SimdPath::scalar})
+      if ((widest = simd_kernels(p))) break;
     const char* env = std::getenv("PIPEBENCH_CPU_KERNELS");
-    const SimdKernels* avx2 = simd_kernels(SimdPath::avx2);
-    return avx2 && !(env && std::string_view(env) == "scalar") ? *avx2 : kScalar;
+    if (!env || !*env) return *widest;
+    for (SimdPath p : {SimdPath::scalar, SimdPath::avx2, SimdPath::avx512})
+      if (const SimdKernels* k = simd_kernels(p); k && std::string_view(env) == k->name) return *k;
+    std::fprintf(stderr,
+                 "pipebench: PIPEBENCH_CPU_KERNELS=%s is not a kernel build this program and CPU have (scalar, avx2, "
+                 "avx512); using %s\n",
+                 env, widest->name);
+    return *widest;
   }();
   return chosen;
 }

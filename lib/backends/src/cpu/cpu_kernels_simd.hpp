@@ -1,7 +1,8 @@
-// Declarations of the two builds of the kernels of SimdKernels
+// Declarations of the three builds of the kernels of SimdKernels
 // (pipebench/backends/cpu_simd.hpp, which documents each): `scalar`, plain
-// C++ in cpu_kernels.cpp, and `avx2`, AVX2 + FMA intrinsics with SLEEF's exp
-// in cpu_kernels_avx2.cpp (compiled with -mavx2 -mfma). The tables
+// C++ in cpu_kernels.cpp, and the vector builds of cpu_kernels_vector.hpp
+// with SLEEF's exp, `avx2` (cpu_kernels_avx2.cpp, compiled with -mavx2
+// -mfma) and `avx512` (cpu_kernels_avx512.cpp, -mavx512f -mfma). The tables
 // in cpu_kernels.cpp hold their addresses: a signature that differs from the
 // struct's does not compile.
 #pragma once
@@ -34,5 +35,8 @@ PIPEBENCH_CPU_SIMD_KERNELS
 namespace avx2 {
 PIPEBENCH_CPU_SIMD_KERNELS
 }  // namespace avx2
+namespace avx512 {
+PIPEBENCH_CPU_SIMD_KERNELS
+}  // namespace avx512
 
 }  // namespace pipebench::cpu

@@ -1,10 +1,12 @@
 // The cpu backend's element-wise and row kernels (GELU, softmax rows,
-// LayerNorm rows, bias sums, AdamW) come in two builds: portable C++
-// (`scalar`) and AVX2 + FMA with SLEEF's vectorised exp (`avx2`,
-// built on x86-64 where libsleef-dev is found). One is chosen per process:
-// avx2 where the CPU has AVX2 and FMA, unless PIPEBENCH_CPU_KERNELS=scalar.
+// LayerNorm rows, bias sums, AdamW) come in three builds: portable C++
+// (`scalar`) and two vector builds with SLEEF's vectorised exp, AVX2 + FMA
+// (`avx2`, 8 lanes) and AVX-512F (`avx512`, 16 lanes), built on x86-64 where
+// libsleef-dev is found. One is chosen per process: the widest this build
+// and CPU have, or the one PIPEBENCH_CPU_KERNELS names (scalar, avx2 or
+// avx512) where it is available.
 // Every rank of a run on one machine takes the same path, so a pipeline
-// computes the baseline's bits; the two paths differ in the last bits
+// computes the baseline's bits; the paths differ in the last bits
 // (summation order, fused multiply-add, the math libraries' rounding),
 // within the cpu backend's tolerance (docs/cpu-backend.md).
 #pragma once
@@ -13,7 +15,7 @@
 
 namespace pipebench::cpu {
 
-enum class SimdPath { scalar, avx2 };
+enum class SimdPath { scalar, avx2, avx512 };
 
 struct SimdKernels {
   SimdPath path;
@@ -49,8 +51,9 @@ struct SimdKernels {
 
 // The kernels of `path`, or nullptr where this build or this CPU has none.
 const SimdKernels* simd_kernels(SimdPath path);
-// This process's kernels: avx2 when available and PIPEBENCH_CPU_KERNELS is
-// not "scalar", else scalar; decided on first use.
+// This process's kernels, decided on first use: the ones PIPEBENCH_CPU_KERNELS
+// names if set and available, else the widest available (avx512, avx2,
+// scalar).
 const SimdKernels& simd_kernels();
 
 }  // namespace pipebench::cpu
