@@ -114,7 +114,9 @@ ConfigError too_large(const Job& job, const RunSpec& run) {
       job.source_path, run.source_line, run.name, keys));
 }
 
-StageMemory plan_memory_unchecked(const Job& job, const RunSpec& run, const Schedule& sched, const Partition& partition) {
+// `peak_live`: peak_live_activations(sched), where the caller has it.
+StageMemory plan_memory_unchecked(const Job& job, const RunSpec& run, const Schedule& sched, const Partition& partition,
+                                  const std::vector<int>& peak_live) {
   StageMemory out;
   const DType dtype = storage_dtype(job);
   const ModelDesc model(job.model, dtype);
@@ -144,7 +146,6 @@ StageMemory plan_memory_unchecked(const Job& job, const RunSpec& run, const Sche
   const StateBytes per_param = state_bytes_per_param(job.train.optimizer, dtype);
   const auto capacity = static_cast<double>(job.device.memory_capacity_bytes);
   const int V = sched.num_virtual_stages();
-  const std::vector<int> peak_live = peak_live_activations(sched);
   for (int r = 0; r < p; ++r) {
     const auto s = static_cast<std::size_t>(r);
     StagePlan sp;
@@ -200,8 +201,9 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
   plan.costs = model_costs(job, model, plan.partition, run.micro_batch_size, plan.schedule.split_backward());
   if (run.recompute == Recompute::full)  // B runs the forward again first
     for (std::size_t v = 0; v < plan.costs.backward.size(); ++v) plan.costs.backward[v] += plan.costs.forward[v];
-  plan.simulated = simulate(plan.schedule, plan.costs, false);
-  StageMemory memory = plan_memory_unchecked(job, run, plan.schedule, plan.partition);
+  plan.simulated = simulate_checked(plan.schedule, plan.costs, false);  // validated above
+  plan.simulated.peak_live_activations = plan.unit.peak_live_activations;  // the order's, whatever the costs
+  StageMemory memory = plan_memory_unchecked(job, run, plan.schedule, plan.partition, plan.unit.peak_live_activations);
   plan.stage_costs = std::move(memory.stage_costs);
   plan.stages = std::move(memory.stages);
   plan.warnings = std::move(memory.warnings);
@@ -220,7 +222,7 @@ RunPlan plan_run(const Job& job, const RunSpec& run) {
 
 StageMemory plan_memory(const Job& job, const RunSpec& run, const Schedule& schedule, const Partition& partition) {
   try {
-    return plan_memory_unchecked(job, run, schedule, partition);
+    return plan_memory_unchecked(job, run, schedule, partition, peak_live_activations(schedule));
   } catch (const ArithmeticOverflow&) {
     throw too_large(job, run);
   }

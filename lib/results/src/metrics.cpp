@@ -330,7 +330,7 @@ RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<Ra
   if (any_counted) {
     SimCosts costs = digest.costs(job.train.warmup);
     if (job.device.backend == BackendKind::sim) costs.transfer = job.device.sim_load * plan.costs.transfer;
-    const SimResult sim = simulate(plan.schedule, costs);
+    const SimResult sim = simulate_checked(plan.schedule, costs, false);  // a plan's schedule is validated
     if (sim.completed && sim.makespan > 0.0) r.bubble_simulated = sim.bubble;
   }
   return r;

@@ -107,14 +107,15 @@ std::vector<int> peak_live_activations(const Schedule& s) {
 
 namespace {
 // Costs for every virtual stage, actions inside the schedule's micro-batches
-// and chunks, one action list per rank; else ScheduleError.
-void check_inputs(const Schedule& s, const SimCosts& costs) {
+// and chunks (unless the structure check has seen them), one action list per
+// rank; else ScheduleError.
+void check_inputs(const Schedule& s, const SimCosts& costs, bool ranges_checked) {
   const int V = s.num_virtual_stages();
   const auto Vs = static_cast<std::size_t>(V);
   if (costs.forward.size() != Vs || costs.backward.size() != Vs || costs.weight.size() != Vs)
     throw ScheduleError(fmt::format("simulate: costs given for {} virtual stages, schedule has {}",
                                     costs.forward.size(), V));
-  for (std::size_t r = 0; r < s.actions.size(); ++r)
+  for (std::size_t r = 0; r < s.actions.size() && !ranges_checked; ++r)
     for (const auto& a : s.actions[r])
       if (a.microbatch < 0 || a.microbatch >= s.num_microbatches || a.chunk < 0 || a.chunk >= s.chunks_per_rank)
         throw ScheduleError(fmt::format("simulate: rank {} action {} is outside {} micro-batches x {} chunks",
@@ -123,9 +124,14 @@ void check_inputs(const Schedule& s, const SimCosts& costs) {
     throw ScheduleError(fmt::format("simulate: {} action lists for {} ranks", s.actions.size(), s.num_ranks));
 }
 // Ready time of `a` on rank r, or a negative value when a dependency has not
-// run yet. `why` names the missing dependency.
-[[gnu::always_inline]] inline double ready_time(const Schedule& s, const SimCosts& costs, EndTimes& ends, int r, const Action& a,
-                                                std::string* why) {
+// run yet. `why` names the missing dependency. With `Checked` (the structure
+// check passed: every B after its F and every W after its B in the same
+// rank's list) a rank's own dependencies have run and ended by its free_at,
+// so only the neighbour stage's end is read: the table's older rows stay
+// out of the cache (bench_schedule, p = 1024: XX).
+template <bool Checked>
+[[gnu::always_inline]] inline double ready_time(const Schedule& s, const SimCosts& costs, EndTimes& ends, int r,
+                                                const Action& a, std::string* why) {
   const int v = s.virtual_stage(r, a.chunk), V = s.num_virtual_stages();
   auto need = [&](ActionKind k, int dv, bool remote) __attribute__((always_inline)) -> double {
     const double e = ends.at(k, dv, a.microbatch);
@@ -139,29 +145,30 @@ void check_inputs(const Schedule& s, const SimCosts& costs) {
     case ActionKind::F:
       return v == 0 ? 0.0 : need(ActionKind::F, v - 1, s.rank_of(v - 1) != r);
     case ActionKind::B: {
-      const double own = need(ActionKind::F, v, false);
+      const double own = Checked ? 0.0 : need(ActionKind::F, v, false);
       if (own < 0.0) return own;
       if (v == V - 1) return own;
       const double down = need(ActionKind::B, v + 1, s.rank_of(v + 1) != r);
       return down < 0.0 ? down : std::max(own, down);
     }
     case ActionKind::W:
-      return need(ActionKind::B, v, false);
+      return Checked ? 0.0 : need(ActionKind::B, v, false);
   }
   return -1.0;
 }
-}  // namespace
 
-SimResult simulate(const Schedule& s, const SimCosts& costs, bool keep_timeline) {
-  check_inputs(s, costs);
+template <bool Checked>
+SimResult simulate_impl(const Schedule& s, const SimCosts& costs, bool keep_timeline) {
+  check_inputs(s, costs, Checked);
   const int p = s.num_ranks, m = s.num_microbatches, V = s.num_virtual_stages();
   SimResult res;
   res.busy.assign(static_cast<std::size_t>(p), 0.0);
   res.first_start.assign(static_cast<std::size_t>(p), 0.0);
   res.last_end.assign(static_cast<std::size_t>(p), 0.0);
-  res.peak_live_activations = peak_live_activations(s);
+  if (!Checked) res.peak_live_activations = peak_live_activations(s);
 
-  EndTimes ends(V, m, s.split_backward());
+  // Only the unchecked ready_time reads W's ends (a W's own B).
+  EndTimes ends(V, m, !Checked && s.split_backward());
   std::vector<std::size_t> next(static_cast<std::size_t>(p), 0);
   std::vector<double> free_at(static_cast<std::size_t>(p), 0.0);
   // The timeline is rank-major: rank r's actions at [first[r], first[r+1]).
@@ -202,7 +209,7 @@ SimResult simulate(const Schedule& s, const SimCosts& costs, bool keep_timeline)
     const auto& list = s.actions[R];
     while (next[R] < list.size()) {
       const Action& a = list[next[R]];
-      const double ready = ready_time(s, costs, ends, r, a, nullptr);
+      const double ready = ready_time<Checked>(s, costs, ends, r, a, nullptr);
       if (ready < 0.0) break;
       const int v = s.virtual_stage(r, a.chunk);
       const auto Vi = static_cast<std::size_t>(v);
@@ -210,7 +217,7 @@ SimResult simulate(const Schedule& s, const SimCosts& costs, bool keep_timeline)
                           : a.kind == ActionKind::B ? costs.backward[Vi] : costs.weight[Vi];
       const double start = std::max(free_at[R], ready);
       const double end = start + cost;
-      ends.at(a.kind, v, a.microbatch) = end;
+      if (!Checked || a.kind != ActionKind::W) ends.at(a.kind, v, a.microbatch) = end;
       free_at[R] = end;
       res.busy[R] += cost;
       if (keep_timeline) res.timeline[first[R] + next[R]] = {r, a, start, end};
@@ -227,7 +234,7 @@ SimResult simulate(const Schedule& s, const SimCosts& costs, bool keep_timeline)
       const auto R = static_cast<std::size_t>(r);
       if (next[R] >= s.actions[R].size()) continue;
       std::string why;
-      ready_time(s, costs, ends, r, s.actions[R][next[R]], &why);
+      ready_time<Checked>(s, costs, ends, r, s.actions[R][next[R]], &why);
       res.blocked.push_back(fmt::format("rank {}: {}", r, why));
     }
   res.completed = done == total;
@@ -242,6 +249,16 @@ SimResult simulate(const Schedule& s, const SimCosts& costs, bool keep_timeline)
   for (double b : res.busy) sum_busy += b;
   res.bubble = res.makespan > 0.0 ? 1.0 - sum_busy / (p * res.makespan) : 0.0;
   return res;
+}
+
+}  // namespace
+
+SimResult simulate(const Schedule& s, const SimCosts& costs, bool keep_timeline) {
+  return simulate_impl<false>(s, costs, keep_timeline);
+}
+
+SimResult simulate_checked(const Schedule& s, const SimCosts& costs, bool keep_timeline) {
+  return simulate_impl<true>(s, costs, keep_timeline);
 }
 
 }  // namespace pipebench

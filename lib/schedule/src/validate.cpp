@@ -7,15 +7,13 @@
 #include <fmt/format.h>
 
 #include "pipebench/core/error.hpp"
-#include "pipebench/core/large_array.hpp"
 
 namespace pipebench {
 
 namespace {
 
-// Counts and in-rank positions of every (kind, virtual stage, micro-batch):
-// 8 bytes, as a plan of 1024 stages x 4096 micro-batches has 4 M of each
-// kind (a rank's list is far shorter than 2^32 actions: core/job.hpp limits).
+// Counts and in-rank positions of one rank's (kind, chunk, micro-batch)s
+// (a rank's list is far shorter than 2^32 actions: core/job.hpp limits).
 struct Occurrence {
   std::uint32_t count = 0;
   std::uint32_t position = 0;  // index in that rank's list (last occurrence)
@@ -26,72 +24,74 @@ struct Occurrence {
 namespace {
 
 // check_schedule's structural checks (counts, order, ranges): the deadlock
-// check, a unit-cost simulation, follows only when these pass.
+// check, a unit-cost simulation, follows only when these pass. Rank by rank:
+// a (virtual stage, micro-batch) belongs to one rank's list, so the counts
+// need a table of one rank's chunks x micro-batches, reused, not one of every
+// stage's (64 MB at p = 1024, m = 4096, filled with page faults).
 std::vector<std::string> check_structure(const Schedule& s) {
   std::vector<std::string> errors;
-  const int p = s.num_ranks, m = s.num_microbatches, V = s.num_virtual_stages();
-  if (p < 1 || m < 1 || s.chunks_per_rank < 1) {
+  const int p = s.num_ranks, m = s.num_microbatches, chunks = s.chunks_per_rank;
+  if (p < 1 || m < 1 || chunks < 1) {
     errors.push_back(fmt::format("needs num_ranks, num_microbatches and chunks_per_rank >= 1 (got {}, {}, {})",
-                                 p, m, s.chunks_per_rank));
+                                 p, m, chunks));
     return errors;
   }
   if (s.actions.size() != static_cast<std::size_t>(p)) {
     errors.push_back(fmt::format("{} action lists for {} ranks", s.actions.size(), p));
     return errors;
   }
-  const auto slots = static_cast<std::size_t>(V) * static_cast<std::size_t>(m);
+  const auto slots = static_cast<std::size_t>(chunks) * static_cast<std::size_t>(m);
   // W's table only where W actions exist (a W-less schedule's counts are 0).
   const bool any_w = s.split_backward();
-  LargeArray<Occurrence> seen[3] = {LargeArray<Occurrence>(slots, {}), LargeArray<Occurrence>(slots, {}),
-                                    LargeArray<Occurrence>(any_w ? slots : 0, {})};
+  std::vector<Occurrence> seen[3] = {std::vector<Occurrence>(slots), std::vector<Occurrence>(slots),
+                                     std::vector<Occurrence>(any_w ? slots : 0)};
   const Occurrence none{};
-  bool in_range = true;
+  // Actions out of range are reported alone (what is missing follows from them).
+  std::vector<std::string> range_errors;
   for (int r = 0; r < p; ++r) {
     const auto& list = s.actions[static_cast<std::size_t>(r)];
+    for (auto& table : seen) std::fill(table.begin(), table.end(), none);
     for (std::size_t i = 0; i < list.size(); ++i) {
       const Action& a = list[i];
-      if (a.microbatch < 0 || a.microbatch >= m || a.chunk < 0 || a.chunk >= s.chunks_per_rank) {
-        errors.push_back(fmt::format("rank {} position {}: {} is outside {} micro-batches x {} chunks",
-                                     r, i, to_string(a), m, s.chunks_per_rank));
-        in_range = false;
+      if (a.microbatch < 0 || a.microbatch >= m || a.chunk < 0 || a.chunk >= chunks) {
+        range_errors.push_back(fmt::format("rank {} position {}: {} is outside {} micro-batches x {} chunks",
+                                           r, i, to_string(a), m, chunks));
         continue;
       }
-      auto& o = seen[static_cast<int>(a.kind)][static_cast<std::size_t>(s.virtual_stage(r, a.chunk)) *
-                                                    static_cast<std::size_t>(m) + static_cast<std::size_t>(a.microbatch)];
+      auto& o = seen[static_cast<int>(a.kind)][static_cast<std::size_t>(a.chunk) * static_cast<std::size_t>(m) +
+                                                 static_cast<std::size_t>(a.microbatch)];
       ++o.count;
       o.position = static_cast<std::uint32_t>(i);
     }
-  }
-  if (!in_range) return errors;
-  const bool split = s.split_backward();
-
-  for (int v = 0; v < V; ++v) {
-    const int r = s.rank_of(v);
-    for (int mb = 0; mb < m; ++mb) {
-      const std::size_t k = static_cast<std::size_t>(v) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb);
-      const Occurrence& f = seen[0][k];
-      const Occurrence& b = seen[1][k];
-      const Occurrence& w = any_w ? seen[2][k] : none;
-      // Formatted only for an error (this loop visits every slot of a large plan).
-      auto where = [&] { return fmt::format("stage {} (rank {}) micro-batch {}", v, r, mb); };
-      if (f.count != 1) errors.push_back(fmt::format("{}: F appears {} times, expected once", where(), f.count));
-      if (s.retains_activations) {
-        if (b.count != 1) errors.push_back(fmt::format("{}: B appears {} times, expected once", where(), b.count));
-      } else if (b.count + w.count != 0) {
-        errors.push_back(fmt::format("{}: a forward-only schedule has backward actions", where()));
+    if (!range_errors.empty()) continue;
+    for (int c = 0; c < chunks; ++c) {
+      const int v = s.virtual_stage(r, c);
+      for (int mb = 0; mb < m; ++mb) {
+        const std::size_t k = static_cast<std::size_t>(c) * static_cast<std::size_t>(m) + static_cast<std::size_t>(mb);
+        const Occurrence& f = seen[0][k];
+        const Occurrence& b = seen[1][k];
+        const Occurrence& w = any_w ? seen[2][k] : none;
+        // Formatted only for an error (this loop visits every slot of a large plan).
+        auto where = [&] { return fmt::format("stage {} (rank {}) micro-batch {}", v, r, mb); };
+        if (f.count != 1) errors.push_back(fmt::format("{}: F appears {} times, expected once", where(), f.count));
+        if (s.retains_activations) {
+          if (b.count != 1) errors.push_back(fmt::format("{}: B appears {} times, expected once", where(), b.count));
+        } else if (b.count + w.count != 0) {
+          errors.push_back(fmt::format("{}: a forward-only schedule has backward actions", where()));
+        }
+        if (any_w && s.retains_activations && w.count == 0)
+          errors.push_back(fmt::format("{}: no W, but the schedule splits its backward (every B needs its W)", where()));
+        if (w.count > 1) errors.push_back(fmt::format("{}: W appears {} times, expected at most once", where(), w.count));
+        if (f.count == 1 && b.count == 1 && b.position < f.position)
+          errors.push_back(fmt::format("{}: B at position {} comes before its F at position {}", where(), b.position, f.position));
+        if (w.count == 1 && b.count == 1 && w.position < b.position)
+          errors.push_back(fmt::format("{}: W at position {} comes before its B at position {}", where(), w.position, b.position));
+        if (w.count == 1 && b.count == 0)
+          errors.push_back(fmt::format("{}: W without B", where()));
       }
-      if (split && s.retains_activations && w.count == 0)
-        errors.push_back(fmt::format("{}: no W, but the schedule splits its backward (every B needs its W)", where()));
-      if (w.count > 1) errors.push_back(fmt::format("{}: W appears {} times, expected at most once", where(), w.count));
-      if (f.count == 1 && b.count == 1 && b.position < f.position)
-        errors.push_back(fmt::format("{}: B at position {} comes before its F at position {}", where(), b.position, f.position));
-      if (w.count == 1 && b.count == 1 && w.position < b.position)
-        errors.push_back(fmt::format("{}: W at position {} comes before its B at position {}", where(), w.position, b.position));
-      if (w.count == 1 && b.count == 0)
-        errors.push_back(fmt::format("{}: W without B", where()));
     }
   }
-  return errors;
+  return range_errors.empty() ? errors : range_errors;
 }
 
 void add_deadlock(const SimResult& unit, std::vector<std::string>& errors) {
@@ -115,16 +115,17 @@ void add_deadlock(const SimResult& unit, std::vector<std::string>& errors) {
 
 std::vector<std::string> check_schedule(const Schedule& s) {
   std::vector<std::string> errors = check_structure(s);
-  if (errors.empty()) add_deadlock(simulate(s, SimCosts::unit(s), false), errors);  // completion only
+  if (errors.empty()) add_deadlock(simulate_checked(s, SimCosts::unit(s), false), errors);  // completion only
   return errors;
 }
 
 SimResult validate_and_simulate_unit(const Schedule& s, bool keep_timeline) {
   std::vector<std::string> errors = check_structure(s);
   if (!errors.empty()) throw_invalid(s, errors);
-  SimResult unit = simulate(s, SimCosts::unit(s), keep_timeline);
+  SimResult unit = simulate_checked(s, SimCosts::unit(s), keep_timeline);
   add_deadlock(unit, errors);
   if (!errors.empty()) throw_invalid(s, errors);
+  unit.peak_live_activations = peak_live_activations(s);
   return unit;
 }
 

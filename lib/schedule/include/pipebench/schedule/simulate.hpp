@@ -51,6 +51,14 @@ struct SimResult {
 // the planner keeps it only where a grid can show it).
 SimResult simulate(const Schedule& s, const SimCosts& costs, bool keep_timeline = true);
 
+// The same result for a schedule that check_schedule's structural checks
+// (validate.hpp) have passed, faster: it neither re-checks the actions'
+// ranges nor reads a rank's own dependencies (an action's F, or B for a W,
+// ran earlier on the same rank, so it has ended by the time the rank is free)
+// and leaves `peak_live_activations` empty (a property of the order alone:
+// peak_live_activations() below). On any other schedule its result is undefined.
+SimResult simulate_checked(const Schedule& s, const SimCosts& costs, bool keep_timeline = true);
+
 // Peak number of micro-batches whose activations a rank holds at once: F
 // creates them, B (or W, when the schedule has W for that micro-batch)
 // releases them. A property of the order alone, not of timing. 0 for every
