@@ -146,3 +146,46 @@ TEST_CASE("sim backend on the virtual clock: actions advance the rank's clock by
   job.device.sim_clock = SimClock::wall;
   CHECK_FALSE(SimBackend(job, 0).clock().is_virtual());
 }
+
+TEST_CASE("simulate_checked: the same times as simulate on every generated schedule, W and V shapes included",
+          "[simulate]") {
+  // Distinct costs per stage and kind, a transfer cost, so that an end read
+  // from the wrong stage or a skipped own dependency would move some time.
+  auto costs = [](const Schedule& s) {
+    SimCosts c;
+    for (int v = 0; v < s.num_virtual_stages(); ++v) {
+      c.forward.push_back(1.0 + 0.37 * (v % 5));
+      c.backward.push_back(2.0 + 0.61 * ((v * 3) % 7));
+      c.weight.push_back(0.5 + 0.13 * (v % 3));
+    }
+    c.transfer = 0.21;
+    return c;
+  };
+  struct Case {
+    ScheduleKind kind;
+    RunMode mode;
+    int p, m, v;
+  };
+  for (const Case& k : {Case{ScheduleKind::gpipe, RunMode::train, 4, 7, 1}, Case{ScheduleKind::one_f_one_b, RunMode::train, 5, 9, 1},
+                        Case{ScheduleKind::eager_one_f_one_b, RunMode::train, 4, 8, 1},
+                        Case{ScheduleKind::interleaved_one_f_one_b, RunMode::train, 4, 8, 2},
+                        Case{ScheduleKind::zb_h1, RunMode::train, 4, 8, 1}, Case{ScheduleKind::zb_v, RunMode::train, 4, 8, 2},
+                        Case{ScheduleKind::gpipe, RunMode::inference, 3, 5, 1}}) {
+    const Schedule s = make_schedule(k.kind, k.mode, k.p, k.m, k.v);
+    INFO(s.name << " p = " << k.p << ", m = " << k.m);
+    const SimCosts c = costs(s);
+    const SimResult full = simulate(s, c), checked = simulate_checked(s, c);
+    REQUIRE(checked.completed);
+    CHECK(checked.makespan == full.makespan);
+    CHECK(checked.bubble == full.bubble);
+    CHECK(checked.busy == full.busy);
+    CHECK(checked.first_start == full.first_start);
+    CHECK(checked.last_end == full.last_end);
+    REQUIRE(checked.timeline.size() == full.timeline.size());
+    for (std::size_t i = 0; i < full.timeline.size(); ++i) {
+      CHECK(checked.timeline[i].start == full.timeline[i].start);
+      CHECK(checked.timeline[i].end == full.timeline[i].end);
+    }
+    CHECK(checked.peak_live_activations.empty());  // the order's property: peak_live_activations()
+  }
+}
