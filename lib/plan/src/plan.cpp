@@ -114,9 +114,10 @@ ConfigError too_large(const Job& job, const RunSpec& run) {
       job.source_path, run.source_line, run.name, keys));
 }
 
-// `peak_live`: peak_live_activations(sched), where the caller has it.
+// `peak_live` and `split`: peak_live_activations(sched) and
+// sched.split_backward(), where the caller has them (each a pass over every action).
 StageMemory plan_memory_unchecked(const Job& job, const RunSpec& run, const Schedule& sched, const Partition& partition,
-                                  const std::vector<int>& peak_live) {
+                                  const std::vector<int>& peak_live, bool split) {
   StageMemory out;
   const DType dtype = storage_dtype(job);
   const ModelDesc model(job.model, dtype);
@@ -132,7 +133,7 @@ StageMemory plan_memory_unchecked(const Job& job, const RunSpec& run, const Sche
   }
   std::vector<std::int64_t> peak_bytes;
   if (run.recompute == Recompute::full) {
-    if (sched.split_backward())
+    if (split)
       throw ConfigError(fmt::format("{}:{}: run.{}.recompute: \"full\" with a split-backward schedule (W actions) is not "
                                     "supported",
                                     job.source_path, run.source_line, run.name));
@@ -141,7 +142,7 @@ StageMemory plan_memory_unchecked(const Job& job, const RunSpec& run, const Sche
     peak_bytes = peak_recompute_activation_bytes(sched, kept, chunk_activation_bytes);
   } else {
     peak_bytes = peak_live_activation_bytes(sched, chunk_activation_bytes,
-                                            sched.split_backward() ? chunk_stash_bytes : std::vector<std::int64_t>{});
+                                            split ? chunk_stash_bytes : std::vector<std::int64_t>{});
   }
   const StateBytes per_param = state_bytes_per_param(job.train.optimizer, dtype);
   const auto capacity = static_cast<double>(job.device.memory_capacity_bytes);
@@ -198,12 +199,13 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
   // kGridMaxSteps actions per rank on kGridMaxRanks ranks); the costed one never.
   const bool grid = plan.schedule.total_actions() <= static_cast<std::size_t>(kGridMaxRanks * kGridMaxSteps);
   plan.unit = validate_and_simulate_unit(plan.schedule, grid);
-  plan.costs = model_costs(job, model, plan.partition, run.micro_batch_size, plan.schedule.split_backward());
+  const bool split = plan.schedule.split_backward();
+  plan.costs = model_costs(job, model, plan.partition, run.micro_batch_size, split);
   if (run.recompute == Recompute::full)  // B runs the forward again first
     for (std::size_t v = 0; v < plan.costs.backward.size(); ++v) plan.costs.backward[v] += plan.costs.forward[v];
   plan.simulated = simulate_checked(plan.schedule, plan.costs, false);  // validated above
   plan.simulated.peak_live_activations = plan.unit.peak_live_activations;  // the order's, whatever the costs
-  StageMemory memory = plan_memory_unchecked(job, run, plan.schedule, plan.partition, plan.unit.peak_live_activations);
+  StageMemory memory = plan_memory_unchecked(job, run, plan.schedule, plan.partition, plan.unit.peak_live_activations, split);
   plan.stage_costs = std::move(memory.stage_costs);
   plan.stages = std::move(memory.stages);
   plan.warnings = std::move(memory.warnings);
@@ -222,7 +224,8 @@ RunPlan plan_run(const Job& job, const RunSpec& run) {
 
 StageMemory plan_memory(const Job& job, const RunSpec& run, const Schedule& schedule, const Partition& partition) {
   try {
-    return plan_memory_unchecked(job, run, schedule, partition, peak_live_activations(schedule));
+    return plan_memory_unchecked(job, run, schedule, partition, peak_live_activations(schedule),
+                                 schedule.split_backward());
   } catch (const ArithmeticOverflow&) {
     throw too_large(job, run);
   }
