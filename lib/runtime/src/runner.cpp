@@ -480,16 +480,21 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
   const int total_steps = job.train.warmup + job.train.repeats;
   const double grace = std::max(30.0, job.train.step_timeout_s);
   watchdog.arm(now_s() + (total_steps + 1) * job.train.step_timeout_s + grace, "run " + rp.run.name);
-  // The run's time left: the steps to go at the median step so far (the
-  // warm-up's first steps are often slower; the median discounts them).
-  std::vector<double> step_times;
+  // The run's time left: the steps to go at the median wall time between
+  // steps so far (the warm-up's first steps are often slower; the median
+  // discounts them). Wall time, not the step time: on the sim backend's
+  // virtual clock a step's time is the model's, not how long it takes here.
+  std::vector<double> step_walls;
+  double last_step_at = now_s();
   eo.on_step = [&](const StepProgress& s) {
-    step_times.push_back(s.step_time_s);
+    const double at = now_s();
+    step_walls.push_back(at - last_step_at);
+    last_step_at = at;
     const int left = total_steps - (s.step + 1);
     fmt::print("  [{}] step {}/{}{:<8} time {:>12}  bubble {}  loss {}{}\n", rp.run.name, s.step + 1, total_steps,
                s.warmup ? " warm-up" : "", format_seconds(s.step_time_s),
                fmt_num(s.step_time_s > 0 ? 1.0 - s.busy_sum_s / (p * s.step_time_s) : NAN), fmt_num(s.loss, "{:.6f}"),
-               left > 0 ? fmt::format("  ETA {}", format_seconds(left * compute_stats(step_times).median)) : "");
+               left > 0 ? fmt::format("  ETA {}", format_seconds(left * compute_stats(step_walls).median)) : "");
     std::fflush(stdout);
   };
   // Each step's events come to rank 0 as the run goes (a rank's memory does
