@@ -170,20 +170,20 @@ SimResult simulate_impl(const Schedule& s, const SimCosts& costs, bool keep_time
 
   // Only the unchecked ready_time reads W's ends (a W's own B).
   EndTimes ends(V, m, !Checked && s.split_backward());
-  // One rank's walk through its list on one cache line: with many ranks a
-  // visit touches this line, the action and the ends it reads and writes,
-  // not six per-rank arrays.
-  struct alignas(64) Cursor {
+  // One rank's walk through its list in half a cache line: with many ranks
+  // a visit touches it, the action and the ends it reads and writes, not six
+  // per-rank arrays. (A rank's last end is its free_at when it stops.)
+  struct alignas(32) Cursor {
     const Action* actions = nullptr;
-    std::size_t size = 0;
-    std::size_t next = 0;  // index of the next action to run
-    double free_at = 0.0, busy = 0.0, first_start = 0.0, last_end = 0.0;
-    bool queued = true;  // in the worklist
+    std::uint32_t size = 0;
+    std::uint32_t next = 0;  // index of the next action to run (job.hpp bounds a list far below 2^32)
+    double free_at = 0.0, busy = 0.0;
   };
   std::vector<Cursor> ranks(static_cast<std::size_t>(p));
+  std::vector<char> queued(static_cast<std::size_t>(p), 1);  // in the worklist
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     ranks[r].actions = s.actions[r].data();
-    ranks[r].size = s.actions[r].size();
+    ranks[r].size = static_cast<std::uint32_t>(s.actions[r].size());
   }
   // The timeline is rank-major: rank r's actions at [first[r], first[r+1]).
   std::vector<std::size_t> first(static_cast<std::size_t>(p) + 1, 0);
@@ -208,8 +208,8 @@ SimResult simulate_impl(const Schedule& s, const SimCosts& costs, bool keep_time
   // anyway, 2-6% slower).
   auto wake = [&](int r) {
     Cursor& c = ranks[static_cast<std::size_t>(r)];
-    if (!c.queued) {
-      c.queued = true;
+    if (!queued[static_cast<std::size_t>(r)]) {
+      queued[static_cast<std::size_t>(r)] = 1;
       work.push_back(r);
       if (c.next < c.size) __builtin_prefetch(c.actions + c.next);
     }
@@ -218,7 +218,7 @@ SimResult simulate_impl(const Schedule& s, const SimCosts& costs, bool keep_time
     const int r = work.back();
     work.pop_back();
     Cursor& c = ranks[static_cast<std::size_t>(r)];
-    c.queued = false;
+    queued[static_cast<std::size_t>(r)] = 0;
     while (c.next < c.size) {
       const Action& a = c.actions[c.next];
       const double ready = ready_time<Checked>(s, costs, ends, r, a, nullptr);
@@ -233,8 +233,7 @@ SimResult simulate_impl(const Schedule& s, const SimCosts& costs, bool keep_time
       c.free_at = end;
       c.busy += cost;
       if (keep_timeline) res.timeline[first[static_cast<std::size_t>(r)] + c.next] = {r, a, start, end};
-      if (c.next == 0) c.first_start = start;
-      c.last_end = end;
+      if (c.next == 0) res.first_start[static_cast<std::size_t>(r)] = start;
       ++c.next;
       ++done;
       if (a.kind == ActionKind::F && v + 1 < V) wake(s.rank_of(v + 1));
@@ -243,8 +242,7 @@ SimResult simulate_impl(const Schedule& s, const SimCosts& costs, bool keep_time
   }
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     res.busy[r] = ranks[r].busy;
-    res.first_start[r] = ranks[r].first_start;
-    res.last_end[r] = ranks[r].last_end;
+    res.last_end[r] = ranks[r].next > 0 ? ranks[r].free_at : 0.0;
   }
   if (done < total)
     for (int r = 0; r < p; ++r) {
