@@ -194,17 +194,18 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
   plan.partition = make_partition(model, run);
   if (run.model_stages() > 1) plan.partition_alternatives = partition_alternatives(model, run);
   plan.bubble_analytic = analytic_bubble(plan.schedule);
-  // Validated, and simulated with unit costs once (the validator's deadlock
-  // check); its timeline only where `plan` can draw it as a grid (at most
-  // kGridMaxSteps actions per rank on kGridMaxRanks ranks); the costed one never.
-  const bool grid = plan.schedule.total_actions() <= static_cast<std::size_t>(kGridMaxRanks * kGridMaxSteps);
-  plan.unit = validate_and_simulate_unit(plan.schedule, grid);
   const bool split = plan.schedule.split_backward();
   plan.costs = model_costs(job, model, plan.partition, run.micro_batch_size, split);
   if (run.recompute == Recompute::full)  // B runs the forward again first
     for (std::size_t v = 0; v < plan.costs.backward.size(); ++v) plan.costs.backward[v] += plan.costs.forward[v];
-  plan.simulated = simulate_checked(plan.schedule, plan.costs, false);  // validated above
-  plan.simulated.peak_live_activations = plan.unit.peak_live_activations;  // the order's, whatever the costs
+  // Validated, and simulated with unit costs (the validator's deadlock check)
+  // and with the model's in the same walk; the unit timeline only where `plan`
+  // can draw it as a grid (at most kGridMaxSteps actions per rank on
+  // kGridMaxRanks ranks); the costed one never.
+  const bool grid = plan.schedule.total_actions() <= static_cast<std::size_t>(kGridMaxRanks * kGridMaxSteps);
+  auto [unit, simulated] = validate_and_simulate(plan.schedule, plan.costs, grid);
+  plan.unit = std::move(unit);
+  plan.simulated = std::move(simulated);
   StageMemory memory = plan_memory_unchecked(job, run, plan.schedule, plan.partition, plan.unit.peak_live_activations, split);
   plan.stage_costs = std::move(memory.stage_costs);
   plan.stages = std::move(memory.stages);

@@ -1,6 +1,8 @@
 #include "pipebench/schedule/simulate.hpp"
 
 #include <algorithm>
+#include <array>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -11,8 +13,10 @@ namespace pipebench {
 
 namespace {
 
-// End times of every (kind, virtual stage, micro-batch); negative = not run
-// yet. W's only where the schedule has W actions (nothing reads them else).
+// End times of every (kind, virtual stage, micro-batch), `Lanes` of them
+// side by side (one per set of costs simulated in the same walk, which all
+// run an action together); negative = not run yet. W's only where the
+// schedule has W actions and they are read (the unchecked walk: a W's own B).
 //
 // Micro-batch-major: a row holds one micro-batch's V stages. The simulator
 // follows dependency chains — a rank's completed F wakes the next stage's
@@ -21,15 +25,16 @@ namespace {
 // one row at any p. (Rows along the pipeline's waves, F(v, mb) in row mb + v,
 // put every step of such a chain a row, V doubles, further on: 1.1-1.35x
 // slower at p = 64 to 1024 in bench_schedule.)
+template <int Lanes>
 class EndTimes {
  public:
   EndTimes(int stages, int microbatches, bool with_w)
       : stages_(static_cast<std::size_t>(stages)),
         rows_(static_cast<std::size_t>(microbatches)),
-        ends_((with_w ? 3 : 2) * rows_ * stages_, -1.0) {}
-  double& at(ActionKind k, int v, int mb) {
-    return ends_[(static_cast<std::size_t>(k) * rows_ + static_cast<std::size_t>(mb)) * stages_ +
-                 static_cast<std::size_t>(v)];
+        ends_((with_w ? 3 : 2) * rows_ * stages_ * Lanes, -1.0) {}
+  double* at(ActionKind k, int v, int mb) {
+    return &ends_[((static_cast<std::size_t>(k) * rows_ + static_cast<std::size_t>(mb)) * stages_ +
+                   static_cast<std::size_t>(v)) * Lanes];
   }
 
  private:
@@ -123,61 +128,68 @@ void check_inputs(const Schedule& s, const SimCosts& costs, bool ranges_checked)
   if (s.actions.size() != static_cast<std::size_t>(s.num_ranks))
     throw ScheduleError(fmt::format("simulate: {} action lists for {} ranks", s.actions.size(), s.num_ranks));
 }
-// Ready time of `a` on rank r, or a negative value when a dependency has not
-// run yet. `why` names the missing dependency. With `Checked` (the structure
-// check passed: every B after its F and every W after its B in the same
-// rank's list) a rank's own dependencies have run and ended by its free_at,
-// so only the neighbour stage's end is read, written moments before: the
-// table's older rows can leave the cache (perf of bench_schedule's 1f1b at
-// p = 1024, m = 1024: the checked simulation 2.5x faster than the unchecked).
-template <bool Checked>
-[[gnu::always_inline]] inline double ready_time(const Schedule& s, const SimCosts& costs, EndTimes& ends, int r,
-                                                const Action& a, std::string* why) {
+// Ready times of `a` on rank r, one per lane, into `ready`; false when a
+// dependency has not run yet, and then `why` names it. With `Checked` (the
+// structure check passed: every B after its F and every W after its B in the
+// same rank's list) a rank's own dependencies have run and ended by its
+// free_at, so only the neighbour stage's end is read, written moments before:
+// the table's older rows can leave the cache (perf of bench_schedule's 1f1b
+// at p = 1024, m = 1024: the checked simulation 2.5x faster than the unchecked).
+template <bool Checked, int Lanes>
+[[gnu::always_inline]] inline bool ready_times(const Schedule& s, const SimCosts* const (&costs)[Lanes],
+                                               EndTimes<Lanes>& ends, int r, const Action& a, std::string* why,
+                                               double (&ready)[Lanes]) {
   const int v = s.virtual_stage(r, a.chunk), V = s.num_virtual_stages();
-  auto need = [&](ActionKind k, int dv, bool remote) __attribute__((always_inline)) -> double {
-    const double e = ends.at(k, dv, a.microbatch);
-    if (e < 0.0) {
+  for (double& t : ready) t = 0.0;
+  // Dependency (k, dv): its ends (plus a transfer where it crosses ranks)
+  // raise `ready`; false if it has not run.
+  auto need = [&](ActionKind k, int dv, bool remote) __attribute__((always_inline)) -> bool {
+    const double* e = ends.at(k, dv, a.microbatch);
+    if (e[0] < 0.0) {
       if (why) *why = fmt::format("{} waits for {}{} of stage {} (rank {})", to_string(a), letter(k), a.microbatch, dv, s.rank_of(dv));
-      return -1.0;
+      return false;
     }
-    return e + (remote ? costs.transfer : 0.0);
+    for (int l = 0; l < Lanes; ++l) ready[l] = std::max(ready[l], e[l] + (remote ? costs[l]->transfer : 0.0));
+    return true;
   };
   switch (a.kind) {
     case ActionKind::F:
-      return v == 0 ? 0.0 : need(ActionKind::F, v - 1, s.rank_of(v - 1) != r);
-    case ActionKind::B: {
-      const double own = Checked ? 0.0 : need(ActionKind::F, v, false);
-      if (own < 0.0) return own;
-      if (v == V - 1) return own;
-      const double down = need(ActionKind::B, v + 1, s.rank_of(v + 1) != r);
-      return down < 0.0 ? down : std::max(own, down);
-    }
+      return v == 0 || need(ActionKind::F, v - 1, s.rank_of(v - 1) != r);
+    case ActionKind::B:
+      if (!Checked && !need(ActionKind::F, v, false)) return false;
+      return v == V - 1 || need(ActionKind::B, v + 1, s.rank_of(v + 1) != r);
     case ActionKind::W:
-      return Checked ? 0.0 : need(ActionKind::B, v, false);
+      return Checked || need(ActionKind::B, v, false);
   }
-  return -1.0;
+  return false;
 }
 
-template <bool Checked>
-SimResult simulate_impl(const Schedule& s, const SimCosts& costs, bool keep_timeline) {
-  check_inputs(s, costs, Checked);
+// The walk: every lane's times in one pass over the actions (a lane's times
+// depend only on its costs; when an action runs is the same in every lane).
+// The timeline, if kept, is the first lane's.
+template <bool Checked, int Lanes>
+std::array<SimResult, Lanes> simulate_impl(const Schedule& s, const SimCosts* const (&costs)[Lanes],
+                                           bool keep_timeline) {
+  for (const SimCosts* c : costs) check_inputs(s, *c, Checked);
   const int p = s.num_ranks, m = s.num_microbatches, V = s.num_virtual_stages();
-  SimResult res;
-  res.busy.assign(static_cast<std::size_t>(p), 0.0);
-  res.first_start.assign(static_cast<std::size_t>(p), 0.0);
-  res.last_end.assign(static_cast<std::size_t>(p), 0.0);
-  if (!Checked) res.peak_live_activations = peak_live_activations(s);
+  std::array<SimResult, Lanes> res;
+  for (SimResult& lane : res) {
+    lane.busy.assign(static_cast<std::size_t>(p), 0.0);
+    lane.first_start.assign(static_cast<std::size_t>(p), 0.0);
+    lane.last_end.assign(static_cast<std::size_t>(p), 0.0);
+    if (!Checked) lane.peak_live_activations = peak_live_activations(s);
+  }
 
-  // Only the unchecked ready_time reads W's ends (a W's own B).
-  EndTimes ends(V, m, !Checked && s.split_backward());
-  // One rank's walk through its list in half a cache line: with many ranks
-  // a visit touches it, the action and the ends it reads and writes, not six
-  // per-rank arrays. (A rank's last end is its free_at when it stops.)
-  struct alignas(32) Cursor {
+  EndTimes<Lanes> ends(V, m, !Checked && s.split_backward());
+  // One rank's walk through its list in half a cache line (one lane): with
+  // many ranks a visit touches it, the action and the ends it reads and
+  // writes, not six per-rank arrays. (A rank's last end is its free_at when
+  // it stops.)
+  struct alignas(Lanes == 1 ? 32 : 16) Cursor {
     const Action* actions = nullptr;
     std::uint32_t size = 0;
     std::uint32_t next = 0;  // index of the next action to run (job.hpp bounds a list far below 2^32)
-    double free_at = 0.0, busy = 0.0;
+    double free_at[Lanes] = {}, busy[Lanes] = {};
   };
   std::vector<Cursor> ranks(static_cast<std::size_t>(p));
   std::vector<char> queued(static_cast<std::size_t>(p), 1);  // in the worklist
@@ -189,7 +201,8 @@ SimResult simulate_impl(const Schedule& s, const SimCosts& costs, bool keep_time
   std::vector<std::size_t> first(static_cast<std::size_t>(p) + 1, 0);
   for (std::size_t r = 0; r < static_cast<std::size_t>(p); ++r) first[r + 1] = first[r] + ranks[r].size;
   const std::size_t total = first.back();
-  if (keep_timeline) res.timeline.resize(total);
+  std::vector<TimedAction>& timeline = res[0].timeline;
+  if (keep_timeline) timeline.resize(total);
   std::size_t done = 0;
 
   // A worklist of ranks whose next action may have become ready: each rank
@@ -207,7 +220,7 @@ SimResult simulate_impl(const Schedule& s, const SimCosts& costs, bool keep_time
   // interleaved runs: p = 1024, m = 4096 9% faster; p = 8 and 64, in cache
   // anyway, 2-6% slower).
   auto wake = [&](int r) {
-    Cursor& c = ranks[static_cast<std::size_t>(r)];
+    const Cursor& c = ranks[static_cast<std::size_t>(r)];
     if (!queued[static_cast<std::size_t>(r)]) {
       queued[static_cast<std::size_t>(r)] = 1;
       work.push_back(r);
@@ -216,64 +229,83 @@ SimResult simulate_impl(const Schedule& s, const SimCosts& costs, bool keep_time
   };
   while (!work.empty()) {
     const int r = work.back();
+    const auto R = static_cast<std::size_t>(r);
     work.pop_back();
-    Cursor& c = ranks[static_cast<std::size_t>(r)];
-    queued[static_cast<std::size_t>(r)] = 0;
+    Cursor& c = ranks[R];
+    queued[R] = 0;
     while (c.next < c.size) {
       const Action& a = c.actions[c.next];
-      const double ready = ready_time<Checked>(s, costs, ends, r, a, nullptr);
-      if (ready < 0.0) break;
+      double ready[Lanes];
+      if (!ready_times<Checked, Lanes>(s, costs, ends, r, a, nullptr, ready)) break;
       const int v = s.virtual_stage(r, a.chunk);
       const auto Vi = static_cast<std::size_t>(v);
-      const double cost = a.kind == ActionKind::F ? costs.forward[Vi]
-                          : a.kind == ActionKind::B ? costs.backward[Vi] : costs.weight[Vi];
-      const double start = std::max(c.free_at, ready);
-      const double end = start + cost;
-      if (!Checked || a.kind != ActionKind::W) ends.at(a.kind, v, a.microbatch) = end;
-      c.free_at = end;
-      c.busy += cost;
-      if (keep_timeline) res.timeline[first[static_cast<std::size_t>(r)] + c.next] = {r, a, start, end};
-      if (c.next == 0) res.first_start[static_cast<std::size_t>(r)] = start;
+      double* slot = !Checked || a.kind != ActionKind::W ? ends.at(a.kind, v, a.microbatch) : nullptr;
+      for (int l = 0; l < Lanes; ++l) {
+        const SimCosts& k = *costs[l];
+        const double cost = a.kind == ActionKind::F ? k.forward[Vi] : a.kind == ActionKind::B ? k.backward[Vi] : k.weight[Vi];
+        const double start = std::max(c.free_at[l], ready[l]);
+        const double end = start + cost;
+        if (slot) slot[l] = end;
+        c.free_at[l] = end;
+        c.busy[l] += cost;
+        if (c.next == 0) res[static_cast<std::size_t>(l)].first_start[R] = start;
+        if (l == 0 && keep_timeline) timeline[first[R] + c.next] = {r, a, start, end};
+      }
       ++c.next;
       ++done;
       if (a.kind == ActionKind::F && v + 1 < V) wake(s.rank_of(v + 1));
       if (a.kind == ActionKind::B && v > 0) wake(s.rank_of(v - 1));
     }
   }
-  for (std::size_t r = 0; r < ranks.size(); ++r) {
-    res.busy[r] = ranks[r].busy;
-    res.last_end[r] = ranks[r].next > 0 ? ranks[r].free_at : 0.0;
-  }
+  std::vector<std::string> blocked;
   if (done < total)
     for (int r = 0; r < p; ++r) {
       const Cursor& c = ranks[static_cast<std::size_t>(r)];
       if (c.next >= c.size) continue;
       std::string why;
-      ready_time<Checked>(s, costs, ends, r, c.actions[c.next], &why);
-      res.blocked.push_back(fmt::format("rank {}: {}", r, why));
+      double ignored[Lanes];
+      ready_times<Checked, Lanes>(s, costs, ends, r, c.actions[c.next], &why, ignored);
+      blocked.push_back(fmt::format("rank {}: {}", r, why));
     }
-  res.completed = done == total;
-  if (!res.completed && keep_timeline) {  // only what ran: each rank's first `next` actions
+  if (done < total && keep_timeline) {  // only what ran: each rank's first `next` actions
     std::size_t kept = 0;
     for (std::size_t r = 0; r < ranks.size(); ++r)
-      for (std::size_t i = 0; i < ranks[r].next; ++i) res.timeline[kept++] = res.timeline[first[r] + i];
-    res.timeline.resize(kept);
+      for (std::size_t i = 0; i < ranks[r].next; ++i) timeline[kept++] = timeline[first[r] + i];
+    timeline.resize(kept);
   }
-  for (double e : res.last_end) res.makespan = std::max(res.makespan, e);
-  double sum_busy = 0.0;
-  for (double b : res.busy) sum_busy += b;
-  res.bubble = res.makespan > 0.0 ? 1.0 - sum_busy / (p * res.makespan) : 0.0;
+  for (int l = 0; l < Lanes; ++l) {
+    SimResult& lane = res[static_cast<std::size_t>(l)];
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      lane.busy[r] = ranks[r].busy[l];
+      lane.last_end[r] = ranks[r].next > 0 ? ranks[r].free_at[l] : 0.0;
+    }
+    lane.completed = done == total;
+    lane.blocked = blocked;
+    for (double e : lane.last_end) lane.makespan = std::max(lane.makespan, e);
+    double sum_busy = 0.0;
+    for (double b : lane.busy) sum_busy += b;
+    lane.bubble = lane.makespan > 0.0 ? 1.0 - sum_busy / (p * lane.makespan) : 0.0;
+  }
   return res;
 }
 
 }  // namespace
 
 SimResult simulate(const Schedule& s, const SimCosts& costs, bool keep_timeline) {
-  return simulate_impl<false>(s, costs, keep_timeline);
+  const SimCosts* const lanes[1] = {&costs};
+  return std::move(simulate_impl<false, 1>(s, lanes, keep_timeline)[0]);
 }
 
 SimResult simulate_checked(const Schedule& s, const SimCosts& costs, bool keep_timeline) {
-  return simulate_impl<true>(s, costs, keep_timeline);
+  const SimCosts* const lanes[1] = {&costs};
+  return std::move(simulate_impl<true, 1>(s, lanes, keep_timeline)[0]);
+}
+
+std::pair<SimResult, SimResult> simulate_checked(const Schedule& s, const SimCosts& first, const SimCosts& second,
+                                                 bool keep_first_timeline) {
+  const SimCosts* const lanes[2] = {&first, &second};
+  auto both = simulate_impl<true, 2>(s, lanes, keep_first_timeline);
+  return {std::move(both[0]), std::move(both[1])};
 }
 
 }  // namespace pipebench

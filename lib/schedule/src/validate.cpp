@@ -119,14 +119,15 @@ std::vector<std::string> check_schedule(const Schedule& s) {
   return errors;
 }
 
-SimResult validate_and_simulate_unit(const Schedule& s, bool keep_timeline) {
+ValidatedSimulations validate_and_simulate(const Schedule& s, const SimCosts& costs, bool keep_timeline) {
   std::vector<std::string> errors = check_structure(s);
   if (!errors.empty()) throw_invalid(s, errors);
-  SimResult unit = simulate_checked(s, SimCosts::unit(s), keep_timeline);
+  auto [unit, costed] = simulate_checked(s, SimCosts::unit(s), costs, keep_timeline);
   add_deadlock(unit, errors);
   if (!errors.empty()) throw_invalid(s, errors);
   unit.peak_live_activations = peak_live_activations(s);
-  return unit;
+  costed.peak_live_activations = unit.peak_live_activations;
+  return {std::move(unit), std::move(costed)};
 }
 
 void validate_schedule(const Schedule& s) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pipebench/schedule/schedule.hpp"
@@ -58,6 +59,13 @@ SimResult simulate(const Schedule& s, const SimCosts& costs, bool keep_timeline 
 // and leaves `peak_live_activations` empty (a property of the order alone:
 // peak_live_activations() below). On any other schedule its result is undefined.
 SimResult simulate_checked(const Schedule& s, const SimCosts& costs, bool keep_timeline = true);
+
+// simulate_checked with two sets of costs in one walk of the actions (with
+// many ranks the walk, not the arithmetic, is most of the cost): the
+// planner's unit-cost and model-cost simulations. Each result is what
+// simulate_checked gives for its costs, the timeline only the first's.
+std::pair<SimResult, SimResult> simulate_checked(const Schedule& s, const SimCosts& first, const SimCosts& second,
+                                                 bool keep_first_timeline);
 
 // Peak number of micro-batches whose activations a rank holds at once: F
 // creates them, B (or W, when the schedule has W for that micro-batch)

@@ -24,8 +24,14 @@ std::vector<std::string> check_schedule(const Schedule& s);
 void validate_schedule(const Schedule& s);
 
 // validate_schedule, returning the unit-cost simulation the deadlock check
-// ran (with its timeline if `keep_timeline`): the planner needs it anyway.
-SimResult validate_and_simulate_unit(const Schedule& s, bool keep_timeline);
+// ran (with its timeline if `keep_timeline`, and peak_live_activations) and,
+// from the same walk, the simulation with `costs` (no timeline; its
+// peak_live_activations, the order's, are the unit one's): the planner needs both.
+struct ValidatedSimulations {
+  SimResult unit;
+  SimResult costed;
+};
+ValidatedSimulations validate_and_simulate(const Schedule& s, const SimCosts& costs, bool keep_timeline);
 
 // Step x rank grid of a unit-cost timeline: one row per rank, one column per
 // unit step, "." where the rank idles. Actions with non-integral start times
