@@ -1,8 +1,11 @@
 // `pipebench report RESULTS... -o DIR [--history DIR]... [--threshold 0.05]
 //  [--alpha 0.01] [--min-history 3] [--noise-k 3] [--fail-on-regression]`: no MPI needed.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -23,18 +26,20 @@ struct ReportCmdOptions {
   bool fail_on_failure = false;
 };
 
-void write_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  if (!out) throw Error(fmt::format("cannot write {}", path.string()));
+// Through write_output_file, as the traces beside them: a file that cannot
+// be written is an OutputError (exit 2, docs/cli.md) and leaves no partial file.
+void write_text_file(const std::filesystem::path& path, const std::string& text) {
+  write_output_file(path.string(), [&](std::FILE* out) {
+    if (std::fwrite(text.data(), 1, text.size(), out) != text.size()) throw std::runtime_error(std::strerror(errno));
+  });
 }
 }  // namespace
 
 void write_report(const ReportData& data, const std::filesystem::path& dir) {
   std::filesystem::create_directories(dir);
-  write_file(dir / "index.html", render_html(data));
-  write_file(dir / "report.md", render_markdown(data));
-  write_file(dir / "summary.json", render_summary_json(data));
+  write_text_file(dir / "index.html", render_html(data));
+  write_text_file(dir / "report.md", render_markdown(data));
+  write_text_file(dir / "summary.json", render_summary_json(data));
   for (std::size_t i = 0; i < data.files.size(); ++i)
     if (const std::string name = report_trace_name(data, i); !name.empty()) {
       const FileView& f = data.files[i];

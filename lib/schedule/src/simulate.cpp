@@ -164,6 +164,57 @@ template <bool Checked, int Lanes>
   return false;
 }
 
+// One rank's walk through its list in half a cache line (one lane): with
+// many ranks a visit touches it, the action and the ends it reads and
+// writes, not six per-rank arrays. (A rank's last end is its free_at when
+// it stops.)
+template <int Lanes>
+struct alignas(Lanes == 1 ? 32 : 16) Cursor {
+  const Action* actions = nullptr;
+  std::uint32_t size = 0;
+  std::uint32_t next = 0;  // index of the next action to run (job.hpp bounds a list far below 2^32)
+  double free_at[Lanes] = {}, busy[Lanes] = {};
+};
+
+// The walk's results from where the ranks stopped: each lane's busy and last
+// end per rank, makespan and bubble; when not every action ran, what each
+// stuck rank waits for and the first lane's timeline cut to what ran
+// (rank-major: rank r's actions were at [first[r], first[r+1])).
+template <bool Checked, int Lanes>
+void finish(const Schedule& s, const SimCosts* const (&costs)[Lanes], EndTimes<Lanes>& ends,
+            const std::vector<Cursor<Lanes>>& ranks, const std::vector<std::size_t>& first, bool completed,
+            bool keep_timeline, std::array<SimResult, Lanes>& res) {
+  std::vector<std::string> blocked;
+  for (int r = 0; r < s.num_ranks && !completed; ++r) {
+    const Cursor<Lanes>& c = ranks[static_cast<std::size_t>(r)];
+    if (c.next >= c.size) continue;
+    std::string why;
+    double ignored[Lanes];
+    ready_times<Checked, Lanes>(s, costs, ends, r, c.actions[c.next], &why, ignored);
+    blocked.push_back(fmt::format("rank {}: {}", r, why));
+  }
+  std::vector<TimedAction>& timeline = res[0].timeline;
+  if (!completed && keep_timeline) {
+    std::size_t kept = 0;
+    for (std::size_t r = 0; r < ranks.size(); ++r)
+      for (std::size_t i = 0; i < ranks[r].next; ++i) timeline[kept++] = timeline[first[r] + i];
+    timeline.resize(kept);
+  }
+  for (int l = 0; l < Lanes; ++l) {
+    SimResult& lane = res[static_cast<std::size_t>(l)];
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      lane.busy[r] = ranks[r].busy[l];
+      lane.last_end[r] = ranks[r].next > 0 ? ranks[r].free_at[l] : 0.0;
+    }
+    lane.completed = completed;
+    lane.blocked = blocked;
+    for (double e : lane.last_end) lane.makespan = std::max(lane.makespan, e);
+    double sum_busy = 0.0;
+    for (double b : lane.busy) sum_busy += b;
+    lane.bubble = lane.makespan > 0.0 ? 1.0 - sum_busy / (s.num_ranks * lane.makespan) : 0.0;
+  }
+}
+
 // The walk: every lane's times in one pass over the actions (a lane's times
 // depend only on its costs; when an action runs is the same in every lane).
 // The timeline, if kept, is the first lane's.
@@ -181,17 +232,7 @@ std::array<SimResult, Lanes> simulate_impl(const Schedule& s, const SimCosts* co
   }
 
   EndTimes<Lanes> ends(V, m, !Checked && s.split_backward());
-  // One rank's walk through its list in half a cache line (one lane): with
-  // many ranks a visit touches it, the action and the ends it reads and
-  // writes, not six per-rank arrays. (A rank's last end is its free_at when
-  // it stops.)
-  struct alignas(Lanes == 1 ? 32 : 16) Cursor {
-    const Action* actions = nullptr;
-    std::uint32_t size = 0;
-    std::uint32_t next = 0;  // index of the next action to run (job.hpp bounds a list far below 2^32)
-    double free_at[Lanes] = {}, busy[Lanes] = {};
-  };
-  std::vector<Cursor> ranks(static_cast<std::size_t>(p));
+  std::vector<Cursor<Lanes>> ranks(static_cast<std::size_t>(p));
   std::vector<char> queued(static_cast<std::size_t>(p), 1);  // in the worklist
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     ranks[r].actions = s.actions[r].data();
@@ -220,7 +261,7 @@ std::array<SimResult, Lanes> simulate_impl(const Schedule& s, const SimCosts* co
   // interleaved runs: p = 1024, m = 4096 9% faster; p = 8 and 64, in cache
   // anyway, 2-6% slower).
   auto wake = [&](int r) {
-    const Cursor& c = ranks[static_cast<std::size_t>(r)];
+    const Cursor<Lanes>& c = ranks[static_cast<std::size_t>(r)];
     if (!queued[static_cast<std::size_t>(r)]) {
       queued[static_cast<std::size_t>(r)] = 1;
       work.push_back(r);
@@ -231,7 +272,7 @@ std::array<SimResult, Lanes> simulate_impl(const Schedule& s, const SimCosts* co
     const int r = work.back();
     const auto R = static_cast<std::size_t>(r);
     work.pop_back();
-    Cursor& c = ranks[R];
+    Cursor<Lanes>& c = ranks[R];
     queued[R] = 0;
     while (c.next < c.size) {
       const Action& a = c.actions[c.next];
@@ -262,35 +303,7 @@ std::array<SimResult, Lanes> simulate_impl(const Schedule& s, const SimCosts* co
       if (a.kind == ActionKind::B && v > 0) wake(s.rank_of(v - 1));
     }
   }
-  std::vector<std::string> blocked;
-  if (done < total)
-    for (int r = 0; r < p; ++r) {
-      const Cursor& c = ranks[static_cast<std::size_t>(r)];
-      if (c.next >= c.size) continue;
-      std::string why;
-      double ignored[Lanes];
-      ready_times<Checked, Lanes>(s, costs, ends, r, c.actions[c.next], &why, ignored);
-      blocked.push_back(fmt::format("rank {}: {}", r, why));
-    }
-  if (done < total && keep_timeline) {  // only what ran: each rank's first `next` actions
-    std::size_t kept = 0;
-    for (std::size_t r = 0; r < ranks.size(); ++r)
-      for (std::size_t i = 0; i < ranks[r].next; ++i) timeline[kept++] = timeline[first[r] + i];
-    timeline.resize(kept);
-  }
-  for (int l = 0; l < Lanes; ++l) {
-    SimResult& lane = res[static_cast<std::size_t>(l)];
-    for (std::size_t r = 0; r < ranks.size(); ++r) {
-      lane.busy[r] = ranks[r].busy[l];
-      lane.last_end[r] = ranks[r].next > 0 ? ranks[r].free_at[l] : 0.0;
-    }
-    lane.completed = done == total;
-    lane.blocked = blocked;
-    for (double e : lane.last_end) lane.makespan = std::max(lane.makespan, e);
-    double sum_busy = 0.0;
-    for (double b : lane.busy) sum_busy += b;
-    lane.bubble = lane.makespan > 0.0 ? 1.0 - sum_busy / (p * lane.makespan) : 0.0;
-  }
+  finish<Checked, Lanes>(s, costs, ends, ranks, first, done == total, keep_timeline, res);
   return res;
 }
 
