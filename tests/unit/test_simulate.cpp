@@ -187,5 +187,38 @@ TEST_CASE("simulate_checked: the same times as simulate on every generated sched
       CHECK(checked.timeline[i].end == full.timeline[i].end);
     }
     CHECK(checked.peak_live_activations.empty());  // the order's property: peak_live_activations()
+
+    // Two cost sets in one walk (the planner's unit and model costs): each
+    // lane what its own simulation gives, the timeline only the first's.
+    const SimCosts unit = SimCosts::unit(s);
+    const SimResult unit_alone = simulate(s, unit);
+    const auto [first, second] = simulate_checked(s, c, unit, true);
+    CHECK(first.makespan == full.makespan);
+    CHECK(first.busy == full.busy);
+    CHECK(first.first_start == full.first_start);
+    CHECK(first.last_end == full.last_end);
+    REQUIRE(first.timeline.size() == full.timeline.size());
+    for (std::size_t i = 0; i < full.timeline.size(); ++i) CHECK(first.timeline[i].end == full.timeline[i].end);
+    CHECK(second.makespan == unit_alone.makespan);
+    CHECK(second.bubble == unit_alone.bubble);
+    CHECK(second.busy == unit_alone.busy);
+    CHECK(second.first_start == unit_alone.first_start);
+    CHECK(second.last_end == unit_alone.last_end);
+    CHECK(second.timeline.empty());
   }
+}
+
+TEST_CASE("simulate_checked with two cost sets reports a deadlock like simulate", "[simulate]") {
+  // A structurally valid order that deadlocks: rank 0 runs B0 before F1,
+  // and B0 needs rank 1's B0, which rank 1 runs only after F1.
+  Schedule s = empty_schedule("crossed", 2, 2, true);
+  s.actions[0] = {{ActionKind::F, 0, 0}, {ActionKind::B, 0, 0}, {ActionKind::F, 1, 0}, {ActionKind::B, 1, 0}};
+  s.actions[1] = {{ActionKind::F, 1, 0}, {ActionKind::F, 0, 0}, {ActionKind::B, 0, 0}, {ActionKind::B, 1, 0}};
+  const SimResult alone = simulate(s, SimCosts::unit(s));
+  REQUIRE_FALSE(alone.completed);
+  const auto [first, second] = simulate_checked(s, SimCosts::unit(s), SimCosts::unit(s), true);
+  CHECK_FALSE(first.completed);
+  CHECK_FALSE(second.completed);
+  CHECK(first.blocked == alone.blocked);
+  CHECK(first.timeline.size() == alone.timeline.size());
 }
