@@ -1,5 +1,6 @@
 // Cost-weighted simulation: closed forms for balanced stages, the slowest
 // stage bounding the step, transfer costs on the critical path.
+#include <algorithm>
 #include <cmath>
 
 #include <catch2/catch.hpp>
@@ -205,6 +206,17 @@ TEST_CASE("simulate_checked: the same times as simulate on every generated sched
     CHECK(second.first_start == unit_alone.first_start);
     CHECK(second.last_end == unit_alone.last_end);
     CHECK(second.timeline.empty());
+
+    // Free forwards and transfers: F ends at 0 (the checked walk stores an F
+    // negated, -0.0 here, and must still see it as run).
+    SimCosts free_forward = c;
+    std::fill(free_forward.forward.begin(), free_forward.forward.end(), 0.0);
+    free_forward.transfer = 0.0;
+    const SimResult zero_full = simulate(s, free_forward), zero_checked = simulate_checked(s, free_forward);
+    REQUIRE(zero_checked.completed);
+    CHECK(zero_checked.makespan == zero_full.makespan);
+    CHECK(zero_checked.busy == zero_full.busy);
+    CHECK(zero_checked.first_start == zero_full.first_start);
   }
 }
 

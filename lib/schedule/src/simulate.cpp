@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <limits>
 #include <utility>
 
 #include <fmt/format.h>
@@ -15,8 +17,17 @@ namespace {
 
 // End times of every (kind, virtual stage, micro-batch), `Lanes` of them
 // side by side (one per set of costs simulated in the same walk, which all
-// run an action together); negative = not run yet. W's only where the
-// schedule has W actions and they are read (the unchecked walk: a W's own B).
+// run an action together).
+//
+// The unchecked walk (`Shared` false) keeps a table per kind, -1 = not run
+// yet; W's only where the schedule has W actions (it reads a W's own B).
+// The checked walk reads F(v, mb) only for F(v+1, mb) and B(v, mb) only for
+// B(v-1, mb), and B(v, mb) runs only after F(v+1, mb) has read F(v, mb) (it
+// waits for B(v+1, mb), which its rank runs after F(v+1, mb)): so F and B
+// share one slot (`Shared`), B's end replacing F's. The first lane says
+// which it holds: NaN nothing, sign bit set an F (stored negated, exactly:
+// -0.0 for an end at 0), clear a B. Half the memory of two tables, and half
+// the fresh rows a walk of many ranks touches.
 //
 // Micro-batch-major: a row holds one micro-batch's V stages. The simulator
 // follows dependency chains — a rank's completed F wakes the next stage's
@@ -25,19 +36,36 @@ namespace {
 // one row at any p. (Rows along the pipeline's waves, F(v, mb) in row mb + v,
 // put every step of such a chain a row, V doubles, further on: 1.1-1.35x
 // slower at p = 64 to 1024 in bench_schedule.)
-template <int Lanes>
+template <int Lanes, bool Shared>
 class EndTimes {
  public:
   EndTimes(int stages, int microbatches, bool with_w)
       : stages_(static_cast<std::size_t>(stages)),
         rows_(static_cast<std::size_t>(microbatches)),
-        ends_((with_w ? 3 : 2) * rows_ * stages_ * Lanes, -1.0) {}
+        ends_((Shared ? 1 : with_w ? 3 : 2) * rows_ * stages_ * Lanes, Shared ? kNothing : -1.0) {}
+  // Whether (k, v, mb) has run; if so its end times, one per lane, into `out`.
+  bool get(ActionKind k, int v, int mb, double (&out)[Lanes]) {
+    const double* e = at(k, v, mb);
+    if constexpr (Shared) {
+      if (k == ActionKind::F ? !std::signbit(e[0]) : std::signbit(e[0]) || std::isnan(e[0])) return false;
+      for (int l = 0; l < Lanes; ++l) out[l] = k == ActionKind::F ? -e[l] : e[l];
+    } else {
+      if (e[0] < 0.0) return false;
+      for (int l = 0; l < Lanes; ++l) out[l] = e[l];
+    }
+    return true;
+  }
+  void set(ActionKind k, int v, int mb, const double (&end)[Lanes]) {
+    double* e = at(k, v, mb);
+    for (int l = 0; l < Lanes; ++l) e[l] = Shared && k == ActionKind::F ? -end[l] : end[l];
+  }
   double* at(ActionKind k, int v, int mb) {
-    return &ends_[((static_cast<std::size_t>(k) * rows_ + static_cast<std::size_t>(mb)) * stages_ +
-                   static_cast<std::size_t>(v)) * Lanes];
+    const std::size_t table = Shared ? 0 : static_cast<std::size_t>(k);
+    return &ends_[((table * rows_ + static_cast<std::size_t>(mb)) * stages_ + static_cast<std::size_t>(v)) * Lanes];
   }
 
  private:
+  static constexpr double kNothing = std::numeric_limits<double>::quiet_NaN();  // sign bit clear
   std::size_t stages_, rows_;
   LargeArray<double> ends_;
 };
@@ -137,15 +165,15 @@ void check_inputs(const Schedule& s, const SimCosts& costs, bool ranges_checked)
 // at p = 1024, m = 1024: the checked simulation 2.5x faster than the unchecked).
 template <bool Checked, int Lanes>
 [[gnu::always_inline]] inline bool ready_times(const Schedule& s, const SimCosts* const (&costs)[Lanes],
-                                               EndTimes<Lanes>& ends, int r, const Action& a, std::string* why,
-                                               double (&ready)[Lanes]) {
+                                               EndTimes<Lanes, Checked>& ends, int r, const Action& a,
+                                               std::string* why, double (&ready)[Lanes]) {
   const int v = s.virtual_stage(r, a.chunk), V = s.num_virtual_stages();
   for (double& t : ready) t = 0.0;
   // Dependency (k, dv): its ends (plus a transfer where it crosses ranks)
   // raise `ready`; false if it has not run.
   auto need = [&](ActionKind k, int dv, bool remote) __attribute__((always_inline)) -> bool {
-    const double* e = ends.at(k, dv, a.microbatch);
-    if (e[0] < 0.0) {
+    double e[Lanes];
+    if (!ends.get(k, dv, a.microbatch, e)) {
       if (why) *why = fmt::format("{} waits for {}{} of stage {} (rank {})", to_string(a), letter(k), a.microbatch, dv, s.rank_of(dv));
       return false;
     }
@@ -181,7 +209,7 @@ struct alignas(Lanes == 1 ? 32 : 16) Cursor {
 // stuck rank waits for and the first lane's timeline cut to what ran
 // (rank-major: rank r's actions were at [first[r], first[r+1])).
 template <bool Checked, int Lanes>
-void finish(const Schedule& s, const SimCosts* const (&costs)[Lanes], EndTimes<Lanes>& ends,
+void finish(const Schedule& s, const SimCosts* const (&costs)[Lanes], EndTimes<Lanes, Checked>& ends,
             const std::vector<Cursor<Lanes>>& ranks, const std::vector<std::size_t>& first, bool completed,
             bool keep_timeline, std::array<SimResult, Lanes>& res) {
   std::vector<std::string> blocked;
@@ -231,7 +259,7 @@ std::array<SimResult, Lanes> simulate_impl(const Schedule& s, const SimCosts* co
     if (!Checked) lane.peak_live_activations = peak_live_activations(s);
   }
 
-  EndTimes<Lanes> ends(V, m, !Checked && s.split_backward());
+  EndTimes<Lanes, Checked> ends(V, m, !Checked && s.split_backward());
   std::vector<Cursor<Lanes>> ranks(static_cast<std::size_t>(p));
   std::vector<char> queued(static_cast<std::size_t>(p), 1);  // in the worklist
   for (std::size_t r = 0; r < ranks.size(); ++r) {
@@ -280,23 +308,25 @@ std::array<SimResult, Lanes> simulate_impl(const Schedule& s, const SimCosts* co
       if (!ready_times<Checked, Lanes>(s, costs, ends, r, a, nullptr, ready)) break;
       const int v = s.virtual_stage(r, a.chunk);
       const auto Vi = static_cast<std::size_t>(v);
-      double* slot = !Checked || a.kind != ActionKind::W ? ends.at(a.kind, v, a.microbatch) : nullptr;
+      const bool kept = !Checked || a.kind != ActionKind::W;  // the checked walk never reads a W's end
       // The row this rank most likely writes next: with many ranks each
       // visit writes a row no rank has touched (the pipeline's diagonal),
       // which costs a miss to memory unless fetched a sweep ahead
       // (bench_schedule's whole plan, 1024 x 4096: 639 -> 530 ms; p = 8 the same).
-      if (slot && a.microbatch + 1 < m) __builtin_prefetch(ends.at(a.kind, v, a.microbatch + 1), 1);
+      if (kept && a.microbatch + 1 < m) __builtin_prefetch(ends.at(a.kind, v, a.microbatch + 1), 1);
+      double ended[Lanes];
       for (int l = 0; l < Lanes; ++l) {
         const SimCosts& k = *costs[l];
         const double cost = a.kind == ActionKind::F ? k.forward[Vi] : a.kind == ActionKind::B ? k.backward[Vi] : k.weight[Vi];
         const double start = std::max(c.free_at[l], ready[l]);
         const double end = start + cost;
-        if (slot) slot[l] = end;
+        ended[l] = end;
         c.free_at[l] = end;
         c.busy[l] += cost;
         if (c.next == 0) res[static_cast<std::size_t>(l)].first_start[R] = start;
         if (l == 0 && keep_timeline) timeline[first[R] + c.next] = {r, a, start, end};
       }
+      if (kept) ends.set(a.kind, v, a.microbatch, ended);
       ++c.next;
       ++done;
       if (a.kind == ActionKind::F && v + 1 < V) wake(s.rank_of(v + 1));

@@ -16,7 +16,8 @@
 namespace pipebench {
 
 // Durations per virtual stage (index v = chunk * num_ranks + rank), in any
-// time unit (the result uses the same one).
+// time unit (the result uses the same one); finite and >= 0 (the simulator
+// tells an action that has run by its end time).
 struct SimCosts {
   std::vector<double> forward;
   std::vector<double> backward;
