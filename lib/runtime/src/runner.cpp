@@ -482,7 +482,9 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
   watchdog.arm(now_s() + (total_steps + 1) * job.train.step_timeout_s + grace, "run " + rp.run.name);
   // The run's time left: the steps to go at the median wall time between
   // steps so far (the warm-up's first steps are often slower; the median
-  // discounts them). Wall time, not the step time: on the sim backend's
+  // discounts them), from step 2 on without the first interval, which also
+  // holds the set-up (the plan, the backend's build: on a virtual-clock sim
+  // run 20x a step). Wall time, not the step time: on the sim backend's
   // virtual clock a step's time is the model's, not how long it takes here.
   std::vector<double> step_walls;
   double last_step_at = now_s();
@@ -491,10 +493,11 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
     step_walls.push_back(at - last_step_at);
     last_step_at = at;
     const int left = total_steps - (s.step + 1);
+    const std::vector<double> after_first(step_walls.begin() + (step_walls.size() > 1 ? 1 : 0), step_walls.end());
     fmt::print("  [{}] step {}/{}{:<8} time {:>12}  bubble {}  loss {}{}\n", rp.run.name, s.step + 1, total_steps,
                s.warmup ? " warm-up" : "", format_seconds(s.step_time_s),
                fmt_num(s.step_time_s > 0 ? 1.0 - s.busy_sum_s / (p * s.step_time_s) : NAN), fmt_num(s.loss, "{:.6f}"),
-               left > 0 ? fmt::format("  ETA {}", format_seconds(left * compute_stats(step_walls).median)) : "");
+               left > 0 ? fmt::format("  ETA {}", format_seconds(left * compute_stats(after_first).median)) : "");
     std::fflush(stdout);
   };
   // Each step's events come to rank 0 as the run goes (a rank's memory does
