@@ -486,18 +486,20 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
   // holds the set-up (the plan, the backend's build: on a virtual-clock sim
   // run 20x a step). Wall time, not the step time: on the sim backend's
   // virtual clock a step's time is the model's, not how long it takes here.
-  std::vector<double> step_walls;
+  double first_wall = -1.0;        // the first interval, set-up included
+  std::vector<double> later_walls;  // the intervals after it
   double last_step_at = now_s();
   eo.on_step = [&](const StepProgress& s) {
     const double at = now_s();
-    step_walls.push_back(at - last_step_at);
+    if (first_wall < 0.0) first_wall = at - last_step_at;
+    else later_walls.push_back(at - last_step_at);
     last_step_at = at;
     const int left = total_steps - (s.step + 1);
-    const std::vector<double> after_first(step_walls.begin() + (step_walls.size() > 1 ? 1 : 0), step_walls.end());
+    const double per_step = later_walls.empty() ? first_wall : compute_stats(later_walls).median;
     fmt::print("  [{}] step {}/{}{:<8} time {:>12}  bubble {}  loss {}{}\n", rp.run.name, s.step + 1, total_steps,
                s.warmup ? " warm-up" : "", format_seconds(s.step_time_s),
                fmt_num(s.step_time_s > 0 ? 1.0 - s.busy_sum_s / (p * s.step_time_s) : NAN), fmt_num(s.loss, "{:.6f}"),
-               left > 0 ? fmt::format("  ETA {}", format_seconds(left * compute_stats(after_first).median)) : "");
+               left > 0 ? fmt::format("  ETA {}", format_seconds(left * per_step)) : "");
     std::fflush(stdout);
   };
   // Each step's events come to rank 0 as the run goes (a rank's memory does
