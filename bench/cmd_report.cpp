@@ -95,7 +95,7 @@ Handler add_report_command(CLI::App& app) {
     for (const auto& f : data.files) runs += f.runs.size();
     fmt::print("report: {} file(s), {} run(s), {} skipped\n", data.files.size(), runs, data.skipped.size());
     for (const auto& t : data.trends)
-      if (t.verdict == "regression" || t.verdict == "improvement")
+      if (t.latest && (t.verdict == "regression" || t.verdict == "improvement"))
         fmt::print("  {}: {} / {} median step time {:+.1f}% (p = {:.3g})\n", t.verdict, t.job, t.run, 100 * t.change, t.p_value);
     fmt::print("report: {}\n", (dir / "index.html").string());
     if (opts->fail_on_failure && data.any_failure()) {

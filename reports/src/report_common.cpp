@@ -53,10 +53,9 @@ bool plan_matches(const RunPlan& plan, const RunResult& r) {
 }
 
 const Trend* trend_for(const ReportData& d, const FileView& f, const RunResult& r) {
+  // The file's own verdict: the trend that judged it.
   for (const auto& t : d.trends)
-    if (t.run == r.spec.name &&
-        std::any_of(t.points.begin(), t.points.end(), [&](const TrendPoint& p) { return p.path == f.path; }))
-      return &t;
+    if (!t.history_only && t.run == r.spec.name && t.points.back().path == f.path) return &t;
   return nullptr;
 }
 
@@ -208,6 +207,24 @@ std::string trend_evidence(const Trend& t) {
   if (std::isfinite(t.slowest_stage_change)) s += fmt::format("; slowest stage {:+.1f}%", 100.0 * t.slowest_stage_change);
   for (const auto& a : t.alerts) s += "; " + a;
   return s;
+}
+
+bool shown_in_trends(const Trend& t) { return t.latest || t.history_only; }
+
+std::vector<std::string> trend_table_header() {
+  return {"job", "run", "hardware", "workload", "files", "newest median step", "change", "p-value", "verdict", "evidence"};
+}
+
+std::vector<std::vector<std::string>> trend_table_rows(const ReportData& d) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& t : d.trends) {
+    if (!shown_in_trends(t)) continue;
+    const bool judged = t.points.size() > 1 && !t.history_only;
+    rows.push_back({t.job, t.run, t.fingerprint, t.workload_fingerprint, std::to_string(t.points.size()),
+                    format_seconds(t.points.back().step_time_median_s), judged ? fmt::format("{:+.1f}%", 100 * t.change) : "-",
+                    judged ? fmt::format("{:.3g}", t.p_value) : "-", verdict_text(t), trend_evidence(t)});
+  }
+  return rows;
 }
 
 std::string verdict_text(const Trend& t) {

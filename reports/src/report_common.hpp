@@ -31,7 +31,8 @@ std::optional<RunPlan> plan_of(const FileView& f, const RunResult& r);
 // chunks): the charts that replay it need that.
 bool plan_matches(const RunPlan& plan, const RunResult& r);
 
-// The series run `r` of file `f` belongs to (none for probe trials and failed runs).
+// The trend that judged run `r` of file `f` (none for probe trials, failed runs and
+// history files).
 const Trend* trend_for(const ReportData& d, const FileView& f, const RunResult& r);
 
 // The answer first: one row per run of every job file and per missing job,
@@ -59,6 +60,12 @@ std::string verdict_text(const Trend& t);
 // The figures behind it: the rule's reason, the bubble's change in points,
 // memory and numerics alerts.
 std::string trend_evidence(const Trend& t);
+
+// The trends table (HTML and Markdown): one row per series — the newest
+// judged file's trend, or the series shown as history only.
+bool shown_in_trends(const Trend& t);
+std::vector<std::string> trend_table_header();
+std::vector<std::vector<std::string>> trend_table_rows(const ReportData& d);
 
 // Provenance as (name, value) pairs, in a fixed order.
 std::vector<std::pair<std::string, std::string>> provenance_rows(const FileView& f);

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <set>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
 #include <tuple>
@@ -39,7 +41,17 @@ bool is_results_file_name(const std::string& name) {
   return ends_with(".h5") || ends_with(".h5.partial");
 }
 
-std::vector<std::string> expand(const std::vector<std::string>& inputs, std::vector<SkippedFile>& skipped) {
+// Files already taken, by identity (device, inode): the same file through a
+// link, `..` or a second spelling counts once, inputs before history.
+using FileIds = std::set<std::pair<dev_t, ino_t>>;
+
+bool first_sight(const std::string& path, FileIds& seen) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return true;  // reading it will say why
+  return seen.insert({st.st_dev, st.st_ino}).second;
+}
+
+std::vector<std::string> expand(const std::vector<std::string>& inputs, std::vector<SkippedFile>& skipped, FileIds& seen) {
   namespace fs = std::filesystem;
   std::vector<std::string> files;
   for (const auto& in : inputs) {
@@ -49,9 +61,10 @@ std::vector<std::string> expand(const std::vector<std::string>& inputs, std::vec
       for (const auto& e : fs::recursive_directory_iterator(in, ec))
         if (e.is_regular_file() && is_results_file_name(e.path().filename().string())) found.push_back(e.path().string());
       std::sort(found.begin(), found.end());
-      files.insert(files.end(), found.begin(), found.end());
+      for (const auto& f : found)
+        if (first_sight(f, seen)) files.push_back(f);
     } else if (fs::is_regular_file(in, ec)) {
-      files.push_back(in);
+      if (first_sight(in, seen)) files.push_back(in);
     } else {
       skipped.push_back({in, "no such file or folder"});
     }
@@ -287,7 +300,7 @@ bool ReportData::any_failure() const {
 
 bool ReportData::any_regression() const {
   return std::any_of(trends.begin(), trends.end(), [](const Trend& t) {
-    return t.verdict == "regression" || t.memory_increased || t.numerics_changed;
+    return t.latest && !t.history_only && (t.verdict == "regression" || t.memory_increased || t.numerics_changed);
   });
 }
 
@@ -361,9 +374,9 @@ std::string crash_check(const std::string& path) {
 // ones go to `skipped` with the reason. A file whose job TOML does not parse
 // is kept, with job_error set. `events`: whether the runs keep their events.
 std::vector<FileView> load_files(const std::vector<std::string>& inputs, std::vector<SkippedFile>& skipped,
-                                 ReadEvents events) {
+                                 ReadEvents events, FileIds& seen) {
   std::vector<FileView> out;
-  for (const auto& path : expand(inputs, skipped)) {
+  for (const auto& path : expand(inputs, skipped, seen)) {
     FileView f;
     f.path = path;
     if (const std::string why = crash_check(path); !why.empty()) {
@@ -394,13 +407,10 @@ std::vector<FileView> load_files(const std::vector<std::string>& inputs, std::ve
   return out;
 }
 
-// The newest point against all earlier ones: Mann-Whitney U on the counted
-// step times, significant when p < alpha and the median moved by more than
-// the threshold.
+// The judged (last) point against all earlier ones: Mann-Whitney U on the
+// counted step times, significant when p < alpha and the median moved by
+// more than the threshold (results/regression.hpp).
 void judge(Trend& t, const ReportOptions& options) {
-  std::sort(t.points.begin(), t.points.end(), [](const TrendPoint& a, const TrendPoint& b) {
-    return std::tie(a.created_utc, a.path) < std::tie(b.created_utc, b.path);
-  });
   std::vector<std::vector<double>> history;
   for (std::size_t i = 0; i + 1 < t.points.size(); ++i) history.push_back(t.points[i].counted_step_times);
   const RegressionVerdict v = judge_regression(history, t.points.back().counted_step_times, options.rule);
@@ -485,7 +495,8 @@ void add_alerts(Trend& t) {
 std::string changes_into(const Trend& t, const std::vector<Trend>& all) {
   const TrendPoint* before = nullptr;
   for (const auto& o : all) {
-    if (&o == &t || o.job != t.job || o.run != t.run || o.fingerprint != t.fingerprint) continue;
+    if (o.workload_fingerprint == t.workload_fingerprint || o.job != t.job || o.run != t.run || o.fingerprint != t.fingerprint)
+      continue;
     for (const auto& p : o.points)
       if (p.created_utc < t.points.front().created_utc && (!before || p.created_utc > before->created_utc)) before = &p;
   }
@@ -495,40 +506,110 @@ std::string changes_into(const Trend& t, const std::vector<Trend>& all) {
   return changed.empty() ? "configuration not recorded" : changed;
 }
 
+// One measurement's identity (TrendPoint::identity): its launch and its run's
+// step times, hashed.
+std::string point_identity(const FileView& f, const RunResult& r) {
+  std::string key = created(f) + '\n' + r.spec.name + '\n';
+  for (const auto& h : f.result.hostnames) key += h + ',';
+  for (const auto pid : f.result.pids) key += fmt::format("{},", pid);
+  for (const double t : r.step_time_s) key += fmt::format("{:a},", t);
+  return fnv1a64(key);
+}
+
+// A series: every file of one job, run, hardware and workload, deduplicated
+// by identity (an input's point wins), in the documented order: creation
+// time, then path.
+struct Series {
+  std::string job, run, fingerprint, workload_fingerprint;
+  std::vector<TrendPoint> points;
+};
+
+// The trend of the point `judged` of `s` (an input): the points created
+// strictly before it, then it.
+Trend trend_of(const Series& s, std::size_t judged, const ReportOptions& options) {
+  Trend t;
+  t.job = s.job;
+  t.run = s.run;
+  t.fingerprint = s.fingerprint;
+  t.workload_fingerprint = s.workload_fingerprint;
+  const TrendPoint& j = s.points[judged];
+  for (std::size_t i = 0; i < s.points.size(); ++i) {
+    if (i == judged) continue;
+    const TrendPoint& p = s.points[i];
+    if (p.created_utc < j.created_utc) t.points.push_back(p);
+    else if (p.created_utc == j.created_utc) ++t.same_second_files;
+    else ++t.later_files;
+  }
+  t.points.push_back(j);
+  judge(t, options);
+  std::string left_out;
+  if (t.same_second_files > 0) left_out += fmt::format("{} file(s) created in the same second", t.same_second_files);
+  if (t.later_files > 0) left_out += fmt::format("{}{} later file(s)", left_out.empty() ? "" : ", ", t.later_files);
+  if (!left_out.empty()) t.reason += (t.reason.empty() ? "" : "; ") + ("not its history: " + left_out);
+  return t;
+}
+
 // Trends: every job file (inputs and history; not probe trials), grouped into
-// series by job, run, hardware and workload fingerprint, judged.
+// series by job, run, hardware and workload fingerprint; each input file's
+// point judged against the points before it. A series without an input file
+// is shown as "history only", never judged.
 std::vector<Trend> build_trends(const std::vector<FileView>& files, const std::vector<FileView>& history,
                                 const ReportOptions& options) {
-  std::map<std::tuple<std::string, std::string, std::string, std::string>, Trend> groups;
-  auto add_points = [&](const FileView& f) {
+  std::map<std::tuple<std::string, std::string, std::string, std::string>, Series> groups;
+  auto add_points = [&](const FileView& f, bool input) {
     if (f.role != "job") return;
     const std::string job = job_of(f);
     for (const auto& r : f.result.runs) {
       if (r.status != RunStatus::ok) continue;
       const auto [workload, workload_fp] = workload_of(f, r);
-      Trend& t = groups[{job, r.spec.name, f.fingerprint, workload_fp}];
-      t.job = job;
-      t.run = r.spec.name;
-      t.fingerprint = f.fingerprint;
-      t.workload_fingerprint = workload_fp;
+      Series& s = groups[{job, r.spec.name, f.fingerprint, workload_fp}];
+      s.job = job;
+      s.run = r.spec.name;
+      s.fingerprint = f.fingerprint;
+      s.workload_fingerprint = workload_fp;
       TrendPoint p{created(f), f.path, workload, r.step_time.median, r.bubble_measured_median,
                    static_cast<double>(r.peak_mem_max_bytes), r.peak_mem_bytes, {}, r.throughput_samples_per_s,
-                   r.slowest_stage_median_s, r.backend == BackendKind::sim ? std::vector<double>{} : r.loss, {}};
+                   r.slowest_stage_median_s, r.backend == BackendKind::sim ? std::vector<double>{} : r.loss, {}, false, {}};
       for (auto i : counted_steps(r)) p.counted_step_times.push_back(r.step_time_s[i]);
       if (const auto sha = f.result.root_attrs.find("git_sha"); sha != f.result.root_attrs.end()) p.git_sha = sha->second;
-      // The same file given twice counts once.
-      if (std::none_of(t.points.begin(), t.points.end(), [&](const TrendPoint& q) { return q.path == p.path; }))
-        t.points.push_back(std::move(p));
+      p.input = input;
+      p.identity = point_identity(f, r);
+      // One measurement counts once: inputs come first, so an input keeps its point.
+      if (std::none_of(s.points.begin(), s.points.end(), [&](const TrendPoint& q) { return q.identity == p.identity; }))
+        s.points.push_back(std::move(p));
     }
   };
-  for (const auto& f : files) add_points(f);
-  for (const auto& f : history) add_points(f);
+  for (const auto& f : files) add_points(f, true);
+  for (const auto& f : history) add_points(f, false);
   std::vector<Trend> trends;
-  for (auto& [key, t] : groups) {
-    judge(t, options);
-    trends.push_back(std::move(t));
+  for (auto& [key, s] : groups) {
+    std::sort(s.points.begin(), s.points.end(), [](const TrendPoint& a, const TrendPoint& b) {
+      return std::tie(a.created_utc, a.path) < std::tie(b.created_utc, b.path);
+    });
+    std::vector<std::size_t> inputs;
+    for (std::size_t i = 0; i < s.points.size(); ++i)
+      if (s.points[i].input) inputs.push_back(i);
+    if (inputs.empty()) {
+      Trend t;
+      t.job = s.job;
+      t.run = s.run;
+      t.fingerprint = s.fingerprint;
+      t.workload_fingerprint = s.workload_fingerprint;
+      t.points = s.points;
+      t.history_only = true;
+      t.latest = false;
+      t.verdict = "history only";
+      t.reason = "no file of this series among the results: shown, not judged";
+      trends.push_back(std::move(t));
+      continue;
+    }
+    for (const std::size_t i : inputs) {
+      trends.push_back(trend_of(s, i, options));
+      trends.back().latest = i == inputs.back();
+    }
   }
   for (auto& t : trends) {
+    if (t.history_only) continue;
     add_alerts(t);
     t.changes = changes_into(t, trends);
     if (!t.changes.empty() && t.points.size() < 2) t.verdict = "new series";
@@ -549,10 +630,11 @@ ReportData load_report(const ReportOptions& options) {
   ReportData d;
   d.options = options;
   // No run's events are held: the charts stream what they need (chart_events).
-  d.files = load_files(options.inputs, d.skipped, ReadEvents::skip);
+  FileIds seen;
+  d.files = load_files(options.inputs, d.skipped, ReadEvents::skip, seen);
   // Trend history: step times, memory and losses; no events (a month of
   // nightly files would otherwise hold every action they recorded).
-  const std::vector<FileView> history = load_files(options.history, d.skipped, ReadEvents::skip);
+  const std::vector<FileView> history = load_files(options.history, d.skipped, ReadEvents::skip, seen);
   for (const auto& name : options.expected_jobs)
     if (std::none_of(d.files.begin(), d.files.end(), [&](const FileView& f) { return job_of(f) == name; }))
       d.missing_jobs.push_back(name);

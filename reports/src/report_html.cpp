@@ -334,22 +334,13 @@ std::string render_html(const ReportData& d) {
   }
   if (!d.trends.empty()) {
     s += "<h2 id=\"trends\">Trends and regressions</h2>";
-    std::vector<std::vector<std::string>> rows;
-    std::vector<std::string> classes;
-    for (const auto& t : d.trends) {
-      rows.push_back({t.job, t.run, t.fingerprint, t.workload_fingerprint, std::to_string(t.points.size()),
-                      format_seconds(t.points.back().step_time_median_s),
-                      t.points.size() > 1 ? fmt::format("{:+.1f}%", 100 * t.change) : "-",
-                      t.points.size() > 1 ? fmt::format("{:.3g}", t.p_value) : "-", verdict_text(t), trend_evidence(t)});
-      classes.push_back("");
-    }
-    std::string tbl = table(
-        {"job", "run", "hardware", "workload", "files", "newest median step", "change", "p-value", "verdict", "evidence"},
-        rows, classes, {false, false, false, false, true, true, true, true, false, false});
+    const std::vector<std::vector<std::string>> rows = trend_table_rows(d);
+    std::string tbl = table(trend_table_header(), rows, std::vector<std::string>(rows.size()),
+                            {false, false, false, false, true, true, true, true, false, false});
     s += colour_trend_verdicts(std::move(tbl));
     s += "<div class=\"charts\">";
     for (const auto& t : d.trends)
-      if (t.points.size() > 1) s += trend_chart(t);
+      if (shown_in_trends(t) && t.points.size() > 1) s += trend_chart(t);
     s += "</div>";
   }
   for (const auto& f : d.files) {

@@ -77,15 +77,7 @@ std::string render_markdown(const ReportData& d) {
   }
   if (!d.trends.empty()) {
     s += "## Trends and regressions\n\n";
-    std::vector<std::vector<std::string>> rows;
-    for (const auto& t : d.trends)
-      rows.push_back({t.job, t.run, t.fingerprint, t.workload_fingerprint, std::to_string(t.points.size()),
-                      format_seconds(t.points.back().step_time_median_s),
-                      t.points.size() > 1 ? fmt::format("{:+.1f}%", 100 * t.change) : "-",
-                      t.points.size() > 1 ? fmt::format("{:.3g}", t.p_value) : "-", verdict_text(t), trend_evidence(t)});
-    s += md_table(
-        {"job", "run", "hardware", "workload", "files", "newest median step", "change", "p-value", "verdict", "evidence"},
-        rows);
+    s += md_table(trend_table_header(), trend_table_rows(d));
   }
   for (const auto& f : d.files) {
     s += fmt::format("## Job {}\n\n", md_text(job_name(f)));
@@ -229,6 +221,9 @@ std::string render_summary_json(const ReportData& d) {
       if (const Trend* t = trend_for(d, f, r)) {
         w.key("trend").begin_object();
         w.field("files", static_cast<std::int64_t>(t->points.size())).field("verdict", t->verdict);
+        w.field("judged_file", t->points.back().path).field("latest", t->latest);
+        w.field("same_second_files", static_cast<std::int64_t>(t->same_second_files));
+        w.field("later_files", static_cast<std::int64_t>(t->later_files));
         w.field("workload_fingerprint", t->workload_fingerprint).field("changes", t->changes);
         w.field("change", t->change).field("p_value", t->p_value).field("reason", t->reason);
         w.field("history_files", static_cast<std::int64_t>(t->history)).field("night_spread", t->night_spread);
@@ -252,6 +247,13 @@ std::string render_summary_json(const ReportData& d) {
   }
   w.end_array();
   w.array("missing_jobs", d.missing_jobs);
+  w.key("history_only_series").begin_array();
+  for (const auto& t : d.trends) {
+    if (!t.history_only) continue;
+    w.begin_object().field("job", t.job).field("run", t.run).field("files", static_cast<std::int64_t>(t.points.size()));
+    w.field("newest_file", t.points.back().path).end_object();
+  }
+  w.end_array();
   w.field("any_regression", d.any_regression()).field("any_failure", d.any_failure());
   w.end_object();
   return w.str() + "\n";

@@ -12,6 +12,7 @@ namespace pipebench {
 namespace {
 std::string number(double v) { return fmt::format("{:.17g}", v); }
 std::string number(int v) { return fmt::format("{}", v); }
+}  // namespace
 
 std::string fnv1a64(std::string_view text) {
   std::uint64_t h = 0xcbf29ce484222325ull;
@@ -21,7 +22,6 @@ std::string fnv1a64(std::string_view text) {
   }
   return fmt::format("{:016x}", h);
 }
-}  // namespace
 
 WorkloadKeys workload_keys(const Job& job, const RunSpec& run) {
   const ModelSpec& m = job.model;

@@ -85,6 +85,11 @@ struct TrendPoint {
   double slowest_stage_s = 0.0;     // median busy time of the slowest stage
   std::vector<double> loss;         // per step, warm-up included; empty on sim
   std::string git_sha;              // of the pipebench that wrote the file ("" when unrecorded)
+  bool input = false;               // the file is among RESULTS (not only --history)
+  // What makes two points one measurement: the launch (creation time, hosts,
+  // pids), the run and its step times. A byte copy, the same file through a
+  // link, or a launch's .h5.partial beside its .h5 share it and count once.
+  std::string identity;
 };
 
 // A series: the files of one job and run on one hardware fingerprint with one
@@ -95,9 +100,22 @@ struct Trend {
   std::string job, run, fingerprint;
   std::string workload_fingerprint;  // "unknown" for files that record none and whose job_toml is unreadable
   std::string changes;               // vs the previous series of the same job, run and hardware; "" if none
-  std::vector<TrendPoint> points;  // oldest first; the last is the newest
+  // The judged file's trend: the series' files created before it, oldest
+  // first, then the judged file (the last). A Trend is one file's verdict:
+  // every file among RESULTS has its own, computed against the files before
+  // it whatever else the history holds; files created in the same second as
+  // the judged one (their order is unknown) or after it are not its history.
+  std::vector<TrendPoint> points;
   // regression | improvement | no change | inconclusive (noisy) | insufficient history | new series
+  // | history only (a series with no file among RESULTS: shown, never judged, never fails a job)
   std::string verdict;
+  bool history_only = false;
+  // The newest file among RESULTS of its series: its trend is the one in the
+  // trends table and chart, and the one --fail-on-regression judges (an
+  // older input file keeps its own verdict in the verdict table and summary.json).
+  bool latest = true;
+  int same_second_files = 0;  // left out of the history: created in the judged file's second
+  int later_files = 0;        // left out: created after the judged file
   std::string reason;              // the figures behind the verdict (RegressionVerdict::reason)
   int history = 0;                 // earlier files of the series
   double p_value = 1.0;

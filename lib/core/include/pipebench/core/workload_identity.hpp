@@ -20,6 +20,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "pipebench/core/job.hpp"
 
@@ -35,6 +36,10 @@ WorkloadKeys workload_keys(const Job& job, const RunSpec& run);
 // fingerprint hashes and what a results file stores beside it.
 std::string workload_text(const WorkloadKeys& keys);
 WorkloadKeys parse_workload_text(const std::string& text);
+
+// 16 hex digits: the FNV-1a 64 hash of `text` (stable across platforms and
+// releases: fingerprints and identities stored in results files use it).
+std::string fnv1a64(std::string_view text);
 
 // 16 hex digits: FNV-1a 64 of workload_text(keys).
 std::string workload_fingerprint(const WorkloadKeys& keys);
