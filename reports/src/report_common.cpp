@@ -16,6 +16,7 @@ std::string format_value(double v, const std::string& unit) {
   if (unit == "bytes") return format_bytes(v);
   if (unit == "fraction") return fmt::format("{:.2f}%", 100.0 * v);  // a share, as a percentage
   if (unit == "ratio") return fmt::format("{:.3g}", v);
+  if (unit == "samples") return fmt::format("{:.0f}", v);
   return fmt::format("{:.1f} {}", v, unit);
 }
 

@@ -173,6 +173,7 @@ void seed004_record(JsonWriter& w, const FileView& f, const RunView& v) {
   w.field("clip_rate", v.clip_rate).field("short_run", v.short_run);
   w.array("rolling_step_time_s", v.rolling_step_time_s).array("rolling_loss", v.rolling_loss);
   w.key("speedup").begin_object().field("median", r.speedup).field("low", r.speedup_low).field("high", r.speedup_high);
+  w.field("per_sample", r.speedup_per_sample);
   w.end_object();
   w.end_object();
 
@@ -217,6 +218,7 @@ std::string render_summary_json(const ReportData& d) {
       w.field("loss_max_rel_dev", r.loss_max_rel_dev).field("clip_rate", v.clip_rate);
       w.field("decision", r.decision).array("decision_reasons", r.decision_reasons).array("advice", v.advice);
       w.field("speedup", r.speedup).field("speedup_low", r.speedup_low).field("speedup_high", r.speedup_high);
+      w.field("speedup_per_sample", r.speedup_per_sample);
       seed004_record(w, f, v);
       if (const Trend* t = trend_for(d, f, r)) {
         w.key("trend").begin_object();

@@ -273,7 +273,47 @@ TEST_CASE("best run: the fastest feasible pipeline, ties broken by the lowest pe
   // Without a baseline there is no speedup to show, and the line says so.
   RunResult alone = run("pipe", 1.0, 0, 0, 100, "feasible");
   alone.speedup = alone.speedup_low = alone.speedup_high = std::numeric_limits<double>::quiet_NaN();
-  CHECK_THAT(best_run_summary({alone}), Catch::Contains("1.000 s per step, no baseline, peak"));
+  CHECK_THAT(best_run_summary({alone}), Catch::Contains("1.000 s per step (") && Catch::Contains(" samples), no baseline, peak"));
+}
+
+TEST_CASE("decide: a run with another global batch than its baseline is compared per sample, and says so",
+          "[metrics][decide]") {
+  // Issue 33: twice the baseline's micro-batches at 1.19x its step time read
+  // "speedup 0.84x" while its throughput is +68%, and "best" picked the run
+  // with the lower throughput.
+  auto run = [](const char* name, int p, int m, double step) {
+    RunResult r;
+    r.spec.name = name;
+    r.spec.pipeline_size = p;
+    r.spec.micro_batch_size = 2;
+    r.spec.num_microbatches = m;
+    r.status = RunStatus::ok;
+    r.baseline = p == 1 ? "" : "base";
+    for (int k = 0; k < 30; ++k) {
+      r.step_time_s.push_back(step * (1.0 + 0.001 * ((k * 7) % 11)));
+      r.is_warmup.push_back(0);
+    }
+    r.step_time = compute_stats(r.step_time_s);
+    return r;
+  };
+  std::vector<RunResult> runs{run("base", 1, 4, 1.0), run("same_batch", 2, 4, 0.7), run("double_batch", 2, 8, 1.19)};
+  decide(runs);
+  const RunResult& same = runs[1];
+  const RunResult& dbl = runs[2];
+  CHECK_FALSE(same.speedup_per_sample);
+  CHECK(same.speedup == Approx(1.0 / 0.7).epsilon(0.01));
+  CHECK(dbl.speedup_per_sample);
+  CHECK(dbl.speedup == Approx(2.0 / 1.19).epsilon(0.01));  // per sample: 1.68x, not 0.84x per step
+  CHECK(dbl.speedup_low > 1.6);
+  CHECK_THAT(format_speedup(dbl), Catch::Contains("x per sample ("));
+  const bool noted = std::any_of(dbl.decision_reasons.begin(), dbl.decision_reasons.end(), [](const std::string& why) {
+    return why.find("global batch: 16 samples per step (2 x 8) vs the baseline's 8 (2 x 4)") != std::string::npos;
+  });
+  CHECK(noted);
+  CHECK(global_batch_note(same, runs[0]).empty());
+  // Best: the highest throughput (time per sample), not the shortest step.
+  for (auto& r : runs) r.decision = "feasible";
+  CHECK_THAT(best_run_summary(runs), Catch::StartsWith("best: double_batch"));
 }
 
 TEST_CASE("decide: 30 counted steps are seed 000's evidence; clipping on most steps is flagged, not failed",

@@ -500,6 +500,29 @@ std::vector<double> rolling_mean(const std::vector<double>& values, int window) 
 }
 
 
+void set_speedup(RunResult& r, const RunResult& base) {
+  const double gb = base.spec.global_batch(), gr = r.spec.global_batch();
+  r.speedup_per_sample = gb != gr && gb > 0 && gr > 0;
+  std::vector<double> b = counted(base), p = counted(r);
+  if (r.speedup_per_sample) {
+    for (auto& t : b) t /= gb;
+    for (auto& t : p) t /= gr;
+  }
+  const Interval s = speedup_interval(b, p);
+  r.speedup = s.estimate;
+  r.speedup_low = s.low;
+  r.speedup_high = s.high;
+}
+
+std::string global_batch_note(const RunResult& r, const RunResult& base) {
+  const int gb = base.spec.global_batch(), gr = r.spec.global_batch();
+  if (gb == gr) return "";
+  return fmt::format("global batch: {} samples per step ({} x {}) vs the baseline's {} ({} x {}): the speedup compares "
+                     "time per sample, not per step",
+                     gr, r.spec.micro_batch_size, r.spec.num_microbatches, gb, base.spec.micro_batch_size,
+                     base.spec.num_microbatches);
+}
+
 // The decision of one pipelined run (seed 000): memory, stability and loss
 // each pass, fail, are inconclusive or not measured; any fail is
 // not_feasible, all measured ones passing is feasible, else inconclusive.
@@ -512,12 +535,7 @@ void decide(std::vector<RunResult>& runs) {
       if (!r.baseline.empty() && other.spec.name == r.baseline && other.status == RunStatus::ok) base = &other;
     if (base) {
       r.loss_max_rel_dev = max_rel_loss_deviation(r, *base);
-      if (r.status == RunStatus::ok) {
-        const Interval s = speedup_interval(counted(*base), counted(r));
-        r.speedup = s.estimate;
-        r.speedup_low = s.low;
-        r.speedup_high = s.high;
-      }
+      if (r.status == RunStatus::ok) set_speedup(r, *base);
     }
     std::vector<std::string>& why = r.decision_reasons;
     why.clear();
@@ -535,6 +553,8 @@ void decide(std::vector<RunResult>& runs) {
     if (r.status == RunStatus::ok) why.push_back(stability_check(r, failed, inconclusive));
     if (r.status == RunStatus::ok && r.backend == BackendKind::sim) why.push_back(bubble_check(r, failed, inconclusive));
     why.push_back(loss_check(r, base, failed));
+    if (base && r.status == RunStatus::ok)
+      if (std::string note = global_batch_note(r, *base); !note.empty()) why.push_back(std::move(note));
     if (r.status == RunStatus::ok)
       for (const std::string& note : {short_run_note(r), clipping_note(r)})
         if (!note.empty()) why.push_back(note);
@@ -551,12 +571,13 @@ int RunResult::layers_on_rank(int rank) const {
 
 std::string format_speedup(const RunResult& r) {
   if (!std::isfinite(r.speedup)) return "-";
+  const char* per = r.speedup_per_sample ? " per sample" : "";
   // Too few counted steps for a bound on one side (Hodges-Lehmann): say so.
   const bool lo = std::isfinite(r.speedup_low) && r.speedup_low > 0.0, hi = std::isfinite(r.speedup_high);
-  if (lo && hi) return fmt::format("{:.2f}x ({:.2f}-{:.2f})", r.speedup, r.speedup_low, r.speedup_high);
-  if (lo) return fmt::format("{:.2f}x ({:.2f} or more)", r.speedup, r.speedup_low);
-  if (hi) return fmt::format("{:.2f}x ({:.2f} or less)", r.speedup, r.speedup_high);
-  return fmt::format("{:.2f}x (no interval: too few steps)", r.speedup);
+  if (lo && hi) return fmt::format("{:.2f}x{} ({:.2f}-{:.2f})", r.speedup, per, r.speedup_low, r.speedup_high);
+  if (lo) return fmt::format("{:.2f}x{} ({:.2f} or more)", r.speedup, per, r.speedup_low);
+  if (hi) return fmt::format("{:.2f}x{} ({:.2f} or less)", r.speedup, per, r.speedup_high);
+  return fmt::format("{:.2f}x{} (no interval: too few steps)", r.speedup, per);
 }
 
 std::vector<std::string> decision_concerns(const RunResult& r) {
@@ -591,15 +612,19 @@ std::string best_run_summary(const std::vector<RunResult>& runs) {
         r.decision != "not_feasible" && std::isfinite(r.step_time.median))
       candidates.push_back(&r);
   if (candidates.empty()) return "";
-  const RunResult* fastest = *std::min_element(candidates.begin(), candidates.end(), [](const RunResult* a, const RunResult* b) {
-    return a->step_time.median < b->step_time.median;
+  // Fastest per sample: runs of different global batches do different work per step.
+  auto per_sample = [](const RunResult* r) { return r->step_time.median / std::max(1, r->spec.global_batch()); };
+  const RunResult* fastest = *std::min_element(candidates.begin(), candidates.end(), [&](const RunResult* a, const RunResult* b) {
+    return per_sample(a) < per_sample(b);
   });
-  // Tied: the speedup intervals overlap (same baseline), else medians within 1%.
+  // Tied: the speedup intervals overlap (same baseline, both per step or
+  // both per sample), else times per sample within 1%.
   auto tied = [&](const RunResult* r) {
     if (r == fastest) return true;
-    if (std::isfinite(r->speedup_high) && std::isfinite(fastest->speedup_low) && r->baseline == fastest->baseline)
+    if (std::isfinite(r->speedup_high) && std::isfinite(fastest->speedup_low) && r->baseline == fastest->baseline &&
+        r->speedup_per_sample == fastest->speedup_per_sample && r->spec.global_batch() == fastest->spec.global_batch())
       return r->speedup_high >= fastest->speedup_low;
-    return r->step_time.median <= 1.01 * fastest->step_time.median;
+    return per_sample(r) <= 1.01 * per_sample(fastest);
   };
   std::vector<const RunResult*> ties;
   for (const auto* r : candidates)
@@ -608,8 +633,8 @@ std::string best_run_summary(const std::vector<RunResult>& runs) {
     return a->peak_mem_max_bytes < b->peak_mem_max_bytes;
   });
   const std::string speedup = std::isfinite(best->speedup) ? "speedup " + format_speedup(*best) : "no baseline";
-  std::string s = fmt::format("best: {} — {} per step, {}, peak {}, {}", best->spec.name,
-                              format_seconds(best->step_time.median), speedup,
+  std::string s = fmt::format("best: {} — {} per step ({} samples), {}, peak {}, {}", best->spec.name,
+                              format_seconds(best->step_time.median), best->spec.global_batch(), speedup,
                               format_bytes(static_cast<double>(best->peak_mem_max_bytes)), best->decision);
   std::string others;
   for (const auto* r : ties)

@@ -385,6 +385,7 @@ void write_run(hid_t runs, const RunResult& r, const EventStore* store) {
   attr_scalar(g, "speedup", r.speedup);
   attr_scalar(g, "speedup_low", r.speedup_low);
   attr_scalar(g, "speedup_high", r.speedup_high);
+  attr_scalar<std::int64_t>(g, "speedup_per_sample", r.speedup_per_sample ? 1 : 0);
   attr_string(g, "workload", r.workload);
   attr_string(g, "workload_fingerprint", r.workload_fingerprint);
   attr_scalar(g, "bubble_analytic", r.bubble_analytic);
@@ -784,6 +785,7 @@ RunResult read_run(hid_t runs, const std::string& name, bool keep_events) {
     r.speedup = read_attr_scalar<double>(g, "speedup");
     r.speedup_low = read_attr_scalar<double>(g, "speedup_low");
     r.speedup_high = read_attr_scalar<double>(g, "speedup_high");
+    if (has_attr(g, "speedup_per_sample")) r.speedup_per_sample = read_attr_scalar<std::int64_t>(g, "speedup_per_sample") != 0;
   }
   if (has_attr(g, "workload_fingerprint")) {  // absent in files written before they were recorded
     r.workload = read_attr_string(g, "workload");

@@ -99,12 +99,22 @@ RunResult skipped_run(const Job& job, const RunPlan& plan, const std::string& re
 // run, nothing measured, decision not_applicable with the reason.
 RunResult environment_failed_run(const Job& job, const RunPlan& plan, const std::string& message);
 
-// Fills loss_max_rel_dev, decision and decision_reasons of every run that has
-// a baseline among `runs`.
+// The speedup of ok run `r` over its ok baseline `base`: Hodges-Lehmann on the
+// counted step times with its 95% interval; on time per sample (step time /
+// global batch) when their global batches differ (speedup_per_sample).
+void set_speedup(RunResult& r, const RunResult& base);
+
+// "global batch: 16 samples per step vs the baseline's 8 ..." when the global
+// batches of `r` and `base` differ, else "".
+std::string global_batch_note(const RunResult& r, const RunResult& base);
+
+// Fills loss_max_rel_dev, speedup, decision and decision_reasons of every run
+// that has a baseline among `runs`.
 void decide(std::vector<RunResult>& runs);
 
-// "1.42x (1.31-1.55)": the speedup over the baseline and its 95% interval;
-// "-" without a baseline.
+// "1.42x (1.31-1.55)": the speedup over the baseline and its 95% interval
+// ("1.42x per sample (...)" when the global batches differ); "-" without a
+// baseline.
 std::string format_speedup(const RunResult& r);
 
 // The reasons of a decision that are not a pass: what to look at first.

@@ -146,8 +146,11 @@ struct RunResult {
   // measured on sim", then the next action.
   std::vector<std::string> decision_reasons;
   // Baseline median step / this run's, Hodges-Lehmann with its 95% interval
-  // (robust_stats.hpp); NaN without a baseline.
+  // (robust_stats.hpp); NaN without a baseline. When the two global batches
+  // differ it compares time per sample (speedup_per_sample; metrics.hpp,
+  // set_speedup), so a run doing twice the work per step is not "slower".
   double speedup = 0.0, speedup_low = 0.0, speedup_high = 0.0;
+  bool speedup_per_sample = false;
   std::string skip_reason;
 };
 
