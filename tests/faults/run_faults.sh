@@ -147,8 +147,11 @@ for s in "${scenarios[@]}"; do
         row "$s" FAIL "exit $rc"
       elif ! grep -q 'No space left on device' "$log"; then
         row "$s" FAIL "exit $rc; no 'No space left on device' in: $(grep pipebench: "$log" | tail -1)"
-      elif [[ -z $partial ]] || [[ $("$py" "$here/check_interrupted.py" "$partial") == FAIL* ]]; then
-        row "$s" FAIL "exit $rc; the checkpoint with the first run is missing or damaged"
+      elif [[ -z $partial ]]; then
+        row "$s" FAIL "exit $rc; the checkpoint with the first run is missing"
+      # The first run kept; the second's record an error with the OS reason, not a signal's interruption.
+      elif verdict=$("$py" "$here/check_interrupted.py" "$partial" error "No space left on device"); [[ $verdict == FAIL* ]]; then
+        row "$s" FAIL "exit $rc; $verdict"
       else
         row "$s" ok "exit $rc; $(grep -o 'cannot write results.*' "$log" | head -1 | sed "s#$out/##"); first run kept in the checkpoint"
       fi

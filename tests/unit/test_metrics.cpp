@@ -276,6 +276,26 @@ TEST_CASE("best run: the fastest feasible pipeline, ties broken by the lowest pe
   CHECK_THAT(best_run_summary({alone}), Catch::Contains("1.000 s per step (") && Catch::Contains(" samples), no baseline, peak"));
 }
 
+TEST_CASE("decide: an interrupted run measured nothing and is never not_feasible", "[metrics][decide]") {
+  std::vector<RunResult> runs(2);
+  runs[0].spec.name = "base";
+  runs[0].spec.pipeline_size = 1;
+  runs[0].status = RunStatus::ok;
+  runs[1].spec.name = "p2";
+  runs[1].spec.pipeline_size = 2;
+  runs[1].baseline = "base";
+  runs[1].status = RunStatus::failed;
+  runs[1].failure_kind = FailureKind::interrupted;
+  runs[1].failure_message = "the launch ended during this run";
+  decide(runs);
+  CHECK(runs[1].decision == "inconclusive");
+  REQUIRE(runs[1].decision_reasons.size() == 1);
+  CHECK_THAT(runs[1].decision_reasons[0], Catch::StartsWith("not measured: the launch ended during this run"));
+  runs[1].failure_kind = FailureKind::oom;  // a measured failure still is
+  decide(runs);
+  CHECK(runs[1].decision == "not_feasible");
+}
+
 TEST_CASE("decide: a run with another global batch than its baseline is compared per sample, and says so",
           "[metrics][decide]") {
   // Issue 33: twice the baseline's micro-batches at 1.19x its step time read

@@ -335,6 +335,61 @@ TEST_CASE("ResultsWriter: every checkpoint is a valid file; finish publishes and
   fs::remove_all(dir);
 }
 
+TEST_CASE("ResultsWriter: two writers asking for one name keep both results", "[results]") {
+  // Issue 33: two launches of one Slurm job in the same second asked for the
+  // same NAME-<jobid>.h5; one's checkpoint rename found the other's gone
+  // ("cannot rename ... No such file or directory") and its results were lost.
+  const fs::path dir = temp_dir();
+  const std::string name = (dir / "job" / "20261201T000000Z-777.h5").string();
+  JobResult jr = sample();
+  jr.runs.resize(1);
+  std::string a_path, b_path;
+  {
+    ResultsWriter a(name), b(name);
+    CHECK(a.final_path() == name);
+    CHECK(b.final_path() == (dir / "job" / "20261201T000000Z-777-1.h5").string());
+    CHECK(b.partial_path() != a.partial_path());
+    a.checkpoint(jr);
+    b.checkpoint(jr);
+    a.checkpoint(jr);
+    b.checkpoint(jr);
+    a_path = a.finish(jr);
+    b_path = b.finish(jr);
+  }
+  CHECK(a_path != b_path);
+  CHECK(read_results(a_path).runs.size() == 1);
+  CHECK(read_results(b_path).runs.size() == 1);
+  // Claims are gone with their writers; a later writer takes the next free name.
+  CHECK_FALSE(fs::exists(name + ".claim"));
+  CHECK(ResultsWriter(name).final_path() == (dir / "job" / "20261201T000000Z-777-2.h5").string());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("mark_unwritten_runs: a run whose record could not be written is an error with the reason, not interrupted",
+          "[results]") {
+  const fs::path dir = temp_dir();
+  const std::string path = (dir / "r.h5.partial").string();
+  JobResult jr = sample();
+  jr.runs.resize(1);
+  RunResult lost = jr.runs[0];
+  lost.spec.name = "second";
+  lost.status = RunStatus::failed;
+  lost.failure_kind = FailureKind::interrupted;
+  lost.failure_message = "the launch ended during this run";
+  jr.runs.push_back(lost);
+  std::rename(write_results((dir / "r.h5").string(), jr).c_str(), path.c_str());
+  CHECK(mark_unwritten_runs(path, "cannot write results file r.h5.partial.tmp: No space left on device"));
+  const JobResult back = read_results(path);
+  REQUIRE(back.runs.size() == 2);
+  CHECK(back.runs[0].failure_kind == jr.runs[0].failure_kind);  // the completed run is untouched
+  CHECK(back.runs[1].failure_kind == FailureKind::error);
+  CHECK_THAT(back.runs[1].failure_message, Catch::Contains("could not be written") && Catch::Contains("No space left on device"));
+  CHECK(back.runs[1].decision == "inconclusive");
+  CHECK_FALSE(mark_unwritten_runs(path, "again"));  // nothing interrupted is left
+  CHECK_FALSE(mark_unwritten_runs((dir / "none.h5").string(), "no file"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("ResultsWriter: streamed events go to a scratch store and into every file written after their run ended",
           "[results]") {
   const fs::path dir = temp_dir();

@@ -544,6 +544,12 @@ void decide(std::vector<RunResult>& runs) {
       why.push_back("single-stage run (a baseline)");
       continue;
     }
+    if (r.status == RunStatus::failed && r.failure_kind == FailureKind::interrupted) {
+      // Nothing was measured: no verdict on the configuration either way.
+      r.decision = "inconclusive";
+      why.push_back(fmt::format("not measured: {}; rerun it", r.failure_message));
+      continue;
+    }
     bool failed = false, inconclusive = false;
     if (r.status == RunStatus::failed) {
       failed = true;

@@ -977,23 +977,44 @@ void write_file(const std::string& path, const JobResult& result, const EventSto
 
 }  // namespace
 
-ResultsWriter::ResultsWriter(const std::string& final_path)
-    : final_(final_path),
-      partial_(final_path + ".partial"),
-      tmp_(final_path + ".partial.tmp"),
-      events_path_(final_path + ".events.tmp") {
+ResultsWriter::ResultsWriter(const std::string& requested_path) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(final_).parent_path();
+  const fs::path requested(requested_path);
   std::error_code ec;
-  if (!dir.empty()) fs::create_directories(dir, ec);
-  if (ec) throw ResultsError(fmt::format("cannot create results folder {}: {}", dir.string(), ec.message()));
+  if (!requested.parent_path().empty()) fs::create_directories(requested.parent_path(), ec);
+  if (ec)
+    throw ResultsError(fmt::format("cannot create results folder {}: {}", requested.parent_path().string(), ec.message()));
+  // Claim a name no other launch holds (two launches of one Slurm job in the
+  // same second ask for the same one): NAME.claim created exclusively, with
+  // neither NAME nor its checkpoint there, else NAME-1, NAME-2, ... The claim
+  // lives as long as the writer; a killed launch's stale claim is skipped.
+  const fs::path stem = requested.parent_path() / requested.stem();
+  for (int i = 0;; ++i) {
+    const std::string candidate = i == 0 ? requested_path : fmt::format("{}-{}.h5", stem.string(), i);
+    if (fs::exists(candidate, ec) || fs::exists(candidate + ".partial", ec)) continue;
+    const int fd = open((candidate + ".claim").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0 && errno == EEXIST) continue;
+    if (fd < 0) throw ResultsError(fmt::format("cannot write results file {}: {}", candidate, std::strerror(errno)));
+    close(fd);
+    final_ = candidate;
+    break;
+  }
+  claim_ = final_ + ".claim";
+  partial_ = final_ + ".partial";
+  tmp_ = final_ + ".partial.tmp";
+  events_path_ = final_ + ".events.tmp";
   const int fd = open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw ResultsError(fmt::format("cannot write results file {}: {}", tmp_, std::strerror(errno)));
+  if (fd < 0) {
+    const int err = errno;
+    unlink(claim_.c_str());
+    throw ResultsError(fmt::format("cannot write results file {}: {}", tmp_, std::strerror(err)));
+  }
   close(fd);
 }
 
 ResultsWriter::~ResultsWriter() {
   if (!finished_) unlink(tmp_.c_str());  // FINAL.partial stays: the last checkpoint
+  unlink(claim_.c_str());
 }
 
 EventStore& ResultsWriter::event_store() {
@@ -1010,13 +1031,30 @@ void ResultsWriter::end_events(const std::string& run) {
 }
 
 void ResultsWriter::checkpoint(const JobResult& result) {
-  write_file(tmp_, result, events_.get());
+  write_or_mark(result);
   if (std::rename(tmp_.c_str(), partial_.c_str()) != 0)
     throw ResultsError(fmt::format("cannot rename {} to {}: {}", tmp_, partial_, std::strerror(errno)));
 }
 
+void ResultsWriter::write_or_mark(const JobResult& result) {
+  try {
+    write_file(tmp_, result, events_.get());
+  } catch (const ResultsError& e) {
+    record_write_failure(e.what());
+    throw;
+  }
+}
+
+bool ResultsWriter::record_write_failure(const std::string& why) noexcept {
+  // What the failed writes took, back for the mark: the half-written
+  // checkpoint and the (already unlinked) events scratch file.
+  unlink(tmp_.c_str());
+  events_.reset();
+  return mark_unwritten_runs(partial_, why);
+}
+
 std::string ResultsWriter::finish(const JobResult& result) {
-  write_file(tmp_, result, events_.get());
+  write_or_mark(result);
   // Publish without ever replacing an existing file: link() fails on EEXIST.
   const std::filesystem::path fp(final_);
   const std::filesystem::path stem = fp.parent_path() / fp.stem();
@@ -1030,6 +1068,41 @@ std::string ResultsWriter::finish(const JobResult& result) {
     }
     if (errno != EEXIST)
       throw ResultsError(fmt::format("cannot create results file {}: {}", candidate, std::strerror(errno)));
+  }
+}
+
+bool mark_unwritten_runs(const std::string& checkpoint, const std::string& why) noexcept {
+  try {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    if (access(checkpoint.c_str(), F_OK) != 0) return false;
+    bool marked = false;
+    {
+      Hid file(H5_CHECK(H5Fopen(checkpoint.c_str(), H5F_ACC_RDWR, H5P_DEFAULT)), H5Fclose);
+      Hid runs(H5_CHECK(H5Gopen2(file, "runs", H5P_DEFAULT)), H5Gclose);
+      std::vector<std::string> names;
+      H5_CHECK(H5Literate(runs, H5_INDEX_CRT_ORDER, H5_ITER_INC, nullptr, collect_name, &names));
+      const std::string message = "not measured: its results could not be written (" + why + ")";
+      for (const auto& name : names) {
+        Hid g(H5_CHECK(H5Gopen2(runs, name.c_str(), H5P_DEFAULT)), H5Gclose);
+        if (!has_attr(g, "failure_kind") || read_attr_string(g, "failure_kind") != "interrupted") continue;
+        for (const char* a : {"failure_kind", "failure_message", "decision", "decision_reasons"})
+          if (has_attr(g, a)) H5_CHECK(H5Adelete(g, a));
+        attr_string(g, "failure_kind", "error");
+        attr_string(g, "failure_message", message);
+        attr_string(g, "decision", "inconclusive");
+        attr_strings(g, "decision_reasons", {message + "; free space or choose another -o, then rerun it"});
+        marked = true;
+      }
+      H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));
+    }
+    const int fd = open(checkpoint.c_str(), O_RDONLY);
+    if (fd >= 0) {
+      fsync(fd);
+      close(fd);
+    }
+    return marked;
+  } catch (...) {
+    return false;
   }
 }
 

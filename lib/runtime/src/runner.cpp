@@ -701,6 +701,12 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
     // the completed runs and this one as interrupted.
     if (root) publish_results_now("a rank stopped answering");
     throw;
+  } catch (const ResultsError& e) {
+    // A results write failed (a full disk): the run in progress is recorded
+    // as an error with the OS reason, not as interrupted, where the
+    // checkpoint can still take it; main then ends the launch.
+    if (writer) writer->record_write_failure(e.what());
+    throw;
   }
   RunOutcome outcome = finish_job(ctx, root, jr);
   outcome.ranks_idle = widest_run(runs) < world_size;

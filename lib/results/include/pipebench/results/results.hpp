@@ -37,9 +37,13 @@ std::string default_results_path(const std::string& base_dir, const std::string&
 // outright leaves FINAL.partial, which `pipebench report` reads as it is.
 class ResultsWriter {
  public:
-  // Creates the folders and proves the folder writable by creating
-  // FINAL.partial.tmp; ResultsError naming the path and the OS reason.
-  explicit ResultsWriter(const std::string& final_path);
+  // Creates the folders, claims a final name no other writer holds
+  // (`requested_path`, else NAME-1.h5, NAME-2.h5, ...: NAME.h5.claim created
+  // exclusively, removed by the destructor) and proves the folder writable by
+  // creating its FINAL.partial.tmp; ResultsError naming the path and the OS
+  // reason. Two launches asking for one name (one Slurm job id, one second)
+  // get two names, and their checkpoints never meet.
+  explicit ResultsWriter(const std::string& requested_path);
   ResultsWriter(const ResultsWriter&) = delete;
   ResultsWriter& operator=(const ResultsWriter&) = delete;
   ~ResultsWriter();
@@ -54,20 +58,38 @@ class ResultsWriter {
   void append_events(const std::string& run, const EventRecord* events, std::size_t n);
   void end_events(const std::string& run);
 
+  // A write that fails (a full disk) throws ResultsError with the OS reason,
+  // after marking the runs the last checkpoint holds as interrupted as
+  // `error` with that reason (mark_unwritten_runs): they were measured, or
+  // were being measured, and only their record was lost.
   void checkpoint(const JobResult& result);
   // Returns the path published.
   std::string finish(const JobResult& result);
+  // After a write of this launch failed (`why`: the error with the OS
+  // reason), wherever it happened (checkpoint, finish, the events scratch
+  // file): frees what the writer holds and marks the checkpoint's
+  // interrupted runs (mark_unwritten_runs). The events streamed so far are
+  // dropped. Returns whether a run was marked.
+  bool record_write_failure(const std::string& why) noexcept;
 
   const std::string& final_path() const { return final_; }
   const std::string& partial_path() const { return partial_; }
 
  private:
   EventStore& event_store();  // created on first use
+  void write_or_mark(const JobResult& result);
 
-  std::string final_, partial_, tmp_, events_path_;
+  std::string final_, claim_, partial_, tmp_, events_path_;
   bool finished_ = false;
   std::unique_ptr<EventStore> events_;
 };
+
+// In the checkpoint file `checkpoint`, every run recorded as interrupted
+// becomes failed with kind `error`, decision inconclusive, and a message
+// saying its results could not be written and `why`, in place (attributes
+// rewritten; nothing else of the file changes). False when nothing was marked
+// (no checkpoint, no such run, or the file itself cannot be changed).
+bool mark_unwritten_runs(const std::string& checkpoint, const std::string& why) noexcept;
 
 // Publishes `partial` as `final` (link, then unlink `partial`); false when it
 // cannot (no checkpoint yet, `final` exists). Async-signal-safe.
