@@ -28,7 +28,8 @@ struct ReportCmdOptions {
 
 // Through write_output_file, as the traces beside them: a file that cannot
 // be written is an OutputError (exit 2, docs/cli.md) and leaves no partial file.
-void write_text_file(const std::filesystem::path& path, const std::string& text) {
+void write_text_file(const std::filesystem::path& path, const std::string& text, const std::vector<std::string>& inputs) {
+  refuse_input_as_output(path.string(), inputs);
   write_output_file(path.string(), [&](std::FILE* out) {
     if (std::fwrite(text.data(), 1, text.size(), out) != text.size()) throw std::runtime_error(std::strerror(errno));
   });
@@ -37,12 +38,18 @@ void write_text_file(const std::filesystem::path& path, const std::string& text)
 
 void write_report(const ReportData& data, const std::filesystem::path& dir) {
   std::filesystem::create_directories(dir);
-  write_text_file(dir / "index.html", render_html(data));
-  write_text_file(dir / "report.md", render_markdown(data));
-  write_text_file(dir / "summary.json", render_summary_json(data));
+  // Every file read, and every path given: none is written over.
+  std::vector<std::string> inputs = data.options.inputs;
+  inputs.insert(inputs.end(), data.options.history.begin(), data.options.history.end());
+  for (const auto& f : data.files) inputs.push_back(f.path);
+  for (const auto& s : data.skipped) inputs.push_back(s.path);
+  write_text_file(dir / "index.html", render_html(data), inputs);
+  write_text_file(dir / "report.md", render_markdown(data), inputs);
+  write_text_file(dir / "summary.json", render_summary_json(data), inputs);
   for (std::size_t i = 0; i < data.files.size(); ++i)
     if (const std::string name = report_trace_name(data, i); !name.empty()) {
       const FileView& f = data.files[i];
+      refuse_input_as_output((dir / name).string(), inputs);
       write_output_file((dir / name).string(), [&](std::FILE* out) {
         write_trace_json(f.path, f.result, f.job ? &*f.job : nullptr, TraceOptions{}, out);
       });

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <sys/stat.h>
 
 #include <fmt/format.h>
 
@@ -26,6 +27,16 @@ struct TraceCmdOptions {
   TraceOptions trace;
 };
 }  // namespace
+
+void refuse_input_as_output(const std::string& output, const std::vector<std::string>& inputs) {
+  struct stat out {};
+  if (stat(output.c_str(), &out) != 0) return;  // nothing there yet: no input either
+  for (const auto& in : inputs) {
+    struct stat st {};
+    if (stat(in.c_str(), &st) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino)
+      throw OutputError(fmt::format("refusing to write {}: it is the input {} (choose another output)", output, in));
+  }
+}
 
 void write_output_file(const std::string& path, const std::function<void(std::FILE*)>& write) {
   std::FILE* out = std::fopen(path.c_str(), "wb");
@@ -75,9 +86,15 @@ Handler add_trace_command(CLI::App& app) {
           "N|all"));
   cmd->add_flag("--no-simulated", o->no_simulated, "leave out the simulated timeline");
   return [o]() -> int {
+    refuse_input_as_output(o->output, {o->results});
     o->trace.step = o->step == "all" ? 0 : std::stoi(o->step);
     o->trace.simulated = !o->no_simulated;
-    const JobResult jr = read_results(o->results, ReadEvents::skip);  // checked; streamed again below
+    JobResult jr;
+    try {
+      jr = read_results(o->results, ReadEvents::skip);  // checked; streamed again below
+    } catch (const ResultsError& e) {
+      throw UsageError(fmt::format("trace: {}", e.what()));  // not a results file: the command line's input
+    }
     std::optional<Job> job;
     if (o->trace.simulated && jr.root_attrs.count("job_toml")) {
       try {

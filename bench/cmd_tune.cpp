@@ -8,7 +8,9 @@
 // written workload run for the seed's short steps and reported.
 #include <algorithm>
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -251,11 +253,10 @@ Handler add_tune_command(CLI::App& app) {
     const TuneCandidate& best = *result.best();
     const TunedWorkload w = tuned_workload(job, result);
     const std::string path = o->output.empty() ? w.job_name + ".toml" : o->output;
-    {
-      std::ofstream out(path, std::ios::binary);
-      out << w.toml;
-      if (!out) throw Error(fmt::format("cannot write {}", path));
-    }
+    refuse_input_as_output(path, {o->job_path});
+    write_output_file(path, [&](std::FILE* out) {
+      if (std::fwrite(w.toml.data(), 1, w.toml.size(), out) != w.toml.size()) throw std::runtime_error(std::strerror(errno));
+    });
     const Job tuned = load_job(path);  // what `pipebench run` will read: it must accept it
     if (!text) {
       fmt::print("{}", format_tune_json(job, result, w, path));

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -48,6 +49,12 @@ void write_report(const ReportData& data, const std::filesystem::path& dir);
 // is passed on as it is. Either way a regular file left half written is
 // removed.
 void write_output_file(const std::string& path, const std::function<void(std::FILE*)>& write);
+
+// No command writes over or removes one of its own inputs: OutputError
+// "refusing to write PATH: it is the input INPUT" (exit 2) when `output` is,
+// by file identity (device and inode: through a link, `./` or `..` too), one
+// of `inputs`. Called before the output is opened.
+void refuse_input_as_output(const std::string& output, const std::vector<std::string>& inputs);
 
 // This executable's absolute path (what probe trials and tune's runs start).
 std::string self_executable();

@@ -107,8 +107,10 @@ int main(int argc, char** argv) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   }
-  // Only rank 0 speaks for errors every rank hits alike (invalid workloads).
+  // Only rank 0 speaks for errors every rank hits alike (invalid workloads);
+  // other errors name their rank, under MPI only.
   const bool speak = world_rank() == 0;
+  const std::string who = with_mpi ? fmt::format("rank {}: ", world_rank()) : "";
   try {
     const int rc = with_mpi                          ? run()
                    : app.got_subcommand("report") ? report()
@@ -127,10 +129,10 @@ int main(int argc, char** argv) {
     if (speak) fmt::print(stderr, "pipebench: {}\n", e.what());
     return finish(e.exit_code(), true);
   } catch (const Error& e) {
-    fmt::print(stderr, "pipebench: rank {}: error: {}\n", world_rank(), e.what());
+    fmt::print(stderr, "pipebench: {}error: {}\n", who, e.what());
     return finish(e.exit_code(), false);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "pipebench: rank {}: error: {}\n", world_rank(), e.what());
+    fmt::print(stderr, "pipebench: {}error: {}\n", who, e.what());
     return finish(kInternalError, false);
   }
 }

@@ -204,10 +204,10 @@ bool selected(const TraceOptions& options, const std::string& name) {
 void check_trace_options(const JobResult& result, const TraceOptions& options) {
   for (const auto& name : options.runs)
     if (std::none_of(result.runs.begin(), result.runs.end(), [&](const RunResult& r) { return r.spec.name == name; }))
-      throw Error(fmt::format("trace: the file has no run named \"{}\"", printable(name)));
+      throw UsageError(fmt::format("trace: the file has no run named \"{}\"", printable(name)));
   for (const auto& r : result.runs)
     if (options.step > static_cast<int>(r.step_time_s.size()) && r.events_in_file > 0 && selected(options, r.spec.name))
-      throw Error(fmt::format("trace: run {} has {} step(s); --step {} does not exist", r.spec.name, r.step_time_s.size(),
+      throw UsageError(fmt::format("trace: run {} has {} step(s); --step {} does not exist", r.spec.name, r.step_time_s.size(),
                               options.step));
 }
 

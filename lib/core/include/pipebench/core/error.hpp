@@ -35,6 +35,14 @@ class Error : public std::runtime_error {
   virtual ExitCode exit_code() const noexcept { return kInternalError; }
 };
 
+// The command line asks for something its inputs do not have (a run or a
+// step a file lacks, an input that is not a results file). Exit kUsageError.
+class UsageError : public Error {
+ public:
+  using Error::Error;
+  ExitCode exit_code() const noexcept override { return kUsageError; }
+};
+
 // An output file cannot be written (opened, filled or closed): the message
 // names it and the reason. Exit kUsageError, as docs/cli.md lists it.
 class OutputError : public Error {
