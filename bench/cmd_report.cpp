@@ -50,9 +50,17 @@ void write_report(const ReportData& data, const std::filesystem::path& dir) {
     if (const std::string name = report_trace_name(data, i); !name.empty()) {
       const FileView& f = data.files[i];
       refuse_input_as_output((dir / name).string(), inputs);
-      write_output_file((dir / name).string(), [&](std::FILE* out) {
-        write_trace_json(f.path, f.result, f.job ? &*f.job : nullptr, TraceOptions{}, out);
-      });
+      // The file again, for its events: a launch may have replaced it since
+      // it was read; then there is no trace of it (and the report says so).
+      const std::string now = current_path(f);
+      try {
+        if (now.empty()) throw ResultsError("replaced since it was read (a launch checkpointed it)");
+        write_output_file((dir / name).string(), [&](std::FILE* out) {
+          write_trace_json(now, f.result, f.job ? &*f.job : nullptr, TraceOptions{}, out);
+        });
+      } catch (const ResultsError& e) {
+        fmt::print(stderr, "pipebench report: no {} for {}: {}\n", name, f.path, e.what());
+      }
     }
 }
 

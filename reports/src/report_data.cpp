@@ -184,7 +184,9 @@ void chart_events(const FileView& f, const RunResult& r, RunView& v) {
   std::optional<EventDigest> digest;
   if (v.plan && report_detail::plan_matches(*v.plan, r)) digest.emplace(v.plan->schedule, false);
   try {
-    stream_events(f.path, r, [&](const EventRecord* e, std::size_t n) {
+    const std::string now = current_path(f);
+    if (now.empty()) return;  // replaced since it was read: no charts from another version
+    stream_events(now, r, [&](const EventRecord* e, std::size_t n) {
       if (digest) digest->add(e, n);
       for (std::size_t i = 0; i < n; ++i)
         if (e[i].step == v.gantt_step) v.gantt_events.push_back(e[i]);
@@ -372,6 +374,57 @@ std::string crash_check(const std::string& path) {
   return "";
 }
 
+std::pair<std::uint64_t, std::uint64_t> file_id(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return {0, 0};
+  return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
+}
+
+// A checkpoint's published name: NAME.h5 of NAME.h5.partial ("" otherwise).
+std::string published_name(const std::string& path) {
+  constexpr std::string_view kPartial = ".partial";
+  if (path.size() <= kPartial.size() || path.compare(path.size() - kPartial.size(), kPartial.size(), kPartial) != 0) return "";
+  return path.substr(0, path.size() - kPartial.size());
+}
+
+constexpr const char* kReadElsewhere = "(read under another name)";
+
+// Reads f.path into `f` (crash check first): one version, whole. A file
+// replaced while it was read (a launch's checkpoint renamed over it) is read
+// again, up to 5 times; a checkpoint published meanwhile is read under its
+// published name, unless that file is taken already (kReadElsewhere). ""
+// when read, else why not.
+std::string read_one_version(FileView& f, ReadEvents events, FileIds& seen) {
+  std::string why = "it kept changing while it was read (a launch checkpointing it)";
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const auto before = file_id(f.path);
+    if (before.first == 0 && before.second == 0) {
+      const std::string published = published_name(f.path);
+      const auto id = published.empty() ? before : file_id(published);
+      if (id.first == 0 && id.second == 0)
+        return "gone since the folder was listed (a launch published or replaced it meanwhile)";
+      if (!seen.insert({static_cast<dev_t>(id.first), static_cast<ino_t>(id.second)}).second) return kReadElsewhere;
+      f.path = published;
+      continue;
+    }
+    if (const std::string crashed = crash_check(f.path); !crashed.empty()) {
+      if (file_id(f.path) == before) return crashed;
+      continue;  // a different file by now: read again
+    }
+    try {
+      f.result = read_results(f.path, events);
+    } catch (const std::exception& e) {
+      if (file_id(f.path) == before) return e.what();
+      continue;
+    }
+    if (file_id(f.path) == before) {
+      f.id = before;
+      return "";
+    }
+  }
+  return why;
+}
+
 // The readable results files among `inputs` (files, folders); unreadable
 // ones go to `skipped` with the reason. A file whose job TOML does not parse
 // is kept, with job_error set. `events`: whether the runs keep their events.
@@ -381,14 +434,8 @@ std::vector<FileView> load_files(const std::vector<std::string>& inputs, std::ve
   for (const auto& path : expand(inputs, skipped, seen)) {
     FileView f;
     f.path = path;
-    if (const std::string why = crash_check(path); !why.empty()) {
-      skipped.push_back({path, why});
-      continue;
-    }
-    try {
-      f.result = read_results(path, events);
-    } catch (const std::exception& e) {
-      skipped.push_back({path, e.what()});
+    if (const std::string why = read_one_version(f, events, seen); !why.empty()) {
+      if (why != kReadElsewhere) skipped.push_back({path, why});
       continue;
     }
     try {
@@ -631,6 +678,13 @@ void recompute_speedups(std::vector<RunResult>& runs) {
 }
 
 }  // namespace
+
+std::string current_path(const FileView& f) {
+  if (file_id(f.path) == f.id) return f.path;
+  if (const std::string published = published_name(f.path); !published.empty() && file_id(published) == f.id)
+    return published;
+  return "";
+}
 
 std::string report_trace_name(const ReportData& data, std::size_t file_index) {
   if (file_index >= data.files.size()) return "";

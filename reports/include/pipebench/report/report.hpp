@@ -64,6 +64,11 @@ struct RunView {
 
 struct FileView {
   std::string path;
+  // The file read (device, inode). A launch may publish or checkpoint the
+  // file while the report reads it (a checkpoint renamed over, a .h5.partial
+  // linked to its .h5 and unlinked): later reads (charts, traces) go through
+  // current_path(), which finds this same file again or says it is gone.
+  std::pair<std::uint64_t, std::uint64_t> id{0, 0};
   JobResult result;
   std::optional<Job> job;       // parsed from the recorded job_toml
   std::string job_error;        // why `job` is empty
@@ -71,6 +76,10 @@ struct FileView {
   std::string role = "job";     // root attribute role: job | probe-trial | probe; only jobs are trended
   std::vector<RunView> runs;    // in the file's order
 };
+
+// The name that reaches the file `f` read now: its path, or the published
+// name of a checkpoint published meanwhile; "" when neither does (replaced).
+std::string current_path(const FileView& f);
 
 struct TrendPoint {
   std::string created_utc;
