@@ -155,8 +155,9 @@ struct ReportData {
   std::vector<SkippedFile> skipped;
   std::vector<std::string> missing_jobs;  // expected but without any readable input file
   bool any_regression() const;
-  // A run of a job's file failed (any kind, environment included), or an
-  // expected job has no results (probe files do not count).
+  // A run of a job's file failed (any kind, environment included) or was
+  // skipped (not measured), or an expected job has no results (probe files
+  // do not count).
   bool any_failure() const;
 };
 
