@@ -189,7 +189,7 @@ int verify(std::FILE* log, const TuneCmdOptions& o, const Job& tuned, const std:
                       "--label", label});
   fmt::print(log, "\nverify: {} counted steps of every run ({})\n  {}\n", o.steps, ranks, cmd);
   std::fflush(log);
-  const ProcessResult pr = run_process(cmd, 1e9);
+  const ProcessResult pr = run_process(cmd, 1e9, {}, 10.0, "verify launch");
   std::fwrite(pr.output.data(), 1, pr.output.size(), log);
   const std::filesystem::path results = std::filesystem::path(o.results_dir) / tuned.name / label;
   if (!std::filesystem::exists(results)) {

@@ -1,6 +1,7 @@
 #include "pipebench/probe/probe.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
@@ -47,11 +48,39 @@ std::string tail_lines(const std::string& s, std::size_t lines) {
   return s.substr(start);
 }
 
-// SIGINT/SIGTERM while a trial runs: the trial's process group is in its
-// own group (Ctrl-C does not reach it), so the probe stops it, then ends
-// with the signal.
+// A terminating signal while a command runs: its process group is its own
+// (Ctrl-C does not reach it), so the waiting process stops it, then ends
+// with the signal. Every signal whose default action ends a process.
 volatile std::sig_atomic_t g_stop_signal = 0;
 void on_stop_signal(int sig) { g_stop_signal = sig; }
+constexpr std::array kStopSignals{SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGXCPU};
+constexpr std::array<const char*, kStopSignals.size()> kStopSignalNames{"SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT",
+                                                                        "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGXCPU"};
+const char* stop_signal_name(int sig) {
+  for (std::size_t i = 0; i < kStopSignals.size(); ++i)
+    if (kStopSignals[i] == sig) return kStopSignalNames[i];
+  return "signal";
+}
+
+// The stop handlers installed for as long as it lives; the old ones back after.
+class StopSignals {
+ public:
+  StopSignals() {
+    struct sigaction stop {};
+    stop.sa_handler = on_stop_signal;
+    sigemptyset(&stop.sa_mask);
+    for (std::size_t i = 0; i < kStopSignals.size(); ++i) sigaction(kStopSignals[i], &stop, &old_[i]);
+  }
+  ~StopSignals() { restore(); }
+  void restore() {
+    for (std::size_t i = 0; i < kStopSignals.size(); ++i) sigaction(kStopSignals[i], &old_[i], nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  std::array<struct sigaction, kStopSignals.size()> old_{};
+};
 
 // Ends the process group `pid` leads: SIGTERM, up to `grace_s` to exit, SIGKILL.
 void stop_group(pid_t pid, int& status, double grace_s) {
@@ -99,7 +128,7 @@ std::string trial_command(const ProbeOptions& o, int mbs) {
 }
 
 ProcessResult run_process(const std::string& command, double timeout_s, const std::function<void(double)>& tick,
-                          double tick_every_s) {
+                          double tick_every_s, const std::string& what) {
   char path[] = "/tmp/pipebench-trial-XXXXXX";
   const int fd = mkstemp(path);
   if (fd < 0) throw Error("probe: cannot create a temporary file for the trial output");
@@ -118,25 +147,19 @@ ProcessResult run_process(const std::string& command, double timeout_s, const st
     _exit(127);
   }
   setpgid(pid, pid);
-  struct sigaction stop {}, old_int {}, old_term {};
-  stop.sa_handler = on_stop_signal;
-  sigemptyset(&stop.sa_mask);
-  sigaction(SIGINT, &stop, &old_int);
-  sigaction(SIGTERM, &stop, &old_term);
+  StopSignals handlers;
   int status = 0;
   double next_tick = tick_every_s;
   while (waitpid(pid, &status, WNOHANG) != pid) {
     if (g_stop_signal != 0) {
       const int sig = g_stop_signal;
-      fmt::print(stderr, "\npipebench: probe: {}: stopping the running trial (process group {})\n",
-                 sig == SIGINT ? "SIGINT" : "SIGTERM", pid);
+      fmt::print(stderr, "\npipebench: {}: stopping the running {} (process group {})\n", stop_signal_name(sig), what, pid);
       stop_group(pid, status, 5.0);
       close(fd);
       unlink(path);
-      sigaction(SIGINT, &old_int, nullptr);
-      sigaction(SIGTERM, &old_term, nullptr);
+      handlers.restore();
       std::signal(sig, SIG_DFL);
-      raise(sig);  // ends the probe as the signal would have
+      raise(sig);  // ends this process as the signal would have
     }
     if (tick && now_s() - start >= next_tick) {
       tick(now_s() - start);
@@ -149,8 +172,7 @@ ProcessResult run_process(const std::string& command, double timeout_s, const st
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
+  handlers.restore();
   r.seconds = now_s() - start;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   close(fd);

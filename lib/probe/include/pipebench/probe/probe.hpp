@@ -51,7 +51,11 @@ ProbeResult run_probe(const ProbeOptions& options, const ProbeObserver& observer
 
 // Runs `command` with /bin/sh in its own process group, kills the group
 // after `timeout_s`; returns the exit code (128 + signal when killed) and
-// the combined output.
+// the combined output. A terminating signal to this process while it waits
+// (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGXCPU: a
+// closed terminal, Slurm's time limit) stops the group first (SIGTERM, 5 s,
+// SIGKILL), saying so with `what` ("trial", "verify launch"), then ends this
+// process with that signal: nothing the command started outlives it.
 struct ProcessResult {
   int exit_code = 0;
   bool timed_out = false;
@@ -60,6 +64,7 @@ struct ProcessResult {
 };
 // `tick` (optional) is called with the elapsed seconds every `tick_every_s`.
 ProcessResult run_process(const std::string& command, double timeout_s,
-                          const std::function<void(double)>& tick = {}, double tick_every_s = 10.0);
+                          const std::function<void(double)>& tick = {}, double tick_every_s = 10.0,
+                          const std::string& what = "trial");
 
 }  // namespace pipebench
