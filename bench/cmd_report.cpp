@@ -64,6 +64,24 @@ void write_report(const ReportData& data, const std::filesystem::path& dir) {
     }
 }
 
+namespace {
+// Why --fail-on-regression fails, one clause per series: "nightly / pipe:
+// regression +20.2%; nightly / pipe: memory grew (rank 1 peak +4096 B)".
+std::string regression_causes(const ReportData& data) {
+  std::string out;
+  auto add = [&](const Trend& t, const std::string& what) {
+    out += fmt::format("{}{} / {}: {}", out.empty() ? "" : "; ", t.job, t.run, what);
+  };
+  for (const auto& t : data.trends) {
+    if (!t.latest || t.history_only) continue;
+    if (t.verdict == "regression") add(t, fmt::format("regression {:+.1f}% median step time", 100 * t.change));
+    for (const auto& alert : t.alerts)
+      if ((t.memory_increased && alert.starts_with("memory change")) || alert.starts_with("numerics changed")) add(t, alert);
+  }
+  return out;
+}
+}  // namespace
+
 Handler add_report_command(CLI::App& app) {
   auto opts = std::make_shared<ReportCmdOptions>();
   CLI::App* cmd = app.add_subcommand(
@@ -113,15 +131,24 @@ Handler add_report_command(CLI::App& app) {
     std::size_t runs = 0;
     for (const auto& f : data.files) runs += f.runs.size();
     fmt::print("report: {} file(s), {} run(s), {} skipped\n", data.files.size(), runs, data.skipped.size());
-    for (const auto& t : data.trends)
-      if (t.latest && (t.verdict == "regression" || t.verdict == "improvement"))
+    for (const auto& t : data.trends) {
+      if (!t.latest) continue;
+      if (t.verdict == "regression" || t.verdict == "improvement")
         fmt::print("  {}: {} / {} median step time {:+.1f}% (p = {:.3g})\n", t.verdict, t.job, t.run, 100 * t.change, t.p_value);
+      for (const auto& alert : t.alerts)  // memory and numerics: each fails a nightly job
+        if (alert.starts_with("memory change") || alert.starts_with("numerics changed"))
+          fmt::print("  {}: {} / {} {}\n", t.memory_increased || t.numerics_changed ? "alert" : "note", t.job, t.run, alert);
+    }
     fmt::print("report: {}\n", (dir / "index.html").string());
     if (opts->fail_on_failure && data.any_failure()) {
       fmt::print(stderr, "pipebench report: a run failed or an expected job has no results (--fail-on-failure)\n");
       return kRunFailed;
     }
-    return opts->fail_on_regression && data.any_regression() ? kRegression : kOk;
+    if (opts->fail_on_regression && data.any_regression()) {
+      fmt::print(stderr, "pipebench report: exit 6 (--fail-on-regression): {}\n", regression_causes(data));
+      return kRegression;
+    }
+    return kOk;
   };
 }
 

@@ -229,7 +229,13 @@ std::vector<std::vector<std::string>> trend_table_rows(const ReportData& d) {
 }
 
 std::string verdict_text(const Trend& t) {
-  return t.changes.empty() ? t.verdict : fmt::format("{} ({})", t.verdict, t.changes);
+  std::string v = t.changes.empty() ? t.verdict : fmt::format("{} ({})", t.verdict, t.changes);
+  // What fails a nightly besides the step time, beside its verdict: a
+  // "no change" row must not hide a memory or numerics alert.
+  if (t.memory_increased) v += "; memory grew";
+  else if (t.memory_decreased) v += "; memory shrank";
+  if (t.numerics_changed) v += "; numerics changed";
+  return v;
 }
 
 }  // namespace pipebench::report_detail

@@ -51,6 +51,8 @@ def report(pipebench, newest, history, out):
                        capture_output=True, text=True)
     summary = json.load(open(os.path.join(out, "summary.json")))
     trend = next(r["trend"] for r in summary["runs"] if r["run"] == "p2_1f1b")
+    report.console = p.stdout + p.stderr
+    report.markdown = open(os.path.join(out, "report.md")).read()
     return p.returncode, trend
 
 
@@ -76,8 +78,19 @@ def main():
         if change == "memory" and not (t["memory_increased"] and any("memory change" in a and "+100.0%" in a for a in t["alerts"])):
             problems.append(f"memory: not flagged as +100%: {t['alerts']}")
         if change == "rank_memory" and not (t["memory_increased"] and len(t["alerts"]) == 1
-                                            and t["alerts"][0].startswith("memory change: rank 1 peak")):
-            problems.append(f"rank_memory: rank 1's growth not flagged: {t['alerts']}")
+                                            and t["alerts"][0].startswith("memory change: rank 1 peak")
+                                            and "(+4096 B, " in t["alerts"][0]):
+            problems.append(f"rank_memory: rank 1's growth not flagged byte-exact: {t['alerts']}")
+        # The cause on the console and beside the verdict, not only in the file (issue 33).
+        if change in ("memory", "rank_memory", "numerics"):
+            cause = "memory change" if change != "numerics" else "numerics changed"
+            if not any(line.strip().startswith("alert:") and cause in line for line in report.console.splitlines()):
+                problems.append(f"{name}: no console line with the alert: {report.console!r}")
+            if "exit 6 (--fail-on-regression)" not in report.console or cause not in report.console.split("exit 6")[1]:
+                problems.append(f"{name}: the exit-6 line does not give the cause: {report.console!r}")
+            flag = "memory grew" if change != "numerics" else "numerics changed"
+            if flag not in report.markdown.split("## Trends")[0]:
+                problems.append(f"{name}: the verdict table does not say '{flag}'")
         if t["throughput_change"] != 0.0 or t["slowest_stage_change"] != 0.0:
             problems.append(f"{name}: throughput {t['throughput_change']}, slowest stage {t['slowest_stage_change']}: expected 0")
         if change == "numerics" and not (t["numerics_changed"] and any("loss at step 2" in a for a in t["alerts"])):
