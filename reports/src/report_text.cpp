@@ -20,7 +20,8 @@ namespace {
 
 // Text from results files (names, descriptions, messages, paths) as
 // Markdown that renders as the same text: no raw HTML gets through (a
-// renderer would run it), no backtick can close a code span, and control
+// renderer would run it), no backtick can close a code span, no bracket
+// opens a link ("[x](javascript:...)" from a job string), and control
 // characters (terminal escapes) become spaces. Newlines stay.
 std::string md_text(const std::string& s) {
   std::string out;
@@ -29,6 +30,8 @@ std::string md_text(const std::string& s) {
     else if (c == '>') out += "&gt;";
     else if (c == '&') out += "&amp;";
     else if (c == '`') out += "&#96;";
+    // Link and image syntax: a job string "[x](javascript:...)" stays text.
+    else if (c == '[' || c == ']') (out += '\\') += c;
     else if (static_cast<unsigned char>(c) < 0x20 && c != '\n') out += ' ';
     else out += c;
   }

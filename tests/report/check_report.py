@@ -100,6 +100,8 @@ check("<script>" not in html.lower(), "an unescaped <script> in index.html")
 check("<script" not in md.lower() and "<b>bold" not in md, "raw HTML from the workload in report.md")
 check("&lt;script&gt;alert('pipebench')&lt;/script&gt; &amp; \"quoted\" &lt;b&gt;bold&lt;/b&gt;" in md,
       "the escaped description in report.md")
+# A Markdown link from a job string stays text (issue 33: it was a live javascript: link).
+check("\\[x\\](javascript:alert(1))" in md and "[x](javascript" not in md, "a job string's [x](javascript:...) is a live link in report.md")
 check("&lt;script&gt;alert(&#39;pipebench&#39;)&lt;/script&gt; &amp; &quot;quoted&quot; &lt;b&gt;bold&lt;/b&gt;" in html,
       "the escaped description")
 # The truncated file is skipped with a message.

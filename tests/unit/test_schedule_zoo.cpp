@@ -139,6 +139,8 @@ TEST_CASE("CSV: every built-in schedule round-trips", "[schedule][zoo][csv]") {
   CHECK(schedule_to_csv(make_zb_h1(2, 1)) == "0F0,0I0,0W0\n1F0,1I0,1W0\n");
   // Idle slots (empty cells), spaces and CRLF are accepted.
   CHECK(schedule_from_csv(" 0F0 ,,0B0\r\n1F0,1B0\r\n", 2, 1, "x.csv").actions == make_1f1b(2, 1).actions);
+  // A spreadsheet's UTF-8 byte order mark before the first cell (issue 33: refused, with an invisible character named).
+  CHECK(schedule_from_csv("\xEF\xBB\xBF" "0F0,0B0\n1F0,1B0\n", 2, 1, "x.csv").actions == make_1f1b(2, 1).actions);
 }
 
 TEST_CASE("CSV: malformed files name the line and cell", "[schedule][zoo][csv]") {

@@ -95,6 +95,8 @@ std::string schedule_to_csv(const Schedule& s) {
 }
 
 Schedule schedule_from_csv(std::string_view text, int p, int m, const std::string& source) {
+  // A UTF-8 byte order mark (spreadsheet exports write one) is not a cell.
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
   std::vector<std::vector<Cell>> rows;
   std::size_t line_no = 0;
   while (!text.empty()) {
