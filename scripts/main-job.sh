@@ -2,7 +2,8 @@
 # The main job: set up (scripts/bootstrap.sh), print the plan of
 # jobs/default.toml, run it under mpirun with 2 ranks on the cpu backend
 # (single-stage baseline vs 2-stage pipeline, real fp32 training), then write
-# the report of that run and print where index.html is. Extra arguments go to
+# the report of that run and print where index.html is, then the pipeline's
+# decision with its reason as the last line. Extra arguments go to
 # `pipebench run` (e.g. --label NAME, --set k=v, --backend sim).
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then source "$(dirname "$0")/../scripts/lib-help.sh"; pipebench_help "$0" "$1"; fi
 set -euo pipefail
@@ -27,4 +28,7 @@ if [[ -z $results ]]; then
 fi
 echo
 build/bench/pipebench report "$results" -o reports/out/default
+# The answer last: the pipeline's decision with its reason (from the run).
+echo
+grep '^decision: ' "$log" || echo "decision: none (the run recorded no pipelined decision; exit $rc)"
 exit "$rc"

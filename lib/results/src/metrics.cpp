@@ -600,6 +600,20 @@ std::string decision_headline(const RunResult& r) {
   return r.decision_reasons.empty() ? std::string() : r.decision_reasons.front();
 }
 
+std::string decision_line(const RunResult& r) {
+  if (r.decision == "not_applicable" || r.status == RunStatus::skipped) return "";
+  const std::string speed = std::isfinite(r.speedup) ? fmt::format("; {} the baseline's speed", format_speedup(r)) : "";
+  if (r.decision == "feasible") {
+    std::string passed;
+    for (const auto& why : r.decision_reasons)
+      if (const auto at = why.find(": pass"); at != std::string::npos)
+        passed += (passed.empty() ? "" : ", ") + why.substr(0, at);
+    return fmt::format("decision: {} feasible — {} pass{}", r.spec.name, passed.empty() ? "every condition" : passed, speed);
+  }
+  const std::vector<std::string> concerns = decision_concerns(r);
+  return fmt::format("decision: {} {} — {}", r.spec.name, r.decision, concerns.empty() ? std::string("-") : concerns.front());
+}
+
 double peak_capacity_fraction(const RunResult& r) {
   double worst = kNaN;
   for (std::size_t i = 0; i < r.peak_mem_bytes.size() && i < r.memory_capacity_bytes.size(); ++i) {

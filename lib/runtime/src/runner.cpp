@@ -631,6 +631,9 @@ RunOutcome finish_job(const JobContext& ctx, bool root, JobResult& jr) {
   if (const std::string mismatch = rank_mismatch(runs, static_cast<int>(jr.hostnames.size())); !mismatch.empty())
     fmt::print("\nWARNING: {}\n", mismatch);
   fmt::print("\nresults: {}\n", outcome.results_path);
+  // The answer last: each pipelined run's decision with its reason.
+  for (const auto& r : jr.runs)
+    if (const std::string line = decision_line(r); !line.empty()) fmt::print("{}\n", line);
   std::fflush(stdout);
   return outcome;
 }

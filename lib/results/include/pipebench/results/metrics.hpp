@@ -122,6 +122,12 @@ std::vector<std::string> decision_concerns(const RunResult& r);
 // One line for a table: the first concern, else the first reason, else "".
 std::string decision_headline(const RunResult& r);
 
+// The decision of a pipelined run in one line, with its reason: "decision:
+// two_stage_pipeline feasible — memory, stability and loss pass; 1.53x
+// (1.52-1.55) the baseline's speed"; otherwise the first condition that did
+// not pass. "" for runs without a decision (baselines, skipped runs).
+std::string decision_line(const RunResult& r);
+
 // The largest peak memory / capacity over the run's ranks; NaN without ranks.
 double peak_capacity_fraction(const RunResult& r);
 
