@@ -469,6 +469,7 @@ void judge(Trend& t, const ReportOptions& options) {
   t.p_value = v.p_value;
   t.change = v.change;
   t.night_spread = v.night_spread;
+  t.bar = v.bar > 0.0 ? v.bar : options.rule.threshold;  // before a verdict: the threshold alone
 }
 
 // The workload text and fingerprint of run `r`: as recorded, else computed

@@ -258,17 +258,21 @@ std::string run_section(const FileView& f, const RunView& v) {
 // One point per results file, oldest first, evenly spaced (as asv and
 // conbench space commits), ticks labelled with the file's date; hovering a
 // point shows its date, git sha and file; the band is the min-max of the
-// file's counted steps.
+// file's counted steps. What the verdict judged is drawn with it: the
+// history's median (pooled counted steps of the earlier files) as a dashed
+// line, the change a verdict needs (the rule's bar) as a band around it, and
+// the judged file ringed with its verdict. The y axis is not from zero (a
+// 10% regression would be a bump of a few pixels): it spans at least twice
+// the bar on each side of the median, and its label says where it starts.
 std::string trend_chart(const Trend& t) {
   svg::LineChart c;
   c.title = fmt::format("{} / {}: median step time per results file", t.job, t.run);
   c.x_label = "results file, by creation time (UTC, month-day hour:minute)";
-  c.y_label = "step time (s)";
-  c.zero_based = true;
   c.integer_x = true;
   svg::Series s{"median step time", kRunColor, {}, {}, {}};
   svg::Band band{"min-max of the counted steps", kRunBandColor, {}, {}, {}};
   std::vector<std::string> created;
+  std::vector<double> history;
   for (std::size_t i = 0; i < t.points.size(); ++i) {
     const TrendPoint& p = t.points[i];
     const double x = static_cast<double>(i + 1);
@@ -280,6 +284,7 @@ std::string trend_chart(const Trend& t) {
     band.lo.push_back(spread ? *lo : NAN);
     band.hi.push_back(spread ? *hi : NAN);
     created.push_back(p.created_utc);
+    if (i + 1 < t.points.size()) history.insert(history.end(), p.counted_step_times.begin(), p.counted_step_times.end());
     s.hover.push_back(fmt::format("{}  git {}  median {}{}\n{}", p.created_utc, p.git_sha.empty() ? "unrecorded" : p.git_sha.substr(0, 12),
                                   format_seconds(p.step_time_median_s),
                                   spread ? fmt::format(" (min {}, max {}, {} steps)", format_seconds(*lo), format_seconds(*hi),
@@ -287,9 +292,29 @@ std::string trend_chart(const Trend& t) {
                                          : "",
                                   p.path));
   }
+  const double median = history.empty() ? NAN : compute_stats(history).median;
+  if (std::isfinite(median) && median > 0.0 && !t.history_only) {
+    const double bar = t.bar > 0.0 ? t.bar : 0.05;
+    c.hbands.push_back({fmt::format("history median ±{:.1f}% (the change a verdict needs)", 100 * bar), "#f3e6c4",
+                        median * (1.0 - bar), median * (1.0 + bar)});
+    c.hbands.push_back({fmt::format("history median {}", format_seconds(median)), "#8a6d1f", median, median});
+    c.y_from = median * (1.0 - 2.0 * bar);
+    c.y_to = median * (1.0 + 2.0 * bar);
+    const bool flagged = t.verdict == "regression" || t.verdict == "improvement";
+    c.markers.push_back({static_cast<double>(t.points.size()), t.points.back().step_time_median_s,
+                         t.history < 1 || t.verdict == "insufficient history"
+                             ? fmt::format("judged: {} ({} earlier file(s))", t.verdict, t.history)
+                             : fmt::format("{} {:+.1f}%", flagged ? t.verdict : "judged: " + t.verdict, 100 * t.change),
+                         t.verdict == "regression" ? "#c62828" : t.verdict == "improvement" ? "#2e7d32" : "#333333"});
+  } else {
+    c.zero_based = true;
+  }
   c.x_names = svg::date_tick_labels(created);
   c.bands.push_back(band);
   c.series.push_back(s);
+  // Where the axis starts, in its label (it is not 0).
+  c.y_label = c.zero_based ? "step time (s)"
+                           : fmt::format("step time (s), axis from {:.4g} s", svg::y_axis_start(c));
   return svg::line_chart(c);
 }
 

@@ -16,6 +16,17 @@ namespace {
 
 constexpr double kW = 900, kH = 316, kLeft = 70, kRight = 20, kTop = 34, kBottom = 68;
 
+// The drawn width of a tick label (11 px sans-serif: about 6.2 px per
+// character; escapes like &amp; count as one).
+double text_width(const std::string& escaped) {
+  double chars = 0;
+  for (std::size_t i = 0; i < escaped.size(); ++i) {
+    if (escaped[i] == '&') i = std::min(escaped.find(';', i), escaped.size() - 1);
+    if ((static_cast<unsigned char>(escaped[i]) & 0xC0) != 0x80) ++chars;  // UTF-8: count lead bytes
+  }
+  return 6.2 * chars;
+}
+
 // One value outside a tick row (tooltips): 3 significant digits.
 std::string tick_label(double v) { return v == 0.0 ? "0" : fmt::format("{:.3g}", v); }
 
@@ -52,7 +63,10 @@ std::string axes(const Scale& x, const Scale& y, const std::vector<double>& xt, 
   for (std::size_t i = 0; i < xt.size(); ++i) {
     const double px = x(xt[i]);
     s += fmt::format("<line class=\"axis\" x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\"/>", px, bottom, px, bottom + 4);
-    s += fmt::format("<text class=\"tick\" x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>", px, bottom + 16, xl[i]);
+    // Inside the frame: a label near an edge is moved in, not cut.
+    const double half = 0.5 * text_width(xl[i]);
+    const double cx = std::clamp(px, half + 2.0, kW - half - 2.0);
+    s += fmt::format("<text class=\"tick\" x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>", cx, bottom + 16, xl[i]);
   }
   s += fmt::format("<text class=\"label\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>", (kLeft + kW - kRight) / 2,
                    bottom + 34, html_escape(x_label));
@@ -137,7 +151,12 @@ std::vector<std::string> date_tick_labels(const std::vector<std::string>& iso) {
   return iso;
 }
 
-std::string line_chart(const LineChart& c) {
+namespace {
+struct Ranges {
+  double xlo, xhi, ylo, yhi;  // xlo infinite: no data
+};
+
+Ranges ranges(const LineChart& c) {
   double xlo = std::numeric_limits<double>::infinity(), xhi = -xlo, ylo = xlo, yhi = -xlo;
   for (const auto& s : c.series)
     for (std::size_t i = 0; i < s.x.size(); ++i) {
@@ -153,12 +172,32 @@ std::string line_chart(const LineChart& c) {
         ylo = std::min(ylo, b.lo[i]);
         yhi = std::max(yhi, b.hi[i]);
       }
+  if (!std::isfinite(xlo)) return {xlo, xhi, ylo, yhi};
+  if (xhi == xlo) xhi = xlo + 1;
+  for (const auto& h : c.hbands) {
+    ylo = std::min(ylo, h.lo);
+    yhi = std::max(yhi, h.hi);
+  }
+  if (std::isfinite(c.y_from) && std::isfinite(c.y_to)) {
+    // An explicit range, widened to the data with a margin: never clipped.
+    const double margin = 0.04 * (std::max(yhi, c.y_to) - std::min(ylo, c.y_from));
+    ylo = std::min(c.y_from, ylo - margin);
+    yhi = std::max(c.y_to, yhi + margin);
+  } else {
+    const double pad = (yhi - ylo) * 0.1 + (yhi == ylo ? std::max(std::fabs(yhi) * 0.1, 1e-9) : 0.0);
+    ylo = (c.zero_based && ylo >= 0) || (ylo - pad < 0 && ylo >= 0) ? 0.0 : ylo - pad;
+    yhi += pad;
+  }
+  return {xlo, xhi, ylo, yhi};
+}
+}  // namespace
+
+double y_axis_start(const LineChart& c) { return ranges(c).ylo; }
+
+std::string line_chart(const LineChart& c) {
+  const auto [xlo, xhi, ylo, yhi] = ranges(c);
   std::string out = open_svg(c.title);
   if (!std::isfinite(xlo)) return out + "<text x=\"70\" y=\"150\" class=\"label\">no data</text></svg>";
-  if (xhi == xlo) xhi = xlo + 1;
-  const double pad = (yhi - ylo) * 0.1 + (yhi == ylo ? std::max(std::fabs(yhi) * 0.1, 1e-9) : 0.0);
-  ylo = (c.zero_based && ylo >= 0) || (ylo - pad < 0 && ylo >= 0) ? 0.0 : ylo - pad;
-  yhi += pad;
   const Scale x{xlo, xhi, kLeft, kW - kRight}, y{ylo, yhi, kH - kBottom, kTop};
   if (c.shade_x_to >= xlo)
     out += fmt::format("<rect class=\"shade\" x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\"><title>{}</title></rect>",
@@ -168,8 +207,20 @@ std::string line_chart(const LineChart& c) {
     xt.erase(std::remove_if(xt.begin(), xt.end(), [](double v) { return std::fabs(v - std::round(v)) > 1e-9; }), xt.end());
     if (xt.empty()) xt = {xlo};
   }
-  out += axes(x, y, xt, nice_ticks(ylo, yhi, 5), c.x_label, c.y_label, kH, c.integer_x ? c.x_names : std::vector<std::string>{});
+  std::vector<double> yt = nice_ticks(ylo, yhi, 5);
+  yt.erase(std::remove_if(yt.begin(), yt.end(), [&](double v) { return v < ylo - 1e-12 || v > yhi + 1e-12; }), yt.end());
   std::vector<std::pair<std::string, std::string>> items;
+  for (const auto& h : c.hbands) {
+    if (h.hi > h.lo)
+      out += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"{}\" height=\"{:.1f}\" fill=\"{}\"><title>{}</title></rect>",
+                         kLeft, y(h.hi), kW - kRight - kLeft, y(h.lo) - y(h.hi), h.color, html_escape(h.name));
+    else
+      out += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"{}\" stroke-width=\"1.2\" "
+                         "stroke-dasharray=\"6 4\"><title>{}</title></line>",
+                         kLeft, y(h.lo), kW - kRight, y(h.lo), h.color, html_escape(h.name));
+    items.push_back({h.name, h.color});
+  }
+  out += axes(x, y, xt, yt, c.x_label, c.y_label, kH, c.integer_x ? c.x_names : std::vector<std::string>{});
   for (const auto& b : c.bands) {
     // Upper edge left to right, lower edge back: one closed polygon.
     std::string pts;
@@ -184,6 +235,9 @@ std::string line_chart(const LineChart& c) {
   for (const auto& s : c.series) {
     std::string d;
     bool pen = false;
+    // Points with hovers are big enough to point at, unless they would overlap.
+    const double spacing = (kW - kRight - kLeft) / std::max<double>(1.0, static_cast<double>(s.x.size()));
+    const double radius = s.hover.empty() ? 2.5 : std::clamp(0.4 * spacing, 1.2, 4.0);
     for (std::size_t i = 0; i < s.x.size(); ++i) {
       if (!std::isfinite(s.y[i])) {
         pen = false;
@@ -194,11 +248,23 @@ std::string line_chart(const LineChart& c) {
       const std::string hover = i < s.hover.size()
                                     ? s.hover[i]
                                     : fmt::format("{}: {} = {}", s.name, tick_label(s.x[i]), fmt::format("{:.6g}", s.y[i]));
-      out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{}\" fill=\"{}\"><title>{}</title></circle>", x(s.x[i]),
-                         y(s.y[i]), s.hover.empty() ? 2.5 : 4.0, s.color, html_escape(hover));
+      out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{:.1f}\" fill=\"{}\"><title>{}</title></circle>",
+                         x(s.x[i]), y(s.y[i]), radius, s.color, html_escape(hover));
     }
     out += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\"/>", d, s.color);
     items.push_back({s.name, s.color});
+  }
+  for (const auto& m : c.markers) {
+    const double px = x(m.x), py = y(m.y);
+    out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"7\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>", px, py,
+                       m.color);
+    // The label beside the ring, on whichever side has room, inside the frame.
+    const std::string label = html_escape(m.label);
+    const double w = text_width(label);
+    const bool left = px + 12 + w > kW - kRight;
+    const double ty = std::clamp(py - 10, kTop + 10.0, kH - kBottom - 4.0);
+    out += fmt::format("<text class=\"marker\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\" fill=\"{}\">{}</text>",
+                       left ? px - 12 : px + 12, ty, left ? "end" : "start", m.color, label);
   }
   if (c.shade_x_to >= xlo) items.push_back({c.shade_label, "#e6e6e6"});
   return out + legend(items, kH - 4) + "</svg>";

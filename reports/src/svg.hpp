@@ -2,6 +2,7 @@
 // legend. Every label is escaped. Internal to the report generator.
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -20,9 +21,27 @@ struct Band {
   std::vector<double> x, lo, hi;
 };
 
+// A horizontal range across the plot (a threshold band), drawn behind
+// everything; with lo == hi a (dashed) line.
+struct HBand {
+  std::string name, color;
+  double lo = 0.0, hi = 0.0;
+};
+
+// One point called out: a ring and a label, kept inside the frame.
+struct Marker {
+  double x = 0.0, y = 0.0;
+  std::string label, color;
+};
+
 struct LineChart {
   std::string title, x_label, y_label;
   std::vector<Series> series;
+  // An explicit y range (both finite): the axis shows it, data beyond it
+  // widens it (nothing is ever clipped).
+  double y_from = NAN, y_to = NAN;
+  std::vector<HBand> hbands;
+  std::vector<Marker> markers;
   double shade_x_to = -1.0;  // x <= this is shaded (warm-up), when >= 0
   std::string shade_label;
   bool integer_x = false;    // x ticks on whole numbers only (steps, files)
@@ -31,6 +50,9 @@ struct LineChart {
   std::vector<Band> bands;
 };
 std::string line_chart(const LineChart& c);
+// Where line_chart(c) starts its y axis (the data's range, padded; from 0
+// when zero_based; the explicit range widened to the data).
+double y_axis_start(const LineChart& c);
 
 // Distinct tick labels for creation times "2026-11-29T03:00:07Z": "11-29 03:00",
 // with seconds when two share a minute, " #2" when two share a second.

@@ -129,6 +129,7 @@ struct Trend {
   int history = 0;                 // earlier files of the series
   double p_value = 1.0;
   double night_spread = 0.0;       // robust relative spread of the earlier files' median step times
+  double bar = 0.0;                // the change a verdict needs: max(threshold, noise_k x night_spread)
   // Besides step time, from the newest file against the one before it:
   // peak memory per rank (exact on every backend: any change is flagged), the
   // loss per step (deterministic backends: any change is flagged); against the
