@@ -32,6 +32,15 @@ std::string attr(const std::map<std::string, std::string>& m, const char* key) {
   return it == m.end() ? std::string() : it->second;
 }
 
+std::string created_utc(const FileView& f) { return attr(f.result.root_attrs, "created_utc"); }
+
+std::vector<std::size_t> counted_steps(const RunResult& r) {
+  std::vector<std::size_t> k;
+  for (std::size_t i = 0; i < r.step_time_s.size() && i < r.is_warmup.size(); ++i)
+    if (!r.is_warmup[i]) k.push_back(i);
+  return k;
+}
+
 std::string job_name(const FileView& f) {
   const std::string n = attr(f.result.root_attrs, "job_name");
   return n.empty() ? "?" : n;

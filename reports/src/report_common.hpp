@@ -21,6 +21,15 @@ std::string format_value(double v, const std::string& unit);
 std::string format_delta(double baseline, double pipeline, const std::string& unit);
 
 std::string job_name(const FileView& f);
+// The file's created_utc root attribute ("" when absent).
+std::string created_utc(const FileView& f);
+// The indices of run `r`'s counted (not warm-up) steps.
+std::vector<std::size_t> counted_steps(const RunResult& r);
+
+// The trends of `files` (the inputs) over `files` and `history`
+// (report_trends.cpp).
+std::vector<Trend> build_trends(const std::vector<FileView>& files, const std::vector<FileView>& history,
+                                const ReportOptions& options);
 std::string attr(const std::map<std::string, std::string>& m, const char* key);
 
 // The run's plan recomputed from the file's recorded workload (partition

@@ -28,6 +28,11 @@
 
 namespace pipebench {
 
+using report_detail::build_trends;
+using report_detail::counted_steps;
+using report_detail::created_utc;
+using report_detail::job_name;
+
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -70,13 +75,6 @@ std::vector<std::string> expand(const std::vector<std::string>& inputs, std::vec
     }
   }
   return files;
-}
-
-std::vector<std::size_t> counted_steps(const RunResult& r) {
-  std::vector<std::size_t> k;
-  for (std::size_t i = 0; i < r.step_time_s.size() && i < r.is_warmup.size(); ++i)
-    if (!r.is_warmup[i]) k.push_back(i);
-  return k;
 }
 
 double median(std::vector<double> v) { return compute_stats(v).median; }
@@ -314,8 +312,6 @@ std::string root_attr(const FileView& f, const char* name, const std::string& fa
   const auto it = f.result.root_attrs.find(name);
   return it == f.result.root_attrs.end() ? fallback : it->second;
 }
-std::string created(const FileView& f) { return root_attr(f, "created_utc", ""); }
-std::string job_of(const FileView& f) { return root_attr(f, "job_name", "?"); }
 
 // Reads `path` once in a child process first: the HDF5 library itself can
 // crash or loop on a damaged file (a bit flip in a global heap makes
@@ -456,218 +452,6 @@ std::vector<FileView> load_files(const std::vector<std::string>& inputs, std::ve
   return out;
 }
 
-// The judged (last) point against all earlier ones: Mann-Whitney U on the
-// counted step times, significant when p < alpha and the median moved by
-// more than the threshold (results/regression.hpp).
-void judge(Trend& t, const ReportOptions& options) {
-  std::vector<std::vector<double>> history;
-  for (std::size_t i = 0; i + 1 < t.points.size(); ++i) history.push_back(t.points[i].counted_step_times);
-  const RegressionVerdict v = judge_regression(history, t.points.back().counted_step_times, options.rule);
-  t.verdict = v.verdict;
-  t.reason = v.reason;
-  t.history = v.history;
-  t.p_value = v.p_value;
-  t.change = v.change;
-  t.night_spread = v.night_spread;
-  t.bar = v.bar > 0.0 ? v.bar : options.rule.threshold;  // before a verdict: the threshold alone
-}
-
-// The workload text and fingerprint of run `r`: as recorded, else computed
-// from the file's job_toml, else unknown.
-std::pair<std::string, std::string> workload_of(const FileView& f, const RunResult& r) {
-  if (!r.workload_fingerprint.empty()) return {r.workload, r.workload_fingerprint};
-  if (f.job)
-    if (const RunSpec* spec = f.job->find_run(r.spec.name)) {
-      const WorkloadKeys keys = workload_keys(*f.job, *spec);
-      return {workload_text(keys), workload_fingerprint(keys)};
-    }
-  return {"", "unknown"};
-}
-
-// A relative change of the newest value against the median of the earlier
-// ones (NaN when there is nothing finite to compare with).
-double change_vs_history(const std::vector<TrendPoint>& points, double TrendPoint::*field) {
-  std::vector<double> earlier;
-  for (std::size_t i = 0; i + 1 < points.size(); ++i)
-    if (std::isfinite(points[i].*field)) earlier.push_back(points[i].*field);
-  const double newest = points.back().*field;
-  if (earlier.empty() || !std::isfinite(newest)) return kNaN;
-  const double m = median(earlier);
-  return m > 0.0 ? newest / m - 1.0 : kNaN;
-}
-
-// Peak memory per rank of the newest point against the point before it: any
-// change is an alert naming the rank (exact on every backend).
-void memory_alerts(Trend& t, const TrendPoint& prev, const TrendPoint& last) {
-  const auto alert = [&](std::string what, double before, double after) {
-    (after > before ? t.memory_increased : t.memory_decreased) = true;
-    // Byte-exact: a 4 KiB growth of a 2.83 MiB peak reads the same in MiB.
-    t.alerts.push_back(fmt::format("memory change: {} {} → {} ({:+d} B, {:+.1f}%)", what, format_bytes(before),
-                                   format_bytes(after), static_cast<std::int64_t>(after) - static_cast<std::int64_t>(before),
-                                   100.0 * (after - before) / std::max(1.0, before)));
-  };
-  if (last.peak_mem_per_rank.size() != prev.peak_mem_per_rank.size()) {
-    if (last.peak_mem_bytes != prev.peak_mem_bytes) alert("peak", prev.peak_mem_bytes, last.peak_mem_bytes);
-    return;
-  }
-  for (std::size_t rank = 0; rank < last.peak_mem_per_rank.size(); ++rank)
-    if (last.peak_mem_per_rank[rank] != prev.peak_mem_per_rank[rank])
-      alert(fmt::format("rank {} peak", rank), static_cast<double>(prev.peak_mem_per_rank[rank]),
-            static_cast<double>(last.peak_mem_per_rank[rank]));
-}
-
-// Memory, numerics, bubble, throughput and slowest stage of the newest point
-// against the history (Trend).
-void add_alerts(Trend& t) {
-  t.bubble_delta_pts = t.throughput_change = t.slowest_stage_change = kNaN;
-  if (t.points.size() < 2) return;
-  const TrendPoint& last = t.points.back();
-  const TrendPoint& prev = t.points[t.points.size() - 2];
-  memory_alerts(t, prev, last);
-  if (!last.loss.empty() && !prev.loss.empty()) {
-    const std::size_t n = std::min(last.loss.size(), prev.loss.size());
-    for (std::size_t i = 0; i < n; ++i)
-      if (!(last.loss[i] == prev.loss[i]) && !(std::isnan(last.loss[i]) && std::isnan(prev.loss[i]))) {
-        t.numerics_changed = true;
-        t.alerts.push_back(fmt::format("numerics changed: loss at step {} {:.17g} → {:.17g}", i, prev.loss[i], last.loss[i]));
-        break;
-      }
-  }
-  std::vector<double> earlier;
-  for (std::size_t i = 0; i + 1 < t.points.size(); ++i)
-    if (std::isfinite(t.points[i].bubble_measured)) earlier.push_back(t.points[i].bubble_measured);
-  if (!earlier.empty() && std::isfinite(last.bubble_measured))
-    t.bubble_delta_pts = 100.0 * (last.bubble_measured - median(earlier));
-  t.throughput_change = change_vs_history(t.points, &TrendPoint::throughput);
-  t.slowest_stage_change = change_vs_history(t.points, &TrendPoint::slowest_stage_s);
-}
-
-// What changed into series `t` from the newest point before it of another
-// series of the same job, run and hardware ("" when it is the first).
-std::string changes_into(const Trend& t, const std::vector<Trend>& all) {
-  const TrendPoint* before = nullptr;
-  for (const auto& o : all) {
-    if (o.workload_fingerprint == t.workload_fingerprint || o.job != t.job || o.run != t.run || o.fingerprint != t.fingerprint)
-      continue;
-    for (const auto& p : o.points)
-      if (p.created_utc < t.points.front().created_utc && (!before || p.created_utc > before->created_utc)) before = &p;
-  }
-  if (!before) return "";
-  const std::string changed =
-      describe_changes(parse_workload_text(before->workload), parse_workload_text(t.points.front().workload));
-  return changed.empty() ? "configuration not recorded" : changed;
-}
-
-// One measurement's identity (TrendPoint::identity): its launch and its run's
-// step times, hashed.
-std::string point_identity(const FileView& f, const RunResult& r) {
-  std::string key = created(f) + '\n' + r.spec.name + '\n';
-  for (const auto& h : f.result.hostnames) key += h + ',';
-  for (const auto pid : f.result.pids) key += fmt::format("{},", pid);
-  for (const double t : r.step_time_s) key += fmt::format("{:a},", t);
-  return fnv1a64(key);
-}
-
-// A series: every file of one job, run, hardware and workload, deduplicated
-// by identity (an input's point wins), in the documented order: creation
-// time, then path.
-struct Series {
-  std::string job, run, fingerprint, workload_fingerprint;
-  std::vector<TrendPoint> points;
-};
-
-// The trend of the point `judged` of `s` (an input): the points created
-// strictly before it, then it.
-Trend trend_of(const Series& s, std::size_t judged, const ReportOptions& options) {
-  Trend t;
-  t.job = s.job;
-  t.run = s.run;
-  t.fingerprint = s.fingerprint;
-  t.workload_fingerprint = s.workload_fingerprint;
-  const TrendPoint& j = s.points[judged];
-  for (std::size_t i = 0; i < s.points.size(); ++i) {
-    if (i == judged) continue;
-    const TrendPoint& p = s.points[i];
-    if (p.created_utc < j.created_utc) t.points.push_back(p);
-    else if (p.created_utc == j.created_utc) ++t.same_second_files;
-    else ++t.later_files;
-  }
-  t.points.push_back(j);
-  judge(t, options);
-  std::string left_out;
-  if (t.same_second_files > 0) left_out += fmt::format("{} file(s) created in the same second", t.same_second_files);
-  if (t.later_files > 0) left_out += fmt::format("{}{} later file(s)", left_out.empty() ? "" : ", ", t.later_files);
-  if (!left_out.empty()) t.reason += (t.reason.empty() ? "" : "; ") + ("not its history: " + left_out);
-  return t;
-}
-
-// Trends: every job file (inputs and history; not probe trials), grouped into
-// series by job, run, hardware and workload fingerprint; each input file's
-// point judged against the points before it. A series without an input file
-// is shown as "history only", never judged.
-std::vector<Trend> build_trends(const std::vector<FileView>& files, const std::vector<FileView>& history,
-                                const ReportOptions& options) {
-  std::map<std::tuple<std::string, std::string, std::string, std::string>, Series> groups;
-  auto add_points = [&](const FileView& f, bool input) {
-    if (f.role != "job") return;
-    const std::string job = job_of(f);
-    for (const auto& r : f.result.runs) {
-      if (r.status != RunStatus::ok) continue;
-      const auto [workload, workload_fp] = workload_of(f, r);
-      Series& s = groups[{job, r.spec.name, f.fingerprint, workload_fp}];
-      s.job = job;
-      s.run = r.spec.name;
-      s.fingerprint = f.fingerprint;
-      s.workload_fingerprint = workload_fp;
-      TrendPoint p{created(f), f.path, workload, r.step_time.median, r.bubble_measured_median,
-                   static_cast<double>(r.peak_mem_max_bytes), r.peak_mem_bytes, {}, r.throughput_samples_per_s,
-                   r.slowest_stage_median_s, r.backend == BackendKind::sim ? std::vector<double>{} : r.loss, {}, false, {}};
-      for (auto i : counted_steps(r)) p.counted_step_times.push_back(r.step_time_s[i]);
-      if (const auto sha = f.result.root_attrs.find("git_sha"); sha != f.result.root_attrs.end()) p.git_sha = sha->second;
-      p.input = input;
-      p.identity = point_identity(f, r);
-      // One measurement counts once: inputs come first, so an input keeps its point.
-      if (std::none_of(s.points.begin(), s.points.end(), [&](const TrendPoint& q) { return q.identity == p.identity; }))
-        s.points.push_back(std::move(p));
-    }
-  };
-  for (const auto& f : files) add_points(f, true);
-  for (const auto& f : history) add_points(f, false);
-  std::vector<Trend> trends;
-  for (auto& [key, s] : groups) {
-    std::sort(s.points.begin(), s.points.end(), [](const TrendPoint& a, const TrendPoint& b) {
-      return std::tie(a.created_utc, a.path) < std::tie(b.created_utc, b.path);
-    });
-    std::vector<std::size_t> inputs;
-    for (std::size_t i = 0; i < s.points.size(); ++i)
-      if (s.points[i].input) inputs.push_back(i);
-    if (inputs.empty()) {
-      Trend t;
-      t.job = s.job;
-      t.run = s.run;
-      t.fingerprint = s.fingerprint;
-      t.workload_fingerprint = s.workload_fingerprint;
-      t.points = s.points;
-      t.history_only = true;
-      t.latest = false;
-      t.verdict = "history only";
-      t.reason = "no file of this series among the results: shown, not judged";
-      trends.push_back(std::move(t));
-      continue;
-    }
-    for (const std::size_t i : inputs) {
-      trends.push_back(trend_of(s, i, options));
-      trends.back().latest = i == inputs.back();
-    }
-  }
-  for (auto& t : trends) {
-    if (t.history_only) continue;
-    add_alerts(t);
-    t.changes = changes_into(t, trends);
-    if (!t.changes.empty() && t.points.size() < 2) t.verdict = "new series";
-  }
-  return trends;
-}
 
 // The speedups from the step times, with today's interval (files written
 // before 2026-12-01 hold a Hodges-Lehmann interval that covered ~68%) and
@@ -706,12 +490,12 @@ ReportData load_report(const ReportOptions& options) {
   // nightly files would otherwise hold every action they recorded).
   const std::vector<FileView> history = load_files(options.history, d.skipped, ReadEvents::skip, seen);
   for (const auto& name : options.expected_jobs)
-    if (std::none_of(d.files.begin(), d.files.end(), [&](const FileView& f) { return job_of(f) == name; }))
+    if (std::none_of(d.files.begin(), d.files.end(), [&](const FileView& f) { return job_name(f) == name; }))
       d.missing_jobs.push_back(name);
   // Jobs in name order, the newest file of a job first.
   std::stable_sort(d.files.begin(), d.files.end(), [&](const FileView& a, const FileView& b) {
-    if (job_of(a) != job_of(b)) return job_of(a) < job_of(b);
-    if (created(a) != created(b)) return created(a) > created(b);
+    if (job_name(a) != job_name(b)) return job_name(a) < job_name(b);
+    if (created_utc(a) != created_utc(b)) return created_utc(a) > created_utc(b);
     return a.path < b.path;
   });
   // RunViews point into their file's runs: derive once the files are in place.
