@@ -86,7 +86,8 @@ check_kept() {  # NAME DIR RC SUFFIX
   local name=$1 dir=$2 rc=$3 suffix=$4 files verdict
   [[ $rc == hang ]] && { row "$name" FAIL "hang: still running ${HANG_S}s after the fault"; return; }
   [[ $rc == 0 ]] && { row "$name" FAIL "exit 0 for an interrupted launch"; return; }
-  mapfile -t files < <(find "$dir" -name "*$suffix")
+  # A rank 0 killed outright leaves its name claim (NAME.h5.claim) beside the checkpoint: not a results file.
+  mapfile -t files < <(find "$dir" -name "*$suffix" ! -name '*.claim')
   if ((${#files[@]} != 1)); then row "$name" FAIL "exit $rc; expected one *$suffix, found ${#files[@]}"; return; fi
   verdict=$("$py" "$here/check_interrupted.py" "${files[0]}")
   [[ $verdict == FAIL* ]] && { row "$name" FAIL "exit $rc; $verdict"; return; }

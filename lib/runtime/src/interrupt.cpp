@@ -14,6 +14,7 @@ namespace {
 constexpr std::size_t kPathMax = 4096;
 char g_partial[kPathMax];
 char g_final[kPathMax];
+char g_claim[kPathMax];
 volatile std::sig_atomic_t g_armed = 0;
 
 void say(const char* s) {
@@ -44,10 +45,10 @@ bool copy_path(char* dst, const std::string& src) {
 
 }  // namespace
 
-void publish_results_on_signal(const std::string& partial, const std::string& final_path) {
+void publish_results_on_signal(const std::string& partial, const std::string& final_path, const std::string& claim) {
   static bool installed = false;
   g_armed = 0;
-  if (!copy_path(g_partial, partial) || !copy_path(g_final, final_path))
+  if (!copy_path(g_partial, partial) || !copy_path(g_final, final_path) || !copy_path(g_claim, claim))
     throw ResultsError("results path longer than " + std::to_string(kPathMax - 1) + " bytes: " + final_path);
   if (!installed) {
     struct sigaction sa {};
@@ -74,6 +75,7 @@ void publish_results_now(const char* why) noexcept {
       say(": launch interrupted; the last checkpoint is ");
       say(g_partial);
     }
+    unlink(g_claim);  // the name is held by the file (or its checkpoint) now
   } else {
     say(": launch interrupted");
   }

@@ -678,7 +678,7 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
       writer.emplace(launch_results_path(job, options));
       ctx.writer = &*writer;
       checkpoint(ctx, jr);
-      publish_results_on_signal(writer->partial_path(), writer->final_path());
+      publish_results_on_signal(writer->partial_path(), writer->final_path(), writer->claim_path());
     }
   }
 

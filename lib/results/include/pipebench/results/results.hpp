@@ -74,6 +74,7 @@ class ResultsWriter {
 
   const std::string& final_path() const { return final_; }
   const std::string& partial_path() const { return partial_; }
+  const std::string& claim_path() const { return claim_; }
 
  private:
   EventStore& event_store();  // created on first use

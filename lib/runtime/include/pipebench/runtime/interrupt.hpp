@@ -13,8 +13,9 @@
 namespace pipebench {
 
 // Installs the handlers for SIGTERM, SIGINT and SIGUSR1 (once per process)
-// and arms them for `partial` -> `final_path`.
-void publish_results_on_signal(const std::string& partial, const std::string& final_path);
+// and arms them for `partial` -> `final_path`; `claim` (the writer's name
+// claim, ResultsWriter::claim_path) is removed after publishing.
+void publish_results_on_signal(const std::string& partial, const std::string& final_path, const std::string& claim);
 // Disarms (the launch published its file itself); the handlers then only end the process.
 void stop_publishing_on_signal();
 // What the handler does, for the watchdog before it ends the process:
