@@ -6,13 +6,13 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
-#include <sys/stat.h>
 
 #include <fmt/format.h>
 
 #include "commands.hpp"
 #include "pipebench/core/config.hpp"
 #include "pipebench/core/error.hpp"
+#include "pipebench/core/posix.hpp"
 #include "pipebench/report/trace.hpp"
 #include "pipebench/results/results.hpp"
 
@@ -29,13 +29,11 @@ struct TraceCmdOptions {
 }  // namespace
 
 void refuse_input_as_output(const std::string& output, const std::vector<std::string>& inputs) {
-  struct stat out {};
-  if (stat(output.c_str(), &out) != 0) return;  // nothing there yet: no input either
-  for (const auto& in : inputs) {
-    struct stat st {};
-    if (stat(in.c_str(), &st) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino)
+  const FileId out = file_id(output);
+  if (out == FileId{0, 0}) return;  // nothing there yet: no input either
+  for (const auto& in : inputs)
+    if (file_id(in) == out)
       throw OutputError(fmt::format("refusing to write {}: it is the input {} (choose another output)", output, in));
-  }
 }
 
 void write_output_file(const std::string& path, const std::function<void(std::FILE*)>& write) {

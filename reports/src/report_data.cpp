@@ -8,7 +8,6 @@
 #include <limits>
 #include <map>
 #include <set>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
 #include <tuple>
@@ -18,6 +17,7 @@
 
 #include "pipebench/core/clock.hpp"
 #include "pipebench/core/config.hpp"
+#include "pipebench/core/posix.hpp"
 #include "pipebench/core/units.hpp"
 #include "pipebench/core/workload_identity.hpp"
 #include "pipebench/report/report.hpp"
@@ -48,12 +48,11 @@ bool is_results_file_name(const std::string& name) {
 
 // Files already taken, by identity (device, inode): the same file through a
 // link, `..` or a second spelling counts once, inputs before history.
-using FileIds = std::set<std::pair<dev_t, ino_t>>;
+using FileIds = std::set<FileId>;
 
 bool first_sight(const std::string& path, FileIds& seen) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return true;  // reading it will say why
-  return seen.insert({st.st_dev, st.st_ino}).second;
+  const FileId id = file_id(path);
+  return id == FileId{0, 0} || seen.insert(id).second;  // nothing there: reading it will say why
 }
 
 std::vector<std::string> expand(const std::vector<std::string>& inputs, std::vector<SkippedFile>& skipped, FileIds& seen) {
@@ -370,17 +369,10 @@ std::string crash_check(const std::string& path) {
   return "";
 }
 
-std::pair<std::uint64_t, std::uint64_t> file_id(const std::string& path) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return {0, 0};
-  return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
-}
-
 // A checkpoint's published name: NAME.h5 of NAME.h5.partial ("" otherwise).
 std::string published_name(const std::string& path) {
   constexpr std::string_view kPartial = ".partial";
-  if (path.size() <= kPartial.size() || path.compare(path.size() - kPartial.size(), kPartial.size(), kPartial) != 0) return "";
-  return path.substr(0, path.size() - kPartial.size());
+  return path.ends_with(kPartial) ? path.substr(0, path.size() - kPartial.size()) : "";
 }
 
 constexpr const char* kReadElsewhere = "(read under another name)";
@@ -393,13 +385,12 @@ constexpr const char* kReadElsewhere = "(read under another name)";
 std::string read_one_version(FileView& f, ReadEvents events, FileIds& seen) {
   std::string why = "it kept changing while it was read (a launch checkpointing it)";
   for (int attempt = 0; attempt < 5; ++attempt) {
-    const auto before = file_id(f.path);
-    if (before.first == 0 && before.second == 0) {
+    const FileId before = file_id(f.path);
+    if (before == FileId{0, 0}) {
       const std::string published = published_name(f.path);
-      const auto id = published.empty() ? before : file_id(published);
-      if (id.first == 0 && id.second == 0)
-        return "gone since the folder was listed (a launch published or replaced it meanwhile)";
-      if (!seen.insert({static_cast<dev_t>(id.first), static_cast<ino_t>(id.second)}).second) return kReadElsewhere;
+      const FileId id = published.empty() ? before : file_id(published);
+      if (id == FileId{0, 0}) return "gone since the folder was listed (a launch published or replaced it meanwhile)";
+      if (!seen.insert(id).second) return kReadElsewhere;
       f.path = published;
       continue;
     }

@@ -1,7 +1,13 @@
-// Byte-size parsing and rendering; the JSON writer.
+// Byte-size parsing and rendering; the JSON writer; file identity and signal names.
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include "pipebench/core/json.hpp"
+#include "pipebench/core/posix.hpp"
 #include "pipebench/core/units.hpp"
 
 using namespace pipebench;
@@ -53,4 +59,20 @@ TEST_CASE("printable: control characters escaped, text and UTF-8 kept", "[units]
   CHECK(printable("x\x7fy\tz\n") == "x\\x7fy\\x09z\\x0a");
   CHECK(printable("one\ntwo", true) == "one\ntwo");
   CHECK(group_digits(INT64_MIN) == "-9,223,372,036,854,775,808");
+}
+
+TEST_CASE("file_id: one file under every spelling; signal_name", "[units][posix]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("pipebench-posix-" + std::to_string(::getpid()));
+  fs::create_directories(dir / "sub");
+  std::ofstream(dir / "x") << "x";
+  fs::create_symlink(dir / "x", dir / "link");
+  CHECK(file_id((dir / "x").string()) != FileId{0, 0});
+  CHECK(file_id((dir / "link").string()) == file_id((dir / "x").string()));
+  CHECK(file_id((dir / "sub" / ".." / "x").string()) == file_id((dir / "x").string()));
+  CHECK(file_id((dir / "missing").string()) == FileId{0, 0});
+  fs::remove_all(dir);
+  CHECK(std::string(signal_name(SIGHUP)) == "SIGHUP");
+  CHECK(std::string(signal_name(SIGTERM)) == "SIGTERM");
+  CHECK(std::string(signal_name(SIGSEGV)) == "a signal");
 }

@@ -18,6 +18,7 @@
 
 #include "pipebench/core/clock.hpp"
 #include "pipebench/core/error.hpp"
+#include "pipebench/core/posix.hpp"
 #include "pipebench/plan/tune.hpp"  // recommended_micro_batch
 #include "pipebench/results/results.hpp"
 
@@ -54,13 +55,6 @@ std::string tail_lines(const std::string& s, std::size_t lines) {
 volatile std::sig_atomic_t g_stop_signal = 0;
 void on_stop_signal(int sig) { g_stop_signal = sig; }
 constexpr std::array kStopSignals{SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGXCPU};
-constexpr std::array<const char*, kStopSignals.size()> kStopSignalNames{"SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT",
-                                                                        "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGXCPU"};
-const char* stop_signal_name(int sig) {
-  for (std::size_t i = 0; i < kStopSignals.size(); ++i)
-    if (kStopSignals[i] == sig) return kStopSignalNames[i];
-  return "signal";
-}
 
 // The stop handlers installed for as long as it lives; the old ones back after.
 class StopSignals {
@@ -153,7 +147,7 @@ ProcessResult run_process(const std::string& command, double timeout_s, const st
   while (waitpid(pid, &status, WNOHANG) != pid) {
     if (g_stop_signal != 0) {
       const int sig = g_stop_signal;
-      fmt::print(stderr, "\npipebench: {}: stopping the running {} (process group {})\n", stop_signal_name(sig), what, pid);
+      fmt::print(stderr, "\npipebench: {}: stopping the running {} (process group {})\n", signal_name(sig), what, pid);
       stop_group(pid, status, 5.0);
       close(fd);
       unlink(path);

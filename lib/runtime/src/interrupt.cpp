@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "pipebench/core/error.hpp"
+#include "pipebench/core/posix.hpp"
 #include "pipebench/results/results.hpp"
 
 namespace pipebench {
@@ -20,15 +21,6 @@ volatile std::sig_atomic_t g_armed = 0;
 void say(const char* s) {
   const ssize_t n = write(STDERR_FILENO, s, std::strlen(s));
   (void)n;
-}
-
-const char* signal_name(int sig) {
-  switch (sig) {
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    case SIGUSR1: return "SIGUSR1";
-    default: return "a signal";
-  }
 }
 
 void on_signal(int sig) {

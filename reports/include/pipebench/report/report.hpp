@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "pipebench/core/job.hpp"
+#include "pipebench/core/posix.hpp"
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/results/records.hpp"
 #include "pipebench/results/regression.hpp"
@@ -68,7 +69,7 @@ struct FileView {
   // file while the report reads it (a checkpoint renamed over, a .h5.partial
   // linked to its .h5 and unlinked): later reads (charts, traces) go through
   // current_path(), which finds this same file again or says it is gone.
-  std::pair<std::uint64_t, std::uint64_t> id{0, 0};
+  FileId id{0, 0};
   JobResult result;
   std::optional<Job> job;       // parsed from the recorded job_toml
   std::string job_error;        // why `job` is empty
