@@ -29,8 +29,7 @@ struct ReportCmdOptions {
 // Through write_output_file, as the traces beside them: a file that cannot
 // be written is an OutputError (exit 2, docs/cli.md) and leaves no partial file.
 void write_text_file(const std::filesystem::path& path, const std::string& text, const std::vector<std::string>& inputs) {
-  refuse_input_as_output(path.string(), inputs);
-  write_output_file(path.string(), [&](std::FILE* out) {
+  write_output_file(path.string(), inputs, [&](std::FILE* out) {
     if (std::fwrite(text.data(), 1, text.size(), out) != text.size()) throw std::runtime_error(std::strerror(errno));
   });
 }
@@ -49,13 +48,12 @@ void write_report(const ReportData& data, const std::filesystem::path& dir) {
   for (std::size_t i = 0; i < data.files.size(); ++i)
     if (const std::string name = report_trace_name(data, i); !name.empty()) {
       const FileView& f = data.files[i];
-      refuse_input_as_output((dir / name).string(), inputs);
       // The file again, for its events: a launch may have replaced it since
       // it was read; then there is no trace of it (and the report says so).
       const std::string now = current_path(f);
       try {
         if (now.empty()) throw ResultsError("replaced since it was read (a launch checkpointed it)");
-        write_output_file((dir / name).string(), [&](std::FILE* out) {
+        write_output_file((dir / name).string(), inputs, [&](std::FILE* out) {
           write_trace_json(now, f.result, f.job ? &*f.job : nullptr, TraceOptions{}, out);
         });
       } catch (const ResultsError& e) {

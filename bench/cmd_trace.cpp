@@ -26,7 +26,6 @@ struct TraceCmdOptions {
   bool no_simulated = false;
   TraceOptions trace;
 };
-}  // namespace
 
 void refuse_input_as_output(const std::string& output, const std::vector<std::string>& inputs) {
   const FileId out = file_id(output);
@@ -35,8 +34,11 @@ void refuse_input_as_output(const std::string& output, const std::vector<std::st
     if (file_id(in) == out)
       throw OutputError(fmt::format("refusing to write {}: it is the input {} (choose another output)", output, in));
 }
+}  // namespace
 
-void write_output_file(const std::string& path, const std::function<void(std::FILE*)>& write) {
+void write_output_file(const std::string& path, const std::vector<std::string>& inputs,
+                       const std::function<void(std::FILE*)>& write) {
+  refuse_input_as_output(path, inputs);
   std::FILE* out = std::fopen(path.c_str(), "wb");
   if (!out) throw OutputError(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
   auto remove_partial = [&] {
@@ -84,7 +86,6 @@ Handler add_trace_command(CLI::App& app) {
           "N|all"));
   cmd->add_flag("--no-simulated", o->no_simulated, "leave out the simulated timeline");
   return [o]() -> int {
-    refuse_input_as_output(o->output, {o->results});
     o->trace.step = o->step == "all" ? 0 : std::stoi(o->step);
     o->trace.simulated = !o->no_simulated;
     JobResult jr;
@@ -102,7 +103,8 @@ Handler add_trace_command(CLI::App& app) {
       }
     }
     check_trace_options(jr, o->trace);  // before the output is touched
-    write_output_file(o->output, [&](std::FILE* out) { write_trace_json(o->results, jr, job ? &*job : nullptr, o->trace, out); });
+    write_output_file(o->output, {o->results},
+                      [&](std::FILE* out) { write_trace_json(o->results, jr, job ? &*job : nullptr, o->trace, out); });
     fmt::print("trace: {} ({} bytes); open it in https://ui.perfetto.dev or chrome://tracing\n", o->output,
                std::filesystem::file_size(o->output));
     return kOk;

@@ -253,8 +253,7 @@ Handler add_tune_command(CLI::App& app) {
     const TuneCandidate& best = *result.best();
     const TunedWorkload w = tuned_workload(job, result);
     const std::string path = o->output.empty() ? w.job_name + ".toml" : o->output;
-    refuse_input_as_output(path, {o->job_path});
-    write_output_file(path, [&](std::FILE* out) {
+    write_output_file(path, {o->job_path}, [&](std::FILE* out) {
       if (std::fwrite(w.toml.data(), 1, w.toml.size(), out) != w.toml.size()) throw std::runtime_error(std::strerror(errno));
     });
     const Job tuned = load_job(path);  // what `pipebench run` will read: it must accept it

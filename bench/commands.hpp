@@ -44,17 +44,15 @@ ProbeObserver console_probe_observer(std::FILE* out);
 void write_report(const ReportData& data, const std::filesystem::path& dir);
 
 // Writes the file at `path` through `write` (the open file; it may stream),
-// then closes it. Opening, writing or closing that fails is OutputError
-// "cannot write PATH: REASON" (exit 2); a ResultsError from reading an input
-// is passed on as it is. Either way a regular file left half written is
-// removed.
-void write_output_file(const std::string& path, const std::function<void(std::FILE*)>& write);
-
-// No command writes over or removes one of its own inputs: OutputError
-// "refusing to write PATH: it is the input INPUT" (exit 2) when `output` is,
-// by file identity (device and inode: through a link, `./` or `..` too), one
-// of `inputs`. Called before the output is opened.
-void refuse_input_as_output(const std::string& output, const std::vector<std::string>& inputs);
+// then closes it. No command writes over or removes one of its own inputs:
+// when `path` is, by file identity (device and inode: through a link, `./`
+// or `..` too), one of `inputs`, OutputError "refusing to write PATH: it is
+// the input INPUT" (exit 2) before anything is opened. Opening, writing or
+// closing that fails is OutputError "cannot write PATH: REASON" (exit 2); a
+// ResultsError from reading an input is passed on as it is. Either way a
+// regular file left half written is removed.
+void write_output_file(const std::string& path, const std::vector<std::string>& inputs,
+                       const std::function<void(std::FILE*)>& write);
 
 // This executable's absolute path (what probe trials and tune's runs start).
 std::string self_executable();
