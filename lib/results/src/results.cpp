@@ -1031,18 +1031,9 @@ void ResultsWriter::end_events(const std::string& run) {
 }
 
 void ResultsWriter::checkpoint(const JobResult& result) {
-  write_or_mark(result);
+  write_file(tmp_, result, events_.get());
   if (std::rename(tmp_.c_str(), partial_.c_str()) != 0)
     throw ResultsError(fmt::format("cannot rename {} to {}: {}", tmp_, partial_, std::strerror(errno)));
-}
-
-void ResultsWriter::write_or_mark(const JobResult& result) {
-  try {
-    write_file(tmp_, result, events_.get());
-  } catch (const ResultsError& e) {
-    record_write_failure(e.what());
-    throw;
-  }
 }
 
 bool ResultsWriter::record_write_failure(const std::string& why) noexcept {
@@ -1054,7 +1045,7 @@ bool ResultsWriter::record_write_failure(const std::string& why) noexcept {
 }
 
 std::string ResultsWriter::finish(const JobResult& result) {
-  write_or_mark(result);
+  write_file(tmp_, result, events_.get());
   // Publish without ever replacing an existing file: link() fails on EEXIST.
   const std::filesystem::path fp(final_);
   const std::filesystem::path stem = fp.parent_path() / fp.stem();

@@ -705,9 +705,11 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
     if (root) publish_results_now("a rank stopped answering");
     throw;
   } catch (const ResultsError& e) {
-    // A results write failed (a full disk): the run in progress is recorded
-    // as an error with the OS reason, not as interrupted, where the
-    // checkpoint can still take it; main then ends the launch.
+    // A results write failed (a full disk: a checkpoint, the events scratch
+    // file): the run in progress is recorded as an error with the OS reason,
+    // not as interrupted, where the checkpoint can still take it; main then
+    // ends the launch. (The first checkpoint and finish() hold no run in
+    // progress: nothing to mark.)
     if (writer) writer->record_write_failure(e.what());
     throw;
   }

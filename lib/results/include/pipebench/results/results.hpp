@@ -58,18 +58,15 @@ class ResultsWriter {
   void append_events(const std::string& run, const EventRecord* events, std::size_t n);
   void end_events(const std::string& run);
 
-  // A write that fails (a full disk) throws ResultsError with the OS reason,
-  // after marking the runs the last checkpoint holds as interrupted as
-  // `error` with that reason (mark_unwritten_runs): they were measured, or
-  // were being measured, and only their record was lost.
   void checkpoint(const JobResult& result);
   // Returns the path published.
   std::string finish(const JobResult& result);
-  // After a write of this launch failed (`why`: the error with the OS
-  // reason), wherever it happened (checkpoint, finish, the events scratch
-  // file): frees what the writer holds and marks the checkpoint's
-  // interrupted runs (mark_unwritten_runs). The events streamed so far are
-  // dropped. Returns whether a run was marked.
+  // After a write of this launch failed (`why`: the ResultsError with the OS
+  // reason, from a checkpoint or the events scratch file; the runner calls
+  // it): frees what the writer holds and marks the checkpoint's interrupted
+  // runs as `error` with that reason (mark_unwritten_runs): they were
+  // measured, or were being measured, and only their record was lost. The
+  // events streamed so far are dropped. Returns whether a run was marked.
   bool record_write_failure(const std::string& why) noexcept;
 
   const std::string& final_path() const { return final_; }
@@ -78,7 +75,6 @@ class ResultsWriter {
 
  private:
   EventStore& event_store();  // created on first use
-  void write_or_mark(const JobResult& result);
 
   std::string final_, claim_, partial_, tmp_, events_path_;
   bool finished_ = false;
