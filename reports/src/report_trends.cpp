@@ -23,8 +23,6 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-double median(std::vector<double> v) { return compute_stats(v).median; }
-
 // The judged (last) point against all earlier ones: Mann-Whitney U on the
 // counted step times, significant when p < alpha and the median moved by
 // more than the threshold (results/regression.hpp).
@@ -61,7 +59,7 @@ double change_vs_history(const std::vector<TrendPoint>& points, double TrendPoin
     if (std::isfinite(points[i].*field)) earlier.push_back(points[i].*field);
   const double newest = points.back().*field;
   if (earlier.empty() || !std::isfinite(newest)) return kNaN;
-  const double m = median(earlier);
+  const double m = compute_stats(earlier).median;
   return m > 0.0 ? newest / m - 1.0 : kNaN;
 }
 
@@ -106,25 +104,9 @@ void add_alerts(Trend& t) {
   for (std::size_t i = 0; i + 1 < t.points.size(); ++i)
     if (std::isfinite(t.points[i].bubble_measured)) earlier.push_back(t.points[i].bubble_measured);
   if (!earlier.empty() && std::isfinite(last.bubble_measured))
-    t.bubble_delta_pts = 100.0 * (last.bubble_measured - median(earlier));
+    t.bubble_delta_pts = 100.0 * (last.bubble_measured - compute_stats(earlier).median);
   t.throughput_change = change_vs_history(t.points, &TrendPoint::throughput);
   t.slowest_stage_change = change_vs_history(t.points, &TrendPoint::slowest_stage_s);
-}
-
-// What changed into series `t` from the newest point before it of another
-// series of the same job, run and hardware ("" when it is the first).
-std::string changes_into(const Trend& t, const std::vector<Trend>& all) {
-  const TrendPoint* before = nullptr;
-  for (const auto& o : all) {
-    if (o.workload_fingerprint == t.workload_fingerprint || o.job != t.job || o.run != t.run || o.fingerprint != t.fingerprint)
-      continue;
-    for (const auto& p : o.points)
-      if (p.created_utc < t.points.front().created_utc && (!before || p.created_utc > before->created_utc)) before = &p;
-  }
-  if (!before) return "";
-  const std::string changed =
-      describe_changes(parse_workload_text(before->workload), parse_workload_text(t.points.front().workload));
-  return changed.empty() ? "configuration not recorded" : changed;
 }
 
 // One measurement's identity (TrendPoint::identity): its launch and its run's
@@ -144,15 +126,39 @@ struct Series {
   std::string job, run, fingerprint, workload_fingerprint;
   std::vector<TrendPoint> points;
 };
+using SeriesKey = std::tuple<std::string, std::string, std::string, std::string>;  // job, run, hardware, workload
 
-// The trend of the point `judged` of `s` (an input): the points created
-// strictly before it, then it.
-Trend trend_of(const Series& s, std::size_t judged, const ReportOptions& options) {
+// A trend of series `s` with its identity and no points yet.
+Trend trend_of_series(const Series& s) {
   Trend t;
   t.job = s.job;
   t.run = s.run;
   t.fingerprint = s.fingerprint;
   t.workload_fingerprint = s.workload_fingerprint;
+  return t;
+}
+
+// What changed into series `s` (its points sorted) from the newest point
+// before its first of another series of the same job, run and hardware (""
+// when it is the first). Every trend of `s` starts at that first point.
+std::string changes_into(const Series& s, const std::map<SeriesKey, Series>& all) {
+  const TrendPoint* before = nullptr;
+  for (const auto& [key, o] : all) {
+    if (o.workload_fingerprint == s.workload_fingerprint || o.job != s.job || o.run != s.run || o.fingerprint != s.fingerprint)
+      continue;
+    for (const auto& p : o.points)
+      if (p.created_utc < s.points.front().created_utc && (!before || p.created_utc > before->created_utc)) before = &p;
+  }
+  if (!before) return "";
+  const std::string changed =
+      describe_changes(parse_workload_text(before->workload), parse_workload_text(s.points.front().workload));
+  return changed.empty() ? "configuration not recorded" : changed;
+}
+
+// The trend of the point `judged` of `s` (an input): the points created
+// strictly before it, then it.
+Trend trend_of(const Series& s, std::size_t judged, const ReportOptions& options) {
+  Trend t = trend_of_series(s);
   const TrendPoint& j = s.points[judged];
   for (std::size_t i = 0; i < s.points.size(); ++i) {
     if (i == judged) continue;
@@ -178,7 +184,7 @@ Trend trend_of(const Series& s, std::size_t judged, const ReportOptions& options
 // is shown as "history only", never judged.
 std::vector<Trend> build_trends(const std::vector<FileView>& files, const std::vector<FileView>& history,
                                 const ReportOptions& options) {
-  std::map<std::tuple<std::string, std::string, std::string, std::string>, Series> groups;
+  std::map<SeriesKey, Series> groups;
   auto add_points = [&](const FileView& f, bool input) {
     if (f.role != "job") return;
     const std::string job = job_name(f);
@@ -204,20 +210,17 @@ std::vector<Trend> build_trends(const std::vector<FileView>& files, const std::v
   };
   for (const auto& f : files) add_points(f, true);
   for (const auto& f : history) add_points(f, false);
-  std::vector<Trend> trends;
-  for (auto& [key, s] : groups) {
+  for (auto& [key, s] : groups)
     std::sort(s.points.begin(), s.points.end(), [](const TrendPoint& a, const TrendPoint& b) {
       return std::tie(a.created_utc, a.path) < std::tie(b.created_utc, b.path);
     });
+  std::vector<Trend> trends;
+  for (const auto& [key, s] : groups) {
     std::vector<std::size_t> inputs;
     for (std::size_t i = 0; i < s.points.size(); ++i)
       if (s.points[i].input) inputs.push_back(i);
     if (inputs.empty()) {
-      Trend t;
-      t.job = s.job;
-      t.run = s.run;
-      t.fingerprint = s.fingerprint;
-      t.workload_fingerprint = s.workload_fingerprint;
+      Trend t = trend_of_series(s);
       t.points = s.points;
       t.history_only = true;
       t.latest = false;
@@ -226,16 +229,15 @@ std::vector<Trend> build_trends(const std::vector<FileView>& files, const std::v
       trends.push_back(std::move(t));
       continue;
     }
+    const std::string changes = changes_into(s, groups);  // one answer for every trend of the series
     for (const std::size_t i : inputs) {
-      trends.push_back(trend_of(s, i, options));
-      trends.back().latest = i == inputs.back();
+      Trend t = trend_of(s, i, options);
+      t.latest = i == inputs.back();
+      add_alerts(t);
+      t.changes = changes;
+      if (!t.changes.empty() && t.points.size() < 2) t.verdict = "new series";
+      trends.push_back(std::move(t));
     }
-  }
-  for (auto& t : trends) {
-    if (t.history_only) continue;
-    add_alerts(t);
-    t.changes = changes_into(t, trends);
-    if (!t.changes.empty() && t.points.size() < 2) t.verdict = "new series";
   }
   return trends;
 }
