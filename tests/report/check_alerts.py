@@ -12,14 +12,14 @@ unchanged newest copy flag nothing.
 
 Usage: check_alerts.py PIPEBENCH CPU_RESULTS.h5 OUTDIR
 """
-import json
 import os
 import shutil
-import subprocess
 import sys
 
 import h5py
 import numpy as np
+
+from nightly_report import nightly_report, run_record
 
 
 def night(src, dest, day, change=None):
@@ -47,10 +47,8 @@ def night(src, dest, day, change=None):
 
 
 def report(pipebench, newest, history, out):
-    p = subprocess.run([pipebench, "report", newest, "--history", history, "-o", out, "--fail-on-regression"],
-                       capture_output=True, text=True)
-    summary = json.load(open(os.path.join(out, "summary.json")))
-    trend = next(r["trend"] for r in summary["runs"] if r["run"] == "p2_1f1b")
+    p, summary = nightly_report(pipebench, newest, [history], out)
+    trend = run_record(summary, "p2_1f1b")["trend"]
     report.console = p.stdout + p.stderr
     report.markdown = open(os.path.join(out, "report.md")).read()
     return p.returncode, trend

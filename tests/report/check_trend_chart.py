@@ -27,6 +27,8 @@ import tempfile
 
 import h5py
 
+from nightly_report import nightly_report, run_record
+
 CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -83,10 +85,8 @@ def main():
         d = os.path.join(out, f"n{n}")
         hist, tonight = nights(src, d, n, 1.10)
         rep = os.path.join(d, "report")
-        p = subprocess.run([pipebench, "report", tonight, "--history", hist, "-o", rep, "--fail-on-regression"],
-                           capture_output=True, text=True)
-        summary = json.load(open(os.path.join(rep, "summary.json")))
-        trend = next(r["trend"] for r in summary["runs"] if r["run"] == "pipe")
+        p, summary = nightly_report(pipebench, tonight, [hist], rep)
+        trend = run_record(summary, "pipe")["trend"]
         svg = chart_page(os.path.join(rep, "index.html"), os.path.join(d, "chart.html"))
         page = open(os.path.join(d, "chart.html"), encoding="utf-8").read().replace("</body>", PROBE + "</body>")
         open(os.path.join(d, "chart-probe.html"), "w", encoding="utf-8").write(page)

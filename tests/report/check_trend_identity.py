@@ -21,13 +21,13 @@ would. Each case must hold:
 
 Usage: check_trend_identity.py PIPEBENCH NIGHTLY.h5 OUTDIR
 """
-import json
 import os
 import shutil
-import subprocess
 import sys
 
 import h5py
+
+from nightly_report import nightly_report
 
 RUN = "pipe"
 
@@ -52,11 +52,7 @@ def day(d, hh="03:00:00"):
 
 
 def report(pipebench, newest, history, out):
-    cmd = [pipebench, "report", newest, "-o", out, "--fail-on-regression"]
-    for h in history:
-        cmd += ["--history", h]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    summary = json.load(open(os.path.join(out, "summary.json")))
+    p, summary = nightly_report(pipebench, newest, history, out)
     trends = [r["trend"] for r in summary["runs"] if r["run"] == RUN and "trend" in r]
     return p.returncode, trends, summary
 

@@ -22,7 +22,6 @@ it skips (exit 77) instead of judging the rule on noise it did not model.
 
 Usage: nightly_jitter.py MPIEXEC PIPEBENCH SRC OUTDIR [NIGHTS]
 """
-import json
 import math
 import os
 import random
@@ -30,6 +29,8 @@ import shutil
 import statistics
 import subprocess
 import sys
+
+from nightly_report import nightly_report, run_record
 
 JITTER = 0.015       # per modelled action; with ~10 actions on the critical path, a step CV near 0.5%
 NIGHT_SIGMA = 0.004  # night-to-night spread of the medians measured on the 2-core machine
@@ -48,13 +49,8 @@ def run_night(mpiexec, pipebench, toml, dest, seed, load, extra=()):
 
 
 def trend_of(pipebench, newest, history, out):
-    cmd = [pipebench, "report", newest, "-o", out, "--fail-on-regression"]
-    for h in history:
-        cmd += ["--history", h]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    summary = json.load(open(os.path.join(out, "summary.json")))
-    run = next(r for r in summary["runs"] if r["run"] == "pipe")
-    return p.returncode, run
+    p, summary = nightly_report(pipebench, newest, history, out)
+    return p.returncode, run_record(summary, "pipe")
 
 
 def main():
