@@ -6,6 +6,7 @@
 // in a thousand runs, and the draws are seeded, so a pass is reproducible).
 // The measured figures are printed and stated in docs/reports.md
 // ("Coverage of every interval and test").
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
