@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -115,6 +116,41 @@ TEST_CASE("Hodges-Lehmann interval: the order statistics of Hollander & Wolfe", 
   const Interval s = speedup_interval(b, p);
   CHECK(std::log(s.low) == Approx(d[317]).epsilon(1e-12));
   CHECK(std::log(s.high) == Approx(d[582]).epsilon(1e-12));
+}
+
+TEST_CASE("Hodges-Lehmann speedup: selected by rank, the same doubles as sorting all n1 x n2 differences",
+          "[statistics]") {
+  // The interval's order statistics from every pairwise difference, sorted:
+  // what speedup_interval returned before it stopped holding them.
+  auto brute = [](const std::vector<double>& b, const std::vector<double>& p) {
+    std::vector<double> d;
+    for (double x : b)
+      for (double y : p) d.push_back(std::log(x) - std::log(y));
+    std::sort(d.begin(), d.end());
+    const double n = static_cast<double>(d.size()), n1 = static_cast<double>(b.size()), n2 = static_cast<double>(p.size());
+    const double k = std::floor(n / 2.0 - 1.959963984540054 * std::sqrt(n1 * n2 * (n1 + n2 + 1.0) / 12.0));
+    const std::size_t m = d.size();
+    const double median = m % 2 ? d[m / 2] : 0.5 * (d[m / 2 - 1] + d[m / 2]);
+    if (k < 0.0) return Interval{std::exp(median), 0.0, std::numeric_limits<double>::infinity()};
+    const auto ki = static_cast<std::size_t>(k);
+    return Interval{std::exp(median), std::exp(d[ki]), std::exp(d[m - 1 - ki])};
+  };
+  Draws d(61);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n1 = 1 + trial % 23, n2 = 1 + (trial * 7) % 31;
+    std::vector<double> b = d.steps(n1, 0.3, 0.05), p = d.steps(n2, 0.2, 0.05);
+    if (trial % 3 == 0)  // ties: a virtual clock's identical steps
+      for (auto* v : {&b, &p})
+        for (auto& x : *v) x = std::round(x * 100.0) / 100.0;
+    const Interval got = speedup_interval(b, p), want = brute(b, p);
+    INFO("trial " << trial << ": " << n1 << " vs " << n2);
+    CHECK(got.estimate == want.estimate);
+    CHECK(got.low == want.low);
+    CHECK(got.high == want.high);
+  }
+  // A damaged file's step times have no ratio, and no undefined sort.
+  CHECK(std::isnan(speedup_interval({0.2, -1.0}, {0.1}).estimate));
+  CHECK(std::isnan(speedup_interval({0.2}, {std::numeric_limits<double>::quiet_NaN()}).estimate));
 }
 
 TEST_CASE("Theil-Sen slope interval covers the true slope 95% of the time", "[statistics][coverage]") {
