@@ -14,6 +14,22 @@
 namespace pipebench::cli {
 
 namespace {
+CLI::Validator name_validator(const char* what, const char* name) {
+  return CLI::Validator(
+      [what](const std::string& s) -> std::string {
+        const bool ok = !s.empty() && s.size() <= 128 && s[0] != '.' &&
+                        s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
+                            std::string::npos;
+        return ok ? "" : fmt::format("{}: letters, digits, '.', '_', '-', not starting with '.' (at most 128)", what);
+      },
+      name);
+}
+}  // namespace
+
+CLI::Validator label_validator() { return name_validator("a label is one folder name", "LABEL"); }
+CLI::Validator system_name_validator() { return name_validator("a system name", "SYSTEM"); }
+
+namespace {
 struct RunCmdOptions {
   std::string job_path;
   std::vector<std::string> overrides;
@@ -40,15 +56,10 @@ Handler add_run_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("-w,--warmup", opts->warmup, "warm-up steps per run: shorthand for --set train.warmup=N")
       ->check(CLI::Range(0, kMaxSteps));
   cmd->add_option("--label", opts->run.label, "tag of a measurement campaign: results/<job>/<label>/...")
-      ->check(CLI::Validator(
-          [](const std::string& s) -> std::string {
-            // One folder name under results/<job>/: never a path that leaves -o.
-            const bool ok = !s.empty() && s.size() <= 128 && s[0] != '.' &&
-                            s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
-                                std::string::npos;
-            return ok ? "" : "a label is one folder name: letters, digits, '.', '_', '-', not starting with '.'";
-          },
-          "LABEL"));
+      ->check(label_validator());
+  cmd->add_option("--system", opts->run.system,
+                  "the system this machine is in references.toml (root attribute system; default $PIPEBENCH_SYSTEM)")
+      ->check(system_name_validator());
   cmd->add_flag("--probe-trial", opts->run.probe_trial,
                 "mark the file as a trial of `pipebench probe` (root attribute role): reports list it, never trend it");
   cmd->add_flag("--dry-run", opts->run.dry_run, "build every stage, check its layer range against the plan, print, exit");

@@ -30,6 +30,15 @@ Handler add_probe_command(CLI::App& app);
 Handler add_tune_command(CLI::App& app);
 Handler add_trace_command(CLI::App& app);
 
+// `pipebench rerun FILE.h5`: MPI is initialised before it runs.
+Handler add_rerun_command(CLI::App& app, const std::string& command_line);
+Handler add_compare_command(CLI::App& app);
+
+// --label: one folder name under results/<job>/ (never a path that leaves -o).
+CLI::Validator label_validator();
+// --system: a references.toml system name (letters, digits, '.', '_', '-').
+CLI::Validator system_name_validator();
+
 // Writes a probe's results file under `output_dir` (results/<job>/probe/...)
 // and returns its path.
 std::string write_probe_results(const Job& job, const ProbeResult& result, const std::string& command,

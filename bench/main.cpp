@@ -1,7 +1,7 @@
 // pipebench: benchmark suite for pipeline-parallel training.
 // Parses the command line, dispatches to a subcommand, maps exceptions to
 // the documented exit codes (docs/cli.md) with one clear line on stderr.
-// Only `run` initialises MPI; `plan` works without mpirun.
+// Only `run` and `rerun` initialise MPI; `plan` works without mpirun.
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -81,6 +81,8 @@ int main(int argc, char** argv) {
   const cli::Handler probe = cli::add_probe_command(app);
   const cli::Handler tune = cli::add_tune_command(app);
   const cli::Handler trace = cli::add_trace_command(app);
+  const cli::Handler rerun = cli::add_rerun_command(app, joined(argc, argv));
+  const cli::Handler compare = cli::add_compare_command(app);
 
   // `pipebench foo`: name the unknown command (CLI11 would only say a
   // subcommand is required).
@@ -102,7 +104,7 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? kOk : kUsageError;
   }
-  const bool with_mpi = app.got_subcommand("run");
+  const bool with_mpi = app.got_subcommand("run") || app.got_subcommand("rerun");
   if (with_mpi) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
@@ -112,7 +114,9 @@ int main(int argc, char** argv) {
   const bool speak = world_rank() == 0;
   const std::string who = with_mpi ? fmt::format("rank {}: ", world_rank()) : "";
   try {
-    const int rc = with_mpi                          ? run()
+    const int rc = app.got_subcommand("run")         ? run()
+                   : app.got_subcommand("rerun")  ? rerun()
+                   : app.got_subcommand("compare") ? compare()
                    : app.got_subcommand("report") ? report()
                    : app.got_subcommand("probe")  ? probe()
                    : app.got_subcommand("tune")   ? tune()

@@ -184,7 +184,18 @@ std::vector<std::pair<std::string, std::string>> provenance_rows(const FileView&
     hosts += fmt::format("{}{} (pid {})", i ? ", " : "", f.result.hostnames[i], i < f.result.pids.size() ? f.result.pids[i] : 0);
   std::string overrides;
   for (const auto& o : f.result.overrides) overrides += (overrides.empty() ? "" : " ") + ("--set " + o);
+  std::string reproduces;
+  if (const std::string id = attr(root, "reproduces_id"); !id.empty()) {
+    std::string deviations;
+    for (const auto& o : f.result.deviations) deviations += " --set " + o;
+    reproduces = fmt::format("{} (results_id {}, sha256 {}){}", attr(root, "reproduces_path"), id,
+                             attr(root, "reproduces_sha256"), deviations.empty() ? "" : "; deviations:" + deviations);
+  }
   return {{"file", f.path},
+          {"sha256", f.sha256},
+          {"results id", attr(root, "results_id")},
+          {"reproduces", reproduces},
+          {"system", attr(root, "system")},
           {"created (UTC)", attr(root, "created_utc")},
           {"status / evidence", f.result.status + " / " + f.result.evidence_level},
           {"launch", f.result.launch_status == "complete"
@@ -245,6 +256,65 @@ std::string verdict_text(const Trend& t) {
   else if (t.memory_decreased) v += "; memory shrank";
   if (t.numerics_changed) v += "; numerics changed";
   return v;
+}
+
+// Text from results files (names, descriptions, messages, paths) as
+// Markdown that renders as the same text: no raw HTML gets through (a
+// renderer would run it), no backtick can close a code span, no bracket
+// opens a link ("[x](javascript:...)" from a job string), and control
+// characters (terminal escapes) become spaces. Newlines stay.
+std::string md_text(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '&') out += "&amp;";
+    else if (c == '`') out += "&#96;";
+    // Link and image syntax: a job string "[x](javascript:...)" stays text.
+    else if (c == '[' || c == ']') (out += '\\') += c;
+    else if (static_cast<unsigned char>(c) < 0x20 && c != '\n') out += ' ';
+    else out += c;
+  }
+  return out;
+}
+
+std::string md_cell(const std::string& s) {
+  std::string out;
+  for (char c : md_text(s)) {
+    if (c == '|') out += "\\|";
+    else if (c == '\n') out += "<br>";
+    else out += c;
+  }
+  return out;
+}
+
+std::string md_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+  std::string s = "|";
+  for (const auto& h : header) s += " " + md_cell(h) + " |";
+  s += "\n|";
+  for (std::size_t i = 0; i < header.size(); ++i) s += " --- |";
+  s += "\n";
+  for (const auto& r : rows) {
+    s += "|";
+    for (const auto& c : r) s += " " + md_cell(c) + " |";
+    s += "\n";
+  }
+  return s + "\n";
+}
+
+// An HTML table, every cell escaped.
+std::string table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
+                  const std::vector<std::string>& row_classes, const std::vector<bool>& numeric) {
+  std::string s = "<table><thead><tr>";
+  for (const auto& h : header) s += "<th>" + html_escape(h) + "</th>";
+  s += "</tr></thead><tbody>";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    s += i < row_classes.size() && !row_classes[i].empty() ? "<tr class=\"" + row_classes[i] + "\">" : "<tr>";
+    for (std::size_t c = 0; c < rows[i].size(); ++c)
+      s += (c < numeric.size() && numeric[c] ? "<td class=\"num\">" : "<td>") + html_escape(rows[i][c]) + "</td>";
+    s += "</tr>";
+  }
+  return s + "</tbody></table>";
 }
 
 }  // namespace pipebench::report_detail

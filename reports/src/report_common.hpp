@@ -79,4 +79,15 @@ std::vector<std::vector<std::string>> trend_table_rows(const ReportData& d);
 // Provenance as (name, value) pairs, in a fixed order.
 std::vector<std::pair<std::string, std::string>> provenance_rows(const FileView& f);
 
+// Markdown that renders as the text given (no raw HTML, links or code
+// spans get through; control characters become spaces), a table cell of
+// it, and a table.
+std::string md_text(const std::string& s);
+std::string md_cell(const std::string& s);
+std::string md_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
+
+// An HTML table, every cell escaped; `row_classes` per row, `numeric` per column.
+std::string table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
+                  const std::vector<std::string>& row_classes = {}, const std::vector<bool>& numeric = {});
+
 }  // namespace pipebench::report_detail

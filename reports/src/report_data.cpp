@@ -19,6 +19,7 @@
 #include "pipebench/core/clock.hpp"
 #include "pipebench/core/config.hpp"
 #include "pipebench/core/posix.hpp"
+#include "pipebench/core/sha256.hpp"
 #include "pipebench/core/units.hpp"
 #include "pipebench/core/workload_identity.hpp"
 #include "pipebench/report/report.hpp"
@@ -86,7 +87,9 @@ double percentile(std::vector<double> v, double q) {
   return v[std::min(idx, v.size() - 1)];
 }
 
-std::string fingerprint_of(const JobResult& jr) {
+}  // namespace
+
+std::string hardware_fingerprint(const JobResult& jr) {
   const auto& p = jr.provenance_attrs;
   auto get = [&](const char* k) { return p.count(k) ? p.at(k) : std::string(); };
   std::string backend = "?";
@@ -95,6 +98,8 @@ std::string fingerprint_of(const JobResult& jr) {
   if (!get("gpu_names").empty()) fp += " | " + get("gpu_names");
   return fp;
 }
+
+namespace {
 
 // Seed 000: is memory activation-bound or parameter-bound? Judged on the
 // rank with the highest peak (the one that limits the run), from its peak
@@ -407,18 +412,39 @@ std::string read_one_version(FileView& f, ReadEvents events, FileIds& seen) {
       if (file_id(f.path) == before) return crashed;
       continue;  // a different file by now: read again
     }
+    std::string unreadable;
     try {
       f.result = read_results(f.path, events);
+      f.sha256 = sha256_file(f.path, &unreadable);
     } catch (const std::exception& e) {
       if (file_id(f.path) == before) return e.what();
       continue;
     }
     if (file_id(f.path) == before) {
+      if (f.sha256.empty()) return "cannot read its bytes for the content hash: " + unreadable;
       f.id = before;
       return "";
     }
   }
   return why;
+}
+
+// The rest of a file read whole: its job parsed (job_error when it does not
+// parse), its hardware fingerprint and role.
+void describe_read_file(FileView& f) {
+  try {
+    const auto it = f.result.root_attrs.find("job_toml");
+    if (it == f.result.root_attrs.end()) throw ConfigError("no job_toml attribute");
+    f.job = parse_job(it->second, f.path + ":/job_toml");
+  } catch (const std::exception& e) {
+    f.job_error = e.what();
+  }
+  f.fingerprint = hardware_fingerprint(f.result);
+  // Files from before the role was recorded: a probe summary has /probe,
+  // a probe trial the label the probe gives it.
+  f.role = root_attr(f, "role", f.result.probe                                    ? "probe"
+                                : root_attr(f, "label", "").starts_with("probe-mbs") ? "probe-trial"
+                                                                                   : "job");
 }
 
 // The readable results files among `inputs` (files, folders); unreadable
@@ -434,24 +460,11 @@ std::vector<FileView> load_files(const std::vector<std::string>& inputs, std::ve
       if (why != kReadElsewhere) skipped.push_back({path, why});
       continue;
     }
-    try {
-      const auto it = f.result.root_attrs.find("job_toml");
-      if (it == f.result.root_attrs.end()) throw ConfigError("no job_toml attribute");
-      f.job = parse_job(it->second, path + ":/job_toml");
-    } catch (const std::exception& e) {
-      f.job_error = e.what();
-    }
-    f.fingerprint = fingerprint_of(f.result);
-    // Files from before the role was recorded: a probe summary has /probe,
-    // a probe trial the label the probe gives it.
-    f.role = root_attr(f, "role", f.result.probe                                    ? "probe"
-                                  : root_attr(f, "label", "").starts_with("probe-mbs") ? "probe-trial"
-                                                                                     : "job");
+    describe_read_file(f);
     out.push_back(std::move(f));
   }
   return out;
 }
-
 
 // The speedups from the step times, with today's interval (files written
 // before 2026-12-01 hold a Hodges-Lehmann interval that covered ~68%) and
@@ -465,6 +478,16 @@ void recompute_speedups(std::vector<RunResult>& runs) {
 }
 
 }  // namespace
+
+FileView read_results_file(const std::string& path) {
+  FileView f;
+  f.path = path;
+  FileIds seen;
+  if (const std::string why = read_one_version(f, ReadEvents::skip, seen); !why.empty())
+    throw ResultsError(fmt::format("{}: {}", path, why));
+  describe_read_file(f);
+  return f;
+}
 
 std::string current_path(const FileView& f) {
   if (file_id(f.path) == f.id) return f.path;

@@ -47,19 +47,6 @@ constexpr const char* kBaseColor = "#9d9da0";
 constexpr const char* kRollingColor = "#e45756";
 const char* const kMemColors[kNumMemCategories] = {"#4c78a8", "#72b7b2", "#54a24b", "#f58518", "#e45756", "#b279a2"};
 
-std::string table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
-                  const std::vector<std::string>& row_classes = {}, const std::vector<bool>& numeric = {}) {
-  std::string s = "<table><thead><tr>";
-  for (const auto& h : header) s += "<th>" + html_escape(h) + "</th>";
-  s += "</tr></thead><tbody>";
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    s += i < row_classes.size() && !row_classes[i].empty() ? "<tr class=\"" + row_classes[i] + "\">" : "<tr>";
-    for (std::size_t c = 0; c < rows[i].size(); ++c)
-      s += (c < numeric.size() && numeric[c] ? "<td class=\"num\">" : "<td>") + html_escape(rows[i][c]) + "</td>";
-    s += "</tr>";
-  }
-  return s + "</tbody></table>";
-}
 
 // The legend entries of a Gantt chart: forward; backward in training; W only
 // when the schedule splits its backward.

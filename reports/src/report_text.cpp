@@ -18,49 +18,6 @@ using namespace report_detail;
 
 namespace {
 
-// Text from results files (names, descriptions, messages, paths) as
-// Markdown that renders as the same text: no raw HTML gets through (a
-// renderer would run it), no backtick can close a code span, no bracket
-// opens a link ("[x](javascript:...)" from a job string), and control
-// characters (terminal escapes) become spaces. Newlines stay.
-std::string md_text(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '`') out += "&#96;";
-    // Link and image syntax: a job string "[x](javascript:...)" stays text.
-    else if (c == '[' || c == ']') (out += '\\') += c;
-    else if (static_cast<unsigned char>(c) < 0x20 && c != '\n') out += ' ';
-    else out += c;
-  }
-  return out;
-}
-
-std::string md_cell(const std::string& s) {
-  std::string out;
-  for (char c : md_text(s)) {
-    if (c == '|') out += "\\|";
-    else if (c == '\n') out += "<br>";
-    else out += c;
-  }
-  return out;
-}
-
-std::string md_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
-  std::string s = "|";
-  for (const auto& h : header) s += " " + md_cell(h) + " |";
-  s += "\n|";
-  for (std::size_t i = 0; i < header.size(); ++i) s += " --- |";
-  s += "\n";
-  for (const auto& r : rows) {
-    s += "|";
-    for (const auto& c : r) s += " " + md_cell(c) + " |";
-    s += "\n";
-  }
-  return s + "\n";
-}
 
 }  // namespace
 
@@ -205,7 +162,8 @@ std::string render_summary_json(const ReportData& d) {
     for (const auto& v : f.runs) {
       const RunResult& r = *v.run;
       w.begin_object();
-      w.field("file", f.path).field("job", job_name(f)).field("created_utc", attr(f.result.root_attrs, "created_utc"));
+      w.field("file", f.path).field("file_sha256", f.sha256).field("results_id", attr(f.result.root_attrs, "results_id"));
+      w.field("job", job_name(f)).field("created_utc", attr(f.result.root_attrs, "created_utc"));
       w.field("label", attr(f.result.root_attrs, "label"));
       w.field("launch_status", f.result.launch_status);
       w.field("run", r.spec.name).field("status", std::string(to_string(r.status)));

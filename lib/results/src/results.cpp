@@ -947,6 +947,7 @@ void write_file(const std::string& path, const JobResult& result, const EventSto
       attr_scalar<std::int64_t>(file, "schema_version", kResultsSchemaVersion);
       for (const auto& [k, v] : result.root_attrs) attr_string(file, k.c_str(), v);
       attr_strings(file, "overrides", result.overrides);
+      if (result.root_attrs.count("reproduces_id")) attr_strings(file, "deviations", result.deviations);
       attr_string(file, "evidence_level", result.evidence_level);
       attr_string(file, "status", result.status);
       attr_string(file, "launch_status", result.launch_status);
@@ -1116,9 +1117,11 @@ JobResult read_results(const std::string& path, ReadEvents events) {
   if (!has_attr(file, "schema_version") || read_attr_scalar<std::int64_t>(file, "schema_version") != kResultsSchemaVersion)
     throw ResultsError(fmt::format("{}: not a pipebench schema-{} results file", path, kResultsSchemaVersion));
   JobResult jr;
-  for (const char* k : {"tool_version", "git_sha", "created_utc", "job_name", "job_toml", "command_line", "label", "role"})
+  for (const char* k : {"tool_version", "git_sha", "created_utc", "job_name", "job_toml", "command_line", "label", "role",
+                        "results_id", "system", "reproduces_id", "reproduces_sha256", "reproduces_path"})
     if (has_attr(file, k)) jr.root_attrs[k] = read_attr_string(file, k);
   jr.overrides = read_attr_strings(file, "overrides");
+  if (has_attr(file, "deviations")) jr.deviations = read_attr_strings(file, "deviations");
   jr.evidence_level = read_attr_string(file, "evidence_level");
   jr.status = read_attr_string(file, "status");
   jr.launch_status = has_attr(file, "launch_status") ? read_attr_string(file, "launch_status") : "complete";

@@ -2,10 +2,15 @@
 
 #include <cstdlib>
 #include <ctime>
+#include <chrono>
 #include <fstream>
+#include <random>
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <mpi.h>
+
+#include "pipebench/core/sha256.hpp"
 
 namespace pipebench {
 
@@ -38,12 +43,21 @@ const std::vector<std::string>& provenance_env_allow_list() {
       "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_MAX_CONNECTIONS",
       "NCCL_DEBUG", "NCCL_ALGO", "NCCL_PROTO", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "NCCL_P2P_DISABLE",
       "NCCL_SHM_DISABLE", "OMPI_COMM_WORLD_SIZE", "OMPI_MCA_btl", "OMPI_MCA_pml", "UCX_TLS",
-      "PIPEBENCH_FAULT"};
+      "PIPEBENCH_FAULT", "PIPEBENCH_SYSTEM"};
   return names;
 }
 
 std::string build_git_sha() { return kBuildGitSha; }
 std::string build_type() { return PIPEBENCH_BUILD_TYPE; }
+
+std::string new_results_id() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::random_device entropy;
+  const std::string seed = fmt::format("{}/{}/{}/{:08x}{:08x}", host, getpid(),
+                                       std::chrono::system_clock::now().time_since_epoch().count(), entropy(), entropy());
+  return sha256_hex(seed).substr(0, 16);
+}
 
 std::string slurm_job_id() { return env_or("SLURM_JOB_ID", ""); }
 

@@ -284,10 +284,26 @@ void describe_job_result(JobResult& jr, const Job& job, const std::string& comma
   jr.root_attrs["command_line"] = command_line;
   jr.root_attrs["label"] = label;
   jr.root_attrs["role"] = role;
+  jr.root_attrs["results_id"] = new_results_id();
   jr.overrides = job.overrides;
 }
 
 namespace {
+
+// describe_job_result, and what only `run` and `rerun` record: the system
+// name and what the launch reproduces.
+void describe_launch(JobResult& jr, const Job& job, const RunOptions& options) {
+  describe_job_result(jr, job, options.command_line, options.label, options.probe_trial ? "probe-trial" : "job");
+  std::string system = options.system;
+  if (const char* env = std::getenv("PIPEBENCH_SYSTEM"); system.empty() && env) system = env;
+  jr.root_attrs["system"] = system;
+  if (const auto& r = options.reproduces) {
+    jr.root_attrs["reproduces_id"] = r->id;
+    jr.root_attrs["reproduces_sha256"] = r->sha256;
+    jr.root_attrs["reproduces_path"] = r->path;
+    jr.deviations = r->deviations;
+  }
+}
 
 // This launch's results file: named after the Slurm job, else this process.
 std::string launch_results_path(const Job& job, const RunOptions& options) {
@@ -300,7 +316,7 @@ std::string launch_results_path(const Job& job, const RunOptions& options) {
 // the record keeps the failure, so "not run" and "cannot run" differ).
 void record_environment_failure(const Job& job, const JobPlan& plan, const RunOptions& options, const std::string& why) {
   JobResult jr;
-  describe_job_result(jr, job, options.command_line, options.label, options.probe_trial ? "probe-trial" : "job");
+  describe_launch(jr, job, options);
   for (const RunPlan& rp : plan.runs) jr.runs.push_back(environment_failed_run(job, rp, why));
   jr.status = "failed";
   const std::string path = write_results(launch_results_path(job, options), jr);
@@ -346,6 +362,7 @@ JobResult describe_world(const Job& job, const GpuBinding& gpus, TransportKind t
   jr.pids = pids;
   auto& prov = jr.provenance_attrs;
   prov = collect_provenance();
+  prov["hdf5_version"] = hdf5_version();
   if (job.device.backend == BackendKind::cpu)
     prov["blas"] = fmt::format("{} (threads_per_rank {}); element-wise kernels {}", cpu::blas_config(),
                                job.device.threads_per_rank, cpu::simd_kernels().name);
@@ -673,7 +690,7 @@ RunOutcome run_job(const Job& job, const RunOptions& options) {
     if (!options.dry_run) {
       // The file exists (as a checkpoint) before the first run: a folder
       // that cannot take it stops the launch here, not after the last run.
-      describe_job_result(jr, job, options.command_line, options.label, options.probe_trial ? "probe-trial" : "job");
+      describe_launch(jr, job, options);
       jr.launch_status = "incomplete";
       writer.emplace(launch_results_path(job, options));
       ctx.writer = &*writer;

@@ -73,10 +73,21 @@ struct FileView {
   JobResult result;
   std::optional<Job> job;       // parsed from the recorded job_toml
   std::string job_error;        // why `job` is empty
-  std::string fingerprint;      // backend + hardware + world size
+  std::string fingerprint;      // backend + hardware + world size (hardware_fingerprint)
+  std::string sha256;           // of the bytes read: the file a report cites
   std::string role = "job";     // root attribute role: job | probe-trial | probe; only jobs are trended
   std::vector<RunView> runs;    // in the file's order
 };
+
+// "cpu | Intel(R) Xeon(R) Processor | 2 ranks[ | GPU names]": the
+// hardware a trend series and a references.toml system are matched by.
+std::string hardware_fingerprint(const JobResult& jr);
+
+// One results file read as load_report reads each input (the HDF5 library
+// tried in a child first, one version of a file being replaced, events
+// skipped), with its job parsed, fingerprint, role and sha256. ResultsError
+// "PATH: why" when it cannot be read. The runs' RunViews are left empty.
+FileView read_results_file(const std::string& path);
 
 // The name that reaches the file `f` read now: its path, or the published
 // name of a checkpoint published meanwhile; "" when neither does (replaced).

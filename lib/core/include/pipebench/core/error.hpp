@@ -26,6 +26,7 @@ enum ExitCode : int {
   kRegression = 6,         // report --fail-on-regression: a run regressed
   kDeviceUnavailable = 7,  // --backend cuda: no usable GPU (none, driver too old, built without CUDA, shared with NCCL)
   kRanksIdle = 8,          // run: more ranks than any selected run uses (results complete; --allow-idle-ranks: 0)
+  kNotReproducedExit = 9,     // compare --fail-on-difference: a run was not reproduced
 };
 
 // Base for every error pipebench raises on purpose: exit kInternalError.

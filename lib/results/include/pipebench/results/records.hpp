@@ -157,6 +157,7 @@ struct RunResult {
 struct JobResult {
   std::map<std::string, std::string> root_attrs;        // job_name, tool_version, ... (string attributes)
   std::vector<std::string> overrides;                   // the --set arguments
+  std::vector<std::string> deviations;                  // a rerun's --set on top of the recorded workload
   std::vector<std::string> hostnames;                   // per world rank (/provenance)
   std::vector<std::int64_t> pids;                       // per world rank (/provenance)
   std::map<std::string, std::string> provenance_attrs;  // /provenance

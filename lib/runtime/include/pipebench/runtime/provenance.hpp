@@ -21,6 +21,11 @@ std::map<std::string, std::string> collect_provenance();
 std::string build_git_sha();
 std::string build_type();
 
+// A results file's results_id: 16 hex digits from the host, the process,
+// the time and the system's random source (unique per launch; a rerun
+// names the file it reproduces by it).
+std::string new_results_id();
+
 // The Slurm job id, or "" outside Slurm.
 std::string slurm_job_id();
 

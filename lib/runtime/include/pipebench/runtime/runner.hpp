@@ -8,6 +8,7 @@
 // run, gathers every rank's records and writes the file.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,16 @@
 
 namespace pipebench {
 
+// What a `pipebench rerun` reproduces (docs/reproduce.md): root attributes
+// reproduces_id, reproduces_sha256, reproduces_path and deviations (the
+// --set overrides applied on top of the recorded workload).
+struct Reproduction {
+  std::string id;      // the original's results_id (its file name's stem when it records none)
+  std::string sha256;  // of the original file's bytes
+  std::string path;    // as given on the command line
+  std::vector<std::string> deviations;
+};
+
 struct RunOptions {
   std::vector<std::string> run_names;  // empty: all runs
   std::string output_dir = "results";
@@ -23,6 +34,10 @@ struct RunOptions {
   bool dry_run = false;                // build every stage, check, print, no steps, no file
   bool probe_trial = false;            // a trial of `pipebench probe`: root attribute role = "probe-trial"
   std::string command_line;
+  // The system the file is judged under against references (root attribute
+  // `system`): --system, else $PIPEBENCH_SYSTEM, else "" (matched by hardware).
+  std::string system;
+  std::optional<Reproduction> reproduces;
 };
 
 struct RunOutcome {
@@ -36,6 +51,7 @@ struct RunOutcome {
 // line, label, overrides, evidence level) and its role: "job" (a launch of
 // `run`), "probe-trial" (a trial `pipebench probe` launched) or "probe" (the
 // probe's summary). Reports trend only role "job". Used by `run` and `probe`.
+// Also gives the file its results_id: 16 hex digits, unique per launch.
 void describe_job_result(JobResult& jr, const Job& job, const std::string& command_line, const std::string& label,
                          const std::string& role);
 

@@ -1,0 +1,115 @@
+// `pipebench compare REFERENCE CANDIDATE... -o DIR [--tolerance 5%]
+//  [--fail-on-difference] [--references FILE]`: the reproducibility report
+// (docs/reproduce.md). No MPI needed.
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "pipebench/core/units.hpp"
+#include "pipebench/report/compare.hpp"
+
+namespace pipebench::cli {
+
+namespace {
+struct CompareCmdOptions {
+  CompareOptions compare;
+  std::string out_dir, tolerance = "5%";
+  bool fail_on_difference = false;
+};
+
+// "5%" or "0.05" -> 0.05; nullopt when it is neither, or not in (0, 10].
+std::optional<double> parse_tolerance(const std::string& text) {
+  std::string s = text;
+  const bool percent = !s.empty() && s.back() == '%';
+  if (percent) s.pop_back();
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used != s.size() || !std::isfinite(v)) return std::nullopt;
+  if (percent) v /= 100;
+  if (v <= 0 || v > 10) return std::nullopt;
+  return v;
+}
+
+void write_text(const std::filesystem::path& path, const std::string& text, const std::vector<std::string>& inputs) {
+  write_output_file(path.string(), inputs, [&](std::FILE* out) {
+    if (std::fwrite(text.data(), 1, text.size(), out) != text.size()) throw std::runtime_error(std::strerror(errno));
+  });
+}
+}  // namespace
+
+Handler add_compare_command(CLI::App& app) {
+  auto o = std::make_shared<CompareCmdOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "compare", "Reproducibility report: does each CANDIDATE results file reproduce REFERENCE (environment, numerics, "
+                 "performance, per-system references), with an artifact description");
+  cmd->add_option("reference", o->compare.reference, "the results file (.h5) to reproduce")->required()->check(CLI::ExistingFile);
+  cmd->add_option("candidates", o->compare.candidates, "results files that claim to reproduce it")->required();
+  cmd->add_option("-o,--output", o->out_dir, "folder for index.html, report.md, compare.json, artifact.md")->required();
+  cmd->add_option("--tolerance", o->tolerance,
+                  "relative band every performance ratio's 95% interval must lie in: 5% or 0.05 (default 5%)");
+  cmd->add_flag("--fail-on-difference", o->fail_on_difference, "exit 9 when any run is not reproduced");
+  cmd->add_option("--references", o->compare.references_path, "references.toml: per-system expected figures (docs/reproduce.md)")
+      ->check(CLI::ExistingFile);
+  return [o]() -> int {
+    const auto tolerance = parse_tolerance(o->tolerance);
+    if (!tolerance) {
+      fmt::print(stderr, "pipebench: compare: --tolerance {}: expected a fraction or a percentage in (0, 1000%] (5% or 0.05)\n",
+                 printable(o->tolerance));
+      return kUsageError;
+    }
+    o->compare.tolerance = *tolerance;
+    for (const auto& c : o->compare.candidates)
+      if (!std::filesystem::exists(c)) {
+        fmt::print(stderr, "pipebench: compare: no such file: {}\n", printable(c));
+        return kUsageError;
+      }
+    std::error_code made;
+    std::filesystem::create_directories(o->out_dir, made);
+    if (made || !std::filesystem::is_directory(o->out_dir)) {
+      fmt::print(stderr, "pipebench: compare: cannot create the output folder {}: {}\n", printable(o->out_dir),
+                 made ? made.message() : "not a folder");
+      return kUsageError;
+    }
+    CompareData d;
+    try {
+      d = load_compare(o->compare);
+    } catch (const ResultsError& e) {
+      fmt::print(stderr, "pipebench: compare: cannot read the reference: {}\n", e.what());
+      return kInternalError;
+    }
+    for (const auto& s : d.skipped) fmt::print(stderr, "pipebench compare: skipped {}: {}\n", s.path, s.reason);
+    std::vector<std::string> inputs = o->compare.candidates;
+    inputs.push_back(o->compare.reference);
+    if (!o->compare.references_path.empty()) inputs.push_back(o->compare.references_path);
+    const std::filesystem::path dir(o->out_dir);
+    write_text(dir / "index.html", render_compare_html(d), inputs);
+    write_text(dir / "report.md", render_compare_markdown(d), inputs);
+    write_text(dir / "compare.json", render_compare_json(d), inputs);
+    write_text(dir / "artifact.md", render_artifact_description(d), inputs);
+    for (const auto& c : d.candidates)
+      for (const auto& r : c.runs) {
+        fmt::print("  {}: {} / {}\n", r.verdict, c.file.path, r.run);
+        for (const auto& why : r.reasons) fmt::print("      {}\n", why);
+      }
+    fmt::print("compare: {} (tolerance ±{:.3g}%)\ncompare: {}\n", d.verdict, 100 * d.options.tolerance,
+               (dir / "index.html").string());
+    if (o->fail_on_difference && d.any_not_reproduced()) {
+      fmt::print(stderr, "pipebench compare: exit 9 (--fail-on-difference): not reproduced\n");
+      return kNotReproducedExit;
+    }
+    return kOk;
+  };
+}
+
+}  // namespace pipebench::cli
