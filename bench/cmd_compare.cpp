@@ -48,6 +48,17 @@ void write_text(const std::filesystem::path& path, const std::string& text, cons
 }
 }  // namespace
 
+bool references_file_ok(const std::string& path) {
+  if (path.empty()) return true;
+  try {
+    load_references(path);
+    return true;
+  } catch (const ConfigError& e) {
+    fmt::print(stderr, "pipebench: invalid references file: {}\n", e.what());
+    return false;
+  }
+}
+
 Handler add_compare_command(CLI::App& app) {
   auto o = std::make_shared<CompareCmdOptions>();
   CLI::App* cmd = app.add_subcommand(
@@ -69,6 +80,7 @@ Handler add_compare_command(CLI::App& app) {
       return kUsageError;
     }
     o->compare.tolerance = *tolerance;
+    if (!references_file_ok(o->compare.references_path)) return kInvalidWorkload;
     for (const auto& c : o->compare.candidates)
       if (!std::filesystem::exists(c)) {
         fmt::print(stderr, "pipebench: compare: no such file: {}\n", printable(c));

@@ -76,6 +76,10 @@ std::string regression_causes(const ReportData& data) {
     for (const auto& alert : t.alerts)
       if ((t.memory_increased && alert.starts_with("memory change")) || alert.starts_with("numerics changed")) add(t, alert);
   }
+  for (const auto& c : data.reference_checks)
+    if (c.verdict == "outside")
+      out += fmt::format("{}{} / {}: {} outside its reference on system {}: {}", out.empty() ? "" : "; ", c.job, c.run,
+                         c.figure, c.system, c.evidence);
   return out;
 }
 }  // namespace
@@ -102,6 +106,10 @@ Handler add_report_command(CLI::App& app) {
                 "exit 5 when any run of a job failed or an --expect job has no results (checked before regressions)");
   cmd->add_option("--expect", opts->report.expected_jobs,
                   "a job name that must have a results file among the inputs; listed as missing otherwise (repeatable)");
+  cmd->add_option("--references", opts->report.references_path,
+                  "references.toml: judge every run against its system's expected figures (docs/reproduce.md); a "
+                  "figure outside counts for --fail-on-regression")
+      ->check(CLI::ExistingFile);
   return [opts]() -> int {
     // User errors (docs/cli.md, exit 2): an input that does not exist, an
     // output folder that cannot be made. With --expect (a nightly report) a
@@ -113,6 +121,7 @@ Handler add_report_command(CLI::App& app) {
           fmt::print(stderr, "pipebench: report: no such file or folder: {}\n", printable(in));
           return kUsageError;
         }
+    if (!references_file_ok(opts->report.references_path)) return kInvalidWorkload;
     std::error_code made;
     std::filesystem::create_directories(opts->out_dir, made);
     if (made || !std::filesystem::is_directory(opts->out_dir)) {
@@ -136,6 +145,9 @@ Handler add_report_command(CLI::App& app) {
       for (const auto& alert : t.alerts)  // memory and numerics (Trend::alerts holds no other)
         fmt::print("  {}: {} / {} {}\n", t.memory_increased || t.numerics_changed ? "alert" : "note", t.job, t.run, alert);
     }
+    for (const auto& c : data.reference_checks)
+      if (c.verdict == "outside" || c.verdict == "within")
+        fmt::print("  reference: {} / {} {} {} on system {}: {}\n", c.job, c.run, c.figure, c.verdict, c.system, c.evidence);
     fmt::print("report: {}\n", (dir / "index.html").string());
     if (opts->fail_on_failure && data.any_failure()) {
       fmt::print(stderr, "pipebench report: a run failed or an expected job has no results (--fail-on-failure)\n");

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "pipebench/core/error.hpp"
+#include "pipebench/core/references.hpp"
 #include "pipebench/core/job.hpp"
 #include "pipebench/probe/probe.hpp"
 #include "pipebench/report/report.hpp"
@@ -38,6 +39,10 @@ Handler add_compare_command(CLI::App& app);
 CLI::Validator label_validator();
 // --system: a references.toml system name (letters, digits, '.', '_', '-').
 CLI::Validator system_name_validator();
+
+// Whether the references file at `path` ("" = none given) parses; prints
+// "pipebench: invalid references file: FILE:LINE: ..." when it does not.
+bool references_file_ok(const std::string& path);
 
 // Writes a probe's results file under `output_dir` (results/<job>/probe/...)
 // and returns its path.

@@ -10,11 +10,14 @@
 #   slurm/nightly.sh jobs/a.toml jobs/b.toml # or these workloads
 #   slurm/nightly.sh --list nightly.txt      # or the paths listed in a file
 # Options: --results DIR (default results), --reports DIR (default reports/nightly),
-#          --date YYYYMMDD (default today, UTC), --sbatch "ARGS" (e.g. "--partition=gpu --time=01:00:00")
+#          --date YYYYMMDD (default today, UTC), --sbatch "ARGS" (e.g. "--partition=gpu --time=01:00:00"),
+#          --references FILE (per-system expected figures, docs/reproduce.md; default references.toml
+#          when the repository has one: the report judges every run against it)
 # Environment: PIPEBENCH (default build/bench/pipebench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-results=results reports=reports/nightly date=$(date -u +%Y%m%d) extra="" jobs=()
+results=results reports=reports/nightly date=$(date -u +%Y%m%d) extra="" jobs=() references=""
+[[ -f references.toml ]] && references=references.toml
 while (($#)); do
   case $1 in
     --list) mapfile -t -O "${#jobs[@]}" jobs < <(grep -v '^\s*\(#\|$\)' "$2"); shift 2 ;;
@@ -22,6 +25,7 @@ while (($#)); do
     --reports) reports=$2; shift 2 ;;
     --date) date=$2; shift 2 ;;
     --sbatch) extra=$2; shift 2 ;;
+    --references) references=$2; shift 2 ;;
     -h|--help) source "$(dirname "$0")/../scripts/lib-help.sh"; pipebench_help "$0" --help ;;
     *) jobs+=("$1"); shift ;;
   esac
@@ -49,6 +53,7 @@ done
 
 dependency=$(IFS=:; echo "afterany:${ids[*]}")
 report_cmd="$pipebench report ${inputs[*]} --history $results ${expect[*]} -o $reports/$date --fail-on-regression"
+[[ -z $references ]] || report_cmd+=" --references $references"
 # shellcheck disable=SC2086
 rid=$(sbatch --parsable --job-name=nightly-report --ntasks=1 $extra --dependency="$dependency" --kill-on-invalid-dep=yes \
         --output="$reports/$date/logs/%x-%j.out" --wrap="$report_cmd")

@@ -383,16 +383,6 @@ ExactCheck compare_series(const std::string& what, const std::vector<double>& re
   return c;
 }
 
-std::map<std::string, double> reference_figures_of(const FileView& f, const RunResult& r) {
-  std::map<std::string, double> m;
-  m["step_time_s"] = r.step_time.median;
-  m["throughput_samples_per_s"] = r.throughput_samples_per_s;
-  m["slowest_stage_s"] = r.slowest_stage_median_s;
-  m["bubble_measured"] = r.bubble_measured_median;
-  m["peak_mem_bytes"] = static_cast<double>(r.peak_mem_max_bytes);
-  if (f.job) m["tokens_per_s"] = r.throughput_samples_per_s * f.job->model.seq_len;
-  return m;
-}
 
 CompareData load_compare(const CompareOptions& o) {
   CompareData d;

@@ -126,13 +126,8 @@ Table performance_table(const RunComparison& r, double tolerance) {
 }
 
 Table references_table(const std::vector<ReferenceCheck>& checks) {
-  Table t{{"run", "figure", "system (matched by)", "verdict", "evidence"}, {}, {}};
-  for (const auto& c : checks) {
-    t.rows.push_back({c.job + " / " + c.run, c.figure.empty() ? "-" : c.figure,
-                      c.system.empty() ? "-" : fmt::format("{} ({})", c.system, c.matched_by), c.verdict, c.evidence});
-    t.classes.push_back(c.verdict == "outside" ? "failed" : "");
-  }
-  return t;
+  ReferenceTable r = reference_table(checks);
+  return {std::move(r.header), std::move(r.rows), std::move(r.classes)};
 }
 
 std::string colour_verdicts(std::string html) {
@@ -224,16 +219,6 @@ std::string render_compare_markdown(const CompareData& d) {
 }
 
 namespace {
-void json_references(JsonWriter& w, const std::vector<ReferenceCheck>& checks) {
-  w.begin_array();
-  for (const auto& c : checks) {
-    w.begin_object().field("job", c.job).field("run", c.run).field("figure", c.figure).field("unit", c.unit);
-    w.field("system", c.system).field("matched_by", c.matched_by).field("measured", c.measured);
-    w.field("reference", c.reference.value).field("lower", c.reference.lower).field("upper", c.reference.upper);
-    w.field("where", c.reference.where).field("verdict", c.verdict).field("evidence", c.evidence).end_object();
-  }
-  w.end_array();
-}
 
 void json_run(JsonWriter& w, const RunComparison& r) {
   w.begin_object().field("run", r.run).field("verdict", r.verdict).array("reasons", r.reasons);
@@ -257,7 +242,7 @@ void json_run(JsonWriter& w, const RunComparison& r) {
     w.field("verdict", f.verdict).field("evidence", f.evidence).end_object();
   }
   w.end_array().key("references");
-  json_references(w, r.references);
+  write_reference_checks(w, r.references);
   w.end_object();
 }
 }  // namespace
@@ -269,7 +254,7 @@ std::string render_compare_json(const CompareData& d) {
   w.key("reference").begin_object().field("file", d.reference.path).field("sha256", d.reference.sha256);
   w.field("results_id", attr(d.reference.result.root_attrs, "results_id")).field("job", job_name(d.reference)).end_object();
   w.key("reference_references");
-  json_references(w, d.reference_references);
+  write_reference_checks(w, d.reference_references);
   w.key("skipped").begin_array();
   for (const auto& k : d.skipped) w.begin_object().field("path", k.path).field("reason", k.reason).end_object();
   w.end_array().key("candidates").begin_array();

@@ -317,4 +317,36 @@ std::string table(const std::vector<std::string>& header, const std::vector<std:
   return s + "</tbody></table>";
 }
 
+ReferenceTable reference_table(const std::vector<ReferenceCheck>& checks, const std::vector<std::string>& files) {
+  ReferenceTable t;
+  if (!files.empty()) t.header.push_back("file");
+  for (const char* h : {"run", "figure", "system (matched by)", "verdict", "evidence"}) t.header.push_back(h);
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const ReferenceCheck& c = checks[i];
+    std::vector<std::string> row;
+    if (!files.empty()) row.push_back(i < files.size() ? files[i] : "");
+    for (std::string cell : {c.job + " / " + c.run, c.figure.empty() ? std::string("-") : c.figure,
+                             c.system.empty() ? std::string("-") : fmt::format("{} ({})", c.system, c.matched_by), c.verdict,
+                             c.evidence})
+      row.push_back(std::move(cell));
+    t.rows.push_back(std::move(row));
+    t.classes.push_back(c.verdict == "outside" ? "failed" : "");
+  }
+  return t;
+}
+
+void write_reference_checks(JsonWriter& w, const std::vector<ReferenceCheck>& checks, const std::vector<std::string>& files) {
+  w.begin_array();
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const ReferenceCheck& c = checks[i];
+    w.begin_object();
+    if (i < files.size()) w.field("file", files[i]);
+    w.field("job", c.job).field("run", c.run).field("figure", c.figure).field("unit", c.unit);
+    w.field("system", c.system).field("matched_by", c.matched_by).field("measured", c.measured);
+    w.field("reference", c.reference.value).field("lower", c.reference.lower).field("upper", c.reference.upper);
+    w.field("where", c.reference.where).field("verdict", c.verdict).field("evidence", c.evidence).end_object();
+  }
+  w.end_array();
+}
+
 }  // namespace pipebench::report_detail

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "pipebench/core/json.hpp"
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/report/report.hpp"
 
@@ -89,5 +90,20 @@ std::string md_table(const std::vector<std::string>& header, const std::vector<s
 // An HTML table, every cell escaped; `row_classes` per row, `numeric` per column.
 std::string table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
                   const std::vector<std::string>& row_classes = {}, const std::vector<bool>& numeric = {});
+
+// Checks against references.toml as a table: run, figure, system (how it
+// was matched), verdict, evidence; `files` (per check, may be empty) adds a
+// first column naming the file. `classes`: "failed" for checks outside.
+struct ReferenceTable {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> classes;
+};
+ReferenceTable reference_table(const std::vector<ReferenceCheck>& checks, const std::vector<std::string>& files = {});
+
+// The checks as a JSON array of objects (summary.json, compare.json); with
+// `files`, each names its file.
+void write_reference_checks(JsonWriter& w, const std::vector<ReferenceCheck>& checks,
+                            const std::vector<std::string>& files = {});
 
 }  // namespace pipebench::report_detail

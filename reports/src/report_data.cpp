@@ -30,6 +30,7 @@
 
 namespace pipebench {
 
+using report_detail::attr;
 using report_detail::build_trends;
 using report_detail::counted_steps;
 using report_detail::created_utc;
@@ -305,7 +306,13 @@ bool ReportData::any_failure() const {
   return false;
 }
 
+bool ReportData::any_outside_reference() const {
+  return std::any_of(reference_checks.begin(), reference_checks.end(),
+                     [](const ReferenceCheck& c) { return c.verdict == "outside"; });
+}
+
 bool ReportData::any_regression() const {
+  if (any_outside_reference()) return true;
   return std::any_of(trends.begin(), trends.end(), [](const Trend& t) {
     return t.latest && !t.history_only && (t.verdict == "regression" || t.memory_increased || t.numerics_changed);
   });
@@ -479,6 +486,17 @@ void recompute_speedups(std::vector<RunResult>& runs) {
 
 }  // namespace
 
+std::map<std::string, double> reference_figures_of(const FileView& f, const RunResult& r) {
+  std::map<std::string, double> m;
+  m["step_time_s"] = r.step_time.median;
+  m["throughput_samples_per_s"] = r.throughput_samples_per_s;
+  m["slowest_stage_s"] = r.slowest_stage_median_s;
+  m["bubble_measured"] = r.bubble_measured_median;
+  m["peak_mem_bytes"] = static_cast<double>(r.peak_mem_max_bytes);
+  if (f.job) m["tokens_per_s"] = r.throughput_samples_per_s * f.job->model.seq_len;
+  return m;
+}
+
 FileView read_results_file(const std::string& path) {
   FileView f;
   f.path = path;
@@ -537,6 +555,20 @@ ReportData load_report(const ReportOptions& options) {
     }
   }
   d.trends = build_trends(d.files, history, options);
+  if (!options.references_path.empty()) {
+    const References refs = load_references(options.references_path);
+    for (const auto& f : d.files) {
+      if (f.role != "job") continue;
+      for (const auto& r : f.result.runs) {
+        if (r.status != RunStatus::ok) continue;
+        for (auto& c : check_references(refs, attr(f.result.root_attrs, "system"), f.fingerprint, job_name(f), r.spec.name,
+                                        reference_figures_of(f, r))) {
+          d.reference_checks.push_back(std::move(c));
+          d.reference_check_files.push_back(f.path);
+        }
+      }
+    }
+  }
   return d;
 }
 

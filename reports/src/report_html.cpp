@@ -333,6 +333,11 @@ std::string render_html(const ReportData& d) {
     s += "<h2 id=\"verdicts\">Verdicts</h2><div class=\"verdicts\">" +
          colour_trend_verdicts(table(v.header, v.rows, v.row_classes, {false, false, false, false, false, true, true, true, true, false})) +
          "</div>";
+  if (!d.options.references_path.empty()) {
+    const ReferenceTable t = reference_table(d.reference_checks, d.reference_check_files);
+    s += "<h2 id=\"references\">References (" + html_escape(d.options.references_path) + ")</h2>" +
+         (t.rows.empty() ? std::string("<p>No job file with a completed run to judge.</p>") : table(t.header, t.rows, t.classes));
+  }
   if (!d.missing_jobs.empty()) {
     s += "<div class=\"notice\" id=\"missing\"><b>Missing results</b> (expected jobs without a results file: the job "
          "failed before writing one, was cancelled, or never ran)<ul>";

@@ -25,6 +25,11 @@ std::string render_markdown(const ReportData& d) {
   std::string s = fmt::format("# pipebench report\n\nGenerated {} by pipebench {} from {} results file(s).\n\n", utc_iso8601(),
                               PIPEBENCH_VERSION, d.files.size());
   if (const VerdictTable v = verdict_table(d); !v.rows.empty()) s += "## Verdicts\n\n" + md_table(v.header, v.rows);
+  if (!d.options.references_path.empty()) {
+    const ReferenceTable t = reference_table(d.reference_checks, d.reference_check_files);
+    s += "## References (" + md_text(d.options.references_path) + ")\n\n" +
+         (t.rows.empty() ? std::string("No job file with a completed run to judge.\n") : md_table(t.header, t.rows)) + "\n";
+  }
   if (!d.missing_jobs.empty()) {
     s += "**Missing results** (expected jobs without a results file)\n\n";
     for (const auto& m : d.missing_jobs) s += "- " + md_text(m) + "\n";
@@ -210,6 +215,8 @@ std::string render_summary_json(const ReportData& d) {
   }
   w.end_array();
   w.array("missing_jobs", d.missing_jobs);
+  w.field("references_file", d.options.references_path).key("references");
+  write_reference_checks(w, d.reference_checks, d.reference_check_files);
   w.key("history_only_series").begin_array();
   for (const auto& t : d.trends) {
     if (!t.history_only) continue;

@@ -41,6 +41,8 @@ step_time_s = [0.270, -0.05, 0.05, "s"]
 peak_mem_bytes = [1000, 0, 0]
 [system."*".default.pipe]
 step_time_s = [0.3, -0.5, 0.5]
+[system."*".default.base]
+step_time_s = [0.5, -0.5, 0.5]
 )";
 
 std::string error_of(const std::string& text) {
@@ -140,6 +142,17 @@ TEST_CASE("references: matching a system and the verdicts", "[reproduce]") {
     REQUIRE(none.size() == 1);
     CHECK(none[0].verdict == "no reference");
     CHECK_THAT(none[0].evidence, Catch::Contains("no reference for system cluster"));
+  }
+  SECTION("a matched system without the run falls back to '*', logged") {
+    const auto cs = check_references(r, "laptop", "", "default", "base", fast);
+    REQUIRE(cs.size() == 1);
+    CHECK(cs[0].system == "*");
+    CHECK(cs[0].matched_by == "*");
+    CHECK(cs[0].verdict == "logged");
+  }
+  SECTION("bytes are printed whole") {
+    const auto cs = check_references(r, "laptop", "", "default", "pipe", {{"step_time_s", 0.27}, {"peak_mem_bytes", 109890355}});
+    CHECK_THAT(cs[0].evidence, Catch::Contains("109890355 B outside [1000, 1000] B"));
   }
   SECTION("a figure the run did not measure") {
     const auto cs = check_references(r, "laptop", "", "default", "pipe", {{"step_time_s", 0.27}});

@@ -28,6 +28,11 @@ std::string figure_names() {
   return out;
 }
 
+// Bytes as integers (a byte matters), everything else to 6 digits.
+std::string number_text(double v, const std::string& unit) {
+  return unit == "B" && std::isfinite(v) ? fmt::format("{:.0f}", v) : fmt::format("{:.6g}", v);
+}
+
 [[noreturn]] void fail(const std::string& file, const Value& v, const std::string& key, const std::string& msg) {
   throw ConfigError(fmt::format("{}: {}: {}", where(file, v), key, msg));
 }
@@ -170,6 +175,14 @@ std::vector<ReferenceCheck> check_references(const References& refs, const std::
   const std::map<std::string, ReferenceValue>* figures = nullptr;
   if (sys)
     if (const auto it = sys->runs.find({job, run}); it != sys->runs.end()) figures = &it->second;
+  // A system without an entry for this run falls back to '*' (logged only).
+  if (sys && !figures && sys->name != "*")
+    for (const auto& s : refs.systems)
+      if (const auto it = s.runs.find({job, run}); s.name == "*" && it != s.runs.end()) {
+        sys = &s;
+        base.matched_by = "*";
+        figures = &it->second;
+      }
   if (!figures) {
     base.system = sys ? sys->name : "";
     base.verdict = "no reference";
@@ -188,15 +201,16 @@ std::vector<ReferenceCheck> check_references(const References& refs, const std::
     const auto m = measured.find(figure);
     c.measured = m == measured.end() ? std::numeric_limits<double>::quiet_NaN() : m->second;
     const double lo = ref.value * (1 + ref.lower), hi = ref.value * (1 + ref.upper);
-    const std::string range = fmt::format("[{:.6g}, {:.6g}] {} (reference {:.6g} {:+.3g}%/{:+.3g}%, {})", lo, hi, ref.unit,
-                                          ref.value, 100 * ref.lower, 100 * ref.upper, ref.where);
+    const std::string range = fmt::format("[{}, {}] {} (reference {} {:+.3g}%/{:+.3g}%, {})", number_text(lo, ref.unit),
+                                          number_text(hi, ref.unit), ref.unit, number_text(ref.value, ref.unit),
+                                          100 * ref.lower, 100 * ref.upper, ref.where);
     if (!std::isfinite(c.measured)) {
       c.verdict = "no reference";
       c.evidence = fmt::format("{} was not measured in this run (reference {})", figure, range);
     } else {
       const bool inside = c.measured >= lo && c.measured <= hi;
       c.verdict = sys->name == "*" ? "logged" : inside ? "within" : "outside";
-      c.evidence = fmt::format("{:.6g} {} {} {}", c.measured, ref.unit, inside ? "in" : "outside", range);
+      c.evidence = fmt::format("{} {} {} {}", number_text(c.measured, ref.unit), ref.unit, inside ? "in" : "outside", range);
     }
     out.push_back(std::move(c));
   }

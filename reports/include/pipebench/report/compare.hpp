@@ -112,9 +112,6 @@ struct CompareData {
 // references file that does not parse.
 CompareData load_compare(const CompareOptions& options);
 
-// The figures references.toml can name, of run `r` of file `f` (core/references.hpp).
-std::map<std::string, double> reference_figures_of(const FileView& f, const RunResult& r);
-
 std::string render_compare_html(const CompareData& d);
 std::string render_compare_markdown(const CompareData& d);
 std::string render_compare_json(const CompareData& d);

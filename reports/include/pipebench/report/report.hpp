@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "pipebench/core/job.hpp"
+#include "pipebench/core/references.hpp"
 #include "pipebench/core/posix.hpp"
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/results/records.hpp"
@@ -26,6 +27,7 @@ struct ReportOptions {
   std::vector<std::string> history; // extra files or folders: trend history only
   RegressionRule rule;              // the nightly regression rule and its defaults (results/regression.hpp)
   std::vector<std::string> expected_jobs;  // job names that must have a file among the inputs (nightly)
+  std::string references_path;             // references.toml (core/references.hpp); "" = none
 };
 
 // One row of the seed's comparison table (metric | baseline | pipeline | Δ).
@@ -78,6 +80,9 @@ struct FileView {
   std::string role = "job";     // root attribute role: job | probe-trial | probe; only jobs are trended
   std::vector<RunView> runs;    // in the file's order
 };
+
+// The figures a references.toml can name, of run `r` of file `f`.
+std::map<std::string, double> reference_figures_of(const FileView& f, const RunResult& r);
 
 // "cpu | Intel(R) Xeon(R) Processor | 2 ranks[ | GPU names]": the
 // hardware a trend series and a references.toml system are matched by.
@@ -167,6 +172,11 @@ struct ReportData {
   std::vector<Trend> trends;
   std::vector<SkippedFile> skipped;
   std::vector<std::string> missing_jobs;  // expected but without any readable input file
+  // With --references: every ok run of every job file among the inputs
+  // against its system's expected figures ("outside" counts as a regression).
+  std::vector<ReferenceCheck> reference_checks;
+  std::vector<std::string> reference_check_files;  // the file of each check (its path)
+  bool any_outside_reference() const;
   bool any_regression() const;
   // A run of a job's file failed (any kind, environment included) or was
   // skipped (not measured), or an expected job has no results (probe files
