@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "pipebench/core/config.hpp"
 #include "pipebench/core/error.hpp"
 #include "pipebench/core/workload_identity.hpp"
 #include "pipebench/plan/memory.hpp"
@@ -170,19 +171,39 @@ WorkloadKeys keys_of(const FileView& f, const RunResult& r) {
   return {};
 }
 
-std::vector<SideBySide> workload_rows(const FileView& rf, const RunResult& ref, const FileView& cf, const RunResult& cand) {
-  WorkloadKeys a = keys_of(rf, ref), b = keys_of(cf, cand);
-  // How many steps: outside the fingerprint (not what a step measures) but part of the workload rerun.
-  a["train.warmup"] = std::to_string(ref.warmup), a["train.repeats"] = std::to_string(ref.repeats);
-  b["train.warmup"] = std::to_string(cand.warmup), b["train.repeats"] = std::to_string(cand.repeats);
+// The run's effective TOML keys: the job's tables and this run's table (as run.KEY).
+WorkloadKeys toml_keys_of(const FileView& f, const std::string& run) {
+  WorkloadKeys out;
+  try {
+    for (auto& [k, v] : toml_keys(attr(f.result.root_attrs, "job_toml"), f.path)) {
+      if (!k.starts_with("run.")) out[k] = v;
+      else if (k.starts_with("run." + run + ".")) out["run." + k.substr(5 + run.size())] = v;
+    }
+  } catch (const Error&) {  // an unreadable job_toml: the fingerprint keys still say what differs
+  }
+  out.erase("run.name");
+  return out;
+}
+
+std::vector<SideBySide> differing(const WorkloadKeys& a, const WorkloadKeys& b, std::set<std::string>& named) {
   std::set<std::string> names;
   for (const auto& [k, v] : a) names.insert(k);
   for (const auto& [k, v] : b) names.insert(k);
   std::vector<SideBySide> rows;
   for (const auto& k : names) {
     const std::string x = a.count(k) ? a.at(k) : "(none)", y = b.count(k) ? b.at(k) : "(none)";
-    if (x != y) rows.push_back({k, x, y, true});
+    if (x != y && named.insert(k).second) rows.push_back({k, x, y, true});
   }
+  return rows;
+}
+
+// Key by key, what differs: first the keys of the workload fingerprint (the
+// normalised configuration: defaults filled in), then any other key of the
+// effective TOML (warm-up, repeats, the machine's sim_load, names).
+std::vector<SideBySide> workload_rows(const FileView& rf, const RunResult& ref, const FileView& cf, const RunResult& cand) {
+  std::set<std::string> named;
+  std::vector<SideBySide> rows = differing(keys_of(rf, ref), keys_of(cf, cand), named);
+  for (auto& r : differing(toml_keys_of(rf, ref.spec.name), toml_keys_of(cf, cand.spec.name), named)) rows.push_back(std::move(r));
   return rows;
 }
 
@@ -262,7 +283,7 @@ RunComparison compare_run(const FileView& rf, const RunResult* ref, const FileVi
   if (!c.workload.empty() && worst(verdicts) != kReproduced) {
     std::string keys;
     for (const auto& w : c.workload) keys += (keys.empty() ? "" : ", ") + w.name;
-    c.reasons.push_back("the workloads differ (" + keys + "): a different configuration was measured");
+    c.reasons.push_back("the recorded workloads differ in " + keys + " (the workload table)");
   }
   c.verdict = worst(verdicts);
   return c;

@@ -140,6 +140,18 @@ std::string colour_verdicts(std::string html) {
 std::string html_table(const Table& t) { return colour_verdicts(table(t.header, t.rows, t.classes)); }
 std::string markdown_table(const Table& t) { return md_table(t.header, t.rows); }
 
+// What a candidate says of itself: when it was made, by which command, what
+// it reproduces and with which deviations.
+std::string candidate_meta(const CandidateComparison& c) {
+  const auto& root = c.file.result.root_attrs;
+  std::string s = fmt::format("sha256 {}; created {}; command line: {}", c.file.sha256, attr(root, "created_utc"),
+                              attr(root, "command_line"));
+  if (const std::string id = attr(root, "reproduces_id"); !id.empty())
+    s += fmt::format("; a rerun of results_id {} (sha256 {}), deviations: {}", id, attr(root, "reproduces_sha256"),
+                     c.file.result.deviations.empty() ? "none" : "--set " + join(c.file.result.deviations, " --set "));
+  return s;
+}
+
 std::string headline(const CompareData& d) {
   std::size_t runs = 0, bad = 0;
   for (const auto& c : d.candidates)
@@ -171,9 +183,7 @@ std::string render_compare_html(const CompareData& d) {
   for (std::size_t i = 0; i < d.candidates.size(); ++i) {
     const CandidateComparison& c = d.candidates[i];
     s += fmt::format("<h2 id=\"candidate-{}\">Candidate {}: {}</h2>", i, html_escape(c.file.path), html_escape(c.verdict));
-    s += "<p class=\"meta\">sha256 " + html_escape(c.file.sha256) + "; created " +
-         html_escape(attr(c.file.result.root_attrs, "created_utc")) + "; command line " +
-         html_escape(attr(c.file.result.root_attrs, "command_line")) + "</p>";
+    s += "<p class=\"meta\">" + html_escape(candidate_meta(c)) + "</p>";
     s += "<h3>Environment</h3>" + html_table(environment_table(c));
     for (const auto& r : c.runs) {
       s += fmt::format("<h3>Run {}: <span class=\"verdict-{}\">{}</span></h3>", html_escape(r.run), verdict_class(r.verdict),
@@ -202,7 +212,7 @@ std::string render_compare_markdown(const CompareData& d) {
   if (!d.reference_references.empty())
     s += "### The reference against references.toml\n\n" + markdown_table(references_table(d.reference_references)) + "\n";
   for (const auto& c : d.candidates) {
-    s += fmt::format("## Candidate {}: {}\n\nsha256 {}\n\n", md_text(c.file.path), c.verdict, c.file.sha256);
+    s += fmt::format("## Candidate {}: {}\n\n{}\n\n", md_text(c.file.path), c.verdict, md_text(candidate_meta(c)));
     s += "### Environment\n\n" + markdown_table(environment_table(c)) + "\n";
     for (const auto& r : c.runs) {
       s += fmt::format("### Run {}: {}\n\nreference {}, candidate {}\n\n", md_text(r.run), r.verdict, md_text(r.reference_status),

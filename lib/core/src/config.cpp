@@ -683,6 +683,37 @@ Job load_job(const std::string& path, const std::vector<std::string>& overrides)
   return build_job(parse_toml(*text, path), path, overrides);
 }
 
+namespace {
+void flatten(const Value& v, const std::string& key, std::map<std::string, std::string>& out) {
+  if (v.is_table()) {
+    for (const auto& [k, sub] : v.as_table()) flatten(sub, key.empty() ? k : key + "." + k, out);
+    return;
+  }
+  if (v.is_array() && !v.as_array().empty() && v.as_array().front().is_table()) {
+    std::size_t i = 0;
+    for (const auto& t : v.as_array()) {
+      const auto& tab = t.as_table();
+      const auto name = tab.find("name");
+      const std::string id = name != tab.end() && name->second.is_string() ? std::string(name->second.as_string().str)
+                                                                           : std::to_string(i);
+      flatten(t, key + "." + id, out);
+      ++i;
+    }
+    return;
+  }
+  std::string text;
+  for (const char c : toml::format(v, 0)) text += c == '\n' ? ' ' : c;
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  out[key] = text;
+}
+}  // namespace
+
+std::map<std::string, std::string> toml_keys(const std::string& toml_text, const std::string& source_name) {
+  std::map<std::string, std::string> out;
+  flatten(parse_toml(toml_text, source_name), "", out);
+  return out;
+}
+
 std::string job_toml_without_runs(const Job& job, const std::string& name, const std::string& description) {
   Value root = parse_toml(job.effective_toml, job.source_path);
   root.as_table().erase("run");

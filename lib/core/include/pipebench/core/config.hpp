@@ -11,6 +11,7 @@
 //    a baseline with a different global batch is a warning (Job::warnings).
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,12 @@ bool valid_name(std::string_view name);
 // Same, from TOML text; `source_name` is used in error messages.
 Job parse_job(const std::string& toml_text, const std::string& source_name,
               const std::vector<std::string>& overrides = {});
+
+// Every value of a workload's TOML text as a dotted key: "model.hidden" ->
+// "256", "device.backend" -> "\"cpu\"" (TOML spelling, arrays on one line);
+// a [[run]] table's keys as "run.NAME.key". What `pipebench compare` diffs
+// key by key. ConfigError when the text does not parse.
+std::map<std::string, std::string> toml_keys(const std::string& toml_text, const std::string& source_name);
 
 // The job's effective TOML (after --set) without its [[run]] tables, and
 // with [job] holding only `name` and `description` as given: the start of a
