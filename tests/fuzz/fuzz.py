@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fuzzing `pipebench plan` and `pipebench report` with mutated inputs (issue 13).
+"""Fuzzing `pipebench plan`, `report` and `compare` with mutated inputs (issues 13, 34).
 
 From a fixed seed, makes three kinds of cases:
   toml  mutated workloads (jobs/*.toml and tests/data/*/*.toml): values replaced by
@@ -11,11 +11,12 @@ From a fixed seed, makes three kinds of cases:
         by arrays / wrong types / hostile strings / extreme numbers, datasets emptied,
         reshaped, retyped or declared huge, objects deleted, run groups renamed, the
         stored job_toml replaced by a mutated workload;
-and runs `pipebench plan` (toml, set) or `pipebench report` (h5) on each with a
+and runs `pipebench plan` (toml, set) or `pipebench report` / `pipebench compare` (h5: every
+third file as compare's reference, every third as its candidate beside an intact file) on each with a
 timeout. Every case ends in exactly one outcome:
-  accepted  exit 0 (report: summary.json is valid JSON)
+  accepted  exit 0 (report: summary.json, compare: compare.json is valid JSON)
   error     a clear refusal: plan exits 2, 3 or 4 with a "pipebench:" message; report
-            exits 1 saying the file was skipped (also when, under ASan, the sanitizer
+            exits 1 saying the file was skipped, compare that it cannot read the reference (also when, under ASan, the sanitizer
             stopped the report's child process inside libhdf5 itself: counted apart)
   crash     killed by a signal, exit >= 128, or a sanitizer report on stderr
   hang      still running at the timeout
@@ -257,7 +258,15 @@ def h5_cases(goods, n, rng, out):
                 mutate_h5(path, rng)
             except (OSError, ValueError, TypeError, KeyError) as e:  # h5py refused this mutation: keep the copy
                 print(f"note: h5_{k}: mutation not applied ({e.__class__.__name__})", file=sys.stderr)
-        cases.append(("h5", f"h5_{k}", ["report", path, "-o", os.path.join(out, f"report_{k}")], [path]))
+        # Every third file goes to `compare` instead, as the reference or as the candidate of an intact file.
+        where = os.path.join(out, f"report_{k}")
+        if k % 3 == 1:
+            args = ["compare", path, good, "-o", where]
+        elif k % 3 == 2:
+            args = ["compare", good, path, "-o", where]
+        else:
+            args = ["report", path, "-o", where]
+        cases.append(("h5", f"h5_{k}", args, [path]))
     return cases
 
 
@@ -301,16 +310,18 @@ def judge_exit(kind, rc, stdout, stderr, report_dir):
         return "crash", f"exit {rc}"
     if RAW_CONTROL.search(stdout) or RAW_CONTROL.search(strip_sanitizer(stderr)):
         return "unclear", "raw control character in the output"
+    written = "compare.json" if os.path.exists(os.path.join(report_dir or "", "compare.json")) else "summary.json"
     if rc == 0:
         if kind == "h5":
             try:
-                json.load(open(os.path.join(report_dir, "summary.json"), encoding="utf-8"))
+                json.load(open(os.path.join(report_dir, written), encoding="utf-8"))
             except (OSError, ValueError) as e:
-                return "unclear", f"summary.json: {e}"
+                return "unclear", f"{written}: {e}"
         return "accepted", ""
     if kind == "h5":
         low = (text + stdout.decode("utf-8", "replace")).lower()
-        ok = rc == 1 and ("skipped" in low or "no readable" in low)
+        # report: every input skipped; compare: the reference unreadable.
+        ok = rc == 1 and ("skipped" in low or "no readable" in low or "cannot read the reference" in low)
         return ("error", "") if ok else ("unclear", f"exit {rc}")
     if rc in (2, 3, 4) and "pipebench" in text and text.strip():
         return "error", ""
@@ -325,7 +336,7 @@ def strip_sanitizer(stderr):
 
 def run_case(pipebench, case, timeout, env):
     kind, name, args, _ = case
-    report_dir = args[-1] if kind == "h5" else None
+    report_dir = args[args.index("-o") + 1] if kind == "h5" else None
     start = time.monotonic()
     try:
         p = subprocess.run([pipebench] + args, capture_output=True, timeout=timeout, env=env)
