@@ -37,7 +37,7 @@ assert len(commands) >= 20, f"only {len(commands)} commands found in {readme}"
 shutil.rmtree(scratch, ignore_errors=True)
 os.makedirs(scratch)
 os.symlink(build, os.path.join(scratch, "build"))
-for d in ("jobs", "tools", "bench", "slurm", "scripts"):
+for d in ("jobs", "tools", "bench", "slurm", "scripts", "docs"):
     os.symlink(os.path.join(source, d), os.path.join(scratch, d))
 env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 failed, ran = [], 0

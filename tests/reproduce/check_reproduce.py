@@ -285,6 +285,13 @@ def scenario_refusals():
           "references: outside makes the run not reproduced; logged does not")
     p = sh(["report", same, "-o", os.path.join(OUT, "r4"), "--references", good, "--fail-on-regression"], expect=6)
     check("peak_mem_bytes outside its reference on system lab" in p.stderr, "report --references: outside fails a nightly")
+    by_env = rerun(ref, "by-env", env=dict(ENV, PIPEBENCH_SYSTEM="lab"))
+    with h5py.File(by_env) as f:
+        system = f.attrs["system"]
+        check((system.decode() if isinstance(system, bytes) else system) == "lab", "$PIPEBENCH_SYSTEM is recorded as system")
+    doc, _ = compare(ref, by_env, args=["--references", good])
+    named_checks = [c for c in run_of(doc, 0, "pipe")["references"] if c["figure"] == "step_time_s"]
+    check(named_checks and named_checks[0]["matched_by"] == "name", "a system named at run time is matched by its name")
     named = rerun(ref, "named", args=["--system", "cluster"])
     p = sh(["report", named, "-o", os.path.join(OUT, "r5"), "--references", good, "--fail-on-regression"], expect=0)
     summary = json.load(open(os.path.join(OUT, "r5", "summary.json")))
