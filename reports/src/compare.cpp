@@ -269,11 +269,16 @@ RunComparison compare_run(const FileView& rf, const RunResult* ref, const FileVi
       verdicts.push_back(n.verdict);
       if (n.verdict == kNotReproduced) c.reasons.push_back(n.what + ": " + n.evidence);
     }
+    bool straddles = false;
     for (const auto& f : c.performance) {
       verdicts.push_back(f.verdict);
-      if (f.verdict == kNotReproduced || f.verdict == kInconclusive)
-        c.reasons.push_back(fmt::format("{}: {} — {}", f.figure, f.verdict, f.evidence));
+      if (f.verdict != kNotReproduced && f.verdict != kInconclusive) continue;
+      straddles = straddles || f.verdict == kInconclusive;
+      c.reasons.push_back(fmt::format("{} x{:.4g} (95% interval {:.4g} to {:.4g}) {} ±{}", f.figure, f.ratio.estimate,
+                                      f.ratio.low, f.ratio.high, f.verdict == kNotReproduced ? "outside" : "straddles",
+                                      percent(o.tolerance)));
     }
+    if (straddles) c.reasons.push_back("more counted steps (--set train.repeats=N) or a quieter machine decide what straddles");
   }
   for (const auto& r : c.references)
     if (r.verdict == "outside") {
