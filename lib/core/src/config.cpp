@@ -292,12 +292,44 @@ void check_free_text(TableReader& r, std::string_view key, const std::string& te
   }
 }
 
+// The llama block's keys (docs/workload-format.md): grouped-query attention,
+// rotary positions, RMSNorm, the SwiGLU width rule; refused for other kinds.
+void read_llama_keys(TableReader& r, ModelSpec& m) {
+  const bool llama = m.kind == ModelKind::llama;
+  for (const char* key : {"kv_heads", "rope_theta", "norm_eps", "multiple_of", "ffn_dim_multiplier"})
+    if (!llama && r.find(key))
+      r.fail_at(*r.find(key), key, fmt::format("a key of the llama block (kind = \"llama\"), not of kind = \"{}\"", to_string(m.kind)));
+  if (const Value* t = r.find("tie_embeddings")) {
+    if (!t->is_boolean()) r.fail_at(*t, "tie_embeddings", fmt::format("expected a boolean, got {}", type_name(*t)));
+    if (t->as_boolean())
+      r.fail_at(*t, "tie_embeddings", "tied input and output embeddings are not modelled: the embedding (first stage) and the "
+                                      "LM head (last stage) are separate tables, as Megatron-LM's "
+                                      "--untie-embeddings-and-output-weights; set false or remove the key");
+  }
+  if (!llama) return;
+  m.kv_heads = r.int_in_range("kv_heads", 1, m.heads, m.heads);
+  if (m.heads % m.kv_heads != 0)
+    r.fail_at(*r.find("kv_heads"), "kv_heads", fmt::format("heads ({}) must be divisible by kv_heads ({})", m.heads, m.kv_heads));
+  m.rope_theta = r.number("rope_theta", m.rope_theta, 0.0, false);
+  if (m.rope_theta > 1e12) r.fail_at(*r.find("rope_theta"), "rope_theta", "expected at most 1e12");
+  m.norm_eps = r.number("norm_eps", m.norm_eps, 0.0, false);
+  if (m.norm_eps >= 1) r.fail_at(*r.find("norm_eps"), "norm_eps", "expected a number below 1");
+  const int multiple_of = r.int_in_range("multiple_of", 1, 1 << 16, 256);
+  const double multiplier = r.number("ffn_dim_multiplier", 1.0, 0.0, false);
+  if (multiplier > 16) r.fail_at(*r.find("ffn_dim_multiplier"), "ffn_dim_multiplier", "expected at most 16");
+  const std::int64_t f = llama_ffn_hidden(m.hidden, multiplier, multiple_of);
+  if (!r.find("ffn_hidden") && (f < 1 || f > kMaxFfnHidden))
+    r.fail_at(*r.find("hidden"), "hidden", fmt::format("the SwiGLU width by Llama's rule, {}, is outside [1, {}]: set ffn_hidden", f, kMaxFfnHidden));
+  m.ffn_hidden = r.int_in_range("ffn_hidden", 1, kMaxFfnHidden, static_cast<int>(f));
+}
+
 ModelSpec read_model(TableReader& r, std::vector<std::string>& warnings) {
   ModelSpec m;
-  m.kind = r.choice<ModelKind>("kind", ModelKind::gpt, {{"gpt", ModelKind::gpt}, {"mlp", ModelKind::mlp}});
+  m.kind = r.choice<ModelKind>("kind", ModelKind::gpt,
+                               {{"gpt", ModelKind::gpt}, {"mlp", ModelKind::mlp}, {"llama", ModelKind::llama}});
   m.hidden = r.int_in_range("hidden", 1, kMaxHidden, std::nullopt);
   m.layers = r.int_in_range("layers", 1, kMaxLayers, std::nullopt);
-  if (m.kind == ModelKind::gpt) {
+  if (m.kind != ModelKind::mlp) {
     m.heads = r.int_in_range("heads", 1, kMaxHidden, std::nullopt);
     if (m.hidden % m.heads != 0)
       r.fail_at(*r.find("heads"), "heads",
@@ -306,8 +338,10 @@ ModelSpec read_model(TableReader& r, std::vector<std::string>& warnings) {
     m.heads = 1;
     if (r.find("heads")) warnings.push_back(fmt::format("{}: ignored for kind = \"mlp\"", r.dotted("heads")));
   }
+  m.kv_heads = m.heads;
   static_assert(std::int64_t{4} * kMaxHidden <= kMaxFfnHidden, "the default ffn_hidden stays in range");
-  m.ffn_hidden = r.int_in_range("ffn_hidden", 1, kMaxFfnHidden, 4 * m.hidden);
+  read_llama_keys(r, m);
+  if (m.kind != ModelKind::llama) m.ffn_hidden = r.int_in_range("ffn_hidden", 1, kMaxFfnHidden, 4 * m.hidden);
   m.seq_len = r.int_in_range("seq_len", 1, kMaxSeqLen, std::nullopt);
   m.vocab = r.int_in_range("vocab", 2, kMaxVocab, std::nullopt);
   m.dtype = r.choice<DType>("dtype", DType::fp32,
@@ -627,6 +661,10 @@ Job build_job(Value root, const std::string& file, const std::vector<std::string
     TableReader r(sub("device", false), "device", file, &job.locations);
     job.device = read_device(r);
   }
+  if (job.model.kind == ModelKind::llama && job.device.backend != BackendKind::sim)
+    throw ConfigError(fmt::format("{}: model.kind: \"llama\" runs on the sim backend (plan, tune, probe, the virtual clock) "
+                                  "so far: its cpu and cuda kernels are not built yet; use device.backend = \"sim\" "
+                                  "(--backend sim)", job.locations.count("model.kind") ? job.locations.at("model.kind") : file));
   if (job.device.backend == BackendKind::cpu && job.model.dtype != DType::fp32)
     job.warnings.push_back(fmt::format("model.dtype = \"{}\": the cpu backend computes in fp32; memory and losses are fp32",
                                        to_string(job.model.dtype)));

@@ -2,7 +2,15 @@
 
 namespace pipebench {
 
-std::string_view to_string(ModelKind v) { return v == ModelKind::gpt ? "gpt" : "mlp"; }
+std::string_view to_string(ModelKind v) {
+  return v == ModelKind::gpt ? "gpt" : v == ModelKind::llama ? "llama" : "mlp";
+}
+
+std::int64_t llama_ffn_hidden(std::int64_t hidden, double ffn_dim_multiplier, std::int64_t multiple_of) {
+  std::int64_t f = 2 * (4 * hidden) / 3;
+  if (ffn_dim_multiplier != 1.0) f = static_cast<std::int64_t>(ffn_dim_multiplier * static_cast<double>(f));
+  return multiple_of * ((f + multiple_of - 1) / multiple_of);
+}
 
 std::string_view to_string(DType v) {
   switch (v) {

@@ -37,6 +37,12 @@ WorkloadKeys workload_keys(const Job& job, const RunSpec& run) {
   k["model.vocab"] = number(m.vocab);
   k["model.dtype"] = to_string(m.dtype);
   k["model.seed"] = fmt::format("{}", m.seed);
+  if (m.kind == ModelKind::llama) {  // only llama's, so gpt and mlp series keep their fingerprints
+    k["model.kv_heads"] = number(m.kv_heads);
+    k["model.rope_theta"] = number(m.rope_theta);
+    k["model.norm_eps"] = number(m.norm_eps);
+    k["model.tie_embeddings"] = m.tie_embeddings ? "true" : "false";
+  }
   k["train.optimizer"] = to_string(t.optimizer);
   k["train.learning_rate"] = number(t.learning_rate);
   k["train.grad_clip"] = number(t.grad_clip);

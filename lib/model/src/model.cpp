@@ -8,6 +8,31 @@ namespace {
 using I = CheckedInt;
 constexpr std::int64_t kTokenIdBytes = 4;  // int32 token ids / targets
 constexpr std::int64_t kLnStatsBytes = 8;  // one LayerNorm's fp32 mean and 1/std, per token
+constexpr std::int64_t kRmsStatsBytes = 4; // one RMSNorm's fp32 1/rms, per token
+
+// The llama block (docs/model.md, "llama"): RMSNorm, q [h,h], k and v
+// [h, kv] with kv = kv_heads·h/heads, o [h,h], RMSNorm, W1 and W3 [h,f], W2 [f,h]; no biases.
+Cost llama_block(const ModelSpec& m, int b, std::int64_t e) {
+  const I h = m.hidden, f = m.ffn_hidden, s = m.seq_len, a = m.heads;
+  const I kv = I(m.kv_heads) * (m.hidden / m.heads);
+  const I tokens = I(b) * s;
+  const double t = static_cast<double>(tokens.value()), hd = m.hidden, fd = m.ffn_hidden, sd = m.seq_len;
+  const double kvd = static_cast<double>(kv.value());
+  Cost c;
+  c.params = (I(2) * h + I(2) * h * h + I(2) * h * kv + I(3) * h * f).value();
+  // q, k, v, o, W1, W3, W2 GEMMs + QK^T and softmax(QK^T)V over all s x s
+  // pairs (every query head against its group's K/V: the FLOPs of full MHA).
+  c.forward_flops = 2.0 * t * (2.0 * hd * hd + 2.0 * hd * kvd + 3.0 * hd * fd) + 4.0 * static_cast<double>(b) * sd * sd * hd;
+  // Per token: x, norm1 out, q and k after RoPE, v (h + 2kv), attention out,
+  // x + attn, norm2 out (6h + 2kv), W1 out, W3 out, silu(W1 x)·W3 x (3f);
+  // the attention probabilities [b, heads, s, s]; 1/rms of both norms in fp32.
+  c.activation_bytes = (I(e) * (tokens * (I(6) * h + I(2) * kv + I(3) * f) + I(b) * a * s * s) +
+                        tokens * kRmsStatsBytes * 2).value();
+  // Split backward: the gradients at the outputs of W2 (h), W1 and W3 (2f),
+  // norm2 (h), o (h), q, k, v (h + 2kv) and norm1 (h).
+  c.split_stash_bytes = (I(e) * tokens * (I(5) * h + I(2) * kv + I(2) * f)).value();
+  return c;
+}
 }
 
 StateBytes state_bytes_per_param(OptimizerKind opt, DType dtype) {
@@ -23,11 +48,12 @@ ModelDesc::ModelDesc(const ModelSpec& spec, DType dtype) : spec_(spec), dtype_(d
 
 // Token embedding [vocab, h] + position embedding [seq_len, h]. A gather
 // forward (no matmul FLOPs); keeps the token ids for the scatter-add backward.
+// llama: the token embedding only (rotary positions have no parameters).
 Cost ModelDesc::embedding(int b) const {
   const I h = spec_.hidden, s = spec_.seq_len, v = spec_.vocab;
   const I tokens = I(b) * s;
   Cost c;
-  c.params = (v * h + s * h).value();
+  c.params = spec_.kind == ModelKind::llama ? (v * h).value() : (v * h + s * h).value();
   c.activation_bytes = (tokens * kTokenIdBytes).value();
   // Its whole backward is W (a scatter-add): the gradient arriving at its output.
   c.split_stash_bytes = (I(dtype_bytes(dtype_)) * tokens * h).value();
@@ -42,7 +68,9 @@ Cost ModelDesc::block(int b) const {
   const double hd = static_cast<double>(spec_.hidden), fd = static_cast<double>(spec_.ffn_hidden);
   const double sd = static_cast<double>(spec_.seq_len);
   Cost c;
-  if (spec_.kind == ModelKind::gpt) {
+  if (spec_.kind == ModelKind::llama) {
+    c = llama_block(spec_, b, e.value());
+  } else if (spec_.kind == ModelKind::gpt) {
     // ln1 [2h] + qkv [h,3h]+[3h] + proj [h,h]+[h] + ln2 [2h] + fc1 [h,f]+[f] + fc2 [f,h]+[h]
     c.params = (I(4) * h * h + I(2) * h * f + I(9) * h + f).value();
     // qkv, proj, fc1, fc2 GEMMs + QK^T and softmax(QK^T)V over all s x s pairs
@@ -67,18 +95,22 @@ Cost ModelDesc::block(int b) const {
   return c;
 }
 
-// Final LayerNorm [2h] + LM head [h, vocab] (no bias) + softmax cross-entropy.
+// Final LayerNorm [2h] (llama: RMSNorm [h]) + LM head [h, vocab] (no bias)
+// + softmax cross-entropy.
 Cost ModelDesc::head(int b) const {
   const I h = spec_.hidden, s = spec_.seq_len, v = spec_.vocab;
   const I tokens = I(b) * s;
   const I e = dtype_bytes(dtype_);
+  const bool llama = spec_.kind == ModelKind::llama;
   Cost c;
-  c.params = (I(2) * h + h * v).value();
+  c.params = ((llama ? h : I(2) * h) + h * v).value();
   c.forward_flops = 2.0 * static_cast<double>(tokens.value()) * static_cast<double>(spec_.hidden) *
                     static_cast<double>(spec_.vocab);
   c.backward_flops = 2.0 * c.forward_flops;
-  // Per token: LN input, LN out, softmax probabilities; fp32 mean/rstd; int32 targets.
-  c.activation_bytes = (e * tokens * (I(2) * h + v) + tokens * (kLnStatsBytes + kTokenIdBytes)).value();
+  // Per token: the norm's input and output, softmax probabilities; the
+  // norm's fp32 statistics (LayerNorm: mean and 1/std; RMSNorm: 1/rms); int32 targets.
+  c.activation_bytes =
+      (e * tokens * (I(2) * h + v) + tokens * ((llama ? kRmsStatsBytes : kLnStatsBytes) + kTokenIdBytes)).value();
   // Split backward: the gradient at the LayerNorm's output (the LM head's
   // output gradient overwrites the probabilities in place and stays there).
   c.split_stash_bytes = (e * tokens * h).value();

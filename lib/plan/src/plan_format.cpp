@@ -185,8 +185,11 @@ std::string format_plan_text(const JobPlan& plan) {
   std::string out;
   out += fmt::format("pipebench plan: job \"{}\" ({})\n", job.name, job.source_path);
   if (!job.description.empty()) out += fmt::format("  {}\n", job.description);
-  out += fmt::format("  model: {} hidden={} layers={} heads={} ffn_hidden={} seq_len={} vocab={} dtype={}; {} parameters\n",
-                     to_string(ms.kind), ms.hidden, ms.layers, ms.heads, ms.ffn_hidden, ms.seq_len, ms.vocab,
+  const std::string llama = ms.kind == ModelKind::llama ? fmt::format(" kv_heads={} rope_theta={:g} norm_eps={:g}", ms.kv_heads,
+                                                                      ms.rope_theta, ms.norm_eps)
+                                                        : "";
+  out += fmt::format("  model: {} hidden={} layers={} heads={}{} ffn_hidden={} seq_len={} vocab={} dtype={}; {} parameters\n",
+                     to_string(ms.kind), ms.hidden, ms.layers, ms.heads, llama, ms.ffn_hidden, ms.seq_len, ms.vocab,
                      to_string(ms.dtype), group_digits(ModelDesc(ms, ms.dtype).total_params()));
   out += fmt::format("  device: backend={} memory_capacity={} sim_flops_per_s={:.3g} link={} us + {} Gbit/s; optimizer={}\n",
                      to_string(job.device.backend), format_bytes(static_cast<double>(job.device.memory_capacity_bytes)),
@@ -244,6 +247,8 @@ void emit_plan_json(const JobPlan& plan, JsonWriter& w) {
   w.field("kind", to_string(job.model.kind)).field("hidden", job.model.hidden).field("layers", job.model.layers);
   w.field("heads", job.model.heads).field("ffn_hidden", job.model.ffn_hidden).field("seq_len", job.model.seq_len);
   w.field("vocab", job.model.vocab).field("dtype", to_string(job.model.dtype));
+  if (job.model.kind == ModelKind::llama)
+    w.field("kv_heads", job.model.kv_heads).field("rope_theta", job.model.rope_theta).field("norm_eps", job.model.norm_eps);
   w.field("total_params", ModelDesc(job.model, job.model.dtype).total_params());
   w.end_object();
   w.key("runs").begin_array();

@@ -13,7 +13,7 @@
 
 namespace pipebench {
 
-enum class ModelKind { gpt, mlp };
+enum class ModelKind { gpt, mlp, llama };
 enum class DType { fp32, bf16, fp16 };
 enum class OptimizerKind { sgd, adamw };
 enum class BackendKind { cpu, sim, cuda };
@@ -42,6 +42,11 @@ std::string_view to_string(Recompute v);
 std::string_view to_string(Remainder v);
 std::string_view to_string(BalanceBy v);
 
+// Llama's SwiGLU width (Meta's reference model.py): 2/3 of 4·hidden, scaled
+// by ffn_dim_multiplier (1: none), rounded up to a multiple of multiple_of.
+// Llama-2-7B (4096, 1, 256): 11008; Llama-3-8B (4096, 1.3, 1024): 14336.
+std::int64_t llama_ffn_hidden(std::int64_t hidden, double ffn_dim_multiplier, std::int64_t multiple_of);
+
 // Bytes per element of a storage dtype.
 int dtype_bytes(DType d);
 
@@ -49,8 +54,14 @@ struct ModelSpec {
   ModelKind kind = ModelKind::gpt;
   int hidden = 256;
   int layers = 8;          // transformer / MLP blocks, numbered 0..layers-1 internally
-  int heads = 4;           // gpt only; hidden % heads == 0
-  int ffn_hidden = 1024;   // default 4*hidden
+  int heads = 4;           // gpt and llama; hidden % heads == 0
+  int ffn_hidden = 1024;   // gpt, mlp: default 4*hidden; llama: llama_ffn_hidden()
+  // llama only (docs/workload-format.md): grouped-query attention's shared
+  // K/V heads (heads % kv_heads == 0), the rotary base, RMSNorm's epsilon.
+  int kv_heads = 4;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  bool tie_embeddings = false;  // input and output embeddings share one table (not modelled: always false)
   int seq_len = 128;
   int vocab = 4096;
   DType dtype = DType::fp32;

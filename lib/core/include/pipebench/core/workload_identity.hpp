@@ -7,7 +7,8 @@
 // validated Job (defaults filled in, --set applied), not the TOML text, so a
 // default written out or left implicit gives the same fingerprint.
 //
-// Included: every [model] key; [train] optimizer, learning_rate, grad_clip;
+// Included: every [model] key (llama's kv_heads, rope_theta, norm_eps and
+// tie_embeddings only for kind = "llama"; its ffn_hidden as computed); [train] optimizer, learning_rate, grad_clip;
 // every [device] key (transport resolved); the run's pipeline_size,
 // micro_batch_size, num_microbatches, mode, schedule (inference runs: none),
 // virtual_stages_per_rank (when not 1), recompute (when not none), a hash of
