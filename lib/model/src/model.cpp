@@ -140,9 +140,18 @@ std::int64_t ModelDesc::total_params() const {
 }
 
 std::int64_t ModelDesc::cpu_workspace_bytes(int b, bool train) const {
-  if (!train) return 0;
   const I h = spec_.hidden, f = spec_.ffn_hidden, s = spec_.seq_len;
   const I tokens = I(b) * s;
+  if (spec_.kind == ModelKind::llama) {
+    // The rotary table (fp32 cos and sin, s x d/2 each; also in inference),
+    // and in training du [T,f], dW1|dW3 [T,2f], dnorm [T,h], dx2 [T,h],
+    // dattn [T,h], dqkv [T,h+2kv], two ping-pong gradients [T,h], one s x s scratch.
+    const I rope = I(4) * s * (spec_.hidden / spec_.heads);
+    if (!train) return rope.value();
+    const I kv = I(spec_.kv_heads) * (spec_.hidden / spec_.heads);
+    return (rope + I(dtype_bytes(dtype_)) * (tokens * (I(3) * f + I(6) * h + I(2) * kv) + s * s)).value();
+  }
+  if (!train) return 0;
   return (I(dtype_bytes(dtype_)) * (tokens * (f + I(7) * h) + s * s)).value();
 }
 

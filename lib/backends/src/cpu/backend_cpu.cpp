@@ -59,11 +59,17 @@ void CpuBackend::build(const StageSpec& spec) {
     for (const Piece& p : c.pieces)
       for (std::size_t t = 0; t < p.tensors.size(); ++t) initial_values(ms, p, t, c.params.data() + p.tensors[t].offset);
   }
+  std::int64_t rope_floats = 0;
+  if (ms.kind == ModelKind::llama) {
+    rope_floats = static_cast<std::int64_t>(ms.seq_len) * (ms.hidden / ms.heads);
+    rope_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(rope_floats), "rotary table");
+    cpu::rope_table(rope_.data(), ms.seq_len, ms.hidden / ms.heads, ms.rope_theta);
+  }
   if (train) {
     // Backward temporaries, shared by the chunks: dgelu [T,f], dh [T,h],
     // dx2 [T,h], dqkv [T,3h], two ping-pong gradients [T,h] and one s x s
-    // attention scratch.
-    const std::int64_t ws = model.cpu_workspace_bytes(b, true) / static_cast<std::int64_t>(sizeof(float));
+    // attention scratch (llama: ModelDesc::cpu_workspace_bytes).
+    const std::int64_t ws = model.cpu_workspace_bytes(b, true) / static_cast<std::int64_t>(sizeof(float)) - rope_floats;
     workspace_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(ws), "backward workspace");
   }
   loss_.assign(m, 0.0);
@@ -104,7 +110,7 @@ void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const flo
       std::vector<std::int32_t> tok, tgt;
       synthetic_batch(ms, step_, mb, B, tok, tgt);
       std::copy(tok.begin(), tok.end(), tokens);
-      cpu::embedding_forward(tokens, w(0), w(1), out, B, s, h);
+      cpu::embedding_forward(tokens, w(0), p.tensors.size() > 1 ? w(1) : nullptr, out, B, s, h);
       break;
     }
     case PieceKind::gpt: {
@@ -122,6 +128,7 @@ void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const flo
       cpu::linear_forward(act(mb, p, a.gelu), w(10), w(11), out, T, f, h, true);
       break;
     }
+    case PieceKind::llama: forward_llama(c, p, mb, out); break;
     case PieceKind::mlp: {
       float* x = act(mb, p, 0);
       float* pre = x + static_cast<std::int64_t>(T) * h;
@@ -132,11 +139,13 @@ void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const flo
       break;
     }
     case PieceKind::head: {
-      const HeadActs a(T, h, V);
+      const bool rms = ms.kind == ModelKind::llama;  // RMSNorm [h], then the LM head
+      const HeadActs a(T, h, V, 4, rms);
       float* x = act(mb, p, a.x);
-      cpu::layernorm_forward(x, w(0), w(1), act(mb, p, a.ln), act(mb, p, a.mean), act(mb, p, a.rstd), T, h);
+      if (rms) cpu::rmsnorm_forward(x, w(0), act(mb, p, a.ln), act(mb, p, a.rstd), T, h, static_cast<float>(ms.norm_eps));
+      else cpu::layernorm_forward(x, w(0), w(1), act(mb, p, a.ln), act(mb, p, a.mean), act(mb, p, a.rstd), T, h);
       float* probs = act(mb, p, a.probs);
-      cpu::linear_forward(act(mb, p, a.ln), w(2), nullptr, probs, T, h, V);
+      cpu::linear_forward(act(mb, p, a.ln), w(rms ? 1 : 2), nullptr, probs, T, h, V);
       auto* targets = reinterpret_cast<std::int32_t*>(act(mb, p, a.targets));
       std::vector<std::int32_t> tok, tgt;
       synthetic_batch(ms, step_, mb, B, tok, tgt);
@@ -196,7 +205,8 @@ void CpuBackend::forward(int /*step*/, int mb, int chunk) {
   }
   if (spec_.mode == RunMode::inference) {
     if (keep_probs_ && c.pieces.back().kind == PieceKind::head) {
-      const float* p = act(c, mb, c.pieces.back(), HeadActs(tokens_, job_.model.hidden, job_.model.vocab).probs);
+      const float* p = act(c, mb, c.pieces.back(),
+                           HeadActs(tokens_, job_.model.hidden, job_.model.vocab, 4, job_.model.kind == ModelKind::llama).probs);
       kept_probs_.resize(static_cast<std::size_t>(spec_.num_microbatches));
       kept_probs_[static_cast<std::size_t>(mb)].assign(p, p + tokens_ * job_.model.vocab);
     }
@@ -232,12 +242,12 @@ const float* CpuBackend::probs(int mb) const {
   if (spec_.mode == RunMode::inference)
     return static_cast<std::size_t>(mb) < kept_probs_.size() ? kept_probs_[static_cast<std::size_t>(mb)].data() : nullptr;
   if (!c.slabs[static_cast<std::size_t>(mb)]) return nullptr;
-  return act(c, mb, p, HeadActs(tokens_, job_.model.hidden, job_.model.vocab).probs);
+  return act(c, mb, p, HeadActs(tokens_, job_.model.hidden, job_.model.vocab, 4, job_.model.kind == ModelKind::llama).probs);
 }
 
 // Stash of piece p (split backward), in floats: split_stash_elements().
 std::int64_t CpuBackend::stash_floats(const Piece& p) const {
-  return split_stash_elements(p.kind, tokens_, job_.model.hidden, job_.model.ffn_hidden);
+  return split_stash_elements(p.kind, tokens_, job_.model.hidden, job_.model.ffn_hidden, kv_width());
 }
 
 // The backward of one piece. Pass::full: input and weight gradients now.
@@ -251,10 +261,13 @@ void CpuBackend::backward_piece(Chunk& c, const Piece& p, int mb, const float* d
       const auto* tokens = reinterpret_cast<const std::int32_t*>(act(c, mb, p, 0));
       const int B = spec_.micro_batch_size, s = job_.model.seq_len, h = job_.model.hidden;
       if (pass == Pass::input) std::memcpy(st, dy, sizeof(float) * static_cast<std::size_t>(tokens_ * h));
-      else cpu::embedding_backward(tokens, pass == Pass::weight ? st : dy, grad(c, p, 0), grad(c, p, 1), B, s, h);
+      else
+        cpu::embedding_backward(tokens, pass == Pass::weight ? st : dy, grad(c, p, 0),
+                                p.tensors.size() > 1 ? grad(c, p, 1) : nullptr, B, s, h);
       break;
     }
     case PieceKind::gpt: backward_gpt(c, p, mb, dy, dx, pass, st); break;
+    case PieceKind::llama: backward_llama(c, p, mb, dy, dx, pass, st); break;
     case PieceKind::mlp: backward_mlp(c, p, mb, dy, dx, pass, st); break;
     case PieceKind::head: backward_head(c, p, mb, dx, pass, st); break;
   }
@@ -336,24 +349,30 @@ void CpuBackend::backward_mlp(Chunk& c, const Piece& p, int mb, const float* dy,
 
 void CpuBackend::backward_head(Chunk& c, const Piece& p, int mb, float* dx, Pass pass, float* st) {
   const int T = static_cast<int>(tokens_), h = job_.model.hidden, V = job_.model.vocab;
-  const HeadActs a(T, h, V);
+  const bool rms = job_.model.kind == ModelKind::llama;  // RMSNorm [h] and the LM head at tensor 1
+  const HeadActs a(T, h, V, 4, rms);
+  const std::size_t lm = rms ? 1 : 2;
   auto A = [&](std::int64_t off) { return act(c, mb, p, off); };
+  auto norm_weight = [&](const float* d_ln) {
+    if (rms) cpu::rmsnorm_backward_weight(d_ln, A(a.x), A(a.rstd), grad(c, p, 0), T, h);
+    else cpu::layernorm_backward_weight(d_ln, A(a.x), A(a.mean), A(a.rstd), grad(c, p, 0), grad(c, p, 1), T, h);
+  };
   float* probs = A(a.probs);  // becomes d(logits) in place, kept in the slab until W
   float* d_ln = pass == Pass::full ? workspace_.data() + static_cast<std::int64_t>(T) * job_.model.ffn_hidden : st;
   if (pass == Pass::weight) {
-    cpu::linear_backward_weight(A(a.ln), probs, grad(c, p, 2), nullptr, T, h, V);
-    cpu::layernorm_backward_weight(d_ln, A(a.x), A(a.mean), A(a.rstd), grad(c, p, 0), grad(c, p, 1), T, h);
+    cpu::linear_backward_weight(A(a.ln), probs, grad(c, p, lm), nullptr, T, h, V);
+    norm_weight(d_ln);
     return;
   }
   // d(step loss)/d(logits): the step loss is the mean over micro-batches of the mean over tokens.
   const float scale = 1.0f / (static_cast<float>(T) * static_cast<float>(spec_.num_microbatches));
   cpu::softmax_crossentropy_backward(probs, reinterpret_cast<const std::int32_t*>(A(a.targets)), T, V, scale);
-  if (pass == Pass::full) cpu::linear_backward_weight(A(a.ln), probs, grad(c, p, 2), nullptr, T, h, V);
-  cpu::linear_backward_input(weight(c, p, 2), probs, d_ln, T, h, V);
+  if (pass == Pass::full) cpu::linear_backward_weight(A(a.ln), probs, grad(c, p, lm), nullptr, T, h, V);
+  cpu::linear_backward_input(weight(c, p, lm), probs, d_ln, T, h, V);
   std::memset(dx, 0, sizeof(float) * static_cast<std::size_t>(static_cast<std::int64_t>(T) * h));
-  if (pass == Pass::full)
-    cpu::layernorm_backward_weight(d_ln, A(a.x), A(a.mean), A(a.rstd), grad(c, p, 0), grad(c, p, 1), T, h);
-  cpu::layernorm_backward_input(d_ln, A(a.x), weight(c, p, 0), A(a.mean), A(a.rstd), dx, T, h);
+  if (pass == Pass::full) norm_weight(d_ln);
+  if (rms) cpu::rmsnorm_backward_input(d_ln, A(a.x), weight(c, p, 0), A(a.rstd), dx, T, h);
+  else cpu::layernorm_backward_input(d_ln, A(a.x), weight(c, p, 0), A(a.mean), A(a.rstd), dx, T, h);
 }
 
 // B: the pieces from the last to the first, each handing its input gradient

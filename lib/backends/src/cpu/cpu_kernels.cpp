@@ -270,16 +270,18 @@ void gelu_backward(const float* in, const float* dout, float* din, std::int64_t 
 // see (up to its last row), so QKᵀ and P·V cost (n+1)/2n of the full s×s
 // products with n blocks (s = 256: 62.5%); the backward's four products
 // likewise. The probabilities stay stored whole, zero above the diagonal.
-void attention_forward(const float* qkv, float* probs, float* out, int B, int s, int C, int heads) {
-  const int d = C / heads;
+void attention_forward(const float* qkv, float* probs, float* out, int B, int s, int C, int heads, int kv_heads) {
+  if (kv_heads == 0) kv_heads = heads;
+  const int d = C / heads, group = heads / kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const int ld = 3 * C;
+  const int ld = C + 2 * kv_heads * d;
   const SimdKernels& kernels = simd_kernels();
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < heads; ++h) {
-      const float* q = qkv + static_cast<std::int64_t>(b) * s * ld + h * d;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
+      const float* row0 = qkv + static_cast<std::int64_t>(b) * s * ld;
+      const float* q = row0 + h * d;
+      const float* k = row0 + C + (h / group) * d;
+      const float* v = row0 + C + kv_heads * d + (h / group) * d;
       float* P = probs + (static_cast<std::int64_t>(b) * heads + h) * s * s;
       float* o = out + static_cast<std::int64_t>(b) * s * C + h * d;
       for (int i0 = 0; i0 < s; i0 += kCausalBlock) {
@@ -299,20 +301,24 @@ void attention_forward(const float* qkv, float* probs, float* out, int B, int s,
 }
 
 void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv, float* scratch, int B,
-                        int s, int C, int heads) {
-  const int d = C / heads;
+                        int s, int C, int heads, int kv_heads) {
+  if (kv_heads == 0) kv_heads = heads;
+  const int d = C / heads, group = heads / kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const int ld = 3 * C;
+  const int ld = C + 2 * kv_heads * d;
   const SimdKernels& kernels = simd_kernels();
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < heads; ++h) {
-      const std::int64_t base = static_cast<std::int64_t>(b) * s * ld + h * d;
-      const float* q = qkv + base;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* dq = dqkv + base;
-      float* dk = dq + C;
-      float* dv = dq + 2 * C;
+      const std::int64_t row0 = static_cast<std::int64_t>(b) * s * ld;
+      const std::int64_t kv_off = C + (h / group) * d;
+      const float* q = qkv + row0 + h * d;
+      const float* k = qkv + row0 + kv_off;
+      const float* v = k + kv_heads * d;
+      float* dq = dqkv + row0 + h * d;
+      float* dk = dqkv + row0 + kv_off;
+      float* dv = dk + kv_heads * d;
+      // The first query head of a group writes its K/V gradients, the others add theirs, in head order.
+      const float beta = h % group == 0 ? 0.0f : 1.0f;
       const float* P = probs + (static_cast<std::int64_t>(b) * heads + h) * s * s;
       const float* dO = dout + static_cast<std::int64_t>(b) * s * C + h * d;
       float* dP = scratch;  // dP, then dS in place; row i is read up to its block's end only
@@ -336,11 +342,98 @@ void attention_backward(const float* dout, const float* qkv, const float* probs,
         const int j1 = std::min(j0 + kCausalBlock, s), cols = j1 - j0, seen_by = s - j0;
         const std::int64_t corner = static_cast<std::int64_t>(j0) * s + j0;
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, d, seen_by, 1.0f, P + corner, s,
-                    dO + static_cast<std::int64_t>(j0) * C, C, 0.0f, dv + static_cast<std::int64_t>(j0) * ld, ld);
+                    dO + static_cast<std::int64_t>(j0) * C, C, beta, dv + static_cast<std::int64_t>(j0) * ld, ld);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, d, seen_by, scale, dP + corner, s,
-                    q + static_cast<std::int64_t>(j0) * ld, ld, 0.0f, dk + static_cast<std::int64_t>(j0) * ld, ld);
+                    q + static_cast<std::int64_t>(j0) * ld, ld, beta, dk + static_cast<std::int64_t>(j0) * ld, ld);
       }
     }
+}
+
+void rmsnorm_forward(const float* x, const float* gamma, float* out, float* rrms, int T, int C, float eps) {
+  for (int t = 0; t < T; ++t) {
+    const float* xr = x + static_cast<std::int64_t>(t) * C;
+    float* o = out + static_cast<std::int64_t>(t) * C;
+    double ss = 0.0;
+    for (int c = 0; c < C; ++c) ss += static_cast<double>(xr[c]) * xr[c];
+    const float r = static_cast<float>(1.0 / std::sqrt(ss / C + eps));
+    rrms[t] = r;
+    for (int c = 0; c < C; ++c) o[c] = xr[c] * r * gamma[c];
+  }
+}
+
+void rmsnorm_backward_weight(const float* dout, const float* x, const float* rrms, float* dgamma, int T, int C) {
+  for (int t = 0; t < T; ++t) {
+    const float* d = dout + static_cast<std::int64_t>(t) * C;
+    const float* xr = x + static_cast<std::int64_t>(t) * C;
+    for (int c = 0; c < C; ++c) dgamma[c] += d[c] * xr[c] * rrms[t];
+  }
+}
+
+void rmsnorm_backward_input(const float* dout, const float* x, const float* gamma, const float* rrms, float* dx, int T,
+                            int C) {
+  // dx = r·(g⊙dy) - x·r³·mean(g⊙dy⊙x)
+  for (int t = 0; t < T; ++t) {
+    const float* d = dout + static_cast<std::int64_t>(t) * C;
+    const float* xr = x + static_cast<std::int64_t>(t) * C;
+    float* o = dx + static_cast<std::int64_t>(t) * C;
+    double dot = 0.0;
+    for (int c = 0; c < C; ++c) dot += static_cast<double>(gamma[c] * d[c]) * xr[c];
+    const float r = rrms[t];
+    const float k = static_cast<float>(dot / C) * r * r * r;
+    for (int c = 0; c < C; ++c) o[c] += r * gamma[c] * d[c] - xr[c] * k;
+  }
+}
+
+void rope_table(float* table, int s, int d, double theta) {
+  const int half = d / 2;
+  for (int pos = 0; pos < s; ++pos)
+    for (int i = 0; i < half; ++i) {
+      const double angle = pos * std::pow(theta, -2.0 * i / d);
+      table[static_cast<std::int64_t>(pos) * half + i] = static_cast<float>(std::cos(angle));
+      table[static_cast<std::int64_t>(s) * half + static_cast<std::int64_t>(pos) * half + i] = static_cast<float>(std::sin(angle));
+    }
+}
+
+void rope_apply(float* x, const float* table, int T, int s, int heads, int d, int ld, bool inverse) {
+  const int half = d / 2;
+  for (int t = 0; t < T; ++t) {
+    const std::int64_t pos = t % s;
+    const float* cs = table + pos * half;
+    const float* sn = table + static_cast<std::int64_t>(s) * half + pos * half;
+    float* row = x + static_cast<std::int64_t>(t) * ld;
+    for (int h = 0; h < heads; ++h) {
+      float* v = row + h * d;
+      for (int i = 0; i < half; ++i) {
+        const float a = v[2 * i], b = v[2 * i + 1], c = cs[i], n = inverse ? -sn[i] : sn[i];
+        v[2 * i] = a * c - b * n;
+        v[2 * i + 1] = a * n + b * c;
+      }
+    }
+  }
+}
+
+void swiglu_forward(const float* pre, float* u, int T, int f) {
+  for (int t = 0; t < T; ++t) {
+    const float* a = pre + static_cast<std::int64_t>(t) * 2 * f;
+    float* o = u + static_cast<std::int64_t>(t) * f;
+    for (int j = 0; j < f; ++j) {
+      const float g = a[j], sig = 1.0f / (1.0f + std::exp(-g));
+      o[j] = g * sig * a[f + j];
+    }
+  }
+}
+
+void swiglu_backward(const float* pre, const float* du, float* dpre, int T, int f) {
+  for (int t = 0; t < T; ++t) {
+    const float* a = pre + static_cast<std::int64_t>(t) * 2 * f;
+    const float* d = du + static_cast<std::int64_t>(t) * f;
+    float* o = dpre + static_cast<std::int64_t>(t) * 2 * f;
+    for (int j = 0; j < f; ++j) {
+      const float g = a[j], sig = 1.0f / (1.0f + std::exp(-g));
+      o[j] = d[j] * a[f + j] * sig * (1.0f + g * (1.0f - sig));  // d silu(g) / dg = σ(1 + g(1 - σ))
+      o[f + j] = d[j] * g * sig;
+    }
+  }
 }
 
 void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, float* out, int B, int s, int C) {
@@ -348,8 +441,12 @@ void embedding_forward(const std::int32_t* tokens, const float* wte, const float
     for (int t = 0; t < s; ++t) {
       const std::int64_t i = static_cast<std::int64_t>(b) * s + t;
       const float* te = wte + static_cast<std::int64_t>(tokens[i]) * C;
-      const float* pe = wpe + static_cast<std::int64_t>(t) * C;
       float* o = out + i * C;
+      if (!wpe) {
+        std::copy(te, te + C, o);
+        continue;
+      }
+      const float* pe = wpe + static_cast<std::int64_t>(t) * C;
       for (int c = 0; c < C; ++c) o[c] = te[c] + pe[c];
     }
 }
@@ -360,6 +457,10 @@ void embedding_backward(const std::int32_t* tokens, const float* dout, float* dw
       const std::int64_t i = static_cast<std::int64_t>(b) * s + t;
       const float* d = dout + i * C;
       float* te = dwte + static_cast<std::int64_t>(tokens[i]) * C;
+      if (!dwpe) {
+        for (int c = 0; c < C; ++c) te[c] += d[c];
+        continue;
+      }
       float* pe = dwpe + static_cast<std::int64_t>(t) * C;
       for (int c = 0; c < C; ++c) {
         te[c] += d[c];

@@ -640,6 +640,7 @@ void CudaBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const st
   // buffer, or a kept input).
   if (p.kind != PieceKind::embedding && in != A(0)) copy_on_device(A(0), in, Th_bytes);
   switch (p.kind) {
+    case PieceKind::llama: throw Error("cuda backend: the llama block has no CUDA kernels yet (the workload check refuses it)");
     case PieceKind::embedding: {
       const auto* tokens = reinterpret_cast<const std::int32_t*>(A(0));  // uploaded (or recomputation's kept copy)
       gpu::embedding_forward(dt_, tokens, w(p, 0), w(p, 1), out, T, s, h, stream_);
@@ -823,6 +824,7 @@ void CudaBackend::weight_grad(int /*step*/, int mb, int ci) {
 void CudaBackend::backward_piece(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass,
                                  std::byte* st) {
   switch (p.kind) {
+    case PieceKind::llama: throw Error("cuda backend: the llama block has no CUDA kernels yet (the workload check refuses it)");
     case PieceKind::embedding: {
       const int s = job_.model.seq_len, h = job_.model.hidden;
       if (pass == Pass::input) copy_on_device(st, dy, static_cast<std::uint64_t>(tokens_ * h * e_));

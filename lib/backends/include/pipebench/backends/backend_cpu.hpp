@@ -95,7 +95,17 @@ class CpuBackend final : public Backend {
   // The backward workspace's two ping-pong gradients [T,h] (after dgelu
   // [T,f], dh, dx2 and dqkv [T,3h]; see build): pieces hand their input
   // gradients through them, and a recomputed forward writes its output there.
-  float* workspace_ping() { return workspace_.data() + tokens_ * job_.model.ffn_hidden + 5 * tokens_ * job_.model.hidden; }
+  // llama: after du [T,f], d(W1|W3) [T,2f], dnorm, dx2, dattn [T,h] and dqkv [T,h+2kv].
+  float* workspace_ping() {
+    const ModelSpec& m = job_.model;
+    if (m.kind == ModelKind::llama)
+      return workspace_.data() + tokens_ * (3 * m.ffn_hidden + 4 * m.hidden + 2 * kv_width());
+    return workspace_.data() + tokens_ * m.ffn_hidden + 5 * tokens_ * m.hidden;
+  }
+  std::int64_t kv_width() const { return static_cast<std::int64_t>(job_.model.kv_heads) * (job_.model.hidden / job_.model.heads); }
+  // The llama block (backend_cpu_llama.cpp).
+  void forward_llama(const Chunk& c, const Piece& p, int mb, float* out);
+  void backward_llama(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* stash);
   void backward_piece(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* stash);
   void backward_gpt(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* stash);
   void backward_mlp(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* stash);
@@ -116,6 +126,7 @@ class CpuBackend final : public Backend {
   std::pair<int, int> layers_{-1, -1};
   std::int64_t tokens_ = 0;  // T = micro_batch_size * seq_len
   TrackedArray<float> workspace_;  // shared by the chunks
+  TrackedArray<float> rope_;       // llama: the rotary table (cpu::rope_table)
   std::size_t slabs_allocated_ = 0;
   std::vector<double> loss_;
   bool keep_probs_ = false;

@@ -51,20 +51,44 @@ void gelu_forward(const float* in, float* out, std::int64_t n);
 // din = dout · gelu'(in)  (din may alias dout).
 void gelu_backward(const float* in, const float* dout, float* din, std::int64_t n);
 
-// Causal multi-head self-attention over qkv[T, 3C] (q | k | v, heads of
-// d = C/heads contiguous inside each), T = B·s. probs[B, heads, s, s] are the
+// Causal self-attention over qkv[T, C + 2·kv_heads·d] (q | k | v, heads of
+// d = C/heads contiguous inside each), T = B·s; grouped-query attention when
+// kv_heads < heads (0: heads, full multi-head attention, qkv[T, 3C]): query
+// head i reads K/V head i / (heads / kv_heads). probs[B, heads, s, s] are the
 // softmax(q·kᵀ/√d) rows (zero above the diagonal); out[T, C]. The products
 // skip the zero triangle: queries in blocks of kCausalBlock rows, each
 // against the keys up to its last row (and the backward's likewise).
 inline constexpr int kCausalBlock = 64;
-void attention_forward(const float* qkv, float* probs, float* out, int B, int s, int C, int heads);
-// dqkv[T, 3C] (overwritten) from dout[T, C]; `scratch` holds s·s floats.
+void attention_forward(const float* qkv, float* probs, float* out, int B, int s, int C, int heads, int kv_heads = 0);
+// dqkv (overwritten; qkv's shape) from dout[T, C]; `scratch` holds s·s
+// floats. A K/V head's gradients sum its query heads' in head order.
 void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv, float* scratch, int B,
-                        int s, int C, int heads);
+                        int s, int C, int heads, int kv_heads = 0);
 
-// out[b, t] = wte[tokens[b, t]] + wpe[t].
+// RMSNorm (llama): out = x · r · gamma per row, r = 1/√(mean(x²) + eps),
+// saved per row. The backward's parts as layernorm's: dgamma accumulates, dx
+// accumulates (the norms sit on residual branches).
+void rmsnorm_forward(const float* x, const float* gamma, float* out, float* rrms, int T, int C, float eps);
+void rmsnorm_backward_weight(const float* dout, const float* x, const float* rrms, float* dgamma, int T, int C);
+void rmsnorm_backward_input(const float* dout, const float* x, const float* gamma, const float* rrms, float* dx, int T,
+                            int C);
+
+// Rotary positions (llama; Meta's pairing: elements 2i and 2i+1 of a head):
+// table[s·d/2] cosines then [s·d/2] sines of pos·theta^(-2i/d), computed in
+// double. rope_apply rotates, in place, the first `heads` heads of d columns
+// of every row of x (row stride ld; the row's position is its index mod s);
+// inverse: the transpose (the backward of a rotation).
+void rope_table(float* table, int s, int d, double theta);
+void rope_apply(float* x, const float* table, int T, int s, int heads, int d, int ld, bool inverse);
+
+// SwiGLU (llama): pre[T, 2f] holds W1·x | W3·x per row; u[T, f] = silu(W1·x) ⊙ W3·x.
+void swiglu_forward(const float* pre, float* u, int T, int f);
+// dpre[T, 2f] (overwritten) from du[T, f].
+void swiglu_backward(const float* pre, const float* du, float* dpre, int T, int f);
+
+// out[b, t] = wte[tokens[b, t]] + wpe[t] (wpe null: no position table, llama).
 void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, float* out, int B, int s, int C);
-// dwte[tokens] += dout, dwpe[t] += dout, in token order.
+// dwte[tokens] += dout, dwpe[t] += dout (dwpe may be null), in token order.
 void embedding_backward(const std::int32_t* tokens, const float* dout, float* dwte, float* dwpe, int B, int s, int C);
 
 // In place: logits[T, V] become softmax probabilities. Returns the mean

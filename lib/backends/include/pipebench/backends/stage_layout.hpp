@@ -14,7 +14,7 @@
 
 namespace pipebench {
 
-enum class PieceKind { embedding, gpt, mlp, head };
+enum class PieceKind { embedding, gpt, mlp, llama, head };
 
 struct TensorSlot {
   std::int64_t offset = 0;  // elements into the flat parameter buffer
@@ -62,11 +62,20 @@ struct GptActs {
   GptActs(std::int64_t T, std::int64_t h, std::int64_t f, int elem_bytes = 4);
 };
 
+// One llama block's saved activations (docs/model.md, "llama"): per token x,
+// norm1 out, fp32 1/rms, qkv after RoPE [h + 2kv], attn, x2, norm2 out, fp32
+// 1/rms, W1·x | W3·x [2f], silu(W1·x)⊙W3·x [f]; then the attention probabilities.
+struct LlamaActs {
+  std::int64_t x, n1, rrms1, qkv, attn, x2, n2, rrms2, pre13, u, probs;
+  LlamaActs(std::int64_t T, std::int64_t h, std::int64_t kv, std::int64_t f, int elem_bytes = 4);
+};
+
 // Head: x, ln, fp32 mean, fp32 rstd, probs [T, V] (elements as above), then
-// the int32 targets.
+// the int32 targets. With `rms` (llama's RMSNorm) one fp32 statistic, 1/rms,
+// at `rstd` (mean == rstd).
 struct HeadActs {
   std::int64_t x, ln, mean, rstd, probs, targets;
-  HeadActs(std::int64_t T, std::int64_t h, std::int64_t V, int elem_bytes = 4);
+  HeadActs(std::int64_t T, std::int64_t h, std::int64_t V, int elem_bytes = 4, bool rms = false);
 };
 
 // A split backward (B, then W later; zero-bubble schedules): the output
@@ -76,6 +85,8 @@ struct HeadActs {
 // block fc2 out [T,h], fc1 out [T,f]; head ln out [T,h] (its logits gradient
 // stays in the slab). Both real backends keep them in this order; the sum
 // over a chunk's pieces is ModelDesc's split_stash_bytes.
-std::int64_t split_stash_elements(PieceKind kind, std::int64_t T, std::int64_t h, std::int64_t f);
+// llama block: W2 out [T,h], W1|W3 out [T,2f], norm2 out [T,h], o out [T,h],
+// qkv [T,h+2kv], norm1 out [T,h] (`kv` = kv_heads·h/heads; others ignore it).
+std::int64_t split_stash_elements(PieceKind kind, std::int64_t T, std::int64_t h, std::int64_t f, std::int64_t kv = 0);
 
 }  // namespace pipebench

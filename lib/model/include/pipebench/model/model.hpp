@@ -1,5 +1,5 @@
 // Model description: parameter counts, FLOPs and activation bytes of every
-// piece of a `gpt` or `mlp` model, as functions of the [model] keys, the
+// piece of a `gpt`, `llama` or `mlp` model, as functions of the [model] keys, the
 // micro-batch size and the storage dtype. The planner reads these now; the
 // backends must allocate exactly these sizes (docs/model.md has the formulas).
 //
@@ -91,6 +91,8 @@ class ModelDesc {
   // per stage: tokens·(ffn_hidden + 7·hidden) + seq_len² elements (gradients
   // through GELU, a hidden-sized buffer, the residual, q/k/v, two ping-pong
   // stage gradients, one attention score matrix). The sim backend has none.
+  // llama: 4·s·(h/heads) bytes of rotary table (inference too) + in training
+  // tokens·(3·ffn_hidden + 6·hidden + 2·kv) + seq_len² elements (docs/model.md).
   std::int64_t cpu_workspace_bytes(int micro_batch, bool train) const;
 
   // The cuda backend's workspace, allocated once per stage: always

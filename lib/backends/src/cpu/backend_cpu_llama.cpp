@@ -1,0 +1,96 @@
+// The llama block on the cpu backend (docs/model.md, "llama"; docs/cpu-backend.md):
+// RMSNorm → q, k, v in one GEMM [h, h + 2kv] → RoPE on q and k → causal
+// grouped-query attention → o [h,h] + residual → RMSNorm → W1 | W3 in one
+// GEMM [h, 2f] → silu(W1·x) ⊙ W3·x → W2 [f,h] + residual. No biases. Tensors
+// (stage_layout.cpp): gamma1, Wqkv, Wo, gamma2, W13, W2; activations LlamaActs.
+#include <cstring>
+
+#include "pipebench/backends/backend_cpu.hpp"
+#include "pipebench/backends/cpu_kernels.hpp"
+
+namespace pipebench {
+
+void CpuBackend::forward_llama(const Chunk& c, const Piece& p, int mb, float* out) {
+  const ModelSpec& ms = job_.model;
+  const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, d = h / ms.heads;
+  const int kv = static_cast<int>(kv_width()), ldq = h + 2 * kv, B = spec_.micro_batch_size;
+  const float eps = static_cast<float>(ms.norm_eps);
+  const LlamaActs a(T, h, kv, f);
+  auto A = [&](std::int64_t off) { return act(c, mb, p, off); };
+  auto w = [&](std::size_t t) { return weight(c, p, t); };
+  float* x = A(a.x);
+  float* qkv = A(a.qkv);
+  cpu::rmsnorm_forward(x, w(0), A(a.n1), A(a.rrms1), T, h, eps);
+  cpu::linear_forward(A(a.n1), w(1), nullptr, qkv, T, h, ldq);
+  cpu::rope_apply(qkv, rope_.data(), T, s, ms.heads, d, ldq, false);
+  cpu::rope_apply(qkv + h, rope_.data(), T, s, ms.kv_heads, d, ldq, false);
+  cpu::attention_forward(qkv, A(a.probs), A(a.attn), B, s, h, ms.heads, ms.kv_heads);
+  float* x2 = A(a.x2);
+  std::memcpy(x2, x, sizeof(float) * static_cast<std::size_t>(T) * h);
+  cpu::linear_forward(A(a.attn), w(2), nullptr, x2, T, h, h, true);
+  cpu::rmsnorm_forward(x2, w(3), A(a.n2), A(a.rrms2), T, h, eps);
+  cpu::linear_forward(A(a.n2), w(4), nullptr, A(a.pre13), T, h, 2 * f);
+  cpu::swiglu_forward(A(a.pre13), A(a.u), T, f);
+  std::memcpy(out, x2, sizeof(float) * static_cast<std::size_t>(T) * h);
+  cpu::linear_forward(A(a.u), w(5), nullptr, out, T, f, h, true);
+}
+
+// As backward_gpt: Pass::full computes input and weight gradients now;
+// Pass::input saves in `st` the output gradients W needs (W2 out [T,h],
+// W1|W3 out [T,2f], norm2 out, o out [T,h], qkv [T,h+2kv], norm1 out [T,h]:
+// split_stash_elements); Pass::weight computes the weight gradients from them.
+void CpuBackend::backward_llama(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* st) {
+  const ModelSpec& ms = job_.model;
+  const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, d = h / ms.heads;
+  const int kv = static_cast<int>(kv_width()), ldq = h + 2 * kv;
+  const std::int64_t Th = static_cast<std::int64_t>(T) * h, Tf = static_cast<std::int64_t>(T) * f;
+  const std::int64_t Tq = static_cast<std::int64_t>(T) * ldq;
+  const LlamaActs a(T, h, kv, f);
+  auto A = [&](std::int64_t off) { return act(c, mb, p, off); };
+  auto w = [&](std::size_t t) { return weight(c, p, t); };
+  auto g = [&](std::size_t t) { return grad(c, p, t); };
+  // Output gradients: in the stash (split) or the workspace (ModelDesc::cpu_workspace_bytes).
+  float* ws = workspace_.data();
+  const bool split = pass != Pass::full;
+  float* d_w2 = split ? st : const_cast<float*>(dy);
+  float* d_13 = split ? st + Th : ws + Tf;
+  float* d_n2 = split ? st + Th + 2 * Tf : ws + 3 * Tf;
+  float* d_x2 = split ? st + 2 * Th + 2 * Tf : ws + 3 * Tf + Th;
+  float* d_qkv = split ? st + 3 * Th + 2 * Tf : ws + 3 * Tf + 3 * Th;
+  float* d_n1 = split ? st + 3 * Th + 2 * Tf + Tq : ws + 3 * Tf;  // full: d_n2's place, free by then
+  float* d_u = ws;                     // no weights: never stashed
+  float* d_attn = ws + 3 * Tf + 2 * Th;
+  float* scratch = ws + static_cast<std::int64_t>(T) * (3 * f + 6 * h + 2 * kv);
+  if (pass == Pass::weight) {
+    cpu::linear_backward_weight(A(a.u), d_w2, g(5), nullptr, T, f, h);
+    cpu::linear_backward_weight(A(a.n2), d_13, g(4), nullptr, T, h, 2 * f);
+    cpu::rmsnorm_backward_weight(d_n2, A(a.x2), A(a.rrms2), g(3), T, h);
+    cpu::linear_backward_weight(A(a.attn), d_x2, g(2), nullptr, T, h, h);
+    cpu::linear_backward_weight(A(a.n1), d_qkv, g(1), nullptr, T, h, ldq);
+    cpu::rmsnorm_backward_weight(d_n1, A(a.x), A(a.rrms1), g(0), T, h);
+    return;
+  }
+  const bool full = !split;
+  if (split) std::memcpy(d_w2, dy, sizeof(float) * static_cast<std::size_t>(Th));
+  if (full) cpu::linear_backward_weight(A(a.u), d_w2, g(5), nullptr, T, f, h);
+  cpu::linear_backward_input(w(5), d_w2, d_u, T, f, h);
+  cpu::swiglu_backward(A(a.pre13), d_u, d_13, T, f);
+  if (full) cpu::linear_backward_weight(A(a.n2), d_13, g(4), nullptr, T, h, 2 * f);
+  cpu::linear_backward_input(w(4), d_13, d_n2, T, h, 2 * f);
+  std::memcpy(d_x2, dy, sizeof(float) * static_cast<std::size_t>(Th));
+  if (full) cpu::rmsnorm_backward_weight(d_n2, A(a.x2), A(a.rrms2), g(3), T, h);
+  cpu::rmsnorm_backward_input(d_n2, A(a.x2), w(3), A(a.rrms2), d_x2, T, h);
+  if (full) cpu::linear_backward_weight(A(a.attn), d_x2, g(2), nullptr, T, h, h);
+  cpu::linear_backward_input(w(2), d_x2, d_attn, T, h, h);
+  cpu::attention_backward(d_attn, A(a.qkv), A(a.probs), d_qkv, scratch, spec_.micro_batch_size, s, h, ms.heads, ms.kv_heads);
+  // RoPE's backward: the inverse rotation of the gradients at q and k.
+  cpu::rope_apply(d_qkv, rope_.data(), T, s, ms.heads, d, ldq, true);
+  cpu::rope_apply(d_qkv + h, rope_.data(), T, s, ms.kv_heads, d, ldq, true);
+  if (full) cpu::linear_backward_weight(A(a.n1), d_qkv, g(1), nullptr, T, h, ldq);
+  cpu::linear_backward_input(w(1), d_qkv, d_n1, T, h, ldq);
+  std::memcpy(dx, d_x2, sizeof(float) * static_cast<std::size_t>(Th));
+  if (full) cpu::rmsnorm_backward_weight(d_n1, A(a.x), A(a.rrms1), g(0), T, h);
+  cpu::rmsnorm_backward_input(d_n1, A(a.x), w(0), A(a.rrms1), dx, T, h);
+}
+
+}  // namespace pipebench
