@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages pipebench needs (only those missing), then
 # configures and builds with the `default` CMake preset. Idempotent: a second
-# run installs nothing and rebuilds only what changed.
+# run installs nothing and rebuilds only what changed. With
+# PIPEBENCH_TEST_PACKAGES=1 (scripts/test.sh) it also installs what only the
+# tests need: python3-torch, the PyTorch reference of tests/llama.
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then source "$(dirname "$0")/../scripts/lib-help.sh"; pipebench_help "$0" "$1"; fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +21,8 @@ PACKAGES=(
   chromium   # the report tests render index.html in headless Chromium
   slurmctld slurmd slurm-client munge   # tests/slurm starts a real single-node cluster
 )
+
+[[ ${PIPEBENCH_TEST_PACKAGES:-0} == 1 ]] && PACKAGES+=(python3-torch)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

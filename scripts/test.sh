@@ -4,7 +4,7 @@
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then source "$(dirname "$0")/../scripts/lib-help.sh"; pipebench_help "$0" "$1"; fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/bootstrap.sh
+PIPEBENCH_TEST_PACKAGES=1 bash scripts/bootstrap.sh   # also python3-torch (tests/llama's reference)
 # Open MPI refuses to run as root unless told; tests oversubscribe 2 cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 exec ctest --preset default -j "$(nproc)" "$@"

@@ -21,7 +21,12 @@ import tomllib
 
 import h5py
 import numpy as np
-import torch
+
+try:
+    import torch
+except ImportError:  # scripts/test.sh installs python3-torch; a bare ctest may lack it
+    print("SKIP: no PyTorch (apt-get install python3-torch, or run scripts/test.sh)")
+    sys.exit(77)
 
 PIPEBENCH, MPIEXEC, REPO, OUT = sys.argv[1:5]
 JOB = os.path.join(REPO, "jobs/llama_cpu.toml")
