@@ -129,7 +129,10 @@ std::string render_artifact_description(const CompareData& d) {
   s += "- HDF5: " + md_text(or_none(attr(p, "hdf5_version"))) + "\n";
   s += "- BLAS: " + md_text(or_none(attr(p, "blas"))) + "\n";
   s += "- CUDA: " + md_text(or_none(attr(p, "cuda_version"))) + "; NCCL: " + md_text(or_none(attr(p, "nccl_version"))) + "\n";
-  s += "- Environment (allow-listed): " + md_text(or_none(attr(p, "environment"))) + "\n\n";
+  std::string env = attr(p, "environment");  // NAME=value lines
+  while (!env.empty() && env.back() == '\n') env.pop_back();
+  for (char& c : env) c = c == '\n' ? ';' : c;
+  s += "- Environment (allow-listed): " + md_text(or_none(env)) + "\n\n";
   s += "## Build\n\n" +
        code_block(fmt::format("git clone <pipebench repository> pipebench && cd pipebench\ngit checkout {}\n"
                               "bash scripts/main-job.sh   # installs the Debian 12 packages, builds build/, runs the default job\n",
