@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -135,6 +136,78 @@ TEST_CASE("causal attention: dqkv; probabilities are causal and normalised", "[c
   check_gradient(qkv, dqkv, loss, "dqkv");
 }
 
+TEST_CASE("grouped-query attention: dqkv, K/V gradients summed over each group's query heads", "[cpu][gradcheck]") {
+  const int B = 2, s = 4, C = 8, heads = 4, kv_heads = 2, d = C / heads, T = B * s, ld = C + 2 * kv_heads * d;
+  auto qkv = randn(T * ld, 31), R = randn(T * C, 32);
+  std::vector<float> probs(B * heads * s * s), out(T * C);
+  auto loss = [&] {
+    cpu::attention_forward(qkv.data(), probs.data(), out.data(), B, s, C, heads, kv_heads);
+    return dot(out, R);
+  };
+  loss();
+  std::vector<float> dqkv(qkv.size()), scratch(s * s);
+  cpu::attention_backward(R.data(), qkv.data(), probs.data(), dqkv.data(), scratch.data(), B, s, C, heads, kv_heads);
+  check_gradient(qkv, dqkv, loss, "dqkv");
+  // kv_heads = heads is full multi-head attention, bit for bit the 3C layout's.
+  auto mha = randn(T * 3 * C, 33);
+  std::vector<float> a(T * C), b(T * C), p(B * heads * s * s);
+  cpu::attention_forward(mha.data(), p.data(), a.data(), B, s, C, heads);
+  cpu::attention_forward(mha.data(), p.data(), b.data(), B, s, C, heads, heads);
+  CHECK(a == b);
+}
+
+TEST_CASE("rmsnorm: dx, dgamma", "[cpu][gradcheck]") {
+  const int T = 4, C = 6;
+  auto x = randn(T * C, 34), g = randn(C, 35), R = randn(T * C, 36);
+  auto loss = [&] {
+    std::vector<float> y(T * C), r(T);
+    cpu::rmsnorm_forward(x.data(), g.data(), y.data(), r.data(), T, C, 1e-5f);
+    return dot(y, R);
+  };
+  std::vector<float> y(T * C), r(T), dx(T * C, 0.0f), dg(C, 0.0f);
+  cpu::rmsnorm_forward(x.data(), g.data(), y.data(), r.data(), T, C, 1e-5f);
+  cpu::rmsnorm_backward_weight(R.data(), x.data(), r.data(), dg.data(), T, C);
+  cpu::rmsnorm_backward_input(R.data(), x.data(), g.data(), r.data(), dx.data(), T, C);
+  check_gradient(x, dx, loss, "dx", 1e-2f, 3e-2);
+  check_gradient(g, dg, loss, "dgamma");
+}
+
+TEST_CASE("rope: a rotation per pair, its backward the inverse; position 0 unchanged", "[cpu][gradcheck]") {
+  const int s = 5, d = 4, heads = 2, T = 2 * s, ld = heads * d + 3;  // rows wider than the heads rotated
+  std::vector<float> table(static_cast<std::size_t>(s) * d);
+  cpu::rope_table(table.data(), s, d, 10000.0);
+  CHECK(table[0] == 1.0f);                         // cos(0)
+  CHECK(table[static_cast<std::size_t>(s) * d / 2] == 0.0f);  // sin(0)
+  auto x = randn(T * ld, 37), R = randn(T * ld, 38);
+  auto loss = [&] {
+    std::vector<float> y = x;
+    cpu::rope_apply(y.data(), table.data(), T, s, heads, d, ld, false);
+    return dot(y, R);
+  };
+  std::vector<float> dx = R;
+  cpu::rope_apply(dx.data(), table.data(), T, s, heads, d, ld, true);
+  check_gradient(x, dx, loss, "dx", 1e-2f, 1e-3);
+  std::vector<float> y = x;
+  cpu::rope_apply(y.data(), table.data(), T, s, heads, d, ld, false);
+  for (int c = 0; c < ld; ++c) CHECK(y[c] == x[c]);                    // position 0: no rotation
+  for (int c = heads * d; c < ld; ++c) CHECK(y[ld + c] == x[ld + c]);  // columns past the heads untouched
+  cpu::rope_apply(y.data(), table.data(), T, s, heads, d, ld, true);
+  for (std::size_t i = 0; i < y.size(); ++i) CHECK(y[i] == Approx(x[i]).margin(1e-6));
+}
+
+TEST_CASE("swiglu: d(W1 x), d(W3 x)", "[cpu][gradcheck]") {
+  const int T = 3, f = 5;
+  auto pre = randn(T * 2 * f, 39, 2.0f), R = randn(T * f, 40);
+  auto loss = [&] {
+    std::vector<float> u(T * f);
+    cpu::swiglu_forward(pre.data(), u.data(), T, f);
+    return dot(u, R);
+  };
+  std::vector<float> dpre(pre.size());
+  cpu::swiglu_backward(pre.data(), R.data(), dpre.data(), T, f);
+  check_gradient(pre, dpre, loss, "dpre");
+}
+
 namespace {
 // Straightforward causal attention of one sequence in double, the mask
 // applied element by element.
@@ -257,6 +330,8 @@ TEST_CASE("optimizers", "[cpu]") {
 namespace {
 
 Job tiny_job(const char* kind) {
+  // llama: 4 query heads sharing 2 K/V heads (grouped-query attention), RoPE, SwiGLU.
+  const bool llama = std::string(kind) == "llama";
   return parse_job(fmt::format(R"(schema = 1
 [job]
 name = "g"
@@ -264,14 +339,15 @@ name = "g"
 kind = "{}"
 hidden = 8
 layers = 2
-heads = 2
+heads = {}
 ffn_hidden = 12
 seq_len = 4
 vocab = 11
 seed = 3
+{}
 [[run]]
 name = "r"
-)", kind),
+)", kind, llama ? 4 : 2, llama ? "kv_heads = 2\nrope_theta = 100.0" : ""),
                    "g.toml");
 }
 
@@ -303,7 +379,7 @@ TEST_CASE("sum_squares: the sum in double, the same bits at any address", "[cpu]
 }
 
 TEST_CASE("whole stage (embedding, blocks, head): d loss / d every parameter", "[cpu][gradcheck]") {
-  for (const char* kind : {"gpt", "mlp"}) {
+  for (const char* kind : {"gpt", "mlp", "llama"}) {
     INFO(kind);
     const Job job = tiny_job(kind);
     CpuBackend be(job, 0);
@@ -324,7 +400,9 @@ TEST_CASE("whole stage (embedding, blocks, head): d loss / d every parameter", "
 }
 
 TEST_CASE("middle stage: d(Σ out ⊙ R) / d parameters and the gradient it sends back", "[cpu][gradcheck]") {
-  const Job job = tiny_job("gpt");
+  const char* kind = GENERATE("gpt", "llama");
+  INFO(kind);
+  const Job job = tiny_job(kind);
   CpuBackend be(job, 1);
   be.build(stage(1, 3, 1, 1, false, false));
   be.begin_step(0, 1e300);
