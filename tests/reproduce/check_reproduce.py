@@ -29,6 +29,7 @@ import subprocess
 import sys
 
 import h5py
+import jsonschema
 
 SCENARIO, PIPEBENCH, MPIEXEC, REPO, OUT = sys.argv[1:6]
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -67,12 +68,18 @@ def rerun(ref, name, np=2, args=(), env=None):
     return only_h5(os.path.join(OUT, name))
 
 
+SCHEMA = jsonschema.Draft202012Validator(json.load(open(os.path.join(REPO, "docs/compare.schema.json"))))
+
+
 def compare(ref, *cands, args=(), expect=0):
     out = os.path.join(OUT, "cmp-" + "-".join(os.path.basename(os.path.dirname(os.path.dirname(c))) for c in cands))
     p = sh(["compare", ref, *cands, "-o", out, *args], expect=expect)
     for f in ("index.html", "report.md", "compare.json", "artifact.md"):
         check(os.path.getsize(os.path.join(out, f)) > 0, f"compare wrote {f}")
-    return json.load(open(os.path.join(out, "compare.json"))), p
+    doc = json.load(open(os.path.join(out, "compare.json")))
+    errors = [f"{'/'.join(map(str, e.path))}: {e.message[:200]}" for e in SCHEMA.iter_errors(doc)]
+    check(not errors, f"compare.json valid against docs/compare.schema.json {errors[:3]}")
+    return doc, p
 
 
 def sha256(path):
