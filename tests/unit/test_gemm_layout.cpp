@@ -128,3 +128,57 @@ TEST_CASE("gemm layout: attention forward and backward per sequence, all heads b
   }
   require_close(dqkv, dqkv_cpu);  // every element overwritten (the 99s are gone) and equal
 }
+
+TEST_CASE("gemm layout: grouped-query attention per sequence, batched per group with K/V broadcast, equals the cpu kernels",
+          "[gemm_layout]") {
+  const int B = 2, s = 6, h = 12, heads = 6, kv_heads = 2;
+  const gemm::GroupedAttention at(s, h, heads, kv_heads);
+  const int T = B * s, ld = at.ld;
+  const auto qkv = random_vector(static_cast<std::size_t>(T) * ld, 17);
+  const auto dout = random_vector(static_cast<std::size_t>(T) * h, 18);
+  const auto ss = static_cast<std::size_t>(at.ss());
+  REQUIRE(at.group == 3);
+  REQUIRE(ld == h + 2 * kv_heads * (h / heads));
+
+  // The cpu backend.
+  std::vector<float> probs_cpu(B * heads * ss), out_cpu(T * h), dqkv_cpu(T * ld), scratch(ss);
+  cpu::attention_forward(qkv.data(), probs_cpu.data(), out_cpu.data(), B, s, h, heads, kv_heads);
+  cpu::attention_backward(dout.data(), qkv.data(), probs_cpu.data(), dqkv_cpu.data(), scratch.data(), B, s, h, heads,
+                          kv_heads);
+
+  // The products a cuda backend hands cuBLAS, on the CPU.
+  std::vector<float> probs(B * heads * ss), out(T * h), dqkv(T * ld, 99.0f), dP(heads * ss);
+  for (int b = 0; b < B; ++b) {
+    const float* seq = qkv.data() + static_cast<std::size_t>(b) * s * ld;
+    for (int g = 0; g < kv_heads; ++g)
+      run(at.scores(), seq + at.q_offset(g * at.group), seq + at.k_offset(g), probs.data() + (b * heads + g * at.group) * ss);
+  }
+  causal_softmax(probs.data(), s, B * heads);
+  for (int b = 0; b < B; ++b) {
+    const float* seq = qkv.data() + static_cast<std::size_t>(b) * s * ld;
+    for (int g = 0; g < kv_heads; ++g)
+      run(at.values(), probs.data() + (b * heads + g * at.group) * ss, seq + at.v_offset(g),
+          out.data() + static_cast<std::size_t>(b) * s * h + at.q_offset(g * at.group));
+  }
+  require_close(probs, probs_cpu);
+  require_close(out, out_cpu);
+
+  for (int b = 0; b < B; ++b) {
+    const std::size_t base = static_cast<std::size_t>(b) * s * ld;
+    const float* seq = qkv.data() + base;
+    float* dseq = dqkv.data() + base;
+    const float* P = probs.data() + b * heads * ss;
+    const float* dO = dout.data() + static_cast<std::size_t>(b) * s * h;
+    for (int g = 0; g < kv_heads; ++g) {
+      const int first = g * at.group;
+      run(at.dp(), dO + at.q_offset(first), seq + at.v_offset(g), dP.data() + first * ss);
+      causal_softmax_backward(P + first * ss, dP.data() + first * ss, s, at.group);
+      run(at.dq(), dP.data() + first * ss, seq + at.k_offset(g), dseq + at.q_offset(first));
+      for (int i = first; i < first + at.group; ++i) {
+        run(at.dv(i == first), P + i * ss, dO + at.q_offset(i), dseq + at.v_offset(g));
+        run(at.dk(i == first), dP.data() + i * ss, seq + at.q_offset(i), dseq + at.k_offset(g));
+      }
+    }
+  }
+  require_close(dqkv, dqkv_cpu);  // every element overwritten (the 99s are gone) and equal
+}

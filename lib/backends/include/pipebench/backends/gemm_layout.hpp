@@ -90,4 +90,39 @@ struct Attention {
   RowMajor dk() const { return {true, false, s, d, s, scale(), s, 3 * h, 0.0f, 3 * h, heads, ss(), d, d}; }
 };
 
+// Grouped-query attention of one sequence (the llama block; cpu_kernels.hpp
+// attention_forward with kv_heads): qkv rows of ld = h + 2·kv_heads·d
+// elements, q at column 0 (query head i at i·d), k at h, v at h + kv_heads·d
+// (K/V head g at g·d); the query heads g·group .. g·group + group − 1 read
+// K/V head g. The products are batched over one group's query heads with the
+// K/V operand broadcast (stride 0); the K/V gradients, a sum over the group's
+// query heads, are one product per query head, beta 1 after the group's first
+// (in head order, as the cpu kernels sum them). Element offsets of a group's
+// operands are the caller's: q_offset(), k_offset(), v_offset().
+struct GroupedAttention {
+  int s, d, heads, kv_heads, h, group, ld;
+  GroupedAttention(int seq, int hidden, int num_heads, int num_kv_heads)
+      : s(seq), d(hidden / num_heads), heads(num_heads), kv_heads(num_kv_heads), h(hidden),
+        group(num_heads / num_kv_heads), ld(hidden + 2 * num_kv_heads * (hidden / num_heads)) {}
+  std::int64_t ss() const { return std::int64_t{s} * s; }
+  float scale() const { return 1.0f / std::sqrt(static_cast<float>(d)); }
+  std::int64_t q_offset(int head) const { return std::int64_t{head} * d; }
+  std::int64_t k_offset(int kv_head) const { return h + std::int64_t{kv_head} * d; }
+  std::int64_t v_offset(int kv_head) const { return h + std::int64_t{kv_heads} * d + std::int64_t{kv_head} * d; }
+
+  // Per group: P_i = scale·Q_i·K_gᵀ for its query heads i (P of the group's first head, [group, s, s]).
+  RowMajor scores() const { return {false, true, s, s, d, scale(), ld, ld, 0.0f, s, group, d, 0, ss()}; }
+  // Per group: out_i = P_i·V_g (out at the group's first head's column, row length h).
+  RowMajor values() const { return {false, false, s, d, s, 1.0f, s, ld, 0.0f, h, group, ss(), 0, d}; }
+  // Per group: dP_i = dout_i·V_gᵀ.
+  RowMajor dp() const { return {false, true, s, s, d, 1.0f, h, ld, 0.0f, s, group, d, 0, ss()}; }
+  // Per group: dQ_i = scale·dS_i·K_g.
+  RowMajor dq() const { return {false, false, s, d, s, scale(), s, ld, 0.0f, ld, group, ss(), 0, d}; }
+  // Per query head i of group g: dV_g (+)= P_iᵀ·dout_i, dK_g (+)= scale·dS_iᵀ·Q_i.
+  RowMajor dv(bool first_of_group) const { return {true, false, s, d, s, 1.0f, s, h, first_of_group ? 0.0f : 1.0f, ld}; }
+  RowMajor dk(bool first_of_group) const {
+    return {true, false, s, d, s, scale(), s, ld, first_of_group ? 0.0f : 1.0f, ld};
+  }
+};
+
 }  // namespace pipebench::gemm
