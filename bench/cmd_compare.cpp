@@ -1,9 +1,7 @@
 // `pipebench compare REFERENCE CANDIDATE... -o DIR [--tolerance 5%]
 //  [--fail-on-difference] [--references FILE]`: the reproducibility report
 // (docs/reproduce.md). No MPI needed.
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
@@ -41,11 +39,6 @@ std::optional<double> parse_tolerance(const std::string& text) {
   return v;
 }
 
-void write_text(const std::filesystem::path& path, const std::string& text, const std::vector<std::string>& inputs) {
-  write_output_file(path.string(), inputs, [&](std::FILE* out) {
-    if (std::fwrite(text.data(), 1, text.size(), out) != text.size()) throw std::runtime_error(std::strerror(errno));
-  });
-}
 }  // namespace
 
 bool references_file_ok(const std::string& path) {
@@ -86,13 +79,7 @@ Handler add_compare_command(CLI::App& app) {
         fmt::print(stderr, "pipebench: compare: no such file: {}\n", printable(c));
         return kUsageError;
       }
-    std::error_code made;
-    std::filesystem::create_directories(o->out_dir, made);
-    if (made || !std::filesystem::is_directory(o->out_dir)) {
-      fmt::print(stderr, "pipebench: compare: cannot create the output folder {}: {}\n", printable(o->out_dir),
-                 made ? made.message() : "not a folder");
-      return kUsageError;
-    }
+    if (!make_output_folder("compare", o->out_dir)) return kUsageError;
     CompareData d;
     try {
       d = load_compare(o->compare);
@@ -105,10 +92,10 @@ Handler add_compare_command(CLI::App& app) {
     inputs.push_back(o->compare.reference);
     if (!o->compare.references_path.empty()) inputs.push_back(o->compare.references_path);
     const std::filesystem::path dir(o->out_dir);
-    write_text(dir / "index.html", render_compare_html(d), inputs);
-    write_text(dir / "report.md", render_compare_markdown(d), inputs);
-    write_text(dir / "compare.json", render_compare_json(d), inputs);
-    write_text(dir / "artifact.md", render_artifact_description(d), inputs);
+    write_text_output(dir / "index.html", render_compare_html(d), inputs);
+    write_text_output(dir / "report.md", render_compare_markdown(d), inputs);
+    write_text_output(dir / "compare.json", render_compare_json(d), inputs);
+    write_text_output(dir / "artifact.md", render_artifact_description(d), inputs);
     for (const auto& c : d.candidates)
       for (const auto& r : c.runs) {
         fmt::print("  {}: {} / {}\n", r.verdict, c.file.path, r.run);

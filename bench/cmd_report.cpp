@@ -25,15 +25,24 @@ struct ReportCmdOptions {
   bool fail_on_regression = false;
   bool fail_on_failure = false;
 };
+}  // namespace
 
 // Through write_output_file, as the traces beside them: a file that cannot
 // be written is an OutputError (exit 2, docs/cli.md) and leaves no partial file.
-void write_text_file(const std::filesystem::path& path, const std::string& text, const std::vector<std::string>& inputs) {
+void write_text_output(const std::filesystem::path& path, const std::string& text, const std::vector<std::string>& inputs) {
   write_output_file(path.string(), inputs, [&](std::FILE* out) {
     if (std::fwrite(text.data(), 1, text.size(), out) != text.size()) throw std::runtime_error(std::strerror(errno));
   });
 }
-}  // namespace
+
+bool make_output_folder(const char* command, const std::string& dir) {
+  std::error_code made;
+  std::filesystem::create_directories(dir, made);
+  if (!made && std::filesystem::is_directory(dir)) return true;
+  fmt::print(stderr, "pipebench: {}: cannot create the output folder {}: {}\n", command, printable(dir),
+             made ? made.message() : "not a folder");
+  return false;
+}
 
 void write_report(const ReportData& data, const std::filesystem::path& dir) {
   std::filesystem::create_directories(dir);
@@ -42,9 +51,9 @@ void write_report(const ReportData& data, const std::filesystem::path& dir) {
   inputs.insert(inputs.end(), data.options.history.begin(), data.options.history.end());
   for (const auto& f : data.files) inputs.push_back(f.path);
   for (const auto& s : data.skipped) inputs.push_back(s.path);
-  write_text_file(dir / "index.html", render_html(data), inputs);
-  write_text_file(dir / "report.md", render_markdown(data), inputs);
-  write_text_file(dir / "summary.json", render_summary_json(data), inputs);
+  write_text_output(dir / "index.html", render_html(data), inputs);
+  write_text_output(dir / "report.md", render_markdown(data), inputs);
+  write_text_output(dir / "summary.json", render_summary_json(data), inputs);
   for (std::size_t i = 0; i < data.files.size(); ++i)
     if (const std::string name = report_trace_name(data, i); !name.empty()) {
       const FileView& f = data.files[i];
@@ -122,13 +131,7 @@ Handler add_report_command(CLI::App& app) {
           return kUsageError;
         }
     if (!references_file_ok(opts->report.references_path)) return kInvalidWorkload;
-    std::error_code made;
-    std::filesystem::create_directories(opts->out_dir, made);
-    if (made || !std::filesystem::is_directory(opts->out_dir)) {
-      fmt::print(stderr, "pipebench: report: cannot create the output folder {}: {}\n", printable(opts->out_dir),
-                 made ? made.message() : "not a folder");
-      return kUsageError;
-    }
+    if (!make_output_folder("report", opts->out_dir)) return kUsageError;
     const ReportData data = load_report(opts->report);
     for (const auto& s : data.skipped) fmt::print(stderr, "pipebench report: skipped {}: {}\n", s.path, s.reason);
     for (const auto& m : data.missing_jobs) fmt::print(stderr, "pipebench report: missing results of job {}\n", m);

@@ -68,6 +68,14 @@ void write_report(const ReportData& data, const std::filesystem::path& dir);
 void write_output_file(const std::string& path, const std::vector<std::string>& inputs,
                        const std::function<void(std::FILE*)>& write);
 
+// write_output_file for a text: `text` into `path`, refusing to write over `inputs`.
+void write_text_output(const std::filesystem::path& path, const std::string& text, const std::vector<std::string>& inputs);
+
+// Creates the output folder `dir` of `command` ("report", "compare"); false,
+// with "pipebench: COMMAND: cannot create the output folder DIR: REASON" on
+// stderr, when it cannot (exit 2, docs/cli.md).
+bool make_output_folder(const char* command, const std::string& dir);
+
 // This executable's absolute path (what probe trials and tune's runs start).
 std::string self_executable();
 
