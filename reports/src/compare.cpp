@@ -28,18 +28,6 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
-// The worst of `verdicts`: not reproduced > inconclusive > reproduced;
-// not applicable only when nothing else was judged.
-std::string worst(const std::vector<std::string>& verdicts) {
-  bool any_inconclusive = false, any_reproduced = false;
-  for (const auto& v : verdicts) {
-    if (v == kNotReproduced) return kNotReproduced;
-    any_inconclusive = any_inconclusive || v == kInconclusive;
-    any_reproduced = any_reproduced || v == kReproduced;
-  }
-  return any_inconclusive ? kInconclusive : any_reproduced ? kReproduced : kNotApplicable;
-}
-
 std::vector<double> counted(const RunResult& r, const std::vector<double>& per_step) {
   std::vector<double> out;
   for (const std::size_t i : counted_steps(r))
@@ -285,12 +273,12 @@ RunComparison compare_run(const FileView& rf, const RunResult* ref, const FileVi
       verdicts.push_back(kNotReproduced);
       c.reasons.push_back(fmt::format("{} outside its reference on system {}: {}", r.figure, r.system, r.evidence));
     }
-  if (!c.workload.empty() && worst(verdicts) != kReproduced) {
+  if (!c.workload.empty() && worst_verdict(verdicts) != kReproduced) {
     std::string keys;
     for (const auto& w : c.workload) keys += (keys.empty() ? "" : ", ") + w.name;
     c.reasons.push_back("the recorded workloads differ in " + keys + " (the workload table)");
   }
-  c.verdict = worst(verdicts);
+  c.verdict = worst_verdict(verdicts);
   return c;
 }
 
@@ -369,11 +357,21 @@ CandidateComparison compare_file(const FileView& ref, FileView cand, const Compa
   if (report_detail::job_name(ref) != report_detail::job_name(c.file))
     for (auto& run : c.runs) run.reasons.push_back("the files are of different jobs");
   for (const auto& run : c.runs) verdicts.push_back(run.verdict);
-  c.verdict = worst(verdicts);
+  c.verdict = worst_verdict(verdicts);
   return c;
 }
 
 }  // namespace
+
+std::string worst_verdict(const std::vector<std::string>& verdicts) {
+  bool any_inconclusive = false, any_reproduced = false;
+  for (const auto& v : verdicts) {
+    if (v == kNotReproduced) return kNotReproduced;
+    any_inconclusive = any_inconclusive || v == kInconclusive;
+    any_reproduced = any_reproduced || v == kReproduced;
+  }
+  return any_inconclusive ? kInconclusive : any_reproduced ? kReproduced : kNotApplicable;
+}
 
 std::string judge_ratio(const Interval& ratio, double tolerance) {
   if (std::isnan(ratio.estimate) || std::isnan(ratio.low) || std::isnan(ratio.high)) return kNotApplicable;
@@ -432,7 +430,7 @@ CompareData load_compare(const CompareOptions& o) {
       verdicts.push_back(kNotReproduced);
     }
   }
-  d.verdict = worst(verdicts);
+  d.verdict = worst_verdict(verdicts);
   return d;
 }
 

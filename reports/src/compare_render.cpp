@@ -43,10 +43,7 @@ std::string aspect(const RunComparison& r, const char* which) {
     v.clear();
     for (const auto& f : r.performance) v.push_back(f.verdict);
   }
-  if (v.empty()) return "-";
-  for (const char* order : {kNotReproduced, kInconclusive, kReproduced})
-    if (std::find(v.begin(), v.end(), order) != v.end()) return order;
-  return kNotApplicable;
+  return v.empty() ? "-" : worst_verdict(v);
 }
 
 Table verdict_table(const CompareData& d) {
@@ -170,11 +167,7 @@ std::string meta_line(const CompareData& d) {
 }  // namespace
 
 std::string render_compare_html(const CompareData& d) {
-  std::string s = "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-                  "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-                  "<title>pipebench compare</title><style>";
-  s += kReportCss;
-  s += "</style></head><body><h1>pipebench reproducibility report</h1>";
+  std::string s = html_page_start("pipebench compare", "pipebench reproducibility report");
   s += "<p class=\"meta\">" + html_escape(meta_line(d)) + "</p>";
   s += "<div class=\"answer " + verdict_class(d.verdict) + "\" id=\"verdict\">" + html_escape(headline(d)) + "</div>";
   s += "<h2 id=\"verdicts\">Verdicts</h2>" + html_table(verdict_table(d));

@@ -349,4 +349,11 @@ void write_reference_checks(JsonWriter& w, const std::vector<ReferenceCheck>& ch
   w.end_array();
 }
 
+std::string html_page_start(const std::string& title, const std::string& heading) {
+  return "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+         "<title>" + html_escape(title) + "</title><style>" + kReportCss + "</style></head><body><h1>" +
+         html_escape(heading) + "</h1>";
+}
+
 }  // namespace pipebench::report_detail

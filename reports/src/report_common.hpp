@@ -106,4 +106,8 @@ ReferenceTable reference_table(const std::vector<ReferenceCheck>& checks, const 
 void write_reference_checks(JsonWriter& w, const std::vector<ReferenceCheck>& checks,
                             const std::vector<std::string>& files = {});
 
+// The start of a self-contained page: doctype, <head> with `title` and the
+// inline report CSS, <body> and its <h1>heading</h1> (both escaped).
+std::string html_page_start(const std::string& title, const std::string& heading);
+
 }  // namespace pipebench::report_detail

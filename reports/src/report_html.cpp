@@ -316,11 +316,7 @@ std::string colour_trend_verdicts(std::string tbl) {
 }  // namespace
 
 std::string render_html(const ReportData& d) {
-  std::string s = "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-                  "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-                  "<title>pipebench report</title><style>";
-  s += kReportCss;
-  s += "</style></head><body><h1>pipebench report</h1>";
+  std::string s = html_page_start("pipebench report", "pipebench report");
   const RegressionRule& rule = d.options.rule;
   s += fmt::format("<p class=\"meta\">generated {} by pipebench {} from {} results file(s){}; regression rule: at least "
                    "{} earlier files, Mann-Whitney U p &lt; {}, a median change above {:.0f}% and above {} &times; the "

@@ -46,6 +46,10 @@ struct FigureVerdict {
   std::string verdict, evidence;
 };
 
+// The worst of `verdicts`: not reproduced > inconclusive > reproduced; not
+// applicable only when nothing else was judged (a run's, a candidate's, the overall verdict).
+std::string worst_verdict(const std::vector<std::string>& verdicts);
+
 // `ratio` judged against `tolerance` as above (NaN estimate: not applicable).
 std::string judge_ratio(const Interval& ratio, double tolerance);
 
