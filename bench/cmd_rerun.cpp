@@ -123,23 +123,29 @@ Recorded read_recorded(const std::string& path) {
   return r;
 }
 
-// Why the recorded workload cannot run in this launch ("" when it can).
-std::string refusal(const Job& job, const Recorded& rec, const RerunCmdOptions& o, int world,
+// Why the recorded workload cannot run in this launch (empty when it can), and the exit code.
+struct Refusal {
+  std::string why;
+  int code = kUsageError;
+};
+
+Refusal refusal(const Job& job, const Recorded& rec, const RerunCmdOptions& o, int world,
                     std::vector<std::string>& selected) {
   for (const auto& name : o.run_names)
     if (std::find(rec.runs.begin(), rec.runs.end(), name) == rec.runs.end())
-      return fmt::format("{} has no run \"{}\" (its runs: {})", printable(o.file), printable(name), fmt::join(rec.runs, ", "));
+      return {fmt::format("{} has no run \"{}\" (its runs: {})", printable(o.file), printable(name), fmt::join(rec.runs, ", "))};
   selected = o.run_names.empty() ? rec.runs : o.run_names;
   if (job.device.backend == BackendKind::cuda) {
     if (!cuda_built())
-      return "the recorded workload runs on the cuda backend and this pipebench was built without CUDA "
-             "(build where nvcc is, or rerun elsewhere; --set device.backend=cpu|sim measures something else)";
+      return {"the recorded workload runs on the cuda backend and this pipebench was built without CUDA "
+              "(build where nvcc is, or rerun elsewhere; --set device.backend=cpu|sim measures something else)",
+              kDeviceUnavailable};
     int gpus = 0;
     try {
       gpus = cuda_device_count();
     } catch (const Error&) {
     }
-    if (gpus == 0) return "the recorded workload runs on the cuda backend and this node has no usable GPU";
+    if (gpus == 0) return {"the recorded workload runs on the cuda backend and this node has no usable GPU", kDeviceUnavailable};
   }
   int needed = 0;
   std::string widest;
@@ -151,10 +157,10 @@ std::string refusal(const Job& job, const Recorded& rec, const RerunCmdOptions& 
   if (world < needed) {
     std::string rerun_args;
     for (const auto& n : o.run_names) rerun_args += " --run " + n;
-    return fmt::format("run {} needs {} ranks and this launch has {}: mpirun -np {} pipebench rerun {}{}", widest, needed,
-                       world, needed, printable(o.file), rerun_args);
+    return {fmt::format("run {} needs {} ranks and this launch has {}: mpirun -np {} pipebench rerun {}{}", widest, needed,
+                        world, needed, printable(o.file), rerun_args)};
   }
-  return "";
+  return {};
 }
 
 }  // namespace
@@ -187,10 +193,9 @@ Handler add_rerun_command(CLI::App& app, const std::string& command_line) {
     // The recorded text with the deviations: a ConfigError here is the same on every rank.
     const Job job = parse_job(rec.toml, o->file + ":/job_toml", o->deviations);
     std::vector<std::string> selected;
-    if (const std::string why = refusal(job, rec, *o, world, selected); !why.empty()) {
-      if (rank == 0) fmt::print(stderr, "pipebench: rerun: cannot run it here: {}\n", why);
-      return job.device.backend == BackendKind::cuda && why.find("cuda") != std::string::npos ? kDeviceUnavailable
-                                                                                               : kUsageError;
+    if (const Refusal no = refusal(job, rec, *o, world, selected); !no.why.empty()) {
+      if (rank == 0) fmt::print(stderr, "pipebench: rerun: cannot run it here: {}\n", no.why);
+      return no.code;
     }
     if (rank == 0) {
       fmt::print("rerun: {} (results_id {}, sha256 {})\n", o->file, rec.id, rec.sha256);

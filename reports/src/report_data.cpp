@@ -401,9 +401,9 @@ constexpr const char* kReadElsewhere = "(read under another name)";
 // Reads f.path into `f` (crash check first): one version, whole. A file
 // replaced while it was read (a launch's checkpoint renamed over it) is read
 // again, up to 5 times; a checkpoint published meanwhile is read under its
-// published name, unless that file is taken already (kReadElsewhere). ""
-// when read, else why not.
-std::string read_one_version(FileView& f, ReadEvents events, FileIds& seen) {
+// published name, unless that file is taken already (kReadElsewhere). With
+// `hash`, f.sha256 is the hash of that same version. "" when read, else why not.
+std::string read_one_version(FileView& f, ReadEvents events, FileIds& seen, bool hash) {
   std::string why = "it kept changing while it was read (a launch checkpointing it)";
   for (int attempt = 0; attempt < 5; ++attempt) {
     const FileId before = file_id(f.path);
@@ -422,13 +422,13 @@ std::string read_one_version(FileView& f, ReadEvents events, FileIds& seen) {
     std::string unreadable;
     try {
       f.result = read_results(f.path, events);
-      f.sha256 = sha256_file(f.path, &unreadable);
+      if (hash) f.sha256 = sha256_file(f.path, &unreadable);
     } catch (const std::exception& e) {
       if (file_id(f.path) == before) return e.what();
       continue;
     }
     if (file_id(f.path) == before) {
-      if (f.sha256.empty()) return "cannot read its bytes for the content hash: " + unreadable;
+      if (hash && f.sha256.empty()) return "cannot read its bytes for the content hash: " + unreadable;
       f.id = before;
       return "";
     }
@@ -456,14 +456,15 @@ void describe_read_file(FileView& f) {
 
 // The readable results files among `inputs` (files, folders); unreadable
 // ones go to `skipped` with the reason. A file whose job TOML does not parse
-// is kept, with job_error set. `events`: whether the runs keep their events.
+// is kept, with job_error set. `events`: whether the runs keep their events;
+// `hash`: whether each gets its sha256.
 std::vector<FileView> load_files(const std::vector<std::string>& inputs, std::vector<SkippedFile>& skipped,
-                                 ReadEvents events, FileIds& seen) {
+                                 ReadEvents events, FileIds& seen, bool hash) {
   std::vector<FileView> out;
   for (const auto& path : expand(inputs, skipped, seen)) {
     FileView f;
     f.path = path;
-    if (const std::string why = read_one_version(f, events, seen); !why.empty()) {
+    if (const std::string why = read_one_version(f, events, seen, hash); !why.empty()) {
       if (why != kReadElsewhere) skipped.push_back({path, why});
       continue;
     }
@@ -501,7 +502,7 @@ FileView read_results_file(const std::string& path) {
   FileView f;
   f.path = path;
   FileIds seen;
-  if (const std::string why = read_one_version(f, ReadEvents::skip, seen); !why.empty())
+  if (const std::string why = read_one_version(f, ReadEvents::skip, seen, true); !why.empty())
     throw ResultsError(fmt::format("{}: {}", path, why));
   describe_read_file(f);
   return f;
@@ -526,10 +527,11 @@ ReportData load_report(const ReportOptions& options) {
   d.options = options;
   // No run's events are held: the charts stream what they need (chart_events).
   FileIds seen;
-  d.files = load_files(options.inputs, d.skipped, ReadEvents::skip, seen);
+  d.files = load_files(options.inputs, d.skipped, ReadEvents::skip, seen, true);
   // Trend history: step times, memory and losses; no events (a month of
   // nightly files would otherwise hold every action they recorded).
-  const std::vector<FileView> history = load_files(options.history, d.skipped, ReadEvents::skip, seen);
+  // History files are never cited (only their figures feed the trends): not hashed.
+  const std::vector<FileView> history = load_files(options.history, d.skipped, ReadEvents::skip, seen, false);
   for (const auto& name : options.expected_jobs)
     if (std::none_of(d.files.begin(), d.files.end(), [&](const FileView& f) { return job_name(f) == name; }))
       d.missing_jobs.push_back(name);

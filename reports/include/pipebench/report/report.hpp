@@ -76,7 +76,7 @@ struct FileView {
   std::optional<Job> job;       // parsed from the recorded job_toml
   std::string job_error;        // why `job` is empty
   std::string fingerprint;      // backend + hardware + world size (hardware_fingerprint)
-  std::string sha256;           // of the bytes read: the file a report cites
+  std::string sha256;           // of the bytes read: the file a report cites ("" for --history files, never cited)
   std::string role = "job";     // root attribute role: job | probe-trial | probe; only jobs are trended
   std::vector<RunView> runs;    // in the file's order
 };
