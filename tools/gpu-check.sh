@@ -5,12 +5,13 @@
 # default 540 s: the device tool's 10-minute call with time to spare); a step
 # that no longer fits is SKIPPED, never cut off mid-way. Steps, most telling
 # first:
-#   gpu-tests     cuda vs cpu cross-checks (fp32 within 1e-4, bf16/fp16 within
-#                 2e-2 of the cpu fp32 losses; every schedule, split backward
-#                 and recomputation), bit-repeatability, fp32 gradient
+#   gpu-tests     cuda vs cpu cross-checks, gpt and llama blocks (fp32 within
+#                 1e-4, bf16/fp16 within 2e-2 of the cpu fp32 losses; every
+#                 schedule, split backward and recomputation), bit-repeatability, fp32 gradient
 #                 accumulation, memory tracker, OOM (gpu_tests)
 #   sticky-error  a broken context is seen by the runner's device check
 #   schedules-2ranks-1gpu  interleaved, ZB-H1, ZB-V, recomputation: whole runs vs the baseline
+#   llama-2ranks-1gpu      the llama block (tests/data/gpu/tiny_llama.toml): 1F1B, ZB-V, recomputation vs the baseline
 #   gemm          cuBLAS TFLOP/s at the 350M GPT's shapes, random inputs
 #   torch-gemm    PyTorch matmul at the same shapes: the reference
 #   baseline-1gpu jobs/gpu/gpt_350m_cuda.toml, 1 rank (bf16 350M GPT)
@@ -77,7 +78,7 @@ pipebench --version > "$out/version.txt" 2>&1; head -3 "$out/version.txt"
 shapes=(4096 3072 1024 4096 4096 1024 4096 50304 1024 4096 4096 4096)
 gpt=(--hidden 1024 --layers 24 --heads 16 --ffn 4096 --seq 1024 --vocab 50304 --mbs 4 --m 4 --dtype bf16)
 job=jobs/gpu/gpt_350m_cuda.toml
-step gpu-tests 150 gpu_tests
+step gpu-tests 180 gpu_tests
 step sticky-error 30 gpu_sticky_error
 # Interleaved 1F1B, ZB-H1, ZB-V and recomputation as whole runs: 2 ranks on GPU 0 over MPI,
 # every run's losses within 1e-4 of the baseline's (verify_results).
@@ -85,6 +86,11 @@ step schedules-2ranks-1gpu 90 bash -c 'env CUDA_VISIBLE_DEVICES=0 mpirun -np 2 -
   -x PIPEBENCH_SOURCE_DIR pipebench run tests/data/gpu/tiny.toml --run single --run interleaved --run zb_h1 --run zb_v \
   --run recompute --run interleaved_recompute --set device.transport=mpi -o "$1" &&
   verify_results "$(find "$1" -name "*.h5" | head -1)" tests/data/gpu/tiny.toml 2 RUNS=6 LOSS_REL=1e-4' _ "$out/schedules"
+# The llama block (RMSNorm, RoPE, grouped-query attention, SwiGLU) as whole runs the same way.
+step llama-2ranks-1gpu 90 bash -c 'env CUDA_VISIBLE_DEVICES=0 mpirun -np 2 -x CUDA_VISIBLE_DEVICES -x LD_LIBRARY_PATH \
+  -x PIPEBENCH_SOURCE_DIR pipebench run tests/data/gpu/tiny_llama.toml --run single --run two_stage --run zb_v \
+  --run interleaved_recompute --set device.transport=mpi -o "$1" &&
+  verify_results "$(find "$1" -name "*.h5" | head -1)" tests/data/gpu/tiny_llama.toml 2 RUNS=4 LOSS_REL=1e-4' _ "$out/llama"
 step gemm 60 bench_cuda_gemm "${shapes[@]}"
 step torch-gemm 90 env -u LD_LIBRARY_PATH python3 tools/torch_reference.py gemm "${shapes[@]}"
 step baseline-1gpu 150 pipebench run "$job" --run baseline -o "$out/results"

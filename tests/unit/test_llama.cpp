@@ -135,9 +135,8 @@ TEST_CASE("llama: every key validated with file:line", "[llama]") {
   const std::string gpt = edit("kind = \"llama\"", "kind = \"gpt\"");
   CHECK_THAT(error_of(gpt), Catch::Contains("w.toml:9: model.kv_heads: a key of the llama block"));
   CHECK_THAT(error_of(as_gpt(), {"model.rope_theta=1"}), Catch::Contains("model.rope_theta: a key of the llama block"));
-  // The backend that has no llama kernels yet says so, naming the line.
-  CHECK_THAT(error_of(kLlama, {"device.backend=cuda"}),
-             Catch::Contains("w.toml:5: model.kind: \"llama\" runs on the cpu and sim backends") && Catch::Contains("--backend cpu|sim"));
+  // Every backend runs the block: the cuda backend too (its kernels are kernels_llama.cu).
+  CHECK(parse_job(kLlama, "w.toml", {"device.backend=cuda"}).device.backend == BackendKind::cuda);
 }
 
 TEST_CASE("llama: the fingerprint holds its keys; gpt's keeps its keys", "[llama]") {
@@ -174,4 +173,29 @@ TEST_CASE("llama: the formulas, and the heavier first and last stages", "[llama]
   REQUIRE(costs.size() == 2);
   CHECK(costs[0].params == v * h + 2 * d.block(b).params);
   CHECK(costs[1].params == 2 * d.block(b).params + h + h * v);
+}
+
+// The workspaces both real backends allocate for a llama stage (the memory
+// tracker holds them to these bytes: mpi.cpu.equivalence_llama on cpu, the
+// GPU tests on cuda): the fp32 rotary table, and in training the block's
+// backward temporaries (du, dW1|dW3, dnorm, dx2, dattn, dqkv, two ping-pong
+// gradients) with one score matrix (cpu) or one per head (cuda).
+TEST_CASE("llama: the cpu and cuda workspaces, rotary table included", "[llama]") {
+  const Job job = parse_job(kLlama, "w.toml");
+  const std::int64_t h = 64, kv = 16, f = 256, s = 16, heads = 8, d = h / heads, b = 2, T = b * s;
+  for (const DType dt : {DType::fp32, DType::bf16}) {
+    const ModelDesc m(job.model, dt);
+    const std::int64_t e = dtype_bytes(dt), rope = 4 * s * d, temps = T * (3 * f + 6 * h + 2 * kv);
+    CHECK(m.rope_table_bytes() == rope);
+    CHECK(m.cpu_workspace_bytes(2, false) == rope);
+    CHECK(m.cpu_workspace_bytes(2, true) == rope + e * (temps + s * s));
+    const std::int64_t fixed = ModelDesc::kCudaNormSlotsBytes + 4 * T;
+    CHECK(m.cuda_workspace_bytes(2, false) == rope + fixed);
+    CHECK(m.cuda_workspace_bytes(2, true) == rope + fixed + m.cuda_embedding_order_bytes(2) + e * (temps + heads * s * s));
+  }
+  // gpt has no rotary table and keeps its temporaries.
+  const ModelDesc g(parse_job(as_gpt(), "w.toml").model, DType::fp32);
+  CHECK(g.rope_table_bytes() == 0);
+  CHECK(g.cuda_workspace_bytes(2, true) ==
+        ModelDesc::kCudaNormSlotsBytes + 4 * T + g.cuda_embedding_order_bytes(2) + 4 * (T * (f + 7 * h) + heads * s * s));
 }

@@ -661,10 +661,6 @@ Job build_job(Value root, const std::string& file, const std::vector<std::string
     TableReader r(sub("device", false), "device", file, &job.locations);
     job.device = read_device(r);
   }
-  if (job.model.kind == ModelKind::llama && job.device.backend == BackendKind::cuda)
-    throw ConfigError(fmt::format("{}: model.kind: \"llama\" runs on the cpu and sim backends so far: its CUDA kernels "
-                                  "are not built yet; use device.backend = \"cpu\" or \"sim\" (--backend cpu|sim)",
-                                  job.locations.count("model.kind") ? job.locations.at("model.kind") : file));
   if (job.device.backend == BackendKind::cpu && job.model.dtype != DType::fp32)
     job.warnings.push_back(fmt::format("model.dtype = \"{}\": the cpu backend computes in fp32; memory and losses are fp32",
                                        to_string(job.model.dtype)));

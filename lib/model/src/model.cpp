@@ -139,27 +139,40 @@ std::int64_t ModelDesc::total_params() const {
   return stage(1, spec_.layers, true, true).params;
 }
 
+std::int64_t ModelDesc::rope_table_bytes() const {
+  if (spec_.kind != ModelKind::llama) return 0;
+  return (I(4) * spec_.seq_len * (spec_.hidden / spec_.heads)).value();  // fp32 cos and sin, s x d/2 each
+}
+
+// Per token, the backward's temporaries both real backends allocate: gpt
+// dgelu [f], dh, dx2, q/k/v [3h], two ping-pong gradients [h] (f + 7h);
+// llama du [f], dW1|dW3 [2f], dnorm, dx2, dattn [h], dqkv [h + 2kv], two
+// ping-pong gradients [h] (3f + 6h + 2kv).
+static I backward_temporaries_per_token(const ModelSpec& m) {
+  const I h = m.hidden, f = m.ffn_hidden;
+  if (m.kind != ModelKind::llama) return f + I(7) * h;
+  const I kv = I(m.kv_heads) * (m.hidden / m.heads);
+  return I(3) * f + I(6) * h + I(2) * kv;
+}
+
 std::int64_t ModelDesc::cpu_workspace_bytes(int b, bool train) const {
-  const I h = spec_.hidden, f = spec_.ffn_hidden, s = spec_.seq_len;
+  const I s = spec_.seq_len;
   const I tokens = I(b) * s;
-  if (spec_.kind == ModelKind::llama) {
-    // The rotary table (fp32 cos and sin, s x d/2 each; also in inference),
-    // and in training du [T,f], dW1|dW3 [T,2f], dnorm [T,h], dx2 [T,h],
-    // dattn [T,h], dqkv [T,h+2kv], two ping-pong gradients [T,h], one s x s scratch.
-    const I rope = I(4) * s * (spec_.hidden / spec_.heads);
-    if (!train) return rope.value();
-    const I kv = I(spec_.kv_heads) * (spec_.hidden / spec_.heads);
-    return (rope + I(dtype_bytes(dtype_)) * (tokens * (I(3) * f + I(6) * h + I(2) * kv) + s * s)).value();
-  }
-  if (!train) return 0;
-  return (I(dtype_bytes(dtype_)) * (tokens * (f + I(7) * h) + s * s)).value();
+  const I rope = rope_table_bytes();  // also in inference
+  if (!train) return rope.value();
+  // ... and one s x s score scratch.
+  return (rope + I(dtype_bytes(dtype_)) * (tokens * backward_temporaries_per_token(spec_) + s * s)).value();
 }
 
 std::int64_t ModelDesc::cuda_workspace_bytes(int b, bool train) const {
-  const I h = spec_.hidden, f = spec_.ffn_hidden, s = spec_.seq_len, a = spec_.heads;
+  const I s = spec_.seq_len, a = spec_.heads;
   const I tokens = I(b) * s;
-  const I temporaries = train ? I(dtype_bytes(dtype_)) * (tokens * (f + I(7) * h) + a * s * s) : I(0);
-  return (temporaries + I(4) * tokens + (train ? I(cuda_embedding_order_bytes(b)) : I(0)) + kCudaNormSlotsBytes).value();
+  // ... with one s x s score matrix per head.
+  const I temporaries =
+      train ? I(dtype_bytes(dtype_)) * (tokens * backward_temporaries_per_token(spec_) + a * s * s) : I(0);
+  return (temporaries + I(rope_table_bytes()) + I(4) * tokens + (train ? I(cuda_embedding_order_bytes(b)) : I(0)) +
+          kCudaNormSlotsBytes)
+      .value();
 }
 
 std::int64_t ModelDesc::cuda_embedding_order_bytes(int b) const {

@@ -17,9 +17,10 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
-#include "pipebench/backends/cuda_check.hpp"
 #include "cublas_api.hpp"
-#include "kernels.hpp"
+#include "cuda_backend.hpp"
+#include "pipebench/backends/cuda_check.hpp"
+#include "pipebench/backends/cpu_kernels.hpp"
 #include "pipebench/backends/cuda_device.hpp"
 #include "pipebench/backends/gemm_layout.hpp"
 #include "pipebench/backends/stage_layout.hpp"
@@ -27,11 +28,9 @@
 #include "pipebench/core/units.hpp"
 #include "pipebench/model/synthetic.hpp"
 
-namespace pipebench {
+namespace pipebench::gpu {
 
 namespace {
-
-constexpr const char* kWho = "cuda backend";
 
 void cublas_check(cublasStatus_t st, const char* what) {
   if (st == CUBLAS_STATUS_ALLOC_FAILED) throw OutOfMemoryError(fmt::format("out of memory: cuBLAS {}: CUBLAS_STATUS_ALLOC_FAILED", what));
@@ -60,308 +59,7 @@ void round_on_host(DType dt, const float* src, void* dst, std::size_t n) {
   }
 }
 
-// cudaMalloc of `bytes` already reserved in `tracker`. When the device is
-// fuller than the tracker knows and the allocation fails, the reservation is
-// given back and the failure is an OutOfMemoryError with the tracker's
-// signature ("out of memory"), so runs and the probe treat both alike.
-void* cuda_malloc_or_oom(MemoryTracker& tracker, MemCategory cat, std::uint64_t bytes, std::string_view what) {
-  void* ptr = nullptr;
-  const cudaError_t rc = cudaMalloc(&ptr, bytes);
-  if (rc == cudaSuccess) return ptr;
-  tracker.release(cat, bytes);
-  (void)cudaGetLastError();
-  std::size_t free_b = 0, total_b = 0;
-  cudaMemGetInfo(&free_b, &total_b);
-  throw OutOfMemoryError(fmt::format(
-      "out of memory: cudaMalloc of {} ({} bytes) for {} [{}] failed: {} ({}); the device has {} free of {}; the "
-      "tracker had {} in use",
-      format_bytes(static_cast<double>(bytes)), bytes, what, to_string(cat), cudaGetErrorString(rc), cudaGetErrorName(rc),
-      format_bytes(static_cast<double>(free_b)), format_bytes(static_cast<double>(total_b)),
-      format_bytes(static_cast<double>(tracker.current_total()))));
-}
-
-// A device allocation reserved in the tracker for its lifetime (reserved
-// first: an over-capacity request allocates nothing). Zeroed unless asked not to.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(MemoryTracker& tracker, MemCategory cat, std::uint64_t bytes, std::string_view what, bool zero = true)
-      : cat_(cat) {
-    if (bytes == 0) return;
-    tracker.reserve(cat, bytes, what);
-    ptr_ = cuda_malloc_or_oom(tracker, cat, bytes, what);
-    tracker_ = &tracker;
-    bytes_ = bytes;
-    if (zero) cuda_check(cudaMemset(ptr_, 0, bytes), kWho, "cudaMemset");
-  }
-  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    reset();
-    tracker_ = std::exchange(o.tracker_, nullptr);
-    cat_ = o.cat_;
-    bytes_ = std::exchange(o.bytes_, 0);
-    ptr_ = std::exchange(o.ptr_, nullptr);
-    return *this;
-  }
-  ~DeviceBuffer() { reset(); }
-  void reset() {
-    if (ptr_) cudaFree(ptr_);
-    if (tracker_ && bytes_) tracker_->release(cat_, bytes_);
-    ptr_ = nullptr;
-    tracker_ = nullptr;
-    bytes_ = 0;
-  }
-  std::byte* data() const { return static_cast<std::byte*>(ptr_); }
-  std::uint64_t bytes() const { return bytes_; }
-
- private:
-  MemoryTracker* tracker_ = nullptr;
-  MemCategory cat_ = MemCategory::workspace;
-  std::uint64_t bytes_ = 0;
-  void* ptr_ = nullptr;
-};
-
-// Pinned host memory (the MPI transport's staging copies); not tracked.
-class HostBuffer {
- public:
-  explicit HostBuffer(std::size_t bytes) : bytes_(bytes) {
-    if (bytes) cuda_check(cudaMallocHost(&ptr_, bytes), kWho, "cudaMallocHost (staging buffer)");
-  }
-  HostBuffer(HostBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(o.bytes_) {}
-  HostBuffer& operator=(HostBuffer&&) = delete;
-  ~HostBuffer() {
-    if (ptr_) cudaFreeHost(ptr_);
-  }
-  void* data() const { return ptr_; }
-  std::size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  std::size_t bytes_ = 0;
-};
-
-// Per-micro-batch device blocks of one size — activation slabs, a split
-// backward's stashes, recomputation's kept inputs — each counted in the
-// tracker (activations) from acquire(mb) to release(mb). Released memory
-// waits in a free list for the next micro-batch, never returned until the
-// end (PyTorch's caching allocator does the same): the process holds the
-// schedule's peak. Every use is on the backend's one stream, so a block
-// released on the host is reused only by work queued after its last reader.
-class SlotPool {
- public:
-  SlotPool() = default;
-  SlotPool(MemoryTracker& tracker, std::uint64_t bytes, int slots, const char* what)
-      : tracker_(&tracker), bytes_(bytes), what_(what), held_(static_cast<std::size_t>(slots), nullptr) {}
-  SlotPool(SlotPool&& o) noexcept { *this = std::move(o); }
-  SlotPool& operator=(SlotPool&& o) noexcept {
-    free_all();
-    tracker_ = std::exchange(o.tracker_, nullptr);
-    bytes_ = std::exchange(o.bytes_, 0);
-    what_ = o.what_;
-    held_ = std::move(o.held_);
-    free_ = std::move(o.free_);
-    o.held_.clear();
-    o.free_.clear();
-    return *this;
-  }
-  ~SlotPool() { free_all(); }
-
-  std::uint64_t bytes() const { return bytes_; }
-  // The block of micro-batch mb, or null when it holds none.
-  std::byte* get(int mb) const { return held_.at(static_cast<std::size_t>(mb)); }
-  // A block for mb (one it still held is released first: a forward again
-  // without its backward). OutOfMemoryError beyond the tracker's capacity.
-  std::byte* acquire(int mb) {
-    std::byte*& slot = held_.at(static_cast<std::size_t>(mb));
-    if (slot) release(mb);
-    const auto name = [&] { return fmt::format(fmt::runtime(what_), mb); };
-    tracker_->reserve(MemCategory::activations, bytes_, name);
-    if (!free_.empty()) {
-      slot = free_.back();
-      free_.pop_back();
-    } else {
-      slot = static_cast<std::byte*>(cuda_malloc_or_oom(*tracker_, MemCategory::activations, bytes_, name()));
-    }
-    return slot;
-  }
-  // Returns whether mb held a block.
-  bool release(int mb) {
-    std::byte*& slot = held_.at(static_cast<std::size_t>(mb));
-    if (!slot) return false;
-    tracker_->release(MemCategory::activations, bytes_);
-    free_.push_back(std::exchange(slot, nullptr));
-    return true;
-  }
-
- private:
-  void free_all() {
-    for (std::size_t mb = 0; mb < held_.size(); ++mb) release(static_cast<int>(mb));
-    for (std::byte* block : free_) cudaFree(block);
-    free_.clear();
-  }
-  MemoryTracker* tracker_ = nullptr;
-  std::uint64_t bytes_ = 0;
-  const char* what_ = "";  // a format with the micro-batch: "activations of micro-batch {}"
-  std::vector<std::byte*> held_, free_;
-};
-
-class CudaBackend final : public Backend {
- public:
-  CudaBackend(const Job& job, int rank);
-  ~CudaBackend() override;
-
-  std::string_view name() const override { return "cuda"; }
-  bool computes_loss() const override { return true; }
-  void build(const StageSpec& spec) override;
-  std::pair<int, int> built_layers() const override { return layers_; }
-  std::int64_t built_params() const override { return num_params_; }
-  void begin_step(int step, double /*deadline_s*/) override {
-    step_ = step;
-    note_device_memory();
-  }
-  void forward(int step, int microbatch, int chunk) override;
-  void backward(int step, int microbatch, int chunk) override;
-  void weight_grad(int step, int microbatch, int chunk) override;
-  double loss(int microbatch) const override { return loss_[static_cast<std::size_t>(microbatch)]; }
-  void grad_sq_norm_by_piece(std::vector<double>& per_piece) const override;
-  void optimizer_step(int step, double grad_scale) override;
-  Buffer recv_buffer(ActionKind kind, int microbatch, int chunk) override;
-  Buffer send_buffer(ActionKind kind, int microbatch, int chunk) override;
-  void hand_over(ActionKind kind, int microbatch, int from_chunk, int to_chunk) override;
-  double last_action_device_s() const override { return last_action_s_; }
-  const MemoryTracker& memory() const override { return memory_; }
-  int peak_live_activations() const override { return peak_live_; }
-  std::int64_t device_used_before_bytes() const override { return device_used_before_; }
-  std::int64_t device_used_peak_bytes() const override {
-    note_device_memory();
-    return device_used_peak_;
-  }
-
- private:
-  using Piece = PieceLayout;  // stage_layout.hpp
-
-  // One model chunk (virtual stage spec_.chunk_stage[c]): its pieces, whose
-  // tensor offsets point into the rank's flat parameter buffers (chunk after
-  // chunk), its boundary buffers and its per-micro-batch device blocks.
-  struct Chunk {
-    std::vector<Piece> pieces;
-    bool receives = false, sends = false;  // from / to a neighbouring virtual stage
-    DeviceBuffer recv_prev, recv_next;
-    std::vector<DeviceBuffer> send_prev, send_next;  // per micro-batch
-    // Host staging for a transport that moves host memory (MPI). A receive
-    // buffer handed to the transport (recv_buffer) is marked staged and
-    // uploaded before the action that reads it.
-    std::optional<HostBuffer> host_recv_prev, host_recv_next;
-    std::vector<HostBuffer> host_send_prev, host_send_next;  // per micro-batch
-    bool staged_prev = false, staged_next = false;
-    SlotPool slabs;  // activations, from F to B (to W with a split backward)
-    SlotPool stash;  // split backward: output gradients from B to W (split_stash_elements)
-    SlotPool kept;   // recomputation: the chunk's input from F to B
-    bool embedding() const { return pieces.front().kind == PieceKind::embedding; }
-    bool head() const { return pieces.back().kind == PieceKind::head; }
-  };
-  // Pass::full: input and weight gradients at B. A split backward: the input
-  // gradient at B (Pass::input), saving the output gradients W needs in the
-  // stash; the weight gradients at W from them (Pass::weight).
-  enum class Pass { full, input, weight };
-
-  static std::uint64_t device_capacity(const Job& job);
-  void build_chunk(Chunk& c, int ci, const ModelDesc& model);
-  Chunk& chunk(int c) { return chunks_.at(static_cast<std::size_t>(c)); }
-  std::byte* act(const Chunk& c, int mb, const Piece& p, std::int64_t elements) const {
-    return c.slabs.get(mb) + p.act_offset + elements * e_;
-  }
-  std::byte* elem(const DeviceBuffer& b, std::int64_t elements) const { return b.data() + elements * e_; }
-  void* w(const Piece& p, std::size_t t) const { return elem(params_, p.tensors[t].offset); }
-  // Gradients are fp32 whatever the dtype (docs/cuda-backend.md, dtypes).
-  float* g(const Piece& p, std::size_t t) const { return reinterpret_cast<float*>(grads_.data()) + p.tensors[t].offset; }
-  // A LayerNorm's fp32 mean or 1/std at slab element offset `elements`.
-  float* stat(const Chunk& c, int mb, const Piece& p, std::int64_t elements) const {
-    return reinterpret_cast<float*>(act(c, mb, p, elements));
-  }
-  std::int32_t* tokens_at(const Chunk& c, int mb) const { return reinterpret_cast<std::int32_t*>(act(c, mb, c.pieces.front(), 0)); }
-  std::int32_t* targets_at(const Chunk& c, int mb) const {
-    const HeadActs a(tokens_, job_.model.hidden, job_.model.vocab, static_cast<int>(e_));
-    return reinterpret_cast<std::int32_t*>(act(c, mb, c.pieces.back(), a.targets));
-  }
-  std::int64_t stash_elements(const Piece& p) const {
-    return split_stash_elements(p.kind, tokens_, job_.model.hidden, job_.model.ffn_hidden);
-  }
-  // Workspace layout (ModelDesc::cuda_workspace_bytes): norm partial sums,
-  // per-token losses, then the backward's temporaries (aligned: cudaMalloc
-  // returns 256-byte-aligned memory and the first two parts are multiples of 4).
-  double* norm_partials() const { return reinterpret_cast<double*>(workspace_.data()); }
-  float* token_losses() const { return reinterpret_cast<float*>(workspace_.data() + ModelDesc::kCudaNormSlotsBytes); }
-  std::int32_t* embedding_order_ints() const {
-    return reinterpret_cast<std::int32_t*>(workspace_.data() + ModelDesc::kCudaNormSlotsBytes + 4 * tokens_);
-  }
-  // The backward's temporaries: dgelu [T,f], dh, dx2, dqkv [T,3h], then two
-  // ping-pong gradients [T,h] (pieces hand their input gradients through
-  // them; a recomputed forward writes its output there), then the heads'
-  // score matrices.
-  std::byte* temporaries() const {
-    return workspace_.data() + ModelDesc::kCudaNormSlotsBytes + 4 * tokens_ + embedding_order_bytes_;
-  }
-  std::byte* workspace_ping() const {
-    return temporaries() + (tokens_ * job_.model.ffn_hidden + 5 * tokens_ * job_.model.hidden) * e_;
-  }
-  void copy_on_device(void* dst, const void* src, std::uint64_t bytes) const;
-
-  // Runs the row-major product `g` (gemm_layout.hpp) through cuBLAS; C in
-  // the storage dtype, or fp32 for a weight gradient (`fp32_out`).
-  void gemm(const gemm::RowMajor& g, const void* A, const void* B, void* C, bool fp32_out = false) const;
-  void linear_forward(const void* x, const void* W, const void* b, void* y, int T, int in, int out, bool accumulate) const;
-  // dW += xᵀ·dy (fp32), db += Σ_t dy (when db); dx = dy·W (+= when accumulate).
-  void linear_backward_weight(const void* x, const void* dy, float* dW, float* db, int T, int in, int out) const;
-  void linear_backward_input(const void* W, const void* dy, void* dx, int T, int in, int out, bool accumulate) const;
-  void forward_piece(const Chunk& c, const Piece& p, int mb, const std::byte* in, std::byte* out);
-  void forward_pieces(const Chunk& c, int mb, const std::byte* in, std::byte* last_out);
-  void recompute_forward(Chunk& c, int mb);
-  void backward_pieces(Chunk& c, int mb, Pass pass, std::byte* stash);
-  void backward_piece(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass, std::byte* st);
-  void backward_gpt(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass, std::byte* st);
-  void backward_mlp(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass, std::byte* st);
-  void backward_head(const Chunk& c, const Piece& p, int mb, std::byte* dx, Pass pass, std::byte* st);
-  void acquire_slab(Chunk& c, int mb);
-  void release_slab(Chunk& c, int mb);
-  void upload_tokens(int mb, std::int32_t* dst, bool targets);
-  void upload_staged(Chunk& c, ActionKind kind);
-  void upload_embedding_order(int mb);
-  void read_loss(int mb);
-  void start_action();
-  void finish_action();
-
-  const Job& job_;
-  MemoryTracker memory_;
-  StageSpec spec_;
-  DType dt_ = DType::fp32;
-  std::int64_t e_ = 4;  // bytes per element
-  std::vector<Chunk> chunks_;
-  std::pair<int, int> layers_{-1, -1};
-  std::int64_t num_params_ = 0, tokens_ = 0;
-  // cudaMemGetInfo's used bytes before the backend allocated, and the most since.
-  std::int64_t device_used_before_ = -1;
-  mutable std::int64_t device_used_peak_ = -1;
-  void note_device_memory() const;
-  cudaStream_t stream_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
-  cudaEvent_t ev_start_ = nullptr, ev_end_ = nullptr;
-  double last_action_s_ = -1.0;
-  // fp16 keeps gradients in range with a static loss scale: d(loss)/d(logits)
-  // is not divided by tokens × micro-batches; the norm and the optimizer
-  // divide instead (grad_unscale_ = 1 / that product; 1 for fp32 and bf16).
-  double grad_unscale_ = 1.0;
-  DeviceBuffer params_, grads_, master_, adam_m_, adam_v_, workspace_;
-  std::vector<double> loss_;
-  std::vector<float> host_losses_;
-  // The embedding backward's token order (workspace, train only): its bytes
-  // and the current micro-batch's segments, uploaded before the action that
-  // runs the embedding's weight gradient (B, or W of a split backward).
-  std::int64_t embedding_order_bytes_ = 0;
-  gpu::EmbeddingOrder embedding_order_;
-  int optimizer_steps_ = 0, step_ = 0;
-  int live_ = 0, peak_live_ = 0;
-};
+}  // namespace
 
 std::uint64_t CudaBackend::device_capacity(const Job& job) {
   (void)cuda_device_count();  // DeviceUnavailableError when there is none
@@ -392,18 +90,25 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-// The fp32 LayerNorm statistics and the head's int32 targets sit among
-// fp16/bf16 activations in the slab: each must be 4-byte aligned.
+namespace {
+
+// The fp32 norm statistics and the head's int32 targets sit among fp16/bf16
+// activations in the slab: each must be 4-byte aligned.
 void check_slab_alignment(const std::vector<PieceLayout>& pieces, const ModelSpec& ms, std::int64_t tokens, DType dt) {
   const int e = dtype_bytes(dt);
+  const bool rms = ms.kind == ModelKind::llama;
+  const std::int64_t kv = std::int64_t{ms.kv_heads} * (ms.hidden / ms.heads);
   for (const PieceLayout& p : pieces) {
     std::vector<std::pair<const char*, std::int64_t>> at;
     if (p.kind == PieceKind::gpt) {
       const GptActs a(tokens, ms.hidden, ms.ffn_hidden, e);
       at = {{"LayerNorm statistics", a.mean1}, {"LayerNorm statistics", a.mean2}};
+    } else if (p.kind == PieceKind::llama) {
+      const LlamaActs a(tokens, ms.hidden, kv, ms.ffn_hidden, e);
+      at = {{"RMSNorm statistics", a.rrms1}, {"RMSNorm statistics", a.rrms2}};
     } else if (p.kind == PieceKind::head) {
-      const HeadActs a(tokens, ms.hidden, ms.vocab, e);
-      at = {{"LayerNorm statistics", a.mean}, {"targets", a.targets}};
+      const HeadActs a(tokens, ms.hidden, ms.vocab, e, rms);
+      at = {{rms ? "RMSNorm statistics" : "LayerNorm statistics", a.mean}, {"targets", a.targets}};
     }
     for (const auto& [what, elements] : at)
       if ((p.act_offset + elements * e) % 4 != 0)
@@ -412,6 +117,8 @@ void check_slab_alignment(const std::vector<PieceLayout>& pieces, const ModelSpe
                                 what, p.id, p.act_offset + elements * e, to_string(dt)));
   }
 }
+
+}  // namespace
 
 void CudaBackend::build(const StageSpec& spec) {
   spec_ = spec;
@@ -464,8 +171,17 @@ void CudaBackend::build(const StageSpec& spec) {
     c.slabs = SlotPool(memory_, static_cast<std::uint64_t>(slab_bytes[static_cast<std::size_t>(ci)]), m,
                        "activations of micro-batch {}");
   }
+  // The rotary table (llama) is part of ModelDesc::cuda_workspace_bytes, in a buffer of its own.
+  const std::int64_t rope_bytes = model.rope_table_bytes();
   workspace_ = DeviceBuffer(memory_, MemCategory::workspace,
-                            static_cast<std::uint64_t>(model.cuda_workspace_bytes(b, train)), "workspace");
+                            static_cast<std::uint64_t>(model.cuda_workspace_bytes(b, train) - rope_bytes), "workspace");
+  if (rope_bytes > 0) {
+    std::vector<float> table(static_cast<std::size_t>(rope_bytes / 4));
+    cpu::rope_table(table.data(), ms.seq_len, ms.hidden / ms.heads, ms.rope_theta);
+    rope_ = DeviceBuffer(memory_, MemCategory::workspace, static_cast<std::uint64_t>(rope_bytes), "rotary table", false);
+    cuda_check(cudaMemcpy(rope_.data(), table.data(), static_cast<std::size_t>(rope_bytes), cudaMemcpyHostToDevice), kWho,
+               "uploading the rotary table");
+  }
   loss_.assign(static_cast<std::size_t>(m), 0.0);
   host_losses_.assign(static_cast<std::size_t>(tokens_), 0.0f);
 
@@ -640,10 +356,11 @@ void CudaBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const st
   // buffer, or a kept input).
   if (p.kind != PieceKind::embedding && in != A(0)) copy_on_device(A(0), in, Th_bytes);
   switch (p.kind) {
-    case PieceKind::llama: throw Error("cuda backend: the llama block has no CUDA kernels yet (the workload check refuses it)");
+    case PieceKind::llama: forward_llama(c, p, mb, out); break;
     case PieceKind::embedding: {
       const auto* tokens = reinterpret_cast<const std::int32_t*>(A(0));  // uploaded (or recomputation's kept copy)
-      gpu::embedding_forward(dt_, tokens, w(p, 0), w(p, 1), out, T, s, h, stream_);
+      const void* wpe = p.tensors.size() > 1 ? w(p, 1) : nullptr;      // llama: no position table
+      gpu::embedding_forward(dt_, tokens, w(p, 0), wpe, out, T, s, h, stream_);
       break;
     }
     case PieceKind::gpt: {
@@ -683,10 +400,13 @@ void CudaBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const st
       break;
     }
     case PieceKind::head: {
-      const HeadActs a(T, h, V, static_cast<int>(e_));
-      gpu::layernorm_forward(dt_, A(a.x), w(p, 0), w(p, 1), A(a.ln), S(a.mean), S(a.rstd), T, h, stream_);
+      const HeadActs a = head_acts();  // llama: RMSNorm [h] and the LM head at tensor 1
+      if (llama())
+        gpu::rmsnorm_forward(dt_, A(a.x), w(p, 0), A(a.ln), S(a.rstd), T, h, static_cast<float>(ms.norm_eps), stream_);
+      else
+        gpu::layernorm_forward(dt_, A(a.x), w(p, 0), w(p, 1), A(a.ln), S(a.mean), S(a.rstd), T, h, stream_);
       std::byte* probs = A(a.probs);
-      linear_forward(A(a.ln), w(p, 2), nullptr, probs, T, h, V, false);
+      linear_forward(A(a.ln), w(p, llama() ? 1 : 2), nullptr, probs, T, h, V, false);
       const auto* targets = reinterpret_cast<const std::int32_t*>(A(a.targets));  // uploaded
       gpu::softmax_crossentropy_forward(dt_, probs, targets, token_losses(), T, V, stream_);  // read_loss()
       break;
@@ -824,11 +544,12 @@ void CudaBackend::weight_grad(int /*step*/, int mb, int ci) {
 void CudaBackend::backward_piece(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass,
                                  std::byte* st) {
   switch (p.kind) {
-    case PieceKind::llama: throw Error("cuda backend: the llama block has no CUDA kernels yet (the workload check refuses it)");
+    case PieceKind::llama: backward_llama(c, p, mb, dy, dx, pass, st); break;
     case PieceKind::embedding: {
       const int s = job_.model.seq_len, h = job_.model.hidden;
+      float* dwpe = p.tensors.size() > 1 ? g(p, 1) : nullptr;  // llama: no position table
       if (pass == Pass::input) copy_on_device(st, dy, static_cast<std::uint64_t>(tokens_ * h * e_));
-      else gpu::embedding_backward(dt_, pass == Pass::weight ? st : dy, embedding_order_, g(p, 0), g(p, 1),
+      else gpu::embedding_backward(dt_, pass == Pass::weight ? st : dy, embedding_order_, g(p, 0), dwpe,
                                    static_cast<int>(tokens_), s, h, stream_);  // upload_embedding_order()
       break;
     }
@@ -859,7 +580,7 @@ void CudaBackend::backward_gpt(const Chunk& c, const Piece& p, int mb, const std
   std::byte* d_qkv = split ? at(st, 3 * Th + Tf) : at(ws, Tf + 2 * Th);
   std::byte* d_ln1 = split ? at(st, 6 * Th + Tf) : at(ws, Tf);
   std::byte* d_attn = at(ws, Tf);  // no weights: never stashed
-  std::byte* scratch = at(ws, Tf + 7 * Th);
+  std::byte* scratch = score_scratch();
   if (pass == Pass::weight) {
     linear_backward_weight(A(a.gelu), d_fc2, g(p, 10), g(p, 11), T, f, h);
     linear_backward_weight(A(a.ln2), d_fc1, g(p, 8), g(p, 9), T, h, f);
@@ -929,26 +650,31 @@ void CudaBackend::backward_mlp(const Chunk& c, const Piece& p, int mb, const std
 
 void CudaBackend::backward_head(const Chunk& c, const Piece& p, int mb, std::byte* dx, Pass pass, std::byte* st) {
   const int T = static_cast<int>(tokens_), h = job_.model.hidden, V = job_.model.vocab;
-  const HeadActs a(T, h, V, static_cast<int>(e_));
+  const HeadActs a = head_acts();
+  const std::size_t lm = llama() ? 1 : 2;  // llama: RMSNorm [h], then the LM head
   auto A = [&](std::int64_t elements) { return act(c, mb, p, elements); };
   auto S = [&](std::int64_t elements) { return stat(c, mb, p, elements); };
+  auto norm_weight_grad = [&](const std::byte* d_ln) {
+    if (llama()) gpu::rmsnorm_backward_weight(dt_, d_ln, A(a.x), S(a.rstd), g(p, 0), T, h, stream_);
+    else gpu::layernorm_backward_weight(dt_, d_ln, A(a.x), S(a.mean), S(a.rstd), g(p, 0), g(p, 1), T, h, stream_);
+  };
   std::byte* probs = A(a.probs);  // becomes d(logits) in place, kept in the slab until W
   std::byte* d_ln = pass == Pass::full ? temporaries() + std::int64_t{T} * job_.model.ffn_hidden * e_ : st;
   if (pass == Pass::weight) {
-    linear_backward_weight(A(a.ln), probs, g(p, 2), nullptr, T, h, V);
-    gpu::layernorm_backward_weight(dt_, d_ln, A(a.x), S(a.mean), S(a.rstd), g(p, 0), g(p, 1), T, h, stream_);
+    linear_backward_weight(A(a.ln), probs, g(p, lm), nullptr, T, h, V);
+    norm_weight_grad(d_ln);
     return;
   }
   // d(step loss)/d(logits): the step loss is the mean over micro-batches of
   // the mean over tokens (fp16: not divided, see grad_unscale_).
   const float scale = dt_ == DType::fp16 ? 1.0f : 1.0f / (static_cast<float>(T) * static_cast<float>(spec_.num_microbatches));
   gpu::softmax_crossentropy_backward(dt_, probs, reinterpret_cast<const std::int32_t*>(A(a.targets)), T, V, scale, stream_);
-  if (pass == Pass::full) linear_backward_weight(A(a.ln), probs, g(p, 2), nullptr, T, h, V);
-  linear_backward_input(w(p, 2), probs, d_ln, T, h, V, false);
+  if (pass == Pass::full) linear_backward_weight(A(a.ln), probs, g(p, lm), nullptr, T, h, V);
+  linear_backward_input(w(p, lm), probs, d_ln, T, h, V, false);
   cuda_check(cudaMemsetAsync(dx, 0, static_cast<std::size_t>(std::int64_t{T} * h * e_), stream_), kWho, "memset");
-  if (pass == Pass::full)
-    gpu::layernorm_backward_weight(dt_, d_ln, A(a.x), S(a.mean), S(a.rstd), g(p, 0), g(p, 1), T, h, stream_);
-  gpu::layernorm_backward_input(dt_, d_ln, A(a.x), w(p, 0), S(a.mean), S(a.rstd), dx, T, h, stream_);
+  if (pass == Pass::full) norm_weight_grad(d_ln);
+  if (llama()) gpu::rmsnorm_backward_input(dt_, d_ln, A(a.x), w(p, 0), S(a.rstd), dx, T, h, stream_);
+  else gpu::layernorm_backward_input(dt_, d_ln, A(a.x), w(p, 0), S(a.mean), S(a.rstd), dx, T, h, stream_);
 }
 
 void CudaBackend::grad_sq_norm_by_piece(std::vector<double>& per_piece) const {
@@ -1033,8 +759,10 @@ void CudaBackend::hand_over(ActionKind kind, int mb, int from_chunk, int to_chun
   (fwd ? to.staged_prev : to.staged_next) = false;
 }
 
-}  // namespace
+}  // namespace pipebench::gpu
 
-std::unique_ptr<Backend> make_cuda_backend(const Job& job, int rank) { return std::make_unique<CudaBackend>(job, rank); }
+namespace pipebench {
+
+std::unique_ptr<Backend> make_cuda_backend(const Job& job, int rank) { return std::make_unique<gpu::CudaBackend>(job, rank); }
 
 }  // namespace pipebench

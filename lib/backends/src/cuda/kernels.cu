@@ -6,6 +6,7 @@
 // parameter gradients) by blocks of 32 columns x 16 row lanes combined in
 // lane order; fixed reduction orders, no atomics: bit-repeatable.
 #include "kernels.hpp"
+#include "kernel_common.cuh"
 
 #include "pipebench/backends/cuda_device.hpp"
 
@@ -24,54 +25,10 @@ namespace pipebench::gpu {
 
 namespace {
 
+using namespace kernel;
+
 constexpr float kLnEps = 1e-5f;
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr int kThreads = 256;
-// Column sums: a block owns kColTile columns; its kRowLanes lanes take every
-// kRowLanes-th row; the lanes' partial sums are added in lane order.
-constexpr int kColTile = 32;
-constexpr int kRowLanes = 16;
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-template <typename T>
-__device__ __forceinline__ T from_f(float x);
-template <>
-__device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
-template <>
-__device__ __forceinline__ __half from_f<__half>(float x) { return __float2half(x); }
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-// Block-wide reductions over kThreads threads; every thread gets the result.
-template <typename V, typename Op>
-__device__ V block_reduce(V v, Op op, V* shared) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  __syncthreads();  // `shared` may still be read from a previous reduction
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  V r = shared[0];
-  for (int w = 1; w < kThreads / 32; ++w) r = op(r, shared[w]);
-  return r;
-}
-
-unsigned column_blocks(int C) { return static_cast<unsigned>((C + kColTile - 1) / kColTile); }
-
-unsigned blocks_for(std::int64_t n, int threads = kThreads) {
-  const std::int64_t b = (n + threads - 1) / threads;
-  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535LL * 512 ? 65535LL * 512 : b));
-}
 
 // ---- kernels ------------------------------------------------------------------
 
@@ -81,7 +38,8 @@ __global__ void embedding_forward_k(const std::int32_t* tokens, const T* wte, co
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x) {
     const std::int64_t t = i / C;
     const int c = static_cast<int>(i % C);
-    out[i] = from_f<T>(to_f(wte[std::int64_t{tokens[t]} * C + c]) + to_f(wpe[(t % s) * C + c]));
+    const float pe = wpe ? to_f(wpe[(t % s) * C + c]) : 0.0f;  // llama: no learned positions
+    out[i] = from_f<T>(to_f(wte[std::int64_t{tokens[t]} * C + c]) + pe);
   }
 }
 
@@ -330,28 +288,6 @@ __global__ void sum_squares_k(const float* x, std::int64_t n, double* partials) 
 
 __global__ void write_through_null_k(int* p) { *p = 1; }
 
-// ---- dispatch -------------------------------------------------------------------
-
-template <typename F>
-void dispatch(DType dt, F&& f) {
-  switch (dt) {
-    case DType::fp32: f(float{}); return;
-    case DType::bf16: f(__nv_bfloat16{}); return;
-    case DType::fp16: f(__half{}); return;
-  }
-}
-
-template <typename T>
-T* as(void* p) {
-  return static_cast<T*>(p);
-}
-template <typename T>
-const T* as(const void* p) {
-  return static_cast<const T*>(p);
-}
-
-unsigned rows_blocks(std::int64_t rows) { return static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32)); }
-
 }  // namespace
 
 void check_launch(const char* what) { cuda_check(cudaGetLastError(), "CUDA kernel", what); }
@@ -369,7 +305,8 @@ void embedding_backward(DType dt, const void* dout, const EmbeddingOrder& order,
                         int C, cudaStream_t st) {
   dispatch(dt, [&](auto t) {
     using T = decltype(t);
-    position_embedding_backward_k<T><<<blocks_for(std::int64_t{s} * C), kThreads, 0, st>>>(as<T>(dout), dwpe, T_, s, C);
+    if (dwpe)
+      position_embedding_backward_k<T><<<blocks_for(std::int64_t{s} * C), kThreads, 0, st>>>(as<T>(dout), dwpe, T_, s, C);
     token_embedding_backward_k<T><<<blocks_for(std::int64_t{order.segments} * C), kThreads, 0, st>>>(
         as<T>(dout), order.order, order.seg, order.seg_token, order.segments, dwte, C);
   });

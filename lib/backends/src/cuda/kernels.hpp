@@ -22,7 +22,7 @@ namespace pipebench::gpu {
 // Throws pipebench::Error naming the kernel when a launch failed.
 void check_launch(const char* what);
 
-// out[b·s + t] = wte[tokens[b·s + t]] + wpe[t]; channels C.
+// out[b·s + t] = wte[tokens[b·s + t]] + wpe[t]; channels C. wpe null (llama): wte only.
 void embedding_forward(DType dt, const std::int32_t* tokens, const void* wte, const void* wpe, void* out, int T, int s,
                        int C, cudaStream_t stream);
 // A micro-batch's positions grouped by token id (device int32 arrays; the
@@ -36,7 +36,7 @@ struct EmbeddingOrder {
 };
 // dwte[token] += dout[i] over that token's positions i, dwpe[i % s] +=
 // dout[i], each sum in position order (parallel over tokens/positions and
-// channels, no atomics).
+// channels, no atomics). dwpe null (llama): the token table only.
 void embedding_backward(DType dt, const void* dout, const EmbeddingOrder& order, float* dwte, float* dwpe, int T, int s,
                         int C, cudaStream_t stream);
 
@@ -81,6 +81,29 @@ void adamw_update(DType dt, void* p, const float* g, float* master, float* m, fl
                   float beta1, float beta2, float eps, float wd, int t, float grad_scale, cudaStream_t stream);
 void sgd_update(DType dt, void* p, const float* g, float* master, std::int64_t n, float lr, float grad_scale,
                 cudaStream_t stream);
+
+// ---- the llama block (kernels_llama.cu; cpu_kernels.hpp has the same
+// functions in fp32, the numerical reference) ----
+
+// Per row: out = x·r·gamma with r = 1/sqrt(mean(x²) + eps), r saved (fp32).
+void rmsnorm_forward(DType dt, const void* x, const void* gamma, void* out, float* rrms, int T, int C, float eps,
+                     cudaStream_t stream);
+// dx += r·(gamma⊙dout) − x·r³·mean(gamma⊙dout⊙x); dgamma += Σ_t dout·x·r
+// (column sums in the fixed order of layernorm_backward_weight).
+void rmsnorm_backward_input(DType dt, const void* dout, const void* x, const void* gamma, const float* rrms, void* dx,
+                            int T, int C, cudaStream_t stream);
+void rmsnorm_backward_weight(DType dt, const void* dout, const void* x, const float* rrms, float* dgamma, int T, int C,
+                             cudaStream_t stream);
+// Rotates in place the first `heads` heads of d columns of each of T rows of
+// `ld` elements (row t at position t % s), pairs (2i, 2i+1) by the angle of
+// `table` (cpu::rope_table's fp32 layout: cos [s, d/2], then sin [s, d/2],
+// on the device); `inverse` rotates back (RoPE's backward).
+void rope_apply(DType dt, void* x, const float* table, int T, int s, int heads, int d, int ld, bool inverse,
+                cudaStream_t stream);
+// pre[T, 2f] = W1·x | W3·x: u[T, f] = silu(W1·x) ⊙ W3·x; its backward writes
+// dpre[T, 2f] (overwritten) from du.
+void swiglu_forward(DType dt, const void* pre, void* u, int T, int f, cudaStream_t stream);
+void swiglu_backward(DType dt, const void* pre, const void* du, void* dpre, int T, int f, cudaStream_t stream);
 
 // partials[k] += Σ x² over a fixed k-th share of the fp32 gradients x,
 // k < kSumSquaresSlots, in double; the host sums the slots in order.

@@ -94,13 +94,17 @@ class ModelDesc {
   // llama: 4·s·(h/heads) bytes of rotary table (inference too) + in training
   // tokens·(3·ffn_hidden + 6·hidden + 2·kv) + seq_len² elements (docs/model.md).
   std::int64_t cpu_workspace_bytes(int micro_batch, bool train) const;
+  // llama: the rotary table both real backends keep, fp32 cos and sin of
+  // seq_len x d/2 each (4·seq_len·d bytes, d = hidden/heads); 0 for gpt.
+  std::int64_t rope_table_bytes() const;
 
   // The cuda backend's workspace, allocated once per stage: always
-  // kCudaNormSlotsBytes of gradient-norm partial sums and 4·tokens bytes of
-  // fp32 per-token losses; in training then the embedding backward's token
-  // order (cuda_embedding_order_bytes) and the cpu backend's temporaries
-  // with one attention score matrix per head (tokens·(ffn_hidden + 7·hidden)
-  // + heads·seq_len² elements).
+  // kCudaNormSlotsBytes of gradient-norm partial sums, 4·tokens bytes of
+  // fp32 per-token losses and (llama) the rotary table; in training then the
+  // embedding backward's token order (cuda_embedding_order_bytes) and the
+  // cpu backend's temporaries with one attention score matrix per head
+  // (gpt tokens·(ffn_hidden + 7·hidden), llama tokens·(3·ffn_hidden +
+  // 6·hidden + 2·kv), + heads·seq_len² elements).
   static constexpr std::int64_t kCudaNormSlotsBytes = 256 * 8;
   std::int64_t cuda_workspace_bytes(int micro_batch, bool train) const;
   // int32: the positions sorted by token id, the segment starts and the

@@ -1,0 +1,136 @@
+// The llama block on the cuda backend: the cpu backend's forward_llama and
+// backward_llama (backend_cpu_llama.cpp) launch for launch — RMSNorm → q, k,
+// v in one GEMM [h, h + 2kv] → RoPE on q and k → causal grouped-query
+// attention → o [h,h] + residual → RMSNorm → W1 | W3 in one GEMM [h, 2f] →
+// silu(W1·x) ⊙ W3·x → W2 [f,h] + residual; no biases. The same slab layout
+// (LlamaActs, in elements of the storage dtype), the same split-backward
+// stash order (split_stash_elements), the attention as gemm::GroupedAttention's
+// products (K/V broadcast over a group's query heads), the norms and RoPE in
+// kernels_llama.cu.
+#include <cuda_runtime.h>
+
+#include "cuda_backend.hpp"
+
+namespace pipebench::gpu {
+
+void CudaBackend::forward_llama(const Chunk& c, const Piece& p, int mb, std::byte* out) {
+  const ModelSpec& ms = job_.model;
+  const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, d = h / ms.heads;
+  const int kv = static_cast<int>(kv_width()), ldq = h + 2 * kv, B = spec_.micro_batch_size;
+  const auto eps = static_cast<float>(ms.norm_eps);
+  const auto Th_bytes = static_cast<std::uint64_t>(tokens_ * h * e_);
+  const LlamaActs a(T, h, kv, f, static_cast<int>(e_));
+  auto A = [&](std::int64_t elements) { return act(c, mb, p, elements); };
+  auto S = [&](std::int64_t elements) { return stat(c, mb, p, elements); };
+  const auto* rope = reinterpret_cast<const float*>(rope_.data());
+  std::byte* x = A(a.x);
+  std::byte* qkv = A(a.qkv);
+  gpu::rmsnorm_forward(dt_, x, w(p, 0), A(a.n1), S(a.rrms1), T, h, eps, stream_);
+  linear_forward(A(a.n1), w(p, 1), nullptr, qkv, T, h, ldq, false);
+  gpu::rope_apply(dt_, qkv, rope, T, s, ms.heads, d, ldq, false, stream_);
+  gpu::rope_apply(dt_, qkv + h * e_, rope, T, s, ms.kv_heads, d, ldq, false, stream_);
+  // Per sequence and K/V group: the group's scores, then one causal softmax
+  // over every head, then the group's P·V.
+  const gemm::GroupedAttention at(s, h, ms.heads, ms.kv_heads);
+  auto seq = [&](int bi) { return A(a.qkv + std::int64_t{bi} * s * ldq); };
+  auto probs = [&](int bi, int head) { return A(a.probs + (std::int64_t{bi} * ms.heads + head) * at.ss()); };
+  for (int bi = 0; bi < B; ++bi)
+    for (int grp = 0; grp < ms.kv_heads; ++grp)
+      gemm(at.scores(), seq(bi) + at.q_offset(grp * at.group) * e_, seq(bi) + at.k_offset(grp) * e_,
+           probs(bi, grp * at.group));
+  gpu::causal_softmax(dt_, A(a.probs), s, std::int64_t{B} * ms.heads, stream_);
+  for (int bi = 0; bi < B; ++bi)
+    for (int grp = 0; grp < ms.kv_heads; ++grp)
+      gemm(at.values(), probs(bi, grp * at.group), seq(bi) + at.v_offset(grp) * e_,
+           A(a.attn + std::int64_t{bi} * s * h + at.q_offset(grp * at.group)));
+  std::byte* x2 = A(a.x2);
+  copy_on_device(x2, x, Th_bytes);
+  linear_forward(A(a.attn), w(p, 2), nullptr, x2, T, h, h, true);
+  gpu::rmsnorm_forward(dt_, x2, w(p, 3), A(a.n2), S(a.rrms2), T, h, eps, stream_);
+  linear_forward(A(a.n2), w(p, 4), nullptr, A(a.pre13), T, h, 2 * f, false);
+  gpu::swiglu_forward(dt_, A(a.pre13), A(a.u), T, f, stream_);
+  copy_on_device(out, x2, Th_bytes);
+  linear_forward(A(a.u), w(p, 5), nullptr, out, T, f, h, true);
+}
+
+// As backward_gpt: Pass::full computes input and weight gradients now;
+// Pass::input keeps in `st` the output gradients W needs (W2 out [T,h],
+// W1|W3 out [T,2f], norm2 out, o out [T,h], qkv [T,h+2kv], norm1 out [T,h]);
+// Pass::weight computes the weight gradients from them.
+void CudaBackend::backward_llama(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass,
+                                 std::byte* st) {
+  const ModelSpec& ms = job_.model;
+  const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, d = h / ms.heads;
+  const int kv = static_cast<int>(kv_width()), ldq = h + 2 * kv;
+  const std::int64_t Th = std::int64_t{T} * h, Tf = std::int64_t{T} * f, Tq = std::int64_t{T} * ldq;
+  const auto Th_bytes = static_cast<std::uint64_t>(Th * e_);
+  const LlamaActs a(T, h, kv, f, static_cast<int>(e_));
+  auto A = [&](std::int64_t elements) { return act(c, mb, p, elements); };
+  auto S = [&](std::int64_t elements) { return stat(c, mb, p, elements); };
+  auto at = [&](std::byte* base, std::int64_t elements) { return base + elements * e_; };
+  // Output gradients: in the stash (split) or the temporaries (block_temporaries()).
+  std::byte* ws = temporaries();
+  const bool split = pass != Pass::full, full = pass == Pass::full;
+  std::byte* d_w2 = split ? st : const_cast<std::byte*>(dy);
+  std::byte* d_13 = split ? at(st, Th) : at(ws, Tf);
+  std::byte* d_n2 = split ? at(st, Th + 2 * Tf) : at(ws, 3 * Tf);
+  std::byte* d_x2 = split ? at(st, 2 * Th + 2 * Tf) : at(ws, 3 * Tf + Th);
+  std::byte* d_qkv = split ? at(st, 3 * Th + 2 * Tf) : at(ws, 3 * Tf + 3 * Th);
+  std::byte* d_n1 = split ? at(st, 3 * Th + 2 * Tf + Tq) : at(ws, 3 * Tf);  // full: d_n2's place, free by then
+  std::byte* d_u = ws;                                                       // no weights: never stashed
+  std::byte* d_attn = at(ws, 3 * Tf + 2 * Th);
+  if (pass == Pass::weight) {
+    linear_backward_weight(A(a.u), d_w2, g(p, 5), nullptr, T, f, h);
+    linear_backward_weight(A(a.n2), d_13, g(p, 4), nullptr, T, h, 2 * f);
+    gpu::rmsnorm_backward_weight(dt_, d_n2, A(a.x2), S(a.rrms2), g(p, 3), T, h, stream_);
+    linear_backward_weight(A(a.attn), d_x2, g(p, 2), nullptr, T, h, h);
+    linear_backward_weight(A(a.n1), d_qkv, g(p, 1), nullptr, T, h, ldq);
+    gpu::rmsnorm_backward_weight(dt_, d_n1, A(a.x), S(a.rrms1), g(p, 0), T, h, stream_);
+    return;
+  }
+  if (split) copy_on_device(d_w2, dy, Th_bytes);
+  if (full) linear_backward_weight(A(a.u), d_w2, g(p, 5), nullptr, T, f, h);
+  linear_backward_input(w(p, 5), d_w2, d_u, T, f, h, false);
+  gpu::swiglu_backward(dt_, A(a.pre13), d_u, d_13, T, f, stream_);
+  if (full) linear_backward_weight(A(a.n2), d_13, g(p, 4), nullptr, T, h, 2 * f);
+  linear_backward_input(w(p, 4), d_13, d_n2, T, h, 2 * f, false);
+  copy_on_device(d_x2, dy, Th_bytes);
+  if (full) gpu::rmsnorm_backward_weight(dt_, d_n2, A(a.x2), S(a.rrms2), g(p, 3), T, h, stream_);
+  gpu::rmsnorm_backward_input(dt_, d_n2, A(a.x2), w(p, 3), S(a.rrms2), d_x2, T, h, stream_);
+  if (full) linear_backward_weight(A(a.attn), d_x2, g(p, 2), nullptr, T, h, h);
+  linear_backward_input(w(p, 2), d_x2, d_attn, T, h, h, false);
+  // Attention backward per sequence and K/V group (gemm::GroupedAttention):
+  // dP, dS through the softmax, dQ for the group at once; dV and dK summed
+  // over the group's query heads in head order.
+  const gemm::GroupedAttention ga(s, h, ms.heads, ms.kv_heads);
+  std::byte* dP = score_scratch();
+  for (int bi = 0; bi < spec_.micro_batch_size; ++bi) {
+    const std::int64_t base = std::int64_t{bi} * s * ldq;
+    const std::byte* q = A(a.qkv + base);
+    std::byte* dq = at(d_qkv, base);
+    const std::byte* P = A(a.probs + std::int64_t{bi} * ms.heads * ga.ss());
+    const std::byte* dO = at(d_attn, std::int64_t{bi} * s * h);
+    for (int grp = 0; grp < ms.kv_heads; ++grp) {
+      const int first = grp * ga.group;
+      std::byte* dS = at(dP, first * ga.ss());
+      gemm(ga.dp(), dO + ga.q_offset(first) * e_, q + ga.v_offset(grp) * e_, dS);
+      gpu::causal_softmax_backward(dt_, P + first * ga.ss() * e_, dS, s, ga.group, stream_);
+      gemm(ga.dq(), dS, q + ga.k_offset(grp) * e_, dq + ga.q_offset(first) * e_);
+      for (int i = first; i < first + ga.group; ++i) {
+        gemm(ga.dv(i == first), P + i * ga.ss() * e_, dO + ga.q_offset(i) * e_, dq + ga.v_offset(grp) * e_);
+        gemm(ga.dk(i == first), at(dP, i * ga.ss()), q + ga.q_offset(i) * e_, dq + ga.k_offset(grp) * e_);
+      }
+    }
+  }
+  // RoPE's backward: the inverse rotation of the gradients at q and k.
+  const auto* rope = reinterpret_cast<const float*>(rope_.data());
+  gpu::rope_apply(dt_, d_qkv, rope, T, s, ms.heads, d, ldq, true, stream_);
+  gpu::rope_apply(dt_, d_qkv + h * e_, rope, T, s, ms.kv_heads, d, ldq, true, stream_);
+  if (full) linear_backward_weight(A(a.n1), d_qkv, g(p, 1), nullptr, T, h, ldq);
+  linear_backward_input(w(p, 1), d_qkv, d_n1, T, h, ldq, false);
+  copy_on_device(dx, d_x2, Th_bytes);
+  if (full) gpu::rmsnorm_backward_weight(dt_, d_n1, A(a.x), S(a.rrms1), g(p, 0), T, h, stream_);
+  gpu::rmsnorm_backward_input(dt_, d_n1, A(a.x), w(p, 0), S(a.rrms1), dx, T, h, stream_);
+}
+
+}  // namespace pipebench::gpu

@@ -1,0 +1,196 @@
+// The cuda backend's class (make_cuda_backend, backend_cuda.hpp), shared by
+// its sources: backend_cuda.cpp (build, the actions, the embedding, gpt/mlp
+// blocks and the head) and backend_cuda_llama.cpp (the llama block). Internal
+// to lib/backends/src/cuda.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "device_memory.hpp"
+#include "kernels.hpp"
+#include "pipebench/backends/backend.hpp"
+#include "pipebench/backends/gemm_layout.hpp"
+#include "pipebench/backends/stage_layout.hpp"
+#include "pipebench/model/model.hpp"
+
+namespace pipebench::gpu {
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const Job& job, int rank);
+  ~CudaBackend() override;
+
+  std::string_view name() const override { return "cuda"; }
+  bool computes_loss() const override { return true; }
+  void build(const StageSpec& spec) override;
+  std::pair<int, int> built_layers() const override { return layers_; }
+  std::int64_t built_params() const override { return num_params_; }
+  void begin_step(int step, double /*deadline_s*/) override {
+    step_ = step;
+    note_device_memory();
+  }
+  void forward(int step, int microbatch, int chunk) override;
+  void backward(int step, int microbatch, int chunk) override;
+  void weight_grad(int step, int microbatch, int chunk) override;
+  double loss(int microbatch) const override { return loss_[static_cast<std::size_t>(microbatch)]; }
+  void grad_sq_norm_by_piece(std::vector<double>& per_piece) const override;
+  void optimizer_step(int step, double grad_scale) override;
+  Buffer recv_buffer(ActionKind kind, int microbatch, int chunk) override;
+  Buffer send_buffer(ActionKind kind, int microbatch, int chunk) override;
+  void hand_over(ActionKind kind, int microbatch, int from_chunk, int to_chunk) override;
+  double last_action_device_s() const override { return last_action_s_; }
+  const MemoryTracker& memory() const override { return memory_; }
+  int peak_live_activations() const override { return peak_live_; }
+  std::int64_t device_used_before_bytes() const override { return device_used_before_; }
+  std::int64_t device_used_peak_bytes() const override {
+    note_device_memory();
+    return device_used_peak_;
+  }
+
+ private:
+  using Piece = PieceLayout;  // stage_layout.hpp
+
+  // One model chunk (virtual stage spec_.chunk_stage[c]): its pieces, whose
+  // tensor offsets point into the rank's flat parameter buffers (chunk after
+  // chunk), its boundary buffers and its per-micro-batch device blocks.
+  struct Chunk {
+    std::vector<Piece> pieces;
+    bool receives = false, sends = false;  // from / to a neighbouring virtual stage
+    DeviceBuffer recv_prev, recv_next;
+    std::vector<DeviceBuffer> send_prev, send_next;  // per micro-batch
+    // Host staging for a transport that moves host memory (MPI). A receive
+    // buffer handed to the transport (recv_buffer) is marked staged and
+    // uploaded before the action that reads it.
+    std::optional<HostBuffer> host_recv_prev, host_recv_next;
+    std::vector<HostBuffer> host_send_prev, host_send_next;  // per micro-batch
+    bool staged_prev = false, staged_next = false;
+    SlotPool slabs;  // activations, from F to B (to W with a split backward)
+    SlotPool stash;  // split backward: output gradients from B to W (split_stash_elements)
+    SlotPool kept;   // recomputation: the chunk's input from F to B
+    bool embedding() const { return pieces.front().kind == PieceKind::embedding; }
+    bool head() const { return pieces.back().kind == PieceKind::head; }
+  };
+  // Pass::full: input and weight gradients at B. A split backward: the input
+  // gradient at B (Pass::input), saving the output gradients W needs in the
+  // stash; the weight gradients at W from them (Pass::weight).
+  enum class Pass { full, input, weight };
+
+  static std::uint64_t device_capacity(const Job& job);
+  void build_chunk(Chunk& c, int ci, const ModelDesc& model);
+  Chunk& chunk(int c) { return chunks_.at(static_cast<std::size_t>(c)); }
+  std::byte* act(const Chunk& c, int mb, const Piece& p, std::int64_t elements) const {
+    return c.slabs.get(mb) + p.act_offset + elements * e_;
+  }
+  std::byte* elem(const DeviceBuffer& b, std::int64_t elements) const { return b.data() + elements * e_; }
+  void* w(const Piece& p, std::size_t t) const { return elem(params_, p.tensors[t].offset); }
+  // Gradients are fp32 whatever the dtype (docs/cuda-backend.md, dtypes).
+  float* g(const Piece& p, std::size_t t) const { return reinterpret_cast<float*>(grads_.data()) + p.tensors[t].offset; }
+  // A LayerNorm's fp32 mean or 1/std at slab element offset `elements`.
+  float* stat(const Chunk& c, int mb, const Piece& p, std::int64_t elements) const {
+    return reinterpret_cast<float*>(act(c, mb, p, elements));
+  }
+  std::int32_t* tokens_at(const Chunk& c, int mb) const { return reinterpret_cast<std::int32_t*>(act(c, mb, c.pieces.front(), 0)); }
+  bool llama() const { return job_.model.kind == ModelKind::llama; }
+  // The head's slab offsets (llama: one RMSNorm statistic).
+  HeadActs head_acts() const { return {tokens_, job_.model.hidden, job_.model.vocab, static_cast<int>(e_), llama()}; }
+  std::int32_t* targets_at(const Chunk& c, int mb) const {
+    return reinterpret_cast<std::int32_t*>(act(c, mb, c.pieces.back(), head_acts().targets));
+  }
+  // llama: the K/V width kv_heads·h/heads (q, k, v rows are h + 2·kv_width_).
+  std::int64_t kv_width() const {
+    return std::int64_t{job_.model.kv_heads} * (job_.model.hidden / job_.model.heads);
+  }
+  std::int64_t stash_elements(const Piece& p) const {
+    return split_stash_elements(p.kind, tokens_, job_.model.hidden, job_.model.ffn_hidden, kv_width());
+  }
+  // Workspace layout (ModelDesc::cuda_workspace_bytes): norm partial sums,
+  // per-token losses, then the backward's temporaries (aligned: cudaMalloc
+  // returns 256-byte-aligned memory and the first two parts are multiples of 4).
+  double* norm_partials() const { return reinterpret_cast<double*>(workspace_.data()); }
+  float* token_losses() const { return reinterpret_cast<float*>(workspace_.data() + ModelDesc::kCudaNormSlotsBytes); }
+  std::int32_t* embedding_order_ints() const {
+    return reinterpret_cast<std::int32_t*>(workspace_.data() + ModelDesc::kCudaNormSlotsBytes + 4 * tokens_);
+  }
+  // The backward's temporaries: a block's output gradients (gpt: dgelu
+  // [T,f], dh, dx2, dqkv [T,3h]; llama: du [T,f], dW1|dW3 [T,2f], dnorm,
+  // dx2, dattn [T,h], dqkv [T,h+2kv]), then two ping-pong gradients [T,h]
+  // (pieces hand their input gradients through them; a recomputed forward
+  // writes its output there), then the heads' score matrices.
+  std::byte* temporaries() const {
+    return workspace_.data() + ModelDesc::kCudaNormSlotsBytes + 4 * tokens_ + embedding_order_bytes_;
+  }
+  std::int64_t block_temporaries() const {  // elements before the ping-pong gradients
+    const std::int64_t h = job_.model.hidden, f = job_.model.ffn_hidden;
+    return llama() ? tokens_ * (3 * f + 4 * h + 2 * kv_width()) : tokens_ * (f + 5 * h);
+  }
+  std::byte* workspace_ping() const { return temporaries() + block_temporaries() * e_; }
+  std::byte* score_scratch() const { return workspace_ping() + 2 * tokens_ * job_.model.hidden * e_; }
+  void copy_on_device(void* dst, const void* src, std::uint64_t bytes) const;
+
+  // Runs the row-major product `g` (gemm_layout.hpp) through cuBLAS; C in
+  // the storage dtype, or fp32 for a weight gradient (`fp32_out`).
+  void gemm(const gemm::RowMajor& g, const void* A, const void* B, void* C, bool fp32_out = false) const;
+  void linear_forward(const void* x, const void* W, const void* b, void* y, int T, int in, int out, bool accumulate) const;
+  // dW += xᵀ·dy (fp32), db += Σ_t dy (when db); dx = dy·W (+= when accumulate).
+  void linear_backward_weight(const void* x, const void* dy, float* dW, float* db, int T, int in, int out) const;
+  void linear_backward_input(const void* W, const void* dy, void* dx, int T, int in, int out, bool accumulate) const;
+  void forward_piece(const Chunk& c, const Piece& p, int mb, const std::byte* in, std::byte* out);
+  void forward_pieces(const Chunk& c, int mb, const std::byte* in, std::byte* last_out);
+  void recompute_forward(Chunk& c, int mb);
+  void backward_pieces(Chunk& c, int mb, Pass pass, std::byte* stash);
+  void backward_piece(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass, std::byte* st);
+  void backward_gpt(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass, std::byte* st);
+  // The llama block (backend_cuda_llama.cpp).
+  void forward_llama(const Chunk& c, const Piece& p, int mb, std::byte* out);
+  void backward_llama(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass, std::byte* st);
+  void backward_mlp(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass, std::byte* st);
+  void backward_head(const Chunk& c, const Piece& p, int mb, std::byte* dx, Pass pass, std::byte* st);
+  void acquire_slab(Chunk& c, int mb);
+  void release_slab(Chunk& c, int mb);
+  void upload_tokens(int mb, std::int32_t* dst, bool targets);
+  void upload_staged(Chunk& c, ActionKind kind);
+  void upload_embedding_order(int mb);
+  void read_loss(int mb);
+  void start_action();
+  void finish_action();
+
+  const Job& job_;
+  MemoryTracker memory_;
+  StageSpec spec_;
+  DType dt_ = DType::fp32;
+  std::int64_t e_ = 4;  // bytes per element
+  std::vector<Chunk> chunks_;
+  std::pair<int, int> layers_{-1, -1};
+  std::int64_t num_params_ = 0, tokens_ = 0;
+  // cudaMemGetInfo's used bytes before the backend allocated, and the most since.
+  std::int64_t device_used_before_ = -1;
+  mutable std::int64_t device_used_peak_ = -1;
+  void note_device_memory() const;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  cudaEvent_t ev_start_ = nullptr, ev_end_ = nullptr;
+  double last_action_s_ = -1.0;
+  // fp16 keeps gradients in range with a static loss scale: d(loss)/d(logits)
+  // is not divided by tokens × micro-batches; the norm and the optimizer
+  // divide instead (grad_unscale_ = 1 / that product; 1 for fp32 and bf16).
+  double grad_unscale_ = 1.0;
+  DeviceBuffer params_, grads_, master_, adam_m_, adam_v_, workspace_;
+  DeviceBuffer rope_;  // llama: the rotary table, fp32 (cpu::rope_table), counted as workspace
+  std::vector<double> loss_;
+  std::vector<float> host_losses_;
+  // The embedding backward's token order (workspace, train only): its bytes
+  // and the current micro-batch's segments, uploaded before the action that
+  // runs the embedding's weight gradient (B, or W of a split backward).
+  std::int64_t embedding_order_bytes_ = 0;
+  gpu::EmbeddingOrder embedding_order_;
+  int optimizer_steps_ = 0, step_ = 0;
+  int live_ = 0, peak_live_ = 0;
+};
+
+}  // namespace pipebench::gpu
