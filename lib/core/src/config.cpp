@@ -494,6 +494,33 @@ void read_schedule(TableReader& r, RunSpec& run, std::vector<std::string>& warni
 }
 
 // `steps` = warmup + repeats (bounds the events a run records).
+// `data_parallel` and its companions (docs/parallel.md): the replicas, the
+// optimizer's sharding, where the gradients are synchronised, the rank order.
+void read_data_parallel(TableReader& r, RunSpec& run, std::vector<std::string>& warnings) {
+  run.data_parallel = r.int_in_range("data_parallel", 1, kMaxDataParallel, 1);
+  if (std::int64_t{run.pipeline_size} * run.data_parallel > kMaxRanks)
+    r.fail_at(*r.find("data_parallel"), "data_parallel",
+              fmt::format("pipeline_size x data_parallel = {} x {} ranks is above the limit of {}", run.pipeline_size,
+                          run.data_parallel, kMaxRanks));
+  run.optimizer_sharding = r.choice<OptimizerSharding>(
+      "optimizer_sharding", OptimizerSharding::none, {{"none", OptimizerSharding::none}, {"zero1", OptimizerSharding::zero1}});
+  run.grad_sync = r.choice<GradSync>("grad_sync", GradSync::after_flush,
+                                     {{"after_flush", GradSync::after_flush}, {"overlap", GradSync::overlap}});
+  run.rank_order = r.choice<RankOrder>("rank_order", RankOrder::tp_dp_pp,
+                                       {{"tp-dp-pp", RankOrder::tp_dp_pp}, {"tp-pp-dp", RankOrder::tp_pp_dp}});
+  // Keys that change nothing here are said to, not silently kept.
+  const char* why = run.mode == RunMode::inference ? "inference has no gradients or optimizer"
+                    : run.data_parallel == 1       ? "data_parallel = 1: one replica has nothing to shard or synchronise"
+                                                   : nullptr;
+  if (why)
+    for (const char* key : {"optimizer_sharding", "grad_sync"})
+      if (r.find(key)) warnings.push_back(fmt::format("{}: ignored: {}", r.dotted(key), why));
+  if (why) {
+    run.optimizer_sharding = OptimizerSharding::none;
+    run.grad_sync = GradSync::after_flush;
+  }
+}
+
 RunSpec read_run(TableReader& r, const ModelSpec& model, int steps, std::vector<std::string>& warnings,
                  std::string& explicit_baseline) {
   RunSpec run;
@@ -511,6 +538,7 @@ RunSpec read_run(TableReader& r, const ModelSpec& model, int steps, std::vector<
                           run.pipeline_size, run.num_microbatches, kMaxStageMicrobatches));
   run.mode = r.choice<RunMode>("mode", RunMode::train, {{"train", RunMode::train}, {"inference", RunMode::inference}});
   read_schedule(r, run, warnings);
+  read_data_parallel(r, run, warnings);
   if (std::int64_t{run.model_stages()} * run.num_microbatches > kMaxStageMicrobatches)
     r.fail_at(*r.find("virtual_stages_per_rank"), "virtual_stages_per_rank",
               fmt::format("pipeline_size x virtual_stages_per_rank x num_microbatches = {} x {} x {} is above the limit "
@@ -605,20 +633,24 @@ void link_runs(Job& job, const std::vector<const Value*>& run_values,
         job.warnings.push_back(fmt::format("run.{}.baseline: \"{}\" has pipeline_size = {}, not a single-stage baseline",
                                            run.name, named, base->pipeline_size));
       run.baseline = named;
-    } else if (run.pipeline_size > 1) {
+    } else if (run.ranks() > 1) {
       for (const auto& other : job.runs)
-        if (other.pipeline_size == 1 && other.mode == run.mode) {
+        if (other.ranks() == 1 && other.mode == run.mode) {
           run.baseline = other.name;
           break;
         }
     }
     if (!run.baseline.empty()) {
       const RunSpec* base = job.find_run(run.baseline);
+      // "2 x 4", or "2 x 4 x 2 replicas" with data parallelism.
+      auto formula = [](const RunSpec& x) {
+        return fmt::format("{} x {}{}", x.micro_batch_size, x.num_microbatches,
+                           x.data_parallel > 1 ? fmt::format(" x {} replicas", x.data_parallel) : "");
+      };
       if (base->global_batch() != run.global_batch())
         job.warnings.push_back(fmt::format(
-            "run.{}: global batch {} (= {} x {}) differs from baseline \"{}\" ({} = {} x {}); losses are not comparable",
-            run.name, run.global_batch(), run.micro_batch_size, run.num_microbatches, base->name,
-            base->global_batch(), base->micro_batch_size, base->num_microbatches));
+            "run.{}: global batch {} (= {}) differs from baseline \"{}\" ({} = {}); losses are not comparable",
+            run.name, run.global_batch(), formula(run), base->name, base->global_batch(), formula(*base)));
     }
   }
 }

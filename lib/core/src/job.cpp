@@ -58,6 +58,9 @@ std::string_view to_string(ScheduleKind v) {
 
 std::string_view to_string(RunMode v) { return v == RunMode::train ? "train" : "inference"; }
 std::string_view to_string(Recompute v) { return v == Recompute::full ? "full" : "none"; }
+std::string_view to_string(OptimizerSharding v) { return v == OptimizerSharding::zero1 ? "zero1" : "none"; }
+std::string_view to_string(GradSync v) { return v == GradSync::overlap ? "overlap" : "after_flush"; }
+std::string_view to_string(RankOrder v) { return v == RankOrder::tp_pp_dp ? "tp-pp-dp" : "tp-dp-pp"; }
 
 std::string_view to_string(Remainder v) {
   switch (v) {

@@ -65,6 +65,13 @@ WorkloadKeys workload_keys(const Job& job, const RunSpec& run) {
     if (run.virtual_stages_per_rank != 1) k["run.virtual_stages_per_rank"] = number(run.virtual_stages_per_rank);
     if (run.schedule == ScheduleKind::file) k["run.schedule_csv"] = "fnv1a64:" + fnv1a64(run.schedule_csv);
     if (run.recompute != Recompute::none) k["run.recompute"] = to_string(run.recompute);
+    if (run.optimizer_sharding != OptimizerSharding::none) k["run.optimizer_sharding"] = to_string(run.optimizer_sharding);
+    if (run.grad_sync != GradSync::after_flush) k["run.grad_sync"] = to_string(run.grad_sync);
+  }
+  // Only when not the default, as above.
+  if (run.data_parallel != 1) {
+    k["run.data_parallel"] = number(run.data_parallel);
+    k["run.rank_order"] = to_string(run.rank_order);
   }
   if (!run.layers_per_stage.empty()) {
     k["run.layers_per_stage"] = fmt::format("[{}]", fmt::join(run.layers_per_stage, ", "));

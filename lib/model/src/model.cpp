@@ -44,6 +44,11 @@ StateBytes state_bytes_per_param(OptimizerKind opt, DType dtype) {
   return {p, 4, fp32 ? 0 : 4};
 }
 
+std::int64_t optimizer_shard_params(const RunSpec& run, std::int64_t params) {
+  if (run.optimizer_sharding != OptimizerSharding::zero1 || run.data_parallel <= 1) return params;
+  return (params + run.data_parallel - 1) / run.data_parallel;
+}
+
 ModelDesc::ModelDesc(const ModelSpec& spec, DType dtype) : spec_(spec), dtype_(dtype) {}
 
 // Token embedding [vocab, h] + position embedding [seq_len, h]. A gather

@@ -8,14 +8,6 @@
 
 namespace pipebench::parallel {
 
-std::string_view to_string(RankOrder order) { return order == RankOrder::tp_dp_pp ? "tp-dp-pp" : "tp-pp-dp"; }
-
-std::optional<RankOrder> parse_rank_order(std::string_view text) {
-  if (text == "tp-dp-pp") return RankOrder::tp_dp_pp;
-  if (text == "tp-pp-dp") return RankOrder::tp_pp_dp;
-  return std::nullopt;
-}
-
 RankGrid::RankGrid(GridShape shape, RankOrder order, int ranks_per_node)
     : shape_(shape), order_(order), ranks_per_node_(ranks_per_node) {
   if (shape.pipeline < 1 || shape.data < 1 || shape.tensor < 1)

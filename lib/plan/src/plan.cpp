@@ -163,7 +163,7 @@ StageMemory plan_memory_unchecked(const Job& job, const RunSpec& run, const Sche
     const CheckedInt params = sp.cost.params;
     sp.params_bytes = (params * per_param.params).value();
     sp.grads_bytes = train ? (params * per_param.grads).value() : 0;
-    sp.optimizer_bytes = train ? (params * per_param.optimizer).value() : 0;
+    sp.optimizer_bytes = train ? (CheckedInt(optimizer_shard_params(run, sp.cost.params)) * per_param.optimizer).value() : 0;
     sp.activation_bytes_per_microbatch = sp.cost.activation_bytes;
     sp.peak_live_activations = peak_live[s];
     sp.activations_peak_bytes = train ? peak_bytes[s] : sp.activation_bytes_per_microbatch;

@@ -206,6 +206,14 @@ std::string format_plan_text(const JobPlan& plan) {
                        rp.schedule.chunks_per_rank > 1 ? fmt::format(", virtual_stages_per_rank={}", rp.schedule.chunks_per_rank) : "",
                        r.recompute == Recompute::full ? ", recompute=full" : "",
                        r.baseline.empty() ? "" : fmt::format(", baseline={}", r.baseline));
+    if (r.data_parallel > 1)
+      out += fmt::format("data parallel: {} replicas x {} stages = {} ranks ({}); global batch {} = {} x {} x {}{}\n",
+                         r.data_parallel, p, r.ranks(), to_string(r.rank_order), r.global_batch(), r.micro_batch_size,
+                         m, r.data_parallel,
+                         r.mode == RunMode::train
+                             ? fmt::format("; optimizer_sharding={}, grad_sync={}", to_string(r.optimizer_sharding),
+                                           to_string(r.grad_sync))
+                             : "");
     out += fmt::format("partition ({}):\n",
                        rp.partition.explicit_split ? "explicit layers_per_stage"
                                                    : fmt::format("remainder = \"{}\"{}", to_string(r.remainder),
@@ -257,6 +265,9 @@ void emit_plan_json(const JobPlan& plan, JsonWriter& w) {
     w.begin_object();
     w.field("name", r.name).field("mode", to_string(r.mode)).field("pipeline_size", r.pipeline_size);
     w.field("micro_batch_size", r.micro_batch_size).field("num_microbatches", r.num_microbatches);
+    w.field("data_parallel", r.data_parallel).field("ranks", r.ranks()).field("global_batch", r.global_batch());
+    w.field("optimizer_sharding", to_string(r.optimizer_sharding)).field("grad_sync", to_string(r.grad_sync));
+    w.field("rank_order", to_string(r.rank_order));
     w.field("schedule", rp.schedule.name).field("baseline", r.baseline);
     w.field("storage_dtype", to_string(rp.storage_dtype));
     w.field("virtual_stages_per_rank", rp.schedule.chunks_per_rank).field("recompute", to_string(r.recompute));

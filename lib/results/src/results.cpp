@@ -374,6 +374,10 @@ void write_run(hid_t runs, const RunResult& r, const EventStore* store) {
   attr_scalar<std::int64_t>(g, "num_microbatches", r.spec.num_microbatches);
   attr_string(g, "schedule", r.schedule_name);
   attr_scalar<std::int64_t>(g, "virtual_stages_per_rank", r.spec.virtual_stages_per_rank);
+  attr_scalar<std::int64_t>(g, "data_parallel", r.spec.data_parallel);
+  attr_string(g, "optimizer_sharding", std::string(to_string(r.spec.optimizer_sharding)));
+  attr_string(g, "grad_sync", std::string(to_string(r.spec.grad_sync)));
+  attr_string(g, "rank_order", std::string(to_string(r.spec.rank_order)));
   attr_array<int>(g, "layers_per_stage", r.layers_per_stage);
   attr_array<int>(g, "stage_rank", r.stage_rank);
   attr_scalar<std::int64_t>(g, "layers_per_stage_origin", r.spec.layers_per_stage_origin);
@@ -771,6 +775,15 @@ RunResult read_run(hid_t runs, const std::string& name, bool keep_events) {
   r.schedule_name = read_attr_string(g, "schedule");
   if (has_attr(g, "virtual_stages_per_rank"))  // absent in files written before chunked schedules: 1
     r.spec.virtual_stages_per_rank = static_cast<int>(read_attr_scalar<std::int64_t>(g, "virtual_stages_per_rank"));
+  if (has_attr(g, "data_parallel")) {  // absent in files written before data parallelism: 1 replica
+    r.spec.data_parallel = static_cast<int>(read_attr_scalar<std::int64_t>(g, "data_parallel"));
+    if (r.spec.data_parallel < 1 || r.spec.data_parallel > kMaxDataParallel)
+      throw ResultsError(fmt::format("run {}: data_parallel {} outside the workload limits", name, r.spec.data_parallel));
+    r.spec.optimizer_sharding = parse_enum(read_attr_string(g, "optimizer_sharding"),
+                                           {OptimizerSharding::none, OptimizerSharding::zero1});
+    r.spec.grad_sync = parse_enum(read_attr_string(g, "grad_sync"), {GradSync::after_flush, GradSync::overlap});
+    r.spec.rank_order = parse_enum(read_attr_string(g, "rank_order"), {RankOrder::tp_dp_pp, RankOrder::tp_pp_dp});
+  }
   r.layers_per_stage = read_attr_array<int>(g, "layers_per_stage");
   r.stage_rank = read_stage_rank(g, r.layers_per_stage.size());
   r.spec.layers_per_stage_origin = static_cast<int>(read_attr_scalar<std::int64_t>(g, "layers_per_stage_origin"));

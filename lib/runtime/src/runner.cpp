@@ -423,7 +423,7 @@ void print_job_header(const Job& job, const JobResult& jr, const GpuBinding& gpu
 // The most ranks any of `runs` uses.
 int widest_run(const std::vector<const RunSpec*>& runs) {
   int widest = 0;
-  for (const RunSpec* run : runs) widest = std::max(widest, run->pipeline_size);
+  for (const RunSpec* run : runs) widest = std::max(widest, run->ranks());
   return widest;
 }
 
@@ -431,8 +431,8 @@ std::string rank_mismatch(const std::vector<const RunSpec*>& runs, int world_siz
   const int widest = widest_run(runs);
   std::string too_wide;
   for (const RunSpec* run : runs) {
-    if (run->pipeline_size > world_size)
-      too_wide += fmt::format("{}{} ({} ranks)", too_wide.empty() ? "" : ", ", run->name, run->pipeline_size);
+    if (run->ranks() > world_size)
+      too_wide += fmt::format("{}{} ({} ranks)", too_wide.empty() ? "" : ", ", run->name, run->ranks());
   }
   if (!too_wide.empty())
     return fmt::format("the launch has {} rank(s); {} will be skipped: launch with mpirun -np {} (srun -n {})", world_size,
@@ -581,8 +581,15 @@ void record_broken_device(JobResult& jr, const std::string& broken) {
 std::string run_one(const JobContext& ctx, const RunPlan& rp, int world_size, Watchdog& watchdog, JobResult& jr) {
   const int p = rp.run.pipeline_size;
   const bool root = ctx.world_rank == 0;
-  if (p > world_size) {
-    const std::string reason = fmt::format("needs {} ranks, the world has {}", p, world_size);
+  // Data parallelism is planned (plan, its memory) but not executed yet: said, never run as one replica.
+  const std::string not_built =
+      rp.run.data_parallel > 1
+          ? fmt::format("data_parallel = {}: runs with data-parallel replicas are planned (pipebench plan) but not "
+                        "executed yet",
+                        rp.run.data_parallel)
+          : "";
+  if (p > world_size || !not_built.empty()) {
+    const std::string reason = !not_built.empty() ? not_built : fmt::format("needs {} ranks, the world has {}", p, world_size);
     if (root) {
       fmt::print("\n== run {}: skipped ({})\n", rp.run.name, reason);
       jr.runs.push_back(skipped_run(ctx.job, rp, reason));

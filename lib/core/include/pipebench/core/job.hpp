@@ -29,6 +29,15 @@ enum class RunMode { train, inference };
 enum class Recompute { none, full };
 enum class Remainder { first, last, balanced };
 enum class BalanceBy { flops, params };
+// Data parallelism (docs/parallel.md): the optimizer state whole on every
+// replica, or sharded over the data-parallel group (ZeRO stage 1, Megatron-LM's
+// distributed optimizer); the gradient synchronisation after the pipeline's
+// flush or overlapped with the cool-down, bucket by bucket.
+enum class OptimizerSharding { none, zero1 };
+enum class GradSync { after_flush, overlap };
+// How a run's ranks map onto (pipeline, data, tensor) coordinates
+// (lib/parallel, rank_grid.hpp): Megatron-LM's default and its tp-pp-dp mapping.
+enum class RankOrder { tp_dp_pp, tp_pp_dp };
 
 std::string_view to_string(ModelKind v);
 std::string_view to_string(DType v);
@@ -41,6 +50,9 @@ std::string_view to_string(RunMode v);
 std::string_view to_string(Recompute v);
 std::string_view to_string(Remainder v);
 std::string_view to_string(BalanceBy v);
+std::string_view to_string(OptimizerSharding v);
+std::string_view to_string(GradSync v);
+std::string_view to_string(RankOrder v);
 
 // Llama's SwiGLU width (Meta's reference model.py): 2/3 of 4·hidden, scaled
 // by ffn_dim_multiplier (1: none), rounded up to a multiple of multiple_of.
@@ -121,6 +133,8 @@ struct DeviceSpec {
 // 3 · pipeline_size · num_microbatches actions, so that product is bounded;
 // results files beyond these limits are refused by the reader.
 inline constexpr int kMaxPipelineSize = 1024;
+inline constexpr int kMaxDataParallel = 65536;
+inline constexpr int kMaxRanks = 1 << 20;  // pipeline_size x data_parallel
 inline constexpr int kMaxMicrobatches = 65536;
 inline constexpr std::int64_t kMaxStageMicrobatches = std::int64_t{1} << 22;  // pipeline_size x num_microbatches
 // Events a run records: steps x (2 train, 1 inference) x pipeline_size x
@@ -164,8 +178,17 @@ struct RunSpec {
   BalanceBy balance_by = BalanceBy::flops;  // cost used by remainder = "balanced"
   std::string baseline;                // name of the baseline run ("" = none)
   int source_line = 0;                 // line of this [[run]] in the workload file
+  // Data parallelism (docs/parallel.md): d replicas of the pipeline, each on
+  // its own micro-batches; p x d ranks in `rank_order`.
+  int data_parallel = 1;
+  OptimizerSharding optimizer_sharding = OptimizerSharding::none;
+  GradSync grad_sync = GradSync::after_flush;
+  RankOrder rank_order = RankOrder::tp_dp_pp;
 
-  int global_batch() const { return micro_batch_size * num_microbatches; }
+  // Samples per optimizer step, over every replica.
+  int global_batch() const { return micro_batch_size * num_microbatches * data_parallel; }
+  // Ranks the run needs: its pipeline stages times its replicas.
+  int ranks() const { return pipeline_size * data_parallel; }
   // Model chunks the layers are cut into: one per virtual stage.
   int model_stages() const { return pipeline_size * virtual_stages_per_rank; }
 };

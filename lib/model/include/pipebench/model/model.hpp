@@ -51,6 +51,13 @@ struct StateBytes {
 };
 StateBytes state_bytes_per_param(OptimizerKind opt, DType dtype);
 
+// Of a stage's `params` parameters, how many a rank keeps optimizer state
+// (AdamW m, v and the fp32 master copy) for: all of them, or with
+// optimizer_sharding = "zero1" over d = data_parallel replicas its shard,
+// ceil(params / d) — the stage's flat buffer cut into d equal shards, the
+// last padded (docs/parallel.md, "Memory").
+std::int64_t optimizer_shard_params(const RunSpec& run, std::int64_t params);
+
 class ModelDesc {
  public:
   // `dtype` is the storage dtype actually used (the cpu backend: fp32).

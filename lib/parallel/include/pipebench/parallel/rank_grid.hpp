@@ -16,16 +16,11 @@
 #pragma once
 
 #include <optional>
-#include <string>
-#include <string_view>
 #include <vector>
 
-namespace pipebench::parallel {
+#include "pipebench/core/job.hpp"  // RankOrder, a run's key
 
-enum class RankOrder { tp_dp_pp, tp_pp_dp };
-std::string_view to_string(RankOrder order);
-// "tp-dp-pp" | "tp-pp-dp"; nullopt otherwise.
-std::optional<RankOrder> parse_rank_order(std::string_view text);
+namespace pipebench::parallel {
 
 struct GridShape {
   int pipeline = 1, data = 1, tensor = 1;
