@@ -41,7 +41,7 @@ for job in "${jobs[@]}"; do
   read -r name ntasks < <("$pipebench" plan "$job" --format json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
-print(d["job"], max(r["pipeline_size"] for r in d["runs"]))')
+print(d["job"], max(r.get("ranks", r["pipeline_size"]) for r in d["runs"]))')
   # shellcheck disable=SC2086
   id=$(sbatch --parsable --job-name="nightly-$name" --ntasks="$ntasks" $extra \
          --output="$reports/$date/logs/%x-%j.out" --export=ALL,RESULTS_DIR="$results" \
