@@ -100,10 +100,9 @@ Handler add_probe_command(CLI::App& app) {
     const RunSpec* run = job.find_run(p.run_name);
     if (!run) throw ConfigError(fmt::format("{}: no run named \"{}\"", p.job_path, printable(p.run_name)));
     // Its trials would be recorded as skipped (docs/parallel.md): refused before any starts.
-    if (run->data_parallel > 1)
-      throw ConfigError(fmt::format("{}: run \"{}\": data_parallel = {}: runs with data-parallel replicas are planned but "
-                                    "not executed yet, so they cannot be probed; probe one replica (--set run.{}.data_parallel=1)",
-                                    p.job_path, run->name, run->data_parallel, run->name));
+    if (const std::string why = data_parallel_not_executed(*run); !why.empty())
+      throw ConfigError(fmt::format("{}: run \"{}\": {}, so its trials cannot run; probe one replica (--set run.{}.data_parallel=1)",
+                                    p.job_path, run->name, why, run->name));
     p.pipeline_size = run->pipeline_size;
     p.pipebench = self_executable();
     const std::string stamp = utc_stamp();

@@ -246,3 +246,30 @@ TEST_CASE("balanced-cost split: the slowest stage costs no more than under the r
   CHECK(last / 1e9 == Approx(9.060).epsilon(1e-3));
   CHECK(best / 1e9 == Approx(7.097).epsilon(1e-3));
 }
+
+// tune searches one replica's pipeline: a data-parallel template is refused
+// with the override that makes one, never copied into every candidate.
+TEST_CASE("tune: a data-parallel template run is refused, naming the fix", "[tune]") {
+  const Job job = parse_job(R"(schema = 1
+[job]
+name = "t"
+[model]
+hidden = 64
+layers = 6
+heads = 4
+seq_len = 32
+vocab = 256
+[device]
+backend = "sim"
+[[run]]
+name = "dp"
+pipeline_size = 2
+data_parallel = 2
+num_microbatches = 4
+)",
+                            "t.toml");
+  TuneOptions o;
+  o.max_ranks = 8;
+  CHECK_THROWS_WITH(tune(job, o), Catch::Contains("run \"dp\": data_parallel = 2: tune searches the pipeline of one replica") &&
+                                      Catch::Contains("--set run.dp.data_parallel=1"));
+}

@@ -1,5 +1,7 @@
 #include "pipebench/core/job.hpp"
 
+#include <fmt/format.h>
+
 namespace pipebench {
 
 std::string_view to_string(ModelKind v) {
@@ -58,6 +60,12 @@ std::string_view to_string(ScheduleKind v) {
 
 std::string_view to_string(RunMode v) { return v == RunMode::train ? "train" : "inference"; }
 std::string_view to_string(Recompute v) { return v == Recompute::full ? "full" : "none"; }
+std::string data_parallel_not_executed(const RunSpec& run) {
+  if (run.data_parallel <= 1) return "";
+  return fmt::format("data_parallel = {}: runs with data-parallel replicas are planned (pipebench plan) but not executed yet",
+                     run.data_parallel);
+}
+
 std::string_view to_string(OptimizerSharding v) { return v == OptimizerSharding::zero1 ? "zero1" : "none"; }
 std::string_view to_string(GradSync v) { return v == GradSync::overlap ? "overlap" : "after_flush"; }
 std::string_view to_string(RankOrder v) { return v == RankOrder::tp_pp_dp ? "tp-pp-dp" : "tp-dp-pp"; }

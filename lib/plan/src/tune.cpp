@@ -47,15 +47,26 @@ const TuneCandidate* TuneResult::smallest_fitting() const {
 
 namespace {
 
+// The search is over one replica's pipeline (docs/parallel.md: tune over
+// (p, d) is not built yet), so a data-parallel template is refused, not
+// silently copied into every candidate.
+const RunSpec& checked_template(const Job& job, const RunSpec& r) {
+  if (r.data_parallel > 1)
+    throw ConfigError(fmt::format("{}: run \"{}\": data_parallel = {}: tune searches the pipeline of one replica; tune "
+                                  "from a run without replicas (--set run.{}.data_parallel=1)",
+                                  job.source_path, r.name, r.data_parallel, r.name));
+  return r;
+}
+
 const RunSpec& pick_template(const Job& job, const std::string& name) {
   if (!name.empty()) {
     const RunSpec* r = job.find_run(name);
     if (!r) throw ConfigError(fmt::format("{}: no run named \"{}\" to tune from", job.source_path, printable(name)));
-    return *r;
+    return checked_template(job, *r);
   }
   for (const auto& r : job.runs)
-    if (r.mode == RunMode::train && r.pipeline_size > 1) return r;
-  return job.runs.front();
+    if (r.mode == RunMode::train && r.pipeline_size > 1 && r.data_parallel == 1) return r;
+  return checked_template(job, job.runs.front());
 }
 
 int chunks_for(ScheduleKind kind, const RunSpec& like) {

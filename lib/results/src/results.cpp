@@ -757,6 +757,18 @@ std::size_t read_events(hid_t g, const RunResult& r, const EventTake& take, std:
   return static_cast<std::size_t>(n);
 }
 
+// A run's replicas and their keys; absent in files written before data
+// parallelism: the defaults (one replica).
+void read_data_parallel_attrs(hid_t g, const std::string& name, RunSpec& spec) {
+  if (!has_attr(g, "data_parallel")) return;
+  spec.data_parallel = static_cast<int>(read_attr_scalar<std::int64_t>(g, "data_parallel"));
+  if (spec.data_parallel < 1 || spec.data_parallel > kMaxDataParallel)
+    throw ResultsError(fmt::format("run {}: data_parallel {} outside the workload limits", name, spec.data_parallel));
+  spec.optimizer_sharding = parse_enum(read_attr_string(g, "optimizer_sharding"), {OptimizerSharding::none, OptimizerSharding::zero1});
+  spec.grad_sync = parse_enum(read_attr_string(g, "grad_sync"), {GradSync::after_flush, GradSync::overlap});
+  spec.rank_order = parse_enum(read_attr_string(g, "rank_order"), {RankOrder::tp_dp_pp, RankOrder::tp_pp_dp});
+}
+
 RunResult read_run(hid_t runs, const std::string& name, bool keep_events) {
   Hid g(H5_CHECK(H5Gopen2(runs, name.c_str(), H5P_DEFAULT)), H5Gclose);
   RunResult r;
@@ -775,15 +787,7 @@ RunResult read_run(hid_t runs, const std::string& name, bool keep_events) {
   r.schedule_name = read_attr_string(g, "schedule");
   if (has_attr(g, "virtual_stages_per_rank"))  // absent in files written before chunked schedules: 1
     r.spec.virtual_stages_per_rank = static_cast<int>(read_attr_scalar<std::int64_t>(g, "virtual_stages_per_rank"));
-  if (has_attr(g, "data_parallel")) {  // absent in files written before data parallelism: 1 replica
-    r.spec.data_parallel = static_cast<int>(read_attr_scalar<std::int64_t>(g, "data_parallel"));
-    if (r.spec.data_parallel < 1 || r.spec.data_parallel > kMaxDataParallel)
-      throw ResultsError(fmt::format("run {}: data_parallel {} outside the workload limits", name, r.spec.data_parallel));
-    r.spec.optimizer_sharding = parse_enum(read_attr_string(g, "optimizer_sharding"),
-                                           {OptimizerSharding::none, OptimizerSharding::zero1});
-    r.spec.grad_sync = parse_enum(read_attr_string(g, "grad_sync"), {GradSync::after_flush, GradSync::overlap});
-    r.spec.rank_order = parse_enum(read_attr_string(g, "rank_order"), {RankOrder::tp_dp_pp, RankOrder::tp_pp_dp});
-  }
+  read_data_parallel_attrs(g, name, r.spec);
   r.layers_per_stage = read_attr_array<int>(g, "layers_per_stage");
   r.stage_rank = read_stage_rank(g, r.layers_per_stage.size());
   r.spec.layers_per_stage_origin = static_cast<int>(read_attr_scalar<std::int64_t>(g, "layers_per_stage_origin"));

@@ -581,13 +581,8 @@ void record_broken_device(JobResult& jr, const std::string& broken) {
 std::string run_one(const JobContext& ctx, const RunPlan& rp, int world_size, Watchdog& watchdog, JobResult& jr) {
   const int p = rp.run.pipeline_size;
   const bool root = ctx.world_rank == 0;
-  // Data parallelism is planned (plan, its memory) but not executed yet: said, never run as one replica.
-  const std::string not_built =
-      rp.run.data_parallel > 1
-          ? fmt::format("data_parallel = {}: runs with data-parallel replicas are planned (pipebench plan) but not "
-                        "executed yet",
-                        rp.run.data_parallel)
-          : "";
+  // Said, never run as one replica.
+  const std::string not_built = data_parallel_not_executed(rp.run);
   if (p > world_size || !not_built.empty()) {
     const std::string reason = !not_built.empty() ? not_built : fmt::format("needs {} ranks, the world has {}", p, world_size);
     if (root) {

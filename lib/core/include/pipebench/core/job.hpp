@@ -193,6 +193,11 @@ struct RunSpec {
   int model_stages() const { return pipeline_size * virtual_stages_per_rank; }
 };
 
+// Data-parallel replicas are planned but not executed yet (docs/parallel.md):
+// why `run` records such a run as skipped and `probe` refuses it; "" for a
+// run without replicas.
+std::string data_parallel_not_executed(const RunSpec& run);
+
 struct Job {
   int schema = 1;
   std::string name;
