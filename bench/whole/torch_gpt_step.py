@@ -8,15 +8,14 @@ sequences accumulated, global-norm clipping at 1.0, one thread. Prints the
 median step time over STEPS steps after WARMUP, in seconds.
 """
 import os
-import statistics
 import sys
-import time
 from types import SimpleNamespace
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
 from torch_reference import Gpt, adamw  # noqa: E402
+from torch_step import median_step_s  # noqa: E402
 
 
 def main():
@@ -25,18 +24,7 @@ def main():
     torch.manual_seed(0)
     model = Gpt(SimpleNamespace(hidden=h, layers=layers, heads=heads, ffn=ffn, seq=seq, vocab=vocab))
     opt = adamw(model)
-    data = [torch.randint(0, vocab, (mbs, seq + 1)) for _ in range(m)]
-    times = []
-    for step in range(warmup + steps):
-        t0 = time.perf_counter()
-        for batch in data:
-            (model(batch[:, :-1], batch[:, 1:]) / m).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=False)
-        if step >= warmup:
-            times.append(time.perf_counter() - t0)
-    print(f"{statistics.median(times):.6f}")
+    print(f"{median_step_s(model, list(model.parameters()), opt, vocab, mbs, seq, m, warmup, steps):.6f}")
 
 
 if __name__ == "__main__":

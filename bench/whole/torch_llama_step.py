@@ -8,14 +8,13 @@ clipping at 1.0, torch.optim.AdamW (betas 0.9/0.95, weight decay 0.01), one thre
 median step time over STEPS steps after WARMUP, in seconds.
 """
 import os
-import statistics
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
 from torch_llama import Llama  # noqa: E402
+from torch_step import median_step_s  # noqa: E402
 
 
 def main():
@@ -25,18 +24,7 @@ def main():
                        rope_theta=10000.0, norm_eps=1e-5), seed=1)
     params = [p for p, _ in model.params]
     opt = torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01)
-    data = [torch.randint(0, vocab, (mbs, seq + 1)) for _ in range(m)]
-    times = []
-    for step in range(warmup + steps):
-        t0 = time.perf_counter()
-        for batch in data:
-            (model.loss(batch[:, :-1], batch[:, 1:]) / m).backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=False)
-        if step >= warmup:
-            times.append(time.perf_counter() - t0)
-    print(f"{statistics.median(times):.6f}")
+    print(f"{median_step_s(model.loss, params, opt, vocab, mbs, seq, m, warmup, steps):.6f}")
 
 
 if __name__ == "__main__":
