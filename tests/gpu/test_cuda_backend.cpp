@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -94,6 +95,19 @@ void require_close(const std::vector<double>& got, const std::vector<double>& wa
   }
 }
 
+// Each of `runs` of `job`, 5 steps, on both backends in fp32: loss and
+// gradient norm within 1e-4 relative, every rank's memory peaks the plan's.
+void require_fp32_matches_cpu(const Job& job, std::initializer_list<const char*> runs) {
+  for (const char* run : runs) {
+    INFO("run " << run);
+    const auto cpu = on_cpu(job, run, 5), gpu = on_cuda(job, run, 5);
+    require_close(gpu.loss, cpu.loss, 1e-4, "loss");
+    require_close(gpu.grad_norm, cpu.grad_norm, 1e-4, "grad norm");
+    CHECK(gpu.memory == "");
+    CHECK(cpu.memory == "");
+  }
+}
+
 }  // namespace
 
 TEST_CASE("cuda fp32 matches the cpu backend: single stage", "[gpu]") {
@@ -116,15 +130,7 @@ TEST_CASE("cuda fp32 matches the cpu backend: two stages through host buffers", 
 // the same schedule (which the mpi tests hold bit-identical to the baseline),
 // and each rank's memory peaks equal to the plan's.
 TEST_CASE("cuda fp32 matches the cpu backend: interleaved, zero-bubble and recomputation", "[gpu]") {
-  const Job job = tiny_job();
-  for (const char* run : {"interleaved", "zb_h1", "zb_v", "recompute", "interleaved_recompute"}) {
-    INFO("run " << run);
-    const auto cpu = on_cpu(job, run, 5), gpu = on_cuda(job, run, 5);
-    require_close(gpu.loss, cpu.loss, 1e-4, "loss");
-    require_close(gpu.grad_norm, cpu.grad_norm, 1e-4, "grad norm");
-    CHECK(gpu.memory == "");
-    CHECK(cpu.memory == "");
-  }
+  require_fp32_matches_cpu(tiny_job(), {"interleaved", "zb_h1", "zb_v", "recompute", "interleaved_recompute"});
 }
 
 // A split backward runs the full backward's launches in another order, and
@@ -159,14 +165,7 @@ TEST_CASE("cuda fp32 matches the cpu backend: mlp blocks, SGD", "[gpu]") {
 // table and the llama temporaries in the workspace).
 TEST_CASE("cuda fp32 llama matches the cpu backend: every schedule", "[gpu]") {
   const Job job = tiny_llama_job();
-  for (const char* run : {"single", "two_stage", "interleaved", "zb_h1", "zb_v", "recompute", "interleaved_recompute"}) {
-    INFO("run " << run);
-    const auto cpu = on_cpu(job, run, 5), gpu = on_cuda(job, run, 5);
-    require_close(gpu.loss, cpu.loss, 1e-4, "loss");
-    require_close(gpu.grad_norm, cpu.grad_norm, 1e-4, "grad norm");
-    CHECK(gpu.memory == "");
-    CHECK(cpu.memory == "");
-  }
+  require_fp32_matches_cpu(job, {"single", "two_stage", "interleaved", "zb_h1", "zb_v", "recompute", "interleaved_recompute"});
   const auto gpu = on_cuda(job, "single", 5);
   CHECK(gpu.loss.back() < gpu.loss.front());  // it trains
 }
