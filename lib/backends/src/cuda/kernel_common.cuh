@@ -54,6 +54,26 @@ __device__ __forceinline__ V block_reduce(V v, Op op, V* shared) {
   return r;
 }
 
+// One column-sum block (launched as column_blocks(C) x dim3(kColTile,
+// kRowLanes)): out[c] += Σ_t term(t, t·C + c) for its column c, lane
+// threadIdx.y taking rows threadIdx.y, + kRowLanes, …, the lanes' partial
+// sums added in lane order — the same order every run. Every thread of the
+// block must call it.
+template <typename Term>
+__device__ __forceinline__ void column_sum(float* out, int T_, int C, Term term) {
+  __shared__ float part[kRowLanes][kColTile + 1];
+  const int c = blockIdx.x * kColTile + threadIdx.x;
+  float sum = 0.0f;
+  if (c < C)
+    for (int t = threadIdx.y; t < T_; t += kRowLanes) sum += term(t, std::int64_t{t} * C + c);
+  part[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  float total = 0.0f;
+  for (int lane = 0; lane < kRowLanes; ++lane) total += part[lane][threadIdx.x];
+  out[c] += total;
+}
+
 inline unsigned column_blocks(int C) { return static_cast<unsigned>((C + kColTile - 1) / kColTile); }
 
 inline unsigned blocks_for(std::int64_t n, int threads = kThreads) {

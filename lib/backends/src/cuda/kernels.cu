@@ -174,17 +174,7 @@ __global__ void add_bias_k(T* y, const T* b, int T_, int C) {
 // db: column sums of dy (kColTile x kRowLanes blocks, lanes added in order).
 template <typename T>
 __global__ void bias_backward_k(const T* dy, float* db, int T_, int C) {
-  __shared__ float part[kRowLanes][kColTile + 1];
-  const int c = blockIdx.x * kColTile + threadIdx.x;
-  float sum = 0.0f;
-  if (c < C)
-    for (int t = threadIdx.y; t < T_; t += kRowLanes) sum += to_f(dy[std::int64_t{t} * C + c]);
-  part[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y != 0 || c >= C) return;
-  float total = 0.0f;
-  for (int lane = 0; lane < kRowLanes; ++lane) total += part[lane][threadIdx.x];
-  db[c] += total;
+  column_sum(db, T_, C, [&](int, std::int64_t i) { return to_f(dy[i]); });
 }
 
 // One warp per row of the [matrices · s, s] stack.

@@ -49,20 +49,7 @@ __global__ void rmsnorm_backward_dx_k(const T* dout, const T* x, const T* gamma,
 // dgamma: column sums of dout·x·r.
 template <typename T>
 __global__ void rmsnorm_backward_gamma_k(const T* dout, const T* x, const float* rrms, float* dgamma, int T_, int C) {
-  __shared__ float part[kRowLanes][kColTile + 1];
-  const int c = blockIdx.x * kColTile + threadIdx.x;
-  float sum = 0.0f;
-  if (c < C)
-    for (int t = threadIdx.y; t < T_; t += kRowLanes) {
-      const std::int64_t i = std::int64_t{t} * C + c;
-      sum += to_f(dout[i]) * to_f(x[i]) * rrms[t];
-    }
-  part[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y != 0 || c >= C) return;
-  float total = 0.0f;
-  for (int lane = 0; lane < kRowLanes; ++lane) total += part[lane][threadIdx.x];
-  dgamma[c] += total;
+  column_sum(dgamma, T_, C, [&](int t, std::int64_t i) { return to_f(dout[i]) * to_f(x[i]) * rrms[t]; });
 }
 
 // One thread per (row, head, pair).
