@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "../support/config_text.hpp"
+
 #include "pipebench/core/config.hpp"
 #include "pipebench/core/error.hpp"
 #include "pipebench/core/workload_identity.hpp"
@@ -35,22 +37,8 @@ num_microbatches = 4
 )";
 
 // kBase with `from` replaced by `to` (which must occur).
-std::string edit(const std::string& from, const std::string& to) {
-  std::string s = kBase;
-  const auto pos = s.find(from);
-  REQUIRE(pos != std::string::npos);
-  return s.replace(pos, from.size(), to);
-}
-
-std::string error_of(const std::string& toml, const std::vector<std::string>& overrides = {}) {
-  try {
-    parse_job(toml, "w.toml", overrides);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  FAIL("accepted:\n" << toml);
-  return "";
-}
+std::string edit(const std::string& from, const std::string& to) { return testing::replaced(kBase, from, to); }
+using testing::error_of;
 
 }  // namespace
 

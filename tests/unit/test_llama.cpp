@@ -4,6 +4,8 @@
 #include <string>
 
 #include <catch2/catch.hpp>
+
+#include "../support/config_text.hpp"
 #include <fmt/format.h>
 
 #include "pipebench/core/config.hpp"
@@ -42,12 +44,7 @@ micro_batch_size = 2
 num_microbatches = 4
 )";
 
-std::string edit(const std::string& from, const std::string& to) {
-  std::string s = kLlama;
-  const auto pos = s.find(from);
-  REQUIRE(pos != std::string::npos);
-  return s.replace(pos, from.size(), to);
-}
+std::string edit(const std::string& from, const std::string& to) { return testing::replaced(kLlama, from, to); }
 
 // kLlama as a gpt workload (no kv_heads).
 std::string as_gpt() {
@@ -55,15 +52,7 @@ std::string as_gpt() {
   return s.erase(s.find("kv_heads = 2\n"), 13);
 }
 
-std::string error_of(const std::string& toml, const std::vector<std::string>& overrides = {}) {
-  try {
-    parse_job(toml, "w.toml", overrides);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  FAIL("accepted:\n" << toml);
-  return "";
-}
+using testing::error_of;
 
 // A published shape as a workload's [model] on the sim backend.
 ModelSpec shape(int hidden, int layers, int heads, int kv_heads, double multiplier, int multiple_of, int vocab) {
