@@ -99,10 +99,12 @@ Handler add_probe_command(CLI::App& app) {
     const Job job = load_job(p.job_path, p.overrides);
     const RunSpec* run = job.find_run(p.run_name);
     if (!run) throw ConfigError(fmt::format("{}: no run named \"{}\"", p.job_path, printable(p.run_name)));
-    // Its trials would be recorded as skipped (docs/parallel.md): refused before any starts.
-    if (const std::string why = data_parallel_not_executed(*run); !why.empty())
-      throw ConfigError(fmt::format("{}: run \"{}\": {}, so its trials cannot run; probe one replica (--set run.{}.data_parallel=1)",
-                                    p.job_path, run->name, why, run->name));
+    // The probe bisects one pipeline's micro-batch (docs/parallel.md): a
+    // replica's activations do not depend on d.
+    if (run->data_parallel > 1)
+      throw ConfigError(fmt::format("{}: run \"{}\": data_parallel = {}: probe sizes the micro-batch of one pipeline; "
+                                    "probe one replica (--set run.{}.data_parallel=1)",
+                                    p.job_path, run->name, run->data_parallel, run->name));
     p.pipeline_size = run->pipeline_size;
     p.pipebench = self_executable();
     const std::string stamp = utc_stamp();

@@ -231,7 +231,7 @@ TEST_CASE("cuda action timing: the events bracket GPU work, not the host uploads
   const Job job = tiny_job();
   const JobPlan plan = plan_job(job, {"two_stage"});
   auto b = make_cuda_backend(job, 1);
-  b->build(stage_spec(plan.runs[0], 1, false));  // host staging: the MPI transport's path
+  b->build(stage_spec(plan.runs[0], 1, 0, false));  // host staging: the MPI transport's path
   b->begin_step(0, 1e30);
   for (int mb = 0; mb < 2; ++mb) {
     b->recv_buffer(ActionKind::F, mb, 0);  // as the transport asks for it: the host copy is uploaded
@@ -252,7 +252,7 @@ TEST_CASE("cuda memory tracker: the model description's bytes, capacity min(memo
     const RunPlan& rp = plan.runs[0];
     for (int s = 0; s < 2; ++s) {
       auto b = make_cuda_backend(job, s);
-      b->build(stage_spec(rp, s, true));
+      b->build(stage_spec(rp, s, 0, true));
       const StagePlan& sp = rp.stages[static_cast<std::size_t>(s)];
       const MemoryTracker& mem = b->memory();
       CHECK(mem.capacity() == std::min<std::uint64_t>(job.device.memory_capacity_bytes, cuda_device_info(0).total_bytes));
@@ -272,7 +272,7 @@ TEST_CASE("cuda: a stage beyond the capacity is an out-of-memory error", "[gpu]"
   const Job job = tiny_job({"device.memory_capacity=\"64KiB\""});
   auto b = make_cuda_backend(job, 0);
   const JobPlan plan = plan_job(job, {"single"});
-  REQUIRE_THROWS_WITH(b->build(stage_spec(plan.runs[0], 0, false)), Catch::Contains("out of memory"));
+  REQUIRE_THROWS_WITH(b->build(stage_spec(plan.runs[0], 0, 0, false)), Catch::Contains("out of memory"));
 }
 
 int main(int argc, char** argv) {

@@ -1,7 +1,7 @@
 // Checks a results file written by `pipebench run` against the plan of the
 // same workload, with exact quantities only (never times):
 //   verify_results FILE JOB.toml WORLD [RUN=STATUS[:KIND]]... [RUNS=N] [EXACT_LOSS]
-//                  [LOSS0=RUN:OTHER]... [LOSS_FALLS=RUN:RATIO] [LOSS_REL=X]
+//                  [LOSS0=RUN:OTHER]... [SAME_LOSS=RUN:OTHER]... [LOSS_FALLS=RUN:RATIO] [LOSS_REL=X]
 // For every run: its status (default: ok, or skipped when it needs more than
 // WORLD ranks) and failure kind; for ok runs, every rank's events are exactly
 // its schedule's actions, step after step; peak activation bytes are the
@@ -10,7 +10,8 @@
 // ranges built are the plan's. With a loss-computing backend, losses are
 // finite; EXACT_LOSS: every ok run with a baseline has the baseline's losses
 // bit for bit (loss_max_rel_dev == 0); LOSS0=A:B: run A's first-step loss
-// equals run B's exactly (inference vs training forward); LOSS_FALLS=R:X:
+// equals run B's exactly (inference vs training forward); SAME_LOSS=A:B:
+// every step's loss of A is B's bit for bit (a run repeated); LOSS_FALLS=R:X:
 // the mean of R's last 5 losses is at most X times its first.
 // Exits 1 listing every mismatch.
 #include <cmath>
@@ -23,6 +24,7 @@
 #include <fmt/format.h>
 
 #include "pipebench/core/config.hpp"
+#include "pipebench/parallel/rank_grid.hpp"
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/results/results.hpp"
 
@@ -39,6 +41,38 @@ void expect_eq(const A& got, const B& want, const std::string& what) {
   if (!(got == want)) problems.push_back(fmt::format("{}: got {}, expected {}", what, got, want));
 }
 
+// Data parallelism: every rank is one (stage, replica) of the grid, once,
+// in the run's rank order; each reduced its stage's gradient bytes every
+// step, and its exposed synchronisation is a part of the whole.
+void check_replicas(const Job& job, const RunPlan& plan, const RunResult& r, int steps) {
+  const std::string run = r.spec.name;
+  const int p = plan.run.pipeline_size, d = plan.run.data_parallel;
+  const parallel::RankGrid grid({p, d, 1}, plan.run.rank_order, plan.run.ranks());
+  expect_eq(r.pipeline_rank.size(), static_cast<std::size_t>(p * d), run + ": pipeline_rank entries");
+  for (std::size_t i = 0; i < r.pipeline_rank.size() && i < r.data_rank.size(); ++i) {
+    const parallel::Coord c = grid.coord(static_cast<int>(i));
+    expect_eq(r.pipeline_rank[i], c.pipeline, fmt::format("{}: rank {} stage", run, i));
+    expect_eq(r.data_rank[i], c.data, fmt::format("{}: rank {} replica", run, i));
+  }
+  if (d == 1 || plan.run.mode != RunMode::train) {
+    expect_eq(r.grad_sync_s.size(), std::size_t{0}, run + ": grad_sync_s without replicas");
+    return;
+  }
+  const StateBytes per = state_bytes_per_param(job.train.optimizer, plan.storage_dtype);
+  expect_eq(r.grad_sync_bytes.size(), static_cast<std::size_t>(p * d), run + ": grad_sync_bytes entries");
+  for (std::size_t i = 0; i < r.grad_sync_bytes.size(); ++i)
+    expect_eq(r.grad_sync_bytes[i],
+              static_cast<std::uint64_t>(plan.stages.at(static_cast<std::size_t>(r.pipeline_rank.at(i))).cost.params) *
+                  static_cast<std::uint64_t>(per.grads),
+              fmt::format("{}: rank {} gradient bytes reduced", run, i));
+  expect_eq(r.grad_sync_s.size(), static_cast<std::size_t>(steps), run + ": grad_sync_s rows");
+  for (std::size_t k = 0; k < r.grad_sync_s.size() && k < r.grad_sync_exposed_s.size(); ++k)
+    for (std::size_t i = 0; i < r.grad_sync_s[k].size(); ++i)
+      if (!(r.grad_sync_exposed_s[k][i] >= 0.0 && r.grad_sync_exposed_s[k][i] <= r.grad_sync_s[k][i] + 1e-9))
+        problems.push_back(fmt::format("{}: step {} rank {}: exposed sync {} not within [0, sync {}]", run, k, i,
+                                       r.grad_sync_exposed_s[k][i], r.grad_sync_s[k][i]));
+}
+
 void check_ok_run(const Job& job, const RunPlan& plan, const RunResult& r) {
   const std::string run = r.spec.name;
   const int p = plan.run.pipeline_size;
@@ -50,8 +84,10 @@ void check_ok_run(const Job& job, const RunPlan& plan, const RunResult& r) {
     expect_eq(static_cast<int>(r.is_warmup[static_cast<std::size_t>(k)]), k < job.train.warmup ? 1 : 0,
               fmt::format("{}: is_warmup[{}]", run, k));
   expect_eq(r.schedule_name, plan.schedule.name, run + ": schedule");
+  const int ranks = plan.run.ranks();  // p stages x d replicas
   expect_eq(r.busy_s.size(), static_cast<std::size_t>(steps), run + ": busy_s rows");
-  if (!r.busy_s.empty()) expect_eq(r.busy_s[0].size(), static_cast<std::size_t>(p), run + ": busy_s columns");
+  if (!r.busy_s.empty()) expect_eq(r.busy_s[0].size(), static_cast<std::size_t>(ranks), run + ": busy_s columns");
+  check_replicas(job, plan, r, steps);
 
   // The transfer is the part of the blocked time after the tensor was ready.
   expect_eq(r.comm_transfer_s.size(), static_cast<std::size_t>(steps), run + ": comm_transfer_s rows");
@@ -82,17 +118,18 @@ void check_ok_run(const Job& job, const RunPlan& plan, const RunResult& r) {
   const ModelDesc model(job.model, plan.storage_dtype);
   const StateBytes per = state_bytes_per_param(job.train.optimizer, plan.storage_dtype);
   const auto boundary = static_cast<std::uint64_t>(model.boundary_bytes(plan.run.micro_batch_size));
-  for (int rank = 0; rank < p; ++rank) {
+  for (int rank = 0; rank < ranks; ++rank) {
     const auto R = static_cast<std::size_t>(rank);
-    const StagePlan& sp = plan.stages[R];
+    const auto S = static_cast<std::size_t>(r.pipeline_rank.at(R));  // its stage
+    const StagePlan& sp = plan.stages[S];
     const auto params = static_cast<std::uint64_t>(sp.cost.params);
-    const std::string who = fmt::format("{}: rank {}", run, rank);
+    const std::string who = fmt::format("{}: rank {} (stage {}, replica {})", run, rank, S, r.data_rank.at(R));
     auto cat = [&](MemCategory c) { return r.peak_mem_by_category[static_cast<std::size_t>(c)].at(R); };
     expect_eq(cat(MemCategory::params), params * static_cast<std::uint64_t>(per.params), who + " peak params bytes");
     expect_eq(cat(MemCategory::grads), train ? params * static_cast<std::uint64_t>(per.grads) : 0u, who + " peak grads bytes");
     expect_eq(cat(MemCategory::optimizer), train ? params * static_cast<std::uint64_t>(per.optimizer) : 0u,
               who + " peak optimizer bytes");
-    const int live = plan.unit.peak_live_activations[R];
+    const int live = plan.unit.peak_live_activations[S];
     const auto act = static_cast<std::uint64_t>(sp.activation_bytes_per_microbatch);
     expect_eq(cat(MemCategory::activations), train ? static_cast<std::uint64_t>(sp.activations_peak_bytes) : act,
               who + " peak activation bytes");
@@ -105,7 +142,7 @@ void check_ok_run(const Job& job, const RunPlan& plan, const RunResult& r) {
     std::uint64_t buffers = 0;
     const int V = plan.schedule.num_virtual_stages();
     for (int c = 0; c < plan.schedule.chunks_per_rank; ++c) {
-      const int v = plan.schedule.virtual_stage(rank, c);
+      const int v = plan.schedule.virtual_stage(static_cast<int>(S), c);
       buffers += (v > 0 ? (train ? m + 1 : 1) : 0) + (v + 1 < V ? (train ? m + 1 : m) : 0);
     }
     expect_eq(static_cast<std::uint64_t>(sp.comm_bytes), buffers * boundary, who + " planned comm bytes");
@@ -146,7 +183,7 @@ int main(int argc, char** argv) {
       continue;
     }
     const RunPlan plan = plan_run(job, *spec);
-    std::string want = spec->pipeline_size > world ? "skipped" : "ok";
+    std::string want = spec->ranks() > world ? "skipped" : "ok";
     if (expected.count(r.spec.name)) want = expected[r.spec.name];
     std::string got(to_string(r.status));
     if (r.failure_kind != FailureKind::none) got += ":" + std::string(to_string(r.failure_kind));
@@ -179,7 +216,16 @@ int main(int argc, char** argv) {
     }
   for (int i = 4; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a.rfind("LOSS0=", 0) == 0) {
+    if (a.rfind("SAME_LOSS=", 0) == 0) {  // run A's losses are run B's, every step, bit for bit
+      const auto [x, y] = split(a.substr(10));
+      const RunResult *rx = run_named(x), *ry = run_named(y);
+      if (rx && ry) {
+        expect_eq(rx->loss.size(), ry->loss.size(), x + ": steps vs " + y);
+        for (std::size_t k = 0; k < std::min(rx->loss.size(), ry->loss.size()); ++k)
+          if (rx->loss[k] != ry->loss[k])
+            problems.push_back(fmt::format("{}: loss[{}] = {:.17g}, {} has {:.17g}", x, k, rx->loss[k], y, ry->loss[k]));
+      }
+    } else if (a.rfind("LOSS0=", 0) == 0) {
       const auto [x, y] = split(a.substr(6));
       const RunResult *rx = run_named(x), *ry = run_named(y);
       if (rx && ry && !rx->loss.empty() && !ry->loss.empty())

@@ -39,7 +39,7 @@ class InProcessPipeline {
   InProcessPipeline(const Job& job, const RunPlan& plan, const MakeBackend& make) : job_(job), plan_(plan) {
     for (int r = 0; r < plan.run.pipeline_size; ++r) {
       ranks_.push_back(make(r));
-      ranks_.back()->build(stage_spec(plan, r, false));
+      ranks_.back()->build(stage_spec(plan, r, 0, false));
     }
   }
 

@@ -12,7 +12,7 @@
 
 namespace pipebench {
 
-StageSpec stage_spec(const RunPlan& plan, int rank, bool transport_uses_device_memory) {
+StageSpec stage_spec(const RunPlan& plan, int rank, int replica, bool transport_uses_device_memory) {
   StageSpec spec;
   spec.rank = rank;
   spec.num_stages = plan.run.pipeline_size;
@@ -25,6 +25,8 @@ StageSpec stage_spec(const RunPlan& plan, int rank, bool transport_uses_device_m
   }
   spec.micro_batch_size = plan.run.micro_batch_size;
   spec.num_microbatches = plan.run.num_microbatches;
+  spec.replica = replica;
+  spec.replicas = plan.run.data_parallel;
   spec.mode = plan.run.mode;
   spec.dtype = plan.storage_dtype;
   spec.transport_uses_device_memory = transport_uses_device_memory;
@@ -36,6 +38,10 @@ StageSpec stage_spec(const RunPlan& plan, int rank, bool transport_uses_device_m
 void Backend::hand_over(ActionKind kind, int microbatch, int from_chunk, int to_chunk) {
   const Buffer into = recv_buffer(kind, microbatch, to_chunk), from = send_buffer(kind, microbatch, from_chunk);
   if (into.data && from.data) std::memcpy(into.data, from.data, std::min(into.bytes, from.bytes));
+}
+
+GradRegion Backend::gradients(int /*chunk*/) {
+  throw ConfigError(fmt::format("the {} backend does not synchronise gradients across data-parallel replicas", name()));
 }
 
 std::unique_ptr<Backend> make_backend(const Job& job, int rank) {

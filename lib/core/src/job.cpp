@@ -60,10 +60,16 @@ std::string_view to_string(ScheduleKind v) {
 
 std::string_view to_string(RunMode v) { return v == RunMode::train ? "train" : "inference"; }
 std::string_view to_string(Recompute v) { return v == Recompute::full ? "full" : "none"; }
-std::string data_parallel_not_executed(const RunSpec& run) {
+std::string data_parallel_not_executed(const RunSpec& run, BackendKind backend) {
   if (run.data_parallel <= 1) return "";
-  return fmt::format("data_parallel = {}: runs with data-parallel replicas are planned (pipebench plan) but not executed yet",
-                     run.data_parallel);
+  if (backend == BackendKind::cuda)
+    return fmt::format("data_parallel = {}: the cuda backend does not synchronise replicas yet (the cpu and sim backends do)",
+                       run.data_parallel);
+  if (run.optimizer_sharding == OptimizerSharding::zero1)
+    return fmt::format("data_parallel = {} with optimizer_sharding = \"zero1\": the sharded optimizer is planned "
+                       "(pipebench plan) but not executed yet; optimizer_sharding = \"none\" runs",
+                       run.data_parallel);
+  return "";
 }
 
 std::string_view to_string(OptimizerSharding v) { return v == OptimizerSharding::zero1 ? "zero1" : "none"; }

@@ -223,6 +223,10 @@ void add_failure(RunResult& r, const std::vector<RankRecord>& ranks) {
 
 // Per-rank figures: memory, stage and host.
 void add_rank_figures(RunResult& r, const std::vector<RankRecord>& ranks) {
+  for (const auto& rk : ranks)
+    if (!rk.steps.empty() && rk.steps.front().grad_sync_bytes > 0.0)
+      r.grad_sync_bytes.push_back(static_cast<std::uint64_t>(rk.steps.front().grad_sync_bytes));
+  if (r.grad_sync_bytes.size() != ranks.size()) r.grad_sync_bytes.clear();
   for (const auto& rk : ranks) {
     r.peak_mem_bytes.push_back(rk.peak_mem_bytes);
     r.memory_capacity_bytes.push_back(rk.memory_capacity_bytes);
@@ -233,6 +237,8 @@ void add_rank_figures(RunResult& r, const std::vector<RankRecord>& ranks) {
     r.device_used_before_bytes.push_back(rk.device_used_before_bytes);
     r.device_used_peak_bytes.push_back(rk.device_used_peak_bytes);
     r.stage_layers.push_back(rk.stage_layers);
+    r.pipeline_rank.push_back(rk.pipeline_rank);
+    r.data_rank.push_back(rk.data_rank);
     r.hostnames.push_back(rk.hostname);
     r.pids.push_back(rk.pid);
   }
@@ -246,13 +252,15 @@ std::size_t add_step_figures(RunResult& r, const Job& job, const RunPlan& plan, 
   std::size_t steps = std::numeric_limits<std::size_t>::max();
   for (const auto& rk : ranks) steps = std::min(steps, rk.steps.size());
   if (ranks.empty()) steps = 0;
-  // The rank holding the last virtual stage computes the loss (rank 0 in a V).
+  // The rank holding the last virtual stage computes the loss (rank 0 in a V),
+  // replica 0's (the replicas' mean); the gradient norm is every rank's.
   const int V = plan.schedule.num_virtual_stages();
-  const std::size_t last = ranks.empty() ? 0 : static_cast<std::size_t>(plan.schedule.rank_of(V - 1));
+  const std::size_t last = ranks.empty() ? 0 : r.rank_index(plan.schedule.rank_of(V - 1));
+  const bool replicas = plan.run.data_parallel > 1 && plan.run.mode == RunMode::train;
   std::vector<double> counted_time, counted_slowest, counted_bubble, counted_imbalance;
   for (std::size_t k = 0; k < steps; ++k) {
     double t = 0.0, busy_sum = 0.0, busy_max = 0.0;
-    std::vector<double> busy(P), wait(P), transfer(P), idle(P), fwd(P), bwd(P), opt(P);
+    std::vector<double> busy(P), wait(P), transfer(P), idle(P), fwd(P), bwd(P), opt(P), sync(P), exposed(P);
     for (std::size_t i = 0; i < P; ++i) {
       const StepRecord& s = ranks[i].steps[k];
       t = std::max(t, s.end_s);
@@ -262,6 +270,8 @@ std::size_t add_step_figures(RunResult& r, const Job& job, const RunPlan& plan, 
       fwd[i] = s.forward_s;
       bwd[i] = s.backward_s;
       opt[i] = s.optimizer_s;
+      sync[i] = s.grad_sync_s;
+      exposed[i] = s.grad_sync_exposed_s;
       busy_sum += s.busy_s;
       busy_max = std::max(busy_max, s.busy_s);
     }
@@ -284,6 +294,10 @@ std::size_t add_step_figures(RunResult& r, const Job& job, const RunPlan& plan, 
     r.forward_s.push_back(fwd);
     r.backward_s.push_back(bwd);
     r.optimizer_s.push_back(opt);
+    if (replicas) {
+      r.grad_sync_s.push_back(sync);
+      r.grad_sync_exposed_s.push_back(exposed);
+    }
     if (!warm) {
       counted_time.push_back(t);
       counted_slowest.push_back(busy_max);
@@ -517,10 +531,13 @@ void set_speedup(RunResult& r, const RunResult& base) {
 std::string global_batch_note(const RunResult& r, const RunResult& base) {
   const int gb = base.spec.global_batch(), gr = r.spec.global_batch();
   if (gb == gr) return "";
-  return fmt::format("global batch: {} samples per step ({} x {}) vs the baseline's {} ({} x {}): the speedup compares "
+  auto parts = [](const RunSpec& s) {
+    return s.data_parallel > 1 ? fmt::format("{} x {} x {} replicas", s.micro_batch_size, s.num_microbatches, s.data_parallel)
+                               : fmt::format("{} x {}", s.micro_batch_size, s.num_microbatches);
+  };
+  return fmt::format("global batch: {} samples per step ({}) vs the baseline's {} ({}): the speedup compares "
                      "time per sample, not per step",
-                     gr, r.spec.micro_batch_size, r.spec.num_microbatches, gb, base.spec.micro_batch_size,
-                     base.spec.num_microbatches);
+                     gr, parts(r.spec), gb, parts(base.spec));
 }
 
 // The decision of one pipelined run (seed 000): memory, stability and loss
@@ -539,7 +556,7 @@ void decide(std::vector<RunResult>& runs) {
     }
     std::vector<std::string>& why = r.decision_reasons;
     why.clear();
-    if (r.spec.pipeline_size == 1) {
+    if (r.spec.ranks() == 1) {
       r.decision = "not_applicable";
       why.push_back("single-stage run (a baseline)");
       continue;
@@ -566,6 +583,12 @@ void decide(std::vector<RunResult>& runs) {
         if (!note.empty()) why.push_back(note);
     r.decision = failed ? "not_feasible" : inconclusive ? "inconclusive" : "feasible";
   }
+}
+
+std::size_t RunResult::rank_index(int stage) const {
+  for (std::size_t i = 0; i < pipeline_rank.size() && i < data_rank.size(); ++i)
+    if (pipeline_rank[i] == stage && data_rank[i] == 0) return i;
+  return static_cast<std::size_t>(stage);
 }
 
 int RunResult::layers_on_rank(int rank) const {

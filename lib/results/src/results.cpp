@@ -437,6 +437,15 @@ void write_run(hid_t runs, const RunResult& r, const EventStore* store) {
   std::vector<std::vector<int>> layers;
   for (const auto& l : r.stage_layers) layers.push_back({l[0], l[1]});
   dataset_2d(g, "stage_layers", layers, 2);
+  if (r.spec.data_parallel > 1) {  // docs/results-format.md: the rank grid and the gradient synchronisation
+    dataset_1d(g, "pipeline_rank", r.pipeline_rank);
+    dataset_1d(g, "data_rank", r.data_rank);
+    if (!r.grad_sync_bytes.empty()) dataset_1d(g, "grad_sync_bytes", r.grad_sync_bytes);
+    if (!r.grad_sync_s.empty()) {
+      dataset_2d(g, "grad_sync_s", r.grad_sync_s, P);
+      dataset_2d(g, "grad_sync_exposed_s", r.grad_sync_exposed_s, P);
+    }
+  }
   dataset_2d(g, "microbatch_latency_s", r.microbatch_latency_s, static_cast<std::size_t>(r.spec.num_microbatches));
 
   if (!(r.events.empty() && store && store->copy_to(g, r.spec.name))) write_events(g, r.events);
@@ -674,10 +683,16 @@ void check_shapes(const RunResult& r) {
                         r.bubble_measured.size(), r.grad_norm.size(), r.clipped.size()})
     if (n != steps) throw bad(fmt::format("a per-step dataset has {} entries, step_time_s {}", n, steps));
   const std::size_t ranks = r.peak_mem_bytes.size();
-  if (ranks != 0 && ranks != static_cast<std::size_t>(p))
-    throw bad(fmt::format("peak_mem_bytes has {} entries for {} stages", ranks, p));
+  if (ranks != 0 && ranks != static_cast<std::size_t>(r.spec.ranks()))
+    throw bad(fmt::format("peak_mem_bytes has {} entries for {} stages x {} replicas", ranks, p, r.spec.data_parallel));
   std::vector<std::size_t> per_rank{r.memory_capacity_bytes.size(), r.stage_params.size(),
-                                    r.peak_live_activations.size(), r.stage_layers.size()};
+                                    r.peak_live_activations.size(), r.stage_layers.size(),
+                                    r.pipeline_rank.size(), r.data_rank.size()};
+  if (!r.grad_sync_bytes.empty()) per_rank.push_back(r.grad_sync_bytes.size());
+  for (std::size_t i = 0; i < r.pipeline_rank.size() && i < r.data_rank.size(); ++i)
+    if (r.pipeline_rank[i] < 0 || r.pipeline_rank[i] >= p || r.data_rank[i] < 0 || r.data_rank[i] >= r.spec.data_parallel)
+      throw bad(fmt::format("rank {} is stage {} of replica {}, outside {} stages x {} replicas", i, r.pipeline_rank[i],
+                            r.data_rank[i], p, r.spec.data_parallel));
   for (const auto& c : r.peak_mem_by_category) per_rank.push_back(c.size());
   for (const auto* d : {&r.device_used_before_bytes, &r.device_used_peak_bytes})
     if (!d->empty()) per_rank.push_back(d->size());
@@ -686,11 +701,32 @@ void check_shapes(const RunResult& r) {
   for (const auto* rows : {&r.busy_s, &r.comm_wait_s, &r.idle_s, &r.forward_s, &r.backward_s, &r.optimizer_s})
     if (rows->size() != steps || (steps > 0 && rows->front().size() != ranks))
       throw bad(fmt::format("a step x rank dataset is not {} x {}", steps, ranks));
-  if (!r.comm_transfer_s.empty() && (r.comm_transfer_s.size() != steps || r.comm_transfer_s.front().size() != ranks))
-    throw bad(fmt::format("comm_transfer_s is not {} x {}", steps, ranks));
+  for (const auto* rows : {&r.comm_transfer_s, &r.grad_sync_s, &r.grad_sync_exposed_s})
+    if (!rows->empty() && (rows->size() != steps || rows->front().size() != ranks))
+      throw bad(fmt::format("a step x rank dataset (comm_transfer_s, grad_sync_s) is not {} x {}", steps, ranks));
   if (r.microbatch_latency_s.size() > steps ||
       (!r.microbatch_latency_s.empty() && r.microbatch_latency_s.front().size() != static_cast<std::size_t>(m)))
     throw bad("microbatch_latency_s does not match the steps and micro-batches");
+}
+
+// The run's ranks as (stage, replica) and its gradient synchronisation; a
+// run without replicas (or a file from before them) has rank i = stage i.
+void read_rank_grid(hid_t g, RunResult& r) {
+  auto has = [&](const char* name) { return H5Lexists(g, name, H5P_DEFAULT) > 0; };
+  if (has("pipeline_rank")) {
+    r.pipeline_rank = read_dataset<int>(g, "pipeline_rank");
+    r.data_rank = read_dataset<int>(g, "data_rank");
+  } else {
+    for (std::size_t i = 0; i < r.peak_mem_bytes.size(); ++i) {
+      r.pipeline_rank.push_back(static_cast<int>(i));
+      r.data_rank.push_back(0);
+    }
+  }
+  if (has("grad_sync_bytes")) r.grad_sync_bytes = read_dataset<std::uint64_t>(g, "grad_sync_bytes");
+  if (has("grad_sync_s")) {
+    r.grad_sync_s = read_dataset_2d<double>(g, "grad_sync_s");
+    r.grad_sync_exposed_s = read_dataset_2d<double>(g, "grad_sync_exposed_s");
+  }
 }
 
 // Which rank ran each virtual stage; files from before chunked schedules
@@ -853,6 +889,7 @@ RunResult read_run(hid_t runs, const std::string& name, bool keep_events) {
     r.device_used_peak_bytes = read_dataset<std::int64_t>(g, "device_mem_used_peak_bytes");
   }
   for (const auto& row : read_dataset_2d<int>(g, "stage_layers")) r.stage_layers.push_back({row.at(0), row.at(1)});
+  read_rank_grid(g, r);
   r.microbatch_latency_s = read_dataset_2d<double>(g, "microbatch_latency_s");
 
   // `r` is only read while its events are appended (check_event: counts).

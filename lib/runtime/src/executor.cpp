@@ -3,12 +3,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include "pipebench/core/clock.hpp"
 #include "pipebench/core/error.hpp"
+#include "pipebench/runtime/grad_sync.hpp"
 
 namespace pipebench {
 
@@ -50,22 +52,59 @@ FailureKind classify(const std::exception& e) {
   return FailureKind::error;
 }
 
+// Data parallelism: the gradient synchronisation of a rank's steps and when
+// it launches each chunk's — after the flush, or (grad_sync = "overlap") as
+// the chunk's last gradient action (B, or W when the backward is split) ends.
+struct SyncPlan {
+  GradientSync* sync = nullptr;  // null: one replica, or inference
+  bool overlap = false;
+  // Per action of the rank's list: the chunk whose gradients are final after it, else -1.
+  std::vector<int> launches_after;
+};
+
+SyncPlan plan_sync(const RunPlan& plan, int rank, GradientSync* sync) {
+  SyncPlan sp;
+  if (!sync) return sp;
+  sp.sync = sync;
+  sp.overlap = plan.run.grad_sync == GradSync::overlap;
+  const auto& actions = plan.schedule.actions[static_cast<std::size_t>(rank)];
+  sp.launches_after.assign(actions.size(), -1);
+  const ActionKind last_kind = plan.schedule.split_backward() ? ActionKind::W : ActionKind::B;
+  std::vector<bool> seen(static_cast<std::size_t>(plan.schedule.chunks_per_rank), false);
+  for (std::size_t i = actions.size(); i-- > 0;)
+    if (actions[i].kind == last_kind && !seen[static_cast<std::size_t>(actions[i].chunk)]) {
+      seen[static_cast<std::size_t>(actions[i].chunk)] = true;
+      sp.launches_after[i] = actions[i].chunk;
+    }
+  return sp;
+}
+
 // One step of one rank, alive for that step: the action loop (receive,
-// compute, send), then the gradient norm, clipping and the optimizer, then
-// the progress line. Appends to rec.steps and rec.events.
+// compute, send), the gradient synchronisation of the replicas, then the
+// gradient norm, clipping and the optimizer, then the progress line.
+// Appends to rec.steps and rec.events.
 class StepRun {
  public:
   StepRun(const Job& job, const RunPlan& plan, RunComm& comm, Backend& backend, Transport& transport,
-          const ExecOptions& opt, int step)
+          const ExecOptions& opt, const SyncPlan& sync, int step)
       : job_(job), plan_(plan), sched_(plan.schedule), comm_(comm), backend_(backend), transport_(transport),
-        clock_(backend.clock()), opt_(opt), step_(step), rank_(comm.rank()), V_(plan.schedule.num_virtual_stages()) {}
+        clock_(backend.clock()), opt_(opt), sync_(sync), step_(step), rank_(comm.rank()),
+        V_(plan.schedule.num_virtual_stages()) {}
 
   void run(RankRecord& rec) {
     start();
-    for (const Action& a : sched_.actions[static_cast<std::size_t>(rank_)]) rec.events.push_back(execute(a));
+    const auto& actions = sched_.actions[static_cast<std::size_t>(rank_)];
+    for (std::size_t i = 0; i < actions.size(); ++i) {
+      rec.events.push_back(execute(actions[i]));
+      if (sync_.overlap) {
+        if (sync_.launches_after[i] >= 0) sync_.sync->launch(sync_.launches_after[i]);
+        sync_.sync->progress();
+      }
+    }
     transport_.complete_sends();
+    if (sync_.sync) synchronise_gradients();
     const bool has_loss_here = rank_ == sched_.rank_of(V_ - 1) && backend_.computes_loss();
-    sr_.loss = has_loss_here ? loss_sum_ / sched_.num_microbatches : std::numeric_limits<double>::quiet_NaN();
+    sr_.loss = has_loss_here ? replicas_mean(loss_sum_ / sched_.num_microbatches) : std::numeric_limits<double>::quiet_NaN();
     sr_.grad_norm = std::numeric_limits<double>::quiet_NaN();
     if (plan_.run.mode == RunMode::train) clip_and_step();
     sr_.busy_s = sr_.forward_s + sr_.backward_s + sr_.optimizer_s;
@@ -89,6 +128,26 @@ class StepRun {
   static std::string describe(const Action& a) { return to_string(a); }
   static std::string describe(const char* what) { return what; }
 
+  // The replicas' gradients summed: launched after the flush unless
+  // overlapped, then waited for (the exposed part).
+  void synchronise_gradients() {
+    if (!sync_.overlap)
+      for (int c = 0; c < sched_.chunks_per_rank; ++c) sync_.sync->launch(c);
+    sr_.grad_sync_exposed_s = sync_.sync->complete();
+    sr_.grad_sync_s = sync_.sync->sync_s();
+    sr_.grad_sync_bytes = static_cast<double>(sync_.sync->bytes());
+    check_deadline("the gradient all-reduce");
+  }
+
+  // The step's loss over every replica: the mean of the replicas' means (one
+  // replica: `mine`).
+  double replicas_mean(double mine) {
+    if (comm_.replicas() == 1) return mine;
+    std::vector<double> sum{mine};
+    comm_.allreduce(sum, MPI_SUM, RunComm::Group::data);
+    return sum[0] / comm_.replicas();
+  }
+
   // Every step starts together (a barrier; on a virtual clock, every rank's
   // clock moves to the latest), then runs under its deadline.
   void start() {
@@ -100,6 +159,7 @@ class StepRun {
     t0_ = clock_.now();
     comm_.set_deadline(wall_t0_ + timeout);
     transport_.begin_step(t0_);
+    if (sync_.sync) sync_.sync->begin_step(t0_);
     backend_.begin_step(step_, wall_t0_ + timeout);
   }
 
@@ -108,7 +168,7 @@ class StepRun {
   void sync_virtual_clocks() {
     if (!clock_.is_virtual()) return;
     std::vector<double> latest{clock_.now()};
-    comm_.allreduce(latest, MPI_MAX);
+    comm_.allreduce(latest, MPI_MAX, RunComm::Group::run);
     clock_.sleep_until(latest[0]);
   }
 
@@ -237,13 +297,14 @@ class StepRun {
                           static_cast<std::size_t>(bytes[r]) / sizeof(EventRecord));
   }
 
-  // Progress for run rank 0: the step time (max) and loss (last stage), and busy (sum).
+  // Progress for run rank 0: the step time (max) and loss (last stage), and
+  // busy (sum), over every rank of the run.
   void report_progress(bool has_loss_here) {
     std::vector<double> maxes{sr_.end_s, has_loss_here ? sr_.loss : -std::numeric_limits<double>::infinity()};
     std::vector<double> sums{sr_.busy_s};
-    comm_.allreduce(maxes, MPI_MAX);
-    comm_.allreduce(sums, MPI_SUM);
-    if (rank_ != 0 || !opt_.on_step) return;
+    comm_.allreduce(maxes, MPI_MAX, RunComm::Group::run);
+    comm_.allreduce(sums, MPI_SUM, RunComm::Group::run);
+    if (comm_.run_rank() != 0 || !opt_.on_step) return;
     StepProgress p;
     p.step = step_;
     p.warmup = step_ < job_.train.warmup;
@@ -261,6 +322,7 @@ class StepRun {
   Transport& transport_;
   RunClock& clock_;
   const ExecOptions& opt_;
+  const SyncPlan& sync_;
   const int step_, rank_, V_;
   double t0_ = 0.0;       // the step's start on the run's clock: records are relative to it
   double wall_t0_ = 0.0;  // the same on the wall clock: the step timeout counts from it
@@ -273,13 +335,15 @@ class StepRun {
 RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backend& backend, Transport& transport,
                        const ExecOptions& opt) {
   RankRecord rec;
-  rec.rank = comm.rank();
+  rec.rank = comm.run_rank();
+  rec.pipeline_rank = comm.rank();
+  rec.data_rank = comm.replica();
   rec.hostname = host_name();
   rec.pid = static_cast<std::int64_t>(getpid());
   rec.memory_capacity_bytes = backend.memory().capacity();  // cuda: min(memory_capacity, the device)
   const int steps = job.train.warmup + job.train.repeats;
   try {
-    const StageSpec spec = stage_spec(plan, comm.rank(), opt.transport_uses_device_memory);
+    const StageSpec spec = stage_spec(plan, comm.rank(), comm.replica(), opt.transport_uses_device_memory);
     const int first = spec.chunks.front().first_layer, last = spec.chunks.back().last_layer();
     backend.build(spec);
     const auto built = backend.built_layers();
@@ -289,8 +353,12 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
     if (built.first != first || built.second != last)
       throw Error(fmt::format("rank {} built layers {}-{} but the plan gives it {}-{}", comm.rank(), built.first,
                               built.second, first, last));
+    std::optional<GradientSync> sync;
+    if (comm.replicas() > 1 && plan.run.mode == RunMode::train)
+      sync.emplace(comm, backend, backend.clock(), job.device, job.device.backend == BackendKind::sim);
+    const SyncPlan sync_plan = plan_sync(plan, comm.rank(), sync ? &*sync : nullptr);
     if (!opt.dry_run)
-      for (int step = 0; step < steps; ++step) StepRun(job, plan, comm, backend, transport, opt, step).run(rec);
+      for (int step = 0; step < steps; ++step) StepRun(job, plan, comm, backend, transport, opt, sync_plan, step).run(rec);
   } catch (const PeerAbortedError& e) {
     rec.failure = FailureKind::error;  // replaced by the origin's kind when gathered
     rec.failure_message = e.what();
@@ -302,6 +370,7 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
     transport.abandon();
     comm.notify_abort();
   }
+  if (rec.failure != FailureKind::none) comm.keep_groups();
   comm.settle(kSettleTimeoutS);
   const MemoryTracker& mem = backend.memory();
   for (int c = 0; c < kNumMemCategories; ++c)

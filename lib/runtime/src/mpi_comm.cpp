@@ -2,6 +2,8 @@
 
 #include <sched.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "pipebench/core/clock.hpp"
@@ -64,30 +66,56 @@ void mpi_check(int rc, const char* call, const char* file, int line) {
   throw MpiError(fmt::format("rank {}: {} failed at {}:{}: {}", world_rank, call, file, line, std::string(text, len)));
 }
 
-RunComm::RunComm(MPI_Comm comm) : comm_(comm) {
+RunComm::RunComm(MPI_Comm comm) { init(comm, nullptr); }
+
+RunComm::RunComm(MPI_Comm run, const parallel::RankGrid& grid) { init(run, &grid); }
+
+void RunComm::init(MPI_Comm run, const parallel::RankGrid* grid) {
+  run_ = run;
+  PIPEBENCH_MPI_CHECK(MPI_Comm_rank(run_, &run_rank_));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_size(run_, &run_size_));
+  if (grid && grid->size() != run_size_)
+    throw Error(fmt::format("the run's rank grid has {} ranks, its communicator {}", grid->size(), run_size_));
+  const parallel::Coord at = grid ? grid->coord(run_rank_) : parallel::Coord{run_rank_, 0, 0};
+  // The pipeline: the ranks of this replica, by stage; the data group: this
+  // stage's replicas, by replica.
+  PIPEBENCH_MPI_CHECK(MPI_Comm_split(run_, at.data, at.pipeline, &comm_));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_split(run_, at.pipeline, at.data, &data_));
   PIPEBENCH_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   PIPEBENCH_MPI_CHECK(MPI_Comm_size(comm_, &size_));
-  PIPEBENCH_MPI_CHECK(MPI_Comm_dup(comm_, &control_));
-  // The run's ranks on this node: those of a shared-memory split of it.
-  MPI_Comm node = MPI_COMM_NULL;
-  PIPEBENCH_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
-  int node_size = 0;
-  PIPEBENCH_MPI_CHECK(MPI_Comm_size(node, &node_size));
-  MPI_Group node_group, run_group;
-  PIPEBENCH_MPI_CHECK(MPI_Comm_group(node, &node_group));
-  PIPEBENCH_MPI_CHECK(MPI_Comm_group(comm_, &run_group));
-  std::vector<int> node_ranks(static_cast<std::size_t>(node_size)), run_ranks(node_ranks.size());
-  for (int i = 0; i < node_size; ++i) node_ranks[static_cast<std::size_t>(i)] = i;
-  PIPEBENCH_MPI_CHECK(MPI_Group_translate_ranks(node_group, node_size, node_ranks.data(), run_group, run_ranks.data()));
-  same_node_.assign(static_cast<std::size_t>(size_), 0);
-  for (int r : run_ranks) same_node_[static_cast<std::size_t>(r)] = 1;
-  MPI_Group_free(&node_group);
-  MPI_Group_free(&run_group);
-  MPI_Comm_free(&node);
+  PIPEBENCH_MPI_CHECK(MPI_Comm_rank(data_, &replica_));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_size(data_, &replicas_));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_dup(run_, &control_));
+  // The pipeline's and the data group's ranks on this node: those of a
+  // shared-memory split of each.
+  auto on_this_node = [](MPI_Comm group, int rank, int size) {
+    MPI_Comm node = MPI_COMM_NULL;
+    PIPEBENCH_MPI_CHECK(MPI_Comm_split_type(group, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+    int node_size = 0;
+    PIPEBENCH_MPI_CHECK(MPI_Comm_size(node, &node_size));
+    MPI_Group node_group, whole;
+    PIPEBENCH_MPI_CHECK(MPI_Comm_group(node, &node_group));
+    PIPEBENCH_MPI_CHECK(MPI_Comm_group(group, &whole));
+    std::vector<int> node_ranks(static_cast<std::size_t>(node_size)), ranks(node_ranks.size());
+    for (int i = 0; i < node_size; ++i) node_ranks[static_cast<std::size_t>(i)] = i;
+    PIPEBENCH_MPI_CHECK(MPI_Group_translate_ranks(node_group, node_size, node_ranks.data(), whole, ranks.data()));
+    std::vector<char> same(static_cast<std::size_t>(size), 0);
+    for (int r : ranks) same[static_cast<std::size_t>(r)] = 1;
+    MPI_Group_free(&node_group);
+    MPI_Group_free(&whole);
+    MPI_Comm_free(&node);
+    return same;
+  };
+  same_node_ = on_this_node(comm_, rank_, size_);
+  const std::vector<char> data_same = on_this_node(data_, replica_, replicas_);
+  data_on_one_node_ = std::all_of(data_same.begin(), data_same.end(), [](char c) { return c != 0; });
 }
 
 RunComm::~RunComm() {
   if (control_ != MPI_COMM_NULL) MPI_Comm_free(&control_);
+  if (!free_groups_) return;
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (data_ != MPI_COMM_NULL) MPI_Comm_free(&data_);
 }
 
 void RunComm::wait(MPI_Request& req, const char* what) {
@@ -107,14 +135,9 @@ void RunComm::wait_until(const std::function<bool()>& done, const char* what, bo
   for (long polls = 0;; ++polls) {
     if (done()) return;
     if (!aborted_ && (polls & 15) == 0) {
-      int pending = 0;
-      MPI_Status st;
-      PIPEBENCH_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, kAbortTag, comm_, &pending, &st));
-      if (pending)
-        throw PeerAbortedError(fmt::format("rank {} failed while rank {} waited for {}", st.MPI_SOURCE, rank_, what),
-                               st.MPI_SOURCE);
+      check_aborts(what);
       if (deadline_s_ > 0.0 && now_s() > deadline_s_)
-        throw StepTimeoutError(fmt::format("rank {} waited {:.3f} s for {} and passed the step timeout", rank_,
+        throw StepTimeoutError(fmt::format("rank {} waited {:.3f} s for {} and passed the step timeout", run_rank_,
                                            now_s() - start, what));
     }
     // Spin briefly for latency, then yield the core at every poll: ranks may
@@ -124,16 +147,27 @@ void RunComm::wait_until(const std::function<bool()>& done, const char* what, bo
   }
 }
 
+void RunComm::check_aborts(const char* what) {
+  if (aborted_) return;
+  int pending = 0;
+  MPI_Status st;
+  PIPEBENCH_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, kAbortTag, run_, &pending, &st));
+  if (pending)
+    throw PeerAbortedError(fmt::format("rank {} failed while rank {} waited for {}", st.MPI_SOURCE, run_rank_, what),
+                           st.MPI_SOURCE);
+}
+
 void RunComm::barrier() {
   MPI_Request req;
-  PIPEBENCH_MPI_CHECK(MPI_Ibarrier(comm_, &req));
+  PIPEBENCH_MPI_CHECK(MPI_Ibarrier(run_, &req));
   wait(req, "the step barrier");
 }
 
-void RunComm::allreduce(std::vector<double>& values, MPI_Op op) {
+void RunComm::allreduce(std::vector<double>& values, MPI_Op op, Group group) {
+  const MPI_Comm on = group == Group::pipeline ? comm_ : group == Group::data ? data_ : run_;
   MPI_Request req;
   PIPEBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, op,
-                                     comm_, &req));
+                                     on, &req));
   wait(req, "a reduction");
 }
 
@@ -148,12 +182,12 @@ void RunComm::gather_to_root(const void* mine, const std::vector<int>& bytes, co
 void RunComm::notify_abort() {
   if (aborted_) return;
   aborted_ = true;
-  abort_payload_.assign(static_cast<std::size_t>(size_), rank_);
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
+  abort_payload_.assign(static_cast<std::size_t>(run_size_), run_rank_);
+  for (int peer = 0; peer < run_size_; ++peer) {
+    if (peer == run_rank_) continue;
     MPI_Request req;
     PIPEBENCH_MPI_CHECK(MPI_Isend(&abort_payload_[static_cast<std::size_t>(peer)], 1, MPI_INT, peer, kAbortTag,
-                                  comm_, &req));
+                                  run_, &req));
     abort_sends_.push_back(req);
   }
 }
@@ -171,7 +205,7 @@ void RunComm::settle(double timeout_s) {
       if (now_s() > deadline)
         throw PeerLostError(fmt::format("rank {}: the other ranks of the run did not answer within {:.0f} s while {} "
                                         "(a rank is stopped, hung or lost)",
-                                        rank_, timeout_s, what));
+                                        run_rank_, timeout_s, what));
       if (!yields) sched_yield();  // as wait(): not twice per poll
     }
   };
@@ -183,7 +217,7 @@ void RunComm::settle(double timeout_s) {
   const int expected = total - mine;  // nobody notifies itself
   for (int i = 0; i < expected; ++i) {
     int from = 0;
-    PIPEBENCH_MPI_CHECK(MPI_Irecv(&from, 1, MPI_INT, MPI_ANY_SOURCE, kAbortTag, comm_, &req));
+    PIPEBENCH_MPI_CHECK(MPI_Irecv(&from, 1, MPI_INT, MPI_ANY_SOURCE, kAbortTag, run_, &req));
     await(req, "collecting abort notices");
   }
   for (MPI_Request& send : abort_sends_) await(send, "delivering abort notices");

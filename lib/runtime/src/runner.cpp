@@ -23,6 +23,7 @@
 #include "pipebench/backends/cuda_device.hpp"
 #include "pipebench/core/clock.hpp"
 #include "pipebench/core/units.hpp"
+#include "pipebench/parallel/rank_grid.hpp"
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/results/metrics.hpp"
 #include "pipebench/results/results.hpp"
@@ -97,6 +98,8 @@ class Unpacker {
 std::vector<char> pack(const RankRecord& r) {
   Packer p;
   p.put(r.rank);
+  p.put(r.pipeline_rank);
+  p.put(r.data_rank);
   p.put_string(r.hostname);
   p.put(r.pid);
   p.put_vector(r.steps);
@@ -119,6 +122,8 @@ RankRecord unpack(const char* data, std::size_t size) {
   Unpacker u(data, size);
   RankRecord r;
   r.rank = u.get<int>();
+  r.pipeline_rank = u.get<int>();
+  r.data_rank = u.get<int>();
   r.hostname = u.get_string();
   r.pid = u.get<std::int64_t>();
   r.steps = u.get_vector<StepRecord>();
@@ -207,7 +212,7 @@ class Watchdog {
 
 std::string fmt_num(double v, const char* spec = "{:.4f}") { return std::isnan(v) ? "-" : fmt::format(fmt::runtime(spec), v); }
 
-// FLOPs of one step's matmuls over all stages (docs/model.md), for the
+// FLOPs of one step's matmuls over all stages and replicas (docs/model.md), for the
 // achieved TFLOP/s of the summary: model FLOPs (the useful work) and, with
 // recomputation, hardware FLOPs (the forward runs twice).
 double step_model_flops(const RunPlan& rp, bool hardware = false) {
@@ -216,7 +221,7 @@ double step_model_flops(const RunPlan& rp, bool hardware = false) {
   const bool twice = hardware && train && rp.run.recompute == Recompute::full;
   for (const StagePlan& sp : rp.stages)
     per_microbatch += sp.cost.forward_flops * (twice ? 2.0 : 1.0) + (train ? sp.cost.backward_flops : 0.0);
-  return per_microbatch * rp.run.num_microbatches;
+  return per_microbatch * rp.run.num_microbatches * rp.run.data_parallel;
 }
 
 void print_run_summary(const RunResult& r, const RunPlan& rp) {
@@ -225,11 +230,14 @@ void print_run_summary(const RunResult& r, const RunPlan& rp) {
                  ? fmt::format(" ({} on rank {}): {}", to_string(r.failure_kind), r.failing_rank, r.failure_message)
                  : "");
   if (r.status == RunStatus::skipped) return;
-  fmt::print("     {:>5} {:>9} {:>12} {:>12} {:>12} {:>12} {:>10} {:>6}\n", "stage", "layers", "busy", "comm wait",
-             "idle", "peak mem", "of cap", "live");
+  // With replicas a row per rank: "stage/replica".
+  const bool replicas = r.spec.data_parallel > 1;
+  fmt::print("     {:>7} {:>9} {:>12} {:>12} {:>12} {:>12} {:>10} {:>6}\n", replicas ? "stage/r" : "stage", "layers", "busy",
+             "comm wait", "idle", "peak mem", "of cap", "live");
   for (std::size_t i = 0; i < r.peak_mem_bytes.size(); ++i) {
     const auto& l = r.stage_layers[i];
-    fmt::print("     {:>5} {:>9} {:>12} {:>12} {:>12} {:>12} {:>9.1f}% {:>6}\n", i,
+    const std::string who = replicas ? fmt::format("{}/{}", r.pipeline_rank[i], r.data_rank[i]) : std::to_string(i);
+    fmt::print("     {:>7} {:>9} {:>12} {:>12} {:>12} {:>12} {:>9.1f}% {:>6}\n", who,
                built_range_text(l[0], l[1], r.spec.layers_per_stage_origin),
                format_seconds(counted_median(r.busy_s, r.is_warmup, i)), format_seconds(counted_median(r.comm_wait_s, r.is_warmup, i)),
                format_seconds(counted_median(r.idle_s, r.is_warmup, i)), format_bytes(static_cast<double>(r.peak_mem_bytes[i])),
@@ -245,13 +253,22 @@ void print_run_summary(const RunResult& r, const RunPlan& rp) {
                  format_bytes(static_cast<double>(r.device_used_peak_bytes[i])),
                  format_bytes(static_cast<double>(r.device_used_before_bytes[i])),
                  format_bytes(static_cast<double>(r.peak_mem_bytes[i])));
+  if (!r.grad_sync_s.empty()) {
+    double sync = 0.0, exposed = 0.0;
+    for (std::size_t i = 0; i < r.peak_mem_bytes.size(); ++i) {
+      sync = std::max(sync, counted_median(r.grad_sync_s, r.is_warmup, i));
+      exposed = std::max(exposed, counted_median(r.grad_sync_exposed_s, r.is_warmup, i));
+    }
+    fmt::print("     gradient all-reduce ({}, {} replicas): {} per step at most, {} of it exposed (the slowest rank's medians)\n",
+               to_string(r.spec.grad_sync), r.spec.data_parallel, format_seconds(sync), format_seconds(exposed));
+  }
   const double tflops = step_model_flops(rp) / r.step_time.median / 1e12;
   const double hardware = step_model_flops(rp, true) / r.step_time.median / 1e12;
   fmt::print("     bubble measured {} / analytic {} / simulated {}; throughput {} samples/s, {} model TFLOP/s "
              "({} per rank){}\n",
              fmt_num(r.bubble_measured_median), fmt_num(r.bubble_analytic), fmt_num(r.bubble_simulated),
              fmt_num(r.throughput_samples_per_s, "{:.1f}"), fmt_num(tflops, "{:.3f}"),
-             fmt_num(tflops / static_cast<double>(rp.stages.size()), "{:.3f}"),
+             fmt_num(tflops / static_cast<double>(rp.run.ranks()), "{:.3f}"),
              hardware != tflops ? fmt::format(", {} hardware TFLOP/s (with the recomputed forward)", fmt_num(hardware, "{:.3f}"))
                                 : "");
   std::fflush(stdout);
@@ -486,7 +503,8 @@ void checkpoint(const JobContext& ctx, JobResult& jr, const RunPlan* in_progress
 bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, Watchdog& watchdog, JobResult& jr) {
   const Job& job = ctx.job;
   const int p = rp.run.pipeline_size;
-  RunComm rc(comm);
+  const parallel::RankGrid grid({p, rp.run.data_parallel, 1}, rp.run.rank_order, rp.run.ranks());
+  RunComm rc(comm, grid);
   auto backend = make_backend(job, ctx.world_rank);
   const bool nccl = ctx.transport_kind == TransportKind::nccl && p > 1;
   const std::unique_ptr<Transport> transport = make_transport(job, rp, rc, backend->clock(), nccl);
@@ -515,25 +533,31 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
     const double per_step = later_walls.empty() ? first_wall : compute_stats(later_walls).median;
     fmt::print("  [{}] step {}/{}{:<8} time {:>12}  bubble {}  loss {}{}\n", rp.run.name, s.step + 1, total_steps,
                s.warmup ? " warm-up" : "", format_seconds(s.step_time_s),
-               fmt_num(s.step_time_s > 0 ? 1.0 - s.busy_sum_s / (p * s.step_time_s) : NAN), fmt_num(s.loss, "{:.6f}"),
+               fmt_num(s.step_time_s > 0 ? 1.0 - s.busy_sum_s / (rp.run.ranks() * s.step_time_s) : NAN),
+               fmt_num(s.loss, "{:.6f}"),
                left > 0 ? fmt::format("  ETA {}", format_seconds(left * per_step)) : "");
     std::fflush(stdout);
   };
   // Each step's events come to rank 0 as the run goes (a rank's memory does
   // not grow with the steps); rank 0 digests them for the run's metrics and
   // passes them on to the results file's event store (nor does its memory).
+  // With replicas, replica 0's: every replica runs the same schedule
+  // (docs/parallel.md); the others' go to their pipeline's rank 0 and stop there.
   EventDigest digest(rp.schedule, rp.run.mode == RunMode::inference);
   auto take_events = [&](const EventRecord* events, std::size_t n) {
     digest.add(events, n);
     if (ctx.writer) ctx.writer->append_events(rp.run.name, events, n);
   };
-  eo.on_step_events = [&](int, const EventRecord* events, std::size_t n) { take_events(events, n); };
+  eo.on_step_events = [&](int, const EventRecord* events, std::size_t n) {
+    if (rc.replica() == 0) take_events(events, n);
+  };
   const RankRecord rec = execute_run(job, rp, rc, *backend, *transport, eo);
   watchdog.arm(0.0, "");
   auto records = gather_records(rc.control(), rec);
   if (ctx.world_rank == 0) {
     // After the streamed steps, any unfinished step's events, rank by rank.
-    for (const RankRecord& r : records) take_events(r.events.data(), r.events.size());
+    for (const RankRecord& r : records)
+      if (r.data_rank == 0) take_events(r.events.data(), r.events.size());
     if (ctx.writer) ctx.writer->end_events(rp.run.name);
     if (ctx.options.dry_run) print_dry_run(rp, records);
     jr.runs.push_back(assemble_run(job, rp, records, digest, {}));  // run_one prints it, after the device check
@@ -579,12 +603,12 @@ void record_broken_device(JobResult& jr, const std::string& broken) {
 // Returns "" or, when the run left a device unusable, why (broken_device):
 // the launch then runs nothing more.
 std::string run_one(const JobContext& ctx, const RunPlan& rp, int world_size, Watchdog& watchdog, JobResult& jr) {
-  const int p = rp.run.pipeline_size;
+  const int n = rp.run.ranks();
   const bool root = ctx.world_rank == 0;
   // Said, never run as one replica.
-  const std::string not_built = data_parallel_not_executed(rp.run);
-  if (p > world_size || !not_built.empty()) {
-    const std::string reason = !not_built.empty() ? not_built : fmt::format("needs {} ranks, the world has {}", p, world_size);
+  const std::string not_built = data_parallel_not_executed(rp.run, ctx.job.device.backend);
+  if (n > world_size || !not_built.empty()) {
+    const std::string reason = !not_built.empty() ? not_built : fmt::format("needs {} ranks, the world has {}", n, world_size);
     if (root) {
       fmt::print("\n== run {}: skipped ({})\n", rp.run.name, reason);
       jr.runs.push_back(skipped_run(ctx.job, rp, reason));
@@ -593,12 +617,16 @@ std::string run_one(const JobContext& ctx, const RunPlan& rp, int world_size, Wa
     return "";
   }
   if (root) {
-    fmt::print("\n== run {}: {} ranks, {}, schedule {}, micro_batch_size {} x {} micro-batches\n", rp.run.name, p,
+    fmt::print("\n== run {}: {} ranks{}, {}, schedule {}, micro_batch_size {} x {} micro-batches\n", rp.run.name, n,
+               rp.run.data_parallel > 1
+                   ? fmt::format(" ({} stages x {} replicas, grad_sync {}, global batch {})", rp.run.pipeline_size,
+                                 rp.run.data_parallel, to_string(rp.run.grad_sync), rp.run.global_batch())
+                   : "",
                to_string(rp.run.mode), rp.schedule.name, rp.run.micro_batch_size, rp.run.num_microbatches);
     checkpoint(ctx, jr, &rp);
   }
   MPI_Comm comm = MPI_COMM_NULL;
-  PIPEBENCH_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, ctx.world_rank < p ? 0 : MPI_UNDEFINED, ctx.world_rank, &comm));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, ctx.world_rank < n ? 0 : MPI_UNDEFINED, ctx.world_rank, &comm));
   // A failed run may leave an unmatched step barrier on `comm`; such a
   // communicator is never freed (one per failed run), so no later
   // collective can be matched against it.

@@ -108,7 +108,7 @@ void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const flo
     case PieceKind::embedding: {
       auto* tokens = reinterpret_cast<std::int32_t*>(act(mb, p, 0));
       std::vector<std::int32_t> tok, tgt;
-      synthetic_batch(ms, step_, mb, B, tok, tgt);
+      synthetic_batch(ms, step_, spec_.data_microbatch(mb), B, tok, tgt);
       std::copy(tok.begin(), tok.end(), tokens);
       cpu::embedding_forward(tokens, w(0), p.tensors.size() > 1 ? w(1) : nullptr, out, B, s, h);
       break;
@@ -148,7 +148,7 @@ void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const flo
       cpu::linear_forward(act(mb, p, a.ln), w(rms ? 1 : 2), nullptr, probs, T, h, V);
       auto* targets = reinterpret_cast<std::int32_t*>(act(mb, p, a.targets));
       std::vector<std::int32_t> tok, tgt;
-      synthetic_batch(ms, step_, mb, B, tok, tgt);
+      synthetic_batch(ms, step_, spec_.data_microbatch(mb), B, tok, tgt);
       std::copy(tgt.begin(), tgt.end(), targets);
       loss_[static_cast<std::size_t>(mb)] = cpu::softmax_crossentropy_forward(probs, targets, T, V);
       break;
@@ -365,7 +365,7 @@ void CpuBackend::backward_head(Chunk& c, const Piece& p, int mb, float* dx, Pass
     return;
   }
   // d(step loss)/d(logits): the step loss is the mean over micro-batches of the mean over tokens.
-  const float scale = 1.0f / (static_cast<float>(T) * static_cast<float>(spec_.num_microbatches));
+  const float scale = 1.0f / (static_cast<float>(T) * static_cast<float>(spec_.step_microbatches()));
   cpu::softmax_crossentropy_backward(probs, reinterpret_cast<const std::int32_t*>(A(a.targets)), T, V, scale);
   if (pass == Pass::full) cpu::linear_backward_weight(A(a.ln), probs, grad(c, p, lm), nullptr, T, h, V);
   cpu::linear_backward_input(weight(c, p, lm), probs, d_ln, T, h, V);
@@ -457,6 +457,11 @@ void CpuBackend::optimizer_step(int /*step*/, double grad_scale) {
       }
     std::memset(c.grads.data(), 0, c.grads.bytes());
   }
+}
+
+GradRegion CpuBackend::gradients(int chunk) {
+  TrackedArray<float>& g = chunks_.at(static_cast<std::size_t>(chunk)).grads;
+  return {g.data(), g.size(), g.bytes()};
 }
 
 Buffer CpuBackend::recv_buffer(ActionKind kind, int /*mb*/, int chunk) {

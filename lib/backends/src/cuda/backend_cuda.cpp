@@ -136,7 +136,7 @@ void CudaBackend::build(const StageSpec& spec) {
   tokens_ = std::int64_t{b} * ms.seq_len;
   const bool train = spec.mode == RunMode::train;
   layers_ = {spec.chunks.front().first_layer, spec.chunks.back().last_layer()};
-  if (dt_ == DType::fp16) grad_unscale_ = 1.0 / (static_cast<double>(tokens_) * spec.num_microbatches);
+  if (dt_ == DType::fp16) grad_unscale_ = 1.0 / (static_cast<double>(tokens_) * spec.step_microbatches());
   // The chunks' tensor tables, one after the other in the flat buffers.
   chunks_.resize(static_cast<std::size_t>(spec.num_chunks()));
   std::vector<std::int64_t> slab_bytes;
@@ -279,7 +279,7 @@ void CudaBackend::linear_backward_input(const void* W, const void* dy, void* dx,
 
 void CudaBackend::upload_tokens(int mb, std::int32_t* dst, bool targets) {
   std::vector<std::int32_t> tok, tgt;
-  synthetic_batch(job_.model, step_, mb, spec_.micro_batch_size, tok, tgt);
+  synthetic_batch(job_.model, step_, spec_.data_microbatch(mb), spec_.micro_batch_size, tok, tgt);
   const auto& src = targets ? tgt : tok;
   // An id outside the vocabulary would index past the embedding (or the
   // logits) on the device, silently: checked here, where it is cheap.
@@ -309,7 +309,7 @@ void CudaBackend::upload_staged(Chunk& c, ActionKind kind) {
 // token's run and its id, uploaded to the workspace before the backward.
 void CudaBackend::upload_embedding_order(int mb) {
   std::vector<std::int32_t> tok, tgt;
-  synthetic_batch(job_.model, step_, mb, spec_.micro_batch_size, tok, tgt);
+  synthetic_batch(job_.model, step_, spec_.data_microbatch(mb), spec_.micro_batch_size, tok, tgt);
   const auto T = static_cast<std::int32_t>(tok.size());
   std::vector<std::int32_t> ints(static_cast<std::size_t>(3 * T + 1));
   std::int32_t* order = ints.data();
@@ -667,7 +667,7 @@ void CudaBackend::backward_head(const Chunk& c, const Piece& p, int mb, std::byt
   }
   // d(step loss)/d(logits): the step loss is the mean over micro-batches of
   // the mean over tokens (fp16: not divided, see grad_unscale_).
-  const float scale = dt_ == DType::fp16 ? 1.0f : 1.0f / (static_cast<float>(T) * static_cast<float>(spec_.num_microbatches));
+  const float scale = dt_ == DType::fp16 ? 1.0f : 1.0f / (static_cast<float>(T) * static_cast<float>(spec_.step_microbatches()));
   gpu::softmax_crossentropy_backward(dt_, probs, reinterpret_cast<const std::int32_t*>(A(a.targets)), T, V, scale, stream_);
   if (pass == Pass::full) linear_backward_weight(A(a.ln), probs, g(p, lm), nullptr, T, h, V);
   linear_backward_input(w(p, lm), probs, d_ln, T, h, V, false);

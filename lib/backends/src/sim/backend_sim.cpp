@@ -26,6 +26,7 @@ void SimBackend::build(const StageSpec& spec) {
   const double speed = job_.device.sim_flops_per_s;
   cost_ = Cost{};
   std::uint64_t comm = 0;
+  const StateBytes per = state_bytes_per_param(job_.train.optimizer, spec.dtype);
   for (int c = 0; c < spec.num_chunks(); ++c) {
     const StageRange& r = spec.chunks[static_cast<std::size_t>(c)];
     const Cost cost = model.stage(spec.micro_batch_size, r.num_layers, r.has_embedding, r.has_head);
@@ -33,7 +34,8 @@ void SimBackend::build(const StageSpec& spec) {
     chunks_.push_back({cost.forward_flops / speed, cost.backward_flops / speed,
                        static_cast<std::uint64_t>(cost.activation_bytes),
                        static_cast<std::uint64_t>(cost.split_stash_bytes),
-                       static_cast<std::uint64_t>(model.recompute_kept_bytes(spec.micro_batch_size, r.has_embedding))});
+                       static_cast<std::uint64_t>(model.recompute_kept_bytes(spec.micro_batch_size, r.has_embedding)),
+                       static_cast<std::uint64_t>(cost.params) * static_cast<std::uint64_t>(per.grads)});
     comm += static_cast<std::uint64_t>(
         model.comm_bytes(spec.micro_batch_size, spec.num_microbatches, spec.receives(c), spec.sends(c), train));
   }
@@ -42,7 +44,6 @@ void SimBackend::build(const StageSpec& spec) {
   const double opt_flops_per_param = job_.train.optimizer == OptimizerKind::adamw ? 12.0 : 2.0;
   optimizer_s_ = opt_flops_per_param * static_cast<double>(cost_.params) / speed;
 
-  const StateBytes per = state_bytes_per_param(job_.train.optimizer, spec.dtype);
   const auto params = static_cast<std::uint64_t>(cost_.params);
   memory_.reserve(MemCategory::params, params * static_cast<std::uint64_t>(per.params), "parameters");
   if (train) {
@@ -142,6 +143,8 @@ double SimBackend::loss(int /*microbatch*/) const { return std::numeric_limits<d
 void SimBackend::optimizer_step(int /*step*/, double /*grad_scale*/) {
   busy_for(optimizer_s_, "optimizer step", -1, 3);
 }
+
+GradRegion SimBackend::gradients(int chunk) { return {nullptr, 0, chunks_.at(static_cast<std::size_t>(chunk)).grad_bytes}; }
 
 Buffer SimBackend::recv_buffer(ActionKind, int, int) { return {nullptr, 0, boundary_bytes_}; }
 Buffer SimBackend::send_buffer(ActionKind, int, int) { return {nullptr, 0, boundary_bytes_}; }

@@ -46,7 +46,14 @@ struct StageSpec {
   std::vector<int> chunk_stage;    // the virtual stage of each chunk, increasing
   int num_virtual_stages = 1;
   int micro_batch_size = 1;
-  int num_microbatches = 1;
+  int num_microbatches = 1;     // per replica
+  // Data parallelism (docs/parallel.md): this rank's replica of `replicas`.
+  // Replica r's micro-batch j is micro-batch r·m + j of the step's d·m (its
+  // data stream), and every replica scales its loss gradient by 1/(d·m·T), so
+  // that the replicas' summed gradients are the single-replica run's on the
+  // same d·m micro-batches.
+  int replica = 0;
+  int replicas = 1;
   RunMode mode = RunMode::train;
   DType dtype = DType::fp32;    // storage dtype
   bool split_backward = false;  // the schedule has W actions: B is input-grad only
@@ -58,6 +65,10 @@ struct StageSpec {
   bool transport_uses_device_memory = false;
 
   int num_chunks() const { return static_cast<int>(chunks.size()); }
+  // The micro-batch of the step's data that this replica's micro-batch `mb` is.
+  int data_microbatch(int mb) const { return replica * num_microbatches + mb; }
+  // Micro-batches per optimizer step over every replica: the loss's divisor.
+  int step_microbatches() const { return num_microbatches * replicas; }
   // One chunk per rank (tests, benchmarks): `range` is virtual stage `rank`
   // of `num_stages`; set rank and num_stages first.
   void one_chunk(const StageRange& range) {
@@ -72,10 +83,21 @@ struct StageSpec {
   bool sends(int c) const { return chunk_stage[static_cast<std::size_t>(c)] + 1 < num_virtual_stages; }
 };
 
-// What rank `rank` of `plan` builds: its chunks of the partition, the run's
-// micro-batching, mode and storage dtype, split backward when the schedule
-// has W.
-StageSpec stage_spec(const RunPlan& plan, int rank, bool transport_uses_device_memory);
+// A chunk's accumulated gradients as the data-parallel synchronisation sees
+// them: `count` fp32 elements at `data`, summed over the replicas in place;
+// `data` null and `count` 0 where the backend models them (sim).
+// `logical_bytes`: their size in the model's gradient dtype, what a
+// collective moves.
+struct GradRegion {
+  float* data = nullptr;
+  std::size_t count = 0;
+  std::uint64_t logical_bytes = 0;
+};
+
+// What pipeline rank `rank` of replica `replica` of `plan` builds: its chunks
+// of the partition, the run's micro-batching, mode and storage dtype, split
+// backward when the schedule has W.
+StageSpec stage_spec(const RunPlan& plan, int rank, int replica, bool transport_uses_device_memory);
 
 class Backend {
  public:
@@ -107,6 +129,10 @@ class Backend {
   // across ranks is exact (one contributor per entry), and summing them in
   // piece order makes the global norm bit-identical for every split.
   virtual void grad_sq_norm_by_piece(std::vector<double>& per_piece) const = 0;
+  // Data parallelism: chunk `chunk`'s gradients, for the replicas to sum
+  // (runtime/grad_sync.hpp) between the last backward and the gradient norm.
+  // The default throws ConfigError: the backend cannot synchronise.
+  virtual GradRegion gradients(int chunk);
   // Applies the step's update with gradients multiplied by `grad_scale`
   // (clipping), then clears the gradients.
   virtual void optimizer_step(int step, double grad_scale) = 0;

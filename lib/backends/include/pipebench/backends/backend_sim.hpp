@@ -44,6 +44,7 @@ class SimBackend final : public Backend {
   double loss(int microbatch) const override;
   void grad_sq_norm_by_piece(std::vector<double>&) const override {}
   void optimizer_step(int step, double grad_scale) override;
+  GradRegion gradients(int chunk) override;
   Buffer recv_buffer(ActionKind kind, int microbatch, int chunk) override;
   Buffer send_buffer(ActionKind kind, int microbatch, int chunk) override;
   const MemoryTracker& memory() const override { return memory_; }
@@ -60,6 +61,7 @@ class SimBackend final : public Backend {
     std::uint64_t activation_bytes = 0;
     std::uint64_t stash_bytes = 0;  // split backward: kept from B to W
     std::uint64_t kept_bytes = 0;   // recomputation: the chunk's input, kept from F to B
+    std::uint64_t grad_bytes = 0;   // the chunk's gradients (training)
   };
   const Job& job_;
   MemoryTracker memory_;

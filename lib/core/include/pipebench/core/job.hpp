@@ -193,10 +193,10 @@ struct RunSpec {
   int model_stages() const { return pipeline_size * virtual_stages_per_rank; }
 };
 
-// Data-parallel replicas are planned but not executed yet (docs/parallel.md):
-// why `run` records such a run as skipped and `probe` refuses it; "" for a
-// run without replicas.
-std::string data_parallel_not_executed(const RunSpec& run);
+// What of data parallelism is planned but not executed yet on `backend`
+// (docs/parallel.md): why `run` records such a run as skipped and `probe`
+// refuses it; "" for a run that executes.
+std::string data_parallel_not_executed(const RunSpec& run, BackendKind backend);
 
 struct Job {
   int schema = 1;

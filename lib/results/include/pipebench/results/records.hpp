@@ -45,6 +45,13 @@ struct StepRecord {
   double loss = 0.0;         // mean over micro-batches; last stage of a loss-computing backend, else NaN
   double grad_norm = 0.0;    // global (all stages) L2 norm before clipping; NaN without gradients
   bool clipped = false;
+  // Data parallelism (runtime/grad_sync.hpp): from the first gradient
+  // all-reduce's launch to the last one's end; the part of it this rank was
+  // blocked (from its last backward's end to the optimizer's start: exposed
+  // on the critical path); the gradient bytes its group reduced. 0 without replicas.
+  double grad_sync_s = 0.0;
+  double grad_sync_exposed_s = 0.0;
+  double grad_sync_bytes = 0.0;
 };
 
 enum class RunStatus { ok, failed, skipped };
@@ -61,7 +68,9 @@ std::string_view to_string(FailureKind k);
 
 // Everything one rank reports about one run.
 struct RankRecord {
-  int rank = 0;
+  int rank = 0;                  // in the run: 0 .. p·d-1
+  int pipeline_rank = 0;         // its stage (the schedule's rank)
+  int data_rank = 0;             // its replica
   std::string hostname;
   std::int64_t pid = 0;
   std::vector<StepRecord> steps;       // only the steps that completed
@@ -111,7 +120,14 @@ struct RunResult {
   std::vector<std::uint8_t> is_warmup, clipped;
   // [steps][ranks]
   std::vector<std::vector<double>> busy_s, comm_wait_s, comm_transfer_s, idle_s, forward_s, backward_s, optimizer_s;
-  // [ranks]
+  // [steps][ranks], data parallelism (StepRecord); empty without replicas.
+  std::vector<std::vector<double>> grad_sync_s, grad_sync_exposed_s;
+  // [ranks]: ranks in run order (0 .. p·d-1), each one's stage and replica
+  // (parallel/rank_grid.hpp); files without replicas: i and 0.
+  std::vector<int> pipeline_rank, data_rank;
+  std::vector<std::uint64_t> grad_sync_bytes;  // [ranks] reduced per step by its group; empty without replicas
+  // The record of run rank (stage `stage`, replica 0); stage itself when absent.
+  std::size_t rank_index(int stage) const;
   std::vector<std::uint64_t> peak_mem_bytes, memory_capacity_bytes;
   std::array<std::vector<std::uint64_t>, kNumMemCategories> peak_mem_by_category;
   std::vector<std::int64_t> stage_params;

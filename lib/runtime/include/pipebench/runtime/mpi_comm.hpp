@@ -12,6 +12,7 @@
 #include <mpi.h>
 
 #include "pipebench/core/error.hpp"
+#include "pipebench/parallel/rank_grid.hpp"
 
 namespace pipebench {
 
@@ -19,24 +20,43 @@ namespace pipebench {
 void mpi_check(int rc, const char* call, const char* file, int line);
 #define PIPEBENCH_MPI_CHECK(call) ::pipebench::mpi_check((call), #call, __FILE__, __LINE__)
 
-// Collectives cannot be cancelled: after a failure some ranks may have an
-// unfinished step barrier on comm() that others never entered. So everything
-// after a run (settle, gathering records) uses control(), a duplicate that
-// only sees collectives every rank reaches.
+// The run's communicators. A run of p stages × d replicas has p·d ranks
+// (the run communicator, `run()`), split by its rank grid
+// (parallel/rank_grid.hpp) into d pipelines of p ranks (`comm()`: the
+// transport's, the step's reductions) and p data-parallel groups of d ranks
+// (`data()`: the gradient synchronisation). rank()/size() are the rank's
+// place in its pipeline; replica()/replicas() in its data group.
+//
+// Every wait polls for an abort notice from any rank of the run and for the
+// step deadline. Collectives cannot be cancelled: after a failure some ranks
+// may have an unfinished step barrier that others never entered. So
+// everything after a run (settle, gathering records) uses control(), a
+// duplicate of the run communicator that only sees collectives every rank
+// reaches, and the groups of a run that did not end cleanly are never freed
+// (keep_groups), so no later collective can be matched against them.
 class RunComm {
  public:
-  // Does not take ownership of `comm`; owns the control duplicate.
+  // One pipeline, no replicas. Does not take ownership of `comm`.
   explicit RunComm(MPI_Comm comm);
+  // `run` holds grid.size() ranks, ranked as the grid's ranks (tensor degree 1).
+  RunComm(MPI_Comm run, const parallel::RankGrid& grid);
   ~RunComm();
   RunComm(const RunComm&) = delete;
   RunComm& operator=(const RunComm&) = delete;
 
   MPI_Comm comm() const { return comm_; }
+  MPI_Comm data() const { return data_; }
   MPI_Comm control() const { return control_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
-  // Whether run rank `peer` runs on this rank's node (shares its memory and clocks).
+  int replica() const { return replica_; }
+  int replicas() const { return replicas_; }
+  int run_rank() const { return run_rank_; }
+  int run_size() const { return run_size_; }
+  // Whether pipeline rank `peer` runs on this rank's node (shares its memory and clocks).
   bool shares_node(int peer) const { return same_node_[static_cast<std::size_t>(peer)] != 0; }
+  // Whether every rank of this rank's data-parallel group is on its node.
+  bool data_group_on_one_node() const { return data_on_one_node_; }
 
   // Waits for a posted request; throws PeerAbortedError or StepTimeoutError.
   void wait(MPI_Request& req, const char* what);
@@ -44,16 +64,20 @@ class RunComm {
   // the same abort and deadline checks.
   void wait_for(const std::function<bool()>& done, const char* what);
   void set_deadline(double deadline_s) { deadline_s_ = deadline_s; }
+  // Throws PeerAbortedError when a notice has come (a non-blocking check).
+  void check_aborts(const char* what);
 
+  // Every rank of the run.
   void barrier();
-  // Element-wise reductions over the run.
-  void allreduce(std::vector<double>& values, MPI_Op op);
+  // Element-wise reductions over the pipeline, the data group or the run.
+  enum class Group { pipeline, data, run };
+  void allreduce(std::vector<double>& values, MPI_Op op, Group group = Group::pipeline);
   // Rank r's `bytes[r]` bytes from `mine` land at `offsets[r]` of `into` on
-  // rank 0 (`into` unused elsewhere); every rank passes the same sizes.
+  // pipeline rank 0 (`into` unused elsewhere); every rank passes the same sizes.
   void gather_to_root(const void* mine, const std::vector<int>& bytes, const std::vector<int>& offsets, void* into,
                       const char* what);
 
-  // Tells every peer that this rank failed (once).
+  // Tells every rank of the run that this rank failed (once).
   void notify_abort();
   // Collective at the end of a run, failed or not: receives every abort
   // notice addressed to this rank and completes this rank's own, so the
@@ -61,19 +85,25 @@ class RunComm {
   // `timeout_s`; a peer that does not take part by then is stopped, hung or
   // lost: PeerLostError.
   void settle(double timeout_s);
+  // The run did not end cleanly on this rank: its groups stay allocated.
+  void keep_groups() { free_groups_ = false; }
 
  private:
+  void init(MPI_Comm run, const parallel::RankGrid* grid);
   // The wait loop: polls done(), checks for aborts and the deadline, spins,
   // then yields the core at every poll unless `done_yields` (done() gave it
   // up already).
   void wait_until(const std::function<bool()>& done, const char* what, bool done_yields);
 
-  MPI_Comm comm_;
+  MPI_Comm run_ = MPI_COMM_NULL;
+  MPI_Comm comm_ = MPI_COMM_NULL, data_ = MPI_COMM_NULL;  // owned (split from run_)
   MPI_Comm control_ = MPI_COMM_NULL;
-  int rank_ = 0, size_ = 1;
+  bool free_groups_ = true;
+  int rank_ = 0, size_ = 1, replica_ = 0, replicas_ = 1, run_rank_ = 0, run_size_ = 1;
   double deadline_s_ = 0.0;
   bool aborted_ = false;
-  std::vector<char> same_node_;  // per run rank
+  std::vector<char> same_node_;  // per pipeline rank
+  bool data_on_one_node_ = true;
   std::vector<MPI_Request> abort_sends_;
   std::vector<int> abort_payload_;
 };

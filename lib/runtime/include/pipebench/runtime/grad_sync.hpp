@@ -1,0 +1,74 @@
+// The data-parallel gradient synchronisation of one rank's step
+// (docs/parallel.md): each chunk's gradients summed over the rank's
+// data-parallel group (RunComm::data()), in buckets of at most
+// kGradBucketBytes, by non-blocking MPI all-reduces waited on like every
+// other wait of a run (abort notices, the step deadline: a lost replica is a
+// recorded failure, never a hang). The backends scale their loss gradient by
+// 1/(d·m) (StageSpec::step_microbatches), so the sum is the step's gradient.
+//
+// A backend that models its gradients (sim) moves no data: each bucket's
+// all-reduce is then a one-number MAX reduction of the replicas' launch
+// times into the step, and the bucket completes at
+//   max(the group's launch, the previous bucket's end) + ring_time_s
+// (parallel/collectives.hpp, the sim link, × sim_load) on the run's clock —
+// the same instant on every replica, on the wall clock (slept) or the
+// virtual one.
+//
+// Deterministic: the buckets of a chunk are posted in order, the chunks in the
+// order the schedule finishes them, the same on every replica of a stage;
+// MPI's reduction order is fixed for a given group and size, so a run
+// repeats bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <mpi.h>
+
+#include "pipebench/backends/backend.hpp"
+#include "pipebench/core/clock.hpp"
+#include "pipebench/runtime/mpi_comm.hpp"
+
+namespace pipebench {
+
+// PyTorch DDP's default bucket (bucket_cap_mb = 25).
+inline constexpr std::uint64_t kGradBucketBytes = 25ull << 20;
+
+class GradientSync {
+ public:
+  // `modelled`: the backend holds no gradients (sim); `link` then times the buckets.
+  GradientSync(RunComm& comm, Backend& backend, RunClock& clock, const DeviceSpec& link, bool modelled);
+
+  // Per step, before the first launch: the step's start on the run's clock.
+  void begin_step(double t0);
+  // Posts chunk `chunk`'s buckets (once per step and chunk).
+  void launch(int chunk);
+  // Lets posted collectives progress without blocking (MPI progresses a
+  // non-blocking collective only inside MPI calls).
+  void progress();
+  // Waits for every posted bucket. Returns the seconds this rank was blocked.
+  double complete();
+
+  // Of the step: from the first launch to the last bucket's end, and the
+  // gradient bytes the group reduced.
+  double sync_s() const { return last_end_ - first_launch_; }
+  std::uint64_t bytes() const { return bytes_; }
+
+ private:
+  struct Bucket {
+    MPI_Request req = MPI_REQUEST_NULL;
+    std::uint64_t logical_bytes = 0;
+    double launch_at = 0.0;  // modelled: this rank's launch, into the step; then the group's latest
+  };
+  RunComm& comm_;
+  Backend& backend_;
+  RunClock& clock_;
+  DeviceSpec link_;
+  bool modelled_;
+  double t0_ = 0.0;
+  std::vector<Bucket> buckets_;
+  double first_launch_ = 0.0, last_end_ = 0.0;
+  std::uint64_t bytes_ = 0;
+};
+
+}  // namespace pipebench
