@@ -12,7 +12,12 @@ overrides), the planner's cost-weighted simulation:
   * the step time the planned makespan plus at most the longest optimizer
     step (the only part of a step the schedule simulation leaves out);
   * every counted step the same (relative 1e-9): nothing on a virtual clock
-    depends on the machine.
+    depends on the machine;
+  * with data-parallel replicas, the step is the plan's `step_s` (the
+    makespan and the exposed gradient all-reduce) instead of the makespan,
+    every rank (stage s, replica r) has stage s's busy time, and each rank's
+    all-reduce time and its exposed part equal the plan's for its stage
+    (relative 1e-3).
 """
 import json
 import subprocess
@@ -24,11 +29,25 @@ import numpy as np
 BUBBLE_TOLERANCE = 1e-3
 
 
+def check_grad_sync(name, r, counted, stage, planned):
+    """Each rank's all-reduce and its exposed part, every counted step, against its stage's plan."""
+    problems = []
+    for key, plan_key in (("grad_sync_s", "sync_s"), ("grad_sync_exposed_s", "exposed_s")):
+        got = np.asarray(r[key])[counted]
+        want = np.asarray([planned[s][plan_key] for s in stage])
+        print(f"{name:16s} {key}: measured {got[0].min():.6f}..{got[0].max():.6f} s, "
+              f"planned {want.min():.6f}..{want.max():.6f} s")
+        if not np.allclose(got, np.broadcast_to(want, got.shape), rtol=1e-3, atol=1e-9):
+            problems.append(f"{name}: {key} per rank {got[0].tolist()} != planned {want.tolist()}")
+    return problems
+
+
 def main():
     pipebench, job, *overrides, path = sys.argv[1:]
     plan = json.loads(subprocess.run([pipebench, "plan", job, "--format", "json", *overrides], check=True,
                                      capture_output=True, text=True).stdout)
     planned = {r["name"]: r["simulated"] for r in plan["runs"]}
+    replicas = {r["name"]: r.get("data_parallel", 1) for r in plan["runs"]}
     problems = []
     with h5py.File(path, "r") as f:
         if f.attrs["evidence_level"] != "simulated":
@@ -47,17 +66,25 @@ def main():
             work = (np.asarray(r["forward_s"]) + np.asarray(r["backward_s"]))[counted]
             opt = np.asarray(r["optimizer_s"])[counted]
             bm = float(r.attrs["bubble_measured_median"])
-            print(f"{name:16s} bubble measured {bm:.6f} planned {sim['bubble']:.6f}; step {step[0]:.6f} s, "
-                  f"makespan {sim['makespan_s']:.6f} s, optimizer <= {opt.max():.6f} s")
-            if abs(bm - sim["bubble"]) > BUBBLE_TOLERANCE:
-                problems.append(f"{name}: measured bubble {bm:.6f} is {abs(bm - sim['bubble']):.6f} from the "
-                                f"planned {sim['bubble']:.6f}")
-            if not np.allclose(work, np.broadcast_to(sim["busy_s"], work.shape), rtol=1e-6, atol=1e-8):
-                problems.append(f"{name}: forward+backward per rank {work[0].tolist()} != planned {sim['busy_s']}")
-            extra = step - sim["makespan_s"]
+            d = replicas[name]
+            stage = np.asarray(r["pipeline_rank"]) if d > 1 else np.arange(len(sim["busy_s"]))
+            busy = np.asarray(sim["busy_s"])[stage]  # per rank: its stage's
+            # The planned bubble over the step the plan predicts (with replicas
+            # the exposed all-reduce idles every rank too).
+            planned_bubble = 1.0 - busy.sum() / (len(busy) * sim["step_s"]) if d > 1 else sim["bubble"]
+            print(f"{name:16s} bubble measured {bm:.6f} planned {planned_bubble:.6f}; step {step[0]:.6f} s, "
+                  f"planned {sim['step_s']:.6f} s (makespan {sim['makespan_s']:.6f} s), optimizer <= {opt.max():.6f} s")
+            if abs(bm - planned_bubble) > BUBBLE_TOLERANCE:
+                problems.append(f"{name}: measured bubble {bm:.6f} is {abs(bm - planned_bubble):.6f} from the "
+                                f"planned {planned_bubble:.6f}")
+            if not np.allclose(work, np.broadcast_to(busy, work.shape), rtol=1e-6, atol=1e-8):
+                problems.append(f"{name}: forward+backward per rank {work[0].tolist()} != planned {busy.tolist()}")
+            extra = step - sim["step_s"]
             if np.any(extra < -1e-8) or np.any(extra > opt.max(axis=1) + 1e-8):
-                problems.append(f"{name}: step times {step.tolist()} vs makespan {sim['makespan_s']} + optimizer "
+                problems.append(f"{name}: step times {step.tolist()} vs the planned {sim['step_s']} + optimizer "
                                 f"{opt.max(axis=1).tolist()}")
+            if d > 1:
+                problems += check_grad_sync(name, r, counted, stage, sim["grad_sync"])
             if np.ptp(step) > 1e-9 * step.max():
                 problems.append(f"{name}: counted steps differ on a virtual clock: {step.tolist()}")
     for p in problems:

@@ -210,6 +210,7 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
   plan.stage_costs = std::move(memory.stage_costs);
   plan.stages = std::move(memory.stages);
   plan.warnings = std::move(memory.warnings);
+  plan_grad_sync(job, plan);
   return plan;
 }
 

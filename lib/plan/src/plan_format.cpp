@@ -8,6 +8,7 @@
 
 #include "pipebench/core/json.hpp"
 #include "pipebench/core/units.hpp"
+#include "pipebench/parallel/collectives.hpp"
 #include "pipebench/schedule/validate.hpp"
 
 namespace pipebench {
@@ -92,6 +93,20 @@ std::string join_ints(const std::vector<int>& v) {
 }
 
 // The split rules side by side: layers per piece and the slowest piece.
+// Data parallelism: each stage's gradient all-reduce and the step with it (plan_grad_sync).
+std::string grad_sync_text(const RunPlan& rp) {
+  std::string out = fmt::format("gradient all-reduce ({}, {} replicas, ring on the sim link, {} buckets):\n",
+                                to_string(rp.run.grad_sync), rp.run.data_parallel,
+                                format_bytes(static_cast<double>(parallel::kGradBucketBytes)));
+  for (const StagePlan& sp : rp.stages)
+    out += fmt::format("  stage {}: {} in {}, {} exposed after its last action\n", sp.stage,
+                       format_bytes(static_cast<double>(sp.grad_sync.bytes)), format_seconds(sp.grad_sync.sync_s()),
+                       format_seconds(sp.grad_sync.exposed_s));
+  out += fmt::format("  step without the optimizer: {} (makespan {} + the exposed all-reduce)\n", format_seconds(rp.step_s),
+                     format_seconds(rp.simulated.makespan));
+  return out;
+}
+
 std::string partition_alternatives_text(const RunPlan& rp) {
   if (rp.partition_alternatives.empty()) return "";
   std::string out = "split rules (slowest piece: forward+backward FLOPs per micro-batch; largest piece: parameters):\n";
@@ -231,6 +246,7 @@ std::string format_plan_text(const JobPlan& plan) {
                        "cost-weighted simulated = {:.4f}, makespan {}\n",
                        analytic_bubble_text(rp), rp.unit.bubble, rp.unit.makespan, rp.simulated.bubble,
                        format_seconds(rp.simulated.makespan));
+    if (r.data_parallel > 1 && r.mode == RunMode::train) out += grad_sync_text(rp);
     out += fmt::format("peak live activations per stage: {}\n", join_ints(rp.unit.peak_live_activations));
     if (p <= kGridMaxRanks && rp.unit.makespan <= kGridMaxSteps) {
       out += "timeline (unit costs, step x rank):\n" + render_grid(rp.schedule, rp.unit);
@@ -309,6 +325,15 @@ void emit_plan_json(const JobPlan& plan, JsonWriter& w) {
     w.array("busy_s", rp.simulated.busy);
     w.array("forward_s", rp.costs.forward).array("backward_s", rp.costs.backward).array("weight_s", rp.costs.weight);
     w.field("transfer_s", rp.costs.transfer);
+    w.field("step_s", rp.step_s);  // the makespan, with replicas their gradient all-reduce too
+    if (r.data_parallel > 1 && r.mode == RunMode::train) {
+      w.key("grad_sync").begin_array();  // per rank (stage)
+      for (const auto& sp : rp.stages)
+        w.begin_object().field("bytes", sp.grad_sync.bytes).field("launch_s", sp.grad_sync.launch_s)
+            .field("end_s", sp.grad_sync.end_s).field("sync_s", sp.grad_sync.sync_s())
+            .field("exposed_s", sp.grad_sync.exposed_s).end_object();
+      w.end_array();
+    }
     w.end_object();
     w.key("memory").begin_array();
     for (const auto& sp : rp.stages) {

@@ -25,16 +25,16 @@ void GradientSync::launch(int chunk) {
   if (buckets_.empty()) first_launch_ = at;
   bytes_ += g.logical_bytes;
   if (modelled_) {
-    // Buckets as the real ones would be: kGradBucketBytes of logical bytes each.
-    for (std::uint64_t off = 0; off < g.logical_bytes; off += kGradBucketBytes) {
+    // Buckets as the real ones would be: parallel::kGradBucketBytes of logical bytes each.
+    for (std::uint64_t off = 0; off < g.logical_bytes; off += parallel::kGradBucketBytes) {
       Bucket& b = buckets_.emplace_back();
-      b.logical_bytes = std::min(kGradBucketBytes, g.logical_bytes - off);
+      b.logical_bytes = std::min(parallel::kGradBucketBytes, g.logical_bytes - off);
       b.launch_at = at;
       PIPEBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &b.launch_at, 1, MPI_DOUBLE, MPI_MAX, comm_.data(), &b.req));
     }
     return;
   }
-  const std::size_t per_bucket = kGradBucketBytes / sizeof(float);
+  const std::size_t per_bucket = parallel::kGradBucketBytes / sizeof(float);
   for (std::size_t off = 0; off < g.count; off += per_bucket) {
     Bucket& b = buckets_.emplace_back();
     const std::size_t n = std::min(per_bucket, g.count - off);
@@ -54,16 +54,15 @@ void GradientSync::progress() {
 
 double GradientSync::complete() {
   const double start = clock_.now();
-  double chain = 0.0;  // modelled: when the previous bucket's all-reduce ended, into the step
+  parallel::LinkChain chain;  // modelled: the buckets one after another on the link, into the step
   for (Bucket& b : buckets_) {
     if (b.req != MPI_REQUEST_NULL) comm_.wait(b.req, "the gradient all-reduce of the data-parallel group");
     if (!modelled_) continue;
-    const double cost = link_.sim_load * parallel::ring_time_s(parallel::Collective::all_reduce, b.logical_bytes,
-                                                               comm_.replicas(), link_.sim_link_latency_us * 1e-6,
-                                                               link_.sim_link_gbps);
-    chain = std::max(chain, b.launch_at) + cost;
+    chain.add(b.launch_at, link_.sim_load * parallel::ring_time_s(parallel::Collective::all_reduce, b.logical_bytes,
+                                                                  comm_.replicas(), link_.sim_link_latency_us * 1e-6,
+                                                                  link_.sim_link_gbps));
   }
-  if (modelled_ && !buckets_.empty()) clock_.sleep_until(t0_ + chain);
+  if (modelled_ && !buckets_.empty()) clock_.sleep_until(t0_ + chain.end());
   last_end_ = clock_.now() - t0_;
   if (buckets_.empty()) first_launch_ = last_end_;
   return clock_.now() - start;

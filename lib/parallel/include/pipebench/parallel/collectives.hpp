@@ -9,9 +9,30 @@
 // whatever d is.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace pipebench::parallel {
+
+// Gradients are reduced in buckets of at most this many bytes (PyTorch
+// DDP's default, bucket_cap_mb = 25), each chunk's cut in order.
+inline constexpr std::uint64_t kGradBucketBytes = 25ull << 20;
+
+// Collectives in flight on one link one after another: each starts at the
+// later of its launch and the previous one's end. One rule for the planner
+// and the sim backend.
+class LinkChain {
+ public:
+  // Adds one that is launched at `launch_s` and takes `cost_s`; returns its end.
+  double add(double launch_s, double cost_s) {
+    end_ = std::max(end_, launch_s) + cost_s;
+    return end_;
+  }
+  double end() const { return end_; }
+
+ private:
+  double end_ = 0.0;
+};
 
 enum class Collective { all_reduce, reduce_scatter, all_gather };
 

@@ -22,6 +22,17 @@ namespace pipebench {
 // peaks must not approach the capacity).
 inline constexpr double kMemoryWarnFraction = 0.90;
 
+// Data parallelism (docs/parallel.md): one rank's gradient all-reduce over
+// its replicas, as plan_grad_sync models it. Times are into the step, on the
+// cost-weighted simulation's clock.
+struct GradSyncPlan {
+  std::int64_t bytes = 0;  // the rank's gradients, reduced every step
+  double launch_s = 0.0;   // the first bucket's launch
+  double end_s = 0.0;      // the last bucket's end
+  double exposed_s = 0.0;  // past the rank's last action (after_flush: all of it)
+  double sync_s() const { return end_s - launch_s; }
+};
+
 // One rank's share of a run: its model chunks (one for most schedules; v for
 // interleaved 1F1B, 2 for ZB-V) and their memory.
 struct StagePlan {
@@ -41,6 +52,7 @@ struct StagePlan {
   std::int64_t workspace_bytes = 0;         // ModelDesc::workspace_bytes of the backend (sim: 0)
   std::int64_t total_bytes = 0;             // params + grads + optimizer + activations + comm + workspace
   double capacity_fraction = 0.0;           // total / memory_capacity
+  GradSyncPlan grad_sync;                   // zeros without replicas or for inference
 };
 
 // One split rule applied to a run, for comparison (`pipebench plan` prints
@@ -68,6 +80,9 @@ struct RunPlan {
   SimResult unit;                      // unit costs: steps and slots
   SimCosts costs;                      // seconds, from model FLOPs and [device] speeds
   SimResult simulated;                 // with `costs`
+  // The step without the optimizer: simulated.makespan, or with replicas the
+  // latest of every rank's last action and its gradient all-reduce.
+  double step_s = 0.0;
   std::vector<std::string> warnings;
 };
 
@@ -86,6 +101,16 @@ DType storage_dtype(const Job& job);
 // backward each (as the sim backend models them), else W = 0.
 SimCosts model_costs(const Job& job, const ModelDesc& model, const Partition& partition, int micro_batch_size,
                      bool split_backward = false);
+
+// Data parallelism: every rank's gradient all-reduce (StagePlan::grad_sync)
+// and the step (RunPlan::step_s), from the cost-weighted simulation: chunk
+// c's gradients launch at the rank's last action's end (grad_sync =
+// "after_flush") or at the end of c's last B (W with a split backward)
+// ("overlap"), cut into kGradBucketBytes buckets that follow one another on
+// the sim link, each ring_time_s (parallel/collectives.hpp) — the sim
+// backend's model exactly. Without replicas or for inference: step_s =
+// makespan, nothing else.
+void plan_grad_sync(const Job& job, RunPlan& plan);
 
 // The bubble of `s` as a fraction of the step in closed form, with unit costs
 // per chunk (F = B (= W) = 1/v): (p-1)/(m+p-1) for gpipe, 1f1b and

@@ -10,9 +10,9 @@
 // all-reduce is then a one-number MAX reduction of the replicas' launch
 // times into the step, and the bucket completes at
 //   max(the group's launch, the previous bucket's end) + ring_time_s
-// (parallel/collectives.hpp, the sim link, × sim_load) on the run's clock —
-// the same instant on every replica, on the wall clock (slept) or the
-// virtual one.
+// (parallel/collectives.hpp: LinkChain, the sim link, × sim_load) on the
+// run's clock — the same instant on every replica, on the wall clock (slept)
+// or the virtual one; the planner's plan_grad_sync, to the second.
 //
 // Deterministic: the buckets of a chunk are posted in order, the chunks in the
 // order the schedule finishes them, the same on every replica of a stage;
@@ -21,7 +21,7 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
+#include <deque>
 
 #include <mpi.h>
 
@@ -30,9 +30,6 @@
 #include "pipebench/runtime/mpi_comm.hpp"
 
 namespace pipebench {
-
-// PyTorch DDP's default bucket (bucket_cap_mb = 25).
-inline constexpr std::uint64_t kGradBucketBytes = 25ull << 20;
 
 class GradientSync {
  public:
@@ -66,7 +63,9 @@ class GradientSync {
   DeviceSpec link_;
   bool modelled_;
   double t0_ = 0.0;
-  std::vector<Bucket> buckets_;
+  // A deque: MPI holds a pointer to each modelled bucket's launch_at until
+  // it completes, so the buckets must not move as more are posted.
+  std::deque<Bucket> buckets_;
   double first_launch_ = 0.0, last_end_ = 0.0;
   std::uint64_t bytes_ = 0;
 };

@@ -1,0 +1,52 @@
+#include <algorithm>
+
+#include "pipebench/parallel/collectives.hpp"
+#include "pipebench/plan/plan.hpp"
+
+namespace pipebench {
+
+void plan_grad_sync(const Job& job, RunPlan& plan) {
+  plan.step_s = plan.simulated.makespan;
+  const int d = plan.run.data_parallel;
+  if (d <= 1 || plan.run.mode != RunMode::train) return;
+  const Schedule& sched = plan.schedule;
+  // When each action ended: the cost-weighted simulation again, with its timeline.
+  const SimResult sim = simulate_checked(sched, plan.costs, true);
+  const StateBytes per = state_bytes_per_param(job.train.optimizer, plan.storage_dtype);
+  const bool overlap = plan.run.grad_sync == GradSync::overlap;
+  const ActionKind last_kind = sched.split_backward() ? ActionKind::W : ActionKind::B;
+  const double latency = job.device.sim_link_latency_us * 1e-6;
+  std::size_t at = 0;  // the timeline is rank-major, each rank's actions in order
+  for (int r = 0; r < sched.num_ranks; ++r) {
+    StagePlan& sp = plan.stages[static_cast<std::size_t>(r)];
+    const auto& actions = sched.actions[static_cast<std::size_t>(r)];
+    const double last_end = sim.last_end[static_cast<std::size_t>(r)];
+    // Launches in the order the rank finishes its chunks (the runtime's order).
+    std::vector<std::pair<double, int>> launches;  // (time, chunk)
+    std::vector<double> chunk_end(static_cast<std::size_t>(sched.chunks_per_rank), last_end);
+    for (std::size_t i = 0; i < actions.size(); ++i)
+      if (actions[i].kind == last_kind) chunk_end[static_cast<std::size_t>(actions[i].chunk)] = sim.timeline[at + i].end;
+    at += actions.size();
+    for (int c = 0; c < sched.chunks_per_rank; ++c)
+      launches.emplace_back(overlap ? chunk_end[static_cast<std::size_t>(c)] : last_end, c);
+    std::stable_sort(launches.begin(), launches.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    parallel::LinkChain chain;
+    GradSyncPlan& g = sp.grad_sync;
+    g.launch_s = launches.empty() ? last_end : launches.front().first;
+    for (const auto& [launch, c] : launches) {
+      const int v = sched.virtual_stage(r, c);
+      const auto bytes = static_cast<std::uint64_t>(plan.stage_costs.at(static_cast<std::size_t>(v)).params) *
+                         static_cast<std::uint64_t>(per.grads);
+      g.bytes += static_cast<std::int64_t>(bytes);
+      for (std::uint64_t off = 0; off < bytes; off += parallel::kGradBucketBytes)
+        chain.add(launch, parallel::ring_time_s(parallel::Collective::all_reduce,
+                                                std::min(parallel::kGradBucketBytes, bytes - off), d, latency,
+                                                job.device.sim_link_gbps));
+    }
+    g.end_s = std::max(chain.end(), g.launch_s);
+    g.exposed_s = std::max(0.0, g.end_s - last_end);
+    plan.step_s = std::max(plan.step_s, std::max(last_end, g.end_s));
+  }
+}
+
+}  // namespace pipebench
