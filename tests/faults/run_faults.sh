@@ -6,16 +6,17 @@
 #   bash tests/faults/run_faults.sh build/bench/pipebench mpirun /tmp/faults [SCENARIO...]
 # Scenarios: sigterm_mpirun sigint_mpirun sigusr1_mpirun sigkill_rank1
 # sigkill_rank0 sigstop_rank1 sigstop_rank0 full_folder read_only_folder
-# (default: all). The two folder
+# dp_sigkill_replica dp_sigstop_in_sync (default: all). The dp_ rows run
+# tests/data/faults/dp_two_runs.toml (2 stages x 2 replicas, 4 ranks) instead. The two folder
 # rows mount a small tmpfs and are skipped where mounting is not allowed.
 set -uo pipefail
 pipebench=$(realpath "$1") mpiexec=$2 out=$3
 shift 3
 here=$(cd "$(dirname "$0")" && pwd)
-job=$here/../data/faults/two_runs.toml
+job=$here/../data/faults/two_runs.toml np=2
 py=/usr/bin/python3   # Debian's, with h5py
 scenarios=("$@")
-((${#scenarios[@]})) || scenarios=(sigterm_mpirun sigint_mpirun sigusr1_mpirun sigkill_rank1 sigkill_rank0 sigstop_rank1 sigstop_rank0 full_folder read_only_folder)
+((${#scenarios[@]})) || scenarios=(sigterm_mpirun sigint_mpirun sigusr1_mpirun sigkill_rank1 sigkill_rank0 sigstop_rank1 sigstop_rank0 full_folder read_only_folder dp_sigkill_replica dp_sigstop_in_sync)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 rm -rf "$out" && mkdir -p "$out"
 
@@ -32,7 +33,7 @@ trap cleanup EXIT
 # log (OUT/<scenario>.log, outside DIR, which may be read-only or full).
 start() {
   log=$out/$s.log
-  "$mpiexec" -np 2 --oversubscribe "$pipebench" run "$job" -o "$1" > "$log" 2>&1 &
+  "$mpiexec" -np "$np" --oversubscribe "$pipebench" run "$job" -o "$1" > "$log" 2>&1 &
   launch_pid=$!
 }
 # Waits until the second run is under way (its first step printed).
@@ -96,6 +97,8 @@ check_kept() {  # NAME DIR RC SUFFIX
 
 for s in "${scenarios[@]}"; do
   dir=$out/$s
+  job=$here/../data/faults/two_runs.toml np=2
+  [[ $s == dp_* ]] && job=$here/../data/faults/dp_two_runs.toml np=4
   case $s in
     sigterm_mpirun | sigint_mpirun | sigusr1_mpirun)
       sig=${s%_mpirun}; sig=${sig#sig}
@@ -134,6 +137,27 @@ for s in "${scenarios[@]}"; do
         # publish (.h5); where it cannot, its last checkpoint stays (.h5.partial).
         check_kept "$s" "$dir" "$rc" '.h5*'
       fi
+      rows[-1]="${rows[-1]} (ended $((SECONDS - t0)) s after SIGSTOP)"
+      ;;
+    dp_sigkill_replica)
+      # World rank 3: stage 1 of replica 1 (tp-dp-pp), killed during the second run.
+      start_second_run "$dir" && hit_rank KILL 3 || continue
+      finish
+      check_kept "$s" "$dir" "$rc" .h5
+      ;;
+    dp_sigstop_in_sync)
+      # World rank 1 (stage 0 of replica 1) stopped 0.4 s after a step's
+      # progress line: in the next step's gradient all-reduce, which runs from
+      # ~33 ms to ~970 ms into the step (pipebench plan). Its data-parallel peer
+      # times the wait out, the others the step; the settle gives up after
+      # kSettleTimeoutS and the launch ends.
+      start_second_run "$dir" || continue
+      sleep 0.4
+      hit_rank STOP 1 || continue
+      t0=$SECONDS
+      finish
+      kill -KILL "$stopped" 2>/dev/null; stopped=""
+      check_kept "$s" "$dir" "$rc" .h5
       rows[-1]="${rows[-1]} (ended $((SECONDS - t0)) s after SIGSTOP)"
       ;;
     full_folder)
