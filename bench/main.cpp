@@ -17,6 +17,7 @@
 #include "pipebench/core/error.hpp"
 #include "pipebench/core/units.hpp"
 #include "pipebench/results/results.hpp"
+#include "pipebench/runtime/mpi_comm.hpp"
 #include "pipebench/runtime/provenance.hpp"
 #include "pipebench/runtime/transport_nccl.hpp"
 
@@ -107,6 +108,7 @@ int main(int argc, char** argv) {
   const bool with_mpi = app.got_subcommand("run") || app.got_subcommand("rerun");
   if (with_mpi) {
     int provided = 0;
+    prefer_ring_iallreduce();
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   }
   // Only rank 0 speaks for errors every rank hits alike (invalid workloads);

@@ -2,7 +2,10 @@
 // with file:line, keys that change nothing said to, the fingerprint, the
 // global batch and the implicit baseline, and the planner's optimizer state
 // under ZeRO-1 (Megatron-LM's distributed-optimizer bytes per parameter).
+#include <algorithm>
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -12,8 +15,10 @@
 #include "pipebench/core/error.hpp"
 #include "pipebench/core/workload_identity.hpp"
 #include "pipebench/model/model.hpp"
+#include "pipebench/parallel/collectives.hpp"
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/plan/plan_format.hpp"
+#include "pipebench/runtime/mpi_comm.hpp"
 
 using namespace pipebench;
 
@@ -135,4 +140,92 @@ TEST_CASE("data parallel: plan prints the replicas, the ranks and the global bat
   const std::string json = format_plan_json(plan);
   CHECK_THAT(json, Catch::Contains("\"data_parallel\": 2") && Catch::Contains("\"ranks\": 4") &&
                        Catch::Contains("\"global_batch\": 16") && Catch::Contains("\"optimizer_sharding\": \"zero1\""));
+}
+
+TEST_CASE("data parallel: ring collectives' cost and bus bandwidth (nccl-tests' busbw)", "[data_parallel]") {
+  using parallel::Collective;
+  CHECK(parallel::bus_factor(Collective::all_reduce, 1) == 0.0);
+  CHECK(parallel::bus_factor(Collective::all_reduce, 2) == 1.0);
+  CHECK(parallel::bus_factor(Collective::all_reduce, 4) == 1.5);
+  CHECK(parallel::bus_factor(Collective::reduce_scatter, 4) == 0.75);
+  CHECK(parallel::bus_factor(Collective::all_gather, 8) == 0.875);
+  // 1 GB at 8 Gbit/s is 1 s of link time; an all-reduce over 4 moves 1.5x that, plus one latency.
+  CHECK(parallel::ring_time_s(Collective::all_reduce, 1000000000, 4, 1e-5, 8.0) == Approx(1.5 + 1e-5).epsilon(1e-12));
+  CHECK(parallel::ring_time_s(Collective::all_gather, 1000000000, 4, 0.0, 8.0) == Approx(0.75).epsilon(1e-12));
+  CHECK(parallel::ring_time_s(Collective::all_reduce, 1000000000, 1, 1e-5, 8.0) == 0.0);  // nothing moves
+  CHECK(parallel::bus_bandwidth(Collective::all_reduce, 1000000000, 4, 1.5) == Approx(1e9));
+  CHECK(parallel::bus_bandwidth(Collective::all_reduce, 1000000000, 4, 0.0) == 0.0);
+  parallel::LinkChain chain;
+  CHECK(chain.add(1.0, 0.5) == 1.5);  // starts at its launch
+  CHECK(chain.add(1.2, 0.5) == 2.0);  // waits for the first
+  CHECK(chain.add(3.0, 0.25) == 3.25);  // the link was free
+}
+
+namespace {
+// The planner's gradient all-reduce of `run` over the sim link of `job`, by hand.
+double by_hand_all_reduce_s(const Job& job, std::int64_t bytes, int d) {
+  double t = 0.0;
+  for (std::int64_t off = 0; off < bytes; off += static_cast<std::int64_t>(parallel::kGradBucketBytes))
+    t += parallel::ring_time_s(parallel::Collective::all_reduce,
+                               std::min<std::uint64_t>(parallel::kGradBucketBytes, static_cast<std::uint64_t>(bytes - off)),
+                               d, job.device.sim_link_latency_us * 1e-6, job.device.sim_link_gbps);
+  return t;
+}
+}  // namespace
+
+TEST_CASE("data parallel: the planner's gradient all-reduce and the step with it", "[data_parallel]") {
+  // After the flush every rank's all-reduce is exposed whole: its buckets one
+  // after another from the rank's last action's end; the step ends with the
+  // last of them. Overlapped with two chunks per rank, the first finished
+  // chunk's all-reduce starts in the cool-down: less is exposed.
+  const std::vector<std::string> big{"model.hidden=2048", "model.heads=16", "model.layers=8", "device.backend=\"sim\"",
+                                     "run.pp2_dp2.optimizer_sharding=\"none\""};
+  for (const char* sync : {"after_flush", "overlap"}) {
+    INFO(sync);
+    std::vector<std::string> set = big;
+    set.push_back(std::string("run.pp2_dp2.grad_sync=\"") + sync + "\"");
+    const Job job = parse_job(kJob, "w.toml", set);
+    const RunPlan plan = plan_run(job, job.runs[1]);
+    double latest = plan.simulated.makespan;
+    for (const StagePlan& sp : plan.stages) {
+      const double last_end = plan.simulated.last_end[static_cast<std::size_t>(sp.stage)];
+      CHECK(sp.grad_sync.bytes == sp.grads_bytes);
+      CHECK(sp.grad_sync.bytes > static_cast<std::int64_t>(parallel::kGradBucketBytes));  // several buckets
+      // One chunk per rank: its last backward is the rank's last action, overlap or not.
+      CHECK(sp.grad_sync.launch_s == last_end);
+      CHECK(sp.grad_sync.sync_s() == Approx(by_hand_all_reduce_s(job, sp.grad_sync.bytes, 2)).epsilon(1e-12));
+      CHECK(sp.grad_sync.exposed_s == Approx(sp.grad_sync.sync_s()).epsilon(1e-12));
+      latest = std::max(latest, sp.grad_sync.end_s);
+    }
+    CHECK(plan.step_s == latest);
+    CHECK(plan.step_s > plan.simulated.makespan);
+  }
+  std::vector<std::string> set = big;
+  for (const char* s : {"run.pp2_dp2.grad_sync=\"overlap\"", "run.pp2_dp2.schedule=\"interleaved-1f1b\"",
+                        "run.pp2_dp2.virtual_stages_per_rank=2"})
+    set.emplace_back(s);
+  const Job job = parse_job(kJob, "w.toml", set);
+  const RunPlan plan = plan_run(job, job.runs[1]);
+  for (const StagePlan& sp : plan.stages) {
+    INFO("stage " << sp.stage);
+    CHECK(sp.grad_sync.launch_s < plan.simulated.last_end[static_cast<std::size_t>(sp.stage)]);
+    CHECK(sp.grad_sync.exposed_s < sp.grad_sync.sync_s());
+    CHECK(sp.grad_sync.exposed_s > 0.0);
+  }
+  // Inference and one replica: nothing to synchronise, the step is the makespan.
+  const Job one = parse_job(kJob, "w.toml", {"run.pp2_dp2.data_parallel=1", "run.pp2_dp2.optimizer_sharding=\"none\""});
+  const RunPlan p1 = plan_run(one, one.runs[1]);
+  CHECK(p1.step_s == p1.simulated.makespan);
+  CHECK(p1.stages[0].grad_sync.bytes == 0);
+}
+
+TEST_CASE("data parallel: the ring is Open MPI's non-blocking all-reduce unless the user chose", "[data_parallel]") {
+  const char* name = "OMPI_MCA_coll_libnbc_iallreduce_algorithm";
+  unsetenv(name);
+  prefer_ring_iallreduce();
+  CHECK(std::string(std::getenv(name)) == "1");
+  setenv(name, "3", 1);
+  prefer_ring_iallreduce();
+  CHECK(std::string(std::getenv(name)) == "3");
+  unsetenv(name);
 }

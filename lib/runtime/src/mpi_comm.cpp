@@ -1,6 +1,7 @@
 #include "pipebench/runtime/mpi_comm.hpp"
 
 #include <sched.h>
+#include <stdlib.h>
 
 #include <algorithm>
 
@@ -55,6 +56,8 @@ bool mpi_yields_when_idle() {
   return yields;
 }
 }  // namespace
+
+void prefer_ring_iallreduce() { setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0); }
 
 void mpi_check(int rc, const char* call, const char* file, int line) {
   if (rc == MPI_SUCCESS) return;

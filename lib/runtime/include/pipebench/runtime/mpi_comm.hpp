@@ -16,6 +16,15 @@
 
 namespace pipebench {
 
+// Before MPI_Init: Open MPI's non-blocking collectives (libnbc) choose a
+// binomial tree for the gradient all-reduce's sizes, 0.4-0.7x the library's
+// own blocking MPI_Allreduce on 2 ranks here, where its ring is 1.0-1.1x
+// (bench/whole/grad_allreduce, docs/parallel.md). Sets
+// OMPI_MCA_coll_libnbc_iallreduce_algorithm=1 (ring: every element reduced
+// once, in a fixed order, then copied, so every replica gets the same bits)
+// unless the environment sets it already; other MPI libraries ignore it.
+void prefer_ring_iallreduce();
+
 // Throws MpiError naming the call, the world rank, file and line.
 void mpi_check(int rc, const char* call, const char* file, int line);
 #define PIPEBENCH_MPI_CHECK(call) ::pipebench::mpi_check((call), #call, __FILE__, __LINE__)
