@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <limits>
+
 #include <fmt/format.h>
 
 #include "pipebench/core/units.hpp"
@@ -124,8 +126,9 @@ VerdictTable verdict_table(const ReportData& d) {
 }
 
 std::vector<std::string> run_table_header() {
-  return {"run", "status", "mode", "stages", "micro-batch (samples) × m", "schedule", "step time (median)",
-          "bubble measured (% of step)", "bubble simulated (%)", "bubble analytic (%)", "peak memory (max over ranks)",
+  return {"run", "status", "mode", "stages × replicas", "micro-batch (samples) × m", "global batch", "schedule",
+          "step time (median)", "bubble measured (% of step)", "bubble simulated (%)", "bubble analytic (%)",
+          "gradient all-reduce exposed (median, slowest rank)", "peak memory (max over ranks)",
           "speedup vs baseline (95% interval)", "decision", "failure"};
 }
 
@@ -136,17 +139,25 @@ std::vector<std::string> run_table_row(const RunView& v) {
     failure = fmt::format("{}: {}", failure_origin(r), r.failure_message);
   else if (r.status == RunStatus::skipped)
     failure = r.failure_message;
+  double exposed = std::numeric_limits<double>::quiet_NaN();  // data parallelism only
+  for (std::size_t i = 0; !r.grad_sync_exposed_s.empty() && i < r.peak_mem_bytes.size(); ++i) {
+    const double e = counted_median(r.grad_sync_exposed_s, r.is_warmup, i);
+    if (!(exposed >= e)) exposed = e;
+  }
   return {r.spec.name,
           std::string(to_string(r.status)),
           std::string(to_string(r.spec.mode)),
-          std::to_string(r.spec.pipeline_size),
+          r.spec.data_parallel > 1 ? fmt::format("{} × {}", r.spec.pipeline_size, r.spec.data_parallel)
+                                   : std::to_string(r.spec.pipeline_size),
           fmt::format("{} × {}", r.spec.micro_batch_size, r.spec.num_microbatches),
+          std::to_string(r.spec.global_batch()),
           r.schedule_name + (r.spec.virtual_stages_per_rank > 1 ? fmt::format(" (v = {})", r.spec.virtual_stages_per_rank)
                                                                 : std::string()),
           format_value(r.step_time.median, "s"),
           format_value(r.bubble_measured_median, "fraction"),
           format_value(r.bubble_simulated, "fraction"),
           format_value(r.bubble_analytic, "fraction"),
+          std::isnan(exposed) ? "-" : format_value(exposed, "s"),
           r.status == RunStatus::skipped ? "-" : format_bytes(static_cast<double>(r.peak_mem_max_bytes)),
           format_speedup(r),
           r.decision,

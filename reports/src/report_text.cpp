@@ -8,6 +8,7 @@
 
 #include "pipebench/core/json.hpp"
 #include "pipebench/core/units.hpp"
+#include "pipebench/parallel/collectives.hpp"
 #include "pipebench/plan/plan_format.hpp"
 #include "pipebench/results/metrics.hpp"
 #include "report_common.hpp"
@@ -88,6 +89,27 @@ std::string render_markdown(const ReportData& d) {
 
 namespace {
 
+// Data parallelism: the slowest rank's median all-reduce, its exposed part
+// and its bus bandwidth over the counted steps; null without replicas.
+void grad_sync_record(JsonWriter& w, const RunResult& r) {
+  w.key("grad_sync");
+  if (r.grad_sync_s.empty()) {
+    w.null();
+    return;
+  }
+  double sync = 0.0, exposed = 0.0, busbw = 0.0;
+  for (std::size_t i = 0; i < r.peak_mem_bytes.size(); ++i) {
+    const double s = counted_median(r.grad_sync_s, r.is_warmup, i);
+    exposed = std::max(exposed, counted_median(r.grad_sync_exposed_s, r.is_warmup, i));
+    if (s <= sync) continue;
+    sync = s;
+    if (i < r.grad_sync_bytes.size())
+      busbw = parallel::bus_bandwidth(parallel::Collective::all_reduce, r.grad_sync_bytes[i], r.spec.data_parallel, s);
+  }
+  w.begin_object().field("sync_median_s", sync).field("exposed_median_s", exposed);
+  w.field("bus_bandwidth_bytes_per_s", busbw).end_object();
+}
+
 // Seed 004's record of one run (docs/reports.md, "summary.json"): workload,
 // hardware, metrics (per rank and max), evidence level, failure, decision.
 void seed004_record(JsonWriter& w, const FileView& f, const RunView& v) {
@@ -95,7 +117,10 @@ void seed004_record(JsonWriter& w, const FileView& f, const RunView& v) {
   const RunSpec& s = r.spec;
   w.key("workload").begin_object();
   w.field("job", job_name(f)).field("run", s.name).field("mode", std::string(to_string(s.mode)));
-  w.field("pipeline_size", s.pipeline_size).field("micro_batch_size", s.micro_batch_size);
+  w.field("pipeline_size", s.pipeline_size).field("data_parallel", s.data_parallel);
+  w.field("grad_sync", std::string(to_string(s.grad_sync)))
+      .field("optimizer_sharding", std::string(to_string(s.optimizer_sharding)));
+  w.field("micro_batch_size", s.micro_batch_size);
   w.field("num_microbatches", s.num_microbatches).field("global_batch", s.global_batch());
   w.field("schedule", r.schedule_name).field("virtual_stages_per_rank", s.virtual_stages_per_rank);
   w.field("recompute", std::string(to_string(s.recompute))).field("dtype", std::string(to_string(r.dtype)));
@@ -120,6 +145,7 @@ void seed004_record(JsonWriter& w, const FileView& f, const RunView& v) {
 
   w.key("metrics").begin_object();
   w.field("counted_steps", static_cast<std::int64_t>(v.counted_step_index.size()));
+  grad_sync_record(w, r);
   w.key("step_time_s").begin_object().field("median", r.step_time.median).field("min", r.step_time.min);
   w.field("max", r.step_time.max).field("p90", r.step_time.p90).field("cv", r.step_time.cv).end_object();
   w.field("throughput_samples_per_s", r.throughput_samples_per_s).field("tokens_per_s", v.tokens_per_s);
