@@ -178,8 +178,8 @@ class StepRun {
     switch (a.kind) {
       case ActionKind::F:
         if (v > 0) ev.wait_s = receive(ActionKind::F, v - 1, a);
-        if (opt_.fault.fires(FaultInjection::Kind::error, plan_.run.name, rank_, step_))
-          throw Error(fmt::format("injected error (PIPEBENCH_FAULT) on rank {} at step {}", rank_, step_));
+        if (opt_.fault.fires(FaultInjection::Kind::error, plan_.run.name, comm_.run_rank(), step_))
+          throw Error(fmt::format("injected error (PIPEBENCH_FAULT) on rank {} at step {}", comm_.run_rank(), step_));
         ev.start_s = clock_.now() - t0_;
         backend_.forward(step_, a.microbatch, a.chunk);
         sr_.forward_s += finish(ev, a);
@@ -240,7 +240,7 @@ class StepRun {
   // The last virtual stage's loss of `microbatch`; NaN/Inf ends the run.
   void add_loss(int microbatch) {
     double l = backend_.loss(microbatch);
-    if (opt_.fault.fires(FaultInjection::Kind::nan, plan_.run.name, rank_, step_))
+    if (opt_.fault.fires(FaultInjection::Kind::nan, plan_.run.name, comm_.run_rank(), step_))
       l = std::numeric_limits<double>::quiet_NaN();
     else if (!backend_.computes_loss())
       l = 0.0;
@@ -342,6 +342,7 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
   rec.pid = static_cast<std::int64_t>(getpid());
   rec.memory_capacity_bytes = backend.memory().capacity();  // cuda: min(memory_capacity, the device)
   const int steps = job.train.warmup + job.train.repeats;
+  std::optional<GradientSync> sync;
   try {
     const StageSpec spec = stage_spec(plan, comm.rank(), comm.replica(), opt.transport_uses_device_memory);
     const int first = spec.chunks.front().first_layer, last = spec.chunks.back().last_layer();
@@ -353,7 +354,6 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
     if (built.first != first || built.second != last)
       throw Error(fmt::format("rank {} built layers {}-{} but the plan gives it {}-{}", comm.rank(), built.first,
                               built.second, first, last));
-    std::optional<GradientSync> sync;
     if (comm.replicas() > 1 && plan.run.mode == RunMode::train)
       sync.emplace(comm, backend, backend.clock(), job.device, job.device.backend == BackendKind::sim);
     const SyncPlan sync_plan = plan_sync(plan, comm.rank(), sync ? &*sync : nullptr);
@@ -363,11 +363,13 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
     rec.failure = FailureKind::error;  // replaced by the origin's kind when gathered
     rec.failure_message = e.what();
     transport.abandon();
+    if (sync) sync->abandon();
   } catch (const std::exception& e) {
     rec.failure = classify(e);
     rec.failure_is_origin = true;
     rec.failure_message = e.what();
     transport.abandon();
+    if (sync) sync->abandon();
     comm.notify_abort();
   }
   if (rec.failure != FailureKind::none) comm.keep_groups();

@@ -52,6 +52,20 @@ void GradientSync::progress() {
   }
 }
 
+void GradientSync::abandon() {
+  bool pending = false;
+  for (Bucket& b : buckets_) {
+    if (b.req == MPI_REQUEST_NULL) continue;
+    int done = 0;
+    MPI_Test(&b.req, &done, MPI_STATUS_IGNORE);  // not checked: the run has failed already
+    pending = pending || !done;
+  }
+  if (!pending) return;
+  new std::deque<Bucket>(std::move(buckets_));  // deliberately never destroyed; the elements do not move
+  buckets_.clear();
+  if (!modelled_) backend_.abandon_gradients();
+}
+
 double GradientSync::complete() {
   const double start = clock_.now();
   parallel::LinkChain chain;  // modelled: the buckets one after another on the link, into the step

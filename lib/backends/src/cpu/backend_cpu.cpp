@@ -464,6 +464,10 @@ GradRegion CpuBackend::gradients(int chunk) {
   return {g.data(), g.size(), g.bytes()};
 }
 
+void CpuBackend::abandon_gradients() {
+  for (Chunk& c : chunks_) new TrackedArray<float>(std::move(c.grads));  // deliberately never destroyed
+}
+
 Buffer CpuBackend::recv_buffer(ActionKind kind, int /*mb*/, int chunk) {
   Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
   TrackedArray<float>& b = kind == ActionKind::F ? c.recv_prev : c.recv_next;

@@ -133,6 +133,10 @@ class Backend {
   // (runtime/grad_sync.hpp) between the last backward and the gradient norm.
   // The default throws ConfigError: the backend cannot synchronise.
   virtual GradRegion gradients(int chunk);
+  // After a failure with an all-reduce still pending on them (MPI cannot
+  // cancel a collective; a peer may still complete it): the gradient memory
+  // must outlive the backend, so it is never freed (one set per failed run).
+  virtual void abandon_gradients() {}
   // Applies the step's update with gradients multiplied by `grad_scale`
   // (clipping), then clears the gradients.
   virtual void optimizer_step(int step, double grad_scale) = 0;

@@ -46,6 +46,7 @@ class CpuBackend final : public Backend {
   void grad_sq_norm_by_piece(std::vector<double>& per_piece) const override;
   void optimizer_step(int step, double grad_scale) override;
   GradRegion gradients(int chunk) override;
+  void abandon_gradients() override;
   Buffer recv_buffer(ActionKind kind, int microbatch, int chunk) override;
   Buffer send_buffer(ActionKind kind, int microbatch, int chunk) override;
   const MemoryTracker& memory() const override { return memory_; }

@@ -45,6 +45,11 @@ class GradientSync {
   void progress();
   // Waits for every posted bucket. Returns the seconds this rank was blocked.
   double complete();
+  // After a failure: collectives still pending cannot be cancelled and may
+  // yet write into their buffers, so those buffers are never freed: the
+  // buckets (a modelled one's launch time) and the backend's gradients
+  // (Backend::abandon_gradients).
+  void abandon();
 
   // Of the step: from the first launch to the last bucket's end, and the
   // gradient bytes the group reduced.
