@@ -149,8 +149,8 @@ for s in "${scenarios[@]}"; do
       # World rank 1 (stage 0 of replica 1) stopped 0.4 s after a step's
       # progress line: in the next step's gradient all-reduce, which runs from
       # ~33 ms to ~970 ms into the step (pipebench plan). Its data-parallel peer
-      # times the wait out, the others the step; the settle gives up after
-      # kSettleTimeoutS and the launch ends.
+      # times the wait out (step_timeout_s = 5 s), the others the step; the settle
+      # gives up after kSettleTimeoutS and the launch ends.
       start_second_run "$dir" || continue
       sleep 0.4
       hit_rank STOP 1 || continue
