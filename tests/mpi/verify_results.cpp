@@ -127,8 +127,11 @@ void check_ok_run(const Job& job, const RunPlan& plan, const RunResult& r) {
     auto cat = [&](MemCategory c) { return r.peak_mem_by_category[static_cast<std::size_t>(c)].at(R); };
     expect_eq(cat(MemCategory::params), params * static_cast<std::uint64_t>(per.params), who + " peak params bytes");
     expect_eq(cat(MemCategory::grads), train ? params * static_cast<std::uint64_t>(per.grads) : 0u, who + " peak grads bytes");
-    expect_eq(cat(MemCategory::optimizer), train ? params * static_cast<std::uint64_t>(per.optimizer) : 0u,
-              who + " peak optimizer bytes");
+    expect_eq(cat(MemCategory::optimizer), static_cast<std::uint64_t>(sp.optimizer_bytes), who + " peak optimizer bytes");
+    // The plan's: the whole state, or ZeRO-1's shard of ceil(n / d) (model.hpp).
+    const auto state_params = static_cast<std::uint64_t>(optimizer_shard_params(plan.run, sp.cost.params));
+    expect_eq(static_cast<std::uint64_t>(sp.optimizer_bytes),
+              train ? state_params * static_cast<std::uint64_t>(per.optimizer) : 0u, who + " planned optimizer bytes");
     const int live = plan.unit.peak_live_activations[S];
     const auto act = static_cast<std::uint64_t>(sp.activation_bytes_per_microbatch);
     expect_eq(cat(MemCategory::activations), train ? static_cast<std::uint64_t>(sp.activations_peak_bytes) : act,

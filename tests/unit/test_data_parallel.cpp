@@ -16,6 +16,7 @@
 #include "pipebench/core/workload_identity.hpp"
 #include "pipebench/model/model.hpp"
 #include "pipebench/parallel/collectives.hpp"
+#include "pipebench/parallel/shards.hpp"
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/plan/plan_format.hpp"
 #include "pipebench/runtime/mpi_comm.hpp"
@@ -228,4 +229,48 @@ TEST_CASE("data parallel: the ring is Open MPI's non-blocking all-reduce unless 
   prefer_ring_iallreduce();
   CHECK(std::string(std::getenv(name)) == "3");
   unsetenv(name);
+}
+
+TEST_CASE("data parallel: ZeRO-1's shards cover the rank's parameters once, in replica order", "[data_parallel]") {
+  for (const std::int64_t n : {1, 7, 8, 1000003})
+    for (const int d : {1, 2, 3, 4, 8}) {
+      INFO("n = " << n << ", d = " << d);
+      std::int64_t covered = 0, next = 0;
+      for (int q = 0; q < d; ++q) {
+        const parallel::Span s = parallel::shard_of(n, d, q);
+        CHECK(s.begin == std::min(n, next));
+        CHECK(s.size() <= parallel::shard_size(n, d));
+        covered += s.size();
+        next = std::max(next, s.end);
+      }
+      CHECK(covered == n);
+      CHECK(parallel::shard_size(n, d) == (n + d - 1) / d);
+    }
+  CHECK(parallel::intersect({0, 10}, {5, 20}).size() == 5);
+  CHECK(parallel::intersect({0, 10}, {12, 20}).size() == 0);
+}
+
+TEST_CASE("data parallel: ZeRO-1's reduce-scatter and parameter all-gather in the plan", "[data_parallel]") {
+  const Job job = parse_job(kJob, "w.toml", {"model.hidden=2048", "model.heads=16", "model.layers=8", "device.backend=\"sim\"",
+                                             "run.pp2_dp2.grad_sync=\"after_flush\""});
+  const RunPlan plan = plan_run(job, job.runs[1]);  // optimizer_sharding = "zero1", d = 2
+  const StateBytes per = state_bytes_per_param(job.train.optimizer, plan.storage_dtype);
+  for (const StagePlan& sp : plan.stages) {
+    INFO("stage " << sp.stage);
+    auto by_hand = [&](parallel::Collective kind, std::int64_t bytes) {
+      double t = 0.0;
+      for (std::int64_t off = 0; off < bytes; off += static_cast<std::int64_t>(parallel::kGradBucketBytes))
+        t += parallel::ring_time_s(kind, std::min<std::uint64_t>(parallel::kGradBucketBytes, static_cast<std::uint64_t>(bytes - off)),
+                                   2, job.device.sim_link_latency_us * 1e-6, job.device.sim_link_gbps);
+      return t;
+    };
+    const double reduce = by_hand(parallel::Collective::reduce_scatter, sp.grad_sync.bytes);
+    const double gather = by_hand(parallel::Collective::all_gather, sp.cost.params * per.params);
+    CHECK(sp.grad_sync.end_s - sp.grad_sync.launch_s == Approx(reduce).epsilon(1e-12));
+    CHECK(sp.grad_sync.gather_s == Approx(gather).epsilon(1e-12));
+    CHECK(sp.grad_sync.sync_s() == Approx(reduce + gather).epsilon(1e-12));
+    CHECK(sp.grad_sync.recorded_exposed_s() == Approx(reduce + gather).epsilon(1e-12));  // after the flush: all of it
+    // Half an all-reduce's link time for d = 2, latencies aside.
+    CHECK(reduce == Approx(0.5 * by_hand(parallel::Collective::all_reduce, sp.grad_sync.bytes)).epsilon(0.01));
+  }
 }

@@ -27,6 +27,8 @@ StageSpec stage_spec(const RunPlan& plan, int rank, int replica, bool transport_
   spec.num_microbatches = plan.run.num_microbatches;
   spec.replica = replica;
   spec.replicas = plan.run.data_parallel;
+  spec.shard_optimizer = plan.run.mode == RunMode::train && plan.run.data_parallel > 1 &&
+                         plan.run.optimizer_sharding == OptimizerSharding::zero1;
   spec.mode = plan.run.mode;
   spec.dtype = plan.storage_dtype;
   spec.transport_uses_device_memory = transport_uses_device_memory;
@@ -42,6 +44,10 @@ void Backend::hand_over(ActionKind kind, int microbatch, int from_chunk, int to_
 
 GradRegion Backend::gradients(int /*chunk*/) {
   throw ConfigError(fmt::format("the {} backend does not synchronise gradients across data-parallel replicas", name()));
+}
+
+GradRegion Backend::parameters(int /*chunk*/) {
+  throw ConfigError(fmt::format("the {} backend does not shard its optimizer across data-parallel replicas", name()));
 }
 
 std::unique_ptr<Backend> make_backend(const Job& job, int rank) {

@@ -65,10 +65,6 @@ std::string data_parallel_not_executed(const RunSpec& run, BackendKind backend) 
   if (backend == BackendKind::cuda)
     return fmt::format("data_parallel = {}: the cuda backend does not synchronise replicas yet (the cpu and sim backends do)",
                        run.data_parallel);
-  if (run.optimizer_sharding == OptimizerSharding::zero1)
-    return fmt::format("data_parallel = {} with optimizer_sharding = \"zero1\": the sharded optimizer is planned "
-                       "(pipebench plan) but not executed yet; optimizer_sharding = \"none\" runs",
-                       run.data_parallel);
   return "";
 }
 

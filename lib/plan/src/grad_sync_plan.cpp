@@ -14,6 +14,7 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
   const SimResult sim = simulate_checked(sched, plan.costs, true);
   const StateBytes per = state_bytes_per_param(job.train.optimizer, plan.storage_dtype);
   const bool overlap = plan.run.grad_sync == GradSync::overlap;
+  const bool sharded = plan.run.optimizer_sharding == OptimizerSharding::zero1;
   const ActionKind last_kind = sched.split_backward() ? ActionKind::W : ActionKind::B;
   const double latency = job.device.sim_link_latency_us * 1e-6;
   std::size_t at = 0;  // the timeline is rank-major, each rank's actions in order
@@ -30,20 +31,26 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
     for (int c = 0; c < sched.chunks_per_rank; ++c)
       launches.emplace_back(overlap ? chunk_end[static_cast<std::size_t>(c)] : last_end, c);
     std::stable_sort(launches.begin(), launches.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    parallel::LinkChain chain;
+    // Buckets of `bytes` on the link after `launch`, each its ring time.
+    auto buckets = [&](parallel::LinkChain& chain, double launch, std::uint64_t bytes, parallel::Collective kind) {
+      for (std::uint64_t off = 0; off < bytes; off += parallel::kGradBucketBytes)
+        chain.add(launch, parallel::ring_time_s(kind, std::min(parallel::kGradBucketBytes, bytes - off), d, latency,
+                                                job.device.sim_link_gbps));
+    };
+    parallel::LinkChain chain, gather;
     GradSyncPlan& g = sp.grad_sync;
     g.launch_s = launches.empty() ? last_end : launches.front().first;
     for (const auto& [launch, c] : launches) {
-      const int v = sched.virtual_stage(r, c);
-      const auto bytes = static_cast<std::uint64_t>(plan.stage_costs.at(static_cast<std::size_t>(v)).params) *
-                         static_cast<std::uint64_t>(per.grads);
+      const auto params = static_cast<std::uint64_t>(
+          plan.stage_costs.at(static_cast<std::size_t>(sched.virtual_stage(r, c))).params);
+      const auto bytes = params * static_cast<std::uint64_t>(per.grads);
       g.bytes += static_cast<std::int64_t>(bytes);
-      for (std::uint64_t off = 0; off < bytes; off += parallel::kGradBucketBytes)
-        chain.add(launch, parallel::ring_time_s(parallel::Collective::all_reduce,
-                                                std::min(parallel::kGradBucketBytes, bytes - off), d, latency,
-                                                job.device.sim_link_gbps));
+      buckets(chain, launch, bytes, sharded ? parallel::Collective::reduce_scatter : parallel::Collective::all_reduce);
+      // ZeRO-1: the parameters all-gathered after the optimizer, chunk by chunk.
+      if (sharded) buckets(gather, 0.0, params * static_cast<std::uint64_t>(per.params), parallel::Collective::all_gather);
     }
     g.end_s = std::max(chain.end(), g.launch_s);
+    g.gather_s = gather.end();
     g.exposed_s = std::max(0.0, g.end_s - last_end);
     plan.step_s = std::max(plan.step_s, std::max(last_end, g.end_s));
   }

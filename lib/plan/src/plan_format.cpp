@@ -95,13 +95,17 @@ std::string join_ints(const std::vector<int>& v) {
 // The split rules side by side: layers per piece and the slowest piece.
 // Data parallelism: each stage's gradient all-reduce and the step with it (plan_grad_sync).
 std::string grad_sync_text(const RunPlan& rp) {
-  std::string out = fmt::format("gradient all-reduce ({}, {} replicas, ring on the sim link, {} buckets):\n",
+  std::string out = fmt::format("gradient synchronisation ({}, {} replicas, ring on the sim link, {} buckets):\n",
                                 to_string(rp.run.grad_sync), rp.run.data_parallel,
                                 format_bytes(static_cast<double>(parallel::kGradBucketBytes)));
   for (const StagePlan& sp : rp.stages)
-    out += fmt::format("  stage {}: {} in {}, {} exposed after its last action\n", sp.stage,
+    out += fmt::format("  stage {}: {} in {}, {} exposed after its last action{}\n", sp.stage,
                        format_bytes(static_cast<double>(sp.grad_sync.bytes)), format_seconds(sp.grad_sync.sync_s()),
-                       format_seconds(sp.grad_sync.exposed_s));
+                       format_seconds(sp.grad_sync.recorded_exposed_s()),
+                       sp.grad_sync.gather_s > 0.0
+                           ? fmt::format(" (ZeRO-1: reduce-scatter, then {} of parameter all-gather after the optimizer)",
+                                         format_seconds(sp.grad_sync.gather_s))
+                           : "");
   out += fmt::format("  step without the optimizer: {} (makespan {} + the exposed all-reduce)\n", format_seconds(rp.step_s),
                      format_seconds(rp.simulated.makespan));
   return out;
@@ -331,7 +335,7 @@ void emit_plan_json(const JobPlan& plan, JsonWriter& w) {
       for (const auto& sp : rp.stages)
         w.begin_object().field("bytes", sp.grad_sync.bytes).field("launch_s", sp.grad_sync.launch_s)
             .field("end_s", sp.grad_sync.end_s).field("sync_s", sp.grad_sync.sync_s())
-            .field("exposed_s", sp.grad_sync.exposed_s).end_object();
+            .field("exposed_s", sp.grad_sync.recorded_exposed_s()).field("gather_s", sp.grad_sync.gather_s).end_object();
       w.end_array();
     }
     w.end_object();

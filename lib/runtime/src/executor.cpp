@@ -128,6 +128,8 @@ class StepRun {
   static std::string describe(const Action& a) { return to_string(a); }
   static std::string describe(const char* what) { return what; }
 
+  bool sharded() const { return sync_.sync && plan_.run.optimizer_sharding == OptimizerSharding::zero1; }
+
   // The replicas' gradients summed: launched after the flush unless
   // overlapped, then waited for (the exposed part).
   void synchronise_gradients() {
@@ -254,6 +256,7 @@ class StepRun {
   void clip_and_step() {
     std::vector<double> sq(static_cast<std::size_t>(job_.model.layers) + 2, 0.0);
     backend_.grad_sq_norm_by_piece(sq);
+    if (sharded()) comm_.allreduce(sq, MPI_SUM, RunComm::Group::data);  // each replica summed its shard
     comm_.allreduce(sq, MPI_SUM);
     sync_virtual_clocks();
     double total = 0.0;
@@ -270,6 +273,12 @@ class StepRun {
     backend_.optimizer_step(step_, scale);
     sr_.optimizer_s = clock_.now() - s0;
     check_deadline("the optimizer step");
+    if (!sharded()) return;
+    // ZeRO-1: every replica's parameters from their shards' owners, exposed whole.
+    const double gathered = sync_.sync->gather_parameters(sched_.chunks_per_rank);
+    sr_.grad_sync_s += gathered;
+    sr_.grad_sync_exposed_s += gathered;
+    check_deadline("the parameter all-gather");
   }
 
   // This step's events of every rank to run rank 0 (rank-major, each rank's
@@ -355,7 +364,8 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
       throw Error(fmt::format("rank {} built layers {}-{} but the plan gives it {}-{}", comm.rank(), built.first,
                               built.second, first, last));
     if (comm.replicas() > 1 && plan.run.mode == RunMode::train)
-      sync.emplace(comm, backend, backend.clock(), job.device, job.device.backend == BackendKind::sim);
+      sync.emplace(comm, backend, backend.clock(), job.device, job.device.backend == BackendKind::sim, spec.shard_optimizer,
+                   spec.num_chunks());
     const SyncPlan sync_plan = plan_sync(plan, comm.rank(), sync ? &*sync : nullptr);
     if (!opt.dry_run)
       for (int step = 0; step < steps; ++step) StepRun(job, plan, comm, backend, transport, opt, sync_plan, step).run(rec);

@@ -1,6 +1,7 @@
 #include "pipebench/runtime/grad_sync.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -9,8 +10,18 @@
 
 namespace pipebench {
 
-GradientSync::GradientSync(RunComm& comm, Backend& backend, RunClock& clock, const DeviceSpec& link, bool modelled)
-    : comm_(comm), backend_(backend), clock_(clock), link_(link), modelled_(modelled) {}
+GradientSync::GradientSync(RunComm& comm, Backend& backend, RunClock& clock, const DeviceSpec& link, bool modelled,
+                           bool sharded, int chunks)
+    : comm_(comm), backend_(backend), clock_(clock), link_(link), modelled_(modelled), sharded_(sharded) {
+  if (!sharded_ || modelled_) return;
+  // Where each chunk starts in the rank's concatenated parameters (parallel/shards.hpp).
+  std::int64_t base = 0;
+  for (int c = 0; c < chunks; ++c) {
+    chunk_base_.push_back(base);
+    base += static_cast<std::int64_t>(backend_.gradients(c).count);
+  }
+  total_ = base;
+}
 
 void GradientSync::begin_step(double t0) {
   t0_ = t0;
@@ -19,28 +30,59 @@ void GradientSync::begin_step(double t0) {
   bytes_ = 0;
 }
 
+// Every replica's part of elements [a, b) of chunk `chunk`: counts and
+// displacements from a (the shards in replica order, so contiguous).
+void GradientSync::split(int chunk, std::int64_t a, std::int64_t b, Bucket& out) const {
+  const std::int64_t base = chunk_base_[static_cast<std::size_t>(chunk)];
+  int displ = 0;
+  for (int q = 0; q < comm_.replicas(); ++q) {
+    const parallel::Span s = parallel::shard_of(total_, comm_.replicas(), q);
+    const auto n = static_cast<int>(parallel::intersect({s.begin - base, s.end - base}, {a, b}).size());
+    out.counts.push_back(n);
+    out.displs.push_back(displ);
+    displ += n;
+  }
+}
+
+double GradientSync::link_time(parallel::Collective c, std::uint64_t bytes) const {
+  return link_.sim_load *
+         parallel::ring_time_s(c, bytes, comm_.replicas(), link_.sim_link_latency_us * 1e-6, link_.sim_link_gbps);
+}
+
+// Modelled buckets (sim): kGradBucketBytes of logical bytes each, a MAX of the replicas' launch times.
+void GradientSync::post_modelled(std::uint64_t logical_bytes, parallel::Collective kind) {
+  const double at = clock_.now() - t0_;
+  for (std::uint64_t off = 0; off < logical_bytes; off += parallel::kGradBucketBytes) {
+    Bucket& b = buckets_.emplace_back();
+    b.logical_bytes = std::min(parallel::kGradBucketBytes, logical_bytes - off);
+    b.kind = kind;
+    b.launch_at = at;
+    PIPEBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &b.launch_at, 1, MPI_DOUBLE, MPI_MAX, comm_.data(), &b.req));
+  }
+}
+
 void GradientSync::launch(int chunk) {
   const GradRegion g = backend_.gradients(chunk);
-  const double at = clock_.now() - t0_;
-  if (buckets_.empty()) first_launch_ = at;
+  if (buckets_.empty()) first_launch_ = clock_.now() - t0_;
   bytes_ += g.logical_bytes;
-  if (modelled_) {
-    // Buckets as the real ones would be: parallel::kGradBucketBytes of logical bytes each.
-    for (std::uint64_t off = 0; off < g.logical_bytes; off += parallel::kGradBucketBytes) {
-      Bucket& b = buckets_.emplace_back();
-      b.logical_bytes = std::min(parallel::kGradBucketBytes, g.logical_bytes - off);
-      b.launch_at = at;
-      PIPEBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &b.launch_at, 1, MPI_DOUBLE, MPI_MAX, comm_.data(), &b.req));
-    }
-    return;
-  }
-  const std::size_t per_bucket = parallel::kGradBucketBytes / sizeof(float);
-  for (std::size_t off = 0; off < g.count; off += per_bucket) {
+  const auto kind = sharded_ ? parallel::Collective::reduce_scatter : parallel::Collective::all_reduce;
+  if (modelled_) return post_modelled(g.logical_bytes, kind);
+  const auto per_bucket = static_cast<std::int64_t>(parallel::kGradBucketBytes / sizeof(float));
+  const auto count = static_cast<std::int64_t>(g.count);
+  for (std::int64_t off = 0; off < count; off += per_bucket) {
     Bucket& b = buckets_.emplace_back();
-    const std::size_t n = std::min(per_bucket, g.count - off);
-    b.logical_bytes = n * sizeof(float);
-    PIPEBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, g.data + off, static_cast<int>(n), MPI_FLOAT, MPI_SUM,
-                                       comm_.data(), &b.req));
+    const std::int64_t n = std::min(per_bucket, count - off);
+    b.kind = kind;
+    b.logical_bytes = static_cast<std::uint64_t>(n) * sizeof(float);
+    b.data = g.data + off;
+    if (!sharded_) {
+      PIPEBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, b.data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_.data(), &b.req));
+      continue;
+    }
+    // In place: the input is the whole bucket, this replica's sum lands at
+    // its start (moved to its place in complete()).
+    split(chunk, off, off + n, b);
+    PIPEBENCH_MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, b.data, b.counts.data(), MPI_FLOAT, MPI_SUM, comm_.data(), &b.req));
   }
 }
 
@@ -66,20 +108,53 @@ void GradientSync::abandon() {
   if (!modelled_) backend_.abandon_gradients();
 }
 
-double GradientSync::complete() {
+double GradientSync::wait_all(const char* what) {
   const double start = clock_.now();
   parallel::LinkChain chain;  // modelled: the buckets one after another on the link, into the step
+  const int q = comm_.replica();
   for (Bucket& b : buckets_) {
-    if (b.req != MPI_REQUEST_NULL) comm_.wait(b.req, "the gradient all-reduce of the data-parallel group");
-    if (!modelled_) continue;
-    chain.add(b.launch_at, link_.sim_load * parallel::ring_time_s(parallel::Collective::all_reduce, b.logical_bytes,
-                                                                  comm_.replicas(), link_.sim_link_latency_us * 1e-6,
-                                                                  link_.sim_link_gbps));
+    if (b.req != MPI_REQUEST_NULL) comm_.wait(b.req, what);
+    if (modelled_) {
+      chain.add(b.launch_at, link_time(b.kind, b.logical_bytes));
+      continue;
+    }
+    const auto qi = static_cast<std::size_t>(q);
+    if (b.kind == parallel::Collective::reduce_scatter && b.counts[qi] > 0 && b.displs[qi] > 0)
+      std::memmove(b.data + b.displs[qi], b.data, static_cast<std::size_t>(b.counts[qi]) * sizeof(float));
   }
   if (modelled_ && !buckets_.empty()) clock_.sleep_until(t0_ + chain.end());
-  last_end_ = clock_.now() - t0_;
-  if (buckets_.empty()) first_launch_ = last_end_;
+  buckets_.clear();
   return clock_.now() - start;
+}
+
+double GradientSync::complete() {
+  const double blocked = wait_all(sharded_ ? "the gradient reduce-scatter of the data-parallel group"
+                                           : "the gradient all-reduce of the data-parallel group");
+  last_end_ = clock_.now() - t0_;
+  if (bytes_ == 0) first_launch_ = last_end_;
+  return blocked;
+}
+
+double GradientSync::gather_parameters(int chunks) {
+  for (int c = 0; c < chunks; ++c) {
+    const GradRegion p = backend_.parameters(c);
+    if (modelled_) {
+      post_modelled(p.logical_bytes, parallel::Collective::all_gather);
+      continue;
+    }
+    const auto per_bucket = static_cast<std::int64_t>(parallel::kGradBucketBytes / sizeof(float));
+    const auto count = static_cast<std::int64_t>(p.count);
+    for (std::int64_t off = 0; off < count; off += per_bucket) {
+      Bucket& b = buckets_.emplace_back();
+      const std::int64_t n = std::min(per_bucket, count - off);
+      b.kind = parallel::Collective::all_gather;
+      b.data = p.data + off;
+      split(c, off, off + n, b);
+      PIPEBENCH_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b.data, b.counts.data(), b.displs.data(),
+                                          MPI_FLOAT, comm_.data(), &b.req));
+    }
+  }
+  return wait_all("the parameter all-gather of the data-parallel group");
 }
 
 }  // namespace pipebench

@@ -28,17 +28,22 @@ void CpuBackend::build(const StageSpec& spec) {
   const auto boundary = static_cast<std::size_t>(tokens_ * h);
   const auto m = static_cast<std::size_t>(spec.num_microbatches);
   chunks_.resize(static_cast<std::size_t>(spec.num_chunks()));
+  std::vector<StageLayout> layouts;
+  for (const StageRange& r : spec.chunks) layouts.push_back(stage_layout(ms, DType::fp32, r, b, "cpu"));
+  own_shards(layouts);
   for (int ci = 0; ci < spec.num_chunks(); ++ci) {
     Chunk& c = chunks_[static_cast<std::size_t>(ci)];
-    const StageLayout layout = stage_layout(ms, DType::fp32, spec.chunks[static_cast<std::size_t>(ci)], b, "cpu");
+    const StageLayout& layout = layouts[static_cast<std::size_t>(ci)];
     c.pieces = layout.pieces;
     const auto n = static_cast<std::size_t>(layout.params);
     c.params = TrackedArray<float>(memory_, MemCategory::params, n, "parameters");
     if (train) {
       c.grads = TrackedArray<float>(memory_, MemCategory::grads, n, "gradients");
       if (job_.train.optimizer == OptimizerKind::adamw) {
-        c.adam_m = TrackedArray<float>(memory_, MemCategory::optimizer, n, "AdamW first moments");
-        c.adam_v = TrackedArray<float>(memory_, MemCategory::optimizer, n, "AdamW second moments");
+        // The shard's part of this chunk; the padding of the last shard with chunk 0's.
+        const auto k = static_cast<std::size_t>(c.owned.size() + (ci == 0 ? shard_padding_ : 0));
+        c.adam_m = TrackedArray<float>(memory_, MemCategory::optimizer, k, "AdamW first moments");
+        c.adam_v = TrackedArray<float>(memory_, MemCategory::optimizer, k, "AdamW second moments");
       }
     }
     const bool has_prev = spec.receives(ci), has_next = spec.sends(ci);
@@ -431,11 +436,34 @@ void CpuBackend::release_stash(Chunk& c, int /*mb*/) {
   memory_.release(MemCategory::activations, static_cast<std::uint64_t>(c.stash_floats) * sizeof(float));
 }
 
+void CpuBackend::own_shards(const std::vector<StageLayout>& layouts) {
+  std::int64_t total = 0;
+  for (const StageLayout& l : layouts) total += l.params;
+  const parallel::Span shard = spec_.shard_optimizer ? parallel::shard_of(total, spec_.replicas, spec_.replica)
+                                                     : parallel::Span{0, total};
+  std::int64_t base = 0;
+  for (std::size_t c = 0; c < layouts.size(); ++c) {
+    const parallel::Span in = parallel::intersect(shard, {base, base + layouts[c].params});
+    chunks_[c].owned = in.size() > 0 ? parallel::Span{in.begin - base, in.end - base} : parallel::Span{};
+    base += layouts[c].params;
+  }
+  shard_padding_ = spec_.shard_optimizer ? parallel::shard_size(total, spec_.replicas) - shard.size() : 0;
+}
+
+// The part of tensor `t` of chunk `c` this rank steps (empty, or within c.owned).
+parallel::Span CpuBackend::owned_part(const Chunk& c, const TensorSlot& t) {
+  const auto off = static_cast<std::int64_t>(t.offset);
+  return parallel::intersect(c.owned, {off, off + static_cast<std::int64_t>(t.size)});
+}
+
 void CpuBackend::grad_sq_norm_by_piece(std::vector<double>& per_piece) const {
   for (const Chunk& c : chunks_)
     for (const Piece& p : c.pieces) {
       double sum = 0.0;
-      for (const TensorSlot& t : p.tensors) sum += cpu::sum_squares(c.grads.data() + t.offset, t.size);
+      for (const TensorSlot& t : p.tensors) {
+        const parallel::Span part = owned_part(c, t);
+        if (part.size() > 0) sum += cpu::sum_squares(c.grads.data() + part.begin, part.size());
+      }
       per_piece.at(static_cast<std::size_t>(p.id)) += sum;
     }
 }
@@ -447,16 +475,25 @@ void CpuBackend::optimizer_step(int /*step*/, double grad_scale) {
   for (Chunk& c : chunks_) {
     for (const Piece& p : c.pieces)
       for (const TensorSlot& t : p.tensors) {
-        float* w = c.params.data() + t.offset;
-        const float* g = c.grads.data() + t.offset;
+        const parallel::Span part = owned_part(c, t);
+        if (part.size() == 0) continue;
+        const std::int64_t n = part.size();
+        float* w = c.params.data() + part.begin;
+        const float* g = c.grads.data() + part.begin;
+        const std::int64_t state = part.begin - c.owned.begin;  // in adam_m/v
         if (job_.train.optimizer == OptimizerKind::adamw)
-          cpu::adamw_update(w, g, c.adam_m.data() + t.offset, c.adam_v.data() + t.offset, t.size, lr, kAdamBeta1,
-                            kAdamBeta2, kAdamEps, t.matrix ? kAdamWeightDecay : 0.0f, optimizer_steps_, scale);
+          cpu::adamw_update(w, g, c.adam_m.data() + state, c.adam_v.data() + state, n, lr, kAdamBeta1, kAdamBeta2,
+                            kAdamEps, t.matrix ? kAdamWeightDecay : 0.0f, optimizer_steps_, scale);
         else
-          cpu::sgd_update(w, g, t.size, lr, scale);
+          cpu::sgd_update(w, g, n, lr, scale);
       }
     std::memset(c.grads.data(), 0, c.grads.bytes());
   }
+}
+
+GradRegion CpuBackend::parameters(int chunk) {
+  TrackedArray<float>& p = chunks_.at(static_cast<std::size_t>(chunk)).params;
+  return {p.data(), p.size(), p.bytes()};
 }
 
 GradRegion CpuBackend::gradients(int chunk) {

@@ -10,6 +10,7 @@
 #include "pipebench/core/clock.hpp"
 #include "pipebench/core/counter_random.hpp"
 #include "pipebench/core/error.hpp"
+#include "pipebench/parallel/shards.hpp"
 
 namespace pipebench {
 
@@ -35,20 +36,24 @@ void SimBackend::build(const StageSpec& spec) {
                        static_cast<std::uint64_t>(cost.activation_bytes),
                        static_cast<std::uint64_t>(cost.split_stash_bytes),
                        static_cast<std::uint64_t>(model.recompute_kept_bytes(spec.micro_batch_size, r.has_embedding)),
-                       static_cast<std::uint64_t>(cost.params) * static_cast<std::uint64_t>(per.grads)});
+                       static_cast<std::uint64_t>(cost.params) * static_cast<std::uint64_t>(per.grads),
+                       static_cast<std::uint64_t>(cost.params) * static_cast<std::uint64_t>(per.params)});
     comm += static_cast<std::uint64_t>(
         model.comm_bytes(spec.micro_batch_size, spec.num_microbatches, spec.receives(c), spec.sends(c), train));
   }
   layers_ = {spec.chunks.front().first_layer, spec.chunks.back().last_layer()};
   boundary_bytes_ = static_cast<std::uint64_t>(model.boundary_bytes(spec.micro_batch_size));
+  // ZeRO-1: the optimizer state and step of this replica's shard (parallel/shards.hpp), padded.
+  const std::int64_t stepped = spec.shard_optimizer ? parallel::shard_size(cost_.params, spec.replicas) : cost_.params;
   const double opt_flops_per_param = job_.train.optimizer == OptimizerKind::adamw ? 12.0 : 2.0;
-  optimizer_s_ = opt_flops_per_param * static_cast<double>(cost_.params) / speed;
+  optimizer_s_ = opt_flops_per_param * static_cast<double>(stepped) / speed;
 
   const auto params = static_cast<std::uint64_t>(cost_.params);
   memory_.reserve(MemCategory::params, params * static_cast<std::uint64_t>(per.params), "parameters");
   if (train) {
     memory_.reserve(MemCategory::grads, params * static_cast<std::uint64_t>(per.grads), "gradients");
-    memory_.reserve(MemCategory::optimizer, params * static_cast<std::uint64_t>(per.optimizer), "optimizer state");
+    memory_.reserve(MemCategory::optimizer, static_cast<std::uint64_t>(stepped) * static_cast<std::uint64_t>(per.optimizer),
+                    "optimizer state");
   }
   if (comm > 0) memory_.reserve(MemCategory::comm, comm, "boundary send/receive buffers");
 }
@@ -145,6 +150,7 @@ void SimBackend::optimizer_step(int /*step*/, double /*grad_scale*/) {
 }
 
 GradRegion SimBackend::gradients(int chunk) { return {nullptr, 0, chunks_.at(static_cast<std::size_t>(chunk)).grad_bytes}; }
+GradRegion SimBackend::parameters(int chunk) { return {nullptr, 0, chunks_.at(static_cast<std::size_t>(chunk)).param_bytes}; }
 
 Buffer SimBackend::recv_buffer(ActionKind, int, int) { return {nullptr, 0, boundary_bytes_}; }
 Buffer SimBackend::send_buffer(ActionKind, int, int) { return {nullptr, 0, boundary_bytes_}; }

@@ -54,6 +54,9 @@ struct StageSpec {
   // same d·m micro-batches.
   int replica = 0;
   int replicas = 1;
+  // optimizer_sharding = "zero1" with replicas (training): the optimizer
+  // state and step cover this replica's shard only (parallel/shards.hpp).
+  bool shard_optimizer = false;
   RunMode mode = RunMode::train;
   DType dtype = DType::fp32;    // storage dtype
   bool split_backward = false;  // the schedule has W actions: B is input-grad only
@@ -137,6 +140,9 @@ class Backend {
   // cancel a collective; a peer may still complete it): the gradient memory
   // must outlive the backend, so it is never freed (one set per failed run).
   virtual void abandon_gradients() {}
+  // ZeRO-1: chunk `chunk`'s parameters, for the replicas to all-gather after
+  // their sharded optimizer steps (the same fields as gradients()).
+  virtual GradRegion parameters(int chunk);
   // Applies the step's update with gradients multiplied by `grad_scale`
   // (clipping), then clears the gradients.
   virtual void optimizer_step(int step, double grad_scale) = 0;

@@ -5,7 +5,8 @@
 //
 // Memory, all through the tracker, in the model description's sizes:
 //   params / grads: one flat buffer each, carved by a tensor table (llm.c);
-//   optimizer: AdamW m and v (8 bytes/param), SGD none;
+//   optimizer: AdamW m and v (8 bytes/param), SGD none; with a sharded
+//     optimizer (ZeRO-1) for the rank's shard only, ceil(n / d) elements;
 //   activations: one slab per micro-batch of exactly Cost::activation_bytes,
 //     carved per piece; reserved at forward(mb), released at backward(mb)
 //     (training) or at the end of forward(mb) (inference);
@@ -26,6 +27,7 @@
 
 #include "pipebench/backends/backend.hpp"
 #include "pipebench/backends/stage_layout.hpp"
+#include "pipebench/parallel/shards.hpp"
 
 namespace pipebench {
 
@@ -47,6 +49,7 @@ class CpuBackend final : public Backend {
   void optimizer_step(int step, double grad_scale) override;
   GradRegion gradients(int chunk) override;
   void abandon_gradients() override;
+  GradRegion parameters(int chunk) override;
   Buffer recv_buffer(ActionKind kind, int microbatch, int chunk) override;
   Buffer send_buffer(ActionKind kind, int microbatch, int chunk) override;
   const MemoryTracker& memory() const override { return memory_; }
@@ -75,6 +78,9 @@ class CpuBackend final : public Backend {
   struct Chunk {
     std::vector<Piece> pieces;
     TrackedArray<float> params, grads, adam_m, adam_v;
+    // The elements of params this rank steps: all of them, or with a
+    // sharded optimizer its shard's part (adam_m/v hold just those).
+    parallel::Span owned;
     TrackedArray<float> recv_prev, recv_next;
     std::vector<TrackedArray<float>> send_prev, send_next;  // per micro-batch
     std::uint64_t slab_bytes = 0;
@@ -118,6 +124,9 @@ class CpuBackend final : public Backend {
   const float* weight(const Chunk& c, const Piece& p, std::size_t t) const { return c.params.data() + p.tensors[t].offset; }
   float* grad(Chunk& c, const Piece& p, std::size_t t) { return c.grads.data() + p.tensors[t].offset; }
   float* piece_input(const Chunk& c, int mb, std::size_t piece_index) const;
+  // Which elements of each chunk this rank's optimizer steps (Chunk::owned).
+  void own_shards(const std::vector<StageLayout>& layouts);
+  static parallel::Span owned_part(const Chunk& c, const TensorSlot& t);
   void acquire_slab(Chunk& c, int mb);
   void release_slab(Chunk& c, int mb);
 
@@ -130,6 +139,7 @@ class CpuBackend final : public Backend {
   TrackedArray<float> workspace_;  // shared by the chunks
   TrackedArray<float> rope_;       // llama: the rotary table (cpu::rope_table)
   std::size_t slabs_allocated_ = 0;
+  std::int64_t shard_padding_ = 0;  // the last shard's padding to ceil(n / d), held with chunk 0's state
   std::vector<double> loss_;
   bool keep_probs_ = false;
   std::vector<std::vector<float>> kept_probs_;  // untracked: tests only

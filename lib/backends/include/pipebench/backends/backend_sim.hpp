@@ -45,6 +45,7 @@ class SimBackend final : public Backend {
   void grad_sq_norm_by_piece(std::vector<double>&) const override {}
   void optimizer_step(int step, double grad_scale) override;
   GradRegion gradients(int chunk) override;
+  GradRegion parameters(int chunk) override;
   Buffer recv_buffer(ActionKind kind, int microbatch, int chunk) override;
   Buffer send_buffer(ActionKind kind, int microbatch, int chunk) override;
   const MemoryTracker& memory() const override { return memory_; }
@@ -62,6 +63,7 @@ class SimBackend final : public Backend {
     std::uint64_t stash_bytes = 0;  // split backward: kept from B to W
     std::uint64_t kept_bytes = 0;   // recomputation: the chunk's input, kept from F to B
     std::uint64_t grad_bytes = 0;   // the chunk's gradients (training)
+    std::uint64_t param_bytes = 0;  // its parameters (ZeRO-1's all-gather)
   };
   const Job& job_;
   MemoryTracker memory_;

@@ -25,12 +25,18 @@ inline constexpr double kMemoryWarnFraction = 0.90;
 // Data parallelism (docs/parallel.md): one rank's gradient all-reduce over
 // its replicas, as plan_grad_sync models it. Times are into the step, on the
 // cost-weighted simulation's clock.
+// ZeRO-1: the gradients are reduce-scattered ((d−1)/d · bytes each bucket)
+// and, after the optimizer, the parameters all-gathered (gather_s, exposed
+// whole, outside step_s as the optimizer is).
 struct GradSyncPlan {
   std::int64_t bytes = 0;  // the rank's gradients, reduced every step
   double launch_s = 0.0;   // the first bucket's launch
   double end_s = 0.0;      // the last bucket's end
-  double exposed_s = 0.0;  // past the rank's last action (after_flush: all of it)
-  double sync_s() const { return end_s - launch_s; }
+  double gather_s = 0.0;   // ZeRO-1's parameter all-gather (0 without)
+  double exposed_s = 0.0;  // of the reduction, past the rank's last action (after_flush: all of it)
+  // As the runtime records them (grad_sync_s, grad_sync_exposed_s).
+  double sync_s() const { return end_s - launch_s + gather_s; }
+  double recorded_exposed_s() const { return exposed_s + gather_s; }
 };
 
 // One rank's share of a run: its model chunks (one for most schedules; v for

@@ -14,6 +14,12 @@
 // run's clock — the same instant on every replica, on the wall clock (slept)
 // or the virtual one; the planner's plan_grad_sync, to the second.
 //
+// ZeRO-1 (optimizer_sharding = "zero1", `sharded`): each bucket is
+// reduce-scattered instead (MPI_Ireduce_scatter in place, each replica's sum
+// moved to its shard's place; parallel/shards.hpp), the backend steps its
+// shard, and gather_parameters() all-gathers the parameters
+// (MPI_Iallgatherv in place), on the sim link (d−1)/d · bytes each.
+//
 // Deterministic: the buckets of a chunk are posted in order, the chunks in the
 // order the schedule finishes them, the same on every replica of a stage;
 // MPI's reduction order is fixed for a given group and size, so a run
@@ -22,19 +28,24 @@
 
 #include <cstdint>
 #include <deque>
+#include <vector>
 
 #include <mpi.h>
 
 #include "pipebench/backends/backend.hpp"
 #include "pipebench/core/clock.hpp"
+#include "pipebench/parallel/collectives.hpp"
+#include "pipebench/parallel/shards.hpp"
 #include "pipebench/runtime/mpi_comm.hpp"
 
 namespace pipebench {
 
 class GradientSync {
  public:
-  // `modelled`: the backend holds no gradients (sim); `link` then times the buckets.
-  GradientSync(RunComm& comm, Backend& backend, RunClock& clock, const DeviceSpec& link, bool modelled);
+  // `modelled`: the backend holds no gradients (sim); `link` then times the
+  // buckets. `sharded`: ZeRO-1 over the rank's `chunks` chunks.
+  GradientSync(RunComm& comm, Backend& backend, RunClock& clock, const DeviceSpec& link, bool modelled,
+               bool sharded = false, int chunks = 1);
 
   // Per step, before the first launch: the step's start on the run's clock.
   void begin_step(double t0);
@@ -45,6 +56,9 @@ class GradientSync {
   void progress();
   // Waits for every posted bucket. Returns the seconds this rank was blocked.
   double complete();
+  // ZeRO-1, after the sharded optimizer step: every replica's parameters
+  // from their shards' owners. Returns the seconds it took.
+  double gather_parameters(int chunks);
   // After a failure: collectives still pending cannot be cancelled and may
   // yet write into their buffers, so those buffers are never freed: the
   // buckets (a modelled one's launch time) and the backend's gradients
@@ -59,14 +73,23 @@ class GradientSync {
  private:
   struct Bucket {
     MPI_Request req = MPI_REQUEST_NULL;
+    parallel::Collective kind = parallel::Collective::all_reduce;
     std::uint64_t logical_bytes = 0;
     double launch_at = 0.0;  // modelled: this rank's launch, into the step; then the group's latest
+    float* data = nullptr;   // real: the bucket's first element
+    std::vector<int> counts, displs;  // sharded: every replica's part of it
   };
+  void split(int chunk, std::int64_t a, std::int64_t b, Bucket& out) const;
+  double link_time(parallel::Collective c, std::uint64_t bytes) const;
+  void post_modelled(std::uint64_t logical_bytes, parallel::Collective kind);
+  double wait_all(const char* what);
   RunComm& comm_;
   Backend& backend_;
   RunClock& clock_;
   DeviceSpec link_;
-  bool modelled_;
+  bool modelled_, sharded_;
+  std::vector<std::int64_t> chunk_base_;  // sharded, real: each chunk's first element in the rank's parameters
+  std::int64_t total_ = 0;
   double t0_ = 0.0;
   // A deque: MPI holds a pointer to each modelled bucket's launch_at until
   // it completes, so the buckets must not move as more are posted.
