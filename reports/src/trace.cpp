@@ -28,6 +28,7 @@ constexpr int kRunStride = 2 * kMaxPipelineSize;
 // Thread ids within a rank's process.
 constexpr int kComputeTid = 1;
 constexpr int kCommTid = 2;
+constexpr int kSyncTid = 3;  // data parallelism: the gradient synchronisation of the rank's replica-0 record
 
 double us(double seconds) { return seconds * 1e6; }
 
@@ -94,6 +95,24 @@ void between(TraceWriter& t, int pid, double base, int step, double t_prev, cons
     });
 }
 
+// Data parallelism: stage `stage`'s (replica 0's) gradient synchronisation
+// of `step`, from its first launch to its end, on its own track.
+void gradient_sync(TraceWriter& t, const RunResult& r, int pid, double base, int step, int stage) {
+  const auto k = static_cast<std::size_t>(step);
+  if (k >= r.grad_sync_s.size() || k >= r.grad_sync_start_s.size()) return;
+  const std::size_t i = r.rank_index(stage);
+  if (i >= r.grad_sync_s[k].size()) return;
+  const double start = r.grad_sync_start_s[k][i], took = r.grad_sync_s[k][i];
+  if (!(took > 0.0)) return;
+  const bool zero1 = r.spec.optimizer_sharding == OptimizerSharding::zero1;
+  t.slice(pid, kSyncTid, zero1 ? "reduce-scatter ... all-gather" : "gradient all-reduce", "grad_sync", base + start,
+          base + start + took, [&](JsonWriter& w) {
+            w.field("step", step + 1).field("replicas", r.spec.data_parallel).field("grad_sync", to_string(r.spec.grad_sync));
+            w.field("sync_s", took).field("exposed_s", r.grad_sync_exposed_s[k][i]);
+            if (i < r.grad_sync_bytes.size()) w.field("bytes", r.grad_sync_bytes[i]);
+          });
+}
+
 // One (step, rank) group of measured events, in time order (pointers into
 // the piece being streamed), on process `pid`; then its "step end".
 void measured_group(TraceWriter& t, const RunResult& r, int pid, double base, std::vector<const EventRecord*>& group) {
@@ -112,6 +131,7 @@ void measured_group(TraceWriter& t, const RunResult& r, int pid, double base, st
             });
     t_prev = e.end_s;
   }
+  gradient_sync(t, r, pid, base, step, group.front()->rank);
   const double step_end =
       static_cast<std::size_t>(step) < r.step_time_s.size() ? r.step_time_s[static_cast<std::size_t>(step)] : t_prev;
   if (std::isfinite(step_end) && step_end > t_prev)
@@ -135,6 +155,10 @@ void measured(TraceWriter& t, const std::string& path, const RunResult& r, int p
     t.thread(pid, kComputeTid, r.spec.mode == RunMode::train ? "compute (F, B, W; step end: reduction + optimizer)"
                                                              : "compute (F; step end: waiting for the others)");
     t.thread(pid, kCommTid, "communication (boundary receive waits; idle)");
+    if (!r.grad_sync_s.empty())
+      t.thread(pid, kSyncTid, r.spec.optimizer_sharding == OptimizerSharding::zero1
+                                  ? "data parallel: gradient reduce-scatter, optimizer, parameter all-gather"
+                                  : "data parallel: gradient all-reduce");
   }
   // A failed run keeps the events of the step it failed in, one past its
   // recorded steps: that step starts where the last one ended.

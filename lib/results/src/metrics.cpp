@@ -260,7 +260,7 @@ std::size_t add_step_figures(RunResult& r, const Job& job, const RunPlan& plan, 
   std::vector<double> counted_time, counted_slowest, counted_bubble, counted_imbalance;
   for (std::size_t k = 0; k < steps; ++k) {
     double t = 0.0, busy_sum = 0.0, busy_max = 0.0;
-    std::vector<double> busy(P), wait(P), transfer(P), idle(P), fwd(P), bwd(P), opt(P), sync(P), exposed(P);
+    std::vector<double> busy(P), wait(P), transfer(P), idle(P), fwd(P), bwd(P), opt(P), sync_start(P), sync(P), exposed(P);
     for (std::size_t i = 0; i < P; ++i) {
       const StepRecord& s = ranks[i].steps[k];
       t = std::max(t, s.end_s);
@@ -270,6 +270,7 @@ std::size_t add_step_figures(RunResult& r, const Job& job, const RunPlan& plan, 
       fwd[i] = s.forward_s;
       bwd[i] = s.backward_s;
       opt[i] = s.optimizer_s;
+      sync_start[i] = s.grad_sync_start_s;
       sync[i] = s.grad_sync_s;
       exposed[i] = s.grad_sync_exposed_s;
       busy_sum += s.busy_s;
@@ -295,6 +296,7 @@ std::size_t add_step_figures(RunResult& r, const Job& job, const RunPlan& plan, 
     r.backward_s.push_back(bwd);
     r.optimizer_s.push_back(opt);
     if (replicas) {
+      r.grad_sync_start_s.push_back(sync_start);
       r.grad_sync_s.push_back(sync);
       r.grad_sync_exposed_s.push_back(exposed);
     }

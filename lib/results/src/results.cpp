@@ -442,6 +442,7 @@ void write_run(hid_t runs, const RunResult& r, const EventStore* store) {
     dataset_1d(g, "data_rank", r.data_rank);
     if (!r.grad_sync_bytes.empty()) dataset_1d(g, "grad_sync_bytes", r.grad_sync_bytes);
     if (!r.grad_sync_s.empty()) {
+      dataset_2d(g, "grad_sync_start_s", r.grad_sync_start_s, P);
       dataset_2d(g, "grad_sync_s", r.grad_sync_s, P);
       dataset_2d(g, "grad_sync_exposed_s", r.grad_sync_exposed_s, P);
     }
@@ -701,7 +702,7 @@ void check_shapes(const RunResult& r) {
   for (const auto* rows : {&r.busy_s, &r.comm_wait_s, &r.idle_s, &r.forward_s, &r.backward_s, &r.optimizer_s})
     if (rows->size() != steps || (steps > 0 && rows->front().size() != ranks))
       throw bad(fmt::format("a step x rank dataset is not {} x {}", steps, ranks));
-  for (const auto* rows : {&r.comm_transfer_s, &r.grad_sync_s, &r.grad_sync_exposed_s})
+  for (const auto* rows : {&r.comm_transfer_s, &r.grad_sync_start_s, &r.grad_sync_s, &r.grad_sync_exposed_s})
     if (!rows->empty() && (rows->size() != steps || rows->front().size() != ranks))
       throw bad(fmt::format("a step x rank dataset (comm_transfer_s, grad_sync_s) is not {} x {}", steps, ranks));
   if (r.microbatch_latency_s.size() > steps ||
@@ -724,6 +725,7 @@ void read_rank_grid(hid_t g, RunResult& r) {
   }
   if (has("grad_sync_bytes")) r.grad_sync_bytes = read_dataset<std::uint64_t>(g, "grad_sync_bytes");
   if (has("grad_sync_s")) {
+    r.grad_sync_start_s = read_dataset_2d<double>(g, "grad_sync_start_s");
     r.grad_sync_s = read_dataset_2d<double>(g, "grad_sync_s");
     r.grad_sync_exposed_s = read_dataset_2d<double>(g, "grad_sync_exposed_s");
   }

@@ -137,6 +137,7 @@ class StepRun {
       for (int c = 0; c < sched_.chunks_per_rank; ++c) sync_.sync->launch(c);
     sr_.grad_sync_exposed_s = sync_.sync->complete();
     sr_.grad_sync_s = sync_.sync->sync_s();
+    sr_.grad_sync_start_s = sync_.sync->start_s();
     sr_.grad_sync_bytes = static_cast<double>(sync_.sync->bytes());
     check_deadline("the gradient all-reduce");
   }

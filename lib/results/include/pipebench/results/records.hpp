@@ -49,6 +49,7 @@ struct StepRecord {
   // all-reduce's launch to the last one's end; the part of it this rank was
   // blocked (from its last backward's end to the optimizer's start: exposed
   // on the critical path); the gradient bytes its group reduced. 0 without replicas.
+  double grad_sync_start_s = 0.0;  // the first launch, from the start barrier
   double grad_sync_s = 0.0;
   double grad_sync_exposed_s = 0.0;
   double grad_sync_bytes = 0.0;
@@ -121,7 +122,7 @@ struct RunResult {
   // [steps][ranks]
   std::vector<std::vector<double>> busy_s, comm_wait_s, comm_transfer_s, idle_s, forward_s, backward_s, optimizer_s;
   // [steps][ranks], data parallelism (StepRecord); empty without replicas.
-  std::vector<std::vector<double>> grad_sync_s, grad_sync_exposed_s;
+  std::vector<std::vector<double>> grad_sync_start_s, grad_sync_s, grad_sync_exposed_s;
   // [ranks]: ranks in run order (0 .. p·d-1), each one's stage and replica
   // (parallel/rank_grid.hpp); files without replicas: i and 0.
   std::vector<int> pipeline_rank, data_rank;

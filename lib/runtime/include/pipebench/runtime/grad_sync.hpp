@@ -68,6 +68,7 @@ class GradientSync {
   // Of the step: from the first launch to the last bucket's end, and the
   // gradient bytes the group reduced.
   double sync_s() const { return last_end_ - first_launch_; }
+  double start_s() const { return first_launch_; }
   std::uint64_t bytes() const { return bytes_; }
 
  private:
