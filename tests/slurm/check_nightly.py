@@ -50,7 +50,8 @@ check(status.get("nightly_undersized") == "failed", f"failing workload status {s
 summary = json.load(open(f"{work}/reports/{date}/summary.json"))
 runs = {(r["job"], r["run"]): r for r in summary["runs"]}
 for key in [("nightly_sim_pipeline", "one_f_one_b"), ("nightly_sim_pipeline", "baseline"),
-            ("nightly_cpu_pipeline", "two_stage"), ("nightly_cpu_pipeline", "baseline")]:
+            ("nightly_cpu_pipeline", "two_stage"), ("nightly_cpu_pipeline", "baseline"),
+            ("nightly_cpu_pipeline", "two_stage_dp2")]:
     check(key in runs and runs[key]["status"] == "ok", f"report lacks {key} as ok")
 bad = runs.get(("nightly_undersized", "too_big"))
 check(bad is not None and bad["status"] == "failed" and bad["failure_kind"] == "oom", f"failed run in report: {bad}")
