@@ -20,11 +20,12 @@ FaultInjection FaultInjection::from_env() {
   if (!env || !*env) return f;
   const std::string s = env;
   const auto at = s.find('@'), c1 = s.find(':', at == std::string::npos ? 0 : at), c2 = s.rfind(':');
-  auto bad = [&] { return ConfigError(fmt::format("PIPEBENCH_FAULT=\"{}\": expected KIND@RUN:RANK:STEP with KIND nan|error|device", s)); };
+  auto bad = [&] { return ConfigError(fmt::format("PIPEBENCH_FAULT=\"{}\": expected KIND@RUN:RANK:STEP with KIND nan|error|sync|device", s)); };
   if (at == std::string::npos || c1 == std::string::npos || c2 == c1) throw bad();
   const std::string kind = s.substr(0, at);
   if (kind == "nan") f.kind = Kind::nan;
   else if (kind == "error") f.kind = Kind::error;
+  else if (kind == "sync") f.kind = Kind::sync;
   else if (kind == "device") f.kind = Kind::device;
   else throw bad();
   f.run = s.substr(at + 1, c1 - at - 1);
@@ -133,6 +134,9 @@ class StepRun {
   // The replicas' gradients summed: launched after the flush unless
   // overlapped, then waited for (the exposed part).
   void synchronise_gradients() {
+    if (opt_.fault.fires(FaultInjection::Kind::sync, plan_.run.name, comm_.run_rank(), step_))
+      throw Error(fmt::format("injected error (PIPEBENCH_FAULT) on rank {} before its gradient synchronisation at step {}",
+                              comm_.run_rank(), step_));
     if (!sync_.overlap)
       for (int c = 0; c < sched_.chunks_per_rank; ++c) sync_.sync->launch(c);
     sr_.grad_sync_exposed_s = sync_.sync->complete();

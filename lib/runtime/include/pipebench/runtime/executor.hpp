@@ -26,9 +26,11 @@ namespace pipebench {
 // at STEP: KIND = nan (its loss is NaN; on the last stage) or error (it
 // throws). Documented in docs/runner.md; never set in production.
 struct FaultInjection {
-  // nan, error: at STEP of RUN on RANK. device: the device check after RUN
-  // finds RANK's device unusable, as after a sticky CUDA error (STEP unused).
-  enum class Kind { none, nan, error, device };
+  // nan, error: at STEP of RUN on RANK. sync: RANK fails at STEP just before
+  // its gradient synchronisation (data parallelism: its replicas are
+  // waiting in theirs). device: the device check after RUN finds RANK's
+  // device unusable, as after a sticky CUDA error (STEP unused).
+  enum class Kind { none, nan, error, sync, device };
   Kind kind = Kind::none;
   std::string run;
   int rank = -1;
