@@ -141,9 +141,13 @@ for s in "${scenarios[@]}"; do
       ;;
     dp_sigkill_replica)
       # World rank 3: stage 1 of replica 1 (tp-dp-pp), killed during the second run.
+      # mpirun then sends rank 0 SIGTERM and, odls_base_sigkill_timeout (1 s)
+      # later, SIGKILL: with 4 oversubscribed ranks on a loaded machine rank 0
+      # may not run its handler in time (seen once in CI), and its last
+      # checkpoint (.h5.partial, a valid file) keeps the completed run instead.
       start_second_run "$dir" && hit_rank KILL 3 || continue
       finish
-      check_kept "$s" "$dir" "$rc" .h5
+      check_kept "$s" "$dir" "$rc" '.h5*'
       ;;
     dp_sigstop_in_sync)
       # World rank 1 (stage 0 of replica 1) stopped 0.4 s after a step's
