@@ -1,9 +1,10 @@
 // `pipebench tune JOB.toml --ranks N [--global-batch B | --num-microbatches M]
 //   [--bubble-target X] [--schedule S]... [--partition RULE]... [--run NAME]
+//   [--data-parallel D]... [--optimizer-sharding none|zero1]...
 //   [--set k=v]... [--top K] [-o OUT.toml] [--confirm] [--verify] [--steps S]
 //   [--launcher L] [--results DIR]`
 // Seed 000's procedure (docs/tune.md): the planner's answer for every
-// pipeline size, one ranked table, one answer line, a workload file; with
+// layout p x d of up to N ranks, one ranked table, one answer line, a workload file; with
 // --confirm two probe trials around the predicted limit, with --verify the
 // written workload run for the seed's short steps and reported.
 #include <algorithm>
@@ -36,7 +37,7 @@ struct TuneCmdOptions {
   std::string job_path;
   std::vector<std::string> overrides;
   TuneOptions tune;
-  std::vector<std::string> schedules, partitions;
+  std::vector<std::string> schedules, partitions, shardings;
   int top = 15;
   std::string format = "text";
   std::string output;           // the workload written; default <job>_tuned.toml
@@ -50,7 +51,12 @@ struct TuneCmdOptions {
 std::string schedule_text(const TuneCandidate& c) {
   std::string s(to_string(c.schedule));
   if (c.schedule == ScheduleKind::interleaved_one_f_one_b) s += fmt::format(" v{}", c.virtual_stages_per_rank);
+  if (c.data_parallel > 1 && c.sharding != OptimizerSharding::none) s += fmt::format(" {}", to_string(c.sharding));
   return s;
+}
+
+std::string layout_text(const TuneCandidate& c) {
+  return c.data_parallel > 1 ? fmt::format("{}x{}", c.pipeline_size, c.data_parallel) : std::to_string(c.pipeline_size);
 }
 
 // "p = 1-15, 17": the pipeline sizes of `cands`, runs folded.
@@ -69,9 +75,9 @@ std::string p_ranges(std::vector<int> ps) {
 
 void print_table(const Job& job, const TuneResult& r, int top) {
   const auto cap = static_cast<double>(job.device.memory_capacity_bytes);
-  fmt::print("  {:>3} {:>4} {:<18} {:<9} {:<22} {:>7} {:>5} {:>6} {:>18} {:>7} {:>11} {:>10} {:>10}\n", "#", "p",
-             "schedule", "partition", "layers per stage", "max mbs", "mbs", "m", "peak memory (cap)", "bubble",
-             "step time", "samples/s", "per rank");
+  fmt::print("  {:>3} {:>7} {:>5} {:<24} {:<9} {:<22} {:>7} {:>5} {:>6} {:>18} {:>7} {:>11} {:>10} {:>10} {:>10}\n", "#",
+             "p x d", "ranks", "schedule", "partition", "layers per stage", "max mbs", "mbs", "m", "peak memory (cap)",
+             "bubble", "step time", "dp exposed", "samples/s", "per rank");
   int shown = 0, more = 0;
   std::vector<int> not_fitting;
   for (const auto& c : r.candidates) {
@@ -85,11 +91,12 @@ void print_table(const Job& job, const TuneResult& r, int top) {
     }
     ++shown;
     const double peak = c.peak_bytes.empty() ? 0.0 : static_cast<double>(*std::max_element(c.peak_bytes.begin(), c.peak_bytes.end()));
-    fmt::print("  {:>3} {:>4} {:<18} {:<9} {:<22} {:>7} {:>5} {:>6} {:>18} {:>6.1f}% {:>11} {:>10.4g} {:>10.4g}\n", shown,
-               c.pipeline_size, schedule_text(c), to_string(c.partition), fold_sizes(c.layers_per_stage),
+    fmt::print("  {:>3} {:>7} {:>5} {:<24} {:<9} {:<22} {:>7} {:>5} {:>6} {:>18} {:>6.1f}% {:>11} {:>10} {:>10.4g} {:>10.4g}\n",
+               shown, layout_text(c), c.ranks(), schedule_text(c), to_string(c.partition), fold_sizes(c.layers_per_stage),
                c.max_micro_batch >= kTuneMaxMicroBatch ? fmt::format(">={}", c.max_micro_batch) : std::to_string(c.max_micro_batch),
                c.micro_batch_size, c.num_microbatches, fmt::format("{} ({:.0f}%{})", format_bytes(peak), 100.0 * peak / cap, c.margin ? "" : "!"),
-               100.0 * c.bubble, format_seconds(c.step_time_s), c.samples_per_s, c.samples_per_s_per_rank);
+               100.0 * c.bubble, format_seconds(c.step_time_s), c.data_parallel > 1 ? format_seconds(c.grad_sync_exposed_s) : "-",
+               c.samples_per_s, c.samples_per_s_per_rank);
   }
   if (more > 0) fmt::print("  ... {} more fitting candidate(s) (--top to show them)\n", more);
   if (std::any_of(r.candidates.begin(), r.candidates.end(), [](const TuneCandidate& c) { return c.fits && !c.margin; }))
@@ -106,8 +113,8 @@ void print_table(const Job& job, const TuneResult& r, int top) {
     for (const auto& c : r.candidates)
       if (!c.fits && !c.peak_bytes.empty() && (!closest || c.peak_fraction < closest->peak_fraction)) closest = &c;
     if (!none.empty()) fmt::print("  nothing fits at micro-batch 1 on p = {}\n", p_ranges(none));
-    fmt::print("  {} candidate(s) do not fit at micro-batch 1; the closest: p = {} {} {}: {}\n", not_fitting.size(),
-               closest->pipeline_size, schedule_text(*closest), to_string(closest->partition), closest->why_not);
+    fmt::print("  {} candidate(s) do not fit at micro-batch 1; the closest: {} {} {}: {}\n", not_fitting.size(),
+               closest->layout(), schedule_text(*closest), to_string(closest->partition), closest->why_not);
   }
   // Skipped candidates, one line per schedule: the sizes and the first reason.
   std::vector<std::string> seen;
@@ -119,7 +126,7 @@ void print_table(const Job& job, const TuneResult& r, int top) {
     std::vector<int> ps;
     for (const auto& d : r.candidates)
       if (!d.fits && d.peak_bytes.empty() && schedule_text(d) == sched) ps.push_back(d.pipeline_size);
-    fmt::print("  skipped {} on p = {} (p = {}: {})\n", sched, p_ranges(ps), c.pipeline_size, c.why_not);
+    fmt::print("  skipped {} on p = {} ({}: {})\n", sched, p_ranges(ps), c.layout(), c.why_not);
   }
 }
 
@@ -127,12 +134,16 @@ void print_answer(const TuneCmdOptions& o, const Job& job, const TuneResult& res
   const std::string batch = o.tune.global_batch > 0       ? fmt::format("global batch {}", o.tune.global_batch)
                             : o.tune.num_microbatches > 0 ? fmt::format("{} micro-batches", o.tune.num_microbatches)
                                                           : fmt::format("m for a bubble <= {:.3g}", o.tune.bubble_target);
-  fmt::print("pipebench tune: job \"{}\" (template run \"{}\"), up to {} ranks, {}, memory_capacity {}, planner's "
-             "memory model ({} backend)\n\n",
+  std::size_t fitting = 0;
+  for (const auto& c : result.candidates) fitting += c.fits ? 1 : 0;
+  fmt::print("pipebench tune: job \"{}\" (template run \"{}\"), up to {} ranks as p stages x d replicas, {}, "
+             "memory_capacity {}, planner's memory model ({} backend); {} candidates, {} fit\n\n",
              job.name, result.template_run.name, o.tune.max_ranks, batch,
-             format_bytes(static_cast<double>(job.device.memory_capacity_bytes)), to_string(job.device.backend));
+             format_bytes(static_cast<double>(job.device.memory_capacity_bytes)), to_string(job.device.backend),
+             result.candidates.size(), fitting);
   print_table(job, result, o.top);
   fmt::print("\n{}\n", tune_answer_line(result));
+  if (!result.idle_note.empty()) fmt::print("{}\n", result.idle_note);
 }
 
 std::vector<ScheduleKind> parse_schedules(const std::vector<std::string>& names) {
@@ -147,6 +158,12 @@ std::vector<ScheduleKind> parse_schedules(const std::vector<std::string>& names)
   return out;
 }
 
+std::vector<OptimizerSharding> parse_shardings(const std::vector<std::string>& names) {
+  std::vector<OptimizerSharding> out;
+  for (const auto& n : names) out.push_back(n == "zero1" ? OptimizerSharding::zero1 : OptimizerSharding::none);
+  return out;
+}
+
 std::vector<Remainder> parse_partitions(const std::vector<std::string>& names) {
   std::vector<Remainder> out;
   for (const auto& n : names)
@@ -155,14 +172,26 @@ std::vector<Remainder> parse_partitions(const std::vector<std::string>& names) {
 }
 
 // --confirm: two probe trials of the chosen run around the predicted limit.
+// The probe sizes one pipeline: a chosen run with replicas is probed as one
+// replica (data_parallel=1), against the planner's limit for one replica.
 int confirm(std::FILE* log, const TuneCmdOptions& o, const Job& tuned, const std::string& path, const TuneCandidate& best,
             const std::string& run_name) {
   ProbeOptions p;
   p.job_path = path;
   p.run_name = run_name;
   p.pipeline_size = best.pipeline_size;
-  p.predicted = best.max_micro_batch;
-  p.hi = std::max(256, 2 * best.max_micro_batch + 2);
+  const int predicted = best.replica_max_micro_batch;
+  if (best.data_parallel > 1) {
+    p.overrides.push_back(fmt::format("run.{}.data_parallel=1", run_name));
+    fmt::print(log, "\nconfirm: run \"{}\" has {} replicas; the probe sizes one of them (--set run.{}.data_parallel=1){}",
+               run_name, best.data_parallel, run_name,
+               best.sharding != OptimizerSharding::none
+                   ? fmt::format(", whose optimizer state is whole: the planner predicts {} for it, {} with {}", predicted,
+                                 best.max_micro_batch, to_string(best.sharding))
+                   : "");
+  }
+  p.predicted = predicted;
+  p.hi = std::max(256, 2 * predicted + 2);
   p.steps = 1;
   p.trial_timeout_s = o.trial_timeout_s;
   p.launcher = o.launcher;
@@ -170,12 +199,12 @@ int confirm(std::FILE* log, const TuneCmdOptions& o, const Job& tuned, const std
   const std::string stamp = utc_stamp();
   p.trial_dir = (std::filesystem::path(o.results_dir) / tuned.name / "probe" / fmt::format("{}-{}-trials", stamp, getpid())).string();
   fmt::print(log, "\nconfirm: probe trials of run \"{}\" at the predicted limit {} and above it ({})\n", run_name,
-             best.max_micro_batch, p.launcher);
+             predicted, p.launcher);
   const ProbeResult res = run_probe(p, console_probe_observer(log));
   const std::string file = write_probe_results(tuned, res, fmt::format("pipebench tune {} --confirm", o.job_path), o.results_dir, stamp);
-  const bool agree = res.max_micro_batch == best.max_micro_batch;
+  const bool agree = res.max_micro_batch == predicted;
   fmt::print(log, "confirm: max_micro_batch = {} after {} trial(s) ({}); the planner predicted {}: {}\nresults: {}\n",
-             res.max_micro_batch, res.trials.size(), res.stop_reason, best.max_micro_batch,
+             res.max_micro_batch, res.trials.size(), res.stop_reason, predicted,
              agree ? "confirmed" : "DIFFERENT (the planner's memory model misses something; docs/tune.md)", file);
   return res.max_micro_batch > 0 ? kOk : kRunFailed;
 }
@@ -217,9 +246,13 @@ Handler add_tune_command(CLI::App& app) {
       "tune", "Seed 000's procedure from the planner: stages, split and micro-batch for up to N ranks, ranked; "
               "writes a ready workload (no MPI needed; --confirm and --verify launch runs)");
   cmd->add_option("job", o->job_path, "workload file (jobs/*.toml): its model, train and device tables")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--ranks", o->tune.max_ranks, "ranks (GPUs) available: pipeline sizes 1..N are tried")->required()->check(CLI::Range(1, kMaxPipelineSize));
-  cmd->add_option("--global-batch", o->tune.global_batch, "samples per step; num_microbatches = B / micro_batch_size")->check(CLI::PositiveNumber);
-  cmd->add_option("--num-microbatches", o->tune.num_microbatches, "micro-batches per step, the same for every candidate")->check(CLI::PositiveNumber);
+  cmd->add_option("--ranks", o->tune.max_ranks, "ranks (GPUs) available: every p stages x d replicas with p x d <= N is tried")->required()->check(CLI::Range(1, kMaxPipelineSize));
+  cmd->add_option("--data-parallel", o->tune.data_parallel, "replica counts to try (repeatable; default: every d with p x d <= N)")
+      ->check(CLI::Range(1, kMaxPipelineSize));
+  cmd->add_option("--optimizer-sharding", o->shardings, "optimizer sharding of layouts with replicas: none, zero1 (repeatable; default: the template run's)")
+      ->check(CLI::IsMember({"none", "zero1"}));
+  cmd->add_option("--global-batch", o->tune.global_batch, "samples per step; num_microbatches = B / (d x micro_batch_size)")->check(CLI::PositiveNumber);
+  cmd->add_option("--num-microbatches", o->tune.num_microbatches, "micro-batches per step and replica, the same for every candidate")->check(CLI::PositiveNumber);
   cmd->add_option("--bubble-target", o->tune.bubble_target,
                   "without --global-batch/--num-microbatches: the smallest m whose closed-form bubble is at most X (default 0.10)")
       ->check(CLI::Range(0.001, 0.999));
@@ -243,6 +276,7 @@ Handler add_tune_command(CLI::App& app) {
     const Job job = load_job(o->job_path, o->overrides);
     o->tune.schedules = parse_schedules(o->schedules);
     o->tune.partitions = parse_partitions(o->partitions);
+    o->tune.shardings = parse_shardings(o->shardings);
     const TuneResult result = tune(job, o->tune);
     const bool text = o->format == "text";
     if (text) print_answer(*o, job, result);

@@ -7,6 +7,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "pipebench/core/config.hpp"
 #include "pipebench/core/error.hpp"
@@ -24,6 +25,8 @@ RunSpec TuneCandidate::run(const RunSpec& like, std::string name) const {
   RunSpec r = like;
   r.name = std::move(name);
   r.pipeline_size = pipeline_size;
+  r.data_parallel = data_parallel;
+  r.optimizer_sharding = data_parallel > 1 ? sharding : OptimizerSharding::none;
   r.schedule = schedule;
   r.virtual_stages_per_rank = virtual_stages_per_rank;
   r.remainder = partition;
@@ -34,40 +37,53 @@ RunSpec TuneCandidate::run(const RunSpec& like, std::string name) const {
   return r;
 }
 
+std::string TuneCandidate::layout() const {
+  return data_parallel > 1 ? fmt::format("p {} x d {}", pipeline_size, data_parallel) : fmt::format("p {}", pipeline_size);
+}
+
 const TuneCandidate* TuneResult::best() const {
   return !candidates.empty() && candidates.front().fits ? &candidates.front() : nullptr;
 }
 
 const TuneCandidate* TuneResult::smallest_fitting() const {
+  // The fewest stages; among those the fewest replicas (unsharded first).
+  const auto key = [](const TuneCandidate& c) { return std::tuple(c.pipeline_size, c.data_parallel, c.sharding); };
   const TuneCandidate* s = nullptr;
   for (const auto& c : candidates)
-    if (c.fits && (!s || c.pipeline_size < s->pipeline_size)) s = &c;
+    if (c.fits && (!s || key(c) < key(*s))) s = &c;
   return s;
 }
 
 namespace {
 
-// The search is over one replica's pipeline (docs/parallel.md: tune over
-// (p, d) is not built yet), so a data-parallel template is refused, not
-// silently copied into every candidate.
-const RunSpec& checked_template(const Job& job, const RunSpec& r) {
-  if (r.data_parallel > 1)
-    throw ConfigError(fmt::format("{}: run \"{}\": data_parallel = {}: tune searches the pipeline of one replica; tune "
-                                  "from a run without replicas (--set run.{}.data_parallel=1)",
-                                  job.source_path, r.name, r.data_parallel, r.name));
-  return r;
-}
-
+// The template gives the schedule, partition rule, recomputation, mode,
+// grad_sync, rank_order and (unless --optimizer-sharding) the sharding; its
+// own pipeline_size and data_parallel are what tune searches.
 const RunSpec& pick_template(const Job& job, const std::string& name) {
   if (!name.empty()) {
     const RunSpec* r = job.find_run(name);
     if (!r) throw ConfigError(fmt::format("{}: no run named \"{}\" to tune from", job.source_path, printable(name)));
-    return checked_template(job, *r);
+    return *r;
   }
   for (const auto& r : job.runs)
-    if (r.mode == RunMode::train && r.pipeline_size > 1 && r.data_parallel == 1) return r;
-  return checked_template(job, job.runs.front());
+    if (r.mode == RunMode::train && r.pipeline_size > 1) return r;
+  return job.runs.front();
 }
+
+// Whether a run fits, by the planner's memory model, shared by every
+// candidate of one search: a rank's memory depends on d only through the
+// optimizer shard (plan_memory; model.hpp optimizer_shard_params), so
+// layouts differing only in d share their answers unless sharded.
+class FitCache {
+ public:
+  using Key = std::tuple<int, int, int, int, int, int, int, int, double>;
+  static Key key(const RunSpec& r, double fraction) {
+    const int d = r.optimizer_sharding == OptimizerSharding::zero1 ? r.data_parallel : 1;
+    return {r.pipeline_size, r.virtual_stages_per_rank, static_cast<int>(r.schedule), static_cast<int>(r.remainder), d,
+            r.micro_batch_size, r.num_microbatches, static_cast<int>(r.recompute), fraction};
+  }
+  std::map<Key, bool> answers;
+};
 
 int chunks_for(ScheduleKind kind, const RunSpec& like) {
   if (kind == ScheduleKind::zb_v) return 2;
@@ -100,8 +116,8 @@ int microbatches_for_bubble(ScheduleKind kind, int p, int v, double target) {
 // Evaluates one (p, schedule, v, partition) under `job`.
 class CandidateSearch {
  public:
-  CandidateSearch(const Job& job, const RunSpec& like, const TuneOptions& o, TuneCandidate c)
-      : job_(job), model_(job.model, storage_dtype(job)), like_(like), o_(o), c_(std::move(c)) {}
+  CandidateSearch(const Job& job, const RunSpec& like, const TuneOptions& o, TuneCandidate c, FitCache& cache)
+      : job_(job), model_(job.model, storage_dtype(job)), like_(like), o_(o), c_(std::move(c)), cache_(cache) {}
 
   // Never throws for a candidate the workload rules refuse: it is skipped.
   TuneCandidate evaluate() {
@@ -150,28 +166,32 @@ class CandidateSearch {
     return skip(fmt::format("micro-batch 1 needs {:.2f}% of memory_capacity", 100.0 * worst));
   }
 
-  // Global batch G: the largest b that fits with m = ceil(G / b), then the
-  // largest divisor of G at most the recommendation that gives a usable m.
+  // Global batch G over d replicas: the largest b that fits with m =
+  // ceil(G / (d·b)), then the largest b at most the recommendation with d·b
+  // dividing G that gives a usable m.
   TuneCandidate with_global_batch() {
-    const int G = o_.global_batch, p = c_.pipeline_size, v = c_.virtual_stages_per_rank;
+    const int G = o_.global_batch, p = c_.pipeline_size, v = c_.virtual_stages_per_rank, d = c_.data_parallel;
+    if (G % d != 0) return skip(fmt::format("global batch {} is not a multiple of {} replicas", G, d));
+    const int per_replica = G / d;
     const bool groups = c_.schedule == ScheduleKind::interleaved_one_f_one_b;  // m a multiple of p
-    const auto m_of = [G, p, groups](int b) {
-      const int m = (G + b - 1) / b;
+    const auto m_of = [per_replica, p, groups](int b) {
+      const int m = (per_replica + b - 1) / b;
       return groups ? (m + p - 1) / p * p : m;
     };
     const int fit = largest(m_of);
     if (fit == 0) {
-      int m = std::min(G, max_microbatches(p, v));
+      int m = std::min(per_replica, max_microbatches(p, v));
       if (groups) m = std::max(p, m / p * p);
       return not_fitting(m);
     }
-    for (int b = std::min(with_margin(recommended_micro_batch(fit), m_of), G); b >= 1; --b) {
-      if (G % b != 0 || !valid_m(c_.schedule, p, v, G / b)) continue;
-      const int m = G / b;
+    for (int b = std::min(with_margin(recommended_micro_batch(fit), m_of), per_replica); b >= 1; --b) {
+      if (per_replica % b != 0 || !valid_m(c_.schedule, p, v, per_replica / b)) continue;
+      const int m = per_replica / b;
       return finish(b, m, largest([m](int) { return m; }));
     }
-    return skip(fmt::format("no divisor of global batch {} up to {} gives a usable num_microbatches", G,
-                            recommended_micro_batch(fit)));
+    return skip(fmt::format("no divisor of {} samples per replica (global batch {} / d {}) up to {} gives a usable "
+                            "num_microbatches",
+                            per_replica, G, d, recommended_micro_batch(fit)));
   }
 
   RunSpec run_at(int b, int m) const {
@@ -184,6 +204,13 @@ class CandidateSearch {
   // Every rank's estimate within `fraction` of the capacity.
   bool fits(int b, int m, double fraction = 1.0) {
     const RunSpec r = run_at(b, m);
+    const FitCache::Key key = FitCache::key(r, fraction);
+    if (const auto known = cache_.answers.find(key); known != cache_.answers.end()) return known->second;
+    return cache_.answers[key] = fits_unchecked(r, fraction);
+  }
+
+  bool fits_unchecked(const RunSpec& r, double fraction) {
+    const int m = r.num_microbatches;
     auto it = schedules_.find(m);
     if (it == schedules_.end())
       it = schedules_.emplace(m, make_schedule(r.schedule, r.mode, r.pipeline_size, m, r.virtual_stages_per_rank)).first;
@@ -234,10 +261,20 @@ class CandidateSearch {
     c_.margin = c_.peak_fraction <= kMemoryWarnFraction;
     c_.bubble = plan.simulated.bubble;
     c_.bubble_closed_form = plan.bubble_analytic;
-    c_.step_time_s = plan.simulated.makespan;
+    c_.step_time_s = plan.step_s;
     for (double busy : plan.simulated.busy) c_.slowest_stage_s = std::max(c_.slowest_stage_s, busy);
-    c_.samples_per_s = c_.step_time_s > 0 ? double(b) * m / c_.step_time_s : 0.0;
-    c_.samples_per_s_per_rank = c_.samples_per_s / c_.pipeline_size;
+    for (const auto& s : plan.stages) c_.grad_sync_exposed_s = std::max(c_.grad_sync_exposed_s, s.grad_sync.recorded_exposed_s());
+    c_.samples_per_s = c_.step_time_s > 0 ? double(plan.run.global_batch()) / c_.step_time_s : 0.0;
+    c_.samples_per_s_per_rank = c_.samples_per_s / c_.ranks();
+    c_.replica_max_micro_batch = max;
+    if (c_.data_parallel > 1 && c_.sharding != OptimizerSharding::none) {
+      const TuneCandidate layout = c_;  // one pipeline of it, its optimizer state whole
+      c_.data_parallel = 1;
+      c_.sharding = OptimizerSharding::none;
+      const int one = largest([m](int) { return m; });
+      c_ = layout;
+      c_.replica_max_micro_batch = one;
+    }
     return c_;
   }
 
@@ -246,12 +283,54 @@ class CandidateSearch {
   const RunSpec& like_;
   const TuneOptions& o_;
   TuneCandidate c_;
+  FitCache& cache_;
   std::map<int, Schedule> schedules_;
 };
+
+// The ranking (docs/tune.md): fitting with the memory margin, fitting
+// without it, not fitting (by p, d). Within the first fitting group, the
+// candidates within kTuneThroughputTie of its best throughput come first,
+// fewest ranks first (the planner does not tell 1% apart, and the ranks left
+// idle are worth more); then every other fitting one by throughput (ties:
+// fewer ranks, lower peak).
+void rank_candidates(std::vector<TuneCandidate>& cands) {
+  const bool any_margin = std::any_of(cands.begin(), cands.end(), [](const TuneCandidate& c) { return c.fits && c.margin; });
+  double top = 0.0;
+  for (const auto& c : cands)
+    if (c.fits && c.margin == any_margin) top = std::max(top, c.samples_per_s);
+  const auto near_top = [&](const TuneCandidate& c) {
+    return c.fits && c.margin == any_margin && c.samples_per_s >= (1.0 - kTuneThroughputTie) * top;
+  };
+  std::stable_sort(cands.begin(), cands.end(), [&](const TuneCandidate& a, const TuneCandidate& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (!a.fits) return std::pair(a.pipeline_size, a.data_parallel) < std::pair(b.pipeline_size, b.data_parallel);
+    if (a.margin != b.margin) return a.margin;
+    if (near_top(a) != near_top(b)) return near_top(a);
+    if (near_top(a) && a.ranks() != b.ranks()) return a.ranks() < b.ranks();
+    if (a.samples_per_s != b.samples_per_s) return a.samples_per_s > b.samples_per_s;
+    if (a.ranks() != b.ranks()) return a.ranks() < b.ranks();
+    return a.peak_fraction < b.peak_fraction;
+  });
+}
+
+// The replica counts tried with p stages: --data-parallel's, else every d
+// with p·d <= N (inference has no gradients to synchronise: replicas only
+// multiply the throughput, so d = 1 alone).
+std::vector<int> replica_counts(const TuneOptions& o, int p, bool inference) {
+  std::vector<int> out;
+  if (inference) return {1};
+  for (int d = 1; p * d <= o.max_ranks; ++d)
+    if (o.data_parallel.empty() || std::find(o.data_parallel.begin(), o.data_parallel.end(), d) != o.data_parallel.end())
+      out.push_back(d);
+  return out;
+}
 
 void check_options(const TuneOptions& o) {
   if (o.max_ranks < 1 || o.max_ranks > kMaxPipelineSize)
     throw ConfigError(fmt::format("tune: --ranks must be in [1, {}] (got {})", kMaxPipelineSize, o.max_ranks));
+  for (int d : o.data_parallel)
+    if (d < 1 || d > o.max_ranks)
+      throw ConfigError(fmt::format("tune: --data-parallel {} is outside [1, --ranks {}]", d, o.max_ranks));
   if (o.global_batch > 0 && o.num_microbatches > 0)
     throw ConfigError("tune: give --global-batch or --num-microbatches, not both");
   if (o.global_batch < 0 || o.num_microbatches < 0 || o.num_microbatches > kMaxMicrobatches)
@@ -264,34 +343,44 @@ void check_options(const TuneOptions& o) {
 
 // `c` re-evaluated at the chosen run's global batch G (the largest fitting
 // micro-batch up to the recommendation that divides G).
-TuneCandidate at_global_batch(const Job& job, const RunSpec& like, const TuneResult& result, TuneCandidate c) {
-  const TuneCandidate& best = *result.best();
+int global_batch_of(const TuneCandidate& c) { return c.data_parallel * c.micro_batch_size * c.num_microbatches; }
+
+TuneCandidate at_global_batch(const Job& job, const RunSpec& like, const TuneResult& result, TuneCandidate c,
+                              FitCache& cache) {
   TuneOptions at_batch = result.options;
-  at_batch.global_batch = best.micro_batch_size * best.num_microbatches;
+  at_batch.global_batch = global_batch_of(*result.best());
   at_batch.num_microbatches = 0;
   TuneCandidate fresh;
   fresh.pipeline_size = c.pipeline_size;
+  fresh.data_parallel = c.data_parallel;
+  fresh.sharding = c.sharding;
   fresh.schedule = c.schedule;
   fresh.virtual_stages_per_rank = c.virtual_stages_per_rank;
   fresh.partition = c.partition;
-  return CandidateSearch(job, like, at_batch, fresh).evaluate();
+  return CandidateSearch(job, like, at_batch, fresh, cache).evaluate();
+}
+
+bool same_layout(const TuneCandidate& a, const TuneCandidate& b) {
+  return a.pipeline_size == b.pipeline_size && a.data_parallel == b.data_parallel;
 }
 
 // The chosen run's companions at its global batch, so that losses compare:
 // the baseline (one rank where that fits, else the smallest fitting pipeline,
 // said in baseline_note) and up to `n` runners-up from the ranking.
-void choose_companions(const Job& job, const RunSpec& like, TuneResult& result, int n) {
+void choose_companions(const Job& job, const RunSpec& like, TuneResult& result, int n, FitCache& cache) {
   const TuneCandidate& best = *result.best();
-  if (best.pipeline_size > 1) {
-    // One rank; else the fewest ranks that fit at G, with the memory margin
-    // where any does.
+  if (best.ranks() > 1) {
+    // One rank; else the fewest ranks that fit at G (one replica), with the
+    // memory margin where any does.
     std::optional<TuneCandidate> without_margin;
-    for (int p = 1; p < best.pipeline_size; p = p == 1 ? std::max(2, result.smallest_fitting_p) : p + 1) {
+    for (int p = 1; p <= best.pipeline_size && p < best.ranks(); p = p == 1 ? std::max(2, result.smallest_fitting_p) : p + 1) {
       TuneCandidate c = best;
       c.pipeline_size = p;
+      c.data_parallel = 1;
+      c.sharding = OptimizerSharding::none;
       if (p == 1) c.schedule = best.virtual_stages_per_rank > 1 ? ScheduleKind::one_f_one_b : best.schedule;
       if (p == 1) c.virtual_stages_per_rank = 1;
-      TuneCandidate e = at_global_batch(job, like, result, c);
+      TuneCandidate e = at_global_batch(job, like, result, c, cache);
       if (!e.fits) continue;
       if (!e.margin) {
         if (!without_margin) without_margin = e;
@@ -307,17 +396,45 @@ void choose_companions(const Job& job, const RunSpec& like, TuneResult& result, 
                                          result.baseline->margin ? " with the 90% memory margin" : "",
                                          result.baseline->pipeline_size);
   }
-  const int base_p = result.baseline ? result.baseline->pipeline_size : best.pipeline_size;
+  const TuneCandidate& base = result.baseline ? *result.baseline : best;
   for (std::size_t i = 1; i < result.candidates.size() && static_cast<int>(result.runners_up.size()) < n; ++i) {
     const TuneCandidate& c = result.candidates[i];
     if (!c.fits) break;
-    if (c.pipeline_size == base_p || c.pipeline_size == best.pipeline_size) continue;
-    const bool have_p = std::any_of(result.runners_up.begin(), result.runners_up.end(),
-                                    [&](const TuneCandidate& r) { return r.pipeline_size == c.pipeline_size; });
-    if (have_p) continue;
-    TuneCandidate e = at_global_batch(job, like, result, c);
+    if (same_layout(c, base) || same_layout(c, best)) continue;
+    const bool have = std::any_of(result.runners_up.begin(), result.runners_up.end(),
+                                  [&](const TuneCandidate& r) { return same_layout(r, c); });
+    if (have) continue;
+    TuneCandidate e = at_global_batch(job, like, result, c, cache);
     if (e.fits) result.runners_up.push_back(std::move(e));
   }
+}
+
+// Why the chosen layout leaves ranks of N idle ("" when it uses them all).
+std::string idle_note(const Job& job, const TuneResult& result) {
+  const TuneCandidate& best = *result.best();
+  const int idle = result.options.max_ranks - best.ranks();
+  if (idle <= 0) return "";
+  const TuneCandidate* more = nullptr;  // the best-ranked layout on more ranks
+  bool tried = false;
+  for (const auto& c : result.candidates) {
+    if (c.ranks() <= best.ranks()) continue;
+    tried = true;
+    if (c.fits && !more) more = &c;
+  }
+  std::string why;
+  if (!tried)
+    why = fmt::format("no layout searched uses more (p <= the model's {} layers{})", job.model.layers,
+                      result.options.data_parallel.empty() ? "" : fmt::format(", d in --data-parallel {}", fmt::join(result.options.data_parallel, ",")));
+  else if (!more) why = "no layout on more ranks fits at micro-batch 1";
+  else if (best.margin && !more->margin)
+    why = fmt::format("every layout on more ranks puts a peak above {:.0f}% of memory_capacity (the best of them, {}, "
+                      "{:.1f}%)",
+                      100 * kMemoryWarnFraction, more->layout(), 100 * more->peak_fraction);
+  else
+    why = fmt::format("the layouts on more ranks are predicted slower (the best of them, {} on {} ranks, {:.4g} samples/s "
+                      "vs {:.4g})",
+                      more->layout(), more->ranks(), more->samples_per_s, best.samples_per_s);
+  return fmt::format("{} of {} ranks idle: {}", idle, result.options.max_ranks, why);
 }
 
 }  // namespace
@@ -339,47 +456,52 @@ TuneResult tune(const Job& job, const TuneOptions& options) {
     partitions.push_back(like.remainder);
     if (like.remainder != Remainder::balanced) partitions.push_back(Remainder::balanced);
   }
+  std::vector<OptimizerSharding> shardings = options.shardings;
+  if (shardings.empty()) shardings.push_back(like.optimizer_sharding);
+  const bool inference = like.mode == RunMode::inference;
+  FitCache cache;
   const int top = std::min(options.max_ranks, job.model.layers);
   for (int p = 1; p <= top; ++p)
-    for (ScheduleKind kind : like.mode == RunMode::inference ? std::vector<ScheduleKind>{like.schedule} : schedules)
-      for (Remainder rule : partitions) {
-        TuneCandidate c;
-        c.pipeline_size = p;
-        c.schedule = kind;
-        c.virtual_stages_per_rank = like.mode == RunMode::inference ? 1 : chunks_for(kind, like);
-        c.partition = rule;
-        // One rank: one candidate per partition rule, a plain schedule.
-        if (p == 1 && kind != schedules.front()) continue;
-        if (p == 1 && c.virtual_stages_per_rank > 1) c.schedule = ScheduleKind::one_f_one_b, c.virtual_stages_per_rank = 1;
-        TuneCandidate e = CandidateSearch(job, like, options, c).evaluate();
-        // Two rules giving the same split are one candidate (the first rule's).
-        const bool same = std::any_of(result.candidates.begin(), result.candidates.end(), [&](const TuneCandidate& o) {
-          return o.pipeline_size == e.pipeline_size && o.schedule == e.schedule &&
-                 o.virtual_stages_per_rank == e.virtual_stages_per_rank && o.layers_per_stage == e.layers_per_stage &&
-                 o.num_microbatches == e.num_microbatches;
-        });
-        if (!same || e.layers_per_stage.empty()) result.candidates.push_back(std::move(e));
-      }
-  std::stable_sort(result.candidates.begin(), result.candidates.end(), [](const TuneCandidate& a, const TuneCandidate& b) {
-    if (a.fits != b.fits) return a.fits;
-    if (!a.fits) return a.pipeline_size < b.pipeline_size;
-    if (a.margin != b.margin) return a.margin;
-    if (a.samples_per_s_per_rank != b.samples_per_s_per_rank) return a.samples_per_s_per_rank > b.samples_per_s_per_rank;
-    if (a.pipeline_size != b.pipeline_size) return a.pipeline_size < b.pipeline_size;
-    return a.peak_fraction < b.peak_fraction;
-  });
+    for (int d : replica_counts(options, p, inference))
+      for (OptimizerSharding sharding : d > 1 ? shardings : std::vector<OptimizerSharding>{OptimizerSharding::none})
+        for (ScheduleKind kind : inference ? std::vector<ScheduleKind>{like.schedule} : schedules)
+          for (Remainder rule : partitions) {
+            TuneCandidate c;
+            c.pipeline_size = p;
+            c.data_parallel = d;
+            c.sharding = sharding;
+            c.schedule = kind;
+            c.virtual_stages_per_rank = inference ? 1 : chunks_for(kind, like);
+            c.partition = rule;
+            // One stage: one candidate per partition rule, a plain schedule.
+            if (p == 1 && kind != schedules.front()) continue;
+            if (p == 1 && c.virtual_stages_per_rank > 1) c.schedule = ScheduleKind::one_f_one_b, c.virtual_stages_per_rank = 1;
+            TuneCandidate e = CandidateSearch(job, like, options, c, cache).evaluate();
+            // Two rules giving the same split are one candidate (the first rule's).
+            const bool same = std::any_of(result.candidates.begin(), result.candidates.end(), [&](const TuneCandidate& o) {
+              return same_layout(o, e) && o.sharding == e.sharding && o.schedule == e.schedule &&
+                     o.virtual_stages_per_rank == e.virtual_stages_per_rank && o.layers_per_stage == e.layers_per_stage &&
+                     o.num_microbatches == e.num_microbatches;
+            });
+            if (!same || e.layers_per_stage.empty()) result.candidates.push_back(std::move(e));
+          }
+  rank_candidates(result.candidates);
   if (const TuneCandidate* s = result.smallest_fitting()) result.smallest_fitting_p = s->pipeline_size;
-  if (result.best()) choose_companions(job, like, result, options.runners_up);
+  if (result.best()) {
+    choose_companions(job, like, result, options.runners_up, cache);
+    result.idle_note = idle_note(job, result);
+  }
   return result;
 }
 
 namespace {
 
 std::string candidate_label(const TuneCandidate& c) {
-  std::string s = fmt::format("p = {}, mbs {}, m {}, {}", c.pipeline_size, c.micro_batch_size, c.num_microbatches,
+  std::string s = fmt::format("{}, mbs {}, m {}, {}", c.layout(), c.micro_batch_size, c.num_microbatches,
                               to_string(c.schedule));
   if (c.virtual_stages_per_rank > 1 && c.schedule == ScheduleKind::interleaved_one_f_one_b)
     s += fmt::format(" (v = {})", c.virtual_stages_per_rank);
+  if (c.data_parallel > 1 && c.sharding != OptimizerSharding::none) s += fmt::format(", {}", to_string(c.sharding));
   return s;
 }
 
@@ -393,6 +515,9 @@ std::string run_table(const RunSpec& r, const std::string& comment) {
   else t += fmt::format("schedule = \"{}\"\n", to_string(r.schedule));
   if (r.schedule == ScheduleKind::interleaved_one_f_one_b && r.mode == RunMode::train)
     t += fmt::format("virtual_stages_per_rank = {}\n", r.virtual_stages_per_rank);
+  if (r.data_parallel > 1 && r.mode == RunMode::train)
+    t += fmt::format("data_parallel = {}\noptimizer_sharding = \"{}\"\ngrad_sync = \"{}\"\nrank_order = \"{}\"\n",
+                     r.data_parallel, to_string(r.optimizer_sharding), to_string(r.grad_sync), to_string(r.rank_order));
   if (r.recompute == Recompute::full) t += "recompute = \"full\"\n";
   t += fmt::format("remainder = \"{}\"\n", to_string(r.remainder));
   if (r.remainder == Remainder::balanced && r.balance_by != BalanceBy::flops)
@@ -403,6 +528,8 @@ std::string run_table(const RunSpec& r, const std::string& comment) {
 
 std::string run_name(const char* role, const TuneCandidate& c) {
   std::string n = fmt::format("{}_pp{}", role, c.pipeline_size);
+  if (c.data_parallel > 1) n += fmt::format("_dp{}", c.data_parallel);
+  if (c.data_parallel > 1 && c.sharding != OptimizerSharding::none) n += "_" + std::string(to_string(c.sharding));
   if (c.pipeline_size > 1) n += "_" + std::string(to_string(c.schedule));
   return n;
 }
@@ -415,8 +542,14 @@ std::string tune_answer_line(const TuneResult& result) {
     return fmt::format("nothing fits on up to {} ranks: more ranks, a smaller model, recomputation or a larger "
                        "memory_capacity",
                        result.options.max_ranks);
-  return fmt::format("smallest fitting p = {}; best throughput per rank: {}{}", result.smallest_fitting_p,
-                     candidate_label(*best),
+  // The smallest pipeline that fits, and the replicas it needed when only
+  // a sharded optimizer makes it fit.
+  const TuneCandidate* small = result.smallest_fitting();
+  const std::string with = small->data_parallel > 1 && small->sharding != OptimizerSharding::none
+                               ? fmt::format(" (with d {}, {})", small->data_parallel, to_string(small->sharding))
+                               : "";
+  return fmt::format("smallest fitting p = {}{}; best throughput on {} ranks: {}{}", result.smallest_fitting_p, with,
+                     best->ranks(), candidate_label(*best),
                      best->margin ? ""
                                   : fmt::format(" (no candidate keeps every peak below {:.0f}% of memory_capacity: this "
                                                 "one reaches {:.0f}%)",
@@ -432,10 +565,10 @@ TunedWorkload tuned_workload(const Job& job, const TuneResult& result) {
   std::string runs;
   auto add = [&](const TuneCandidate& c, std::string name, const std::string& baseline, const std::string& comment) {
     RunSpec r = c.run(like, std::move(name));
-    r.baseline = c.pipeline_size > 1 ? baseline : "";
+    r.baseline = c.ranks() > 1 ? baseline : "";
     runs += run_table(r, comment);
     w.run_names.push_back(r.name);
-    w.ranks_needed = std::max(w.ranks_needed, r.pipeline_size);
+    w.ranks_needed = std::max(w.ranks_needed, r.ranks());
   };
   const TuneCandidate base = result.baseline ? *result.baseline : *best;
   w.baseline_note = result.baseline_note;
@@ -443,17 +576,19 @@ TunedWorkload tuned_workload(const Job& job, const TuneResult& result) {
       result.baseline_note.empty() ? "the single-stage baseline at the chosen run's global batch" : result.baseline_note;
   // Where the baseline would be the chosen run's own pipeline size, the
   // chosen run is the others' baseline.
-  const bool own = base.pipeline_size == best->pipeline_size;
+  const bool own = same_layout(base, *best);
   const std::string chosen_name = run_name("tuned", *best);
-  const std::string base_name = own ? chosen_name : base.pipeline_size == 1 ? "baseline" : run_name("baseline", base);
+  const std::string base_name = own ? chosen_name : base.ranks() == 1 ? "baseline" : run_name("baseline", base);
   add(*best, chosen_name, own ? "" : base_name,
-      fmt::format("chosen: best predicted throughput per rank ({:.3g} samples/s per rank)", best->samples_per_s_per_rank));
+      fmt::format("chosen: best predicted throughput on {} ranks ({:.4g} samples/s, {:.4g} per rank){}", best->ranks(),
+                  best->samples_per_s, best->samples_per_s_per_rank,
+                  result.idle_note.empty() ? "" : "; " + result.idle_note));
   if (!own) add(base, base_name, "", base_comment);
   int added = 0;
   for (const auto& c : result.runners_up)
     add(c, run_name("runner_up", c), base_name,
         fmt::format("runner-up {} in the ranking, here at the chosen run's global batch {}", ++added,
-                    best->micro_batch_size * best->num_microbatches));
+                    global_batch_of(*best)));
   const std::string answer = tune_answer_line(result);
   std::string head = fmt::format(
       "# Written by `pipebench tune` from {} (template run \"{}\").\n# {}\n# Launch with at least {} ranks "
@@ -466,14 +601,17 @@ TunedWorkload tuned_workload(const Job& job, const TuneResult& result) {
 namespace {
 void candidate_json(JsonWriter& w, const TuneCandidate& c) {
   w.begin_object();
-  w.field("pipeline_size", c.pipeline_size).field("schedule", to_string(c.schedule));
+  w.field("pipeline_size", c.pipeline_size).field("data_parallel", c.data_parallel).field("ranks", c.ranks());
+  w.field("optimizer_sharding", to_string(c.sharding)).field("schedule", to_string(c.schedule));
   w.field("virtual_stages_per_rank", c.virtual_stages_per_rank).field("partition", to_string(c.partition));
   w.field("fits", c.fits).field("memory_margin", c.margin).field("why_not", c.why_not);
-  w.field("max_micro_batch", c.max_micro_batch).field("micro_batch_size", c.micro_batch_size);
-  w.field("num_microbatches", c.num_microbatches).array("layers_per_stage", c.layers_per_stage);
+  w.field("max_micro_batch", c.max_micro_batch).field("replica_max_micro_batch", c.replica_max_micro_batch);
+  w.field("micro_batch_size", c.micro_batch_size).field("num_microbatches", c.num_microbatches);
+  w.field("global_batch", global_batch_of(c)).array("layers_per_stage", c.layers_per_stage);
   w.array("peak_bytes", c.peak_bytes).field("peak_fraction", c.peak_fraction);
   w.field("bubble_simulated", c.bubble).field("bubble_closed_form", c.bubble_closed_form);
   w.field("step_time_s", c.step_time_s).field("slowest_stage_s", c.slowest_stage_s);
+  w.field("grad_sync_exposed_s", c.grad_sync_exposed_s);
   w.field("samples_per_s", c.samples_per_s).field("samples_per_s_per_rank", c.samples_per_s_per_rank);
   w.end_object();
 }
@@ -489,6 +627,7 @@ std::string format_tune_json(const Job& job, const TuneResult& result, const Tun
   w.field("bubble_target", result.options.bubble_target);
   w.field("memory_capacity_bytes", job.device.memory_capacity_bytes);
   w.field("answer", tune_answer_line(result)).field("smallest_fitting_p", result.smallest_fitting_p);
+  w.field("idle_note", result.idle_note);
   w.key("best");
   if (const TuneCandidate* b = result.best()) candidate_json(w, *b);
   else w.null();

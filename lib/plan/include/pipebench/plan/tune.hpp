@@ -1,10 +1,11 @@
 // Seed 000's procedure computed from the planner (`pipebench tune`,
-// docs/tune.md): for every pipeline size p up to a number of ranks (and every
-// schedule and partition rule asked for) the largest micro-batch that fits,
-// the seed's ~80% of it, the number of micro-batches, the predicted peak
-// memory per rank, bubble and step time, and the throughput per rank; the
-// candidates ranked, and a workload file holding the chosen run, its
-// baseline and the runners-up.
+// docs/tune.md): for every layout of up to N ranks — p pipeline stages times
+// d data-parallel replicas, p·d <= N (and every schedule, partition rule and
+// optimizer sharding asked for) — the largest micro-batch that fits, the
+// seed's ~80% of it, the number of micro-batches, the predicted peak memory
+// per rank, bubble and step time (with the gradient synchronisation), and the
+// allocation's throughput; the candidates ranked, and a workload file holding
+// the chosen run, its baseline and the runners-up.
 //
 // "Fits" is the planner's memory model (plan_memory): every rank's estimate
 // at most device.memory_capacity. The largest micro-batch is searched at the
@@ -29,10 +30,18 @@ int recommended_micro_batch(int max_micro_batch);
 // the model: a candidate fitting there says "at least").
 inline constexpr int kTuneMaxMicroBatch = 1 << 16;
 
+// Throughputs this close to the best (relative) are one answer to the
+// ranking: the layout on the fewest ranks among them is chosen.
+inline constexpr double kTuneThroughputTie = 0.01;
+
 struct TuneOptions {
-  int max_ranks = 1;             // N: candidates p = 1..min(N, model.layers)
-  int global_batch = 0;          // > 0: m = global_batch / mbs (mbs a divisor of it)
-  int num_microbatches = 0;      // > 0: m fixed
+  int max_ranks = 1;             // N: layouts p x d <= N, p <= model.layers
+  // The replica counts tried; empty: every d with p·d <= N.
+  std::vector<int> data_parallel;
+  // Tried for every layout with d > 1; empty: the template's.
+  std::vector<OptimizerSharding> shardings;
+  int global_batch = 0;          // > 0: m = global_batch / (d·mbs) (d·mbs a divisor of it)
+  int num_microbatches = 0;      // > 0: m (per replica) fixed
   double bubble_target = 0.10;   // else: the smallest m whose closed-form bubble is at most this
   // Empty: the template run's schedule. Each with its chunks per rank
   // (interleaved-1f1b: the template's virtual_stages_per_rank when it is
@@ -47,6 +56,8 @@ struct TuneOptions {
 
 struct TuneCandidate {
   int pipeline_size = 1;
+  int data_parallel = 1;                // replicas (the template's grad_sync, rank_order)
+  OptimizerSharding sharding = OptimizerSharding::none;  // none where d = 1
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int virtual_stages_per_rank = 1;
   Remainder partition = Remainder::first;
@@ -56,6 +67,10 @@ struct TuneCandidate {
   bool margin = false;
   std::string why_not;                  // when !fits or skipped: one line
   int max_micro_batch = 0;              // largest fitting at num_microbatches (0: none); kTuneMaxMicroBatch: at least
+  // The same for one replica of the layout (d = 1, no sharding): what
+  // `pipebench probe` finds, since it sizes one pipeline. = max_micro_batch
+  // unless the optimizer is sharded.
+  int replica_max_micro_batch = 0;
   // Chosen: recommended_micro_batch(max), lowered where needed to keep the
   // 90% margin, a divisor of the global batch if given.
   int micro_batch_size = 0;
@@ -65,10 +80,15 @@ struct TuneCandidate {
   double peak_fraction = 0.0;           // the largest rank's share of memory_capacity
   double bubble = 0.0;                  // simulated with model costs
   double bubble_closed_form = 0.0;      // NaN where none
-  double step_time_s = 0.0;             // simulated (cost model: FLOPs at sim_flops_per_s, links)
+  double step_time_s = 0.0;             // simulated (cost model: FLOPs at sim_flops_per_s, links), with the gradient sync
   double slowest_stage_s = 0.0;         // the busiest rank's compute per step
-  double samples_per_s = 0.0;           // micro_batch_size x num_microbatches / step_time_s
-  double samples_per_s_per_rank = 0.0;
+  double grad_sync_exposed_s = 0.0;     // the slowest rank's exposed gradient synchronisation (d > 1)
+  double samples_per_s = 0.0;           // the global batch (d x mbs x m) / step_time_s: the allocation's throughput
+  double samples_per_s_per_rank = 0.0;  // samples_per_s / (p x d)
+
+  int ranks() const { return pipeline_size * data_parallel; }
+  // "p 32 x d 2" ("p 48" without replicas).
+  std::string layout() const;
 
   RunSpec run(const RunSpec& like, std::string name) const;  // as a run of the job
 };
@@ -77,16 +97,21 @@ struct TuneResult {
   RunSpec template_run;
   TuneOptions options;
   // Fitting candidates with the memory margin first, then fitting ones
-  // without it, each by throughput per rank (ties: fewer ranks, then lower
-  // peak); then the ones that do not fit, by p.
+  // without it, each by the allocation's throughput (samples/s; those within
+  // kTuneThroughputTie of the best fewest ranks first; ties: fewer ranks,
+  // then lower peak); then the ones that do not fit, by p and d.
   std::vector<TuneCandidate> candidates;
   int smallest_fitting_p = 0;           // 0: nothing fits within max_ranks
+  // When the chosen layout leaves ranks of N idle: how many and why (the
+  // layouts on more ranks do not fit, lose the memory margin, or are
+  // predicted slower); "" when it uses all N.
+  std::string idle_note;
   // The chosen run's baseline at its global batch: one rank where that fits,
   // else the smallest fitting pipeline (baseline_note says so); empty when
   // the chosen run is itself single-stage or nothing fits.
   std::optional<TuneCandidate> baseline;
   std::string baseline_note;
-  // The next candidates of the ranking with other pipeline sizes,
+  // The next candidates of the ranking with other layouts (p, d),
   // re-evaluated at the chosen run's global batch (so losses compare).
   std::vector<TuneCandidate> runners_up;
   const TuneCandidate* best() const;    // nullptr when nothing fits
@@ -110,7 +135,8 @@ struct TunedWorkload {
 };
 TunedWorkload tuned_workload(const Job& job, const TuneResult& result);
 
-// "smallest fitting p = 32; best throughput per rank: p = 40, mbs 3, m 96, 1f1b"
+// "smallest fitting p = 32; best throughput on 64 ranks: p 32 x d 2, mbs 1,
+// m 96, 1f1b, zero1"
 std::string tune_answer_line(const TuneResult& result);
 
 // `pipebench tune --format json`: the options, the answer, the chosen run,
