@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
     const std::uint64_t bytes = floats * sizeof(float);
     GradBuffer backend(floats);
     RunClock clock = RunClock::wall();
-    GradientSync sync(comm, backend, clock, DeviceSpec{}, false);
+    GradientSync sync(comm, backend, clock, DeviceSpec{}, parallel::Link{}, false);  // real MPI: no modelled link
     std::vector<double> ours, theirs;
     for (int t = -1; t < trials; ++t) {  // trial -1 warms both paths up
       MPI_Barrier(MPI_COMM_WORLD);

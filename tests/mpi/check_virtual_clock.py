@@ -13,6 +13,8 @@ overrides), the planner's cost-weighted simulation:
     step (the only part of a step the schedule simulation leaves out);
   * every counted step the same (relative 1e-9): nothing on a virtual clock
     depends on the machine;
+  * the recorded bubble_simulated (the verdict's reference) within 0.001 of
+    the planned bubble, with replicas over the step with the synchronisation;
   * with data-parallel replicas, the step is the plan's `step_s` (the
     makespan and the exposed gradient all-reduce; with ZeRO-1 the parameter
     all-gather after the optimizer too) instead of the makespan,
@@ -76,6 +78,14 @@ def main():
             planned_bubble = 1.0 - busy.sum() / (len(busy) * (sim["step_s"] + gather)) if d > 1 else sim["bubble"]
             print(f"{name:16s} bubble measured {bm:.6f} planned {planned_bubble:.6f}; step {step[0]:.6f} s, "
                   f"planned {sim['step_s']:.6f} s (makespan {sim['makespan_s']:.6f} s), optimizer <= {opt.max():.6f} s")
+            # The schedule's own bubble from the measured medians (the verdict's
+            # reference): with replicas over the step with the exposed
+            # synchronisation, as measured (it once left that out, and the
+            # verdict blamed the executor for the planned all-reduce).
+            bs = float(r.attrs["bubble_simulated"])
+            if abs(bs - planned_bubble) > BUBBLE_TOLERANCE:
+                problems.append(f"{name}: bubble_simulated {bs:.6f} is {abs(bs - planned_bubble):.6f} from the "
+                                f"planned {planned_bubble:.6f}")
             if abs(bm - planned_bubble) > BUBBLE_TOLERANCE:
                 problems.append(f"{name}: measured bubble {bm:.6f} is {abs(bm - planned_bubble):.6f} from the "
                                 f"planned {planned_bubble:.6f}")

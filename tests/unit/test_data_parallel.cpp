@@ -274,3 +274,48 @@ TEST_CASE("data parallel: ZeRO-1's reduce-scatter and parameter all-gather in th
     CHECK(reduce == Approx(0.5 * by_hand(parallel::Collective::all_reduce, sp.grad_sync.bytes)).epsilon(0.01));
   }
 }
+
+// Nodes on the modelled machine (device.ranks_per_node): a stage's data group
+// on one node reduces over the sim link, one spanning nodes over the
+// inter-node link; unset inter-node keys fall back to the sim link's.
+TEST_CASE("data parallel: a data group across nodes reduces over the inter-node link", "[data_parallel]") {
+  std::vector<std::string> set{"model.hidden=2048", "model.heads=16", "model.layers=8", "device.backend=\"sim\"",
+                               "run.pp2_dp2.optimizer_sharding=\"none\"", "run.pp2_dp2.grad_sync=\"after_flush\""};
+  // 2 stages x 2 replicas, Megatron's order: stage 0 = ranks 0-1, stage 1 = ranks 2-3.
+  const Job one_node = parse_job(kJob, "w.toml", set);
+  for (const char* s : {"device.ranks_per_node=3", "device.sim_inter_node_gbps=25", "device.sim_inter_node_latency_us=50"})
+    set.emplace_back(s);
+  const Job three = parse_job(kJob, "w.toml", set);
+  // Nodes {0,1,2} and {3}: stage 0's group is on node 0, stage 1's spans both.
+  const parallel::Link l0 = parallel::data_group_link(three.device, three.runs[1], 0);
+  const parallel::Link l2 = parallel::data_group_link(three.device, three.runs[1], 2);
+  CHECK_FALSE(l0.inter_node);
+  CHECK(l0.gbps == three.device.sim_link_gbps);
+  CHECK(l0.latency_s == three.device.sim_link_latency_us * 1e-6);
+  CHECK(l2.inter_node);
+  CHECK(l2.gbps == 25.0);
+  CHECK(l2.latency_s == Approx(50e-6));
+  const RunPlan before = plan_run(one_node, one_node.runs[1]), after = plan_run(three, three.runs[1]);
+  CHECK(after.stages[0].grad_sync.sync_s() == before.stages[0].grad_sync.sync_s());
+  CHECK_FALSE(after.stages[0].grad_sync.inter_node);
+  CHECK(after.stages[1].grad_sync.inter_node);
+  CHECK(after.stages[1].grad_sync.sync_s() > 3.9 * before.stages[1].grad_sync.sync_s());  // a quarter of the bandwidth
+  CHECK(after.step_s > before.step_s);
+  // tp-pp-dp: replica r's pipeline is ranks 2r, 2r+1, so each stage's group {s, s+2} spans nodes 0 and 1 only
+  // for stage 1 ({1, 3}); stage 0's {0, 2} is on node 0.
+  RunSpec pp_dp = three.runs[1];
+  pp_dp.rank_order = RankOrder::tp_pp_dp;
+  CHECK_FALSE(parallel::data_group_link(three.device, pp_dp, 0).inter_node);
+  CHECK(parallel::data_group_link(three.device, pp_dp, 1).inter_node);
+  // Unset inter-node keys: the sim link's figures, the flag still set.
+  Job plain = three;
+  plain.device.sim_inter_node_gbps = plain.device.sim_inter_node_latency_us = -1.0;
+  const parallel::Link same = parallel::data_group_link(plain.device, plain.runs[1], 2);
+  CHECK(same.inter_node);
+  CHECK(same.gbps == plain.device.sim_link_gbps);
+  // The keys are checked, with file:line, and fingerprinted only when set.
+  CHECK_THAT(error_of({"device.ranks_per_node=0"}), Catch::Contains("device.ranks_per_node"));
+  CHECK_THAT(error_of({"device.sim_inter_node_gbps=0"}), Catch::Contains("device.sim_inter_node_gbps"));
+  CHECK(workload_keys(one_node, one_node.runs[1]).count("device.ranks_per_node") == 0);
+  CHECK(workload_keys(three, three.runs[1]).at("device.ranks_per_node") == "3");
+}

@@ -390,6 +390,9 @@ DeviceSpec read_device(TableReader& r) {
   d.sim_flops_per_s = r.number("sim_flops_per_s", d.sim_flops_per_s, 0.0, false);
   d.sim_link_latency_us = r.number("sim_link_latency_us", d.sim_link_latency_us, 0.0, true);
   d.sim_link_gbps = r.number("sim_link_gbps", d.sim_link_gbps, 0.0, false);
+  d.ranks_per_node = r.int_in_range("ranks_per_node", 1, kMaxRanks, d.ranks_per_node);
+  d.sim_inter_node_latency_us = r.number("sim_inter_node_latency_us", d.sim_inter_node_latency_us, 0.0, true);
+  d.sim_inter_node_gbps = r.number("sim_inter_node_gbps", d.sim_inter_node_gbps, 0.0, false);
   d.sim_load = r.number("sim_load", d.sim_load, 0.0, false);
   if (d.sim_load > 1000.0) r.fail_at(*r.find("sim_load"), "sim_load", "expected at most 1000");
   d.sim_jitter = r.number("sim_jitter", d.sim_jitter, 0.0, true);

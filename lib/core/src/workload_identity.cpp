@@ -52,6 +52,10 @@ WorkloadKeys workload_keys(const Job& job, const RunSpec& run) {
   k["device.sim_flops_per_s"] = number(d.sim_flops_per_s);
   k["device.sim_link_latency_us"] = number(d.sim_link_latency_us);
   k["device.sim_link_gbps"] = number(d.sim_link_gbps);
+  // Only when set, so series recorded before these keys existed keep their fingerprint.
+  if (d.ranks_per_node > 0) k["device.ranks_per_node"] = number(d.ranks_per_node);
+  if (d.sim_inter_node_latency_us >= 0.0) k["device.sim_inter_node_latency_us"] = number(d.sim_inter_node_latency_us);
+  if (d.sim_inter_node_gbps >= 0.0) k["device.sim_inter_node_gbps"] = number(d.sim_inter_node_gbps);
   // Only when virtual, so series recorded before the key existed keep their fingerprint.
   if (d.sim_clock != SimClock::wall) k["device.sim_clock"] = to_string(d.sim_clock);
   k["device.transport"] = to_string(d.resolved_transport());

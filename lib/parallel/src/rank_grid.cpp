@@ -16,6 +16,11 @@ RankGrid::RankGrid(GridShape shape, RankOrder order, int ranks_per_node)
   if (ranks_per_node < 1) throw Error(fmt::format("rank grid: ranks per node must be at least 1, got {}", ranks_per_node));
 }
 
+RankGrid run_grid(const RunSpec& run, const DeviceSpec& device) {
+  return RankGrid({run.pipeline_size, run.data_parallel, 1}, run.rank_order,
+                  device.ranks_per_node > 0 ? device.ranks_per_node : run.ranks());
+}
+
 Coord RankGrid::coord(int rank) const {
   if (rank < 0 || rank >= size()) throw Error(fmt::format("rank grid: rank {} outside [0, {})", rank, size()));
   Coord c;

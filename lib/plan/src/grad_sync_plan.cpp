@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "pipebench/parallel/collectives.hpp"
+#include "pipebench/parallel/rank_grid.hpp"
 #include "pipebench/plan/plan.hpp"
 
 namespace pipebench {
@@ -16,10 +17,13 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
   const bool overlap = plan.run.grad_sync == GradSync::overlap;
   const bool sharded = plan.run.optimizer_sharding == OptimizerSharding::zero1;
   const ActionKind last_kind = sched.split_backward() ? ActionKind::W : ActionKind::B;
-  const double latency = job.device.sim_link_latency_us * 1e-6;
+  const parallel::RankGrid grid = parallel::run_grid(plan.run, job.device);
   std::size_t at = 0;  // the timeline is rank-major, each rank's actions in order
   for (int r = 0; r < sched.num_ranks; ++r) {
     StagePlan& sp = plan.stages[static_cast<std::size_t>(r)];
+    // Stage r's data group (every replica's stage r): within a node or across nodes.
+    const parallel::Link link = parallel::data_group_link(job.device, plan.run, grid.rank({r, 0, 0}));
+    sp.grad_sync.inter_node = link.inter_node;
     const auto& actions = sched.actions[static_cast<std::size_t>(r)];
     const double last_end = sim.last_end[static_cast<std::size_t>(r)];
     // Launches in the order the rank finishes its chunks (the runtime's order).
@@ -34,8 +38,8 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
     // Buckets of `bytes` on the link after `launch`, each its ring time.
     auto buckets = [&](parallel::LinkChain& chain, double launch, std::uint64_t bytes, parallel::Collective kind) {
       for (std::uint64_t off = 0; off < bytes; off += parallel::kGradBucketBytes)
-        chain.add(launch, parallel::ring_time_s(kind, std::min(parallel::kGradBucketBytes, bytes - off), d, latency,
-                                                job.device.sim_link_gbps));
+        chain.add(launch, parallel::ring_time_s(kind, std::min(parallel::kGradBucketBytes, bytes - off), d, link.latency_s,
+                                                link.gbps));
     };
     parallel::LinkChain chain, gather;
     GradSyncPlan& g = sp.grad_sync;

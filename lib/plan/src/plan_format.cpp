@@ -94,14 +94,18 @@ std::string join_ints(const std::vector<int>& v) {
 
 // The split rules side by side: layers per piece and the slowest piece.
 // Data parallelism: each stage's gradient all-reduce and the step with it (plan_grad_sync).
-std::string grad_sync_text(const RunPlan& rp) {
-  std::string out = fmt::format("gradient synchronisation ({}, {} replicas, ring on the sim link, {} buckets):\n",
+std::string grad_sync_text(const Job& job, const RunPlan& rp) {
+  const bool nodes = std::any_of(rp.stages.begin(), rp.stages.end(), [](const StagePlan& sp) { return sp.grad_sync.inter_node; });
+  std::string out = fmt::format("gradient synchronisation ({}, {} replicas, ring on the sim link{}, {} buckets):\n",
                                 to_string(rp.run.grad_sync), rp.run.data_parallel,
+                                nodes ? fmt::format(" within a node and the inter-node link across ({} ranks per node)",
+                                                    job.device.ranks_per_node)
+                                      : "",
                                 format_bytes(static_cast<double>(parallel::kGradBucketBytes)));
   for (const StagePlan& sp : rp.stages)
-    out += fmt::format("  stage {}: {} in {}, {} exposed after its last action{}\n", sp.stage,
+    out += fmt::format("  stage {}: {} in {}{}, {} exposed after its last action{}\n", sp.stage,
                        format_bytes(static_cast<double>(sp.grad_sync.bytes)), format_seconds(sp.grad_sync.sync_s()),
-                       format_seconds(sp.grad_sync.recorded_exposed_s()),
+                       sp.grad_sync.inter_node ? " across nodes" : "", format_seconds(sp.grad_sync.recorded_exposed_s()),
                        sp.grad_sync.gather_s > 0.0
                            ? fmt::format(" (ZeRO-1: reduce-scatter, then {} of parameter all-gather after the optimizer)",
                                          format_seconds(sp.grad_sync.gather_s))
@@ -250,7 +254,7 @@ std::string format_plan_text(const JobPlan& plan) {
                        "cost-weighted simulated = {:.4f}, makespan {}\n",
                        analytic_bubble_text(rp), rp.unit.bubble, rp.unit.makespan, rp.simulated.bubble,
                        format_seconds(rp.simulated.makespan));
-    if (r.data_parallel > 1 && r.mode == RunMode::train) out += grad_sync_text(rp);
+    if (r.data_parallel > 1 && r.mode == RunMode::train) out += grad_sync_text(job, rp);
     out += fmt::format("peak live activations per stage: {}\n", join_ints(rp.unit.peak_live_activations));
     if (p <= kGridMaxRanks && rp.unit.makespan <= kGridMaxSteps) {
       out += "timeline (unit costs, step x rank):\n" + render_grid(rp.schedule, rp.unit);
@@ -335,7 +339,8 @@ void emit_plan_json(const JobPlan& plan, JsonWriter& w) {
       for (const auto& sp : rp.stages)
         w.begin_object().field("bytes", sp.grad_sync.bytes).field("launch_s", sp.grad_sync.launch_s)
             .field("end_s", sp.grad_sync.end_s).field("sync_s", sp.grad_sync.sync_s())
-            .field("exposed_s", sp.grad_sync.recorded_exposed_s()).field("gather_s", sp.grad_sync.gather_s).end_object();
+            .field("exposed_s", sp.grad_sync.recorded_exposed_s()).field("gather_s", sp.grad_sync.gather_s)
+            .field("inter_node", sp.grad_sync.inter_node).end_object();
       w.end_array();
     }
     w.end_object();

@@ -318,6 +318,32 @@ std::size_t add_step_figures(RunResult& r, const Job& job, const RunPlan& plan, 
 
 }  // namespace
 
+namespace {
+
+// The schedule's bubble with replicas: a step also holds each rank's
+// exposed gradient synchronisation past its last action (ZeRO-1: and the
+// parameter all-gather), so the step is the latest of every rank's last
+// action's end (its stage's, simulated) plus its median counted exposed time,
+// and the bubble is over that step — the measured bubble's definition. Without
+// replicas: the simulation's bubble.
+double with_grad_sync(const RunResult& r, const SimResult& sim) {
+  if (r.grad_sync_exposed_s.empty() || r.pipeline_rank.empty()) return sim.bubble;
+  const std::size_t n = r.pipeline_rank.size();
+  double step = sim.makespan, busy = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto stage = static_cast<std::size_t>(r.pipeline_rank[i]);
+    if (stage >= sim.busy.size()) return sim.bubble;
+    std::vector<double> exposed;
+    for (std::size_t k = 0; k < r.grad_sync_exposed_s.size() && k < r.is_warmup.size(); ++k)
+      if (!r.is_warmup[k] && i < r.grad_sync_exposed_s[k].size()) exposed.push_back(r.grad_sync_exposed_s[k][i]);
+    if (!exposed.empty()) step = std::max(step, sim.last_end[stage] + median_of(exposed));
+    busy += sim.busy[stage];
+  }
+  return 1.0 - busy / (static_cast<double>(n) * step);
+}
+
+}  // namespace
+
 RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<RankRecord>& ranks) {
   EventDigest digest(plan.schedule, plan.run.mode == RunMode::inference);
   std::vector<EventRecord> events;
@@ -347,7 +373,7 @@ RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<Ra
     SimCosts costs = digest.costs(job.train.warmup);
     if (job.device.backend == BackendKind::sim) costs.transfer = job.device.sim_load * plan.costs.transfer;
     const SimResult sim = simulate_checked(plan.schedule, costs, false);  // a plan's schedule is validated
-    if (sim.completed && sim.makespan > 0.0) r.bubble_simulated = sim.bubble;
+    if (sim.completed && sim.makespan > 0.0) r.bubble_simulated = with_grad_sync(r, sim);
   }
   return r;
 }

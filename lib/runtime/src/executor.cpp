@@ -369,8 +369,9 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
       throw Error(fmt::format("rank {} built layers {}-{} but the plan gives it {}-{}", comm.rank(), built.first,
                               built.second, first, last));
     if (comm.replicas() > 1 && plan.run.mode == RunMode::train)
-      sync.emplace(comm, backend, backend.clock(), job.device, job.device.backend == BackendKind::sim, spec.shard_optimizer,
-                   spec.num_chunks());
+      sync.emplace(comm, backend, backend.clock(), job.device,
+                   parallel::data_group_link(job.device, plan.run, comm.run_rank()),
+                   job.device.backend == BackendKind::sim, spec.shard_optimizer, spec.num_chunks());
     const SyncPlan sync_plan = plan_sync(plan, comm.rank(), sync ? &*sync : nullptr);
     if (!opt.dry_run)
       for (int step = 0; step < steps; ++step) StepRun(job, plan, comm, backend, transport, opt, sync_plan, step).run(rec);

@@ -10,9 +10,11 @@
 
 namespace pipebench {
 
-GradientSync::GradientSync(RunComm& comm, Backend& backend, RunClock& clock, const DeviceSpec& link, bool modelled,
+GradientSync::GradientSync(RunComm& comm, Backend& backend, RunClock& clock, const DeviceSpec& device,
+                           parallel::Link link, bool modelled,
                            bool sharded, int chunks)
-    : comm_(comm), backend_(backend), clock_(clock), link_(link), modelled_(modelled), sharded_(sharded) {
+    : comm_(comm), backend_(backend), clock_(clock), sim_load_(device.sim_load), link_(link), modelled_(modelled),
+      sharded_(sharded) {
   if (!sharded_ || modelled_) return;
   // Where each chunk starts in the rank's concatenated parameters (parallel/shards.hpp).
   std::int64_t base = 0;
@@ -45,8 +47,7 @@ void GradientSync::split(int chunk, std::int64_t a, std::int64_t b, Bucket& out)
 }
 
 double GradientSync::link_time(parallel::Collective c, std::uint64_t bytes) const {
-  return link_.sim_load *
-         parallel::ring_time_s(c, bytes, comm_.replicas(), link_.sim_link_latency_us * 1e-6, link_.sim_link_gbps);
+  return sim_load_ * parallel::ring_time_s(c, bytes, comm_.replicas(), link_.latency_s, link_.gbps);
 }
 
 // Modelled buckets (sim): kGradBucketBytes of logical bytes each, a MAX of the replicas' launch times.

@@ -503,7 +503,7 @@ void checkpoint(const JobContext& ctx, JobResult& jr, const RunPlan* in_progress
 bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, Watchdog& watchdog, JobResult& jr) {
   const Job& job = ctx.job;
   const int p = rp.run.pipeline_size;
-  const parallel::RankGrid grid({p, rp.run.data_parallel, 1}, rp.run.rank_order, rp.run.ranks());
+  const parallel::RankGrid grid = parallel::run_grid(rp.run, job.device);
   RunComm rc(comm, grid);
   auto backend = make_backend(job, ctx.world_rank);
   const bool nccl = ctx.transport_kind == TransportKind::nccl && p > 1;

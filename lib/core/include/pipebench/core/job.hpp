@@ -96,6 +96,15 @@ struct DeviceSpec {
   double sim_flops_per_s = 2.0e12;    // sim backend / cost-weighted planner
   double sim_link_latency_us = 5.0;   // per transfer
   double sim_link_gbps = 100.0;       // gigabits per second
+  // The modelled machine's nodes (sim backend and the planner;
+  // docs/parallel.md "Nodes"): ranks [n·R, (n+1)·R) of a run are node n,
+  // R = ranks_per_node; 0: a run's ranks all on one node. A data-parallel
+  // group on one node reduces over the sim link; one spanning nodes over the
+  // inter-node link (latency and bandwidth; < 0: the sim link's). Pipeline
+  // transfers ride the sim link wherever their stages are.
+  int ranks_per_node = 0;
+  double sim_inter_node_latency_us = -1.0;
+  double sim_inter_node_gbps = -1.0;
   // The simulated machine's condition, not the workload (excluded from the
   // workload fingerprint): every modelled duration is multiplied by
   // sim_load (a loaded or slower machine: 2 = half speed) and, per action,

@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "pipebench/core/job.hpp"
+
 namespace pipebench::parallel {
 
 // Gradients are reduced in buckets of at most this many bytes (PyTorch
@@ -47,5 +49,19 @@ double ring_time_s(Collective c, std::uint64_t bytes, int group_size, double lat
 
 // nccl-tests' bus bandwidth in bytes per second; 0 when nothing was timed.
 double bus_bandwidth(Collective c, std::uint64_t bytes, int group_size, double seconds);
+
+// A modelled link: what ring_time_s needs.
+struct Link {
+  double latency_s = 0.0;
+  double gbps = 0.0;
+  bool inter_node = false;
+};
+
+// The link the data-parallel group of run rank `rank` reduces over on the
+// modelled machine (run_grid: device.ranks_per_node): the sim link when the
+// group is on one node, the inter-node link (device.sim_inter_node_*, each
+// the sim link's where unset) when it spans nodes. One rule for the planner
+// and the sim backend.
+Link data_group_link(const DeviceSpec& device, const RunSpec& run, int rank);
 
 }  // namespace pipebench::parallel

@@ -65,6 +65,10 @@ class RankGrid {
   int ranks_per_node_;
 };
 
+// A run's grid on the modelled machine: p × d × 1 in the run's rank_order,
+// device.ranks_per_node ranks per node (0: the whole run on one node).
+RankGrid run_grid(const RunSpec& run, const DeviceSpec& device);
+
 // Ranks per node from a launcher's environment, as `getenv` gives them:
 // Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE, else Slurm's SLURM_NTASKS_PER_NODE,
 // else the first count of SLURM_TASKS_PER_NODE ("4(x2),3" -> 4); nullopt

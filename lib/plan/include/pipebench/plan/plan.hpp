@@ -34,6 +34,7 @@ struct GradSyncPlan {
   double end_s = 0.0;      // the last bucket's end
   double gather_s = 0.0;   // ZeRO-1's parameter all-gather (0 without)
   double exposed_s = 0.0;  // of the reduction, past the rank's last action (after_flush: all of it)
+  bool inter_node = false; // its data group spans nodes: the inter-node link (device.ranks_per_node)
   // As the runtime records them (grad_sync_s, grad_sync_exposed_s).
   double sync_s() const { return end_s - launch_s + gather_s; }
   double recorded_exposed_s() const { return exposed_s + gather_s; }

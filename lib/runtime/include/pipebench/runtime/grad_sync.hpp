@@ -42,10 +42,11 @@ namespace pipebench {
 
 class GradientSync {
  public:
-  // `modelled`: the backend holds no gradients (sim); `link` then times the
-  // buckets. `sharded`: ZeRO-1 over the rank's `chunks` chunks.
-  GradientSync(RunComm& comm, Backend& backend, RunClock& clock, const DeviceSpec& link, bool modelled,
-               bool sharded = false, int chunks = 1);
+  // `modelled`: the backend holds no gradients (sim); `link` (the data
+  // group's, parallel::data_group_link) then times the buckets, × the
+  // device's sim_load. `sharded`: ZeRO-1 over the rank's `chunks` chunks.
+  GradientSync(RunComm& comm, Backend& backend, RunClock& clock, const DeviceSpec& device, parallel::Link link,
+               bool modelled, bool sharded = false, int chunks = 1);
 
   // Per step, before the first launch: the step's start on the run's clock.
   void begin_step(double t0);
@@ -87,7 +88,8 @@ class GradientSync {
   RunComm& comm_;
   Backend& backend_;
   RunClock& clock_;
-  DeviceSpec link_;
+  double sim_load_ = 1.0;
+  parallel::Link link_;
   bool modelled_, sharded_;
   std::vector<std::int64_t> chunk_base_;  // sharded, real: each chunk's first element in the rank's parameters
   std::int64_t total_ = 0;
