@@ -139,11 +139,7 @@ std::vector<std::string> run_table_row(const RunView& v) {
     failure = fmt::format("{}: {}", failure_origin(r), r.failure_message);
   else if (r.status == RunStatus::skipped)
     failure = r.failure_message;
-  double exposed = std::numeric_limits<double>::quiet_NaN();  // data parallelism only
-  for (std::size_t i = 0; !r.grad_sync_exposed_s.empty() && i < r.peak_mem_bytes.size(); ++i) {
-    const double e = counted_median(r.grad_sync_exposed_s, r.is_warmup, i);
-    if (!(exposed >= e)) exposed = e;
-  }
+  const double exposed = grad_sync_summary(r).exposed_s;  // data parallelism only (else NaN)
   return {r.spec.name,
           std::string(to_string(r.status)),
           std::string(to_string(r.spec.mode)),

@@ -8,7 +8,6 @@
 
 #include "pipebench/core/json.hpp"
 #include "pipebench/core/units.hpp"
-#include "pipebench/parallel/collectives.hpp"
 #include "pipebench/plan/plan_format.hpp"
 #include "pipebench/results/metrics.hpp"
 #include "report_common.hpp"
@@ -97,17 +96,9 @@ void grad_sync_record(JsonWriter& w, const RunResult& r) {
     w.null();
     return;
   }
-  double sync = 0.0, exposed = 0.0, busbw = 0.0;
-  for (std::size_t i = 0; i < r.peak_mem_bytes.size(); ++i) {
-    const double s = counted_median(r.grad_sync_s, r.is_warmup, i);
-    exposed = std::max(exposed, counted_median(r.grad_sync_exposed_s, r.is_warmup, i));
-    if (s <= sync) continue;
-    sync = s;
-    if (i < r.grad_sync_bytes.size())
-      busbw = parallel::bus_bandwidth(parallel::Collective::all_reduce, r.grad_sync_bytes[i], r.spec.data_parallel, s);
-  }
-  w.begin_object().field("sync_median_s", sync).field("exposed_median_s", exposed);
-  w.field("bus_bandwidth_bytes_per_s", busbw).end_object();
+  const GradSyncSummary g = grad_sync_summary(r);
+  w.begin_object().field("sync_median_s", g.sync_s).field("exposed_median_s", g.exposed_s);
+  w.field("bus_bandwidth_bytes_per_s", g.bus_bandwidth).end_object();
 }
 
 // Seed 004's record of one run (docs/reports.md, "summary.json"): workload,

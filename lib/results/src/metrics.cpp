@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "pipebench/core/units.hpp"
+#include "pipebench/parallel/collectives.hpp"
 #include "pipebench/results/robust_stats.hpp"
 #include "pipebench/core/workload_identity.hpp"
 
@@ -88,6 +89,28 @@ double counted_median(const std::vector<std::vector<double>>& rows, const std::v
   for (std::size_t k = 0; k < rows.size() && k < is_warmup.size(); ++k)
     if (!is_warmup[k]) v.push_back(rows[k][col]);
   return median_of(v);
+}
+
+GradSyncSummary grad_sync_summary(const RunResult& r) {
+  GradSyncSummary g{kNaN, kNaN, kNaN};
+  if (r.grad_sync_s.empty()) return g;
+  for (std::size_t i = 0; i < r.peak_mem_bytes.size(); ++i) {
+    const double e = counted_median(r.grad_sync_exposed_s, r.is_warmup, i);
+    if (!(g.exposed_s >= e)) g.exposed_s = e;
+    const double s = counted_median(r.grad_sync_s, r.is_warmup, i);
+    if (g.sync_s >= s) continue;
+    g.sync_s = s;
+    g.bus_bandwidth = i < r.grad_sync_bytes.size() ? parallel::bus_bandwidth(parallel::Collective::all_reduce,
+                                                                             r.grad_sync_bytes[i], r.spec.data_parallel, s)
+                                                   : kNaN;
+  }
+  return g;
+}
+
+double grad_sync_bus_bandwidth(const RunResult& r, std::size_t step, std::size_t rank) {
+  if (step >= r.grad_sync_s.size() || rank >= r.grad_sync_s[step].size() || rank >= r.grad_sync_bytes.size()) return 0.0;
+  return parallel::bus_bandwidth(parallel::Collective::all_reduce, r.grad_sync_bytes[rank], r.spec.data_parallel,
+                                 r.grad_sync_s[step][rank]);
 }
 
 EventDigest::EventDigest(const Schedule& s, bool inference)

@@ -16,6 +16,7 @@
 
 #include "pipebench/core/config.hpp"
 #include "pipebench/core/units.hpp"
+#include "pipebench/results/metrics.hpp"
 
 namespace pipebench {
 
@@ -445,6 +446,11 @@ void write_run(hid_t runs, const RunResult& r, const EventStore* store) {
       dataset_2d(g, "grad_sync_start_s", r.grad_sync_start_s, P);
       dataset_2d(g, "grad_sync_s", r.grad_sync_s, P);
       dataset_2d(g, "grad_sync_exposed_s", r.grad_sync_exposed_s, P);
+      // Derived (metrics.hpp grad_sync_bus_bandwidth), written for readers; not read back.
+      std::vector<std::vector<double>> busbw(r.grad_sync_s.size());
+      for (std::size_t k = 0; k < busbw.size(); ++k)
+        for (std::size_t i = 0; i < r.grad_sync_s[k].size(); ++i) busbw[k].push_back(grad_sync_bus_bandwidth(r, k, i));
+      dataset_2d(g, "grad_sync_bus_bandwidth", busbw, P);
     }
   }
   dataset_2d(g, "microbatch_latency_s", r.microbatch_latency_s, static_cast<std::size_t>(r.spec.num_microbatches));

@@ -254,13 +254,11 @@ void print_run_summary(const RunResult& r, const RunPlan& rp) {
                  format_bytes(static_cast<double>(r.device_used_before_bytes[i])),
                  format_bytes(static_cast<double>(r.peak_mem_bytes[i])));
   if (!r.grad_sync_s.empty()) {
-    double sync = 0.0, exposed = 0.0;
-    for (std::size_t i = 0; i < r.peak_mem_bytes.size(); ++i) {
-      sync = std::max(sync, counted_median(r.grad_sync_s, r.is_warmup, i));
-      exposed = std::max(exposed, counted_median(r.grad_sync_exposed_s, r.is_warmup, i));
-    }
-    fmt::print("     gradient all-reduce ({}, {} replicas): {} per step at most, {} of it exposed (the slowest rank's medians)\n",
-               to_string(r.spec.grad_sync), r.spec.data_parallel, format_seconds(sync), format_seconds(exposed));
+    const GradSyncSummary g = grad_sync_summary(r);
+    fmt::print("     gradient all-reduce ({}, {} replicas): {} per step at most, {} of it exposed (the slowest rank's "
+               "medians); bus bandwidth {}/s\n",
+               to_string(r.spec.grad_sync), r.spec.data_parallel, format_seconds(g.sync_s), format_seconds(g.exposed_s),
+               std::isfinite(g.bus_bandwidth) ? format_bytes(g.bus_bandwidth) : "-");
   }
   const double tflops = step_model_flops(rp) / r.step_time.median / 1e12;
   const double hardware = step_model_flops(rp, true) / r.step_time.median / 1e12;

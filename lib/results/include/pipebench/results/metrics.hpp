@@ -39,6 +39,21 @@ Stats compute_stats(const std::vector<double>& values);
 double counted_median(const std::vector<std::vector<double>>& rows, const std::vector<std::uint8_t>& is_warmup,
                       std::size_t col);
 
+// A data-parallel run's gradient synchronisation as one line reports it:
+// the largest per-rank median over counted steps of grad_sync_s and of
+// grad_sync_exposed_s, and the bus bandwidth (nccl-tests' busbw, bytes/s) of
+// the rank with that largest time. All NaN without replicas.
+struct GradSyncSummary {
+  double sync_s, exposed_s, bus_bandwidth;
+};
+GradSyncSummary grad_sync_summary(const RunResult& r);
+
+// nccl-tests' bus bandwidth of rank `rank`'s synchronisation in step
+// `step`: grad_sync_bytes × 2(d−1)/d / grad_sync_s (ZeRO-1's reduce-scatter
+// and all-gather move what one all-reduce moves; its grad_sync_s holds the
+// sharded optimizer step between them too). 0 when nothing was timed.
+double grad_sync_bus_bandwidth(const RunResult& r, std::size_t step, std::size_t rank);
+
 // What a run's metrics take from its events, reduced as the events arrive,
 // so that rank 0 need not hold a run's events (the runner streams them to the
 // results file step by step): per (virtual stage, F/B/W) the median duration
