@@ -41,6 +41,7 @@ constexpr const char* kWeight = "#b279a2";
 constexpr const char* kWait = "#9d9da0";
 constexpr const char* kIdle = "#e8e8e8";
 constexpr const char* kTail = "#8cc084";
+constexpr const char* kSync = "#d62728";  // data parallelism's gradient synchronisation
 constexpr const char* kRunColor = "#4c78a8";
 constexpr const char* kRunBandColor = "#c9d6e5";  // kRunColor, light: a spread behind its line
 constexpr const char* kBaseColor = "#9d9da0";
@@ -55,6 +56,33 @@ std::vector<std::pair<std::string, std::string>> action_legend(RunMode mode, boo
   if (mode == RunMode::train) l.emplace_back(split ? "backward (input gradient)" : "backward", kBackward);
   if (split) l.emplace_back("weight gradient (W)", kWeight);
   return l;
+}
+
+std::string sync_name(const RunResult& r) {
+  return r.spec.optimizer_sharding == OptimizerSharding::zero1 ? "reduce-scatter, optimizer, all-gather"
+                                                               : "gradient all-reduce";
+}
+
+// Data parallelism: a row under the ranks for each stage's (replica 0's)
+// gradient synchronisation of step k, from its first launch to its end (it
+// runs beside the compute when overlapped). False without replicas.
+bool gradient_sync_rows(const RunResult& r, int k, svg::Gantt& g) {
+  const auto step = static_cast<std::size_t>(k);
+  if (step >= r.grad_sync_s.size() || step >= r.grad_sync_start_s.size()) return false;
+  const int P = r.spec.pipeline_size;
+  for (int stage = 0; stage < P; ++stage) {
+    const std::size_t i = r.rank_index(stage);
+    const int row = P + stage;
+    g.rows.push_back(fmt::format("sync {}", stage));  // rank {stage}'s, short enough for the label column
+    if (i >= r.grad_sync_s[step].size()) continue;
+    const double start = r.grad_sync_start_s[step][i], took = r.grad_sync_s[step][i];
+    if (!(took > 0.0)) continue;
+    g.bars.push_back({row, start, start + took, kSync, "",
+                      fmt::format("{} {:.6f}-{:.6f} s, {:.6f} s exposed; bus bandwidth {}/s", sync_name(r), start,
+                                  start + took, r.grad_sync_exposed_s[step][i],
+                                  format_bytes(grad_sync_bus_bandwidth(r, step, i)))});
+  }
+  return true;
 }
 
 // Measured Gantt of one counted step: compute bars, the wait for input before
@@ -104,6 +132,7 @@ std::string measured_gantt(const RunView& v, const Schedule* sched) {
   for (const auto& l : std::vector<std::pair<std::string, std::string>>{
            {"waiting for input", kWait}, {"idle", kIdle}, {train ? "reduction + optimizer" : "end of step", kTail}})
     g.legend.push_back(l);
+  if (gradient_sync_rows(r, k, g)) g.legend.emplace_back(sync_name(r), kSync);
   return svg::gantt(g);
 }
 
@@ -123,6 +152,21 @@ std::string simulated_gantt(const RunView& v, const Schedule& s) {
     g.bars.push_back({a.rank, a.start, a.end, color, name, fmt::format("{} {:.6f}-{:.6f} s", name, a.start, a.end)});
   }
   g.legend = action_legend(r.spec.mode, s.split_backward());
+  // Data parallelism: each rank's median exposed synchronisation after its
+  // last action, as bubble_simulated counts it (docs/results-format.md).
+  if (!r.grad_sync_exposed_s.empty()) {
+    for (int stage = 0; stage < P && static_cast<std::size_t>(stage) < sim.last_end.size(); ++stage) {
+      const double exposed = counted_median(r.grad_sync_exposed_s, r.is_warmup, r.rank_index(stage));
+      const double from = sim.last_end[static_cast<std::size_t>(stage)];
+      if (!(exposed > 0.0)) continue;
+      g.bars.push_back({stage, from, from + exposed, kSync, "",
+                        fmt::format("{}: {:.6f} s exposed (measured median)", sync_name(r), exposed)});
+      g.t_end = std::max(g.t_end, from + exposed);
+    }
+    g.title = fmt::format("{}: {} simulated with measured medians and the exposed synchronisation (bubble {:.3f})",
+                          r.spec.name, s.name, r.bubble_simulated);
+    g.legend.emplace_back("exposed " + sync_name(r), kSync);
+  }
   return svg::gantt(g);
 }
 

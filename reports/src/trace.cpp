@@ -109,7 +109,8 @@ void gradient_sync(TraceWriter& t, const RunResult& r, int pid, double base, int
           base + start + took, [&](JsonWriter& w) {
             w.field("step", step + 1).field("replicas", r.spec.data_parallel).field("grad_sync", to_string(r.spec.grad_sync));
             w.field("sync_s", took).field("exposed_s", r.grad_sync_exposed_s[k][i]);
-            if (i < r.grad_sync_bytes.size()) w.field("bytes", r.grad_sync_bytes[i]);
+            if (i < r.grad_sync_bytes.size())
+              w.field("bytes", r.grad_sync_bytes[i]).field("bus_bandwidth_bytes_per_s", grad_sync_bus_bandwidth(r, k, i));
           });
 }
 
