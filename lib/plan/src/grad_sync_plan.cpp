@@ -11,30 +11,22 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
   const int d = plan.run.data_parallel;
   if (d <= 1 || plan.run.mode != RunMode::train) return;
   const Schedule& sched = plan.schedule;
+  plan.sync = make_sync_schedule(sched, plan.run.grad_sync == GradSync::overlap);
+  validate_sync_schedule(sched, plan.sync);
   // When each action ended: the cost-weighted simulation again, with its timeline.
   const SimResult sim = simulate_checked(sched, plan.costs, true);
+  const auto launch_times = sync_launch_times(sched, sim, plan.sync);
   const StateBytes per = state_bytes_per_param(job.train.optimizer, plan.storage_dtype);
-  const bool overlap = plan.run.grad_sync == GradSync::overlap;
   const bool sharded = plan.run.optimizer_sharding == OptimizerSharding::zero1;
-  const ActionKind last_kind = sched.split_backward() ? ActionKind::W : ActionKind::B;
   const parallel::RankGrid grid = parallel::run_grid(plan.run, job.device);
-  std::size_t at = 0;  // the timeline is rank-major, each rank's actions in order
   for (int r = 0; r < sched.num_ranks; ++r) {
     StagePlan& sp = plan.stages[static_cast<std::size_t>(r)];
     // Stage r's data group (every replica's stage r): within a node or across nodes.
     const parallel::Link link = parallel::data_group_link(job.device, plan.run, grid.rank({r, 0, 0}));
     sp.grad_sync.inter_node = link.inter_node;
-    const auto& actions = sched.actions[static_cast<std::size_t>(r)];
     const double last_end = sim.last_end[static_cast<std::size_t>(r)];
-    // Launches in the order the rank finishes its chunks (the runtime's order).
-    std::vector<std::pair<double, int>> launches;  // (time, chunk)
-    std::vector<double> chunk_end(static_cast<std::size_t>(sched.chunks_per_rank), last_end);
-    for (std::size_t i = 0; i < actions.size(); ++i)
-      if (actions[i].kind == last_kind) chunk_end[static_cast<std::size_t>(actions[i].chunk)] = sim.timeline[at + i].end;
-    at += actions.size();
-    for (int c = 0; c < sched.chunks_per_rank; ++c)
-      launches.emplace_back(overlap ? chunk_end[static_cast<std::size_t>(c)] : last_end, c);
-    std::stable_sort(launches.begin(), launches.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    // The reduce-grad actions' launches, in the runtime's order.
+    const auto& launches = launch_times[static_cast<std::size_t>(r)];
     // Buckets of `bytes` on the link after `launch`, each its ring time.
     auto buckets = [&](parallel::LinkChain& chain, double launch, std::uint64_t bytes, parallel::Collective kind) {
       for (std::uint64_t off = 0; off < bytes; off += parallel::kGradBucketBytes)

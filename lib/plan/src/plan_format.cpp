@@ -109,7 +109,8 @@ std::string grad_sync_text(const Job& job, const RunPlan& rp) {
                        sp.grad_sync.gather_s > 0.0
                            ? fmt::format(" (ZeRO-1: reduce-scatter, then {} of parameter all-gather after the optimizer)",
                                          format_seconds(sp.grad_sync.gather_s))
-                           : "");
+                           : "") +
+           fmt::format("    actions: {}\n", sync_actions_text(rp.schedule, rp.sync, sp.stage));
   out += fmt::format("  step without the optimizer: {} (makespan {} + the exposed all-reduce)\n", format_seconds(rp.step_s),
                      format_seconds(rp.simulated.makespan));
   return out;
@@ -336,11 +337,18 @@ void emit_plan_json(const JobPlan& plan, JsonWriter& w) {
     w.field("step_s", rp.step_s);  // the makespan, with replicas their gradient all-reduce too
     if (r.data_parallel > 1 && r.mode == RunMode::train) {
       w.key("grad_sync").begin_array();  // per rank (stage)
-      for (const auto& sp : rp.stages)
+      for (const auto& sp : rp.stages) {
         w.begin_object().field("bytes", sp.grad_sync.bytes).field("launch_s", sp.grad_sync.launch_s)
             .field("end_s", sp.grad_sync.end_s).field("sync_s", sp.grad_sync.sync_s())
             .field("exposed_s", sp.grad_sync.recorded_exposed_s()).field("gather_s", sp.grad_sync.gather_s)
-            .field("inter_node", sp.grad_sync.inter_node).end_object();
+            .field("inter_node", sp.grad_sync.inter_node);
+        // The rank's reduce-grad actions in launch order: the chunk and the action it follows.
+        w.key("reduce_grad").begin_array();
+        const auto& actions = rp.schedule.actions[static_cast<std::size_t>(sp.stage)];
+        for (const ReduceGrad& g : rp.sync.reduce[static_cast<std::size_t>(sp.stage)])
+          w.begin_object().field("chunk", g.chunk).field("after", to_string(actions[static_cast<std::size_t>(g.after)])).end_object();
+        w.end_array().end_object();
+      }
       w.end_array();
     }
     w.end_object();

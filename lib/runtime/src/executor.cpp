@@ -53,30 +53,24 @@ FailureKind classify(const std::exception& e) {
   return FailureKind::error;
 }
 
-// Data parallelism: the gradient synchronisation of a rank's steps and when
-// it launches each chunk's — after the flush, or (grad_sync = "overlap") as
-// the chunk's last gradient action (B, or W when the backward is split) ends.
+// Data parallelism: the gradient synchronisation of a rank's steps and the
+// plan's reduce-grad actions (RunPlan::sync, schedule/sync_actions.hpp) as
+// launches after the rank's actions.
 struct SyncPlan {
   GradientSync* sync = nullptr;  // null: one replica, or inference
-  bool overlap = false;
-  // Per action of the rank's list: the chunk whose gradients are final after it, else -1.
-  std::vector<int> launches_after;
+  bool overlap = false;          // else every launch is after the last action (and the sends' completion)
+  // Per action of the rank's list: the chunks whose reduce-grad launches after it, in order.
+  std::vector<std::vector<int>> launches_after;
 };
 
 SyncPlan plan_sync(const RunPlan& plan, int rank, GradientSync* sync) {
   SyncPlan sp;
   if (!sync) return sp;
   sp.sync = sync;
-  sp.overlap = plan.run.grad_sync == GradSync::overlap;
-  const auto& actions = plan.schedule.actions[static_cast<std::size_t>(rank)];
-  sp.launches_after.assign(actions.size(), -1);
-  const ActionKind last_kind = plan.schedule.split_backward() ? ActionKind::W : ActionKind::B;
-  std::vector<bool> seen(static_cast<std::size_t>(plan.schedule.chunks_per_rank), false);
-  for (std::size_t i = actions.size(); i-- > 0;)
-    if (actions[i].kind == last_kind && !seen[static_cast<std::size_t>(actions[i].chunk)]) {
-      seen[static_cast<std::size_t>(actions[i].chunk)] = true;
-      sp.launches_after[i] = actions[i].chunk;
-    }
+  sp.overlap = plan.sync.overlap;
+  sp.launches_after.resize(plan.schedule.actions[static_cast<std::size_t>(rank)].size());
+  for (const ReduceGrad& g : plan.sync.reduce.at(static_cast<std::size_t>(rank)))
+    sp.launches_after.at(static_cast<std::size_t>(g.after)).push_back(g.chunk);
   return sp;
 }
 
@@ -98,7 +92,7 @@ class StepRun {
     for (std::size_t i = 0; i < actions.size(); ++i) {
       rec.events.push_back(execute(actions[i]));
       if (sync_.overlap) {
-        if (sync_.launches_after[i] >= 0) sync_.sync->launch(sync_.launches_after[i]);
+        for (int chunk : sync_.launches_after[i]) sync_.sync->launch(chunk);
         sync_.sync->progress();
       }
     }
@@ -137,8 +131,8 @@ class StepRun {
     if (opt_.fault.fires(FaultInjection::Kind::sync, plan_.run.name, comm_.run_rank(), step_))
       throw Error(fmt::format("injected error (PIPEBENCH_FAULT) on rank {} before its gradient synchronisation at step {}",
                               comm_.run_rank(), step_));
-    if (!sync_.overlap)
-      for (int c = 0; c < sched_.chunks_per_rank; ++c) sync_.sync->launch(c);
+    if (!sync_.overlap && !sync_.launches_after.empty())
+      for (int chunk : sync_.launches_after.back()) sync_.sync->launch(chunk);
     sr_.grad_sync_exposed_s = sync_.sync->complete();
     sr_.grad_sync_s = sync_.sync->sync_s();
     sr_.grad_sync_start_s = sync_.sync->start_s();

@@ -15,6 +15,7 @@
 #include "pipebench/plan/partition.hpp"
 #include "pipebench/schedule/schedule.hpp"
 #include "pipebench/schedule/simulate.hpp"
+#include "pipebench/schedule/sync_actions.hpp"
 
 namespace pipebench {
 
@@ -82,6 +83,10 @@ struct RunPlan {
   std::vector<PartitionAlternative> partition_alternatives;
   std::vector<Cost> stage_costs;       // per virtual stage, per micro-batch
   Schedule schedule;
+  // With replicas (training): each rank's reduce-grad actions beside the
+  // schedule (schedule/sync_actions.hpp), validated; the executor launches
+  // them. Empty otherwise.
+  SyncSchedule sync;
   std::vector<StagePlan> stages;
   double bubble_analytic = 0.0;        // the schedule's closed form (analytic_bubble), NaN if none
   SimResult unit;                      // unit costs: steps and slots
