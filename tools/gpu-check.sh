@@ -12,6 +12,7 @@
 #   sticky-error  a broken context is seen by the runner's device check
 #   schedules-2ranks-1gpu  interleaved, ZB-H1, ZB-V, recomputation: whole runs vs the baseline
 #   llama-2ranks-1gpu      the llama block (tests/data/gpu/tiny_llama.toml): 1F1B, ZB-V, recomputation vs the baseline
+#   dp-4ranks-1gpu         data parallelism, gradients host-staged over MPI: 1 x 2 and 2 x 2 vs the baseline
 #   gemm          cuBLAS TFLOP/s at the 350M GPT's shapes, random inputs
 #   torch-gemm    PyTorch matmul at the same shapes: the reference
 #   baseline-1gpu jobs/gpu/gpt_350m_cuda.toml, 1 rank (bf16 350M GPT)
@@ -91,6 +92,11 @@ step llama-2ranks-1gpu 90 bash -c 'env CUDA_VISIBLE_DEVICES=0 mpirun -np 2 -x CU
   -x PIPEBENCH_SOURCE_DIR pipebench run tests/data/gpu/tiny_llama.toml --run single --run two_stage --run zb_v \
   --run interleaved_recompute --set device.transport=mpi -o "$1" &&
   verify_results "$(find "$1" -name "*.h5" | head -1)" tests/data/gpu/tiny_llama.toml 2 RUNS=4 LOSS_REL=1e-4' _ "$out/llama"
+# Data parallelism: replicas' gradients host-staged over MPI, on the one GPU.
+step dp-4ranks-1gpu 90 bash -c 'env CUDA_VISIBLE_DEVICES=0 mpirun -np 4 -x CUDA_VISIBLE_DEVICES -x LD_LIBRARY_PATH \
+  -x PIPEBENCH_SOURCE_DIR pipebench run tests/data/gpu/tiny.toml --run single --run dp2 --run pp2_dp2_overlap \
+  --set device.transport=mpi -o "$1" &&
+  verify_results "$(find "$1" -name "*.h5" | head -1)" tests/data/gpu/tiny.toml 4 RUNS=3 LOSS_REL=1e-4' _ "$out/dp"
 step gemm 60 bench_cuda_gemm "${shapes[@]}"
 step torch-gemm 90 env -u LD_LIBRARY_PATH python3 tools/torch_reference.py gemm "${shapes[@]}"
 step baseline-1gpu 150 pipebench run "$job" --run baseline -o "$out/results"

@@ -6,6 +6,9 @@
 #   np2_schedules  2 ranks on GPU 0 with the MPI transport: interleaved 1F1B, ZB-H1, ZB-V (the
 #                  V's turn handed over on the device), recomputation; losses within 1e-4 of
 #                  the baseline's
+#   np2_dp         2 replicas of one stage on GPU 0 (gradients host-staged over MPI): losses within
+#                  1e-4 of the baseline's on the same micro-batches
+#   np4_dp         2 stages x 2 replicas on GPU 0, interleaved 1F1B, the reduction overlapped
 #   np2_nccl       2 ranks on 2 GPUs with NCCL (skipped with fewer than 2 GPUs)
 #   np2_nccl_schedules  the same schedules over NCCL on 2 GPUs (device buffers, grouped transfers
 #                  of two chunks per pair)
@@ -35,6 +38,12 @@ case $mode in
     CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" \
       "$outdir" 0 --run single --run interleaved --run zb_h1 --run zb_v --run recompute --run interleaved_recompute \
       --set device.transport=mpi -- RUNS=6 LOSS_REL=1e-4 ;;
+  np2_dp)
+    CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" \
+      "$outdir" 0 --run single --run dp2 --set device.transport=mpi -- RUNS=2 LOSS_REL=1e-4 ;;
+  np4_dp)
+    CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 4 "$job" \
+      "$outdir" 0 --run single --run pp2_dp2_overlap --set device.transport=mpi -- RUNS=2 LOSS_REL=1e-4 ;;
   np2_nccl)
     if ((gpus < 2)); then
       echo "SKIP: the nccl transport needs 2 GPUs, this machine shows $gpus"

@@ -319,3 +319,16 @@ TEST_CASE("data parallel: a data group across nodes reduces over the inter-node 
   CHECK(workload_keys(one_node, one_node.runs[1]).count("device.ranks_per_node") == 0);
   CHECK(workload_keys(three, three.runs[1]).at("device.ranks_per_node") == "3");
 }
+
+// The cuda backend runs plain replicas (gradients host-staged over MPI); its
+// optimizer is not sharded yet, so a ZeRO-1 run there is skipped with the reason.
+TEST_CASE("data parallel: which backends execute replicas and ZeRO-1", "[data_parallel]") {
+  const Job job = parse_job(kJob, "w.toml");
+  RunSpec run = job.runs[1];  // 2 x 2, zero1
+  CHECK_THAT(data_parallel_not_executed(run, BackendKind::cuda), Catch::Contains("the cuda backend does not shard its optimizer"));
+  CHECK(data_parallel_not_executed(run, BackendKind::cpu).empty());
+  CHECK(data_parallel_not_executed(run, BackendKind::sim).empty());
+  run.optimizer_sharding = OptimizerSharding::none;
+  CHECK(data_parallel_not_executed(run, BackendKind::cuda).empty());
+  CHECK(data_parallel_not_executed(job.runs[0], BackendKind::cuda).empty());
+}

@@ -62,8 +62,9 @@ std::string_view to_string(RunMode v) { return v == RunMode::train ? "train" : "
 std::string_view to_string(Recompute v) { return v == Recompute::full ? "full" : "none"; }
 std::string data_parallel_not_executed(const RunSpec& run, BackendKind backend) {
   if (run.data_parallel <= 1) return "";
-  if (backend == BackendKind::cuda)
-    return fmt::format("data_parallel = {}: the cuda backend does not synchronise replicas yet (the cpu and sim backends do)",
+  if (backend == BackendKind::cuda && run.optimizer_sharding == OptimizerSharding::zero1 && run.mode == RunMode::train)
+    return fmt::format("data_parallel = {} with optimizer_sharding = \"zero1\": the cuda backend does not shard its optimizer "
+                       "yet (plain data parallelism runs on it; ZeRO-1 on the cpu and sim backends)",
                        run.data_parallel);
   return "";
 }

@@ -134,6 +134,7 @@ class StepRun {
     if (!sync_.overlap && !sync_.launches_after.empty())
       for (int chunk : sync_.launches_after.back()) sync_.sync->launch(chunk);
     sr_.grad_sync_exposed_s = sync_.sync->complete();
+    backend_.gradients_synchronised();
     sr_.grad_sync_s = sync_.sync->sync_s();
     sr_.grad_sync_start_s = sync_.sync->start_s();
     sr_.grad_sync_bytes = static_cast<double>(sync_.sync->bytes());

@@ -148,6 +148,8 @@ void CudaBackend::build(const StageSpec& spec) {
     c.pieces = layout.pieces;
     for (Piece& p : c.pieces)
       for (TensorSlot& t : p.tensors) t.offset += num_params_;
+    c.grad_begin = num_params_;
+    c.grad_count = layout.params;
     num_params_ += layout.params;
     slab_bytes.push_back(layout.activation_bytes);
   }
@@ -163,6 +165,12 @@ void CudaBackend::build(const StageSpec& spec) {
       adam_m_ = DeviceBuffer(memory_, MemCategory::optimizer, n * 4, "AdamW first moments");
       adam_v_ = DeviceBuffer(memory_, MemCategory::optimizer, n * 4, "AdamW second moments");
     }
+  }
+  if (train && spec.replicas > 1) {
+    if (spec.shard_optimizer)
+      throw ConfigError("cuda backend: optimizer_sharding = \"zero1\" is not executed on the cuda backend yet "
+                        "(docs/cuda-backend.md); plain data parallelism is");
+    for (const Chunk& c : chunks_) host_grads_.emplace_back(static_cast<std::size_t>(c.grad_count) * 4);
   }
   const int m = spec.num_microbatches;
   for (int ci = 0; ci < spec.num_chunks(); ++ci) {
@@ -719,6 +727,39 @@ void CudaBackend::optimizer_step(int /*step*/, double grad_scale) {
   cuda_check(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), stream_), kWho, "clearing gradients");
   cuda_check(cudaStreamSynchronize(stream_), kWho, "the optimizer step");
   note_device_memory();
+}
+
+// The chunk's gradients, final once its last backward was queued: copied to
+// its host staging after the stream's work so far (so after that backward).
+GradRegion CudaBackend::gradients(int ci) {
+  if (host_grads_.empty()) return Backend::gradients(ci);  // no replicas: throws
+  const Chunk& c = chunk(ci);
+  HostBuffer& h = host_grads_.at(static_cast<std::size_t>(ci));
+  cuda_check(cudaMemcpyAsync(h.data(), reinterpret_cast<float*>(grads_.data()) + c.grad_begin, h.bytes(),
+                             cudaMemcpyDeviceToHost, stream_),
+             kWho, "staging gradients for the data-parallel reduction");
+  cuda_check(cudaStreamSynchronize(stream_), kWho, "staging gradients for the data-parallel reduction");
+  staged_grads_.push_back(ci);
+  return {static_cast<float*>(h.data()), static_cast<std::size_t>(c.grad_count), h.bytes()};
+}
+
+void CudaBackend::gradients_synchronised() {
+  for (int ci : staged_grads_) {
+    const Chunk& c = chunk(ci);
+    const HostBuffer& h = host_grads_.at(static_cast<std::size_t>(ci));
+    cuda_check(cudaMemcpyAsync(reinterpret_cast<float*>(grads_.data()) + c.grad_begin, h.data(), h.bytes(),
+                               cudaMemcpyHostToDevice, stream_),
+               kWho, "the replicas' summed gradients");
+  }
+  cuda_check(cudaStreamSynchronize(stream_), kWho, "the replicas' summed gradients");
+  staged_grads_.clear();
+}
+
+// A collective may still write the staging after a failure: never freed.
+void CudaBackend::abandon_gradients() {
+  new std::vector<HostBuffer>(std::move(host_grads_));  // deliberately never destroyed
+  host_grads_.clear();
+  staged_grads_.clear();
 }
 
 // F: where the activation lands / B: the gradient. With host staging the

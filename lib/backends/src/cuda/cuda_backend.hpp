@@ -41,6 +41,12 @@ class CudaBackend final : public Backend {
   double loss(int microbatch) const override { return loss_[static_cast<std::size_t>(microbatch)]; }
   void grad_sq_norm_by_piece(std::vector<double>& per_piece) const override;
   void optimizer_step(int step, double grad_scale) override;
+  // Data parallelism, host-staged (docs/cuda-backend.md): the chunk's fp32
+  // gradients copied to pinned host memory for the MPI collective, and the
+  // sums copied back before the gradient norm.
+  GradRegion gradients(int chunk) override;
+  void gradients_synchronised() override;
+  void abandon_gradients() override;
   Buffer recv_buffer(ActionKind kind, int microbatch, int chunk) override;
   Buffer send_buffer(ActionKind kind, int microbatch, int chunk) override;
   void hand_over(ActionKind kind, int microbatch, int from_chunk, int to_chunk) override;
@@ -62,6 +68,7 @@ class CudaBackend final : public Backend {
   struct Chunk {
     std::vector<Piece> pieces;
     bool receives = false, sends = false;  // from / to a neighbouring virtual stage
+    std::int64_t grad_begin = 0, grad_count = 0;  // its fp32 gradients: elements of grads_
     DeviceBuffer recv_prev, recv_next;
     std::vector<DeviceBuffer> send_prev, send_next;  // per micro-batch
     // Host staging for a transport that moves host memory (MPI). A receive
@@ -182,6 +189,10 @@ class CudaBackend final : public Backend {
   double grad_unscale_ = 1.0;
   DeviceBuffer params_, grads_, master_, adam_m_, adam_v_, workspace_;
   DeviceBuffer rope_;  // llama: the rotary table, fp32 (cpu::rope_table), counted as workspace
+  // Data parallelism: each chunk's gradients in pinned host memory (not
+  // device memory: outside the tracker), and the chunks handed out this step.
+  std::vector<HostBuffer> host_grads_;
+  std::vector<int> staged_grads_;
   std::vector<double> loss_;
   std::vector<float> host_losses_;
   // The embedding backward's token order (workspace, train only): its bytes

@@ -140,6 +140,10 @@ class Backend {
   // cancel a collective; a peer may still complete it): the gradient memory
   // must outlive the backend, so it is never freed (one set per failed run).
   virtual void abandon_gradients() {}
+  // After the synchronisation completed (every region gradients() returned
+  // this step now holds the replicas' sum): a backend that handed out host
+  // copies of its gradients (cuda: pinned host staging) takes the sums back.
+  virtual void gradients_synchronised() {}
   // ZeRO-1: chunk `chunk`'s parameters, for the replicas to all-gather after
   // their sharded optimizer steps (the same fields as gradients()).
   virtual GradRegion parameters(int chunk);
