@@ -20,7 +20,8 @@ overrides), the planner's cost-weighted simulation:
     all-gather after the optimizer too) instead of the makespan,
     every rank (stage s, replica r) has stage s's busy time, and each rank's
     all-reduce time and its exposed part equal the plan's for its stage
-    (relative 1e-3).
+    (relative 1e-3), and the plan's reductions end where the closed form
+    max_k (t_k + sum_{j>=k} s_j) says (launch t_k, ring time s_k alone).
 """
 import json
 import subprocess
@@ -32,9 +33,26 @@ import numpy as np
 BUBBLE_TOLERANCE = 1e-3
 
 
+def closed_form(name, planned):
+    """The synchronisation's closed form (docs/parallel.md): the reductions of one rank, in launch
+    order k with launch t_k and ring time s_k alone, end at max_k (t_k + sum_{j>=k} s_j); overlap
+    hides at most what is launched before the rank's last action. The planner's chain must be it."""
+    problems = []
+    hidden = []
+    for s, g in enumerate(planned):
+        red = g["reduce_grad"]
+        end = max(red[k]["launch_s"] + sum(x["ring_s"] for x in red[k:]) for k in range(len(red)))
+        if abs(end - g["end_s"]) > 1e-9 * max(1.0, g["end_s"]):
+            problems.append(f"{name}: stage {s}: the chain ends at {g['end_s']}, the closed form at {end}")
+        hidden.append(sum(x["ring_s"] for x in red) - (g["exposed_s"] - g["gather_s"]))
+    print(f"{name:16s} closed form: the reductions end as max_k(t_k + sum s_j); hidden in the cool-down "
+          f"{min(hidden):.6f}..{max(hidden):.6f} s per rank")
+    return problems
+
+
 def check_grad_sync(name, r, counted, stage, planned):
     """Each rank's all-reduce and its exposed part, every counted step, against its stage's plan."""
-    problems = []
+    problems = closed_form(name, planned)
     for key, plan_key in (("grad_sync_s", "sync_s"), ("grad_sync_exposed_s", "exposed_s")):
         got = np.asarray(r[key])[counted]
         want = np.asarray([planned[s][plan_key] for s in stage])

@@ -28,10 +28,16 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
     // The reduce-grad actions' launches, in the runtime's order.
     const auto& launches = launch_times[static_cast<std::size_t>(r)];
     // Buckets of `bytes` on the link after `launch`, each its ring time.
+    // Returns their ring time alone.
     auto buckets = [&](parallel::LinkChain& chain, double launch, std::uint64_t bytes, parallel::Collective kind) {
-      for (std::uint64_t off = 0; off < bytes; off += parallel::kGradBucketBytes)
-        chain.add(launch, parallel::ring_time_s(kind, std::min(parallel::kGradBucketBytes, bytes - off), d, link.latency_s,
-                                                link.gbps));
+      double alone = 0.0;
+      for (std::uint64_t off = 0; off < bytes; off += parallel::kGradBucketBytes) {
+        const double t = parallel::ring_time_s(kind, std::min(parallel::kGradBucketBytes, bytes - off), d, link.latency_s,
+                                               link.gbps);
+        chain.add(launch, t);
+        alone += t;
+      }
+      return alone;
     };
     parallel::LinkChain chain, gather;
     GradSyncPlan& g = sp.grad_sync;
@@ -41,7 +47,9 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
           plan.stage_costs.at(static_cast<std::size_t>(sched.virtual_stage(r, c))).params);
       const auto bytes = params * static_cast<std::uint64_t>(per.grads);
       g.bytes += static_cast<std::int64_t>(bytes);
-      buckets(chain, launch, bytes, sharded ? parallel::Collective::reduce_scatter : parallel::Collective::all_reduce);
+      const double ring =
+          buckets(chain, launch, bytes, sharded ? parallel::Collective::reduce_scatter : parallel::Collective::all_reduce);
+      g.reduce.push_back({c, launch, static_cast<std::int64_t>(bytes), ring, chain.end()});
       // ZeRO-1: the parameters all-gathered after the optimizer, chunk by chunk.
       if (sharded) buckets(gather, 0.0, params * static_cast<std::uint64_t>(per.params), parallel::Collective::all_gather);
     }

@@ -342,11 +342,16 @@ void emit_plan_json(const JobPlan& plan, JsonWriter& w) {
             .field("end_s", sp.grad_sync.end_s).field("sync_s", sp.grad_sync.sync_s())
             .field("exposed_s", sp.grad_sync.recorded_exposed_s()).field("gather_s", sp.grad_sync.gather_s)
             .field("inter_node", sp.grad_sync.inter_node);
-        // The rank's reduce-grad actions in launch order: the chunk and the action it follows.
+        // The rank's reduce-grad actions in launch order: the chunk, the action
+        // it follows, its launch, bytes, ring time alone and end on the link.
         w.key("reduce_grad").begin_array();
         const auto& actions = rp.schedule.actions[static_cast<std::size_t>(sp.stage)];
-        for (const ReduceGrad& g : rp.sync.reduce[static_cast<std::size_t>(sp.stage)])
-          w.begin_object().field("chunk", g.chunk).field("after", to_string(actions[static_cast<std::size_t>(g.after)])).end_object();
+        const auto& order = rp.sync.reduce[static_cast<std::size_t>(sp.stage)];
+        for (std::size_t i = 0; i < order.size() && i < sp.grad_sync.reduce.size(); ++i) {
+          const GradSyncPlan::Reduce& g = sp.grad_sync.reduce[i];
+          w.begin_object().field("chunk", g.chunk).field("after", to_string(actions[static_cast<std::size_t>(order[i].after)]));
+          w.field("launch_s", g.launch_s).field("bytes", g.bytes).field("ring_s", g.ring_s).field("end_s", g.end_s).end_object();
+        }
         w.end_array().end_object();
       }
       w.end_array();

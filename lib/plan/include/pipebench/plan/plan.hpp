@@ -30,6 +30,16 @@ inline constexpr double kMemoryWarnFraction = 0.90;
 // and, after the optimizer, the parameters all-gathered (gather_s, exposed
 // whole, outside step_s as the optimizer is).
 struct GradSyncPlan {
+  // One reduce-grad action (RunPlan::sync) as planned: its chunk, launch,
+  // bytes, its buckets' ring time alone, and its end on the rank's link.
+  struct Reduce {
+    int chunk = 0;
+    double launch_s = 0.0;
+    std::int64_t bytes = 0;
+    double ring_s = 0.0;
+    double end_s = 0.0;
+  };
+  std::vector<Reduce> reduce;  // in launch order
   std::int64_t bytes = 0;  // the rank's gradients, reduced every step
   double launch_s = 0.0;   // the first bucket's launch
   double end_s = 0.0;      // the last bucket's end
