@@ -271,6 +271,29 @@ std::string format_plan_text(const JobPlan& plan) {
 
 namespace {
 
+// `simulated.grad_sync`: per rank (stage) its synchronisation as planned,
+// with its reduce-grad actions in launch order (the chunk, the action it
+// follows, its launch, bytes, ring time alone and end on the link).
+void grad_sync_json(JsonWriter& w, const RunPlan& rp) {
+  w.key("grad_sync").begin_array();
+  for (const auto& sp : rp.stages) {
+    w.begin_object().field("bytes", sp.grad_sync.bytes).field("launch_s", sp.grad_sync.launch_s)
+        .field("end_s", sp.grad_sync.end_s).field("sync_s", sp.grad_sync.sync_s())
+        .field("exposed_s", sp.grad_sync.recorded_exposed_s()).field("gather_s", sp.grad_sync.gather_s)
+        .field("inter_node", sp.grad_sync.inter_node);
+    w.key("reduce_grad").begin_array();
+    const auto& actions = rp.schedule.actions[static_cast<std::size_t>(sp.stage)];
+    const auto& order = rp.sync.reduce[static_cast<std::size_t>(sp.stage)];
+    for (std::size_t i = 0; i < order.size() && i < sp.grad_sync.reduce.size(); ++i) {
+      const GradSyncPlan::Reduce& g = sp.grad_sync.reduce[i];
+      w.begin_object().field("chunk", g.chunk).field("after", to_string(actions[static_cast<std::size_t>(order[i].after)]));
+      w.field("launch_s", g.launch_s).field("bytes", g.bytes).field("ring_s", g.ring_s).field("end_s", g.end_s).end_object();
+    }
+    w.end_array().end_object();
+  }
+  w.end_array();
+}
+
 void emit_plan_json(const JobPlan& plan, JsonWriter& w) {
   const Job& job = *plan.job;
   w.begin_object();
@@ -335,27 +358,7 @@ void emit_plan_json(const JobPlan& plan, JsonWriter& w) {
     w.array("forward_s", rp.costs.forward).array("backward_s", rp.costs.backward).array("weight_s", rp.costs.weight);
     w.field("transfer_s", rp.costs.transfer);
     w.field("step_s", rp.step_s);  // the makespan, with replicas their gradient all-reduce too
-    if (r.data_parallel > 1 && r.mode == RunMode::train) {
-      w.key("grad_sync").begin_array();  // per rank (stage)
-      for (const auto& sp : rp.stages) {
-        w.begin_object().field("bytes", sp.grad_sync.bytes).field("launch_s", sp.grad_sync.launch_s)
-            .field("end_s", sp.grad_sync.end_s).field("sync_s", sp.grad_sync.sync_s())
-            .field("exposed_s", sp.grad_sync.recorded_exposed_s()).field("gather_s", sp.grad_sync.gather_s)
-            .field("inter_node", sp.grad_sync.inter_node);
-        // The rank's reduce-grad actions in launch order: the chunk, the action
-        // it follows, its launch, bytes, ring time alone and end on the link.
-        w.key("reduce_grad").begin_array();
-        const auto& actions = rp.schedule.actions[static_cast<std::size_t>(sp.stage)];
-        const auto& order = rp.sync.reduce[static_cast<std::size_t>(sp.stage)];
-        for (std::size_t i = 0; i < order.size() && i < sp.grad_sync.reduce.size(); ++i) {
-          const GradSyncPlan::Reduce& g = sp.grad_sync.reduce[i];
-          w.begin_object().field("chunk", g.chunk).field("after", to_string(actions[static_cast<std::size_t>(order[i].after)]));
-          w.field("launch_s", g.launch_s).field("bytes", g.bytes).field("ring_s", g.ring_s).field("end_s", g.end_s).end_object();
-        }
-        w.end_array().end_object();
-      }
-      w.end_array();
-    }
+    if (r.data_parallel > 1 && r.mode == RunMode::train) grad_sync_json(w, rp);
     w.end_object();
     w.key("memory").begin_array();
     for (const auto& sp : rp.stages) {
