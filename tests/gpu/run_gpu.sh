@@ -14,6 +14,8 @@
 #                  of two chunks per pair)
 #   np4_nccl       4 ranks on 4 GPUs with NCCL, 1F1B and eager 1F1B on 4 stages: the grouped
 #                  transfers of the middle ranks (skipped with fewer than 4 GPUs)
+#   np4_nccl_dp    2 stages x 2 replicas on 4 GPUs: each pipeline its own NCCL communicator, the
+#                  gradients host-staged over MPI (skipped with fewer than 4 GPUs)
 #   refuse_shared  2 ranks made to share GPU 0 with NCCL: exit 7 and a message that says how to launch
 # Exits 77 (skipped) when no usable GPU is visible.
 set -uo pipefail
@@ -58,6 +60,13 @@ case $mode in
     fi
     exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" "$outdir" 0 --run single --run interleaved \
       --run zb_h1 --run zb_v --run recompute -- RUNS=5 LOSS_REL=1e-4 ;;
+  np4_nccl_dp)
+    if ((gpus < 4)); then
+      echo "SKIP: 2 stages x 2 replicas over NCCL need 4 GPUs, this machine shows $gpus"
+      exit 77
+    fi
+    exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 4 "$job" "$outdir" 0 --run single --run pp2_dp2_overlap -- \
+      RUNS=2 LOSS_REL=1e-4 ;;
   np4_nccl)
     if ((gpus < 4)); then
       echo "SKIP: 4 stages over NCCL need 4 GPUs, this machine shows $gpus"

@@ -48,10 +48,13 @@ class NcclTransport final : public Transport {
     for (std::size_t t = 0; t < plan_.transfers.size(); ++t)
       members_[static_cast<std::size_t>(plan_.group_of[t])].push_back(static_cast<int>(t));
 
-    // The run's communicator: unique id from run rank 0, broadcast over MPI.
+    // The pipeline's communicator: unique id from its stage 0, broadcast
+    // over the pipeline (with replicas each pipeline has its own; over the
+    // whole run, every replica joined replica 0's and NCCL saw each rank
+    // number d times).
     ncclUniqueId id{};
     if (comm_.rank() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    PIPEBENCH_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm_.control()));
+    PIPEBENCH_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm_.comm()));
     nccl_check(ncclCommInitRank(&run_comm_, comm_.size(), id, comm_.rank()), "ncclCommInitRank");
 
     // One split per neighbour pair, in one order on every rank (collective
