@@ -16,7 +16,7 @@ namespace pipebench {
 
 inline constexpr int kResultsSchemaVersion = 1;
 
-class EventStore;  // results.cpp: a ResultsWriter's scratch file of streamed events
+class EventStore;  // results_write.cpp: a ResultsWriter's scratch file of streamed events
 
 // results/<job>/[<label>/]<UTC yyyymmddThhmmssZ>-<id>.h5 under `base_dir`,
 // where id is the Slurm job id when set, else the pid.
