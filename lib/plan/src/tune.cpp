@@ -434,6 +434,14 @@ std::string idle_note(const Job& job, const TuneResult& result) {
     why = fmt::format("the layouts on more ranks are predicted slower (the best of them, {} on {} ranks, {:.4g} samples/s "
                       "vs {:.4g})",
                       more->layout(), more->ranks(), more->samples_per_s, best.samples_per_s);
+  // Memory stopped the larger layouts and ZeRO-1 was not tried: say so.
+  const bool memory = tried && (!more || (best.margin && !more->margin));
+  const auto& tried_shardings = result.options.shardings;
+  const bool zero1_tried = std::find(tried_shardings.begin(), tried_shardings.end(), OptimizerSharding::zero1) !=
+                               tried_shardings.end() ||
+                           (tried_shardings.empty() && result.template_run.optimizer_sharding == OptimizerSharding::zero1);
+  if (memory && !zero1_tried && state_bytes_per_param(job.train.optimizer, storage_dtype(job)).optimizer > 0)
+    why += "; --optimizer-sharding zero1 shards the optimizer state over the replicas and may fit more";
   return fmt::format("{} of {} ranks idle: {}", idle, result.options.max_ranks, why);
 }
 
