@@ -414,12 +414,17 @@ std::string idle_note(const Job& job, const TuneResult& result) {
   const TuneCandidate& best = *result.best();
   const int idle = result.options.max_ranks - best.ranks();
   if (idle <= 0) return "";
-  const TuneCandidate* more = nullptr;  // the best-ranked layout on more ranks
+  // The fastest fitting layout on more ranks (with the memory margin when
+  // any of them keeps it).
+  const TuneCandidate* more = nullptr;
   bool tried = false;
+  const auto better = [](const TuneCandidate& a, const TuneCandidate& b) {
+    return a.margin != b.margin ? a.margin : a.samples_per_s > b.samples_per_s;
+  };
   for (const auto& c : result.candidates) {
     if (c.ranks() <= best.ranks()) continue;
     tried = true;
-    if (c.fits && !more) more = &c;
+    if (c.fits && (!more || better(c, *more))) more = &c;
   }
   std::string why;
   if (!tried)
@@ -430,6 +435,10 @@ std::string idle_note(const Job& job, const TuneResult& result) {
     why = fmt::format("every layout on more ranks puts a peak above {:.0f}% of memory_capacity (the best of them, {}, "
                       "{:.1f}%)",
                       100 * kMemoryWarnFraction, more->layout(), 100 * more->peak_fraction);
+  else if (more->samples_per_s > best.samples_per_s)
+    why = fmt::format("the layouts on more ranks are at most {:.0f}% faster (the best of them, {} on {} ranks, {:.4g} "
+                      "samples/s vs {:.4g}), within what the planner tells apart, so the fewer ranks are chosen",
+                      100 * kTuneThroughputTie, more->layout(), more->ranks(), more->samples_per_s, best.samples_per_s);
   else
     why = fmt::format("the layouts on more ranks are predicted slower (the best of them, {} on {} ranks, {:.4g} samples/s "
                       "vs {:.4g})",
