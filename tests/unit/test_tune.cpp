@@ -402,3 +402,27 @@ TEST_CASE("tune: the idle-ranks line never calls a faster layout slower", "[tune
     CHECK_THAT(r.idle_note, Catch::Contains("predicted slower"));
   }
 }
+
+// Unsharded, a rank's memory does not depend on d: tune reuses a pipeline's
+// d = 1 miss for its replicas. Each reused verdict is what the planner says
+// of that layout itself.
+TEST_CASE("tune: a replicated layout that does not fit is the planner's verdict for it", "[tune]") {
+  const Job job = gpt_70b();
+  TuneOptions o;
+  o.max_ranks = 64;
+  o.partitions = {Remainder::first};
+  const TuneResult r = tune(job, o);
+  int checked = 0;
+  for (const auto& c : r.candidates) {
+    if (c.fits || c.data_parallel == 1 || c.peak_bytes.empty() || c.pipeline_size % 8 != 0) continue;
+    RunSpec run = c.run(job.runs.front(), "x");
+    run.micro_batch_size = 1;
+    double worst = 0.0;
+    for (const auto& s : plan_run(job, run).stages) worst = std::max(worst, s.capacity_fraction);
+    INFO(c.layout());
+    CHECK(worst == c.peak_fraction);
+    CHECK(worst > 1.0);
+    ++checked;
+  }
+  CHECK(checked >= 4);  // p 8 x d 2..8, p 16 x d 2..4, p 24 x d 2, p 32 x d 2
+}
