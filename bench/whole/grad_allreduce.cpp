@@ -41,7 +41,7 @@ class GradBuffer final : public Backend {
   double loss(int) const override { return 0.0; }
   void grad_sq_norm_by_piece(std::vector<double>&) const override {}
   void optimizer_step(int, double) override {}
-  GradRegion gradients(int) override { return {grads_.data(), grads_.size(), grads_.size() * sizeof(float)}; }
+  FlatRegion gradients(int) override { return {grads_.data(), grads_.size(), grads_.size() * sizeof(float)}; }
   Buffer recv_buffer(ActionKind, int, int) override { return {}; }
   Buffer send_buffer(ActionKind, int, int) override { return {}; }
   const MemoryTracker& memory() const override { return memory_; }

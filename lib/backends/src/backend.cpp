@@ -42,11 +42,11 @@ void Backend::hand_over(ActionKind kind, int microbatch, int from_chunk, int to_
   if (into.data && from.data) std::memcpy(into.data, from.data, std::min(into.bytes, from.bytes));
 }
 
-GradRegion Backend::gradients(int /*chunk*/) {
+FlatRegion Backend::gradients(int /*chunk*/) {
   throw ConfigError(fmt::format("the {} backend does not synchronise gradients across data-parallel replicas", name()));
 }
 
-GradRegion Backend::parameters(int /*chunk*/) {
+FlatRegion Backend::parameters(int /*chunk*/) {
   throw ConfigError(fmt::format("the {} backend does not shard its optimizer across data-parallel replicas", name()));
 }
 

@@ -63,7 +63,7 @@ void GradientSync::post_modelled(std::uint64_t logical_bytes, parallel::Collecti
 }
 
 void GradientSync::launch(int chunk) {
-  const GradRegion g = backend_.gradients(chunk);
+  const FlatRegion g = backend_.gradients(chunk);
   if (buckets_.empty()) first_launch_ = clock_.now() - t0_;
   bytes_ += g.logical_bytes;
   const auto kind = sharded_ ? parallel::Collective::reduce_scatter : parallel::Collective::all_reduce;
@@ -138,7 +138,7 @@ double GradientSync::complete() {
 
 double GradientSync::gather_parameters(int chunks) {
   for (int c = 0; c < chunks; ++c) {
-    const GradRegion p = backend_.parameters(c);
+    const FlatRegion p = backend_.parameters(c);
     if (modelled_) {
       post_modelled(p.logical_bytes, parallel::Collective::all_gather);
       continue;

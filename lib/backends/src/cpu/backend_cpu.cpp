@@ -491,12 +491,12 @@ void CpuBackend::optimizer_step(int /*step*/, double grad_scale) {
   }
 }
 
-GradRegion CpuBackend::parameters(int chunk) {
+FlatRegion CpuBackend::parameters(int chunk) {
   TrackedArray<float>& p = chunks_.at(static_cast<std::size_t>(chunk)).params;
   return {p.data(), p.size(), p.bytes()};
 }
 
-GradRegion CpuBackend::gradients(int chunk) {
+FlatRegion CpuBackend::gradients(int chunk) {
   TrackedArray<float>& g = chunks_.at(static_cast<std::size_t>(chunk)).grads;
   return {g.data(), g.size(), g.bytes()};
 }

@@ -731,7 +731,7 @@ void CudaBackend::optimizer_step(int /*step*/, double grad_scale) {
 
 // The chunk's gradients, final once its last backward was queued: copied to
 // its host staging after the stream's work so far (so after that backward).
-GradRegion CudaBackend::gradients(int ci) {
+FlatRegion CudaBackend::gradients(int ci) {
   if (host_grads_.empty()) return Backend::gradients(ci);  // no replicas: throws
   const Chunk& c = chunk(ci);
   HostBuffer& h = host_grads_.at(static_cast<std::size_t>(ci));

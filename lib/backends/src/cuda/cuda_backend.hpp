@@ -44,7 +44,7 @@ class CudaBackend final : public Backend {
   // Data parallelism, host-staged (docs/cuda-backend.md): the chunk's fp32
   // gradients copied to pinned host memory for the MPI collective, and the
   // sums copied back before the gradient norm.
-  GradRegion gradients(int chunk) override;
+  FlatRegion gradients(int chunk) override;
   void gradients_synchronised() override;
   void abandon_gradients() override;
   Buffer recv_buffer(ActionKind kind, int microbatch, int chunk) override;

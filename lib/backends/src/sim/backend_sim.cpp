@@ -149,8 +149,8 @@ void SimBackend::optimizer_step(int /*step*/, double /*grad_scale*/) {
   busy_for(optimizer_s_, "optimizer step", -1, 3);
 }
 
-GradRegion SimBackend::gradients(int chunk) { return {nullptr, 0, chunks_.at(static_cast<std::size_t>(chunk)).grad_bytes}; }
-GradRegion SimBackend::parameters(int chunk) { return {nullptr, 0, chunks_.at(static_cast<std::size_t>(chunk)).param_bytes}; }
+FlatRegion SimBackend::gradients(int chunk) { return {nullptr, 0, chunks_.at(static_cast<std::size_t>(chunk)).grad_bytes}; }
+FlatRegion SimBackend::parameters(int chunk) { return {nullptr, 0, chunks_.at(static_cast<std::size_t>(chunk)).param_bytes}; }
 
 Buffer SimBackend::recv_buffer(ActionKind, int, int) { return {nullptr, 0, boundary_bytes_}; }
 Buffer SimBackend::send_buffer(ActionKind, int, int) { return {nullptr, 0, boundary_bytes_}; }

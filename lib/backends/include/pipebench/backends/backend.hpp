@@ -86,12 +86,12 @@ struct StageSpec {
   bool sends(int c) const { return chunk_stage[static_cast<std::size_t>(c)] + 1 < num_virtual_stages; }
 };
 
-// A chunk's accumulated gradients as the data-parallel synchronisation sees
-// them: `count` fp32 elements at `data`, summed over the replicas in place;
-// `data` null and `count` 0 where the backend models them (sim).
-// `logical_bytes`: their size in the model's gradient dtype, what a
-// collective moves.
-struct GradRegion {
+// A chunk's flat fp32 buffer as the data-parallel synchronisation sees it:
+// its accumulated gradients (summed over the replicas in place), or with
+// ZeRO-1 its parameters (all-gathered): `count` elements at `data`; `data`
+// null and `count` 0 where the backend models them (sim). `logical_bytes`:
+// their size in the model's dtype for it, what a collective moves.
+struct FlatRegion {
   float* data = nullptr;
   std::size_t count = 0;
   std::uint64_t logical_bytes = 0;
@@ -135,7 +135,7 @@ class Backend {
   // Data parallelism: chunk `chunk`'s gradients, for the replicas to sum
   // (runtime/grad_sync.hpp) between the last backward and the gradient norm.
   // The default throws ConfigError: the backend cannot synchronise.
-  virtual GradRegion gradients(int chunk);
+  virtual FlatRegion gradients(int chunk);
   // After a failure with an all-reduce still pending on them (MPI cannot
   // cancel a collective; a peer may still complete it): the gradient memory
   // must outlive the backend, so it is never freed (one set per failed run).
@@ -146,7 +146,7 @@ class Backend {
   virtual void gradients_synchronised() {}
   // ZeRO-1: chunk `chunk`'s parameters, for the replicas to all-gather after
   // their sharded optimizer steps (the same fields as gradients()).
-  virtual GradRegion parameters(int chunk);
+  virtual FlatRegion parameters(int chunk);
   // Applies the step's update with gradients multiplied by `grad_scale`
   // (clipping), then clears the gradients.
   virtual void optimizer_step(int step, double grad_scale) = 0;

@@ -47,9 +47,9 @@ class CpuBackend final : public Backend {
   double loss(int microbatch) const override { return loss_[static_cast<std::size_t>(microbatch)]; }
   void grad_sq_norm_by_piece(std::vector<double>& per_piece) const override;
   void optimizer_step(int step, double grad_scale) override;
-  GradRegion gradients(int chunk) override;
+  FlatRegion gradients(int chunk) override;
   void abandon_gradients() override;
-  GradRegion parameters(int chunk) override;
+  FlatRegion parameters(int chunk) override;
   Buffer recv_buffer(ActionKind kind, int microbatch, int chunk) override;
   Buffer send_buffer(ActionKind kind, int microbatch, int chunk) override;
   const MemoryTracker& memory() const override { return memory_; }

@@ -44,8 +44,8 @@ class SimBackend final : public Backend {
   double loss(int microbatch) const override;
   void grad_sq_norm_by_piece(std::vector<double>&) const override {}
   void optimizer_step(int step, double grad_scale) override;
-  GradRegion gradients(int chunk) override;
-  GradRegion parameters(int chunk) override;
+  FlatRegion gradients(int chunk) override;
+  FlatRegion parameters(int chunk) override;
   Buffer recv_buffer(ActionKind kind, int microbatch, int chunk) override;
   Buffer send_buffer(ActionKind kind, int microbatch, int chunk) override;
   const MemoryTracker& memory() const override { return memory_; }
