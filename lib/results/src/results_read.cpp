@@ -139,6 +139,21 @@ std::string take_string(char* p, const char* name) {
   return s;
 }
 
+// Every string of a variable-length read; each pointer is freed, also after a
+// bad one (the last problem is thrown).
+std::vector<std::string> take_strings(const std::vector<char*>& ptrs, const char* name) {
+  std::vector<std::string> out;
+  std::string problem;
+  for (char* p : ptrs) {
+    try {
+      out.push_back(take_string(p, name));
+    } catch (const ResultsError& e) {
+      problem = e.what();
+    }
+  }
+  if (!problem.empty()) throw ResultsError(problem);
+  return out;
+}
 
 std::vector<std::string> read_attr_strings(hid_t obj, const char* name) {
   std::size_t n = 0;
@@ -146,17 +161,7 @@ std::vector<std::string> read_attr_strings(hid_t obj, const char* name) {
   std::vector<char*> ptrs(n, nullptr);
   Hid type = vlen_string_type();
   if (n > 0) H5_CHECK(H5Aread(attr, type, ptrs.data()));
-  std::vector<std::string> out;
-  std::string problem;
-  for (char* p : ptrs) {
-    try {
-      out.push_back(take_string(p, name));  // every pointer is freed, also after a bad one
-    } catch (const ResultsError& e) {
-      problem = e.what();
-    }
-  }
-  if (!problem.empty()) throw ResultsError(problem);
-  return out;
+  return take_strings(ptrs, name);
 }
 
 template <typename T>
@@ -475,17 +480,7 @@ std::vector<std::string> read_dataset_strings(hid_t g, const char* name) {
   std::vector<char*> ptrs(static_cast<std::size_t>(dims[0]), nullptr);
   Hid type = vlen_string_type();
   if (!ptrs.empty()) H5_CHECK(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()));
-  std::vector<std::string> out;
-  std::string problem;
-  for (char* p : ptrs) {
-    try {
-      out.push_back(take_string(p, name));  // every pointer is freed, also after a bad one
-    } catch (const ResultsError& e) {
-      problem = e.what();
-    }
-  }
-  if (!problem.empty()) throw ResultsError(problem);
-  return out;
+  return take_strings(ptrs, name);
 }
 
 ProbeResult read_probe(hid_t file) {
