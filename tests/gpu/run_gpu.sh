@@ -30,6 +30,14 @@ fi
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if [[ -n ${CUDA_VISIBLE_DEVICES:-} ]]; then gpus=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .); fi
 
+# need_gpus N WHAT: skips (exit 77) unless N GPUs are visible, saying what needs them.
+need_gpus() {
+  if ((gpus < $1)); then
+    echo "SKIP: $2: $1 GPUs needed, this machine shows $gpus"
+    exit 77
+  fi
+}
+
 case $mode in
   np1)
     exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 1 "$job" "$outdir" 0 --run single -- RUNS=1 ;;
@@ -47,31 +55,19 @@ case $mode in
     CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 4 "$job" \
       "$outdir" 0 --run single --run pp2_dp2_overlap --set device.transport=mpi -- RUNS=2 LOSS_REL=1e-4 ;;
   np2_nccl)
-    if ((gpus < 2)); then
-      echo "SKIP: the nccl transport needs 2 GPUs, this machine shows $gpus"
-      exit 77
-    fi
+    need_gpus 2 "the nccl transport"
     exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" "$outdir" 0 --run single --run two_stage -- \
       RUNS=2 LOSS_REL=1e-4 ;;
   np2_nccl_schedules)
-    if ((gpus < 2)); then
-      echo "SKIP: the nccl transport needs 2 GPUs, this machine shows $gpus"
-      exit 77
-    fi
+    need_gpus 2 "the nccl transport"
     exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" "$outdir" 0 --run single --run interleaved \
       --run zb_h1 --run zb_v --run recompute -- RUNS=5 LOSS_REL=1e-4 ;;
   np4_nccl_dp)
-    if ((gpus < 4)); then
-      echo "SKIP: 2 stages x 2 replicas over NCCL need 4 GPUs, this machine shows $gpus"
-      exit 77
-    fi
+    need_gpus 4 "2 stages x 2 replicas over NCCL"
     exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 4 "$job" "$outdir" 0 --run single --run pp2_dp2_overlap -- \
       RUNS=2 LOSS_REL=1e-4 ;;
   np4_nccl)
-    if ((gpus < 4)); then
-      echo "SKIP: 4 stages over NCCL need 4 GPUs, this machine shows $gpus"
-      exit 77
-    fi
+    need_gpus 4 "4 stages over NCCL"
     exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 4 "$job" "$outdir" 0 --run single --run four_stage \
       --run four_stage_eager -- RUNS=3 LOSS_REL=1e-4 ;;
   refuse_shared)
