@@ -12,7 +12,7 @@
 
 namespace pipebench {
 
-StageSpec stage_spec(const RunPlan& plan, int rank, int replica, bool transport_uses_device_memory) {
+StageSpec stage_spec(const RunPlan& plan, int rank, int replica, bool transport_uses_device_memory, int tensor_rank) {
   StageSpec spec;
   spec.rank = rank;
   spec.num_stages = plan.run.pipeline_size;
@@ -29,6 +29,8 @@ StageSpec stage_spec(const RunPlan& plan, int rank, int replica, bool transport_
   spec.replicas = plan.run.data_parallel;
   spec.shard_optimizer = plan.run.mode == RunMode::train && plan.run.data_parallel > 1 &&
                          plan.run.optimizer_sharding == OptimizerSharding::zero1;
+  spec.tensor = tensor_split(plan.run);
+  spec.tensor_rank = tensor_rank;
   spec.mode = plan.run.mode;
   spec.dtype = plan.storage_dtype;
   spec.transport_uses_device_memory = transport_uses_device_memory;

@@ -16,17 +16,82 @@ namespace {
 constexpr float kInitStd = 0.02f;
 }
 
-StageLayout stage_layout(const ModelSpec& ms, DType dtype, const StageRange& range, int b, const char* backend) {
-  const ModelDesc model(ms, dtype);
-  const std::int64_t h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, V = ms.vocab;
+std::int64_t TensorShard::whole_index(std::int64_t i) const {
+  std::int64_t local_cols = 0;
+  for (const auto& run : columns) local_cols += run.second;
+  const std::int64_t row = row_begin + i / local_cols;
+  std::int64_t c = i % local_cols, col = 0;
+  for (const auto& [first, count] : columns) {
+    if (c < count) {
+      col = first + c;
+      break;
+    }
+    c -= count;
+  }
+  if (row >= valid_rows || col >= valid_cols) return -1;
+  return row * valid_cols + col;
+}
+
+namespace {
+
+// The tensors of one piece, in docs/model.md order, as this tensor rank holds them.
+class PieceTensors {
+ public:
+  PieceTensors(int t, int rank) : t_(t), rank_(rank) {}
+  // A tensor every rank holds whole.
+  void whole(std::int64_t n, bool matrix) { slots_.push_back({0, n, matrix, std::nullopt, t_ > 1}); }
+  // [rows, cols] split by columns: of each of `runs` column blocks of the
+  // whole tensor (its widths, in order), the rank's 1/t.
+  void columns(std::int64_t rows, const std::vector<std::int64_t>& runs, bool matrix, std::int64_t valid_cols = -1) {
+    TensorShard sh;
+    std::int64_t first = 0, local = 0;
+    for (const std::int64_t w : runs) {
+      sh.columns.push_back({first + rank_ * (w / t_), w / t_});
+      first += w;
+      local += w / t_;
+    }
+    sh.full_cols = first;
+    sh.valid_rows = rows;
+    sh.valid_cols = valid_cols < 0 ? first : valid_cols;
+    add(rows * local, matrix, std::move(sh));
+  }
+  // [rows, cols] split by rows: the rank's 1/t of them.
+  void rows(std::int64_t rows, std::int64_t cols, bool matrix, std::int64_t valid_rows = -1) {
+    TensorShard sh;
+    sh.full_cols = cols;
+    sh.row_begin = rank_ * (rows / t_);
+    sh.valid_rows = valid_rows < 0 ? rows : valid_rows;
+    sh.valid_cols = cols;
+    sh.columns = {{0, cols}};
+    add(rows / t_ * cols, matrix, std::move(sh));
+  }
+  std::vector<TensorSlot> take() { return std::move(slots_); }
+
+ private:
+  void add(std::int64_t n, bool matrix, TensorShard sh) {
+    if (t_ == 1) return whole(n, matrix);
+    slots_.push_back({0, n, matrix, std::move(sh), false});
+  }
+  int t_, rank_;
+  std::vector<TensorSlot> slots_;
+};
+
+}  // namespace
+
+StageLayout stage_layout(const ModelSpec& ms, DType dtype, const StageRange& range, int b, const char* backend,
+                         const TensorSplit& split, int tensor_rank) {
+  const ModelDesc model(ms, dtype, split);
+  const int t = split.degree;
+  const std::int64_t h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, V = ms.vocab, Vp = padded_vocab(ms, t);
   StageLayout out;
-  auto add_piece = [&](PieceKind kind, int id, std::vector<std::pair<std::int64_t, bool>> sizes, std::int64_t act_bytes) {
+  auto add_piece = [&](PieceKind kind, int id, PieceTensors&& tensors, std::int64_t act_bytes) {
     PieceLayout p;
     p.kind = kind;
     p.id = id;
-    for (const auto& [n, matrix] : sizes) {
-      p.tensors.push_back({out.params, n, matrix});
-      out.params += n;
+    p.tensors = tensors.take();
+    for (TensorSlot& slot : p.tensors) {
+      slot.offset = out.params;
+      out.params += slot.size;
     }
     p.act_offset = out.activation_bytes;
     p.act_bytes = act_bytes;
@@ -36,26 +101,50 @@ StageLayout stage_layout(const ModelSpec& ms, DType dtype, const StageRange& ran
   const bool llama = ms.kind == ModelKind::llama;
   const std::int64_t kv = static_cast<std::int64_t>(ms.kv_heads) * (h / ms.heads);
   if (range.has_embedding) {
-    if (llama) add_piece(PieceKind::embedding, 0, {{V * h, true}}, model.embedding(b).activation_bytes);
-    else add_piece(PieceKind::embedding, 0, {{V * h, true}, {s * h, true}}, model.embedding(b).activation_bytes);
+    PieceTensors e(t, tensor_rank);
+    e.rows(Vp, h, true, V);  // the rank's vocabulary rows
+    if (!llama) e.whole(s * h, true);
+    add_piece(PieceKind::embedding, 0, std::move(e), model.embedding(b).activation_bytes);
   }
   for (int layer = range.first_layer; layer <= range.last_layer(); ++layer) {
-    if (llama)
-      add_piece(PieceKind::llama, 1 + layer,
-                {{h, false}, {h * (h + 2 * kv), true}, {h * h, true}, {h, false}, {h * 2 * f, true}, {f * h, true}},
-                model.block(b).activation_bytes);
-    else if (ms.kind == ModelKind::gpt)
-      add_piece(PieceKind::gpt, 1 + layer,
-                {{h, false}, {h, false}, {h * 3 * h, true}, {3 * h, false}, {h * h, true}, {h, false},
-                 {h, false}, {h, false}, {h * f, true}, {f, false}, {f * h, true}, {h, false}},
-                model.block(b).activation_bytes);
-    else
-      add_piece(PieceKind::mlp, 1 + layer, {{h * f, true}, {f, false}, {f * h, true}, {h, false}},
-                model.block(b).activation_bytes);
+    PieceTensors k(t, tensor_rank);
+    PieceKind kind = PieceKind::mlp;
+    if (llama) {
+      kind = PieceKind::llama;
+      k.whole(h, false);
+      k.columns(h, {h, kv, kv}, true);  // q | k | v: the rank's heads of each
+      k.rows(h, h, true);               // o
+      k.whole(h, false);
+      k.columns(h, {f, f}, true);       // W1 | W3
+      k.rows(f, h, true);               // W2
+    } else if (ms.kind == ModelKind::gpt) {
+      kind = PieceKind::gpt;
+      k.whole(h, false);
+      k.whole(h, false);
+      k.columns(h, {h, h, h}, true);  // qkv
+      k.columns(1, {h, h, h}, false);
+      k.rows(h, h, true);             // proj
+      k.whole(h, false);
+      k.whole(h, false);
+      k.whole(h, false);
+      k.columns(h, {f}, true);        // fc1
+      k.columns(1, {f}, false);
+      k.rows(f, h, true);             // fc2
+      k.whole(h, false);
+    } else {
+      k.columns(h, {f}, true);
+      k.columns(1, {f}, false);
+      k.rows(f, h, true);
+      k.whole(h, false);
+    }
+    add_piece(kind, 1 + layer, std::move(k), model.block(b).activation_bytes);
   }
   if (range.has_head) {
-    if (llama) add_piece(PieceKind::head, ms.layers + 1, {{h, false}, {h * V, true}}, model.head(b).activation_bytes);
-    else add_piece(PieceKind::head, ms.layers + 1, {{h, false}, {h, false}, {h * V, true}}, model.head(b).activation_bytes);
+    PieceTensors k(t, tensor_rank);
+    k.whole(h, false);
+    if (!llama) k.whole(h, false);
+    k.columns(h, {Vp}, true, V);  // the LM head's columns of the rank's vocabulary
+    add_piece(PieceKind::head, ms.layers + 1, std::move(k), model.head(b).activation_bytes);
   }
   const Cost expected = model.stage(b, range.num_layers, range.has_embedding, range.has_head);
   if (out.params != expected.params || out.activation_bytes != expected.activation_bytes)
@@ -76,30 +165,35 @@ void initial_values(const ModelSpec& ms, const PieceLayout& p, std::size_t t, fl
   const bool residual_proj = (p.kind == PieceKind::gpt && (t == 4 || t == 10)) || (p.kind == PieceKind::mlp && t == 2) ||
                              (p.kind == PieceKind::llama && (t == 2 || t == 5));
   const float stdev = residual_proj ? kInitStd / std::sqrt(2.0f * static_cast<float>(ms.layers)) : kInitStd;
-  for (std::int64_t i = 0; i < tt.size; ++i)
-    out[i] = stdev * init_normal(ms.seed, p.id, static_cast<int>(t), static_cast<std::uint64_t>(i));
+  for (std::int64_t i = 0; i < tt.size; ++i) {
+    const std::int64_t whole = tt.shard ? tt.shard->whole_index(i) : i;
+    out[i] = whole < 0 ? 0.0f : stdev * init_normal(ms.seed, p.id, static_cast<int>(t), static_cast<std::uint64_t>(whole));
+  }
 }
 
-std::int64_t split_stash_elements(PieceKind kind, std::int64_t T, std::int64_t h, std::int64_t f, std::int64_t kv) {
+std::int64_t split_stash_elements(PieceKind kind, std::int64_t T, std::int64_t h, std::int64_t f, std::int64_t kv,
+                                  std::int64_t ht) {
+  if (ht == 0) ht = h;
   switch (kind) {
     case PieceKind::embedding: return T * h;
-    case PieceKind::gpt: return T * (7 * h + f);
-    case PieceKind::llama: return T * (5 * h + 2 * kv + 2 * f);
+    case PieceKind::gpt: return T * (4 * h + f + 3 * ht);
+    case PieceKind::llama: return T * (4 * h + ht + 2 * kv + 2 * f);
     case PieceKind::mlp: return T * (h + f);
     case PieceKind::head: return T * h;
   }
   return 0;
 }
 
-GptActs::GptActs(std::int64_t T, std::int64_t h, std::int64_t f, int elem_bytes) {
+GptActs::GptActs(std::int64_t T, std::int64_t h, std::int64_t f, int elem_bytes, std::int64_t ht) {
   const std::int64_t stats = T * (4 / elem_bytes);  // T floats
+  if (ht == 0) ht = h;
   x = 0;
   ln1 = x + T * h;
   mean1 = ln1 + T * h;
   rstd1 = mean1 + stats;
   qkv = rstd1 + stats;
-  attn = qkv + 3 * T * h;
-  x2 = attn + T * h;
+  attn = qkv + 3 * T * ht;
+  x2 = attn + T * ht;
   ln2 = x2 + T * h;
   mean2 = ln2 + T * h;
   rstd2 = mean2 + stats;
@@ -108,14 +202,15 @@ GptActs::GptActs(std::int64_t T, std::int64_t h, std::int64_t f, int elem_bytes)
   probs = gelu + T * f;
 }
 
-LlamaActs::LlamaActs(std::int64_t T, std::int64_t h, std::int64_t kv, std::int64_t f, int elem_bytes) {
+LlamaActs::LlamaActs(std::int64_t T, std::int64_t h, std::int64_t kv, std::int64_t f, int elem_bytes, std::int64_t ht) {
   const std::int64_t stats = T * (4 / elem_bytes);  // T floats
+  if (ht == 0) ht = h;
   x = 0;
   n1 = x + T * h;
   rrms1 = n1 + T * h;
   qkv = rrms1 + stats;
-  attn = qkv + T * (h + 2 * kv);
-  x2 = attn + T * h;
+  attn = qkv + T * (ht + 2 * kv);
+  x2 = attn + T * ht;
   n2 = x2 + T * h;
   rrms2 = n2 + T * h;
   pre13 = rrms2 + stats;

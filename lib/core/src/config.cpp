@@ -156,6 +156,14 @@ class TableReader {
     return x;
   }
 
+  // A boolean; `fallback` when absent.
+  bool boolean(std::string_view key, bool fallback) {
+    const Value* v = find(key);
+    if (!v) return fallback;
+    if (!v->is_boolean()) fail_at(*v, key, fmt::format("expected true or false, got {}", type_name(*v)));
+    return v->as_boolean();
+  }
+
   // One of `choices` (the first pair member is the spelling in the file).
   template <typename E>
   E choice(std::string_view key, E fallback, std::initializer_list<std::pair<std::string_view, E>> choices) {
@@ -466,8 +474,9 @@ void read_schedule(TableReader& r, RunSpec& run, std::vector<std::string>& warni
   }
   if (schedule_given && run.mode == RunMode::inference)
     warnings.push_back(fmt::format("{}: ignored: inference runs use the forward-only schedule", r.dotted("schedule")));
-  run.recompute = r.choice<Recompute>("recompute", Recompute::none, {{"none", Recompute::none}, {"full", Recompute::full}});
-  if (run.recompute == Recompute::full && run.mode == RunMode::inference) {
+  run.recompute = r.choice<Recompute>("recompute", Recompute::none,
+                                      {{"none", Recompute::none}, {"selective", Recompute::selective}, {"full", Recompute::full}});
+  if (run.recompute != Recompute::none && run.mode == RunMode::inference) {
     warnings.push_back(fmt::format("{}: ignored: inference keeps no activations to recompute", r.dotted("recompute")));
     run.recompute = Recompute::none;
   }
@@ -493,6 +502,45 @@ void read_schedule(TableReader& r, RunSpec& run, std::vector<std::string>& warni
               fmt::format("schedule \"{}\" holds {} model chunk(s) per rank; virtual_stages_per_rank = {} needs schedule "
                           "= \"interleaved-1f1b\"",
                           to_string(run.schedule), fixed, run.virtual_stages_per_rank));
+  }
+}
+
+// `tensor_parallel` and `sequence_parallel` (docs/tensor-parallel.md): t
+// splits the attention heads (and llama's K/V heads), ffn_hidden and the
+// vocabulary (padded), so it must divide the first three; sequence
+// parallelism splits the sequence, so t must divide seq_len.
+void read_tensor_parallel(TableReader& r, RunSpec& run, const ModelSpec& model, std::vector<std::string>& warnings) {
+  run.tensor_parallel = r.int_in_range("tensor_parallel", 1, kMaxTensorParallel, 1);
+  const int t = run.tensor_parallel;
+  if (std::int64_t{run.pipeline_size} * run.data_parallel * t > kMaxRanks)
+    r.fail_at(*r.find("tensor_parallel"), "tensor_parallel",
+              fmt::format("pipeline_size x data_parallel x tensor_parallel = {} x {} x {} ranks is above the limit of {}",
+                          run.pipeline_size, run.data_parallel, t, kMaxRanks));
+  auto must_divide = [&](const char* what, int n) {
+    if (n % t != 0)
+      r.fail_at(*r.find("tensor_parallel"), "tensor_parallel",
+                fmt::format("{} does not divide model.{} = {} (each tensor-parallel rank holds an equal part of it)", t,
+                            what, n));
+  };
+  if (t > 1) {
+    if (model.kind != ModelKind::mlp) must_divide("heads", model.heads);
+    if (model.kind == ModelKind::llama) must_divide("kv_heads", model.kv_heads);
+    must_divide("ffn_hidden", model.ffn_hidden);
+  }
+  run.sequence_parallel = r.boolean("sequence_parallel", false);
+  if (run.sequence_parallel && t == 1) {
+    warnings.push_back(fmt::format("{}: ignored: tensor_parallel = 1 has no sequence to split", r.dotted("sequence_parallel")));
+    run.sequence_parallel = false;
+  }
+  if (run.sequence_parallel && model.seq_len % t != 0)
+    r.fail_at(*r.find("sequence_parallel"), "sequence_parallel",
+              fmt::format("tensor_parallel = {} does not divide model.seq_len = {} (each rank holds an equal part of the "
+                          "sequence)",
+                          t, model.seq_len));
+  if (run.recompute == Recompute::selective && model.kind == ModelKind::mlp) {
+    warnings.push_back(fmt::format("{}: \"selective\" recomputes attention; an mlp model has none, so nothing is recomputed",
+                                   r.dotted("recompute")));
+    run.recompute = Recompute::none;
   }
 }
 
@@ -542,6 +590,7 @@ RunSpec read_run(TableReader& r, const ModelSpec& model, int steps, std::vector<
   run.mode = r.choice<RunMode>("mode", RunMode::train, {{"train", RunMode::train}, {"inference", RunMode::inference}});
   read_schedule(r, run, warnings);
   read_data_parallel(r, run, warnings);
+  read_tensor_parallel(r, run, model, warnings);
   if (std::int64_t{run.model_stages()} * run.num_microbatches > kMaxStageMicrobatches)
     r.fail_at(*r.find("virtual_stages_per_rank"), "virtual_stages_per_rank",
               fmt::format("pipeline_size x virtual_stages_per_rank x num_microbatches = {} x {} x {} is above the limit "

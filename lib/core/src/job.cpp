@@ -59,7 +59,14 @@ std::string_view to_string(ScheduleKind v) {
 }
 
 std::string_view to_string(RunMode v) { return v == RunMode::train ? "train" : "inference"; }
-std::string_view to_string(Recompute v) { return v == Recompute::full ? "full" : "none"; }
+std::string_view to_string(Recompute v) {
+  switch (v) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
 std::string data_parallel_not_executed(const RunSpec& run, BackendKind backend) {
   if (run.data_parallel <= 1) return "";
   if (backend == BackendKind::cuda && run.optimizer_sharding == OptimizerSharding::zero1 && run.mode == RunMode::train)

@@ -73,10 +73,12 @@ WorkloadKeys workload_keys(const Job& job, const RunSpec& run) {
     if (run.grad_sync != GradSync::after_flush) k["run.grad_sync"] = to_string(run.grad_sync);
   }
   // Only when not the default, as above.
-  if (run.data_parallel != 1) {
-    k["run.data_parallel"] = number(run.data_parallel);
-    k["run.rank_order"] = to_string(run.rank_order);
+  if (run.data_parallel != 1) k["run.data_parallel"] = number(run.data_parallel);
+  if (run.tensor_parallel != 1) {
+    k["run.tensor_parallel"] = number(run.tensor_parallel);
+    if (run.sequence_parallel) k["run.sequence_parallel"] = "true";
   }
+  if (run.data_parallel != 1 || run.tensor_parallel != 1) k["run.rank_order"] = to_string(run.rank_order);
   if (!run.layers_per_stage.empty()) {
     k["run.layers_per_stage"] = fmt::format("[{}]", fmt::join(run.layers_per_stage, ", "));
   } else {

@@ -10,29 +10,43 @@ constexpr std::int64_t kTokenIdBytes = 4;  // int32 token ids / targets
 constexpr std::int64_t kLnStatsBytes = 8;  // one LayerNorm's fp32 mean and 1/std, per token
 constexpr std::int64_t kRmsStatsBytes = 4; // one RMSNorm's fp32 1/rms, per token
 
-// The llama block (docs/model.md, "llama"): RMSNorm, q [h,h], k and v
-// [h, kv] with kv = kv_heads·h/heads, o [h,h], RMSNorm, W1 and W3 [h,f], W2 [f,h]; no biases.
-Cost llama_block(const ModelSpec& m, int b, std::int64_t e) {
-  const I h = m.hidden, f = m.ffn_hidden, s = m.seq_len, a = m.heads;
-  const I kv = I(m.kv_heads) * (m.hidden / m.heads);
-  const I tokens = I(b) * s;
-  const double t = static_cast<double>(tokens.value()), hd = m.hidden, fd = m.ffn_hidden, sd = m.seq_len;
-  const double kvd = static_cast<double>(kv.value());
-  Cost c;
-  c.params = (I(2) * h + I(2) * h * h + I(2) * h * kv + I(3) * h * f).value();
-  // q, k, v, o, W1, W3, W2 GEMMs + QK^T and softmax(QK^T)V over all s x s
-  // pairs (every query head against its group's K/V: the FLOPs of full MHA).
-  c.forward_flops = 2.0 * t * (2.0 * hd * hd + 2.0 * hd * kvd + 3.0 * hd * fd) + 4.0 * static_cast<double>(b) * sd * sd * hd;
-  // Per token: x, norm1 out, q and k after RoPE, v (h + 2kv), attention out,
-  // x + attn, norm2 out (6h + 2kv), W1 out, W3 out, silu(W1 x)·W3 x (3f);
-  // the attention probabilities [b, heads, s, s]; 1/rms of both norms in fp32.
-  c.activation_bytes = (I(e) * (tokens * (I(6) * h + I(2) * kv + I(3) * f) + I(b) * a * s * s) +
-                        tokens * kRmsStatsBytes * 2).value();
-  // Split backward: the gradients at the outputs of W2 (h), W1 and W3 (2f),
-  // norm2 (h), o (h), q, k, v (h + 2kv) and norm1 (h).
-  c.split_stash_bytes = (I(e) * tokens * (I(5) * h + I(2) * kv + I(2) * f)).value();
+// One tensor-parallel collective of a `bytes` buffer over t ranks (none at t = 1).
+TensorComm all_reduce(int t, const I& bytes) { return t > 1 ? TensorComm{1, (I(2) * bytes).value()} : TensorComm{}; }
+// An all-gather or a reduce-scatter of the whole `bytes` buffer.
+TensorComm gather(int t, const I& bytes) { return t > 1 ? TensorComm{1, bytes.value()} : TensorComm{}; }
+TensorComm times(TensorComm c, int n) {
+  c.calls *= n;
+  c.wire_bytes = (I(c.wire_bytes) * n).value();
   return c;
 }
+
+// The collectives of a block with `regions` parallel regions (attention and
+// MLP: 2; the mlp model's one) over a tensor group (docs/tensor-parallel.md):
+// without sequence parallelism an all-reduce at the end of each region's
+// forward and one of its input gradient; with it an all-gather in and a
+// reduce-scatter out of each region, their conjugates in the backward, and
+// the weight gradients' re-gather of each region's sequence-split input.
+void block_comm(Cost& c, int regions, int t, bool sp, const I& boundary_full) {
+  if (!sp) {
+    c.tp_forward = times(all_reduce(t, boundary_full), regions);
+    c.tp_input_grad = c.tp_forward;
+    return;
+  }
+  c.tp_forward = times(gather(t, boundary_full), 2 * regions);
+  c.tp_input_grad = c.tp_forward;
+  c.tp_weight_grad = times(gather(t, boundary_full), regions);
+}
+}  // namespace
+
+TensorSplit tensor_split(const RunSpec& run) {
+  return {run.tensor_parallel, run.sequence_parallel,
+          run.mode == RunMode::train && run.recompute == Recompute::selective};
+}
+
+std::int64_t padded_vocab(const ModelSpec& spec, int t) {
+  if (t <= 1) return spec.vocab;
+  const std::int64_t unit = (I(kVocabPadMultiple) * t).value();
+  return (I((spec.vocab + unit - 1) / unit) * unit).value();
 }
 
 StateBytes state_bytes_per_param(OptimizerKind opt, DType dtype) {
@@ -49,76 +63,145 @@ std::int64_t optimizer_shard_params(const RunSpec& run, std::int64_t params) {
   return (params + run.data_parallel - 1) / run.data_parallel;
 }
 
-ModelDesc::ModelDesc(const ModelSpec& spec, DType dtype) : spec_(spec), dtype_(dtype) {}
+ModelDesc::ModelDesc(const ModelSpec& spec, DType dtype, TensorSplit split) : spec_(spec), dtype_(dtype), split_(split) {
+  if (split_.degree < 1) split_.degree = 1;
+}
+
+std::int64_t ModelDesc::region_tokens(int b) const {
+  const I tokens = I(b) * spec_.seq_len;
+  return split_.sequence_parallel ? tokens.value() / split_.degree : tokens.value();
+}
 
 // Token embedding [vocab, h] + position embedding [seq_len, h]. A gather
 // forward (no matmul FLOPs); keeps the token ids for the scatter-add backward.
 // llama: the token embedding only (rotary positions have no parameters).
+// Tensor-parallel: the rank's 1/t of the padded vocabulary's rows (the
+// position table whole); the partial outputs summed over the group
+// (sequence parallelism: reduce-scattered, and the output gradient gathered
+// back for the scatter-add).
 Cost ModelDesc::embedding(int b) const {
-  const I h = spec_.hidden, s = spec_.seq_len, v = spec_.vocab;
+  const int t = split_.degree;
+  const I h = spec_.hidden, s = spec_.seq_len, v = padded_vocab(spec_, t) / t;
   const I tokens = I(b) * s;
+  const I e = dtype_bytes(dtype_);
   Cost c;
   c.params = spec_.kind == ModelKind::llama ? (v * h).value() : (v * h + s * h).value();
   c.activation_bytes = (tokens * kTokenIdBytes).value();
   // Its whole backward is W (a scatter-add): the gradient arriving at its output.
-  c.split_stash_bytes = (I(dtype_bytes(dtype_)) * tokens * h).value();
+  c.split_stash_bytes = (e * I(region_tokens(b)) * h).value();
+  const I full = e * tokens * h;
+  if (split_.sequence_parallel) {
+    c.tp_forward = gather(t, full);
+    c.tp_weight_grad = gather(t, full);
+  } else {
+    c.tp_forward = all_reduce(t, full);
+  }
   return c;
 }
 
+// The rank's share of a block (docs/model.md; docs/tensor-parallel.md for
+// t > 1): column-parallel qkv (llama q, k, v) and fc1 (llama W1, W3),
+// row-parallel proj (o) and fc2 (W2), whose biases and the norms every rank
+// holds whole. Per token it keeps (x, the first norm's output, the residual
+// sum, the second norm's output: `Ts` = region_tokens rows each; the rest T
+// rows of the rank's columns) and the attention probabilities of its a/t
+// heads unless they are recomputed (selective).
 Cost ModelDesc::block(int b) const {
+  const int t = split_.degree;
+  const bool sp = split_.sequence_parallel;
   const I h = spec_.hidden, f = spec_.ffn_hidden, s = spec_.seq_len, a = spec_.heads;
-  const I tokens = I(b) * s;
+  const I tokens = I(b) * s, Ts = region_tokens(b);
   const I e = dtype_bytes(dtype_);
-  const double t = static_cast<double>(tokens.value());
-  const double hd = static_cast<double>(spec_.hidden), fd = static_cast<double>(spec_.ffn_hidden);
-  const double sd = static_cast<double>(spec_.seq_len);
+  const I ht = h.value() / t, ft = f.value() / t, at = a.value() / t;
+  const double td = static_cast<double>(tokens.value()), hd = static_cast<double>(spec_.hidden);
+  const double fd = static_cast<double>(spec_.ffn_hidden), sd = static_cast<double>(spec_.seq_len), tt = t;
+  const I full = e * tokens * h;  // one [T, h] tensor, what a collective moves
+  const I probs = split_.selective_recompute ? I(0) : e * I(b) * at * s * s;
+  // QKᵀ and softmax(QKᵀ)V over all s x s pairs, of the rank's heads.
+  const double attention_core = 4.0 * static_cast<double>(b) * sd * sd * hd / tt;
   Cost c;
   if (spec_.kind == ModelKind::llama) {
-    c = llama_block(spec_, b, e.value());
+    const I kvt = I(spec_.kv_heads / t) * (spec_.hidden / spec_.heads);
+    const double kvd = static_cast<double>(kvt.value()) * tt;
+    // gamma1 [h], q|k|v [h, (h + 2kv)/t], o [h/t, h], gamma2 [h], W1|W3 [h, 2f/t], W2 [f/t, h].
+    c.params = (I(2) * h + h * (ht + I(2) * kvt) + ht * h + I(3) * h * ft).value();
+    c.forward_flops = 2.0 * td * (2.0 * hd * hd + 2.0 * hd * kvd + 3.0 * hd * fd) / tt + attention_core;
+    // x, norm1 out, x2, norm2 out (Ts rows); q and k after RoPE, v, attention
+    // out, W1 out, W3 out, silu(W1 x)·W3 x (the rank's columns); 1/rms of
+    // both norms in fp32.
+    c.activation_bytes =
+        (e * (Ts * I(4) * h + tokens * (ht + I(2) * kvt + ht + I(3) * ft)) + probs + Ts * kRmsStatsBytes * 2).value();
+    // Split backward: the gradients at the outputs of W2 and o (T rows: the
+    // row-parallel layers' weight gradients take them whole), W1 and W3, q,
+    // k, v (the rank's columns), and of both norms (Ts rows).
+    c.split_stash_bytes = (e * (tokens * (I(2) * h + ht + I(2) * kvt + I(2) * ft) + Ts * I(2) * h)).value();
+    c.recompute_flops = split_.selective_recompute ? attention_core : 0.0;
+    block_comm(c, 2, t, sp, full);
   } else if (spec_.kind == ModelKind::gpt) {
-    // ln1 [2h] + qkv [h,3h]+[3h] + proj [h,h]+[h] + ln2 [2h] + fc1 [h,f]+[f] + fc2 [f,h]+[h]
-    c.params = (I(4) * h * h + I(2) * h * f + I(9) * h + f).value();
-    // qkv, proj, fc1, fc2 GEMMs + QK^T and softmax(QK^T)V over all s x s pairs
-    c.forward_flops = 2.0 * t * (4.0 * hd * hd + 2.0 * hd * fd) + 4.0 * static_cast<double>(b) * sd * sd * hd;
-    // Per token: x, ln1 out, qkv (3h), attention out, x + attn, ln2 out (8h total),
-    // fc1 pre-activation and GELU out (2f); plus the attention probabilities
-    // [b, heads, s, s]; and mean/rstd of both LayerNorms in fp32 (4 x 4 bytes).
-    c.activation_bytes = (e * (tokens * (I(8) * h + I(2) * f) + I(b) * a * s * s) + tokens * kLnStatsBytes * 2).value();
-    // Split backward: the gradients at the outputs of fc2 (h), fc1 (f), ln2
-    // (h), proj (h), qkv (3h) and ln1 (h).
-    c.split_stash_bytes = (e * tokens * (I(7) * h + f)).value();
+    // ln1 [2h], qkv [h, 3h/t] + [3h/t], proj [h/t, h] + [h], ln2 [2h], fc1 [h, f/t] + [f/t], fc2 [f/t, h] + [h]
+    c.params = (I(3) * h * ht + I(3) * ht + ht * h + I(6) * h + I(2) * h * ft + ft).value();
+    c.forward_flops = 2.0 * td * (4.0 * hd * hd + 2.0 * hd * fd) / tt + attention_core;
+    // x, ln1 out, x2, ln2 out (Ts rows); qkv, attention out, fc1
+    // pre-activation and GELU out (the rank's columns); mean/rstd of both
+    // LayerNorms in fp32.
+    c.activation_bytes =
+        (e * (Ts * I(4) * h + tokens * (I(4) * ht + I(2) * ft)) + probs + Ts * kLnStatsBytes * 2).value();
+    // Split backward: the gradients at the outputs of fc2 and proj (T rows),
+    // fc1 and qkv (the rank's columns), ln2 and ln1 (Ts rows).
+    c.split_stash_bytes = (e * (tokens * (I(2) * h + ft + I(3) * ht) + Ts * I(2) * h)).value();
+    c.recompute_flops = split_.selective_recompute ? attention_core : 0.0;
+    block_comm(c, 2, t, sp, full);
   } else {
-    // fc1 [h,f]+[f] + fc2 [f,h]+[h], residual around both.
-    c.params = (I(2) * h * f + f + h).value();
-    c.forward_flops = 2.0 * t * (2.0 * hd * fd);
-    // Per token: x (fc1 input), fc1 pre-activation, GELU out.
-    c.activation_bytes = (e * tokens * (h + I(2) * f)).value();
-    // Split backward: the gradients at the outputs of fc2 (h) and fc1 (f).
-    c.split_stash_bytes = (e * tokens * (h + f)).value();
+    // fc1 [h, f/t] + [f/t], fc2 [f/t, h] + [h], residual around both.
+    c.params = (I(2) * h * ft + ft + h).value();
+    c.forward_flops = 2.0 * td * (2.0 * hd * fd) / tt;
+    // x (fc1 input, Ts rows), fc1 pre-activation, GELU out (the rank's columns).
+    c.activation_bytes = (e * (Ts * h + I(2) * tokens * ft)).value();
+    // Split backward: the gradients at the outputs of fc2 (T rows) and fc1 (the rank's columns).
+    c.split_stash_bytes = (e * tokens * (h + ft)).value();
+    block_comm(c, 1, t, sp, full);
   }
   c.backward_flops = 2.0 * c.forward_flops;
   return c;
 }
 
 // Final LayerNorm [2h] (llama: RMSNorm [h]) + LM head [h, vocab] (no bias)
-// + softmax cross-entropy.
+// + softmax cross-entropy. Tensor-parallel: the LM head's columns of the
+// rank's 1/t of the padded vocabulary, the cross-entropy computed without
+// gathering the logits (an all-reduce of each token's maximum, then one of
+// its sum of exponentials and its target's); with sequence parallelism the
+// norm's output gathered before the LM head (and again for its weight
+// gradient), its input gradient reduce-scattered.
 Cost ModelDesc::head(int b) const {
-  const I h = spec_.hidden, s = spec_.seq_len, v = spec_.vocab;
-  const I tokens = I(b) * s;
+  const int t = split_.degree;
+  const I h = spec_.hidden, s = spec_.seq_len, v = padded_vocab(spec_, t) / t;
+  const I tokens = I(b) * s, Ts = region_tokens(b);
   const I e = dtype_bytes(dtype_);
   const bool llama = spec_.kind == ModelKind::llama;
   Cost c;
   c.params = ((llama ? h : I(2) * h) + h * v).value();
   c.forward_flops = 2.0 * static_cast<double>(tokens.value()) * static_cast<double>(spec_.hidden) *
-                    static_cast<double>(spec_.vocab);
+                    static_cast<double>(v.value());
   c.backward_flops = 2.0 * c.forward_flops;
-  // Per token: the norm's input and output, softmax probabilities; the
-  // norm's fp32 statistics (LayerNorm: mean and 1/std; RMSNorm: 1/rms); int32 targets.
-  c.activation_bytes =
-      (e * tokens * (I(2) * h + v) + tokens * ((llama ? kRmsStatsBytes : kLnStatsBytes) + kTokenIdBytes)).value();
+  // Per token: the norm's input and output (Ts rows), softmax probabilities
+  // of the rank's vocabulary; the norm's fp32 statistics (LayerNorm: mean
+  // and 1/std; RMSNorm: 1/rms); int32 targets.
+  c.activation_bytes = (e * (Ts * I(2) * h + tokens * v) + Ts * (llama ? kRmsStatsBytes : kLnStatsBytes) +
+                        tokens * kTokenIdBytes)
+                           .value();
   // Split backward: the gradient at the LayerNorm's output (the LM head's
   // output gradient overwrites the probabilities in place and stays there).
-  c.split_stash_bytes = (e * tokens * h).value();
+  c.split_stash_bytes = (e * Ts * h).value();
+  const I full = e * tokens * h;
+  c.tp_forward = all_reduce(t, tokens * 4);
+  c.tp_forward += all_reduce(t, tokens * 8);
+  if (split_.sequence_parallel) {
+    c.tp_forward += gather(t, full);
+    c.tp_input_grad = gather(t, full);
+    c.tp_weight_grad = gather(t, full);
+  } else {
+    c.tp_input_grad = all_reduce(t, full);
+  }
   return c;
 }
 
@@ -137,10 +220,11 @@ std::int64_t ModelDesc::recompute_kept_bytes(int b, bool has_embedding) const {
 }
 
 std::int64_t ModelDesc::boundary_bytes(int b) const {
-  return (I(b) * spec_.seq_len * spec_.hidden * dtype_bytes(dtype_)).value();
+  return (I(region_tokens(b)) * spec_.hidden * dtype_bytes(dtype_)).value();
 }
 
 std::int64_t ModelDesc::total_params() const {
+  if (split_.degree > 1) return ModelDesc(spec_, dtype_).total_params();
   return stage(1, spec_.layers, true, true).params;
 }
 

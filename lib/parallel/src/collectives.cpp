@@ -20,14 +20,34 @@ double bus_bandwidth(Collective c, std::uint64_t bytes, int group_size, double s
   return bus_factor(c, group_size) * static_cast<double>(bytes) / seconds;
 }
 
-Link data_group_link(const DeviceSpec& device, const RunSpec& run, int rank) {
-  const RankGrid grid = run_grid(run, device);
+namespace {
+
+// The sim link when `group` is on one node, else the inter-node link.
+Link link_of(const DeviceSpec& device, const RankGrid& grid, const std::vector<int>& group) {
   Link l{device.sim_link_latency_us * 1e-6, device.sim_link_gbps, false};
-  if (grid.within_one_node(grid.data_group(rank))) return l;
+  if (grid.within_one_node(group)) return l;
   l.inter_node = true;
   if (device.sim_inter_node_latency_us >= 0.0) l.latency_s = device.sim_inter_node_latency_us * 1e-6;
   if (device.sim_inter_node_gbps > 0.0) l.gbps = device.sim_inter_node_gbps;
   return l;
+}
+
+}  // namespace
+
+Link data_group_link(const DeviceSpec& device, const RunSpec& run, int rank) {
+  const RankGrid grid = run_grid(run, device);
+  return link_of(device, grid, grid.data_group(rank));
+}
+
+Link tensor_group_link(const DeviceSpec& device, const RunSpec& run, int rank) {
+  const RankGrid grid = run_grid(run, device);
+  return link_of(device, grid, grid.tensor_group(rank));
+}
+
+double tensor_comm_s(int calls, std::int64_t wire_bytes, int group_size, const Link& link) {
+  if (group_size <= 1 || calls == 0) return 0.0;
+  const double t = group_size;
+  return calls * link.latency_s + (t - 1.0) / t * 8.0 * static_cast<double>(wire_bytes) / (link.gbps * 1e9);
 }
 
 }  // namespace pipebench::parallel

@@ -17,7 +17,7 @@ RankGrid::RankGrid(GridShape shape, RankOrder order, int ranks_per_node)
 }
 
 RankGrid run_grid(const RunSpec& run, const DeviceSpec& device) {
-  return RankGrid({run.pipeline_size, run.data_parallel, 1}, run.rank_order,
+  return RankGrid({run.pipeline_size, run.data_parallel, run.tensor_parallel}, run.rank_order,
                   device.ranks_per_node > 0 ? device.ranks_per_node : run.ranks());
 }
 

@@ -18,17 +18,30 @@ DType storage_dtype(const Job& job) {
   return job.device.backend == BackendKind::cpu ? DType::fp32 : job.model.dtype;
 }
 
-SimCosts model_costs(const Job& job, const ModelDesc& model, const Partition& partition, int micro_batch_size,
+ActionSeconds action_seconds(const Job& job, const Cost& cost, int t, const parallel::Link& link, bool split) {
+  const double speed = job.device.sim_flops_per_s;
+  auto comm = [&](const TensorComm& c) { return parallel::tensor_comm_s(c.calls, c.wire_bytes, t, link); };
+  ActionSeconds a;
+  a.forward = cost.forward_flops / speed + comm(cost.tp_forward);
+  const double input = 0.5 * cost.backward_flops / speed + cost.recompute_flops / speed + comm(cost.tp_input_grad);
+  const double weight = 0.5 * cost.backward_flops / speed + comm(cost.tp_weight_grad);
+  a.backward = split ? input : input + weight;
+  a.weight = split ? weight : 0.0;
+  return a;
+}
+
+SimCosts model_costs(const Job& job, const RunSpec& run, const ModelDesc& model, const Partition& partition,
                      bool split_backward) {
   SimCosts c;
-  const double speed = job.device.sim_flops_per_s;
+  const parallel::Link link = parallel::tensor_group_link(job.device, run, 0);
   for (const auto& st : partition.stages) {
-    const Cost cost = model.stage(micro_batch_size, st.num_layers, st.has_embedding, st.has_head);
-    c.forward.push_back(cost.forward_flops / speed);
-    c.backward.push_back((split_backward ? 0.5 : 1.0) * cost.backward_flops / speed);
-    c.weight.push_back(split_backward ? 0.5 * cost.backward_flops / speed : 0.0);
+    const Cost cost = model.stage(run.micro_batch_size, st.num_layers, st.has_embedding, st.has_head);
+    const ActionSeconds a = action_seconds(job, cost, model.split().degree, link, split_backward);
+    c.forward.push_back(a.forward);
+    c.backward.push_back(a.backward);
+    c.weight.push_back(a.weight);
   }
-  c.transfer = job.device.sim_transfer_s(static_cast<std::uint64_t>(model.boundary_bytes(micro_batch_size)));
+  c.transfer = job.device.sim_transfer_s(static_cast<std::uint64_t>(model.boundary_bytes(run.micro_batch_size)));
   return c;
 }
 
@@ -120,7 +133,7 @@ StageMemory plan_memory_unchecked(const Job& job, const RunSpec& run, const Sche
                                   const std::vector<int>& peak_live, bool split) {
   StageMemory out;
   const DType dtype = storage_dtype(job);
-  const ModelDesc model(job.model, dtype);
+  const ModelDesc model(job.model, dtype, tensor_split(run));
   const bool train = run.mode == RunMode::train;
   const int p = run.pipeline_size, m = run.num_microbatches, b = run.micro_batch_size;
 
@@ -189,13 +202,13 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
   RunPlan plan;
   plan.run = run;
   plan.storage_dtype = storage_dtype(job);
-  const ModelDesc model(job.model, plan.storage_dtype);
+  const ModelDesc model(job.model, plan.storage_dtype, tensor_split(run));
   plan.schedule = run_schedule(run);
   plan.partition = make_partition(model, run);
   if (run.model_stages() > 1) plan.partition_alternatives = partition_alternatives(model, run);
   plan.bubble_analytic = analytic_bubble(plan.schedule);
   const bool split = plan.schedule.split_backward();
-  plan.costs = model_costs(job, model, plan.partition, run.micro_batch_size, split);
+  plan.costs = model_costs(job, run, model, plan.partition, split);
   if (run.recompute == Recompute::full)  // B runs the forward again first
     for (std::size_t v = 0; v < plan.costs.backward.size(); ++v) plan.costs.backward[v] += plan.costs.forward[v];
   // Validated, and simulated with unit costs (the validator's deadlock check)

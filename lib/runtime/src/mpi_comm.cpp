@@ -80,14 +80,19 @@ void RunComm::init(MPI_Comm run, const parallel::RankGrid* grid) {
   if (grid && grid->size() != run_size_)
     throw Error(fmt::format("the run's rank grid has {} ranks, its communicator {}", grid->size(), run_size_));
   const parallel::Coord at = grid ? grid->coord(run_rank_) : parallel::Coord{run_rank_, 0, 0};
-  // The pipeline: the ranks of this replica, by stage; the data group: this
-  // stage's replicas, by replica.
-  PIPEBENCH_MPI_CHECK(MPI_Comm_split(run_, at.data, at.pipeline, &comm_));
-  PIPEBENCH_MPI_CHECK(MPI_Comm_split(run_, at.pipeline, at.data, &data_));
+  const int D = grid ? grid->shape().data : 1, T = grid ? grid->shape().tensor : 1;
+  // The pipeline: the ranks of this replica and tensor rank, by stage; the
+  // data group: this stage's and tensor rank's replicas, by replica; the
+  // tensor group: this stage's and replica's tensor ranks, by tensor rank.
+  PIPEBENCH_MPI_CHECK(MPI_Comm_split(run_, at.data * T + at.tensor, at.pipeline, &comm_));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_split(run_, at.pipeline * T + at.tensor, at.data, &data_));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_split(run_, at.pipeline * D + at.data, at.tensor, &tensor_));
   PIPEBENCH_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   PIPEBENCH_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   PIPEBENCH_MPI_CHECK(MPI_Comm_rank(data_, &replica_));
   PIPEBENCH_MPI_CHECK(MPI_Comm_size(data_, &replicas_));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_rank(tensor_, &tensor_rank_));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_size(tensor_, &tensor_size_));
   PIPEBENCH_MPI_CHECK(MPI_Comm_dup(run_, &control_));
   // The pipeline's and the data group's ranks on this node: those of a
   // shared-memory split of each.
@@ -119,6 +124,7 @@ RunComm::~RunComm() {
   if (!free_groups_) return;
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   if (data_ != MPI_COMM_NULL) MPI_Comm_free(&data_);
+  if (tensor_ != MPI_COMM_NULL) MPI_Comm_free(&tensor_);
 }
 
 void RunComm::wait(MPI_Request& req, const char* what) {
@@ -167,7 +173,7 @@ void RunComm::barrier() {
 }
 
 void RunComm::allreduce(std::vector<double>& values, MPI_Op op, Group group) {
-  const MPI_Comm on = group == Group::pipeline ? comm_ : group == Group::data ? data_ : run_;
+  const MPI_Comm on = group == Group::pipeline ? comm_ : group == Group::data ? data_ : group == Group::tensor ? tensor_ : run_;
   MPI_Request req;
   PIPEBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, op,
                                      on, &req));

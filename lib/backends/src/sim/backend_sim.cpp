@@ -22,7 +22,7 @@ SimBackend::SimBackend(const Job& job, int rank) : job_(job), memory_(rank, job.
 
 void SimBackend::build(const StageSpec& spec) {
   spec_ = spec;
-  const ModelDesc model(job_.model, spec.dtype);
+  const ModelDesc model(job_.model, spec.dtype, spec.tensor);
   const bool train = spec.mode == RunMode::train;
   const double speed = job_.device.sim_flops_per_s;
   cost_ = Cost{};
@@ -32,7 +32,8 @@ void SimBackend::build(const StageSpec& spec) {
     const StageRange& r = spec.chunks[static_cast<std::size_t>(c)];
     const Cost cost = model.stage(spec.micro_batch_size, r.num_layers, r.has_embedding, r.has_head);
     cost_ += cost;
-    chunks_.push_back({cost.forward_flops / speed, cost.backward_flops / speed,
+    const ActionSeconds a = action_seconds(job_, cost, spec.tensor.degree, spec.tensor_link, spec.split_backward);
+    chunks_.push_back({a.forward, a.backward, a.weight,
                        static_cast<std::uint64_t>(cost.activation_bytes),
                        static_cast<std::uint64_t>(cost.split_stash_bytes),
                        static_cast<std::uint64_t>(model.recompute_kept_bytes(spec.micro_batch_size, r.has_embedding)),
@@ -121,7 +122,7 @@ void SimBackend::backward(int /*step*/, int microbatch, int chunk) {
     memory_.reserve(MemCategory::activations, c.stash_bytes, [&] {
       return fmt::format("output gradients of micro-batch {} kept for its weight gradient", microbatch);
     });
-    busy_for(0.5 * c.backward_s, "backward (input gradient)", microbatch, action_id(1, chunk));
+    busy_for(c.backward_s, "backward (input gradient)", microbatch, action_id(1, chunk));
     return;
   }
   if (spec_.recompute) {
@@ -138,7 +139,7 @@ void SimBackend::backward(int /*step*/, int microbatch, int chunk) {
 
 void SimBackend::weight_grad(int /*step*/, int microbatch, int chunk) {
   const Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
-  busy_for(0.5 * c.backward_s, "backward (weight gradient)", microbatch, action_id(2, chunk));
+  busy_for(c.weight_s, "backward (weight gradient)", microbatch, action_id(2, chunk));
   memory_.release(MemCategory::activations, c.stash_bytes);
   release_activation(chunk);
 }

@@ -17,9 +17,11 @@
 #include <utility>
 #include <vector>
 
+#include "pipebench/backends/tensor_group.hpp"
 #include "pipebench/core/clock.hpp"
 #include "pipebench/core/job.hpp"
 #include "pipebench/model/model.hpp"
+#include "pipebench/parallel/collectives.hpp"
 #include "pipebench/plan/memory.hpp"
 #include "pipebench/plan/partition.hpp"
 #include "pipebench/plan/plan.hpp"
@@ -57,6 +59,12 @@ struct StageSpec {
   // optimizer_sharding = "zero1" with replicas (training): the optimizer
   // state and step cover this replica's shard only (parallel/shards.hpp).
   bool shard_optimizer = false;
+  // Tensor parallelism (docs/tensor-parallel.md): this rank's place in its
+  // tensor group of `tensor.degree`, and the link the group's collectives
+  // ride (parallel::tensor_group_link; the sim backend times them on it).
+  TensorSplit tensor;
+  int tensor_rank = 0;
+  parallel::Link tensor_link;
   RunMode mode = RunMode::train;
   DType dtype = DType::fp32;    // storage dtype
   bool split_backward = false;  // the schedule has W actions: B is input-grad only
@@ -97,10 +105,11 @@ struct FlatRegion {
   std::uint64_t logical_bytes = 0;
 };
 
-// What pipeline rank `rank` of replica `replica` of `plan` builds: its chunks
-// of the partition, the run's micro-batching, mode and storage dtype, split
-// backward when the schedule has W.
-StageSpec stage_spec(const RunPlan& plan, int rank, int replica, bool transport_uses_device_memory);
+// What pipeline rank `rank` of replica `replica` (tensor rank `tensor_rank`)
+// of `plan` builds: its chunks of the partition, the run's micro-batching,
+// mode and storage dtype, split backward when the schedule has W, its tensor
+// split (the link is the caller's to set).
+StageSpec stage_spec(const RunPlan& plan, int rank, int replica, bool transport_uses_device_memory, int tensor_rank = 0);
 
 class Backend {
  public:
@@ -112,6 +121,11 @@ class Backend {
   // Allocates and initialises the stage (parameters, gradients, optimizer
   // state, communication buffers). May throw OutOfMemoryError.
   virtual void build(const StageSpec& spec) = 0;
+  // Tensor parallelism (spec.tensor.degree > 1), before build: the group
+  // whose collectives the layers call. A backend that executes tensor
+  // parallelism keeps it (not owned); the others model the collectives
+  // (sim) or refuse the run (runner.cpp's not_executed).
+  virtual void set_tensor_group(TensorGroup* /*group*/) {}
   // The layers actually built, 0-based inclusive, and their parameter count.
   virtual std::pair<int, int> built_layers() const = 0;
   virtual std::int64_t built_params() const = 0;

@@ -58,7 +58,9 @@ class SimBackend final : public Backend {
   void release_activation(int chunk);
 
   struct Chunk {
-    double forward_s = 0.0, backward_s = 0.0;  // modelled, per micro-batch
+    // Modelled, per micro-batch (plan.hpp's action_seconds): F, B (the input
+    // gradient with a split backward, else all of it) and W.
+    double forward_s = 0.0, backward_s = 0.0, weight_s = 0.0;
     std::uint64_t activation_bytes = 0;
     std::uint64_t stash_bytes = 0;  // split backward: kept from B to W
     std::uint64_t kept_bytes = 0;   // recomputation: the chunk's input, kept from F to B

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "pipebench/core/job.hpp"
@@ -16,10 +18,28 @@ namespace pipebench {
 
 enum class PieceKind { embedding, gpt, mlp, llama, head };
 
+// A tensor-parallel rank's part of one tensor of the whole model, seen as
+// [rows, full_cols] (a vector is one row): rows from `row_begin`, and of
+// each row the column runs `columns` (first full column, count) in order.
+// Rows at or past `valid_rows` and columns at or past `valid_cols` are the
+// vocabulary's padding (model.hpp's padded_vocab): zero, never drawn.
+struct TensorShard {
+  std::int64_t full_cols = 0, row_begin = 0, valid_rows = 0, valid_cols = 0;
+  std::vector<std::pair<std::int64_t, std::int64_t>> columns;
+  // Element `i` of the part as an element of the whole tensor ([valid_rows,
+  // valid_cols] row-major), or -1 for padding.
+  std::int64_t whole_index(std::int64_t i) const;
+};
+
 struct TensorSlot {
   std::int64_t offset = 0;  // elements into the flat parameter buffer
   std::int64_t size = 0;
   bool matrix = false;      // weight decay applies to matrices only
+  // Tensor parallelism: the part this rank holds, or nullopt for a tensor
+  // every rank of the group holds whole (`shared` when the group has more
+  // than one rank: its gradient is counted once in the norm).
+  std::optional<TensorShard> shard;
+  bool shared = false;
 };
 
 struct PieceLayout {
@@ -36,15 +56,18 @@ struct StageLayout {
   std::int64_t activation_bytes = 0;  // one micro-batch's slab
 };
 
-// The layout of the stage holding `range`, activations in `dtype`. Throws
-// Error if it disagrees with ModelDesc (a bug, named with `backend`).
+// The layout of the stage holding `range`, activations in `dtype`; with a
+// tensor split, tensor rank `tensor_rank`'s part of it
+// (docs/tensor-parallel.md). Throws Error if it disagrees with ModelDesc (a
+// bug, named with `backend`).
 StageLayout stage_layout(const ModelSpec& model, DType dtype, const StageRange& range, int micro_batch_size,
-                         const char* backend);
+                         const char* backend, const TensorSplit& split = {}, int tensor_rank = 0);
 
 // The initial values of tensor `t` of `piece` (t.size elements into `out`):
 // LayerNorm gains 1, biases and betas 0, matrices N(0, 0.02²) — residual
 // projections N(0, (0.02/√(2·layers))²) — drawn from (seed, piece id,
-// tensor, element) only, so every split starts from the same model.
+// tensor, element of the whole tensor) only, so every split, pipeline or
+// tensor, starts from the same model.
 void initial_values(const ModelSpec& model, const PieceLayout& piece, std::size_t t, float* out);
 
 // AdamW as both real backends apply it (not workload keys): betas 0.9 and
@@ -57,21 +80,24 @@ inline constexpr float kAdamBeta1 = 0.9f, kAdamBeta2 = 0.95f, kAdamEps = 1e-8f, 
 // x2, ln2, ln2 mean/rstd, pre, gelu; then the attention probabilities. The
 // LayerNorm statistics are fp32 whatever the dtype: T floats each, which is
 // 4 / elem_bytes elements per token.
+// Tensor-parallel: qkv, attn, pre and gelu hold the rank's columns: pass
+// the local widths `ht` = h/t and `ft` = f/t (0: h and f).
 struct GptActs {
   std::int64_t x, ln1, mean1, rstd1, qkv, attn, x2, ln2, mean2, rstd2, pre, gelu, probs;
-  GptActs(std::int64_t T, std::int64_t h, std::int64_t f, int elem_bytes = 4);
+  GptActs(std::int64_t T, std::int64_t h, std::int64_t f, int elem_bytes = 4, std::int64_t ht = 0);
 };
 
 // One llama block's saved activations (docs/model.md, "llama"): per token x,
 // norm1 out, fp32 1/rms, qkv after RoPE [h + 2kv], attn, x2, norm2 out, fp32
 // 1/rms, W1·x | W3·x [2f], silu(W1·x)⊙W3·x [f]; then the attention probabilities.
+// Tensor-parallel: `kv` and `f` the rank's widths, `ht` its h/t (0: h).
 struct LlamaActs {
   std::int64_t x, n1, rrms1, qkv, attn, x2, n2, rrms2, pre13, u, probs;
-  LlamaActs(std::int64_t T, std::int64_t h, std::int64_t kv, std::int64_t f, int elem_bytes = 4);
+  LlamaActs(std::int64_t T, std::int64_t h, std::int64_t kv, std::int64_t f, int elem_bytes = 4, std::int64_t ht = 0);
 };
 
-// Head: x, ln, fp32 mean, fp32 rstd, probs [T, V] (elements as above), then
-// the int32 targets. With `rms` (llama's RMSNorm) one fp32 statistic, 1/rms,
+// Head: x, ln, fp32 mean, fp32 rstd, probs [T, V] (elements as above; V
+// the rank's vocabulary columns), then the int32 targets. With `rms` (llama's RMSNorm) one fp32 statistic, 1/rms,
 // at `rstd` (mean == rstd).
 struct HeadActs {
   std::int64_t x, ln, mean, rstd, probs, targets;
@@ -87,6 +113,10 @@ struct HeadActs {
 // over a chunk's pieces is ModelDesc's split_stash_bytes.
 // llama block: W2 out [T,h], W1|W3 out [T,2f], norm2 out [T,h], o out [T,h],
 // qkv [T,h+2kv], norm1 out [T,h] (`kv` = kv_heads·h/heads; others ignore it).
-std::int64_t split_stash_elements(PieceKind kind, std::int64_t T, std::int64_t h, std::int64_t f, std::int64_t kv = 0);
+// Tensor-parallel: `f` and `kv` the rank's widths, `ht` its h/t (0: h); the
+// gradients at the outputs of the row-parallel layers (gpt fc2 and proj,
+// llama W2 and o) and at the norms stay [T,h].
+std::int64_t split_stash_elements(PieceKind kind, std::int64_t T, std::int64_t h, std::int64_t f, std::int64_t kv = 0,
+                                  std::int64_t ht = 0);
 
 }  // namespace pipebench

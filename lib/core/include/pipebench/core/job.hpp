@@ -26,7 +26,7 @@ enum class SimClock { wall, virtual_time };
 // forward-only schedule.
 enum class ScheduleKind { gpipe, one_f_one_b, eager_one_f_one_b, interleaved_one_f_one_b, zb_h1, zb_v, file };
 enum class RunMode { train, inference };
-enum class Recompute { none, full };
+enum class Recompute { none, selective, full };
 enum class Remainder { first, last, balanced };
 enum class BalanceBy { flops, params };
 // Data parallelism (docs/parallel.md): the optimizer state whole on every
@@ -143,7 +143,8 @@ struct DeviceSpec {
 // results files beyond these limits are refused by the reader.
 inline constexpr int kMaxPipelineSize = 1024;
 inline constexpr int kMaxDataParallel = 65536;
-inline constexpr int kMaxRanks = 1 << 20;  // pipeline_size x data_parallel
+inline constexpr int kMaxRanks = 1 << 20;  // pipeline_size x data_parallel x tensor_parallel
+inline constexpr int kMaxTensorParallel = 1024;
 inline constexpr int kMaxMicrobatches = 65536;
 inline constexpr std::int64_t kMaxStageMicrobatches = std::int64_t{1} << 22;  // pipeline_size x num_microbatches
 // Events a run records: steps x (2 train, 1 inference) x pipeline_size x
@@ -179,7 +180,9 @@ struct RunSpec {
   std::string schedule_csv;            // the file schedule's text (schedule_csv.hpp has the format)
   RunMode mode = RunMode::train;
   // full: each chunk keeps only its input per micro-batch and recomputes its
-  // forward in B (activation checkpointing); none: it keeps the activations.
+  // forward in B (activation checkpointing); selective: the blocks drop the
+  // attention probabilities at F and recompute the attention core (QKᵀ,
+  // softmax) in B (Korthikanti et al. 2022); none: they keep the activations.
   Recompute recompute = Recompute::none;
   std::vector<int> layers_per_stage;   // empty: computed from `remainder`
   int layers_per_stage_origin = 0;     // 0 or 1, for printed layer numbers only
@@ -193,11 +196,18 @@ struct RunSpec {
   OptimizerSharding optimizer_sharding = OptimizerSharding::none;
   GradSync grad_sync = GradSync::after_flush;
   RankOrder rank_order = RankOrder::tp_dp_pp;
+  // Tensor parallelism (docs/tensor-parallel.md): each stage's layers split
+  // over t ranks (Megatron-LM's column / row-parallel linears, attention
+  // heads and the vocabulary split); with sequence_parallel the norms'
+  // regions are split along the sequence too.
+  int tensor_parallel = 1;
+  bool sequence_parallel = false;
 
   // Samples per optimizer step, over every replica.
   int global_batch() const { return micro_batch_size * num_microbatches * data_parallel; }
-  // Ranks the run needs: its pipeline stages times its replicas.
-  int ranks() const { return pipeline_size * data_parallel; }
+  // Ranks the run needs: its pipeline stages times its replicas times its
+  // tensor-parallel degree.
+  int ranks() const { return pipeline_size * data_parallel * tensor_parallel; }
   // Model chunks the layers are cut into: one per virtual stage.
   int model_stages() const { return pipeline_size * virtual_stages_per_rank; }
 };

@@ -17,6 +17,36 @@
 
 namespace pipebench {
 
+// How a run splits each stage over its tensor-parallel group
+// (docs/tensor-parallel.md): `degree` t ranks, each holding 1/t of every
+// block's attention heads and FFN columns and of the vocabulary; with
+// `sequence_parallel` the norms' regions (and the boundary tensors) hold
+// 1/t of the tokens; `selective_recompute` (recompute = "selective"): the
+// attention probabilities are not kept but recomputed in the backward.
+struct TensorSplit {
+  int degree = 1;
+  bool sequence_parallel = false;
+  bool selective_recompute = false;
+};
+// A run's split (selective recomputation in training only).
+TensorSplit tensor_split(const RunSpec& run);
+
+// The collectives of one tensor-parallel group for one piece and one
+// micro-batch, in one pass: how many, and their summed ring traffic in
+// units of the buffer (an all-reduce of B bytes counts 2B, an all-gather or
+// reduce-scatter of B bytes — the whole buffer — B). On a ring of t ranks
+// they take calls·latency + (t−1)/t · wire_bytes / bandwidth
+// (parallel/collectives.hpp's formula); none when t = 1.
+struct TensorComm {
+  int calls = 0;
+  std::int64_t wire_bytes = 0;
+  TensorComm& operator+=(const TensorComm& o) {
+    calls += o.calls;
+    wire_bytes = (CheckedInt(wire_bytes) + o.wire_bytes).value();
+    return *this;
+  }
+};
+
 // What one piece (or a sum of pieces) costs for one micro-batch. Integer
 // figures are computed in checked arithmetic: a model too large for 64-bit
 // counts throws ArithmeticOverflow (core/checked.hpp), never wraps.
@@ -29,6 +59,13 @@ struct Cost {
   // weight-gradient pass (W) needs, kept from B to W on top of the
   // activations (docs/model.md, "Split backward").
   std::int64_t split_stash_bytes = 0;
+  // recompute = "selective": the attention core's forward FLOPs run again in
+  // the backward (not model FLOPs; docs/model.md, "Conventions").
+  double recompute_flops = 0.0;
+  // Tensor parallelism: the collectives of the forward, of the input
+  // gradients (B) and of the weight gradients (W, or B when not split: the
+  // re-gathers of sequence-parallel inputs).
+  TensorComm tp_forward, tp_input_grad, tp_weight_grad;
 
   Cost& operator+=(const Cost& o) {
     params = (CheckedInt(params) + o.params).value();
@@ -36,6 +73,10 @@ struct Cost {
     backward_flops += o.backward_flops;
     activation_bytes = (CheckedInt(activation_bytes) + o.activation_bytes).value();
     split_stash_bytes = (CheckedInt(split_stash_bytes) + o.split_stash_bytes).value();
+    recompute_flops += o.recompute_flops;
+    tp_forward += o.tp_forward;
+    tp_input_grad += o.tp_input_grad;
+    tp_weight_grad += o.tp_weight_grad;
     return *this;
   }
 };
@@ -58,13 +99,27 @@ StateBytes state_bytes_per_param(OptimizerKind opt, DType dtype);
 // last padded (docs/parallel.md, "Memory").
 std::int64_t optimizer_shard_params(const RunSpec& run, std::int64_t params);
 
+// The vocabulary rows the embedding and the LM head hold over a tensor
+// group of t: `vocab`, and with t > 1 padded up to a multiple of 128·t
+// (Megatron-LM's --make-vocab-size-divisible-by 128, times t) so that every
+// rank holds the same number of rows; the padding rows are never looked up
+// and their logits are masked out of the softmax.
+std::int64_t padded_vocab(const ModelSpec& spec, int tensor_parallel);
+inline constexpr int kVocabPadMultiple = 128;
+
+// Every figure is one rank's: with a tensor split, one tensor-parallel
+// rank's share of the piece (docs/tensor-parallel.md).
 class ModelDesc {
  public:
   // `dtype` is the storage dtype actually used (the cpu backend: fp32).
-  ModelDesc(const ModelSpec& spec, DType dtype);
+  ModelDesc(const ModelSpec& spec, DType dtype, TensorSplit split = {});
 
   const ModelSpec& spec() const { return spec_; }
   DType dtype() const { return dtype_; }
+  const TensorSplit& split() const { return split_; }
+  // Tokens of one micro-batch a rank holds in the norms' regions: T, or T/t
+  // with sequence parallelism.
+  std::int64_t region_tokens(int micro_batch) const;
 
   Cost embedding(int micro_batch) const;
   Cost block(int micro_batch) const;   // all blocks of a model are identical
@@ -75,7 +130,9 @@ class ModelDesc {
   Cost stage(int micro_batch, int num_layers, bool has_embedding, bool has_head) const;
 
   // One stage-boundary tensor (activation forward, its gradient backward):
-  // micro_batch x seq_len x hidden elements.
+  // micro_batch x seq_len x hidden elements (with sequence parallelism the
+  // rank's 1/t of the tokens; without, each tensor rank sends the whole
+  // tensor to its counterpart on the next stage).
   std::int64_t boundary_bytes(int micro_batch) const;
 
   // Full activation recomputation: what a chunk keeps per micro-batch from F
@@ -83,6 +140,7 @@ class ModelDesc {
   // holding the embedding, else one boundary tensor).
   std::int64_t recompute_kept_bytes(int micro_batch, bool has_embedding) const;
 
+  // The whole model's (not a rank's: no tensor split, no vocabulary padding).
   std::int64_t total_params() const;
 
   // Communication buffers a stage holds (the runner's design, docs/runner.md):
@@ -124,6 +182,7 @@ class ModelDesc {
  private:
   ModelSpec spec_;
   DType dtype_;
+  TensorSplit split_;
 };
 
 }  // namespace pipebench

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "pipebench/core/job.hpp"
 
@@ -63,5 +64,14 @@ struct Link {
 // the sim link's where unset) when it spans nodes. One rule for the planner
 // and the sim backend.
 Link data_group_link(const DeviceSpec& device, const RunSpec& run, int rank);
+// The same for the tensor-parallel group of run rank `rank` (on one node
+// unless ranks_per_node is below tensor_parallel).
+Link tensor_group_link(const DeviceSpec& device, const RunSpec& run, int rank);
+
+// Seconds of `calls` ring collectives over a group of `group_size` whose
+// summed traffic is `wire_bytes` in units of their buffers (an all-reduce's
+// buffer counted twice; model.hpp's TensorComm): calls · latency +
+// (t−1)/t · wire_bytes / bandwidth — the sum of ring_time_s over the calls.
+double tensor_comm_s(int calls, std::int64_t wire_bytes, int group_size, const Link& link);
 
 }  // namespace pipebench::parallel

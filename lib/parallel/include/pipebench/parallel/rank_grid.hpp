@@ -65,7 +65,7 @@ class RankGrid {
   int ranks_per_node_;
 };
 
-// A run's grid on the modelled machine: p × d × 1 in the run's rank_order,
+// A run's grid on the modelled machine: p × d × t in the run's rank_order,
 // device.ranks_per_node ranks per node (0: the whole run on one node).
 RankGrid run_grid(const RunSpec& run, const DeviceSpec& device);
 

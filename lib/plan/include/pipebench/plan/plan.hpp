@@ -12,6 +12,7 @@
 
 #include "pipebench/core/job.hpp"
 #include "pipebench/model/model.hpp"
+#include "pipebench/parallel/collectives.hpp"
 #include "pipebench/plan/partition.hpp"
 #include "pipebench/schedule/schedule.hpp"
 #include "pipebench/schedule/simulate.hpp"
@@ -120,9 +121,21 @@ DType storage_dtype(const Job& job);
 // Model-based per-virtual-stage costs in seconds: F and B from FLOPs at
 // sim_flops_per_s, one transfer = latency + boundary bytes / bandwidth. With
 // `split_backward`, B (input gradient) and W (weight gradient) are half the
-// backward each (as the sim backend models them), else W = 0.
-SimCosts model_costs(const Job& job, const ModelDesc& model, const Partition& partition, int micro_batch_size,
+// backward each (as the sim backend models them), else W = 0. With a tensor
+// split (`model.split()`), each adds its collectives over the tensor group's
+// link (parallel::tensor_group_link, tensor_comm_s), and a selective
+// recomputation's attention forward is B's. `run` places the group.
+SimCosts model_costs(const Job& job, const RunSpec& run, const ModelDesc& model, const Partition& partition,
                      bool split_backward = false);
+
+// The seconds of one piece-sum's work on the sim backend's model: its F, B
+// (input gradient, or the whole backward when not `split`) and W, each its
+// FLOPs at sim_flops_per_s plus its tensor-parallel collectives on `link`.
+// One rule for the planner (model_costs) and the sim backend.
+struct ActionSeconds {
+  double forward = 0.0, backward = 0.0, weight = 0.0;
+};
+ActionSeconds action_seconds(const Job& job, const Cost& cost, int tensor_parallel, const parallel::Link& link, bool split);
 
 // Data parallelism: every rank's gradient all-reduce (StagePlan::grad_sync)
 // and the step (RunPlan::step_s), from the cost-weighted simulation: chunk

@@ -29,12 +29,14 @@ void prefer_ring_iallreduce();
 void mpi_check(int rc, const char* call, const char* file, int line);
 #define PIPEBENCH_MPI_CHECK(call) ::pipebench::mpi_check((call), #call, __FILE__, __LINE__)
 
-// The run's communicators. A run of p stages × d replicas has p·d ranks
-// (the run communicator, `run()`), split by its rank grid
-// (parallel/rank_grid.hpp) into d pipelines of p ranks (`comm()`: the
-// transport's, the step's reductions) and p data-parallel groups of d ranks
-// (`data()`: the gradient synchronisation). rank()/size() are the rank's
-// place in its pipeline; replica()/replicas() in its data group.
+// The run's communicators. A run of p stages × d replicas × t tensor ranks
+// has p·d·t ranks (the run communicator, `run()`), split by its rank grid
+// (parallel/rank_grid.hpp) into d·t pipelines of p ranks (`comm()`: the
+// transport's, the step's reductions), p·t data-parallel groups of d ranks
+// (`data()`: the gradient synchronisation) and p·d tensor groups of t ranks
+// (`tensor()`: the layers' collectives). rank()/size() are the rank's place
+// in its pipeline; replica()/replicas() in its data group;
+// tensor_rank()/tensor_size() in its tensor group.
 //
 // Every wait polls for an abort notice from any rank of the run and for the
 // step deadline. Collectives cannot be cancelled: after a failure some ranks
@@ -47,7 +49,7 @@ class RunComm {
  public:
   // One pipeline, no replicas. Does not take ownership of `comm`.
   explicit RunComm(MPI_Comm comm);
-  // `run` holds grid.size() ranks, ranked as the grid's ranks (tensor degree 1).
+  // `run` holds grid.size() ranks, ranked as the grid's ranks.
   RunComm(MPI_Comm run, const parallel::RankGrid& grid);
   ~RunComm();
   RunComm(const RunComm&) = delete;
@@ -55,11 +57,14 @@ class RunComm {
 
   MPI_Comm comm() const { return comm_; }
   MPI_Comm data() const { return data_; }
+  MPI_Comm tensor() const { return tensor_; }
   MPI_Comm control() const { return control_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
   int replica() const { return replica_; }
   int replicas() const { return replicas_; }
+  int tensor_rank() const { return tensor_rank_; }
+  int tensor_size() const { return tensor_size_; }
   int run_rank() const { return run_rank_; }
   int run_size() const { return run_size_; }
   // Whether pipeline rank `peer` runs on this rank's node (shares its memory and clocks).
@@ -78,8 +83,8 @@ class RunComm {
 
   // Every rank of the run.
   void barrier();
-  // Element-wise reductions over the pipeline, the data group or the run.
-  enum class Group { pipeline, data, run };
+  // Element-wise reductions over the pipeline, the data group, the tensor group or the run.
+  enum class Group { pipeline, data, tensor, run };
   void allreduce(std::vector<double>& values, MPI_Op op, Group group = Group::pipeline);
   // Rank r's `bytes[r]` bytes from `mine` land at `offsets[r]` of `into` on
   // pipeline rank 0 (`into` unused elsewhere); every rank passes the same sizes.
@@ -105,10 +110,10 @@ class RunComm {
   void wait_until(const std::function<bool()>& done, const char* what, bool done_yields);
 
   MPI_Comm run_ = MPI_COMM_NULL;
-  MPI_Comm comm_ = MPI_COMM_NULL, data_ = MPI_COMM_NULL;  // owned (split from run_)
+  MPI_Comm comm_ = MPI_COMM_NULL, data_ = MPI_COMM_NULL, tensor_ = MPI_COMM_NULL;  // owned (split from run_)
   MPI_Comm control_ = MPI_COMM_NULL;
   bool free_groups_ = true;
-  int rank_ = 0, size_ = 1, replica_ = 0, replicas_ = 1, run_rank_ = 0, run_size_ = 1;
+  int rank_ = 0, size_ = 1, replica_ = 0, replicas_ = 1, tensor_rank_ = 0, tensor_size_ = 1, run_rank_ = 0, run_size_ = 1;
   double deadline_s_ = 0.0;
   bool aborted_ = false;
   std::vector<char> same_node_;  // per pipeline rank

@@ -1,0 +1,29 @@
+// The collectives a backend's tensor-parallel layers need
+// (docs/tensor-parallel.md), over the ranks of its tensor group. The runtime
+// implements them on the run's tensor communicator (MPI, waited on like
+// every other wait of a run: a lost rank is a recorded failure, never a
+// hang); with t = 1 none is called. Every rank of a group calls the same
+// collectives in the same order (they run the same schedule). Reductions
+// are deterministic: for a given group and size the library reduces in one
+// fixed order, so a run repeats bit for bit.
+#pragma once
+
+#include <cstdint>
+
+namespace pipebench {
+
+class TensorGroup {
+ public:
+  virtual ~TensorGroup() = default;
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+  // In place, element-wise over the group.
+  virtual void sum(float* data, std::int64_t n) = 0;
+  virtual void sum(double* data, std::int64_t n) = 0;
+  virtual void max(float* data, std::int64_t n) = 0;
+  // Seconds spent in the group's collectives since the last call (a
+  // step's figure: the executor takes it at the end of each step).
+  virtual double take_seconds() = 0;
+};
+
+}  // namespace pipebench
