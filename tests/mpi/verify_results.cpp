@@ -46,20 +46,27 @@ void expect_eq(const A& got, const B& want, const std::string& what) {
 // step, and its exposed synchronisation is a part of the whole.
 void check_replicas(const Job& job, const RunPlan& plan, const RunResult& r, int steps) {
   const std::string run = r.spec.name;
-  const int p = plan.run.pipeline_size, d = plan.run.data_parallel;
-  const parallel::RankGrid grid({p, d, 1}, plan.run.rank_order, plan.run.ranks());
-  expect_eq(r.pipeline_rank.size(), static_cast<std::size_t>(p * d), run + ": pipeline_rank entries");
-  for (std::size_t i = 0; i < r.pipeline_rank.size() && i < r.data_rank.size(); ++i) {
+  const int p = plan.run.pipeline_size, d = plan.run.data_parallel, t = plan.run.tensor_parallel;
+  const parallel::RankGrid grid({p, d, t}, plan.run.rank_order, plan.run.ranks());
+  expect_eq(r.pipeline_rank.size(), static_cast<std::size_t>(p * d * t), run + ": pipeline_rank entries");
+  for (std::size_t i = 0; i < r.pipeline_rank.size() && i < r.data_rank.size() && i < r.tensor_rank.size(); ++i) {
     const parallel::Coord c = grid.coord(static_cast<int>(i));
     expect_eq(r.pipeline_rank[i], c.pipeline, fmt::format("{}: rank {} stage", run, i));
     expect_eq(r.data_rank[i], c.data, fmt::format("{}: rank {} replica", run, i));
+    expect_eq(r.tensor_rank[i], c.tensor, fmt::format("{}: rank {} tensor rank", run, i));
   }
+  // Tensor parallelism: every rank spent time in its group's collectives each step.
+  expect_eq(r.tensor_comm_s.size(), t > 1 ? static_cast<std::size_t>(steps) : std::size_t{0}, run + ": tensor_comm_s rows");
+  for (std::size_t k = 0; k < r.tensor_comm_s.size(); ++k)
+    for (std::size_t i = 0; i < r.tensor_comm_s[k].size(); ++i)
+      if (!(r.tensor_comm_s[k][i] > 0.0))
+        problems.push_back(fmt::format("{}: step {} rank {}: tensor_comm_s {} not positive", run, k, i, r.tensor_comm_s[k][i]));
   if (d == 1 || plan.run.mode != RunMode::train) {
     expect_eq(r.grad_sync_s.size(), std::size_t{0}, run + ": grad_sync_s without replicas");
     return;
   }
   const StateBytes per = state_bytes_per_param(job.train.optimizer, plan.storage_dtype);
-  expect_eq(r.grad_sync_bytes.size(), static_cast<std::size_t>(p * d), run + ": grad_sync_bytes entries");
+  expect_eq(r.grad_sync_bytes.size(), static_cast<std::size_t>(p * d * t), run + ": grad_sync_bytes entries");
   for (std::size_t i = 0; i < r.grad_sync_bytes.size(); ++i)
     expect_eq(r.grad_sync_bytes[i],
               static_cast<std::uint64_t>(plan.stages.at(static_cast<std::size_t>(r.pipeline_rank.at(i))).cost.params) *
@@ -115,7 +122,7 @@ void check_ok_run(const Job& job, const RunPlan& plan, const RunResult& r) {
   expect_eq(r.events.size(), static_cast<std::size_t>(steps) * plan.schedule.total_actions(), run + ": event count");
 
   // Memory: exactly the model's sizes.
-  const ModelDesc model(job.model, plan.storage_dtype);
+  const ModelDesc model(job.model, plan.storage_dtype, tensor_split(plan.run));
   const StateBytes per = state_bytes_per_param(job.train.optimizer, plan.storage_dtype);
   const auto boundary = static_cast<std::uint64_t>(model.boundary_bytes(plan.run.micro_batch_size));
   for (int rank = 0; rank < ranks; ++rank) {
@@ -123,7 +130,8 @@ void check_ok_run(const Job& job, const RunPlan& plan, const RunResult& r) {
     const auto S = static_cast<std::size_t>(r.pipeline_rank.at(R));  // its stage
     const StagePlan& sp = plan.stages[S];
     const auto params = static_cast<std::uint64_t>(sp.cost.params);
-    const std::string who = fmt::format("{}: rank {} (stage {}, replica {})", run, rank, S, r.data_rank.at(R));
+    const std::string who =
+        fmt::format("{}: rank {} (stage {}, replica {}, tensor rank {})", run, rank, S, r.data_rank.at(R), r.tensor_rank.at(R));
     auto cat = [&](MemCategory c) { return r.peak_mem_by_category[static_cast<std::size_t>(c)].at(R); };
     expect_eq(cat(MemCategory::params), params * static_cast<std::uint64_t>(per.params), who + " peak params bytes");
     expect_eq(cat(MemCategory::grads), train ? params * static_cast<std::uint64_t>(per.grads) : 0u, who + " peak grads bytes");

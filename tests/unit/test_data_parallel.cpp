@@ -325,10 +325,10 @@ TEST_CASE("data parallel: a data group across nodes reduces over the inter-node 
 TEST_CASE("data parallel: which backends execute replicas and ZeRO-1", "[data_parallel]") {
   const Job job = parse_job(kJob, "w.toml");
   RunSpec run = job.runs[1];  // 2 x 2, zero1
-  CHECK_THAT(data_parallel_not_executed(run, BackendKind::cuda), Catch::Contains("the cuda backend does not shard its optimizer"));
-  CHECK(data_parallel_not_executed(run, BackendKind::cpu).empty());
-  CHECK(data_parallel_not_executed(run, BackendKind::sim).empty());
+  CHECK_THAT(not_executed(run, BackendKind::cuda), Catch::Contains("the cuda backend does not shard its optimizer"));
+  CHECK(not_executed(run, BackendKind::cpu).empty());
+  CHECK(not_executed(run, BackendKind::sim).empty());
   run.optimizer_sharding = OptimizerSharding::none;
-  CHECK(data_parallel_not_executed(run, BackendKind::cuda).empty());
-  CHECK(data_parallel_not_executed(job.runs[0], BackendKind::cuda).empty());
+  CHECK(not_executed(run, BackendKind::cuda).empty());
+  CHECK(not_executed(job.runs[0], BackendKind::cuda).empty());
 }

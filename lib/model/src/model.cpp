@@ -236,21 +236,31 @@ std::int64_t ModelDesc::rope_table_bytes() const {
 // Per token, the backward's temporaries both real backends allocate: gpt
 // dgelu [f], dh, dx2, q/k/v [3h], two ping-pong gradients [h] (f + 7h);
 // llama du [f], dW1|dW3 [2f], dnorm, dx2, dattn [h], dqkv [h + 2kv], two
-// ping-pong gradients [h] (3f + 6h + 2kv).
-static I backward_temporaries_per_token(const ModelSpec& m) {
-  const I h = m.hidden, f = m.ffn_hidden;
-  if (m.kind != ModelKind::llama) return f + I(7) * h;
-  const I kv = I(m.kv_heads) * (m.hidden / m.heads);
-  return I(3) * f + I(6) * h + I(2) * kv;
+// ping-pong gradients [h] (3f + 6h + 2kv). Tensor-parallel (cpu): f, the
+// attention's h and kv are the rank's 1/t (gpt f/t + 4h + 3h/t, llama
+// 3f/t + 4h + 2h/t + 2kv/t).
+static I backward_temporaries_per_token(const ModelSpec& m, int t) {
+  const I h = m.hidden, ft = m.ffn_hidden / t, ht = m.hidden / t;
+  if (m.kind != ModelKind::llama) return ft + I(4) * h + I(3) * ht;
+  const I kvt = I(m.kv_heads / t) * (m.hidden / m.heads);
+  return I(3) * ft + I(4) * h + I(2) * ht + I(2) * kvt;
 }
 
 std::int64_t ModelDesc::cpu_workspace_bytes(int b, bool train) const {
+  const int t = split_.degree;
   const I s = spec_.seq_len;
   const I tokens = I(b) * s;
-  const I rope = rope_table_bytes();  // also in inference
-  if (!train) return rope.value();
-  // ... and one s x s score scratch.
-  return (rope + I(dtype_bytes(dtype_)) * (tokens * backward_temporaries_per_token(spec_) + s * s)).value();
+  const I e = dtype_bytes(dtype_);
+  I bytes = rope_table_bytes();  // also in inference
+  // Tensor-parallel cross-entropy: each token's maximum, sum and target (fp32), also in inference.
+  if (t > 1) bytes = bytes + tokens * 12;
+  if (!train) return bytes.value();
+  // ... the temporaries, one s x s score scratch and, with selective
+  // recomputation, the attention probabilities of the rank's heads (made at
+  // F and again at B, never kept).
+  bytes = bytes + e * (tokens * backward_temporaries_per_token(spec_, t) + s * s);
+  if (split_.selective_recompute) bytes = bytes + e * I(b) * (spec_.heads / t) * s * s;
+  return bytes.value();
 }
 
 std::int64_t ModelDesc::cuda_workspace_bytes(int b, bool train) const {
@@ -258,7 +268,7 @@ std::int64_t ModelDesc::cuda_workspace_bytes(int b, bool train) const {
   const I tokens = I(b) * s;
   // ... with one s x s score matrix per head.
   const I temporaries =
-      train ? I(dtype_bytes(dtype_)) * (tokens * backward_temporaries_per_token(spec_) + a * s * s) : I(0);
+      train ? I(dtype_bytes(dtype_)) * (tokens * backward_temporaries_per_token(spec_, 1) + a * s * s) : I(0);
   return (temporaries + I(rope_table_bytes()) + I(4) * tokens + (train ? I(cuda_embedding_order_bytes(b)) : I(0)) +
           kCudaNormSlotsBytes)
       .value();

@@ -22,11 +22,15 @@ ActionSeconds action_seconds(const Job& job, const Cost& cost, int t, const para
   const double speed = job.device.sim_flops_per_s;
   auto comm = [&](const TensorComm& c) { return parallel::tensor_comm_s(c.calls, c.wire_bytes, t, link); };
   ActionSeconds a;
-  a.forward = cost.forward_flops / speed + comm(cost.tp_forward);
-  const double input = 0.5 * cost.backward_flops / speed + cost.recompute_flops / speed + comm(cost.tp_input_grad);
-  const double weight = 0.5 * cost.backward_flops / speed + comm(cost.tp_weight_grad);
+  a.forward_comm = comm(cost.tp_forward);
+  a.forward = cost.forward_flops / speed + a.forward_comm;
+  const double input_comm = comm(cost.tp_input_grad), weight_comm = comm(cost.tp_weight_grad);
+  const double input = 0.5 * cost.backward_flops / speed + cost.recompute_flops / speed + input_comm;
+  const double weight = 0.5 * cost.backward_flops / speed + weight_comm;
   a.backward = split ? input : input + weight;
+  a.backward_comm = split ? input_comm : input_comm + weight_comm;
   a.weight = split ? weight : 0.0;
+  a.weight_comm = split ? weight_comm : 0.0;
   return a;
 }
 

@@ -262,6 +262,7 @@ void add_rank_figures(RunResult& r, const std::vector<RankRecord>& ranks) {
     r.stage_layers.push_back(rk.stage_layers);
     r.pipeline_rank.push_back(rk.pipeline_rank);
     r.data_rank.push_back(rk.data_rank);
+    r.tensor_rank.push_back(rk.tensor_rank);
     r.hostnames.push_back(rk.hostname);
     r.pids.push_back(rk.pid);
   }
@@ -280,10 +281,12 @@ std::size_t add_step_figures(RunResult& r, const Job& job, const RunPlan& plan, 
   const int V = plan.schedule.num_virtual_stages();
   const std::size_t last = ranks.empty() ? 0 : r.rank_index(plan.schedule.rank_of(V - 1));
   const bool replicas = plan.run.data_parallel > 1 && plan.run.mode == RunMode::train;
+  const bool tensor = plan.run.tensor_parallel > 1;
   std::vector<double> counted_time, counted_slowest, counted_bubble, counted_imbalance;
   for (std::size_t k = 0; k < steps; ++k) {
     double t = 0.0, busy_sum = 0.0, busy_max = 0.0;
-    std::vector<double> busy(P), wait(P), transfer(P), idle(P), fwd(P), bwd(P), opt(P), sync_start(P), sync(P), exposed(P);
+    std::vector<double> busy(P), wait(P), transfer(P), idle(P), fwd(P), bwd(P), opt(P), sync_start(P), sync(P), exposed(P),
+        tp(P);
     for (std::size_t i = 0; i < P; ++i) {
       const StepRecord& s = ranks[i].steps[k];
       t = std::max(t, s.end_s);
@@ -296,6 +299,7 @@ std::size_t add_step_figures(RunResult& r, const Job& job, const RunPlan& plan, 
       sync_start[i] = s.grad_sync_start_s;
       sync[i] = s.grad_sync_s;
       exposed[i] = s.grad_sync_exposed_s;
+      tp[i] = s.tensor_comm_s;
       busy_sum += s.busy_s;
       busy_max = std::max(busy_max, s.busy_s);
     }
@@ -323,6 +327,7 @@ std::size_t add_step_figures(RunResult& r, const Job& job, const RunPlan& plan, 
       r.grad_sync_s.push_back(sync);
       r.grad_sync_exposed_s.push_back(exposed);
     }
+    if (tensor) r.tensor_comm_s.push_back(tp);
     if (!warm) {
       counted_time.push_back(t);
       counted_slowest.push_back(busy_max);
@@ -638,7 +643,7 @@ void decide(std::vector<RunResult>& runs) {
 
 std::size_t RunResult::rank_index(int stage) const {
   for (std::size_t i = 0; i < pipeline_rank.size() && i < data_rank.size(); ++i)
-    if (pipeline_rank[i] == stage && data_rank[i] == 0) return i;
+    if (pipeline_rank[i] == stage && data_rank[i] == 0 && (i >= tensor_rank.size() || tensor_rank[i] == 0)) return i;
   return static_cast<std::size_t>(stage);
 }
 

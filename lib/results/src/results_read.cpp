@@ -257,15 +257,19 @@ void check_shapes(const RunResult& r) {
     if (n != steps) throw bad(fmt::format("a per-step dataset has {} entries, step_time_s {}", n, steps));
   const std::size_t ranks = r.peak_mem_bytes.size();
   if (ranks != 0 && ranks != static_cast<std::size_t>(r.spec.ranks()))
-    throw bad(fmt::format("peak_mem_bytes has {} entries for {} stages x {} replicas", ranks, p, r.spec.data_parallel));
+    throw bad(fmt::format("peak_mem_bytes has {} entries for {} stages x {} replicas x {} tensor ranks", ranks, p,
+                          r.spec.data_parallel, r.spec.tensor_parallel));
   std::vector<std::size_t> per_rank{r.memory_capacity_bytes.size(), r.stage_params.size(),
                                     r.peak_live_activations.size(), r.stage_layers.size(),
-                                    r.pipeline_rank.size(), r.data_rank.size()};
+                                    r.pipeline_rank.size(), r.data_rank.size(), r.tensor_rank.size()};
   if (!r.grad_sync_bytes.empty()) per_rank.push_back(r.grad_sync_bytes.size());
   for (std::size_t i = 0; i < r.pipeline_rank.size() && i < r.data_rank.size(); ++i)
     if (r.pipeline_rank[i] < 0 || r.pipeline_rank[i] >= p || r.data_rank[i] < 0 || r.data_rank[i] >= r.spec.data_parallel)
       throw bad(fmt::format("rank {} is stage {} of replica {}, outside {} stages x {} replicas", i, r.pipeline_rank[i],
                             r.data_rank[i], p, r.spec.data_parallel));
+  for (std::size_t i = 0; i < r.tensor_rank.size(); ++i)
+    if (r.tensor_rank[i] < 0 || r.tensor_rank[i] >= r.spec.tensor_parallel)
+      throw bad(fmt::format("rank {} is tensor rank {}, outside tensor_parallel {}", i, r.tensor_rank[i], r.spec.tensor_parallel));
   for (const auto& c : r.peak_mem_by_category) per_rank.push_back(c.size());
   for (const auto* d : {&r.device_used_before_bytes, &r.device_used_peak_bytes})
     if (!d->empty()) per_rank.push_back(d->size());
@@ -274,7 +278,7 @@ void check_shapes(const RunResult& r) {
   for (const auto* rows : {&r.busy_s, &r.comm_wait_s, &r.idle_s, &r.forward_s, &r.backward_s, &r.optimizer_s})
     if (rows->size() != steps || (steps > 0 && rows->front().size() != ranks))
       throw bad(fmt::format("a step x rank dataset is not {} x {}", steps, ranks));
-  for (const auto* rows : {&r.comm_transfer_s, &r.grad_sync_start_s, &r.grad_sync_s, &r.grad_sync_exposed_s})
+  for (const auto* rows : {&r.comm_transfer_s, &r.grad_sync_start_s, &r.grad_sync_s, &r.grad_sync_exposed_s, &r.tensor_comm_s})
     if (!rows->empty() && (rows->size() != steps || rows->front().size() != ranks))
       throw bad(fmt::format("a step x rank dataset (comm_transfer_s, grad_sync_s) is not {} x {}", steps, ranks));
   if (r.microbatch_latency_s.size() > steps ||
@@ -295,6 +299,9 @@ void read_rank_grid(hid_t g, RunResult& r) {
       r.data_rank.push_back(0);
     }
   }
+  if (has("tensor_rank")) r.tensor_rank = read_dataset<int>(g, "tensor_rank");
+  else r.tensor_rank.assign(r.pipeline_rank.size(), 0);
+  if (has("tensor_comm_s")) r.tensor_comm_s = read_dataset_2d<double>(g, "tensor_comm_s");
   if (has("grad_sync_bytes")) r.grad_sync_bytes = read_dataset<std::uint64_t>(g, "grad_sync_bytes");
   if (has("grad_sync_s")) {
     r.grad_sync_start_s = read_dataset_2d<double>(g, "grad_sync_start_s");
@@ -377,6 +384,14 @@ void read_data_parallel_attrs(hid_t g, const std::string& name, RunSpec& spec) {
   spec.optimizer_sharding = parse_enum(read_attr_string(g, "optimizer_sharding"), {OptimizerSharding::none, OptimizerSharding::zero1});
   spec.grad_sync = parse_enum(read_attr_string(g, "grad_sync"), {GradSync::after_flush, GradSync::overlap});
   spec.rank_order = parse_enum(read_attr_string(g, "rank_order"), {RankOrder::tp_dp_pp, RankOrder::tp_pp_dp});
+  if (has_attr(g, "tensor_parallel")) {
+    spec.tensor_parallel = static_cast<int>(read_attr_scalar<std::int64_t>(g, "tensor_parallel"));
+    if (spec.tensor_parallel < 1 || spec.tensor_parallel > kMaxTensorParallel)
+      throw ResultsError(fmt::format("run {}: tensor_parallel {} outside the workload limits", name, spec.tensor_parallel));
+    spec.sequence_parallel = read_attr_scalar<std::int64_t>(g, "sequence_parallel") != 0;
+  }
+  if (has_attr(g, "recompute"))
+    spec.recompute = parse_enum(read_attr_string(g, "recompute"), {Recompute::selective, Recompute::full});
 }
 
 RunResult read_run(hid_t runs, const std::string& name, bool keep_events) {

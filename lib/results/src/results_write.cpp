@@ -312,6 +312,11 @@ void write_run(hid_t runs, const RunResult& r, const EventStore* store) {
   attr_string(g, "optimizer_sharding", std::string(to_string(r.spec.optimizer_sharding)));
   attr_string(g, "grad_sync", std::string(to_string(r.spec.grad_sync)));
   attr_string(g, "rank_order", std::string(to_string(r.spec.rank_order)));
+  if (r.spec.tensor_parallel > 1) {  // absent: 1 (files from before tensor parallelism too)
+    attr_scalar<std::int64_t>(g, "tensor_parallel", r.spec.tensor_parallel);
+    attr_scalar<std::int64_t>(g, "sequence_parallel", r.spec.sequence_parallel ? 1 : 0);
+  }
+  if (r.spec.recompute != Recompute::none) attr_string(g, "recompute", std::string(to_string(r.spec.recompute)));
   attr_array<int>(g, "layers_per_stage", r.layers_per_stage);
   attr_array<int>(g, "stage_rank", r.stage_rank);
   attr_scalar<std::int64_t>(g, "layers_per_stage_origin", r.spec.layers_per_stage_origin);
@@ -371,9 +376,15 @@ void write_run(hid_t runs, const RunResult& r, const EventStore* store) {
   std::vector<std::vector<int>> layers;
   for (const auto& l : r.stage_layers) layers.push_back({l[0], l[1]});
   dataset_2d(g, "stage_layers", layers, 2);
-  if (r.spec.data_parallel > 1) {  // docs/results-format.md: the rank grid and the gradient synchronisation
+  if (r.spec.tensor_parallel > 1) {  // docs/results-format.md: the tensor ranks and their collectives
+    dataset_1d(g, "tensor_rank", r.tensor_rank);
+    if (!r.tensor_comm_s.empty()) dataset_2d(g, "tensor_comm_s", r.tensor_comm_s, P);
+  }
+  if (r.spec.data_parallel > 1 || r.spec.tensor_parallel > 1) {  // docs/results-format.md: the rank grid
     dataset_1d(g, "pipeline_rank", r.pipeline_rank);
     dataset_1d(g, "data_rank", r.data_rank);
+  }
+  if (r.spec.data_parallel > 1) {  // docs/results-format.md: the gradient synchronisation
     if (!r.grad_sync_bytes.empty()) dataset_1d(g, "grad_sync_bytes", r.grad_sync_bytes);
     if (!r.grad_sync_s.empty()) {
       dataset_2d(g, "grad_sync_start_s", r.grad_sync_start_s, P);

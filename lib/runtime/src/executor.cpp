@@ -103,6 +103,7 @@ class StepRun {
     sr_.grad_norm = std::numeric_limits<double>::quiet_NaN();
     if (plan_.run.mode == RunMode::train) clip_and_step();
     sr_.busy_s = sr_.forward_s + sr_.backward_s + sr_.optimizer_s;
+    sr_.tensor_comm_s = backend_.take_tensor_comm_s();
     sr_.end_s = clock_.now() - t0_;
     report_progress(has_loss_here);
     rec.steps.push_back(sr_);
@@ -347,13 +348,15 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
   rec.rank = comm.run_rank();
   rec.pipeline_rank = comm.rank();
   rec.data_rank = comm.replica();
+  rec.tensor_rank = comm.tensor_rank();
   rec.hostname = host_name();
   rec.pid = static_cast<std::int64_t>(getpid());
   rec.memory_capacity_bytes = backend.memory().capacity();  // cuda: min(memory_capacity, the device)
   const int steps = job.train.warmup + job.train.repeats;
   std::optional<GradientSync> sync;
   try {
-    const StageSpec spec = stage_spec(plan, comm.rank(), comm.replica(), opt.transport_uses_device_memory);
+    StageSpec spec = stage_spec(plan, comm.rank(), comm.replica(), opt.transport_uses_device_memory, comm.tensor_rank());
+    spec.tensor_link = parallel::tensor_group_link(job.device, plan.run, comm.run_rank());
     const int first = spec.chunks.front().first_layer, last = spec.chunks.back().last_layer();
     backend.build(spec);
     const auto built = backend.built_layers();

@@ -31,6 +31,7 @@
 #include "pipebench/runtime/executor.hpp"
 #include "pipebench/runtime/interrupt.hpp"
 #include "pipebench/runtime/mpi_comm.hpp"
+#include "pipebench/runtime/tensor_group_mpi.hpp"
 #include "pipebench/runtime/provenance.hpp"
 #include "pipebench/runtime/transport_checked.hpp"
 #include "pipebench/runtime/transport_mpi.hpp"
@@ -100,6 +101,7 @@ std::vector<char> pack(const RankRecord& r) {
   p.put(r.rank);
   p.put(r.pipeline_rank);
   p.put(r.data_rank);
+  p.put(r.tensor_rank);
   p.put_string(r.hostname);
   p.put(r.pid);
   p.put_vector(r.steps);
@@ -124,6 +126,7 @@ RankRecord unpack(const char* data, std::size_t size) {
   r.rank = u.get<int>();
   r.pipeline_rank = u.get<int>();
   r.data_rank = u.get<int>();
+  r.tensor_rank = u.get<int>();
   r.hostname = u.get_string();
   r.pid = u.get<std::int64_t>();
   r.steps = u.get_vector<StepRecord>();
@@ -504,6 +507,8 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
   const parallel::RankGrid grid = parallel::run_grid(rp.run, job.device);
   RunComm rc(comm, grid);
   auto backend = make_backend(job, ctx.world_rank);
+  MpiTensorGroup tensor_group(rc);
+  if (rp.run.tensor_parallel > 1) backend->set_tensor_group(&tensor_group);
   const bool nccl = ctx.transport_kind == TransportKind::nccl && p > 1;
   const std::unique_ptr<Transport> transport = make_transport(job, rp, rc, backend->clock(), nccl);
   ExecOptions eo;
@@ -539,23 +544,27 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
   // Each step's events come to rank 0 as the run goes (a rank's memory does
   // not grow with the steps); rank 0 digests them for the run's metrics and
   // passes them on to the results file's event store (nor does its memory).
-  // With replicas, replica 0's: every replica runs the same schedule
-  // (docs/parallel.md); the others' go to their pipeline's rank 0 and stop there.
+  // With replicas or tensor ranks, replica 0's tensor rank 0's: every
+  // pipeline runs the same schedule (docs/parallel.md); the others' go to
+  // their pipeline's rank 0 and stop there.
   EventDigest digest(rp.schedule, rp.run.mode == RunMode::inference);
   auto take_events = [&](const EventRecord* events, std::size_t n) {
     digest.add(events, n);
     if (ctx.writer) ctx.writer->append_events(rp.run.name, events, n);
   };
   eo.on_step_events = [&](int, const EventRecord* events, std::size_t n) {
-    if (rc.replica() == 0) take_events(events, n);
+    if (rc.replica() == 0 && rc.tensor_rank() == 0) take_events(events, n);
   };
   const RankRecord rec = execute_run(job, rp, rc, *backend, *transport, eo);
+  // A tensor collective a failure left pending may still write into the
+  // backend's buffers: that backend is never freed (one per such run).
+  if (tensor_group.pending()) (void)backend.release();
   watchdog.arm(0.0, "");
   auto records = gather_records(rc.control(), rec);
   if (ctx.world_rank == 0) {
     // After the streamed steps, any unfinished step's events, rank by rank.
     for (const RankRecord& r : records)
-      if (r.data_rank == 0) take_events(r.events.data(), r.events.size());
+      if (r.data_rank == 0 && r.tensor_rank == 0) take_events(r.events.data(), r.events.size());
     if (ctx.writer) ctx.writer->end_events(rp.run.name);
     if (ctx.options.dry_run) print_dry_run(rp, records);
     jr.runs.push_back(assemble_run(job, rp, records, digest, {}));  // run_one prints it, after the device check
@@ -604,7 +613,7 @@ std::string run_one(const JobContext& ctx, const RunPlan& rp, int world_size, Wa
   const int n = rp.run.ranks();
   const bool root = ctx.world_rank == 0;
   // Said, never run as one replica.
-  const std::string not_built = data_parallel_not_executed(rp.run, ctx.job.device.backend);
+  const std::string not_built = not_executed(rp.run, ctx.job.device.backend);
   if (n > world_size || !not_built.empty()) {
     const std::string reason = !not_built.empty() ? not_built : fmt::format("needs {} ranks, the world has {}", n, world_size);
     if (root) {

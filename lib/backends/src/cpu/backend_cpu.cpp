@@ -19,17 +19,33 @@ CpuBackend::CpuBackend(const Job& job, int rank) : job_(job), memory_(rank, job.
 void CpuBackend::build(const StageSpec& spec) {
   spec_ = spec;
   const ModelSpec& ms = job_.model;
-  const ModelDesc model(ms, DType::fp32);
+  const ModelDesc model(ms, DType::fp32, spec.tensor);
   const std::int64_t h = ms.hidden;
   const int b = spec.micro_batch_size;
   tokens_ = static_cast<std::int64_t>(b) * ms.seq_len;
+  tp_ = spec.tensor.degree;
+  if (tp_ > 1 && (!tensor_ || tensor_->size() != tp_ || tensor_->rank() != spec.tensor_rank))
+    throw Error(fmt::format("cpu backend: tensor_parallel = {} needs its tensor group (set_tensor_group) before build", tp_));
+  if (spec.tensor.sequence_parallel)
+    throw ConfigError("cpu backend: sequence_parallel is not executed yet (the sim backend models it)");
+  ht_ = h / tp_;
+  ft_ = ms.ffn_hidden / tp_;
+  at_ = ms.heads / tp_;
+  kvheads_t_ = ms.kv_heads / tp_;
+  kvt_ = static_cast<std::int64_t>(kvheads_t_) * (h / ms.heads);
+  vocab_local_ = padded_vocab(ms, tp_) / tp_;
+  const std::int64_t first_row = spec.tensor_rank * vocab_local_;
+  vocab_part_ = tp_ > 1 ? cpu::VocabPart{static_cast<std::int32_t>(first_row), static_cast<std::int32_t>(vocab_local_)}
+                        : cpu::VocabPart{};
+  vocab_valid_ = static_cast<int>(std::clamp<std::int64_t>(ms.vocab - first_row, 0, vocab_local_));
   const bool train = spec.mode == RunMode::train;
   layers_ = {spec.chunks.front().first_layer, spec.chunks.back().last_layer()};
   const auto boundary = static_cast<std::size_t>(tokens_ * h);
   const auto m = static_cast<std::size_t>(spec.num_microbatches);
   chunks_.resize(static_cast<std::size_t>(spec.num_chunks()));
   std::vector<StageLayout> layouts;
-  for (const StageRange& r : spec.chunks) layouts.push_back(stage_layout(ms, DType::fp32, r, b, "cpu"));
+  for (const StageRange& r : spec.chunks)
+    layouts.push_back(stage_layout(ms, DType::fp32, r, b, "cpu", spec.tensor, spec.tensor_rank));
   own_shards(layouts);
   for (int ci = 0; ci < spec.num_chunks(); ++ci) {
     Chunk& c = chunks_[static_cast<std::size_t>(ci)];
@@ -70,12 +86,20 @@ void CpuBackend::build(const StageSpec& spec) {
     rope_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(rope_floats), "rotary table");
     cpu::rope_table(rope_.data(), ms.seq_len, ms.hidden / ms.heads, ms.rope_theta);
   }
+  const std::int64_t tp_floats = tp_ > 1 ? 3 * tokens_ : 0;
+  if (tp_floats > 0)
+    tp_stats_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(tp_floats),
+                                    "tensor-parallel cross-entropy statistics");
   if (train) {
     // Backward temporaries, shared by the chunks: dgelu [T,f], dh [T,h],
-    // dx2 [T,h], dqkv [T,3h], two ping-pong gradients [T,h] and one s x s
-    // attention scratch (llama: ModelDesc::cpu_workspace_bytes).
-    const std::int64_t ws = model.cpu_workspace_bytes(b, true) / static_cast<std::int64_t>(sizeof(float)) - rope_floats;
+    // dx2 [T,h], dqkv [T,3h], two ping-pong gradients [T,h], one s x s
+    // attention scratch and with selective recomputation the probabilities
+    // (llama, tensor-parallel widths: ModelDesc::cpu_workspace_bytes).
+    const std::int64_t ws =
+        model.cpu_workspace_bytes(b, true) / static_cast<std::int64_t>(sizeof(float)) - rope_floats - tp_floats;
     workspace_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(ws), "backward workspace");
+  } else if (spec.tensor.selective_recompute) {
+    throw Error("cpu backend: selective recomputation in inference");  // tensor_split() never asks for it
   }
   loss_.assign(m, 0.0);
 }
@@ -100,7 +124,7 @@ float* CpuBackend::piece_input(const Chunk& c, int mb, std::size_t i) const {
 
 void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const float* in, float* out) {
   const ModelSpec& ms = job_.model;
-  const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, V = ms.vocab;
+  const int T = static_cast<int>(tokens_), h = ms.hidden, s = ms.seq_len, V = ms.vocab;
   const int B = spec_.micro_batch_size;
   const float* W = c.params.data();
   auto act = [&](int m, const Piece& q, std::int64_t off) { return this->act(c, m, q, off); };
@@ -115,47 +139,56 @@ void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const flo
       std::vector<std::int32_t> tok, tgt;
       synthetic_batch(ms, step_, spec_.data_microbatch(mb), B, tok, tgt);
       std::copy(tok.begin(), tok.end(), tokens);
-      cpu::embedding_forward(tokens, w(0), p.tensors.size() > 1 ? w(1) : nullptr, out, B, s, h);
+      // Tensor-parallel: the rank's vocabulary rows; the position table added by the lead rank.
+      cpu::embedding_forward(tokens, w(0), p.tensors.size() > 1 && lead() ? w(1) : nullptr, out, B, s, h, vocab_part_);
+      tp_sum(out, static_cast<std::int64_t>(T) * h);
       break;
     }
     case PieceKind::gpt: {
-      const GptActs a(T, h, f);
+      const int ht = static_cast<int>(ht_), ft = static_cast<int>(ft_);
+      const GptActs a(T, h, ft, 4, ht);
       float* x = act(mb, p, a.x);
       cpu::layernorm_forward(x, w(0), w(1), act(mb, p, a.ln1), act(mb, p, a.mean1), act(mb, p, a.rstd1), T, h);
-      cpu::linear_forward(act(mb, p, a.ln1), w(2), w(3), act(mb, p, a.qkv), T, h, 3 * h);
-      cpu::attention_forward(act(mb, p, a.qkv), act(mb, p, a.probs), act(mb, p, a.attn), B, s, h, ms.heads);
+      cpu::linear_forward(act(mb, p, a.ln1), w(2), w(3), act(mb, p, a.qkv), T, h, 3 * ht);
+      cpu::attention_forward(act(mb, p, a.qkv), attention_probs(c, mb, p, a.probs), act(mb, p, a.attn), B, s, ht, at_);
       float* x2 = act(mb, p, a.x2);
-      std::memcpy(x2, x, sizeof(float) * static_cast<std::size_t>(T) * h);
-      cpu::linear_forward(act(mb, p, a.attn), w(4), w(5), x2, T, h, h, true);
+      residual_start(x2, x, static_cast<std::int64_t>(T) * h);
+      cpu::linear_forward(act(mb, p, a.attn), w(4), lead() ? w(5) : nullptr, x2, T, ht, h, true);
+      tp_sum(x2, static_cast<std::int64_t>(T) * h);
       cpu::layernorm_forward(x2, w(6), w(7), act(mb, p, a.ln2), act(mb, p, a.mean2), act(mb, p, a.rstd2), T, h);
-      cpu::linear_gelu_forward(act(mb, p, a.ln2), w(8), w(9), act(mb, p, a.pre), act(mb, p, a.gelu), T, h, f);
-      std::memcpy(out, x2, sizeof(float) * static_cast<std::size_t>(T) * h);
-      cpu::linear_forward(act(mb, p, a.gelu), w(10), w(11), out, T, f, h, true);
+      cpu::linear_gelu_forward(act(mb, p, a.ln2), w(8), w(9), act(mb, p, a.pre), act(mb, p, a.gelu), T, h, ft);
+      residual_start(out, x2, static_cast<std::int64_t>(T) * h);
+      cpu::linear_forward(act(mb, p, a.gelu), w(10), lead() ? w(11) : nullptr, out, T, ft, h, true);
+      tp_sum(out, static_cast<std::int64_t>(T) * h);
       break;
     }
     case PieceKind::llama: forward_llama(c, p, mb, out); break;
     case PieceKind::mlp: {
+      const int ft = static_cast<int>(ft_);
       float* x = act(mb, p, 0);
       float* pre = x + static_cast<std::int64_t>(T) * h;
-      float* gl = pre + static_cast<std::int64_t>(T) * f;
-      cpu::linear_gelu_forward(x, w(0), w(1), pre, gl, T, h, f);
-      std::memcpy(out, x, sizeof(float) * static_cast<std::size_t>(T) * h);
-      cpu::linear_forward(gl, w(2), w(3), out, T, f, h, true);
+      float* gl = pre + static_cast<std::int64_t>(T) * ft;
+      cpu::linear_gelu_forward(x, w(0), w(1), pre, gl, T, h, ft);
+      residual_start(out, x, static_cast<std::int64_t>(T) * h);
+      cpu::linear_forward(gl, w(2), lead() ? w(3) : nullptr, out, T, ft, h, true);
+      tp_sum(out, static_cast<std::int64_t>(T) * h);
       break;
     }
     case PieceKind::head: {
       const bool rms = ms.kind == ModelKind::llama;  // RMSNorm [h], then the LM head
-      const HeadActs a(T, h, V, 4, rms);
+      const int Vl = static_cast<int>(vocab_local_);
+      const HeadActs a(T, h, Vl, 4, rms);
       float* x = act(mb, p, a.x);
       if (rms) cpu::rmsnorm_forward(x, w(0), act(mb, p, a.ln), act(mb, p, a.rstd), T, h, static_cast<float>(ms.norm_eps));
       else cpu::layernorm_forward(x, w(0), w(1), act(mb, p, a.ln), act(mb, p, a.mean), act(mb, p, a.rstd), T, h);
       float* probs = act(mb, p, a.probs);
-      cpu::linear_forward(act(mb, p, a.ln), w(rms ? 1 : 2), nullptr, probs, T, h, V);
+      cpu::linear_forward(act(mb, p, a.ln), w(rms ? 1 : 2), nullptr, probs, T, h, Vl);
       auto* targets = reinterpret_cast<std::int32_t*>(act(mb, p, a.targets));
       std::vector<std::int32_t> tok, tgt;
       synthetic_batch(ms, step_, spec_.data_microbatch(mb), B, tok, tgt);
       std::copy(tgt.begin(), tgt.end(), targets);
-      loss_[static_cast<std::size_t>(mb)] = cpu::softmax_crossentropy_forward(probs, targets, T, V);
+      loss_[static_cast<std::size_t>(mb)] = tp_ == 1 ? cpu::softmax_crossentropy_forward(probs, targets, T, V)
+                                                     : vocab_parallel_loss(probs, targets);
       break;
     }
   }
@@ -211,9 +244,9 @@ void CpuBackend::forward(int /*step*/, int mb, int chunk) {
   if (spec_.mode == RunMode::inference) {
     if (keep_probs_ && c.pieces.back().kind == PieceKind::head) {
       const float* p = act(c, mb, c.pieces.back(),
-                           HeadActs(tokens_, job_.model.hidden, job_.model.vocab, 4, job_.model.kind == ModelKind::llama).probs);
+                           HeadActs(tokens_, job_.model.hidden, vocab_local_, 4, job_.model.kind == ModelKind::llama).probs);
       kept_probs_.resize(static_cast<std::size_t>(spec_.num_microbatches));
-      kept_probs_[static_cast<std::size_t>(mb)].assign(p, p + tokens_ * job_.model.vocab);
+      kept_probs_[static_cast<std::size_t>(mb)].assign(p, p + tokens_ * vocab_local_);
     }
     release_slab(c, mb);
   }
@@ -247,12 +280,12 @@ const float* CpuBackend::probs(int mb) const {
   if (spec_.mode == RunMode::inference)
     return static_cast<std::size_t>(mb) < kept_probs_.size() ? kept_probs_[static_cast<std::size_t>(mb)].data() : nullptr;
   if (!c.slabs[static_cast<std::size_t>(mb)]) return nullptr;
-  return act(c, mb, p, HeadActs(tokens_, job_.model.hidden, job_.model.vocab, 4, job_.model.kind == ModelKind::llama).probs);
+  return act(c, mb, p, HeadActs(tokens_, job_.model.hidden, vocab_local_, 4, job_.model.kind == ModelKind::llama).probs);
 }
 
 // Stash of piece p (split backward), in floats: split_stash_elements().
 std::int64_t CpuBackend::stash_floats(const Piece& p) const {
-  return split_stash_elements(p.kind, tokens_, job_.model.hidden, job_.model.ffn_hidden, kv_width());
+  return split_stash_elements(p.kind, tokens_, job_.model.hidden, ft_, kvt_, ht_);
 }
 
 // The backward of one piece. Pass::full: input and weight gradients now.
@@ -268,7 +301,7 @@ void CpuBackend::backward_piece(Chunk& c, const Piece& p, int mb, const float* d
       if (pass == Pass::input) std::memcpy(st, dy, sizeof(float) * static_cast<std::size_t>(tokens_ * h));
       else
         cpu::embedding_backward(tokens, pass == Pass::weight ? st : dy, grad(c, p, 0),
-                                p.tensors.size() > 1 ? grad(c, p, 1) : nullptr, B, s, h);
+                                p.tensors.size() > 1 ? grad(c, p, 1) : nullptr, B, s, h, vocab_part_);
       break;
     }
     case PieceKind::gpt: backward_gpt(c, p, mb, dy, dx, pass, st); break;
@@ -278,10 +311,15 @@ void CpuBackend::backward_piece(Chunk& c, const Piece& p, int mb, const float* d
   }
 }
 
+// Tensor-parallel (docs/tensor-parallel.md): qkv, proj's input, fc1 and
+// fc2's input are the rank's columns; the input gradients of the
+// column-parallel layers (at ln2's and ln1's outputs) are partial sums,
+// summed over the group (in B: a split backward's W has no collective).
 void CpuBackend::backward_gpt(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* st) {
-  const int T = static_cast<int>(tokens_), h = job_.model.hidden, f = job_.model.ffn_hidden;
+  const int T = static_cast<int>(tokens_), h = job_.model.hidden, f = static_cast<int>(ft_), ht = static_cast<int>(ht_);
   const std::int64_t Th = static_cast<std::int64_t>(T) * h, Tf = static_cast<std::int64_t>(T) * f;
-  const GptActs a(T, h, f);
+  const std::int64_t Tht = static_cast<std::int64_t>(T) * ht;
+  const GptActs a(T, h, f, 4, ht);
   auto A = [&](std::int64_t off) { return act(c, mb, p, off); };
   auto w = [&](std::size_t t) { return weight(c, p, t); };
   auto g = [&](std::size_t t) { return grad(c, p, t); };
@@ -293,44 +331,45 @@ void CpuBackend::backward_gpt(Chunk& c, const Piece& p, int mb, const float* dy,
   float* d_ln2 = split ? st + Th + Tf : ws + Tf;
   float* d_proj = split ? st + 2 * Th + Tf : ws + Tf + Th;
   float* d_qkv = split ? st + 3 * Th + Tf : ws + Tf + 2 * Th;
-  float* d_ln1 = split ? st + 6 * Th + Tf : ws + Tf;
+  float* d_ln1 = split ? st + 3 * Th + Tf + 3 * Tht : ws + Tf;
   float* d_attn = ws + Tf;  // no weights: never stashed
-  float* scratch = ws + Tf + 7 * Th;
-  if (pass != Pass::input) {  // weights: from the output gradients of this pass or of B
-    if (pass == Pass::full) {
-      cpu::linear_backward_weight(A(a.gelu), d_fc2, g(10), g(11), T, f, h);
-    } else {
-      cpu::linear_backward_weight(A(a.gelu), d_fc2, g(10), g(11), T, f, h);
-      cpu::linear_backward_weight(A(a.ln2), d_fc1, g(8), g(9), T, h, f);
-      cpu::layernorm_backward_weight(d_ln2, A(a.x2), A(a.mean2), A(a.rstd2), g(6), g(7), T, h);
-      cpu::linear_backward_weight(A(a.attn), d_proj, g(4), g(5), T, h, h);
-      cpu::linear_backward_weight(A(a.ln1), d_qkv, g(2), g(3), T, h, 3 * h);
-      cpu::layernorm_backward_weight(d_ln1, A(a.x), A(a.mean1), A(a.rstd1), g(0), g(1), T, h);
-      return;
-    }
+  if (pass == Pass::weight) {  // weights: from the output gradients B kept
+    cpu::linear_backward_weight(A(a.gelu), d_fc2, g(10), g(11), T, f, h);
+    cpu::linear_backward_weight(A(a.ln2), d_fc1, g(8), g(9), T, h, f);
+    cpu::layernorm_backward_weight(d_ln2, A(a.x2), A(a.mean2), A(a.rstd2), g(6), g(7), T, h);
+    cpu::linear_backward_weight(A(a.attn), d_proj, g(4), g(5), T, ht, h);
+    cpu::linear_backward_weight(A(a.ln1), d_qkv, g(2), g(3), T, h, 3 * ht);
+    cpu::layernorm_backward_weight(d_ln1, A(a.x), A(a.mean1), A(a.rstd1), g(0), g(1), T, h);
+    return;
   }
-  if (split) std::memcpy(d_fc2, dy, sizeof(float) * static_cast<std::size_t>(Th));
   const bool full = pass == Pass::full;
+  if (split) std::memcpy(d_fc2, dy, sizeof(float) * static_cast<std::size_t>(Th));
+  if (full) cpu::linear_backward_weight(A(a.gelu), d_fc2, g(10), g(11), T, f, h);
   cpu::linear_backward_input(w(10), d_fc2, d_fc1, T, f, h);
   cpu::gelu_backward(A(a.pre), d_fc1, d_fc1, Tf);
   if (full) cpu::linear_backward_weight(A(a.ln2), d_fc1, g(8), g(9), T, h, f);
   cpu::linear_backward_input(w(8), d_fc1, d_ln2, T, h, f);
+  tp_sum(d_ln2, Th);
   std::memcpy(d_proj, dy, sizeof(float) * static_cast<std::size_t>(Th));
   if (full) cpu::layernorm_backward_weight(d_ln2, A(a.x2), A(a.mean2), A(a.rstd2), g(6), g(7), T, h);
   cpu::layernorm_backward_input(d_ln2, A(a.x2), w(6), A(a.mean2), A(a.rstd2), d_proj, T, h);
-  if (full) cpu::linear_backward_weight(A(a.attn), d_proj, g(4), g(5), T, h, h);
-  cpu::linear_backward_input(w(4), d_proj, d_attn, T, h, h);
-  cpu::attention_backward(d_attn, A(a.qkv), A(a.probs), d_qkv, scratch, spec_.micro_batch_size, job_.model.seq_len, h,
-                          job_.model.heads);
-  if (full) cpu::linear_backward_weight(A(a.ln1), d_qkv, g(2), g(3), T, h, 3 * h);
-  cpu::linear_backward_input(w(2), d_qkv, d_ln1, T, h, 3 * h);
+  if (full) cpu::linear_backward_weight(A(a.attn), d_proj, g(4), g(5), T, ht, h);
+  cpu::linear_backward_input(w(4), d_proj, d_attn, T, ht, h);
+  const float* probs = attention_probs(c, mb, p, a.probs);
+  if (spec_.tensor.selective_recompute)  // the probabilities again (attn is rewritten with the same bits)
+    cpu::attention_forward(A(a.qkv), selective_probs(), A(a.attn), spec_.micro_batch_size, job_.model.seq_len, ht, at_);
+  cpu::attention_backward(d_attn, A(a.qkv), probs, d_qkv, score_scratch(), spec_.micro_batch_size, job_.model.seq_len,
+                          ht, at_);
+  if (full) cpu::linear_backward_weight(A(a.ln1), d_qkv, g(2), g(3), T, h, 3 * ht);
+  cpu::linear_backward_input(w(2), d_qkv, d_ln1, T, h, 3 * ht);
+  tp_sum(d_ln1, Th);
   std::memcpy(dx, d_proj, sizeof(float) * static_cast<std::size_t>(Th));
   if (full) cpu::layernorm_backward_weight(d_ln1, A(a.x), A(a.mean1), A(a.rstd1), g(0), g(1), T, h);
   cpu::layernorm_backward_input(d_ln1, A(a.x), w(0), A(a.mean1), A(a.rstd1), dx, T, h);
 }
 
 void CpuBackend::backward_mlp(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* st) {
-  const int T = static_cast<int>(tokens_), h = job_.model.hidden, f = job_.model.ffn_hidden;
+  const int T = static_cast<int>(tokens_), h = job_.model.hidden, f = static_cast<int>(ft_);
   const std::int64_t Th = static_cast<std::int64_t>(T) * h;
   const float* x = act(c, mb, p, 0);
   const float* pre = x + Th;
@@ -347,13 +386,15 @@ void CpuBackend::backward_mlp(Chunk& c, const Piece& p, int mb, const float* dy,
   if (!split) cpu::linear_backward_weight(gl, d_fc2, grad(c, p, 2), grad(c, p, 3), T, f, h);
   cpu::linear_backward_input(weight(c, p, 2), d_fc2, d_fc1, T, f, h);
   cpu::gelu_backward(pre, d_fc1, d_fc1, static_cast<std::int64_t>(T) * f);
-  std::memcpy(dx, dy, sizeof(float) * static_cast<std::size_t>(Th));
   if (!split) cpu::linear_backward_weight(x, d_fc1, grad(c, p, 0), grad(c, p, 1), T, h, f);
+  // fc1's input gradient is a partial sum over the group: the lead rank's carries the residual's.
+  residual_start(dx, dy, Th);
   cpu::linear_backward_input(weight(c, p, 0), d_fc1, dx, T, h, f, true);
+  tp_sum(dx, Th);
 }
 
 void CpuBackend::backward_head(Chunk& c, const Piece& p, int mb, float* dx, Pass pass, float* st) {
-  const int T = static_cast<int>(tokens_), h = job_.model.hidden, V = job_.model.vocab;
+  const int T = static_cast<int>(tokens_), h = job_.model.hidden, V = static_cast<int>(vocab_local_);
   const bool rms = job_.model.kind == ModelKind::llama;  // RMSNorm [h] and the LM head at tensor 1
   const HeadActs a(T, h, V, 4, rms);
   const std::size_t lm = rms ? 1 : 2;
@@ -363,7 +404,7 @@ void CpuBackend::backward_head(Chunk& c, const Piece& p, int mb, float* dx, Pass
     else cpu::layernorm_backward_weight(d_ln, A(a.x), A(a.mean), A(a.rstd), grad(c, p, 0), grad(c, p, 1), T, h);
   };
   float* probs = A(a.probs);  // becomes d(logits) in place, kept in the slab until W
-  float* d_ln = pass == Pass::full ? workspace_.data() + static_cast<std::int64_t>(T) * job_.model.ffn_hidden : st;
+  float* d_ln = pass == Pass::full ? workspace_.data() + static_cast<std::int64_t>(T) * ft_ : st;
   if (pass == Pass::weight) {
     cpu::linear_backward_weight(A(a.ln), probs, grad(c, p, lm), nullptr, T, h, V);
     norm_weight(d_ln);
@@ -371,9 +412,10 @@ void CpuBackend::backward_head(Chunk& c, const Piece& p, int mb, float* dx, Pass
   }
   // d(step loss)/d(logits): the step loss is the mean over micro-batches of the mean over tokens.
   const float scale = 1.0f / (static_cast<float>(T) * static_cast<float>(spec_.step_microbatches()));
-  cpu::softmax_crossentropy_backward(probs, reinterpret_cast<const std::int32_t*>(A(a.targets)), T, V, scale);
+  cpu::softmax_crossentropy_backward(probs, reinterpret_cast<const std::int32_t*>(A(a.targets)), T, V, scale, vocab_part_);
   if (pass == Pass::full) cpu::linear_backward_weight(A(a.ln), probs, grad(c, p, lm), nullptr, T, h, V);
   cpu::linear_backward_input(weight(c, p, lm), probs, d_ln, T, h, V);
+  tp_sum(d_ln, static_cast<std::int64_t>(T) * h);  // the vocabulary parts' sum
   std::memset(dx, 0, sizeof(float) * static_cast<std::size_t>(static_cast<std::int64_t>(T) * h));
   if (pass == Pass::full) norm_weight(d_ln);
   if (rms) cpu::rmsnorm_backward_input(d_ln, A(a.x), weight(c, p, 0), A(a.rstd), dx, T, h);
@@ -456,16 +498,37 @@ parallel::Span CpuBackend::owned_part(const Chunk& c, const TensorSlot& t) {
   return parallel::intersect(c.owned, {off, off + static_cast<std::int64_t>(t.size)});
 }
 
+// Tensor-parallel: each piece's sum over the group, a tensor every rank
+// holds whole (`shared`) counted on the lead rank only.
 void CpuBackend::grad_sq_norm_by_piece(std::vector<double>& per_piece) const {
+  std::vector<double> mine(per_piece.size(), 0.0);
   for (const Chunk& c : chunks_)
     for (const Piece& p : c.pieces) {
       double sum = 0.0;
       for (const TensorSlot& t : p.tensors) {
         const parallel::Span part = owned_part(c, t);
-        if (part.size() > 0) sum += cpu::sum_squares(c.grads.data() + part.begin, part.size());
+        if (part.size() > 0 && (!t.shared || lead())) sum += cpu::sum_squares(c.grads.data() + part.begin, part.size());
       }
-      per_piece.at(static_cast<std::size_t>(p.id)) += sum;
+      mine.at(static_cast<std::size_t>(p.id)) += sum;
     }
+  if (tp_ > 1) tensor_->sum(mine.data(), static_cast<std::int64_t>(mine.size()));
+  for (std::size_t i = 0; i < mine.size(); ++i) per_piece[i] += mine[i];
+}
+
+void CpuBackend::residual_start(float* y, const float* x, std::int64_t n) const {
+  if (lead()) std::memcpy(y, x, sizeof(float) * static_cast<std::size_t>(n));
+  else std::memset(y, 0, sizeof(float) * static_cast<std::size_t>(n));
+}
+
+double CpuBackend::vocab_parallel_loss(float* logits, const std::int32_t* targets) {
+  const int T = static_cast<int>(tokens_), V = static_cast<int>(vocab_local_);
+  float* row_max = tp_stats_.data();
+  float* sum_target = row_max + T;
+  cpu::vocab_parallel_row_max(logits, row_max, T, V, vocab_valid_);
+  tensor_->max(row_max, T);
+  cpu::vocab_parallel_exp(logits, row_max, targets, vocab_part_, sum_target, T, V, vocab_valid_);
+  tensor_->sum(sum_target, 2 * static_cast<std::int64_t>(T));
+  return cpu::vocab_parallel_finish(logits, sum_target, T, V);
 }
 
 void CpuBackend::optimizer_step(int /*step*/, double grad_scale) {

@@ -436,36 +436,37 @@ void swiglu_backward(const float* pre, const float* du, float* dpre, int T, int 
   }
 }
 
-void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, float* out, int B, int s, int C) {
+void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, float* out, int B, int s, int C,
+                       VocabPart part) {
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < s; ++t) {
       const std::int64_t i = static_cast<std::int64_t>(b) * s + t;
-      const float* te = wte + static_cast<std::int64_t>(tokens[i]) * C;
+      const float* te = part.holds(tokens[i]) ? wte + static_cast<std::int64_t>(tokens[i] - part.first) * C : nullptr;
+      const float* pe = wpe ? wpe + static_cast<std::int64_t>(t) * C : nullptr;
       float* o = out + i * C;
-      if (!wpe) {
-        std::copy(te, te + C, o);
-        continue;
+      if (te && pe) {
+        for (int c = 0; c < C; ++c) o[c] = te[c] + pe[c];
+      } else if (te || pe) {
+        std::copy(te ? te : pe, (te ? te : pe) + C, o);
+      } else {
+        std::fill(o, o + C, 0.0f);
       }
-      const float* pe = wpe + static_cast<std::int64_t>(t) * C;
-      for (int c = 0; c < C; ++c) o[c] = te[c] + pe[c];
     }
 }
 
-void embedding_backward(const std::int32_t* tokens, const float* dout, float* dwte, float* dwpe, int B, int s, int C) {
+void embedding_backward(const std::int32_t* tokens, const float* dout, float* dwte, float* dwpe, int B, int s, int C,
+                        VocabPart part) {
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < s; ++t) {
       const std::int64_t i = static_cast<std::int64_t>(b) * s + t;
       const float* d = dout + i * C;
-      float* te = dwte + static_cast<std::int64_t>(tokens[i]) * C;
-      if (!dwpe) {
+      if (part.holds(tokens[i])) {
+        float* te = dwte + static_cast<std::int64_t>(tokens[i] - part.first) * C;
         for (int c = 0; c < C; ++c) te[c] += d[c];
-        continue;
       }
+      if (!dwpe) continue;
       float* pe = dwpe + static_cast<std::int64_t>(t) * C;
-      for (int c = 0; c < C; ++c) {
-        te[c] += d[c];
-        pe[c] += d[c];
-      }
+      for (int c = 0; c < C; ++c) pe[c] += d[c];
     }
 }
 
@@ -479,12 +480,47 @@ double softmax_crossentropy_forward(float* logits, const std::int32_t* targets, 
   return loss / T;
 }
 
-void softmax_crossentropy_backward(float* probs, const std::int32_t* targets, int T, int V, float scale) {
+void softmax_crossentropy_backward(float* probs, const std::int32_t* targets, int T, int V, float scale, VocabPart part) {
   for (int t = 0; t < T; ++t) {
     float* row = probs + static_cast<std::int64_t>(t) * V;
-    row[targets[t]] -= 1.0f;
+    if (part.holds(targets[t])) row[targets[t] - part.first] -= 1.0f;
     for (int v = 0; v < V; ++v) row[v] *= scale;
   }
+}
+
+void vocab_parallel_row_max(const float* logits, float* row_max, int T, int V, int valid) {
+  for (int t = 0; t < T; ++t) {
+    const float* row = logits + static_cast<std::int64_t>(t) * V;
+    float mx = -INFINITY;
+    for (int v = 0; v < valid; ++v) mx = std::max(mx, row[v]);
+    row_max[t] = mx;
+  }
+}
+
+void vocab_parallel_exp(float* logits, const float* row_max, const std::int32_t* targets, VocabPart part,
+                        float* sum_target, int T, int V, int valid) {
+  for (int t = 0; t < T; ++t) {
+    float* row = logits + static_cast<std::int64_t>(t) * V;
+    float sum = 0.0f;
+    for (int v = 0; v < valid; ++v) {
+      row[v] = std::exp(row[v] - row_max[t]);
+      sum += row[v];
+    }
+    std::fill(row + valid, row + V, 0.0f);
+    sum_target[2 * t] = sum;
+    sum_target[2 * t + 1] = part.holds(targets[t]) ? row[targets[t] - part.first] : 0.0f;
+  }
+}
+
+double vocab_parallel_finish(float* exps, const float* sum_target, int T, int V) {
+  double loss = 0.0;
+  for (int t = 0; t < T; ++t) {
+    float* row = exps + static_cast<std::int64_t>(t) * V;
+    const float inv = 1.0f / sum_target[2 * t];
+    for (int v = 0; v < V; ++v) row[v] *= inv;
+    loss -= std::log(static_cast<double>(std::max(sum_target[2 * t + 1] * inv, 1e-30f)));
+  }
+  return loss / T;
 }
 
 void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n, float lr, float beta1, float beta2,

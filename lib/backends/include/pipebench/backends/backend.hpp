@@ -126,6 +126,9 @@ class Backend {
   // parallelism keeps it (not owned); the others model the collectives
   // (sim) or refuse the run (runner.cpp's not_executed).
   virtual void set_tensor_group(TensorGroup* /*group*/) {}
+  // The seconds spent in tensor-parallel collectives since the last call
+  // (the executor takes it once per step): measured (cpu) or modelled (sim).
+  virtual double take_tensor_comm_s() { return 0.0; }
   // The layers actually built, 0-based inclusive, and their parameter count.
   virtual std::pair<int, int> built_layers() const = 0;
   virtual std::int64_t built_params() const = 0;

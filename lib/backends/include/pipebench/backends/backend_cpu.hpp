@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "pipebench/backends/backend.hpp"
+#include "pipebench/backends/cpu_kernels.hpp"
 #include "pipebench/backends/stage_layout.hpp"
 #include "pipebench/parallel/shards.hpp"
 
@@ -38,6 +39,8 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return "cpu"; }
   bool computes_loss() const override { return true; }
   void build(const StageSpec& spec) override;
+  void set_tensor_group(TensorGroup* group) override { tensor_ = group; }
+  double take_tensor_comm_s() override { return tensor_ ? tensor_->take_seconds() : 0.0; }
   std::pair<int, int> built_layers() const override { return layers_; }
   std::int64_t built_params() const override;
   void begin_step(int step, double deadline_s) override;
@@ -104,13 +107,49 @@ class CpuBackend final : public Backend {
   // [T,f], dh, dx2 and dqkv [T,3h]; see build): pieces hand their input
   // gradients through them, and a recomputed forward writes its output there.
   // llama: after du [T,f], d(W1|W3) [T,2f], dnorm, dx2, dattn [T,h] and dqkv [T,h+2kv].
+  // Tensor-parallel: the rank's widths (gpt: after dgelu [T,f/t], dh, dx2,
+  // dqkv [T,3h/t]; llama: after du [T,f/t], d(W1|W3) [T,2f/t], dnorm, dx2,
+  // dattn [T,h/t], dqkv [T,(h+2kv)/t]).
   float* workspace_ping() {
-    const ModelSpec& m = job_.model;
-    if (m.kind == ModelKind::llama)
-      return workspace_.data() + tokens_ * (3 * m.ffn_hidden + 4 * m.hidden + 2 * kv_width());
-    return workspace_.data() + tokens_ * m.ffn_hidden + 5 * tokens_ * m.hidden;
+    const std::int64_t h = job_.model.hidden;
+    if (job_.model.kind == ModelKind::llama) return workspace_.data() + tokens_ * (3 * ft_ + 2 * h + 2 * ht_ + 2 * kvt_);
+    return workspace_.data() + tokens_ * (ft_ + 2 * h + 3 * ht_);
   }
-  std::int64_t kv_width() const { return static_cast<std::int64_t>(job_.model.kv_heads) * (job_.model.hidden / job_.model.heads); }
+  // After the ping-pong gradients: one s x s score scratch, then with
+  // selective recomputation the attention probabilities of the rank's heads.
+  float* score_scratch() { return workspace_ping() + 2 * tokens_ * job_.model.hidden; }
+  float* selective_probs() {
+    const std::int64_t s = job_.model.seq_len;
+    return score_scratch() + s * s;
+  }
+  // Where a block's attention probabilities are: in its slab, or (selective) the workspace.
+  float* attention_probs(const Chunk& c, int mb, const Piece& p, std::int64_t slab_offset) {
+    return spec_.tensor.selective_recompute ? selective_probs() : act(c, mb, p, slab_offset);
+  }
+  // The rank's K/V width, kv_heads/t · h/heads (the whole kv at t = 1).
+  std::int64_t kv_width() const { return kvt_; }
+
+  // Tensor parallelism (docs/tensor-parallel.md): the group (t = 1: none is
+  // called), this rank's widths h/t, f/t, kv/t, heads/t, kv_heads/t and its
+  // vocabulary part (the padded vocabulary's 1/t; `vocab_valid_` of its
+  // columns real). A row-parallel layer's partial outputs are summed over
+  // the group; the lead rank (tensor rank 0) adds the bias and the residual
+  // to its partial, so that at t = 1 the arithmetic is the unsplit model's.
+  void tp_sum(float* x, std::int64_t n) {
+    if (tp_ > 1) tensor_->sum(x, n);
+  }
+  bool lead() const { return spec_.tensor_rank == 0; }
+  // y = x on the lead rank, 0 elsewhere: the start of a row-parallel sum.
+  void residual_start(float* y, const float* x, std::int64_t n) const;
+  // The head's mean cross-entropy of the rank's vocabulary logits (in
+  // place: the probabilities), reduced over the group without gathering them.
+  double vocab_parallel_loss(float* logits, const std::int32_t* targets);
+  TensorGroup* tensor_ = nullptr;
+  int tp_ = 1, at_ = 0, kvheads_t_ = 0;
+  std::int64_t ht_ = 0, ft_ = 0, kvt_ = 0, vocab_local_ = 0;
+  int vocab_valid_ = 0;
+  cpu::VocabPart vocab_part_;
+  TrackedArray<float> tp_stats_;  // t > 1: each token's max, then sum and target exp (cross-entropy)
   // The llama block (backend_cpu_llama.cpp).
   void forward_llama(const Chunk& c, const Piece& p, int mb, float* out);
   void backward_llama(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* stash);

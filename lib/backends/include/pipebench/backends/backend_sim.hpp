@@ -30,6 +30,7 @@ double sim_machine_factor(const DeviceSpec& device, int rank, int step, int micr
 
 class SimBackend final : public Backend {
  public:
+  double take_tensor_comm_s() override { return std::exchange(tensor_comm_s_, 0.0); }
   explicit SimBackend(const Job& job, int rank);
 
   std::string_view name() const override { return "sim"; }
@@ -61,12 +62,16 @@ class SimBackend final : public Backend {
     // Modelled, per micro-batch (plan.hpp's action_seconds): F, B (the input
     // gradient with a split backward, else all of it) and W.
     double forward_s = 0.0, backward_s = 0.0, weight_s = 0.0;
+    ActionSeconds comm;  // the tensor-parallel collectives' parts (its *_comm)
     std::uint64_t activation_bytes = 0;
     std::uint64_t stash_bytes = 0;  // split backward: kept from B to W
     std::uint64_t kept_bytes = 0;   // recomputation: the chunk's input, kept from F to B
     std::uint64_t grad_bytes = 0;   // the chunk's gradients (training)
     std::uint64_t param_bytes = 0;  // its parameters (ZeRO-1's all-gather)
   };
+  // Modelled seconds in tensor-parallel collectives since the last take (× sim_load).
+  void count_tensor_comm(double seconds) { tensor_comm_s_ += seconds * job_.device.sim_load; }
+  double tensor_comm_s_ = 0.0;
   const Job& job_;
   MemoryTracker memory_;
   StageSpec spec_;

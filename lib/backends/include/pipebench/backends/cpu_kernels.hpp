@@ -86,16 +86,47 @@ void swiglu_forward(const float* pre, float* u, int T, int f);
 // dpre[T, 2f] (overwritten) from du[T, f].
 void swiglu_backward(const float* pre, const float* du, float* dpre, int T, int f);
 
-// out[b, t] = wte[tokens[b, t]] + wpe[t] (wpe null: no position table, llama).
-void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, float* out, int B, int s, int C);
-// dwte[tokens] += dout, dwpe[t] += dout (dwpe may be null), in token order.
-void embedding_backward(const std::int32_t* tokens, const float* dout, float* dwte, float* dwpe, int B, int s, int C);
+// The vocabulary rows [first, first + rows) a tensor-parallel rank holds
+// (docs/tensor-parallel.md); the default, every row.
+struct VocabPart {
+  std::int32_t first = 0;
+  std::int32_t rows = INT32_MAX;
+  bool holds(std::int32_t token) const { return token >= first && token - first < rows; }
+};
+
+// out[b, t] = wte[tokens[b, t]] + wpe[t] (wpe null: no position table,
+// llama). With a vocabulary part, wte holds its rows only and a token
+// outside it adds nothing (a tensor group's partial sums, each token's row on
+// one rank, add up to the whole).
+void embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, float* out, int B, int s, int C,
+                       VocabPart part = {});
+// dwte[tokens] += dout (tokens of `part` only), dwpe[t] += dout (dwpe may be
+// null), in token order.
+void embedding_backward(const std::int32_t* tokens, const float* dout, float* dwte, float* dwpe, int B, int s, int C,
+                        VocabPart part = {});
 
 // In place: logits[T, V] become softmax probabilities. Returns the mean
 // cross-entropy -log p[target] over the T tokens (accumulated in double).
 double softmax_crossentropy_forward(float* logits_to_probs, const std::int32_t* targets, int T, int V);
-// In place: probs become dlogits = (probs - onehot(target)) · scale.
-void softmax_crossentropy_backward(float* probs_to_dlogits, const std::int32_t* targets, int T, int V, float scale);
+// In place: probs become dlogits = (probs - onehot(target)) · scale (the
+// target's column only where `part` holds it).
+void softmax_crossentropy_backward(float* probs_to_dlogits, const std::int32_t* targets, int T, int V, float scale,
+                                   VocabPart part = {});
+
+// The same forward with the vocabulary split over a tensor group, the
+// logits never gathered: each rank holds logits[T, V] of its `part`, the
+// first `valid` columns real (the rest padding). Three steps around two
+// reductions over the group (a max, then a sum):
+// 1. row_max[t] = the max of row t's valid columns;
+void vocab_parallel_row_max(const float* logits, float* row_max, int T, int V, int valid);
+// 2. (row_max the group's) logits become exp(x − max), padding 0;
+//    sum_target[2t] = Σ of row t, sum_target[2t+1] = the target's exp where
+//    `part` holds the target, else 0;
+void vocab_parallel_exp(float* logits, const float* row_max, const std::int32_t* targets, VocabPart part,
+                        float* sum_target, int T, int V, int valid);
+// 3. (sum_target the group's sums) rows × 1/Σ: the probabilities; returns
+//    the mean −log p[target] (in double, as the unsplit forward).
+double vocab_parallel_finish(float* exps_to_probs, const float* sum_target, int T, int V);
 
 // AdamW (decoupled weight decay `wd`) on n parameters; `t` is the 1-based
 // step count; gradients are multiplied by grad_scale (clipping) first.

@@ -212,10 +212,10 @@ struct RunSpec {
   int model_stages() const { return pipeline_size * virtual_stages_per_rank; }
 };
 
-// What of data parallelism is planned but not executed yet on `backend`
-// (docs/parallel.md): why `run` records such a run as skipped and `probe`
-// refuses it; "" for a run that executes.
-std::string data_parallel_not_executed(const RunSpec& run, BackendKind backend);
+// What of data or tensor parallelism is planned but not executed yet on
+// `backend` (docs/parallel.md, docs/tensor-parallel.md): why `run` records
+// such a run as skipped and `probe` refuses it; "" for a run that executes.
+std::string not_executed(const RunSpec& run, BackendKind backend);
 
 struct Job {
   int schema = 1;

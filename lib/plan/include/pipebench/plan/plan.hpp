@@ -134,6 +134,8 @@ SimCosts model_costs(const Job& job, const RunSpec& run, const ModelDesc& model,
 // One rule for the planner (model_costs) and the sim backend.
 struct ActionSeconds {
   double forward = 0.0, backward = 0.0, weight = 0.0;
+  // Of each, the tensor-parallel collectives' part.
+  double forward_comm = 0.0, backward_comm = 0.0, weight_comm = 0.0;
 };
 ActionSeconds action_seconds(const Job& job, const Cost& cost, int tensor_parallel, const parallel::Link& link, bool split);
 

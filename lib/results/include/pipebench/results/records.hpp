@@ -53,6 +53,9 @@ struct StepRecord {
   double grad_sync_s = 0.0;
   double grad_sync_exposed_s = 0.0;
   double grad_sync_bytes = 0.0;
+  // Tensor parallelism: the seconds of the step this rank spent in its
+  // tensor group's collectives (the sim backend: their modelled time); 0 with t = 1.
+  double tensor_comm_s = 0.0;
 };
 
 enum class RunStatus { ok, failed, skipped };
@@ -72,6 +75,7 @@ struct RankRecord {
   int rank = 0;                  // in the run: 0 .. p·d-1
   int pipeline_rank = 0;         // its stage (the schedule's rank)
   int data_rank = 0;             // its replica
+  int tensor_rank = 0;           // its place in its tensor-parallel group
   std::string hostname;
   std::int64_t pid = 0;
   std::vector<StepRecord> steps;       // only the steps that completed
@@ -123,11 +127,14 @@ struct RunResult {
   std::vector<std::vector<double>> busy_s, comm_wait_s, comm_transfer_s, idle_s, forward_s, backward_s, optimizer_s;
   // [steps][ranks], data parallelism (StepRecord); empty without replicas.
   std::vector<std::vector<double>> grad_sync_start_s, grad_sync_s, grad_sync_exposed_s;
-  // [ranks]: ranks in run order (0 .. p·d-1), each one's stage and replica
-  // (parallel/rank_grid.hpp); files without replicas: i and 0.
-  std::vector<int> pipeline_rank, data_rank;
+  // [steps][ranks], tensor parallelism (StepRecord::tensor_comm_s); empty with t = 1.
+  std::vector<std::vector<double>> tensor_comm_s;
+  // [ranks]: ranks in run order (0 .. p·d·t-1), each one's stage, replica
+  // and tensor rank (parallel/rank_grid.hpp); files without replicas or
+  // tensor ranks: i, 0 and 0.
+  std::vector<int> pipeline_rank, data_rank, tensor_rank;
   std::vector<std::uint64_t> grad_sync_bytes;  // [ranks] reduced per step by its group; empty without replicas
-  // The record of run rank (stage `stage`, replica 0); stage itself when absent.
+  // The record of run rank (stage `stage`, replica 0, tensor rank 0); stage itself when absent.
   std::size_t rank_index(int stage) const;
   std::vector<std::uint64_t> peak_mem_bytes, memory_capacity_bytes;
   std::array<std::vector<std::uint64_t>, kNumMemCategories> peak_mem_by_category;

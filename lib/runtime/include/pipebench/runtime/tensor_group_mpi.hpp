@@ -1,0 +1,38 @@
+// The tensor group of a run's rank (backends/tensor_group.hpp) on its tensor
+// communicator (RunComm::tensor()): non-blocking MPI all-reduces waited on
+// with RunComm::wait, so a lost peer or the step deadline ends the run
+// instead of hanging it. Each call's time is counted for the step's
+// tensor-parallel communication figure.
+//
+// After a failure a collective may still be pending, writing into a
+// backend buffer MPI cannot be told to forget: pending() says so, and the
+// runner then never frees that backend (runner.cpp).
+#pragma once
+
+#include <mpi.h>
+
+#include "pipebench/backends/tensor_group.hpp"
+#include "pipebench/runtime/mpi_comm.hpp"
+
+namespace pipebench {
+
+class MpiTensorGroup final : public TensorGroup {
+ public:
+  explicit MpiTensorGroup(RunComm& comm) : comm_(comm) {}
+  int size() const override { return comm_.tensor_size(); }
+  int rank() const override { return comm_.tensor_rank(); }
+  void sum(float* data, std::int64_t n) override { reduce(data, n, MPI_FLOAT, MPI_SUM); }
+  void sum(double* data, std::int64_t n) override { reduce(data, n, MPI_DOUBLE, MPI_SUM); }
+  void max(float* data, std::int64_t n) override { reduce(data, n, MPI_FLOAT, MPI_MAX); }
+  double take_seconds() override;
+  // Whether a collective was left unfinished by a failure.
+  bool pending() const { return pending_; }
+
+ private:
+  void reduce(void* data, std::int64_t n, MPI_Datatype type, MPI_Op op);
+  RunComm& comm_;
+  double seconds_ = 0.0;
+  bool pending_ = false;
+};
+
+}  // namespace pipebench
