@@ -21,7 +21,10 @@ overrides), the planner's cost-weighted simulation:
     every rank (stage s, replica r) has stage s's busy time, and each rank's
     all-reduce time and its exposed part equal the plan's for its stage
     (relative 1e-3), and the plan's reductions end where the closed form
-    max_k (t_k + sum_{j>=k} s_j) says (launch t_k, ring time s_k alone).
+    max_k (t_k + sum_{j>=k} s_j) says (launch t_k, ring time s_k alone);
+  * with tensor ranks, every rank (stage s, tensor rank i) has stage s's
+    busy time, and its time in tensor-parallel collectives per step is the
+    plan's per micro-batch (`tensor_comm`) times the micro-batches.
 """
 import json
 import subprocess
@@ -63,12 +66,28 @@ def check_grad_sync(name, r, counted, stage, planned):
     return problems
 
 
+def check_tensor_comm(name, r, counted, stage, run):
+    """Each rank's time in tensor-parallel collectives per step: its stage's planned per micro-batch
+    forward and backward (a full recomputation runs the forward's twice), times the micro-batches."""
+    m = run["num_microbatches"]
+    per = {t["stage"]: t for t in run["tensor_comm"]}
+    again = 2.0 if run["recompute"] == "full" else 1.0
+    want = np.asarray([m * (again * per[s]["forward_s"] + per[s]["backward_s"]) for s in stage])
+    got = np.asarray(r["tensor_comm_s"])[counted]
+    print(f"{name:16s} tensor_comm_s: measured {got[0].min():.6f}..{got[0].max():.6f} s, "
+          f"planned {want.min():.6f}..{want.max():.6f} s")
+    if not np.allclose(got, np.broadcast_to(want, got.shape), rtol=1e-6, atol=1e-9):
+        return [f"{name}: tensor_comm_s per rank {got[0].tolist()} != planned {want.tolist()}"]
+    return []
+
+
 def main():
     pipebench, job, *overrides, path = sys.argv[1:]
     plan = json.loads(subprocess.run([pipebench, "plan", job, "--format", "json", *overrides], check=True,
                                      capture_output=True, text=True).stdout)
     planned = {r["name"]: r["simulated"] for r in plan["runs"]}
     replicas = {r["name"]: r.get("data_parallel", 1) for r in plan["runs"]}
+    tensor = {r["name"]: r for r in plan["runs"] if r.get("tensor_parallel", 1) > 1}
     problems = []
     with h5py.File(path, "r") as f:
         if f.attrs["evidence_level"] != "simulated":
@@ -88,7 +107,7 @@ def main():
             opt = np.asarray(r["optimizer_s"])[counted]
             bm = float(r.attrs["bubble_measured_median"])
             d = replicas[name]
-            stage = np.asarray(r["pipeline_rank"]) if d > 1 else np.arange(len(sim["busy_s"]))
+            stage = np.asarray(r["pipeline_rank"]) if "pipeline_rank" in r else np.arange(len(sim["busy_s"]))
             busy = np.asarray(sim["busy_s"])[stage]  # per rank: its stage's
             # The planned bubble over the step the plan predicts (with replicas
             # the exposed all-reduce idles every rank too, and ZeRO-1's all-gather).
@@ -116,6 +135,8 @@ def main():
                                 f"{opt.max(axis=1).tolist()}")
             if d > 1:
                 problems += check_grad_sync(name, r, counted, stage, sim["grad_sync"])
+            if name in tensor:
+                problems += check_tensor_comm(name, r, counted, stage, tensor[name])
             if np.ptp(step) > 1e-9 * step.max():
                 problems.append(f"{name}: counted steps differ on a virtual clock: {step.tolist()}")
     for p in problems:

@@ -92,6 +92,47 @@ std::string join_ints(const std::vector<int>& v) {
   return s;
 }
 
+// The tensor-parallel collectives of each stage's chunks, per micro-batch
+// (model.hpp's TensorComm, plan.hpp's action_seconds): calls and seconds of
+// the forward and of the backward (B and W together) on the tensor group's link.
+struct StageTensorComm {
+  int forward_calls = 0, backward_calls = 0;
+  double forward_s = 0.0, backward_s = 0.0;
+};
+StageTensorComm stage_tensor_comm(const Job& job, const RunPlan& rp, int stage) {
+  const parallel::Link link = parallel::tensor_group_link(job.device, rp.run, 0);
+  const Cost& c = rp.stages.at(static_cast<std::size_t>(stage)).cost;
+  const ActionSeconds a = action_seconds(job, c, rp.run.tensor_parallel, link, false);
+  return {c.tp_forward.calls, c.tp_input_grad.calls + c.tp_weight_grad.calls, a.forward_comm, a.backward_comm};
+}
+
+std::string tensor_parallel_text(const Job& job, const RunPlan& rp) {
+  const RunSpec& r = rp.run;
+  const parallel::Link link = parallel::tensor_group_link(job.device, r, 0);
+  std::string out = fmt::format(
+      "tensor parallel: {} ranks per stage{} ({} ranks in all, {}); vocabulary {} padded to {}; collectives per "
+      "micro-batch on the {} link:\n",
+      r.tensor_parallel, r.sequence_parallel ? ", sequence parallel" : "", r.ranks(), to_string(r.rank_order),
+      job.model.vocab, padded_vocab(job.model, r.tensor_parallel), link.inter_node ? "inter-node" : "intra-node");
+  for (int s = 0; s < r.pipeline_size; ++s) {
+    const StageTensorComm t = stage_tensor_comm(job, rp, s);
+    out += fmt::format("  stage {}: forward {} calls {}, backward {} calls {}\n", s, t.forward_calls,
+                       format_seconds(t.forward_s), t.backward_calls, format_seconds(t.backward_s));
+  }
+  return out;
+}
+
+void tensor_parallel_json(JsonWriter& w, const Job& job, const RunPlan& rp) {
+  w.field("padded_vocab", padded_vocab(job.model, rp.run.tensor_parallel));
+  w.key("tensor_comm").begin_array();
+  for (int s = 0; s < rp.run.pipeline_size; ++s) {
+    const StageTensorComm t = stage_tensor_comm(job, rp, s);
+    w.begin_object().field("stage", s).field("forward_calls", t.forward_calls).field("forward_s", t.forward_s);
+    w.field("backward_calls", t.backward_calls).field("backward_s", t.backward_s).end_object();
+  }
+  w.end_array();
+}
+
 // The split rules side by side: layers per piece and the slowest piece.
 // Data parallelism: each stage's gradient all-reduce and the step with it (plan_grad_sync).
 std::string grad_sync_text(const Job& job, const RunPlan& rp) {
@@ -228,7 +269,7 @@ std::string format_plan_text(const JobPlan& plan) {
     out += fmt::format("\n== run {}: {}, pipeline_size={}, micro_batch_size={}, num_microbatches={}, schedule={}{}{}{}\n",
                        r.name, to_string(r.mode), p, r.micro_batch_size, m, rp.schedule.name,
                        rp.schedule.chunks_per_rank > 1 ? fmt::format(", virtual_stages_per_rank={}", rp.schedule.chunks_per_rank) : "",
-                       r.recompute == Recompute::full ? ", recompute=full" : "",
+                       r.recompute != Recompute::none ? fmt::format(", recompute={}", to_string(r.recompute)) : "",
                        r.baseline.empty() ? "" : fmt::format(", baseline={}", r.baseline));
     if (r.data_parallel > 1)
       out += fmt::format("data parallel: {} replicas x {} stages = {} ranks ({}); global batch {} = {} x {} x {}{}\n",
@@ -238,6 +279,7 @@ std::string format_plan_text(const JobPlan& plan) {
                              ? fmt::format("; optimizer_sharding={}, grad_sync={}", to_string(r.optimizer_sharding),
                                            to_string(r.grad_sync))
                              : "");
+    if (r.tensor_parallel > 1) out += tensor_parallel_text(job, rp);
     out += fmt::format("partition ({}):\n",
                        rp.partition.explicit_split ? "explicit layers_per_stage"
                                                    : fmt::format("remainder = \"{}\"{}", to_string(r.remainder),
@@ -246,7 +288,9 @@ std::string format_plan_text(const JobPlan& plan) {
                                                                      : ""));
     out += partition_table(rp);
     out += partition_alternatives_text(rp);
-    out += fmt::format("memory estimate per stage ({}, {}, capacity {}):\n", to_string(rp.storage_dtype),
+    out += fmt::format("memory estimate per stage{} ({}, {}, capacity {}):\n",
+                       r.tensor_parallel > 1 ? fmt::format(", one of its {} tensor ranks", r.tensor_parallel) : "",
+                       to_string(rp.storage_dtype),
                        r.mode == RunMode::train ? std::string(to_string(job.train.optimizer)) : "inference: no grads/optimizer",
                        format_bytes(static_cast<double>(job.device.memory_capacity_bytes)));
     out += memory_table(rp);
@@ -316,6 +360,8 @@ void emit_plan_json(const JobPlan& plan, JsonWriter& w) {
     w.field("data_parallel", r.data_parallel).field("ranks", r.ranks()).field("global_batch", r.global_batch());
     w.field("optimizer_sharding", to_string(r.optimizer_sharding)).field("grad_sync", to_string(r.grad_sync));
     w.field("rank_order", to_string(r.rank_order));
+    w.field("tensor_parallel", r.tensor_parallel).field("sequence_parallel", r.sequence_parallel);
+    if (r.tensor_parallel > 1) tensor_parallel_json(w, job, rp);
     w.field("schedule", rp.schedule.name).field("baseline", r.baseline);
     w.field("storage_dtype", to_string(rp.storage_dtype));
     w.field("virtual_stages_per_rank", rp.schedule.chunks_per_rank).field("recompute", to_string(r.recompute));
