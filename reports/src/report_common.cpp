@@ -126,7 +126,7 @@ VerdictTable verdict_table(const ReportData& d) {
 }
 
 std::vector<std::string> run_table_header() {
-  return {"run", "status", "mode", "stages × replicas", "micro-batch (samples) × m", "global batch", "schedule",
+  return {"run", "status", "mode", "stages × replicas (× tensor ranks)", "micro-batch (samples) × m", "global batch", "schedule",
           "step time (median)", "bubble measured (% of step)", "bubble simulated (%)", "bubble analytic (%)",
           "gradient all-reduce exposed (median, slowest rank)", "peak memory (max over ranks)",
           "speedup vs baseline (95% interval)", "decision", "failure"};
@@ -143,8 +143,10 @@ std::vector<std::string> run_table_row(const RunView& v) {
   return {r.spec.name,
           std::string(to_string(r.status)),
           std::string(to_string(r.spec.mode)),
-          r.spec.data_parallel > 1 ? fmt::format("{} × {}", r.spec.pipeline_size, r.spec.data_parallel)
-                                   : std::to_string(r.spec.pipeline_size),
+          r.spec.tensor_parallel > 1 ? fmt::format("{} × {} × {}{}", r.spec.pipeline_size, r.spec.data_parallel,
+                                                   r.spec.tensor_parallel, r.spec.sequence_parallel ? " (SP)" : "")
+          : r.spec.data_parallel > 1 ? fmt::format("{} × {}", r.spec.pipeline_size, r.spec.data_parallel)
+                                     : std::to_string(r.spec.pipeline_size),
           fmt::format("{} × {}", r.spec.micro_batch_size, r.spec.num_microbatches),
           std::to_string(r.spec.global_batch()),
           r.schedule_name + (r.spec.virtual_stages_per_rank > 1 ? fmt::format(" (v = {})", r.spec.virtual_stages_per_rank)

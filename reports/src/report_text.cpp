@@ -101,6 +101,17 @@ void grad_sync_record(JsonWriter& w, const RunResult& r) {
   w.field("bus_bandwidth_bytes_per_s", g.bus_bandwidth).end_object();
 }
 
+// Tensor parallelism: the slowest rank's median time in its group's
+// collectives per step over the counted steps; null with t = 1.
+void tensor_comm_record(JsonWriter& w, const RunResult& r) {
+  w.key("tensor_comm");
+  if (r.tensor_comm_s.empty()) {
+    w.null();
+    return;
+  }
+  w.begin_object().field("median_s", tensor_comm_median_s(r)).end_object();
+}
+
 // Seed 004's record of one run (docs/reports.md, "summary.json"): workload,
 // hardware, metrics (per rank and max), evidence level, failure, decision.
 void seed004_record(JsonWriter& w, const FileView& f, const RunView& v) {
@@ -109,6 +120,7 @@ void seed004_record(JsonWriter& w, const FileView& f, const RunView& v) {
   w.key("workload").begin_object();
   w.field("job", job_name(f)).field("run", s.name).field("mode", std::string(to_string(s.mode)));
   w.field("pipeline_size", s.pipeline_size).field("data_parallel", s.data_parallel);
+  w.field("tensor_parallel", s.tensor_parallel).field("sequence_parallel", s.sequence_parallel);
   w.field("grad_sync", std::string(to_string(s.grad_sync)))
       .field("optimizer_sharding", std::string(to_string(s.optimizer_sharding)));
   w.field("micro_batch_size", s.micro_batch_size);
@@ -137,6 +149,7 @@ void seed004_record(JsonWriter& w, const FileView& f, const RunView& v) {
   w.key("metrics").begin_object();
   w.field("counted_steps", static_cast<std::int64_t>(v.counted_step_index.size()));
   grad_sync_record(w, r);
+  tensor_comm_record(w, r);
   w.key("step_time_s").begin_object().field("median", r.step_time.median).field("min", r.step_time.min);
   w.field("max", r.step_time.max).field("p90", r.step_time.p90).field("cv", r.step_time.cv).end_object();
   w.field("throughput_samples_per_s", r.throughput_samples_per_s).field("tokens_per_s", v.tokens_per_s);

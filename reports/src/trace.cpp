@@ -174,6 +174,8 @@ void measured(TraceWriter& t, const std::string& path, const RunResult& r, int p
     for (int rank = 0; rank < P; ++rank)
       t.instant(pid_base + rank, fmt::format("step {}{}", k + 1, warm ? " (warm-up)" : ""), offset[k], [&, k, warm](JsonWriter& w) {
         w.field("step", static_cast<int>(k) + 1).field("warmup", warm).field("step_time_s", r.step_time_s[k]);
+        // Tensor parallelism: the rank's (replica 0's, tensor rank 0's) time in its group's collectives.
+        if (k < r.tensor_comm_s.size()) w.field("tensor_comm_s", r.tensor_comm_s[k][r.rank_index(rank)]);
       });
   }
   auto shown = [&](const EventRecord& e) {

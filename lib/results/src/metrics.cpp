@@ -91,6 +91,14 @@ double counted_median(const std::vector<std::vector<double>>& rows, const std::v
   return median_of(v);
 }
 
+double tensor_comm_median_s(const RunResult& r) {
+  if (r.tensor_comm_s.empty()) return kNaN;
+  double most = 0.0;
+  for (std::size_t i = 0; i < r.tensor_comm_s.front().size(); ++i)
+    most = std::max(most, counted_median(r.tensor_comm_s, r.is_warmup, i));
+  return most;
+}
+
 GradSyncSummary grad_sync_summary(const RunResult& r) {
   GradSyncSummary g{kNaN, kNaN, kNaN};
   if (r.grad_sync_s.empty()) return g;

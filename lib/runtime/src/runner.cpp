@@ -215,16 +215,19 @@ class Watchdog {
 
 std::string fmt_num(double v, const char* spec = "{:.4f}") { return std::isnan(v) ? "-" : fmt::format(fmt::runtime(spec), v); }
 
-// FLOPs of one step's matmuls over all stages and replicas (docs/model.md), for the
-// achieved TFLOP/s of the summary: model FLOPs (the useful work) and, with
-// recomputation, hardware FLOPs (the forward runs twice).
+// FLOPs of one step's matmuls over all stages, replicas and tensor ranks
+// (docs/model.md; a stage's cost is one tensor rank's), for the achieved
+// TFLOP/s of the summary: model FLOPs (the useful work) and, with
+// recomputation, hardware FLOPs (the forward, or with "selective" the
+// attention core, runs twice).
 double step_model_flops(const RunPlan& rp, bool hardware = false) {
   double per_microbatch = 0.0;
   const bool train = rp.run.mode == RunMode::train;
   const bool twice = hardware && train && rp.run.recompute == Recompute::full;
   for (const StagePlan& sp : rp.stages)
-    per_microbatch += sp.cost.forward_flops * (twice ? 2.0 : 1.0) + (train ? sp.cost.backward_flops : 0.0);
-  return per_microbatch * rp.run.num_microbatches * rp.run.data_parallel;
+    per_microbatch += sp.cost.forward_flops * (twice ? 2.0 : 1.0) + (train ? sp.cost.backward_flops : 0.0) +
+                      (hardware ? sp.cost.recompute_flops : 0.0);
+  return per_microbatch * rp.run.num_microbatches * rp.run.data_parallel * rp.run.tensor_parallel;
 }
 
 void print_run_summary(const RunResult& r, const RunPlan& rp) {
@@ -233,14 +236,17 @@ void print_run_summary(const RunResult& r, const RunPlan& rp) {
                  ? fmt::format(" ({} on rank {}): {}", to_string(r.failure_kind), r.failing_rank, r.failure_message)
                  : "");
   if (r.status == RunStatus::skipped) return;
-  // With replicas a row per rank: "stage/replica".
-  const bool replicas = r.spec.data_parallel > 1;
-  fmt::print("     {:>7} {:>9} {:>12} {:>12} {:>12} {:>12} {:>10} {:>6}\n", replicas ? "stage/r" : "stage", "layers", "busy",
-             "comm wait", "idle", "peak mem", "of cap", "live");
+  // With replicas or tensor ranks a row per rank: "stage/replica/tensor rank".
+  const bool replicas = r.spec.data_parallel > 1, tensor = r.spec.tensor_parallel > 1;
+  const std::string header = std::string("stage") + (replicas ? "/r" : "") + (tensor ? "/t" : "");
+  fmt::print("     {:>9} {:>9} {:>12} {:>12} {:>12} {:>12} {:>10} {:>6}\n", header, "layers", "busy", "comm wait", "idle",
+             "peak mem", "of cap", "live");
   for (std::size_t i = 0; i < r.peak_mem_bytes.size(); ++i) {
     const auto& l = r.stage_layers[i];
-    const std::string who = replicas ? fmt::format("{}/{}", r.pipeline_rank[i], r.data_rank[i]) : std::to_string(i);
-    fmt::print("     {:>7} {:>9} {:>12} {:>12} {:>12} {:>12} {:>9.1f}% {:>6}\n", who,
+    std::string who = replicas || tensor ? std::to_string(r.pipeline_rank[i]) : std::to_string(i);
+    if (replicas) who += fmt::format("/{}", r.data_rank[i]);
+    if (tensor) who += fmt::format("/{}", r.tensor_rank[i]);
+    fmt::print("     {:>9} {:>9} {:>12} {:>12} {:>12} {:>12} {:>9.1f}% {:>6}\n", who,
                built_range_text(l[0], l[1], r.spec.layers_per_stage_origin),
                format_seconds(counted_median(r.busy_s, r.is_warmup, i)), format_seconds(counted_median(r.comm_wait_s, r.is_warmup, i)),
                format_seconds(counted_median(r.idle_s, r.is_warmup, i)), format_bytes(static_cast<double>(r.peak_mem_bytes[i])),
@@ -262,6 +268,10 @@ void print_run_summary(const RunResult& r, const RunPlan& rp) {
                "medians); bus bandwidth {}/s\n",
                to_string(r.spec.grad_sync), r.spec.data_parallel, format_seconds(g.sync_s), format_seconds(g.exposed_s),
                std::isfinite(g.bus_bandwidth) ? format_bytes(g.bus_bandwidth) : "-");
+  }
+  if (!r.tensor_comm_s.empty()) {
+    fmt::print("     tensor-parallel collectives ({} ranks per stage{}): {} per step at most (the slowest rank's median)\n",
+               r.spec.tensor_parallel, r.spec.sequence_parallel ? ", sequence parallel" : "", format_seconds(tensor_comm_median_s(r)));
   }
   const double tflops = step_model_flops(rp) / r.step_time.median / 1e12;
   const double hardware = step_model_flops(rp, true) / r.step_time.median / 1e12;

@@ -47,6 +47,9 @@ struct GradSyncSummary {
   double sync_s, exposed_s, bus_bandwidth;
 };
 GradSyncSummary grad_sync_summary(const RunResult& r);
+// Tensor parallelism: the slowest rank's median time per step in its
+// group's collectives over the counted steps; NaN with t = 1.
+double tensor_comm_median_s(const RunResult& r);
 
 // nccl-tests' bus bandwidth of rank `rank`'s synchronisation in step
 // `step`: grad_sync_bytes × 2(d−1)/d / grad_sync_s (ZeRO-1's reduce-scatter
