@@ -90,7 +90,7 @@ Handler add_probe_command(CLI::App& app) {
           },
           "SECONDS"));
   cmd->add_option("--launcher", opts->probe.launcher,
-                  "command prefix of a trial; {ranks} becomes the run's pipeline_size (default \"mpirun -np {ranks}\"; "
+                  "command prefix of a trial; {ranks} becomes the run's pipeline_size x tensor_parallel (default \"mpirun -np {ranks}\"; "
                   "e.g. \"srun --mpi=pmix -n {ranks}\")");
   cmd->add_option("--set", opts->probe.overrides, "override for every trial: dotted.key=value (repeatable)");
   cmd->add_option("-o,--output", opts->output_dir, "results folder (default: results)");
@@ -105,13 +105,13 @@ Handler add_probe_command(CLI::App& app) {
       throw ConfigError(fmt::format("{}: run \"{}\": data_parallel = {}: probe sizes the micro-batch of one pipeline; "
                                     "probe one replica (--set run.{}.data_parallel=1)",
                                     p.job_path, run->name, run->data_parallel, run->name));
-    p.pipeline_size = run->pipeline_size;
+    p.ranks = run->pipeline_size * run->tensor_parallel;  // one replica's
     p.pipebench = self_executable();
     const std::string stamp = utc_stamp();
     p.trial_dir = (std::filesystem::path(opts->output_dir) / job.name / "probe" / fmt::format("{}-{}-trials", stamp, getpid())).string();
     fmt::print("pipebench probe: job \"{}\", run \"{}\" ({} ranks), micro_batch_size in [{}, {}], {} steps per trial, "
                "trial timeout {:.0f} s\n  launcher: {}\n",
-               job.name, p.run_name, p.pipeline_size, p.lo, p.hi, p.steps, p.trial_timeout_s, p.launcher);
+               job.name, p.run_name, p.ranks, p.lo, p.hi, p.steps, p.trial_timeout_s, p.launcher);
     const ProbeResult result = run_probe(p, console_probe_observer(stdout));
     fmt::print("\nmax_micro_batch = {}\nrecommended_micro_batch = {} (about 80% of the maximum, seed 000)\nstop: {}\n",
                result.max_micro_batch, result.recommended_micro_batch, result.stop_reason);

@@ -179,7 +179,7 @@ int confirm(std::FILE* log, const TuneCmdOptions& o, const Job& tuned, const std
   ProbeOptions p;
   p.job_path = path;
   p.run_name = run_name;
-  p.pipeline_size = best.pipeline_size;
+  p.ranks = best.pipeline_size;  // tune does not search tensor parallelism yet
   const int predicted = best.replica_max_micro_batch;
   if (best.data_parallel > 1) {
     p.overrides.push_back(fmt::format("run.{}.data_parallel=1", run_name));

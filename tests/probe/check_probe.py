@@ -32,7 +32,7 @@ with h5py.File(files[0], "r") as f:
     g = f["probe"]
     mx, rec = int(g.attrs["max_micro_batch"]), int(g.attrs["recommended_micro_batch"])
     trials = list(zip(g["micro_batch_size"][:], [o.decode() if isinstance(o, bytes) else o for o in g["outcome"][:]]))
-    assert g["peak_mem_bytes"].shape == (len(trials), int(g.attrs["pipeline_size"]))
+    assert g["peak_mem_bytes"].shape == (len(trials), int(g.attrs["ranks"]))
 print(f"max {mx}, recommended {rec}, trials {trials}")
 assert 1 <= mx < hi, mx
 assert rec == max(1, int(0.8 * mx)), rec

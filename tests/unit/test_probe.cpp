@@ -27,7 +27,7 @@ ProbeOptions options(int lo = 1, int hi = 256) {
   ProbeOptions o;
   o.job_path = "probe.toml";
   o.run_name = "pipe";
-  o.pipeline_size = 2;
+  o.ranks = 2;
   o.lo = lo;
   o.hi = hi;
   o.launcher = std::string(PIPEBENCH_SOURCE_DIR) + "/tests/probe/fake_trial.sh {ranks}";

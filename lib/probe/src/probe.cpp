@@ -118,7 +118,7 @@ std::string trial_command(const ProbeOptions& o, int mbs) {
   args.insert(args.end(), {"--set", fmt::format("run.{}.micro_batch_size={}", o.run_name, mbs), "--set", "train.warmup=0",
                            "--set", fmt::format("train.repeats={}", o.steps), "-o", o.trial_dir, "--label",
                            fmt::format("probe-mbs{}", mbs), "--probe-trial"});
-  return launch_command(o.launcher, o.pipeline_size, args);
+  return launch_command(o.launcher, o.ranks, args);
 }
 
 ProcessResult run_process(const std::string& command, double timeout_s, const std::function<void(double)>& tick,

@@ -502,7 +502,8 @@ ProbeResult read_probe(hid_t file) {
   Hid g(H5_CHECK(H5Gopen2(file, "probe", H5P_DEFAULT)), H5Gclose);
   ProbeResult p;
   p.options.run_name = read_attr_string(g, "run");
-  p.options.pipeline_size = static_cast<int>(read_attr_scalar<std::int64_t>(g, "pipeline_size"));
+  // "ranks"; files from before tensor parallelism wrote it as "pipeline_size".
+  p.options.ranks = static_cast<int>(read_attr_scalar<std::int64_t>(g, has_attr(g, "ranks") ? "ranks" : "pipeline_size"));
   p.options.lo = static_cast<int>(read_attr_scalar<std::int64_t>(g, "lo"));
   p.options.hi = static_cast<int>(read_attr_scalar<std::int64_t>(g, "hi"));
   if (has_attr(g, "predicted"))  // absent in files written before `tune --confirm`: 0

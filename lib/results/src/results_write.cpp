@@ -137,7 +137,7 @@ void dataset_strings(hid_t group, const char* name, const std::vector<std::strin
 void write_probe(hid_t file, const ProbeResult& p) {
   Hid g(H5_CHECK(H5Gcreate2(file, "probe", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
   attr_string(g, "run", p.options.run_name);
-  attr_scalar<std::int64_t>(g, "pipeline_size", p.options.pipeline_size);
+  attr_scalar<std::int64_t>(g, "ranks", p.options.ranks);
   attr_scalar<std::int64_t>(g, "lo", p.options.lo);
   attr_scalar<std::int64_t>(g, "hi", p.options.hi);
   attr_scalar<std::int64_t>(g, "predicted", p.options.predicted);
@@ -159,7 +159,7 @@ void write_probe(hid_t file, const ProbeResult& p) {
     path.push_back(t.results_path);
     command.push_back(t.command);
     tail.push_back(t.output_tail);
-    std::vector<std::uint64_t> row(static_cast<std::size_t>(p.options.pipeline_size), 0);
+    std::vector<std::uint64_t> row(static_cast<std::size_t>(p.options.ranks), 0);
     for (std::size_t r = 0; r < row.size() && r < t.peak_mem_bytes.size(); ++r) row[r] = t.peak_mem_bytes[r];
     peaks.push_back(row);
   }
@@ -167,7 +167,7 @@ void write_probe(hid_t file, const ProbeResult& p) {
   dataset_strings(g, "outcome", outcome);
   dataset_1d(g, "exit_code", codes);
   dataset_1d(g, "seconds", secs);
-  dataset_2d(g, "peak_mem_bytes", peaks, static_cast<std::size_t>(p.options.pipeline_size));
+  dataset_2d(g, "peak_mem_bytes", peaks, static_cast<std::size_t>(p.options.ranks));
   dataset_strings(g, "results_path", path);
   dataset_strings(g, "command", command);
   dataset_strings(g, "output_tail", tail);

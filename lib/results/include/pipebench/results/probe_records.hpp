@@ -17,7 +17,7 @@ std::string_view to_string(TrialOutcome o);
 struct ProbeOptions {
   std::string job_path;
   std::string run_name;
-  int pipeline_size = 1;          // substituted for {ranks} in the launcher
+  int ranks = 1;  // a trial's: pipeline_size x tensor_parallel, substituted for {ranks} in the launcher
   int lo = 1, hi = 256;
   // > 0 (`pipebench tune --confirm`): the planner's predicted limit. The
   // search tries it and the size above first and stops after those two
