@@ -249,5 +249,5 @@ TEST_CASE("tensor parallel: plan shows the tensor group and reads the cuda backe
   CHECK_THAT(not_executed(run, BackendKind::cuda), Catch::Contains("the cuda backend does not split its layers yet"));
   RunSpec sp = run;
   sp.sequence_parallel = true;
-  CHECK_THAT(not_executed(sp, BackendKind::cpu), Catch::Contains("the cpu backend does not split the sequence yet"));
+  CHECK(not_executed(sp, BackendKind::cpu).empty());
 }

@@ -37,9 +37,12 @@ namespace {
 // The tensors of one piece, in docs/model.md order, as this tensor rank holds them.
 class PieceTensors {
  public:
-  PieceTensors(int t, int rank) : t_(t), rank_(rank) {}
+  PieceTensors(int t, int rank, bool sequence_parallel = false) : t_(t), rank_(rank), sp_(sequence_parallel) {}
   // A tensor every rank holds whole.
-  void whole(std::int64_t n, bool matrix) { slots_.push_back({0, n, matrix, std::nullopt, t_ > 1}); }
+  void whole(std::int64_t n, bool matrix) { slots_.push_back({0, n, matrix, std::nullopt, t_ > 1, false}); }
+  // A norm's weights: whole on every rank; with sequence parallelism each
+  // rank's gradient covers its own tokens.
+  void norm(std::int64_t n) { slots_.push_back({0, n, false, std::nullopt, t_ > 1, sp_}); }
   // [rows, cols] split by columns: of each of `runs` column blocks of the
   // whole tensor (its widths, in order), the rank's 1/t.
   void columns(std::int64_t rows, const std::vector<std::int64_t>& runs, bool matrix, std::int64_t valid_cols = -1) {
@@ -70,9 +73,10 @@ class PieceTensors {
  private:
   void add(std::int64_t n, bool matrix, TensorShard sh) {
     if (t_ == 1) return whole(n, matrix);
-    slots_.push_back({0, n, matrix, std::move(sh), false});
+    slots_.push_back({0, n, matrix, std::move(sh), false, false});
   }
   int t_, rank_;
+  bool sp_;
   std::vector<TensorSlot> slots_;
 };
 
@@ -107,26 +111,26 @@ StageLayout stage_layout(const ModelSpec& ms, DType dtype, const StageRange& ran
     add_piece(PieceKind::embedding, 0, std::move(e), model.embedding(b).activation_bytes);
   }
   for (int layer = range.first_layer; layer <= range.last_layer(); ++layer) {
-    PieceTensors k(t, tensor_rank);
+    PieceTensors k(t, tensor_rank, split.sequence_parallel);
     PieceKind kind = PieceKind::mlp;
     if (llama) {
       kind = PieceKind::llama;
-      k.whole(h, false);
+      k.norm(h);
       k.columns(h, {h, kv, kv}, true);  // q | k | v: the rank's heads of each
       k.rows(h, h, true);               // o
-      k.whole(h, false);
+      k.norm(h);
       k.columns(h, {f, f}, true);       // W1 | W3
       k.rows(f, h, true);               // W2
     } else if (ms.kind == ModelKind::gpt) {
       kind = PieceKind::gpt;
-      k.whole(h, false);
-      k.whole(h, false);
+      k.norm(h);
+      k.norm(h);
       k.columns(h, {h, h, h}, true);  // qkv
       k.columns(1, {h, h, h}, false);
       k.rows(h, h, true);             // proj
       k.whole(h, false);
-      k.whole(h, false);
-      k.whole(h, false);
+      k.norm(h);
+      k.norm(h);
       k.columns(h, {f}, true);        // fc1
       k.columns(1, {f}, false);
       k.rows(f, h, true);             // fc2
@@ -140,9 +144,9 @@ StageLayout stage_layout(const ModelSpec& ms, DType dtype, const StageRange& ran
     add_piece(kind, 1 + layer, std::move(k), model.block(b).activation_bytes);
   }
   if (range.has_head) {
-    PieceTensors k(t, tensor_rank);
-    k.whole(h, false);
-    if (!llama) k.whole(h, false);
+    PieceTensors k(t, tensor_rank, split.sequence_parallel);
+    k.norm(h);
+    if (!llama) k.norm(h);
     k.columns(h, {Vp}, true, V);  // the LM head's columns of the rank's vocabulary
     add_piece(PieceKind::head, ms.layers + 1, std::move(k), model.head(b).activation_bytes);
   }
@@ -172,57 +176,62 @@ void initial_values(const ModelSpec& ms, const PieceLayout& p, std::size_t t, fl
 }
 
 std::int64_t split_stash_elements(PieceKind kind, std::int64_t T, std::int64_t h, std::int64_t f, std::int64_t kv,
-                                  std::int64_t ht) {
+                                  std::int64_t ht, std::int64_t Ts) {
   if (ht == 0) ht = h;
+  if (Ts == 0) Ts = T;
   switch (kind) {
-    case PieceKind::embedding: return T * h;
-    case PieceKind::gpt: return T * (4 * h + f + 3 * ht);
-    case PieceKind::llama: return T * (4 * h + ht + 2 * kv + 2 * f);
+    case PieceKind::embedding: return Ts * h;
+    case PieceKind::gpt: return T * (2 * h + f + 3 * ht) + Ts * 2 * h;
+    case PieceKind::llama: return T * (2 * h + ht + 2 * kv + 2 * f) + Ts * 2 * h;
     case PieceKind::mlp: return T * (h + f);
-    case PieceKind::head: return T * h;
+    case PieceKind::head: return Ts * h;
   }
   return 0;
 }
 
-GptActs::GptActs(std::int64_t T, std::int64_t h, std::int64_t f, int elem_bytes, std::int64_t ht) {
-  const std::int64_t stats = T * (4 / elem_bytes);  // T floats
+GptActs::GptActs(std::int64_t T, std::int64_t h, std::int64_t f, int elem_bytes, std::int64_t ht, std::int64_t Ts) {
   if (ht == 0) ht = h;
+  if (Ts == 0) Ts = T;
+  const std::int64_t stats = Ts * (4 / elem_bytes);  // Ts floats
   x = 0;
-  ln1 = x + T * h;
-  mean1 = ln1 + T * h;
+  ln1 = x + Ts * h;
+  mean1 = ln1 + Ts * h;
   rstd1 = mean1 + stats;
   qkv = rstd1 + stats;
   attn = qkv + 3 * T * ht;
   x2 = attn + T * ht;
-  ln2 = x2 + T * h;
-  mean2 = ln2 + T * h;
+  ln2 = x2 + Ts * h;
+  mean2 = ln2 + Ts * h;
   rstd2 = mean2 + stats;
   pre = rstd2 + stats;
   gelu = pre + T * f;
   probs = gelu + T * f;
 }
 
-LlamaActs::LlamaActs(std::int64_t T, std::int64_t h, std::int64_t kv, std::int64_t f, int elem_bytes, std::int64_t ht) {
-  const std::int64_t stats = T * (4 / elem_bytes);  // T floats
+LlamaActs::LlamaActs(std::int64_t T, std::int64_t h, std::int64_t kv, std::int64_t f, int elem_bytes, std::int64_t ht,
+                     std::int64_t Ts) {
   if (ht == 0) ht = h;
+  if (Ts == 0) Ts = T;
+  const std::int64_t stats = Ts * (4 / elem_bytes);  // Ts floats
   x = 0;
-  n1 = x + T * h;
-  rrms1 = n1 + T * h;
+  n1 = x + Ts * h;
+  rrms1 = n1 + Ts * h;
   qkv = rrms1 + stats;
   attn = qkv + T * (ht + 2 * kv);
   x2 = attn + T * ht;
-  n2 = x2 + T * h;
-  rrms2 = n2 + T * h;
+  n2 = x2 + Ts * h;
+  rrms2 = n2 + Ts * h;
   pre13 = rrms2 + stats;
   u = pre13 + 2 * T * f;
   probs = u + T * f;
 }
 
-HeadActs::HeadActs(std::int64_t T, std::int64_t h, std::int64_t V, int elem_bytes, bool rms) {
-  const std::int64_t stats = T * (4 / elem_bytes);  // T floats
+HeadActs::HeadActs(std::int64_t T, std::int64_t h, std::int64_t V, int elem_bytes, bool rms, std::int64_t Ts) {
+  if (Ts == 0) Ts = T;
+  const std::int64_t stats = Ts * (4 / elem_bytes);  // Ts floats
   x = 0;
-  ln = T * h;
-  mean = ln + T * h;
+  ln = Ts * h;
+  mean = ln + Ts * h;
   rstd = rms ? mean : mean + stats;
   probs = rstd + stats;
   targets = probs + T * V;

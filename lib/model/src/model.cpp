@@ -254,6 +254,9 @@ std::int64_t ModelDesc::cpu_workspace_bytes(int b, bool train) const {
   I bytes = rope_table_bytes();  // also in inference
   // Tensor-parallel cross-entropy: each token's maximum, sum and target (fp32), also in inference.
   if (t > 1) bytes = bytes + tokens * 12;
+  // Sequence parallelism: two [T, h] buffers, a region's gathered input and
+  // its partial output before the reduce-scatter (also in inference).
+  if (split_.sequence_parallel) bytes = bytes + I(2) * e * tokens * spec_.hidden;
   if (!train) return bytes.value();
   // ... the temporaries, one s x s score scratch and, with selective
   // recomputation, the attention probabilities of the rank's heads (made at

@@ -5,27 +5,53 @@
 #include <utility>
 
 #include "pipebench/core/clock.hpp"
+#include "pipebench/core/error.hpp"
 
 namespace pipebench {
 
 double MpiTensorGroup::take_seconds() { return std::exchange(seconds_, 0.0); }
 
 void MpiTensorGroup::reduce(void* data, std::int64_t n, MPI_Datatype type, MPI_Op op) {
-  const double start = now_s();
   int size = 0;
   PIPEBENCH_MPI_CHECK(MPI_Type_size(type, &size));
   auto* bytes = static_cast<char*>(data);
   // MPI counts are ints: a larger buffer goes in parts, in order.
   for (std::int64_t done = 0; done < n;) {
+    const double start = now_s();
     const int count = static_cast<int>(std::min<std::int64_t>(n - done, INT_MAX));
     MPI_Request req = MPI_REQUEST_NULL;
     PIPEBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, bytes + done * size, count, type, op, comm_.tensor(), &req));
-    pending_ = true;
-    comm_.wait(req, "a tensor-parallel all-reduce");
-    pending_ = false;
+    finish(req, start, "a tensor-parallel all-reduce");
     done += count;
   }
+}
+
+void MpiTensorGroup::finish(MPI_Request& req, double start, const char* what) {
+  pending_ = true;
+  comm_.wait(req, what);
+  pending_ = false;
   seconds_ += now_s() - start;
+}
+
+namespace {
+int mpi_count(std::int64_t n) {
+  if (n > INT_MAX) throw Error("a sequence-parallel part of more than 2^31 elements (MPI counts are ints)");
+  return static_cast<int>(n);
+}
+}  // namespace
+
+void MpiTensorGroup::all_gather(const float* part, float* whole, std::int64_t n) {
+  const double start = now_s();
+  MPI_Request req = MPI_REQUEST_NULL;
+  PIPEBENCH_MPI_CHECK(MPI_Iallgather(part, mpi_count(n), MPI_FLOAT, whole, mpi_count(n), MPI_FLOAT, comm_.tensor(), &req));
+  finish(req, start, "a sequence-parallel all-gather");
+}
+
+void MpiTensorGroup::reduce_scatter(const float* whole, float* part, std::int64_t n) {
+  const double start = now_s();
+  MPI_Request req = MPI_REQUEST_NULL;
+  PIPEBENCH_MPI_CHECK(MPI_Ireduce_scatter_block(whole, part, mpi_count(n), MPI_FLOAT, MPI_SUM, comm_.tensor(), &req));
+  finish(req, start, "a sequence-parallel reduce-scatter");
 }
 
 }  // namespace pipebench

@@ -26,8 +26,7 @@ void CpuBackend::build(const StageSpec& spec) {
   tp_ = spec.tensor.degree;
   if (tp_ > 1 && (!tensor_ || tensor_->size() != tp_ || tensor_->rank() != spec.tensor_rank))
     throw Error(fmt::format("cpu backend: tensor_parallel = {} needs its tensor group (set_tensor_group) before build", tp_));
-  if (spec.tensor.sequence_parallel)
-    throw ConfigError("cpu backend: sequence_parallel is not executed yet (the sim backend models it)");
+  ts_ = model.region_tokens(b);
   ht_ = h / tp_;
   ft_ = ms.ffn_hidden / tp_;
   at_ = ms.heads / tp_;
@@ -40,7 +39,7 @@ void CpuBackend::build(const StageSpec& spec) {
   vocab_valid_ = static_cast<int>(std::clamp<std::int64_t>(ms.vocab - first_row, 0, vocab_local_));
   const bool train = spec.mode == RunMode::train;
   layers_ = {spec.chunks.front().first_layer, spec.chunks.back().last_layer()};
-  const auto boundary = static_cast<std::size_t>(tokens_ * h);
+  const auto boundary = static_cast<std::size_t>(ts_ * h);  // the rank's tokens with sequence parallelism
   const auto m = static_cast<std::size_t>(spec.num_microbatches);
   chunks_.resize(static_cast<std::size_t>(spec.num_chunks()));
   std::vector<StageLayout> layouts;
@@ -86,10 +85,13 @@ void CpuBackend::build(const StageSpec& spec) {
     rope_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(rope_floats), "rotary table");
     cpu::rope_table(rope_.data(), ms.seq_len, ms.hidden / ms.heads, ms.rope_theta);
   }
-  const std::int64_t tp_floats = tp_ > 1 ? 3 * tokens_ : 0;
-  if (tp_floats > 0)
-    tp_stats_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(tp_floats),
+  const std::int64_t tp_floats = (tp_ > 1 ? 3 * tokens_ : 0) + (sequence_parallel() ? 2 * tokens_ * h : 0);
+  if (tp_ > 1)
+    tp_stats_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(3 * tokens_),
                                     "tensor-parallel cross-entropy statistics");
+  if (sequence_parallel())
+    sp_buffers_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(2 * tokens_ * h),
+                                      "sequence-parallel gather and reduce-scatter buffers");
   if (train) {
     // Backward temporaries, shared by the chunks: dgelu [T,f], dh [T,h],
     // dx2 [T,h], dqkv [T,3h], two ping-pong gradients [T,h], one s x s
@@ -110,7 +112,10 @@ std::int64_t CpuBackend::built_params() const {
   return n;
 }
 
-void CpuBackend::begin_step(int step, double /*deadline_s*/) { step_ = step; }
+void CpuBackend::begin_step(int step, double /*deadline_s*/) {
+  step_ = step;
+  for (Chunk& c : chunks_) c.backwards_done = 0;
+}
 
 float* CpuBackend::act(const Chunk& c, int mb, const Piece& p, std::int64_t float_offset) const {
   return reinterpret_cast<float*>(c.slabs[static_cast<std::size_t>(mb)].get() + p.act_offset) + float_offset;
@@ -122,9 +127,13 @@ float* CpuBackend::piece_input(const Chunk& c, int mb, std::size_t i) const {
   return p.kind == PieceKind::embedding ? nullptr : act(c, mb, p, 0);
 }
 
+// Tensor-parallel (docs/tensor-parallel.md): a column-parallel layer reads
+// its region's input (gathered from the ranks' tokens with sequence
+// parallelism), a row-parallel layer's output is summed over the group
+// (row_parallel_out, backend_cpu_tensor.cpp).
 void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const float* in, float* out) {
   const ModelSpec& ms = job_.model;
-  const int T = static_cast<int>(tokens_), h = ms.hidden, s = ms.seq_len, V = ms.vocab;
+  const int T = static_cast<int>(tokens_), Ts = static_cast<int>(ts_), h = ms.hidden, s = ms.seq_len, V = ms.vocab;
   const int B = spec_.micro_batch_size;
   const float* W = c.params.data();
   auto act = [&](int m, const Piece& q, std::int64_t off) { return this->act(c, m, q, off); };
@@ -132,7 +141,7 @@ void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const flo
   // Every piece but the embedding keeps its input at the start of its slab
   // region; only a stage's first piece gets it from elsewhere (the receive buffer).
   if (p.kind != PieceKind::embedding && in != act(mb, p, 0))
-    std::memcpy(act(mb, p, 0), in, sizeof(float) * static_cast<std::size_t>(T) * h);
+    std::memcpy(act(mb, p, 0), in, sizeof(float) * static_cast<std::size_t>(Ts) * h);
   switch (p.kind) {
     case PieceKind::embedding: {
       auto* tokens = reinterpret_cast<std::int32_t*>(act(mb, p, 0));
@@ -140,49 +149,44 @@ void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const flo
       synthetic_batch(ms, step_, spec_.data_microbatch(mb), B, tok, tgt);
       std::copy(tok.begin(), tok.end(), tokens);
       // Tensor-parallel: the rank's vocabulary rows; the position table added by the lead rank.
-      cpu::embedding_forward(tokens, w(0), p.tensors.size() > 1 && lead() ? w(1) : nullptr, out, B, s, h, vocab_part_);
-      tp_sum(out, static_cast<std::int64_t>(T) * h);
+      float* whole = sequence_parallel() ? sp_partial() : out;
+      cpu::embedding_forward(tokens, w(0), p.tensors.size() > 1 && lead() ? w(1) : nullptr, whole, B, s, h, vocab_part_);
+      sum_over_group(whole, out);
       break;
     }
     case PieceKind::gpt: {
       const int ht = static_cast<int>(ht_), ft = static_cast<int>(ft_);
-      const GptActs a(T, h, ft, 4, ht);
+      const GptActs a(T, h, ft, 4, ht, Ts);
       float* x = act(mb, p, a.x);
-      cpu::layernorm_forward(x, w(0), w(1), act(mb, p, a.ln1), act(mb, p, a.mean1), act(mb, p, a.rstd1), T, h);
-      cpu::linear_forward(act(mb, p, a.ln1), w(2), w(3), act(mb, p, a.qkv), T, h, 3 * ht);
+      cpu::layernorm_forward(x, w(0), w(1), act(mb, p, a.ln1), act(mb, p, a.mean1), act(mb, p, a.rstd1), Ts, h);
+      cpu::linear_forward(gathered(act(mb, p, a.ln1)), w(2), w(3), act(mb, p, a.qkv), T, h, 3 * ht);
       cpu::attention_forward(act(mb, p, a.qkv), attention_probs(c, mb, p, a.probs), act(mb, p, a.attn), B, s, ht, at_);
       float* x2 = act(mb, p, a.x2);
-      residual_start(x2, x, static_cast<std::int64_t>(T) * h);
-      cpu::linear_forward(act(mb, p, a.attn), w(4), lead() ? w(5) : nullptr, x2, T, ht, h, true);
-      tp_sum(x2, static_cast<std::int64_t>(T) * h);
-      cpu::layernorm_forward(x2, w(6), w(7), act(mb, p, a.ln2), act(mb, p, a.mean2), act(mb, p, a.rstd2), T, h);
-      cpu::linear_gelu_forward(act(mb, p, a.ln2), w(8), w(9), act(mb, p, a.pre), act(mb, p, a.gelu), T, h, ft);
-      residual_start(out, x2, static_cast<std::int64_t>(T) * h);
-      cpu::linear_forward(act(mb, p, a.gelu), w(10), lead() ? w(11) : nullptr, out, T, ft, h, true);
-      tp_sum(out, static_cast<std::int64_t>(T) * h);
+      row_parallel_out(act(mb, p, a.attn), w(4), w(5), x, x2, ht);
+      cpu::layernorm_forward(x2, w(6), w(7), act(mb, p, a.ln2), act(mb, p, a.mean2), act(mb, p, a.rstd2), Ts, h);
+      cpu::linear_gelu_forward(gathered(act(mb, p, a.ln2)), w(8), w(9), act(mb, p, a.pre), act(mb, p, a.gelu), T, h, ft);
+      row_parallel_out(act(mb, p, a.gelu), w(10), w(11), x2, out, ft);
       break;
     }
     case PieceKind::llama: forward_llama(c, p, mb, out); break;
     case PieceKind::mlp: {
       const int ft = static_cast<int>(ft_);
       float* x = act(mb, p, 0);
-      float* pre = x + static_cast<std::int64_t>(T) * h;
+      float* pre = x + static_cast<std::int64_t>(Ts) * h;
       float* gl = pre + static_cast<std::int64_t>(T) * ft;
-      cpu::linear_gelu_forward(x, w(0), w(1), pre, gl, T, h, ft);
-      residual_start(out, x, static_cast<std::int64_t>(T) * h);
-      cpu::linear_forward(gl, w(2), lead() ? w(3) : nullptr, out, T, ft, h, true);
-      tp_sum(out, static_cast<std::int64_t>(T) * h);
+      cpu::linear_gelu_forward(gathered(x), w(0), w(1), pre, gl, T, h, ft);
+      row_parallel_out(gl, w(2), w(3), x, out, ft);
       break;
     }
     case PieceKind::head: {
       const bool rms = ms.kind == ModelKind::llama;  // RMSNorm [h], then the LM head
       const int Vl = static_cast<int>(vocab_local_);
-      const HeadActs a(T, h, Vl, 4, rms);
+      const HeadActs a(T, h, Vl, 4, rms, Ts);
       float* x = act(mb, p, a.x);
-      if (rms) cpu::rmsnorm_forward(x, w(0), act(mb, p, a.ln), act(mb, p, a.rstd), T, h, static_cast<float>(ms.norm_eps));
-      else cpu::layernorm_forward(x, w(0), w(1), act(mb, p, a.ln), act(mb, p, a.mean), act(mb, p, a.rstd), T, h);
+      if (rms) cpu::rmsnorm_forward(x, w(0), act(mb, p, a.ln), act(mb, p, a.rstd), Ts, h, static_cast<float>(ms.norm_eps));
+      else cpu::layernorm_forward(x, w(0), w(1), act(mb, p, a.ln), act(mb, p, a.mean), act(mb, p, a.rstd), Ts, h);
       float* probs = act(mb, p, a.probs);
-      cpu::linear_forward(act(mb, p, a.ln), w(rms ? 1 : 2), nullptr, probs, T, h, Vl);
+      cpu::linear_forward(gathered(act(mb, p, a.ln)), w(rms ? 1 : 2), nullptr, probs, T, h, Vl);
       auto* targets = reinterpret_cast<std::int32_t*>(act(mb, p, a.targets));
       std::vector<std::int32_t> tok, tgt;
       synthetic_batch(ms, step_, spec_.data_microbatch(mb), B, tok, tgt);
@@ -285,7 +289,7 @@ const float* CpuBackend::probs(int mb) const {
 
 // Stash of piece p (split backward), in floats: split_stash_elements().
 std::int64_t CpuBackend::stash_floats(const Piece& p) const {
-  return split_stash_elements(p.kind, tokens_, job_.model.hidden, ft_, kvt_, ht_);
+  return split_stash_elements(p.kind, tokens_, job_.model.hidden, ft_, kvt_, ht_, ts_);
 }
 
 // The backward of one piece. Pass::full: input and weight gradients now.
@@ -298,9 +302,9 @@ void CpuBackend::backward_piece(Chunk& c, const Piece& p, int mb, const float* d
     case PieceKind::embedding: {
       const auto* tokens = reinterpret_cast<const std::int32_t*>(act(c, mb, p, 0));
       const int B = spec_.micro_batch_size, s = job_.model.seq_len, h = job_.model.hidden;
-      if (pass == Pass::input) std::memcpy(st, dy, sizeof(float) * static_cast<std::size_t>(tokens_ * h));
-      else
-        cpu::embedding_backward(tokens, pass == Pass::weight ? st : dy, grad(c, p, 0),
+      if (pass == Pass::input) std::memcpy(st, dy, sizeof(float) * static_cast<std::size_t>(ts_ * h));
+      else  // sequence-parallel: the whole output gradient, gathered
+        cpu::embedding_backward(tokens, gathered(pass == Pass::weight ? st : dy), grad(c, p, 0),
                                 p.tensors.size() > 1 ? grad(c, p, 1) : nullptr, B, s, h, vocab_part_);
       break;
     }
@@ -314,112 +318,116 @@ void CpuBackend::backward_piece(Chunk& c, const Piece& p, int mb, const float* d
 // Tensor-parallel (docs/tensor-parallel.md): qkv, proj's input, fc1 and
 // fc2's input are the rank's columns; the input gradients of the
 // column-parallel layers (at ln2's and ln1's outputs) are partial sums,
-// summed over the group (in B: a split backward's W has no collective).
+// summed over the group (in B: a split backward's W has no collective but
+// the sequence-parallel re-gathers). With sequence parallelism dy, x, x2,
+// the norms and their gradients are the rank's Ts tokens; the row-parallel
+// layers' output gradients are gathered whole (and kept so for W).
 void CpuBackend::backward_gpt(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* st) {
-  const int T = static_cast<int>(tokens_), h = job_.model.hidden, f = static_cast<int>(ft_), ht = static_cast<int>(ht_);
+  const int T = static_cast<int>(tokens_), Ts = static_cast<int>(ts_), h = job_.model.hidden;
+  const int f = static_cast<int>(ft_), ht = static_cast<int>(ht_);
   const std::int64_t Th = static_cast<std::int64_t>(T) * h, Tf = static_cast<std::int64_t>(T) * f;
-  const std::int64_t Tht = static_cast<std::int64_t>(T) * ht;
-  const GptActs a(T, h, f, 4, ht);
+  const std::int64_t Tht = static_cast<std::int64_t>(T) * ht, Tsh = static_cast<std::int64_t>(Ts) * h;
+  const GptActs a(T, h, f, 4, ht, Ts);
   auto A = [&](std::int64_t off) { return act(c, mb, p, off); };
   auto w = [&](std::size_t t) { return weight(c, p, t); };
   auto g = [&](std::size_t t) { return grad(c, p, t); };
   // Output gradients: in the stash (split) or the workspace (see build).
   float* ws = workspace_.data();
-  const bool split = pass != Pass::full;
-  float* d_fc2 = split ? st : const_cast<float*>(dy);
+  const bool split = pass != Pass::full, sp = sequence_parallel();
+  float* d_fc2 = split ? st : nullptr;  // full: dy, gathered
   float* d_fc1 = split ? st + Th : ws;
   float* d_ln2 = split ? st + Th + Tf : ws + Tf;
-  float* d_proj = split ? st + 2 * Th + Tf : ws + Tf + Th;
-  float* d_qkv = split ? st + 3 * Th + Tf : ws + Tf + 2 * Th;
-  float* d_ln1 = split ? st + 3 * Th + Tf + 3 * Tht : ws + Tf;
+  // proj's output gradient: the rank's tokens (d_proj), and whole (d_proj_all; the same buffer without sequence parallelism).
+  float* d_proj = split && !sp ? st + Th + Tf + Tsh : ws + Tf + Th;
+  float* d_proj_all = split ? st + Th + Tf + Tsh : sp ? sp_gathered() : d_proj;
+  float* d_qkv = split ? st + 2 * Th + Tf + Tsh : ws + Tf + 2 * Th;
+  float* d_ln1 = split ? st + 2 * Th + Tf + Tsh + 3 * Tht : ws + Tf;
   float* d_attn = ws + Tf;  // no weights: never stashed
   if (pass == Pass::weight) {  // weights: from the output gradients B kept
     cpu::linear_backward_weight(A(a.gelu), d_fc2, g(10), g(11), T, f, h);
-    cpu::linear_backward_weight(A(a.ln2), d_fc1, g(8), g(9), T, h, f);
-    cpu::layernorm_backward_weight(d_ln2, A(a.x2), A(a.mean2), A(a.rstd2), g(6), g(7), T, h);
-    cpu::linear_backward_weight(A(a.attn), d_proj, g(4), g(5), T, ht, h);
-    cpu::linear_backward_weight(A(a.ln1), d_qkv, g(2), g(3), T, h, 3 * ht);
-    cpu::layernorm_backward_weight(d_ln1, A(a.x), A(a.mean1), A(a.rstd1), g(0), g(1), T, h);
+    cpu::linear_backward_weight(gathered(A(a.ln2)), d_fc1, g(8), g(9), T, h, f);
+    cpu::layernorm_backward_weight(d_ln2, A(a.x2), A(a.mean2), A(a.rstd2), g(6), g(7), Ts, h);
+    cpu::linear_backward_weight(A(a.attn), d_proj_all, g(4), g(5), T, ht, h);
+    cpu::linear_backward_weight(gathered(A(a.ln1)), d_qkv, g(2), g(3), T, h, 3 * ht);
+    cpu::layernorm_backward_weight(d_ln1, A(a.x), A(a.mean1), A(a.rstd1), g(0), g(1), Ts, h);
     return;
   }
   const bool full = pass == Pass::full;
-  if (split) std::memcpy(d_fc2, dy, sizeof(float) * static_cast<std::size_t>(Th));
-  if (full) cpu::linear_backward_weight(A(a.gelu), d_fc2, g(10), g(11), T, f, h);
-  cpu::linear_backward_input(w(10), d_fc2, d_fc1, T, f, h);
+  if (split) gather_into(dy, d_fc2);
+  const float* fc2_out = split ? d_fc2 : gathered(dy);
+  if (full) cpu::linear_backward_weight(A(a.gelu), fc2_out, g(10), g(11), T, f, h);
+  cpu::linear_backward_input(w(10), fc2_out, d_fc1, T, f, h);
   cpu::gelu_backward(A(a.pre), d_fc1, d_fc1, Tf);
-  if (full) cpu::linear_backward_weight(A(a.ln2), d_fc1, g(8), g(9), T, h, f);
-  cpu::linear_backward_input(w(8), d_fc1, d_ln2, T, h, f);
-  tp_sum(d_ln2, Th);
-  std::memcpy(d_proj, dy, sizeof(float) * static_cast<std::size_t>(Th));
-  if (full) cpu::layernorm_backward_weight(d_ln2, A(a.x2), A(a.mean2), A(a.rstd2), g(6), g(7), T, h);
-  cpu::layernorm_backward_input(d_ln2, A(a.x2), w(6), A(a.mean2), A(a.rstd2), d_proj, T, h);
-  if (full) cpu::linear_backward_weight(A(a.attn), d_proj, g(4), g(5), T, ht, h);
-  cpu::linear_backward_input(w(4), d_proj, d_attn, T, ht, h);
+  if (full) cpu::linear_backward_weight(gathered(A(a.ln2)), d_fc1, g(8), g(9), T, h, f);
+  column_input_grad(w(8), d_fc1, d_ln2, f);
+  std::memcpy(d_proj, dy, sizeof(float) * static_cast<std::size_t>(Tsh));
+  if (full) cpu::layernorm_backward_weight(d_ln2, A(a.x2), A(a.mean2), A(a.rstd2), g(6), g(7), Ts, h);
+  cpu::layernorm_backward_input(d_ln2, A(a.x2), w(6), A(a.mean2), A(a.rstd2), d_proj, Ts, h);
+  if (d_proj_all != d_proj) gather_into(d_proj, d_proj_all);
+  if (full) cpu::linear_backward_weight(A(a.attn), d_proj_all, g(4), g(5), T, ht, h);
+  cpu::linear_backward_input(w(4), d_proj_all, d_attn, T, ht, h);
   const float* probs = attention_probs(c, mb, p, a.probs);
   if (spec_.tensor.selective_recompute)  // the probabilities again (attn is rewritten with the same bits)
     cpu::attention_forward(A(a.qkv), selective_probs(), A(a.attn), spec_.micro_batch_size, job_.model.seq_len, ht, at_);
   cpu::attention_backward(d_attn, A(a.qkv), probs, d_qkv, score_scratch(), spec_.micro_batch_size, job_.model.seq_len,
                           ht, at_);
-  if (full) cpu::linear_backward_weight(A(a.ln1), d_qkv, g(2), g(3), T, h, 3 * ht);
-  cpu::linear_backward_input(w(2), d_qkv, d_ln1, T, h, 3 * ht);
-  tp_sum(d_ln1, Th);
-  std::memcpy(dx, d_proj, sizeof(float) * static_cast<std::size_t>(Th));
-  if (full) cpu::layernorm_backward_weight(d_ln1, A(a.x), A(a.mean1), A(a.rstd1), g(0), g(1), T, h);
-  cpu::layernorm_backward_input(d_ln1, A(a.x), w(0), A(a.mean1), A(a.rstd1), dx, T, h);
+  if (full) cpu::linear_backward_weight(gathered(A(a.ln1)), d_qkv, g(2), g(3), T, h, 3 * ht);
+  column_input_grad(w(2), d_qkv, d_ln1, 3 * ht);
+  std::memcpy(dx, d_proj, sizeof(float) * static_cast<std::size_t>(Tsh));
+  if (full) cpu::layernorm_backward_weight(d_ln1, A(a.x), A(a.mean1), A(a.rstd1), g(0), g(1), Ts, h);
+  cpu::layernorm_backward_input(d_ln1, A(a.x), w(0), A(a.mean1), A(a.rstd1), dx, Ts, h);
 }
 
 void CpuBackend::backward_mlp(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* st) {
   const int T = static_cast<int>(tokens_), h = job_.model.hidden, f = static_cast<int>(ft_);
-  const std::int64_t Th = static_cast<std::int64_t>(T) * h;
+  const std::int64_t Th = static_cast<std::int64_t>(T) * h, Tsh = ts_ * h;
   const float* x = act(c, mb, p, 0);
-  const float* pre = x + Th;
+  const float* pre = x + Tsh;
   const float* gl = pre + static_cast<std::int64_t>(T) * f;
   const bool split = pass != Pass::full;
-  float* d_fc2 = split ? st : const_cast<float*>(dy);
+  float* d_fc2 = split ? st : nullptr;  // full: dy, gathered
   float* d_fc1 = split ? st + Th : workspace_.data();
   if (pass == Pass::weight) {
     cpu::linear_backward_weight(gl, d_fc2, grad(c, p, 2), grad(c, p, 3), T, f, h);
-    cpu::linear_backward_weight(x, d_fc1, grad(c, p, 0), grad(c, p, 1), T, h, f);
+    cpu::linear_backward_weight(gathered(x), d_fc1, grad(c, p, 0), grad(c, p, 1), T, h, f);
     return;
   }
-  if (split) std::memcpy(d_fc2, dy, sizeof(float) * static_cast<std::size_t>(Th));
-  if (!split) cpu::linear_backward_weight(gl, d_fc2, grad(c, p, 2), grad(c, p, 3), T, f, h);
-  cpu::linear_backward_input(weight(c, p, 2), d_fc2, d_fc1, T, f, h);
+  if (split) gather_into(dy, d_fc2);
+  const float* fc2_out = split ? d_fc2 : gathered(dy);
+  if (!split) cpu::linear_backward_weight(gl, fc2_out, grad(c, p, 2), grad(c, p, 3), T, f, h);
+  cpu::linear_backward_input(weight(c, p, 2), fc2_out, d_fc1, T, f, h);
   cpu::gelu_backward(pre, d_fc1, d_fc1, static_cast<std::int64_t>(T) * f);
-  if (!split) cpu::linear_backward_weight(x, d_fc1, grad(c, p, 0), grad(c, p, 1), T, h, f);
-  // fc1's input gradient is a partial sum over the group: the lead rank's carries the residual's.
-  residual_start(dx, dy, Th);
-  cpu::linear_backward_input(weight(c, p, 0), d_fc1, dx, T, h, f, true);
-  tp_sum(dx, Th);
+  if (!split) cpu::linear_backward_weight(gathered(x), d_fc1, grad(c, p, 0), grad(c, p, 1), T, h, f);
+  column_input_grad(weight(c, p, 0), d_fc1, dx, f, dy);  // the residual's gradient added
 }
 
 void CpuBackend::backward_head(Chunk& c, const Piece& p, int mb, float* dx, Pass pass, float* st) {
-  const int T = static_cast<int>(tokens_), h = job_.model.hidden, V = static_cast<int>(vocab_local_);
+  const int T = static_cast<int>(tokens_), Ts = static_cast<int>(ts_), h = job_.model.hidden;
+  const int V = static_cast<int>(vocab_local_);
   const bool rms = job_.model.kind == ModelKind::llama;  // RMSNorm [h] and the LM head at tensor 1
-  const HeadActs a(T, h, V, 4, rms);
+  const HeadActs a(T, h, V, 4, rms, Ts);
   const std::size_t lm = rms ? 1 : 2;
   auto A = [&](std::int64_t off) { return act(c, mb, p, off); };
   auto norm_weight = [&](const float* d_ln) {
-    if (rms) cpu::rmsnorm_backward_weight(d_ln, A(a.x), A(a.rstd), grad(c, p, 0), T, h);
-    else cpu::layernorm_backward_weight(d_ln, A(a.x), A(a.mean), A(a.rstd), grad(c, p, 0), grad(c, p, 1), T, h);
+    if (rms) cpu::rmsnorm_backward_weight(d_ln, A(a.x), A(a.rstd), grad(c, p, 0), Ts, h);
+    else cpu::layernorm_backward_weight(d_ln, A(a.x), A(a.mean), A(a.rstd), grad(c, p, 0), grad(c, p, 1), Ts, h);
   };
   float* probs = A(a.probs);  // becomes d(logits) in place, kept in the slab until W
   float* d_ln = pass == Pass::full ? workspace_.data() + static_cast<std::int64_t>(T) * ft_ : st;
   if (pass == Pass::weight) {
-    cpu::linear_backward_weight(A(a.ln), probs, grad(c, p, lm), nullptr, T, h, V);
+    cpu::linear_backward_weight(gathered(A(a.ln)), probs, grad(c, p, lm), nullptr, T, h, V);
     norm_weight(d_ln);
     return;
   }
   // d(step loss)/d(logits): the step loss is the mean over micro-batches of the mean over tokens.
   const float scale = 1.0f / (static_cast<float>(T) * static_cast<float>(spec_.step_microbatches()));
   cpu::softmax_crossentropy_backward(probs, reinterpret_cast<const std::int32_t*>(A(a.targets)), T, V, scale, vocab_part_);
-  if (pass == Pass::full) cpu::linear_backward_weight(A(a.ln), probs, grad(c, p, lm), nullptr, T, h, V);
-  cpu::linear_backward_input(weight(c, p, lm), probs, d_ln, T, h, V);
-  tp_sum(d_ln, static_cast<std::int64_t>(T) * h);  // the vocabulary parts' sum
-  std::memset(dx, 0, sizeof(float) * static_cast<std::size_t>(static_cast<std::int64_t>(T) * h));
+  if (pass == Pass::full) cpu::linear_backward_weight(gathered(A(a.ln)), probs, grad(c, p, lm), nullptr, T, h, V);
+  column_input_grad(weight(c, p, lm), probs, d_ln, V);  // the vocabulary parts' sum
+  std::memset(dx, 0, sizeof(float) * static_cast<std::size_t>(static_cast<std::int64_t>(Ts) * h));
   if (pass == Pass::full) norm_weight(d_ln);
-  if (rms) cpu::rmsnorm_backward_input(d_ln, A(a.x), weight(c, p, 0), A(a.rstd), dx, T, h);
-  else cpu::layernorm_backward_input(d_ln, A(a.x), weight(c, p, 0), A(a.mean), A(a.rstd), dx, T, h);
+  if (rms) cpu::rmsnorm_backward_input(d_ln, A(a.x), weight(c, p, 0), A(a.rstd), dx, Ts, h);
+  else cpu::layernorm_backward_input(d_ln, A(a.x), weight(c, p, 0), A(a.mean), A(a.rstd), dx, Ts, h);
 }
 
 // B: the pieces from the last to the first, each handing its input gradient
@@ -446,7 +454,10 @@ void CpuBackend::backward(int /*step*/, int mb, int chunk) {
     backward_piece(c, p, mb, dy, dx, pass, stash ? stash + offset : nullptr);
     dy = dx;
   }
-  if (pass == Pass::full) release_slab(c, mb);
+  if (pass == Pass::full) {
+    release_slab(c, mb);
+    backward_done(c);
+  }
 }
 
 // W: every piece's weight gradients from the stash B left, then the
@@ -463,6 +474,7 @@ void CpuBackend::weight_grad(int /*step*/, int mb, int chunk) {
   }
   release_stash(c, mb);
   release_slab(c, mb);
+  backward_done(c);
 }
 
 float* CpuBackend::acquire_stash(Chunk& c, int mb) {
@@ -496,39 +508,6 @@ void CpuBackend::own_shards(const std::vector<StageLayout>& layouts) {
 parallel::Span CpuBackend::owned_part(const Chunk& c, const TensorSlot& t) {
   const auto off = static_cast<std::int64_t>(t.offset);
   return parallel::intersect(c.owned, {off, off + static_cast<std::int64_t>(t.size)});
-}
-
-// Tensor-parallel: each piece's sum over the group, a tensor every rank
-// holds whole (`shared`) counted on the lead rank only.
-void CpuBackend::grad_sq_norm_by_piece(std::vector<double>& per_piece) const {
-  std::vector<double> mine(per_piece.size(), 0.0);
-  for (const Chunk& c : chunks_)
-    for (const Piece& p : c.pieces) {
-      double sum = 0.0;
-      for (const TensorSlot& t : p.tensors) {
-        const parallel::Span part = owned_part(c, t);
-        if (part.size() > 0 && (!t.shared || lead())) sum += cpu::sum_squares(c.grads.data() + part.begin, part.size());
-      }
-      mine.at(static_cast<std::size_t>(p.id)) += sum;
-    }
-  if (tp_ > 1) tensor_->sum(mine.data(), static_cast<std::int64_t>(mine.size()));
-  for (std::size_t i = 0; i < mine.size(); ++i) per_piece[i] += mine[i];
-}
-
-void CpuBackend::residual_start(float* y, const float* x, std::int64_t n) const {
-  if (lead()) std::memcpy(y, x, sizeof(float) * static_cast<std::size_t>(n));
-  else std::memset(y, 0, sizeof(float) * static_cast<std::size_t>(n));
-}
-
-double CpuBackend::vocab_parallel_loss(float* logits, const std::int32_t* targets) {
-  const int T = static_cast<int>(tokens_), V = static_cast<int>(vocab_local_);
-  float* row_max = tp_stats_.data();
-  float* sum_target = row_max + T;
-  cpu::vocab_parallel_row_max(logits, row_max, T, V, vocab_valid_);
-  tensor_->max(row_max, T);
-  cpu::vocab_parallel_exp(logits, row_max, targets, vocab_part_, sum_target, T, V, vocab_valid_);
-  tensor_->sum(sum_target, 2 * static_cast<std::int64_t>(T));
-  return cpu::vocab_parallel_finish(logits, sum_target, T, V);
 }
 
 void CpuBackend::optimizer_step(int /*step*/, double grad_scale) {

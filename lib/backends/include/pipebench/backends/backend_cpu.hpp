@@ -96,6 +96,8 @@ class CpuBackend final : public Backend {
     // Recomputation: per micro-batch, the chunk's input kept from F to B.
     std::size_t kept_bytes = 0;
     std::vector<std::unique_ptr<std::byte[]>> kept;
+    // The step's backwards finished so far (B, or W with a split backward).
+    int backwards_done = 0;
   };
   enum class Pass { full, input, weight };
   float* act(const Chunk& c, int mb, const Piece& p, std::int64_t float_offset) const;
@@ -135,12 +137,36 @@ class CpuBackend final : public Backend {
   // columns real). A row-parallel layer's partial outputs are summed over
   // the group; the lead rank (tensor rank 0) adds the bias and the residual
   // to its partial, so that at t = 1 the arithmetic is the unsplit model's.
+  // With sequence parallelism a rank holds `ts_` = T/t of the tokens
+  // outside the parallel regions (else ts_ = T) and two [T,h] buffers: a
+  // region's gathered input and a partial output before its reduce-scatter
+  // (backend_cpu_tensor.cpp has the helpers below).
   void tp_sum(float* x, std::int64_t n) {
     if (tp_ > 1) tensor_->sum(x, n);
   }
   bool lead() const { return spec_.tensor_rank == 0; }
+  bool sequence_parallel() const { return spec_.tensor.sequence_parallel; }
+  float* sp_gathered() { return sp_buffers_.data(); }
+  float* sp_partial() { return sp_buffers_.data() + tokens_ * job_.model.hidden; }
   // y = x on the lead rank, 0 elsewhere: the start of a row-parallel sum.
   void residual_start(float* y, const float* x, std::int64_t n) const;
+  // The rank's [ts_, h] `part` gathered whole into sp_gathered() (returned),
+  // or `part` itself without sequence parallelism.
+  const float* gathered(const float* part);
+  // The same into `whole` (a copy without sequence parallelism).
+  void gather_into(const float* part, float* whole);
+  // `whole` [T,h], a partial sum on every rank, summed over the group: into
+  // `part` [ts_, h] (reduce-scatter), or in place (`part` == `whole`).
+  void sum_over_group(float* whole, float* part);
+  // A row-parallel layer: y [ts_, h] = Σ_group in·W + b + residual (`in`
+  // [T, in_dim] the rank's columns, W its rows; b may be null).
+  void row_parallel_out(const float* in, const float* W, const float* b, const float* residual, float* y, int in_dim);
+  // A column-parallel layer's input gradient: dst [ts_, h] = Σ_group d·Wᵀ
+  // (+ residual when given), `d` [T, out_dim] the rank's columns.
+  void column_input_grad(const float* W, const float* d, float* dst, int out_dim, const float* residual = nullptr);
+  // After a chunk's backward of one micro-batch: at the step's last, with
+  // sequence parallelism, the norms' token-partial gradients summed over the group.
+  void backward_done(Chunk& c);
   // The head's mean cross-entropy of the rank's vocabulary logits (in
   // place: the probabilities), reduced over the group without gathering them.
   double vocab_parallel_loss(float* logits, const std::int32_t* targets);
@@ -150,6 +176,8 @@ class CpuBackend final : public Backend {
   int vocab_valid_ = 0;
   cpu::VocabPart vocab_part_;
   TrackedArray<float> tp_stats_;  // t > 1: each token's max, then sum and target exp (cross-entropy)
+  TrackedArray<float> sp_buffers_;  // sequence parallelism: sp_gathered(), sp_partial()
+  std::int64_t ts_ = 0;
   // The llama block (backend_cpu_llama.cpp).
   void forward_llama(const Chunk& c, const Piece& p, int mb, float* out);
   void backward_llama(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* stash);

@@ -40,6 +40,9 @@ struct TensorSlot {
   // than one rank: its gradient is counted once in the norm).
   std::optional<TensorShard> shard;
   bool shared = false;
+  // Sequence parallelism: a norm's weights, whose gradient each rank takes
+  // from its own tokens only (summed over the group before the norm).
+  bool sequence_partial = false;
 };
 
 struct PieceLayout {
@@ -81,27 +84,32 @@ inline constexpr float kAdamBeta1 = 0.9f, kAdamBeta2 = 0.95f, kAdamEps = 1e-8f, 
 // LayerNorm statistics are fp32 whatever the dtype: T floats each, which is
 // 4 / elem_bytes elements per token.
 // Tensor-parallel: qkv, attn, pre and gelu hold the rank's columns: pass
-// the local widths `ht` = h/t and `ft` = f/t (0: h and f).
+// the local widths `ht` = h/t and `ft` = f/t (0: h and f); with sequence
+// parallelism x, the norms' outputs, x2 and the statistics hold `Ts` = T/t
+// rows (0: T).
 struct GptActs {
   std::int64_t x, ln1, mean1, rstd1, qkv, attn, x2, ln2, mean2, rstd2, pre, gelu, probs;
-  GptActs(std::int64_t T, std::int64_t h, std::int64_t f, int elem_bytes = 4, std::int64_t ht = 0);
+  GptActs(std::int64_t T, std::int64_t h, std::int64_t f, int elem_bytes = 4, std::int64_t ht = 0, std::int64_t Ts = 0);
 };
 
 // One llama block's saved activations (docs/model.md, "llama"): per token x,
 // norm1 out, fp32 1/rms, qkv after RoPE [h + 2kv], attn, x2, norm2 out, fp32
 // 1/rms, W1·x | W3·x [2f], silu(W1·x)⊙W3·x [f]; then the attention probabilities.
-// Tensor-parallel: `kv` and `f` the rank's widths, `ht` its h/t (0: h).
+// Tensor-parallel: `kv` and `f` the rank's widths, `ht` its h/t (0: h);
+// `Ts` the rows of x, the norms' outputs, x2 and the statistics (0: T).
 struct LlamaActs {
   std::int64_t x, n1, rrms1, qkv, attn, x2, n2, rrms2, pre13, u, probs;
-  LlamaActs(std::int64_t T, std::int64_t h, std::int64_t kv, std::int64_t f, int elem_bytes = 4, std::int64_t ht = 0);
+  LlamaActs(std::int64_t T, std::int64_t h, std::int64_t kv, std::int64_t f, int elem_bytes = 4, std::int64_t ht = 0,
+            std::int64_t Ts = 0);
 };
 
 // Head: x, ln, fp32 mean, fp32 rstd, probs [T, V] (elements as above; V
 // the rank's vocabulary columns), then the int32 targets. With `rms` (llama's RMSNorm) one fp32 statistic, 1/rms,
 // at `rstd` (mean == rstd).
+// `Ts` the rows of x, ln and the statistics (sequence parallelism; 0: T).
 struct HeadActs {
   std::int64_t x, ln, mean, rstd, probs, targets;
-  HeadActs(std::int64_t T, std::int64_t h, std::int64_t V, int elem_bytes = 4, bool rms = false);
+  HeadActs(std::int64_t T, std::int64_t h, std::int64_t V, int elem_bytes = 4, bool rms = false, std::int64_t Ts = 0);
 };
 
 // A split backward (B, then W later; zero-bubble schedules): the output
@@ -115,8 +123,10 @@ struct HeadActs {
 // qkv [T,h+2kv], norm1 out [T,h] (`kv` = kv_heads·h/heads; others ignore it).
 // Tensor-parallel: `f` and `kv` the rank's widths, `ht` its h/t (0: h); the
 // gradients at the outputs of the row-parallel layers (gpt fc2 and proj,
-// llama W2 and o) and at the norms stay [T,h].
+// llama W2 and o) stay [T,h] (gathered whole with sequence parallelism);
+// those at the norms' outputs, the embedding's and the head's are the
+// rank's `Ts` tokens (sequence parallelism; 0: T).
 std::int64_t split_stash_elements(PieceKind kind, std::int64_t T, std::int64_t h, std::int64_t f, std::int64_t kv = 0,
-                                  std::int64_t ht = 0);
+                                  std::int64_t ht = 0, std::int64_t Ts = 0);
 
 }  // namespace pipebench

@@ -21,6 +21,11 @@ class TensorGroup {
   virtual void sum(float* data, std::int64_t n) = 0;
   virtual void sum(double* data, std::int64_t n) = 0;
   virtual void max(float* data, std::int64_t n) = 0;
+  // Sequence parallelism: `whole` [size()·n] = every rank's `part` [n] in
+  // rank order; `part` [n] = rank rank()'s n elements of the element-wise
+  // sum of every rank's `whole`.
+  virtual void all_gather(const float* part, float* whole, std::int64_t n) = 0;
+  virtual void reduce_scatter(const float* whole, float* part, std::int64_t n) = 0;
   // Seconds spent in the group's collectives since the last call (a
   // step's figure: the executor takes it at the end of each step).
   virtual double take_seconds() = 0;

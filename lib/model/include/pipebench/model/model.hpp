@@ -158,6 +158,10 @@ class ModelDesc {
   // stage gradients, one attention score matrix). The sim backend has none.
   // llama: 4·s·(h/heads) bytes of rotary table (inference too) + in training
   // tokens·(3·ffn_hidden + 6·hidden + 2·kv) + seq_len² elements (docs/model.md).
+  // Tensor-parallel (docs/tensor-parallel.md): the rank's widths; with
+  // selective recomputation the rank's attention probabilities; with t > 1
+  // 12·tokens bytes of cross-entropy statistics and with sequence
+  // parallelism two [tokens, hidden] buffers (both in inference too).
   std::int64_t cpu_workspace_bytes(int micro_batch, bool train) const;
   // llama: the rotary table both real backends keep, fp32 cos and sin of
   // seq_len x d/2 each (4·seq_len·d bytes, d = hidden/heads); 0 for gpt.
