@@ -1,10 +1,10 @@
 // `pipebench tune JOB.toml --ranks N [--global-batch B | --num-microbatches M]
 //   [--bubble-target X] [--schedule S]... [--partition RULE]... [--run NAME]
-//   [--data-parallel D]... [--optimizer-sharding none|zero1]...
+//   [--data-parallel D]... [--tensor-parallel T]... [--optimizer-sharding none|zero1]...
 //   [--set k=v]... [--top K] [-o OUT.toml] [--confirm] [--verify] [--steps S]
 //   [--launcher L] [--results DIR]`
 // Seed 000's procedure (docs/tune.md): the planner's answer for every
-// layout p x d of up to N ranks, one ranked table, one answer line, a workload file; with
+// layout p x d x t of up to N ranks, one ranked table, one answer line, a workload file; with
 // --confirm two probe trials around the predicted limit, with --verify the
 // written workload run for the seed's short steps and reported.
 #include <algorithm>
@@ -55,7 +55,9 @@ std::string schedule_text(const TuneCandidate& c) {
   return s;
 }
 
+// "32x2" (p x d), "8x1x8" (p x d x t); "48" alone.
 std::string layout_text(const TuneCandidate& c) {
+  if (c.tensor_parallel > 1) return fmt::format("{}x{}x{}", c.pipeline_size, c.data_parallel, c.tensor_parallel);
   return c.data_parallel > 1 ? fmt::format("{}x{}", c.pipeline_size, c.data_parallel) : std::to_string(c.pipeline_size);
 }
 
@@ -76,7 +78,7 @@ std::string p_ranges(std::vector<int> ps) {
 void print_table(const Job& job, const TuneResult& r, int top) {
   const auto cap = static_cast<double>(job.device.memory_capacity_bytes);
   fmt::print("  {:>3} {:>7} {:>5} {:<24} {:<9} {:<22} {:>7} {:>5} {:>6} {:>18} {:>7} {:>11} {:>10} {:>10} {:>10}\n", "#",
-             "p x d", "ranks", "schedule", "partition", "layers per stage", "max mbs", "mbs", "m", "peak memory (cap)",
+             "layout", "ranks", "schedule", "partition", "layers per stage", "max mbs", "mbs", "m", "peak memory (cap)",
              "bubble", "step time", "dp exposed", "samples/s", "per rank");
   int shown = 0, more = 0;
   std::vector<int> not_fitting;
@@ -136,9 +138,13 @@ void print_answer(const TuneCmdOptions& o, const Job& job, const TuneResult& res
                                                           : fmt::format("m for a bubble <= {:.3g}", o.tune.bubble_target);
   std::size_t fitting = 0;
   for (const auto& c : result.candidates) fitting += c.fits ? 1 : 0;
-  fmt::print("pipebench tune: job \"{}\" (template run \"{}\"), up to {} ranks as p stages x d replicas, {}, "
+  const std::vector<int> degrees = tensor_degrees(job, result.template_run, o.tune);
+  const std::string tensor = degrees.size() > 1 || degrees.front() > 1
+                                 ? fmt::format(" x t tensor ranks (t in {})", fmt::join(degrees, ","))
+                                 : "";
+  fmt::print("pipebench tune: job \"{}\" (template run \"{}\"), up to {} ranks as p stages x d replicas{}, {}, "
              "memory_capacity {}, planner's memory model ({} backend); {} candidates, {} fit\n\n",
-             job.name, result.template_run.name, o.tune.max_ranks, batch,
+             job.name, result.template_run.name, o.tune.max_ranks, tensor, batch,
              format_bytes(static_cast<double>(job.device.memory_capacity_bytes)), to_string(job.device.backend),
              result.candidates.size(), fitting);
   print_table(job, result, o.top);
@@ -179,7 +185,7 @@ int confirm(std::FILE* log, const TuneCmdOptions& o, const Job& tuned, const std
   ProbeOptions p;
   p.job_path = path;
   p.run_name = run_name;
-  p.ranks = best.pipeline_size;  // tune does not search tensor parallelism yet
+  p.ranks = best.pipeline_size * best.tensor_parallel;  // one replica's
   const int predicted = best.replica_max_micro_batch;
   if (best.data_parallel > 1) {
     p.overrides.push_back(fmt::format("run.{}.data_parallel=1", run_name));
@@ -246,9 +252,13 @@ Handler add_tune_command(CLI::App& app) {
       "tune", "Seed 000's procedure from the planner: stages, split and micro-batch for up to N ranks, ranked; "
               "writes a ready workload (no MPI needed; --confirm and --verify launch runs)");
   cmd->add_option("job", o->job_path, "workload file (jobs/*.toml): its model, train and device tables")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--ranks", o->tune.max_ranks, "ranks (GPUs) available: every p stages x d replicas with p x d <= N is tried")->required()->check(CLI::Range(1, kMaxPipelineSize));
+  cmd->add_option("--ranks", o->tune.max_ranks, "ranks (GPUs) available: every p stages x d replicas x t tensor ranks with p x d x t <= N is tried")->required()->check(CLI::Range(1, kMaxPipelineSize));
   cmd->add_option("--data-parallel", o->tune.data_parallel, "replica counts to try (repeatable; default: every d with p x d <= N)")
       ->check(CLI::Range(1, kMaxPipelineSize));
+  cmd->add_option("--tensor-parallel", o->tune.tensor_parallel,
+                  "tensor-parallel degrees to try (repeatable; default: the template's, and with device.ranks_per_node "
+                  "= G every t <= G the model allows)")
+      ->check(CLI::Range(1, kMaxTensorParallel));
   cmd->add_option("--optimizer-sharding", o->shardings, "optimizer sharding of layouts with replicas: none, zero1 (repeatable; default: the template run's)")
       ->check(CLI::IsMember({"none", "zero1"}));
   cmd->add_option("--global-batch", o->tune.global_batch, "samples per step; num_microbatches = B / (d x micro_batch_size)")->check(CLI::PositiveNumber);

@@ -19,6 +19,7 @@
 #include "pipebench/parallel/rank_grid.hpp"
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/plan/plan_format.hpp"
+#include "pipebench/plan/tune.hpp"
 
 using namespace pipebench;
 
@@ -250,4 +251,38 @@ TEST_CASE("tensor parallel: plan shows the tensor group and reads the cuda backe
   RunSpec sp = run;
   sp.sequence_parallel = true;
   CHECK(not_executed(sp, BackendKind::cpu).empty());
+}
+
+TEST_CASE("tensor parallel: tune searches t, and Korthikanti et al.'s published layouts rank first", "[tensor_parallel]") {
+  // 22B on 8 GPUs, global batch 4: t 8 x p 1 (their Table 5 row); 175B on
+  // 64 GPUs, global batch 64: t 8 x p 8, interleaved (v = 3).
+  const std::string dir = std::string(PIPEBENCH_SOURCE_DIR) + "/jobs/korthikanti/";
+  const Job j22 = load_job(dir + "gpt_22b_sim.toml", {"device.ranks_per_node=8"});
+  TuneOptions o;
+  o.max_ranks = 8;
+  o.global_batch = 4;
+  o.template_run = "tp8_sp_selective";
+  const std::vector<int> degrees = tensor_degrees(j22, *j22.find_run("tp8_sp_selective"), o);
+  CHECK(degrees == std::vector<int>{1, 2, 4, 8});  // every t <= 8 dividing 64 heads and 24576
+  const TuneResult r22 = tune(j22, o);
+  REQUIRE(r22.best());
+  CHECK(r22.best()->layout() == "p 1 x t 8");
+  CHECK(r22.best()->ranks() == 8);
+  const TunedWorkload w22 = tuned_workload(j22, r22);
+  CHECK_THAT(w22.toml, Catch::Contains("tensor_parallel = 8\nsequence_parallel = true\n"));
+  CHECK(w22.ranks_needed == 8);
+
+  const Job j175 = load_job(dir + "gpt_175b_sim.toml");
+  o.max_ranks = 64;
+  o.global_batch = 64;
+  o.tensor_parallel = {4, 8};
+  const TuneResult r175 = tune(j175, o);
+  REQUIRE(r175.best());
+  CHECK(r175.best()->layout() == "p 8 x t 8");
+  CHECK(r175.best()->virtual_stages_per_rank == 3);
+  // A degree the model does not allow is skipped with the reason.
+  o.tensor_parallel = {5};
+  const TuneResult bad = tune(j175, o);
+  CHECK_FALSE(bad.best());
+  CHECK_THAT(bad.candidates.front().why_not, Catch::Contains("5 does not divide model.heads = 96"));
 }

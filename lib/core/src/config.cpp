@@ -516,27 +516,15 @@ void read_tensor_parallel(TableReader& r, RunSpec& run, const ModelSpec& model, 
     r.fail_at(*r.find("tensor_parallel"), "tensor_parallel",
               fmt::format("pipeline_size x data_parallel x tensor_parallel = {} x {} x {} ranks is above the limit of {}",
                           run.pipeline_size, run.data_parallel, t, kMaxRanks));
-  auto must_divide = [&](const char* what, int n) {
-    if (n % t != 0)
-      r.fail_at(*r.find("tensor_parallel"), "tensor_parallel",
-                fmt::format("{} does not divide model.{} = {} (each tensor-parallel rank holds an equal part of it)", t,
-                            what, n));
-  };
-  if (t > 1) {
-    if (model.kind != ModelKind::mlp) must_divide("heads", model.heads);
-    if (model.kind == ModelKind::llama) must_divide("kv_heads", model.kv_heads);
-    must_divide("ffn_hidden", model.ffn_hidden);
-  }
+  if (const std::string why = tensor_parallel_problem(model, t, false); !why.empty())
+    r.fail_at(*r.find("tensor_parallel"), "tensor_parallel", why);
   run.sequence_parallel = r.boolean("sequence_parallel", false);
   if (run.sequence_parallel && t == 1) {
     warnings.push_back(fmt::format("{}: ignored: tensor_parallel = 1 has no sequence to split", r.dotted("sequence_parallel")));
     run.sequence_parallel = false;
   }
-  if (run.sequence_parallel && model.seq_len % t != 0)
-    r.fail_at(*r.find("sequence_parallel"), "sequence_parallel",
-              fmt::format("tensor_parallel = {} does not divide model.seq_len = {} (each rank holds an equal part of the "
-                          "sequence)",
-                          t, model.seq_len));
+  if (const std::string why = tensor_parallel_problem(model, t, run.sequence_parallel); !why.empty())
+    r.fail_at(*r.find("sequence_parallel"), "sequence_parallel", why);
   if (run.recompute == Recompute::selective && model.kind == ModelKind::mlp) {
     warnings.push_back(fmt::format("{}: \"selective\" recomputes attention; an mlp model has none, so nothing is recomputed",
                                    r.dotted("recompute")));

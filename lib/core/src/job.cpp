@@ -67,6 +67,24 @@ std::string_view to_string(Recompute v) {
   }
   return "?";
 }
+std::string tensor_parallel_problem(const ModelSpec& m, int t, bool sequence_parallel) {
+  if (t <= 1) return "";
+  const auto part = [t](const char* what, int n) {
+    return n % t == 0 ? std::string()
+                      : fmt::format("{} does not divide model.{} = {} (each tensor-parallel rank holds an equal part of it)",
+                                    t, what, n);
+  };
+  std::string why;
+  if (m.kind != ModelKind::mlp) why = part("heads", m.heads);
+  if (why.empty() && m.kind == ModelKind::llama) why = part("kv_heads", m.kv_heads);
+  if (why.empty()) why = part("ffn_hidden", m.ffn_hidden);
+  if (why.empty() && sequence_parallel && m.seq_len % t != 0)
+    why = fmt::format("tensor_parallel = {} does not divide model.seq_len = {} (each rank holds an equal part of the "
+                      "sequence)",
+                      t, m.seq_len);
+  return why;
+}
+
 std::string not_executed(const RunSpec& run, BackendKind backend) {
   if (run.tensor_parallel > 1 && backend == BackendKind::cuda)
     return fmt::format("tensor_parallel = {}: the cuda backend does not split its layers yet (the cpu backend executes "

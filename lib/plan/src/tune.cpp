@@ -27,6 +27,8 @@ RunSpec TuneCandidate::run(const RunSpec& like, std::string name) const {
   r.pipeline_size = pipeline_size;
   r.data_parallel = data_parallel;
   r.optimizer_sharding = data_parallel > 1 ? sharding : OptimizerSharding::none;
+  r.tensor_parallel = tensor_parallel;
+  r.sequence_parallel = tensor_parallel > 1 && like.sequence_parallel;
   r.schedule = schedule;
   r.virtual_stages_per_rank = virtual_stages_per_rank;
   r.remainder = partition;
@@ -38,7 +40,10 @@ RunSpec TuneCandidate::run(const RunSpec& like, std::string name) const {
 }
 
 std::string TuneCandidate::layout() const {
-  return data_parallel > 1 ? fmt::format("p {} x d {}", pipeline_size, data_parallel) : fmt::format("p {}", pipeline_size);
+  std::string s = fmt::format("p {}", pipeline_size);
+  if (data_parallel > 1) s += fmt::format(" x d {}", data_parallel);
+  if (tensor_parallel > 1) s += fmt::format(" x t {}", tensor_parallel);
+  return s;
 }
 
 const TuneCandidate* TuneResult::best() const {
@@ -47,7 +52,9 @@ const TuneCandidate* TuneResult::best() const {
 
 const TuneCandidate* TuneResult::smallest_fitting() const {
   // The fewest stages; among those the fewest replicas (unsharded first).
-  const auto key = [](const TuneCandidate& c) { return std::tuple(c.pipeline_size, c.data_parallel, c.sharding); };
+  const auto key = [](const TuneCandidate& c) {
+    return std::tuple(c.pipeline_size, c.tensor_parallel, c.data_parallel, c.sharding);
+  };
   const TuneCandidate* s = nullptr;
   for (const auto& c : candidates)
     if (c.fits && (!s || key(c) < key(*s))) s = &c;
@@ -76,11 +83,11 @@ const RunSpec& pick_template(const Job& job, const std::string& name) {
 // layouts differing only in d share their answers unless sharded.
 class FitCache {
  public:
-  using Key = std::tuple<int, int, int, int, int, int, int, int, double>;
+  using Key = std::tuple<int, int, int, int, int, int, int, int, int, double>;
   static Key key(const RunSpec& r, double fraction) {
     const int d = r.optimizer_sharding == OptimizerSharding::zero1 ? r.data_parallel : 1;
     return {r.pipeline_size, r.virtual_stages_per_rank, static_cast<int>(r.schedule), static_cast<int>(r.remainder), d,
-            r.micro_batch_size, r.num_microbatches, static_cast<int>(r.recompute), fraction};
+            r.tensor_parallel, r.micro_batch_size, r.num_microbatches, static_cast<int>(r.recompute), fraction};
   }
   std::map<Key, bool> answers;
 };
@@ -134,6 +141,8 @@ class CandidateSearch {
   TuneCandidate evaluate_unchecked() {
     const int p = c_.pipeline_size, v = c_.virtual_stages_per_rank;
     if (p * v > job_.model.layers) return skip(fmt::format("{} x {} model chunks exceed the {} layers", p, v, job_.model.layers));
+    if (const std::string why = tensor_parallel_problem(job_.model, c_.tensor_parallel, like_.sequence_parallel); !why.empty())
+      return skip(why);
     if (o_.global_batch > 0) return with_global_batch();
     int m = o_.num_microbatches;
     if (m > 0 && !valid_m(c_.schedule, p, v, m))
@@ -303,7 +312,9 @@ void rank_candidates(std::vector<TuneCandidate>& cands) {
   };
   std::stable_sort(cands.begin(), cands.end(), [&](const TuneCandidate& a, const TuneCandidate& b) {
     if (a.fits != b.fits) return a.fits;
-    if (!a.fits) return std::pair(a.pipeline_size, a.data_parallel) < std::pair(b.pipeline_size, b.data_parallel);
+    if (!a.fits)
+      return std::tuple(a.pipeline_size, a.tensor_parallel, a.data_parallel) <
+             std::tuple(b.pipeline_size, b.tensor_parallel, b.data_parallel);
     if (a.margin != b.margin) return a.margin;
     if (near_top(a) != near_top(b)) return near_top(a);
     if (near_top(a) && a.ranks() != b.ranks()) return a.ranks() < b.ranks();
@@ -318,11 +329,12 @@ void rank_candidates(std::vector<TuneCandidate>& cands) {
 // micro-batch 1 with one replica does not fit with d either, so its d = 1
 // verdict is reused (the search then costs a plan per fitting layout only:
 // 70B GPT at 256 ranks, 1813 candidates, from 3.8 s to 0.9 s here).
+using MissKey = std::tuple<int, int, int, int, int>;
 TuneCandidate evaluate(const Job& job, const RunSpec& like, const TuneOptions& options, const TuneCandidate& c,
-                       FitCache& cache, std::map<std::tuple<int, int, int, int>, TuneCandidate>& unsharded_misses) {
+                       FitCache& cache, std::map<MissKey, TuneCandidate>& unsharded_misses) {
   const bool reusable = options.global_batch == 0 && c.sharding == OptimizerSharding::none;
-  const auto key = std::tuple(c.pipeline_size, static_cast<int>(c.schedule), c.virtual_stages_per_rank,
-                              static_cast<int>(c.partition));
+  const MissKey key{c.pipeline_size, static_cast<int>(c.schedule), c.virtual_stages_per_rank, static_cast<int>(c.partition),
+                    c.tensor_parallel};
   if (reusable && c.data_parallel > 1)
     if (const auto it = unsharded_misses.find(key); it != unsharded_misses.end()) {
       TuneCandidate e = it->second;
@@ -334,17 +346,31 @@ TuneCandidate evaluate(const Job& job, const RunSpec& like, const TuneOptions& o
   return e;
 }
 
-// The replica counts tried with p stages: --data-parallel's, else every d
-// with p·d <= N (inference has no gradients to synchronise: replicas only
-// multiply the throughput, so d = 1 alone).
-std::vector<int> replica_counts(const TuneOptions& o, int p, bool inference) {
+// The replica counts tried with p stages of t tensor ranks: --data-parallel's,
+// else every d with p·d·t <= N (inference has no gradients to synchronise:
+// replicas only multiply the throughput, so d = 1 alone).
+std::vector<int> replica_counts(const TuneOptions& o, int pt, bool inference) {
   std::vector<int> out;
   if (inference) return {1};
-  for (int d = 1; p * d <= o.max_ranks; ++d)
+  for (int d = 1; pt * d <= o.max_ranks; ++d)
     if (o.data_parallel.empty() || std::find(o.data_parallel.begin(), o.data_parallel.end(), d) != o.data_parallel.end())
       out.push_back(d);
   return out;
 }
+
+}  // namespace
+
+std::vector<int> tensor_degrees(const Job& job, const RunSpec& like, const TuneOptions& options) {
+  if (!options.tensor_parallel.empty()) return options.tensor_parallel;
+  std::vector<int> out{like.tensor_parallel};
+  const ModelSpec& m = job.model;
+  for (int t = 1; t <= job.device.ranks_per_node; ++t)
+    if (t != like.tensor_parallel && tensor_parallel_problem(m, t, like.sequence_parallel).empty()) out.push_back(t);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
 
 void check_options(const TuneOptions& o) {
   if (o.max_ranks < 1 || o.max_ranks > kMaxPipelineSize)
@@ -352,6 +378,9 @@ void check_options(const TuneOptions& o) {
   for (int d : o.data_parallel)
     if (d < 1 || d > o.max_ranks)
       throw ConfigError(fmt::format("tune: --data-parallel {} is outside [1, --ranks {}]", d, o.max_ranks));
+  for (int t : o.tensor_parallel)
+    if (t < 1 || t > o.max_ranks)
+      throw ConfigError(fmt::format("tune: --tensor-parallel {} is outside [1, --ranks {}]", t, o.max_ranks));
   if (o.global_batch > 0 && o.num_microbatches > 0)
     throw ConfigError("tune: give --global-batch or --num-microbatches, not both");
   if (o.global_batch < 0 || o.num_microbatches < 0 || o.num_microbatches > kMaxMicrobatches)
@@ -374,6 +403,7 @@ TuneCandidate at_global_batch(const Job& job, const RunSpec& like, const TuneRes
   TuneCandidate fresh;
   fresh.pipeline_size = c.pipeline_size;
   fresh.data_parallel = c.data_parallel;
+  fresh.tensor_parallel = c.tensor_parallel;
   fresh.sharding = c.sharding;
   fresh.schedule = c.schedule;
   fresh.virtual_stages_per_rank = c.virtual_stages_per_rank;
@@ -382,7 +412,7 @@ TuneCandidate at_global_batch(const Job& job, const RunSpec& like, const TuneRes
 }
 
 bool same_layout(const TuneCandidate& a, const TuneCandidate& b) {
-  return a.pipeline_size == b.pipeline_size && a.data_parallel == b.data_parallel;
+  return a.pipeline_size == b.pipeline_size && a.data_parallel == b.data_parallel && a.tensor_parallel == b.tensor_parallel;
 }
 
 // The chosen run's companions at its global batch, so that losses compare:
@@ -398,6 +428,7 @@ void choose_companions(const Job& job, const RunSpec& like, TuneResult& result, 
       TuneCandidate c = best;
       c.pipeline_size = p;
       c.data_parallel = 1;
+      c.tensor_parallel = 1;
       c.sharding = OptimizerSharding::none;
       if (p == 1) c.schedule = best.virtual_stages_per_rank > 1 ? ScheduleKind::one_f_one_b : best.schedule;
       if (p == 1) c.virtual_stages_per_rank = 1;
@@ -498,16 +529,17 @@ TuneResult tune(const Job& job, const TuneOptions& options) {
   if (shardings.empty()) shardings.push_back(like.optimizer_sharding);
   const bool inference = like.mode == RunMode::inference;
   FitCache cache;
-  std::map<std::tuple<int, int, int, int>, TuneCandidate> unsharded_misses;
-  const int top = std::min(options.max_ranks, job.model.layers);
-  for (int p = 1; p <= top; ++p)
-    for (int d : replica_counts(options, p, inference))
+  std::map<MissKey, TuneCandidate> unsharded_misses;
+  for (int t : tensor_degrees(job, like, options))
+  for (int p = 1; p <= std::min(options.max_ranks / t, job.model.layers); ++p)
+    for (int d : replica_counts(options, p * t, inference))
       for (OptimizerSharding sharding : d > 1 ? shardings : std::vector<OptimizerSharding>{OptimizerSharding::none})
         for (ScheduleKind kind : inference ? std::vector<ScheduleKind>{like.schedule} : schedules)
           for (Remainder rule : partitions) {
             TuneCandidate c;
             c.pipeline_size = p;
             c.data_parallel = d;
+            c.tensor_parallel = t;
             c.sharding = sharding;
             c.schedule = kind;
             c.virtual_stages_per_rank = inference ? 1 : chunks_for(kind, like);
@@ -557,7 +589,10 @@ std::string run_table(const RunSpec& r, const std::string& comment) {
   if (r.data_parallel > 1 && r.mode == RunMode::train)
     t += fmt::format("data_parallel = {}\noptimizer_sharding = \"{}\"\ngrad_sync = \"{}\"\nrank_order = \"{}\"\n",
                      r.data_parallel, to_string(r.optimizer_sharding), to_string(r.grad_sync), to_string(r.rank_order));
-  if (r.recompute == Recompute::full) t += "recompute = \"full\"\n";
+  if (r.tensor_parallel > 1)
+    t += fmt::format("tensor_parallel = {}\n{}{}", r.tensor_parallel, r.sequence_parallel ? "sequence_parallel = true\n" : "",
+                     r.data_parallel > 1 ? "" : fmt::format("rank_order = \"{}\"\n", to_string(r.rank_order)));
+  if (r.recompute != Recompute::none) t += fmt::format("recompute = \"{}\"\n", to_string(r.recompute));
   t += fmt::format("remainder = \"{}\"\n", to_string(r.remainder));
   if (r.remainder == Remainder::balanced && r.balance_by != BalanceBy::flops)
     t += fmt::format("balance_by = \"{}\"\n", to_string(r.balance_by));
@@ -568,6 +603,7 @@ std::string run_table(const RunSpec& r, const std::string& comment) {
 std::string run_name(const char* role, const TuneCandidate& c) {
   std::string n = fmt::format("{}_pp{}", role, c.pipeline_size);
   if (c.data_parallel > 1) n += fmt::format("_dp{}", c.data_parallel);
+  if (c.tensor_parallel > 1) n += fmt::format("_tp{}", c.tensor_parallel);
   if (c.data_parallel > 1 && c.sharding != OptimizerSharding::none) n += "_" + std::string(to_string(c.sharding));
   if (c.pipeline_size > 1) n += "_" + std::string(to_string(c.schedule));
   return n;
@@ -640,7 +676,8 @@ TunedWorkload tuned_workload(const Job& job, const TuneResult& result) {
 namespace {
 void candidate_json(JsonWriter& w, const TuneCandidate& c) {
   w.begin_object();
-  w.field("pipeline_size", c.pipeline_size).field("data_parallel", c.data_parallel).field("ranks", c.ranks());
+  w.field("pipeline_size", c.pipeline_size).field("data_parallel", c.data_parallel);
+  w.field("tensor_parallel", c.tensor_parallel).field("ranks", c.ranks());
   w.field("optimizer_sharding", to_string(c.sharding)).field("schedule", to_string(c.schedule));
   w.field("virtual_stages_per_rank", c.virtual_stages_per_rank).field("partition", to_string(c.partition));
   w.field("fits", c.fits).field("memory_margin", c.margin).field("why_not", c.why_not);

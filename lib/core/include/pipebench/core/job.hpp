@@ -212,6 +212,11 @@ struct RunSpec {
   int model_stages() const { return pipeline_size * virtual_stages_per_rank; }
 };
 
+// Why `t` tensor ranks cannot split `model` ("" when they can): t must
+// divide heads (gpt, llama), kv_heads (llama) and ffn_hidden, and with
+// sequence parallelism seq_len (docs/tensor-parallel.md).
+std::string tensor_parallel_problem(const ModelSpec& model, int t, bool sequence_parallel);
+
 // What of data or tensor parallelism is planned but not executed yet on
 // `backend` (docs/parallel.md, docs/tensor-parallel.md): why `run` records
 // such a run as skipped and `probe` refuses it; "" for a run that executes.

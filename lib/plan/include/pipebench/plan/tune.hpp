@@ -1,7 +1,7 @@
 // Seed 000's procedure computed from the planner (`pipebench tune`,
 // docs/tune.md): for every layout of up to N ranks — p pipeline stages times
-// d data-parallel replicas, p·d <= N (and every schedule, partition rule and
-// optimizer sharding asked for) — the largest micro-batch that fits, the
+// d data-parallel replicas times t tensor ranks, p·d·t <= N (and every
+// schedule, partition rule and optimizer sharding asked for) — the largest micro-batch that fits, the
 // seed's ~80% of it, the number of micro-batches, the predicted peak memory
 // per rank, bubble and step time (with the gradient synchronisation), and the
 // allocation's throughput; the candidates ranked, and a workload file holding
@@ -40,6 +40,10 @@ struct TuneOptions {
   std::vector<int> data_parallel;
   // Tried for every layout with d > 1; empty: the template's.
   std::vector<OptimizerSharding> shardings;
+  // The tensor-parallel degrees tried; empty: the template's, and with
+  // device.ranks_per_node set every t up to it that the model allows
+  // (tensor_degrees). The template's sequence_parallel goes with t > 1.
+  std::vector<int> tensor_parallel;
   int global_batch = 0;          // > 0: m = global_batch / (d·mbs) (d·mbs a divisor of it)
   int num_microbatches = 0;      // > 0: m (per replica) fixed
   double bubble_target = 0.10;   // else: the smallest m whose closed-form bubble is at most this
@@ -57,6 +61,7 @@ struct TuneOptions {
 struct TuneCandidate {
   int pipeline_size = 1;
   int data_parallel = 1;                // replicas (the template's grad_sync, rank_order)
+  int tensor_parallel = 1;              // tensor ranks per stage (the template's sequence_parallel)
   OptimizerSharding sharding = OptimizerSharding::none;  // none where d = 1
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int virtual_stages_per_rank = 1;
@@ -86,8 +91,8 @@ struct TuneCandidate {
   double samples_per_s = 0.0;           // the global batch (d x mbs x m) / step_time_s: the allocation's throughput
   double samples_per_s_per_rank = 0.0;  // samples_per_s / (p x d)
 
-  int ranks() const { return pipeline_size * data_parallel; }
-  // "p 32 x d 2" ("p 48" without replicas).
+  int ranks() const { return pipeline_size * data_parallel * tensor_parallel; }
+  // "p 32 x d 2 x t 2" ("p 48" without replicas or tensor ranks).
   std::string layout() const;
 
   RunSpec run(const RunSpec& like, std::string name) const;  // as a run of the job
@@ -117,6 +122,12 @@ struct TuneResult {
   const TuneCandidate* best() const;    // nullptr when nothing fits
   const TuneCandidate* smallest_fitting() const;
 };
+
+// The tensor degrees a search tries (TuneOptions::tensor_parallel): those
+// given, else the template's and, with device.ranks_per_node = G set, every
+// t <= G dividing the model's heads, kv_heads and ffn_hidden (and seq_len
+// with sequence parallelism): a tensor group stays inside a node.
+std::vector<int> tensor_degrees(const Job& job, const RunSpec& like, const TuneOptions& options);
 
 // Evaluates every candidate. Throws ConfigError for options that cannot be
 // met (no such template run, a global batch with no usable divisor, ...).
