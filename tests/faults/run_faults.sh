@@ -6,8 +6,9 @@
 #   bash tests/faults/run_faults.sh build/bench/pipebench mpirun /tmp/faults [SCENARIO...]
 # Scenarios: sigterm_mpirun sigint_mpirun sigusr1_mpirun sigkill_rank1
 # sigkill_rank0 sigstop_rank1 sigstop_rank0 full_folder read_only_folder
-# dp_sigkill_replica dp_sigstop_in_sync (default: all). The dp_ rows run
-# tests/data/faults/dp_two_runs.toml (2 stages x 2 replicas, 4 ranks) instead. The two folder
+# dp_sigkill_replica dp_sigstop_in_sync tp_sigstop_peer (default: all). The dp_ rows run
+# tests/data/faults/dp_two_runs.toml (2 stages x 2 replicas, 4 ranks) instead, the tp_ row
+# tests/data/faults/tp_two_runs.toml (cpu, t = 2 on 2 ranks). The two folder
 # rows mount a small tmpfs and are skipped where mounting is not allowed.
 set -uo pipefail
 pipebench=$(realpath "$1") mpiexec=$2 out=$3
@@ -16,7 +17,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 job=$here/../data/faults/two_runs.toml np=2
 py=/usr/bin/python3   # Debian's, with h5py
 scenarios=("$@")
-((${#scenarios[@]})) || scenarios=(sigterm_mpirun sigint_mpirun sigusr1_mpirun sigkill_rank1 sigkill_rank0 sigstop_rank1 sigstop_rank0 full_folder read_only_folder dp_sigkill_replica dp_sigstop_in_sync)
+((${#scenarios[@]})) || scenarios=(sigterm_mpirun sigint_mpirun sigusr1_mpirun sigkill_rank1 sigkill_rank0 sigstop_rank1 sigstop_rank0 full_folder read_only_folder dp_sigkill_replica dp_sigstop_in_sync tp_sigstop_peer)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 rm -rf "$out" && mkdir -p "$out"
 
@@ -99,6 +100,7 @@ for s in "${scenarios[@]}"; do
   dir=$out/$s
   job=$here/../data/faults/two_runs.toml np=2
   [[ $s == dp_* ]] && job=$here/../data/faults/dp_two_runs.toml np=4
+  [[ $s == tp_* ]] && job=$here/../data/faults/tp_two_runs.toml np=2
   case $s in
     sigterm_mpirun | sigint_mpirun | sigusr1_mpirun)
       sig=${s%_mpirun}; sig=${sig#sig}
@@ -157,6 +159,20 @@ for s in "${scenarios[@]}"; do
       # gives up after kSettleTimeoutS and the launch ends.
       start_second_run "$dir" || continue
       sleep 0.4
+      hit_rank STOP 1 || continue
+      t0=$SECONDS
+      finish
+      kill -KILL "$stopped" 2>/dev/null; stopped=""
+      check_kept "$s" "$dir" "$rc" .h5
+      rows[-1]="${rows[-1]} (ended $((SECONDS - t0)) s after SIGSTOP)"
+      ;;
+    tp_sigstop_peer)
+      # World rank 1 (tensor rank 1 of the only stage) stopped 0.2 s after a
+      # step's progress line: its tensor peer blocks in the next all-reduce of
+      # a block, times the wait out (step_timeout_s = 5 s), and the settle
+      # gives up after kSettleTimeoutS; the first run is kept.
+      start_second_run "$dir" || continue
+      sleep 0.2
       hit_rank STOP 1 || continue
       t0=$SECONDS
       finish
