@@ -129,6 +129,7 @@ std::vector<std::string> run_table_header() {
   return {"run", "status", "mode", "stages × replicas (× tensor ranks)", "micro-batch (samples) × m", "global batch", "schedule",
           "step time (median)", "bubble measured (% of step)", "bubble simulated (%)", "bubble analytic (%)",
           "gradient all-reduce exposed (median, slowest rank)", "peak memory (max over ranks)",
+          "tensor-parallel collectives (median, slowest rank)",
           "speedup vs baseline (95% interval)", "decision", "failure"};
 }
 
@@ -157,6 +158,7 @@ std::vector<std::string> run_table_row(const RunView& v) {
           format_value(r.bubble_analytic, "fraction"),
           std::isnan(exposed) ? "-" : format_value(exposed, "s"),
           r.status == RunStatus::skipped ? "-" : format_bytes(static_cast<double>(r.peak_mem_max_bytes)),
+          std::isnan(tensor_comm_median_s(r)) ? "-" : format_value(tensor_comm_median_s(r), "s"),
           format_speedup(r),
           r.decision,
           failure};
