@@ -296,6 +296,30 @@ class EventStore {
 };
 namespace {
 
+// docs/results-format.md: the rank grid (with replicas or tensor ranks), the
+// tensor ranks and their collectives, the gradient synchronisation.
+void write_rank_grid(hid_t g, const RunResult& r, std::size_t P) {
+  if (r.spec.tensor_parallel > 1) {
+    dataset_1d(g, "tensor_rank", r.tensor_rank);
+    if (!r.tensor_comm_s.empty()) dataset_2d(g, "tensor_comm_s", r.tensor_comm_s, P);
+  }
+  if (r.spec.data_parallel > 1 || r.spec.tensor_parallel > 1) {
+    dataset_1d(g, "pipeline_rank", r.pipeline_rank);
+    dataset_1d(g, "data_rank", r.data_rank);
+  }
+  if (r.spec.data_parallel <= 1) return;
+  if (!r.grad_sync_bytes.empty()) dataset_1d(g, "grad_sync_bytes", r.grad_sync_bytes);
+  if (r.grad_sync_s.empty()) return;
+  dataset_2d(g, "grad_sync_start_s", r.grad_sync_start_s, P);
+  dataset_2d(g, "grad_sync_s", r.grad_sync_s, P);
+  dataset_2d(g, "grad_sync_exposed_s", r.grad_sync_exposed_s, P);
+  // Derived (metrics.hpp grad_sync_bus_bandwidth), written for readers; not read back.
+  std::vector<std::vector<double>> busbw(r.grad_sync_s.size());
+  for (std::size_t k = 0; k < busbw.size(); ++k)
+    for (std::size_t i = 0; i < r.grad_sync_s[k].size(); ++i) busbw[k].push_back(grad_sync_bus_bandwidth(r, k, i));
+  dataset_2d(g, "grad_sync_bus_bandwidth", busbw, P);
+}
+
 void write_run(hid_t runs, const RunResult& r, const EventStore* store) {
   Hid g(H5_CHECK(H5Gcreate2(runs, r.spec.name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
   attr_string(g, "status", std::string(to_string(r.status)));
@@ -376,27 +400,7 @@ void write_run(hid_t runs, const RunResult& r, const EventStore* store) {
   std::vector<std::vector<int>> layers;
   for (const auto& l : r.stage_layers) layers.push_back({l[0], l[1]});
   dataset_2d(g, "stage_layers", layers, 2);
-  if (r.spec.tensor_parallel > 1) {  // docs/results-format.md: the tensor ranks and their collectives
-    dataset_1d(g, "tensor_rank", r.tensor_rank);
-    if (!r.tensor_comm_s.empty()) dataset_2d(g, "tensor_comm_s", r.tensor_comm_s, P);
-  }
-  if (r.spec.data_parallel > 1 || r.spec.tensor_parallel > 1) {  // docs/results-format.md: the rank grid
-    dataset_1d(g, "pipeline_rank", r.pipeline_rank);
-    dataset_1d(g, "data_rank", r.data_rank);
-  }
-  if (r.spec.data_parallel > 1) {  // docs/results-format.md: the gradient synchronisation
-    if (!r.grad_sync_bytes.empty()) dataset_1d(g, "grad_sync_bytes", r.grad_sync_bytes);
-    if (!r.grad_sync_s.empty()) {
-      dataset_2d(g, "grad_sync_start_s", r.grad_sync_start_s, P);
-      dataset_2d(g, "grad_sync_s", r.grad_sync_s, P);
-      dataset_2d(g, "grad_sync_exposed_s", r.grad_sync_exposed_s, P);
-      // Derived (metrics.hpp grad_sync_bus_bandwidth), written for readers; not read back.
-      std::vector<std::vector<double>> busbw(r.grad_sync_s.size());
-      for (std::size_t k = 0; k < busbw.size(); ++k)
-        for (std::size_t i = 0; i < r.grad_sync_s[k].size(); ++i) busbw[k].push_back(grad_sync_bus_bandwidth(r, k, i));
-      dataset_2d(g, "grad_sync_bus_bandwidth", busbw, P);
-    }
-  }
+  write_rank_grid(g, r, P);
   dataset_2d(g, "microbatch_latency_s", r.microbatch_latency_s, static_cast<std::size_t>(r.spec.num_microbatches));
 
   if (!(r.events.empty() && store && store->copy_to(g, r.spec.name))) write_events(g, r.events);
