@@ -248,6 +248,10 @@ TEST_CASE("tensor parallel: plan shows the tensor group and reads the cuda backe
   CHECK(not_executed(run, BackendKind::cpu).empty());
   CHECK(not_executed(run, BackendKind::sim).empty());
   CHECK_THAT(not_executed(run, BackendKind::cuda), Catch::Contains("the cuda backend does not split its layers yet"));
+  RunSpec selective = *job.find_run("base");
+  selective.recompute = Recompute::selective;
+  CHECK_THAT(not_executed(selective, BackendKind::cuda), Catch::Contains("does not recompute the attention core yet"));
+  CHECK(not_executed(selective, BackendKind::cpu).empty());
   RunSpec sp = run;
   sp.sequence_parallel = true;
   CHECK(not_executed(sp, BackendKind::cpu).empty());

@@ -90,6 +90,9 @@ std::string not_executed(const RunSpec& run, BackendKind backend) {
     return fmt::format("tensor_parallel = {}: the cuda backend does not split its layers yet (the cpu backend executes "
                        "tensor parallelism, the sim backend models it)",
                        run.tensor_parallel);
+  if (run.recompute == Recompute::selective && run.mode == RunMode::train && backend == BackendKind::cuda)
+    return "recompute = \"selective\": the cuda backend does not recompute the attention core yet (the cpu backend "
+           "executes it, the sim backend models it)";
   if (run.data_parallel <= 1) return "";
   if (backend == BackendKind::cuda && run.optimizer_sharding == OptimizerSharding::zero1 && run.mode == RunMode::train)
     return fmt::format("data_parallel = {} with optimizer_sharding = \"zero1\": the cuda backend does not shard its optimizer "

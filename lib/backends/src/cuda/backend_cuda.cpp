@@ -121,6 +121,10 @@ void check_slab_alignment(const std::vector<PieceLayout>& pieces, const ModelSpe
 }  // namespace
 
 void CudaBackend::build(const StageSpec& spec) {
+  // The runner skips these runs with the reason (core/job.hpp not_executed); a
+  // caller that builds one anyway must not get the unsplit model's figures.
+  if (spec.tensor.degree > 1 || spec.tensor.selective_recompute)
+    throw ConfigError("cuda backend: tensor parallelism and selective recomputation are not executed yet");
   spec_ = spec;
   dt_ = spec.dtype;
   e_ = dtype_bytes(dt_);
