@@ -79,6 +79,18 @@ finish() {
   kill -KILL "$launch_pid" 2>/dev/null; wait "$launch_pid" 2>/dev/null; launch_pid=""
   rc=hang
 }
+# World rank 1 stopped DELAY s after the second run's first progress line,
+# the launch waited for, the row of what it kept and how long it took.
+stop_in_second_run() {  # DELAY
+  start_second_run "$dir" || return 0
+  sleep "$1"
+  hit_rank STOP 1 || return 0
+  local t0=$SECONDS
+  finish
+  kill -KILL "$stopped" 2>/dev/null; stopped=""
+  check_kept "$s" "$dir" "$rc" .h5
+  rows[-1]="${rows[-1]} (ended $((SECONDS - t0)) s after SIGSTOP)"
+}
 row() {  # NAME RESULT DETAIL
   rows+=("$(printf '%-18s %-5s %s' "$1" "$2" "$3")")
   [[ $2 == FAIL ]] && failures=$((failures + 1))
@@ -157,28 +169,14 @@ for s in "${scenarios[@]}"; do
       # ~33 ms to ~970 ms into the step (pipebench plan). Its data-parallel peer
       # times the wait out (step_timeout_s = 5 s), the others the step; the settle
       # gives up after kSettleTimeoutS and the launch ends.
-      start_second_run "$dir" || continue
-      sleep 0.4
-      hit_rank STOP 1 || continue
-      t0=$SECONDS
-      finish
-      kill -KILL "$stopped" 2>/dev/null; stopped=""
-      check_kept "$s" "$dir" "$rc" .h5
-      rows[-1]="${rows[-1]} (ended $((SECONDS - t0)) s after SIGSTOP)"
+      stop_in_second_run 0.4
       ;;
     tp_sigstop_peer)
       # World rank 1 (tensor rank 1 of the only stage) stopped 0.2 s after a
       # step's progress line: its tensor peer blocks in the next all-reduce of
       # a block, times the wait out (step_timeout_s = 5 s), and the settle
       # gives up after kSettleTimeoutS; the first run is kept.
-      start_second_run "$dir" || continue
-      sleep 0.2
-      hit_rank STOP 1 || continue
-      t0=$SECONDS
-      finish
-      kill -KILL "$stopped" 2>/dev/null; stopped=""
-      check_kept "$s" "$dir" "$rc" .h5
-      rows[-1]="${rows[-1]} (ended $((SECONDS - t0)) s after SIGSTOP)"
+      stop_in_second_run 0.2
       ;;
     full_folder)
       mkdir -p "$dir/fs"

@@ -135,8 +135,6 @@ Cost ModelDesc::block(int b) const {
     // row-parallel layers' weight gradients take them whole), W1 and W3, q,
     // k, v (the rank's columns), and of both norms (Ts rows).
     c.split_stash_bytes = (e * (tokens * (I(2) * h + ht + I(2) * kvt + I(2) * ft) + Ts * I(2) * h)).value();
-    c.recompute_flops = split_.selective_recompute ? attention_core : 0.0;
-    block_comm(c, 2, t, sp, full);
   } else if (spec_.kind == ModelKind::gpt) {
     // ln1 [2h], qkv [h, 3h/t] + [3h/t], proj [h/t, h] + [h], ln2 [2h], fc1 [h, f/t] + [f/t], fc2 [f/t, h] + [h]
     c.params = (I(3) * h * ht + I(3) * ht + ht * h + I(6) * h + I(2) * h * ft + ft).value();
@@ -149,8 +147,6 @@ Cost ModelDesc::block(int b) const {
     // Split backward: the gradients at the outputs of fc2 and proj (T rows),
     // fc1 and qkv (the rank's columns), ln2 and ln1 (Ts rows).
     c.split_stash_bytes = (e * (tokens * (I(2) * h + ft + I(3) * ht) + Ts * I(2) * h)).value();
-    c.recompute_flops = split_.selective_recompute ? attention_core : 0.0;
-    block_comm(c, 2, t, sp, full);
   } else {
     // fc1 [h, f/t] + [f/t], fc2 [f/t, h] + [h], residual around both.
     c.params = (I(2) * h * ft + ft + h).value();
@@ -159,8 +155,11 @@ Cost ModelDesc::block(int b) const {
     c.activation_bytes = (e * (Ts * h + I(2) * tokens * ft)).value();
     // Split backward: the gradients at the outputs of fc2 (T rows) and fc1 (the rank's columns).
     c.split_stash_bytes = (e * tokens * (h + ft)).value();
-    block_comm(c, 1, t, sp, full);
   }
+  // gpt and llama: attention and MLP; the mlp model: its MLP alone.
+  const bool attention = spec_.kind != ModelKind::mlp;
+  c.recompute_flops = attention && split_.selective_recompute ? attention_core : 0.0;
+  block_comm(c, attention ? 2 : 1, t, sp, full);
   c.backward_flops = 2.0 * c.forward_flops;
   return c;
 }

@@ -46,8 +46,9 @@ Link tensor_group_link(const DeviceSpec& device, const RunSpec& run, int rank) {
 
 double tensor_comm_s(int calls, std::int64_t wire_bytes, int group_size, const Link& link) {
   if (group_size <= 1 || calls == 0) return 0.0;
-  const double t = group_size;
-  return calls * link.latency_s + (t - 1.0) / t * 8.0 * static_cast<double>(wire_bytes) / (link.gbps * 1e9);
+  // An all-gather's factor, (t−1)/t: wire_bytes counts an all-reduce's buffer twice already.
+  return calls * link.latency_s +
+         bus_factor(Collective::all_gather, group_size) * 8.0 * static_cast<double>(wire_bytes) / (link.gbps * 1e9);
 }
 
 }  // namespace pipebench::parallel

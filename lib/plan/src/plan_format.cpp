@@ -99,8 +99,7 @@ struct StageTensorComm {
   int forward_calls = 0, backward_calls = 0;
   double forward_s = 0.0, backward_s = 0.0;
 };
-StageTensorComm stage_tensor_comm(const Job& job, const RunPlan& rp, int stage) {
-  const parallel::Link link = parallel::tensor_group_link(job.device, rp.run, 0);
+StageTensorComm stage_tensor_comm(const Job& job, const RunPlan& rp, const parallel::Link& link, int stage) {
   const Cost& c = rp.stages.at(static_cast<std::size_t>(stage)).cost;
   const ActionSeconds a = action_seconds(job, c, rp.run.tensor_parallel, link, false);
   return {c.tp_forward.calls, c.tp_input_grad.calls + c.tp_weight_grad.calls, a.forward_comm, a.backward_comm};
@@ -115,7 +114,7 @@ std::string tensor_parallel_text(const Job& job, const RunPlan& rp) {
       r.tensor_parallel, r.sequence_parallel ? ", sequence parallel" : "", r.ranks(), to_string(r.rank_order),
       job.model.vocab, padded_vocab(job.model, r.tensor_parallel), link.inter_node ? "inter-node" : "intra-node");
   for (int s = 0; s < r.pipeline_size; ++s) {
-    const StageTensorComm t = stage_tensor_comm(job, rp, s);
+    const StageTensorComm t = stage_tensor_comm(job, rp, link, s);
     out += fmt::format("  stage {}: forward {} calls {}, backward {} calls {}\n", s, t.forward_calls,
                        format_seconds(t.forward_s), t.backward_calls, format_seconds(t.backward_s));
   }
@@ -124,9 +123,10 @@ std::string tensor_parallel_text(const Job& job, const RunPlan& rp) {
 
 void tensor_parallel_json(JsonWriter& w, const Job& job, const RunPlan& rp) {
   w.field("padded_vocab", padded_vocab(job.model, rp.run.tensor_parallel));
+  const parallel::Link link = parallel::tensor_group_link(job.device, rp.run, 0);
   w.key("tensor_comm").begin_array();
   for (int s = 0; s < rp.run.pipeline_size; ++s) {
-    const StageTensorComm t = stage_tensor_comm(job, rp, s);
+    const StageTensorComm t = stage_tensor_comm(job, rp, link, s);
     w.begin_object().field("stage", s).field("forward_calls", t.forward_calls).field("forward_s", t.forward_s);
     w.field("backward_calls", t.backward_calls).field("backward_s", t.backward_s).end_object();
   }

@@ -173,7 +173,7 @@ void RunComm::barrier() {
 }
 
 void RunComm::allreduce(std::vector<double>& values, MPI_Op op, Group group) {
-  const MPI_Comm on = group == Group::pipeline ? comm_ : group == Group::data ? data_ : group == Group::tensor ? tensor_ : run_;
+  const MPI_Comm on = group == Group::pipeline ? comm_ : group == Group::data ? data_ : run_;
   MPI_Request req;
   PIPEBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, op,
                                      on, &req));

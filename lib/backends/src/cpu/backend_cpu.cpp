@@ -85,7 +85,6 @@ void CpuBackend::build(const StageSpec& spec) {
     rope_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(rope_floats), "rotary table");
     cpu::rope_table(rope_.data(), ms.seq_len, ms.hidden / ms.heads, ms.rope_theta);
   }
-  const std::int64_t tp_floats = (tp_ > 1 ? 3 * tokens_ : 0) + (sequence_parallel() ? 2 * tokens_ * h : 0);
   if (tp_ > 1)
     tp_stats_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(3 * tokens_),
                                     "tensor-parallel cross-entropy statistics");
@@ -97,8 +96,8 @@ void CpuBackend::build(const StageSpec& spec) {
     // dx2 [T,h], dqkv [T,3h], two ping-pong gradients [T,h], one s x s
     // attention scratch and with selective recomputation the probabilities
     // (llama, tensor-parallel widths: ModelDesc::cpu_workspace_bytes).
-    const std::int64_t ws =
-        model.cpu_workspace_bytes(b, true) / static_cast<std::int64_t>(sizeof(float)) - rope_floats - tp_floats;
+    const auto held = static_cast<std::int64_t>(rope_.size() + tp_stats_.size() + sp_buffers_.size());
+    const std::int64_t ws = model.cpu_workspace_bytes(b, true) / static_cast<std::int64_t>(sizeof(float)) - held;
     workspace_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(ws), "backward workspace");
   } else if (spec.tensor.selective_recompute) {
     throw Error("cpu backend: selective recomputation in inference");  // tensor_split() never asks for it

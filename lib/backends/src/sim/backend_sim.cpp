@@ -32,8 +32,7 @@ void SimBackend::build(const StageSpec& spec) {
     const StageRange& r = spec.chunks[static_cast<std::size_t>(c)];
     const Cost cost = model.stage(spec.micro_batch_size, r.num_layers, r.has_embedding, r.has_head);
     cost_ += cost;
-    const ActionSeconds a = action_seconds(job_, cost, spec.tensor.degree, spec.tensor_link, spec.split_backward);
-    chunks_.push_back({a.forward, a.backward, a.weight, a,
+    chunks_.push_back({action_seconds(job_, cost, spec.tensor.degree, spec.tensor_link, spec.split_backward),
                        static_cast<std::uint64_t>(cost.activation_bytes),
                        static_cast<std::uint64_t>(cost.split_stash_bytes),
                        static_cast<std::uint64_t>(model.recompute_kept_bytes(spec.micro_batch_size, r.has_embedding)),
@@ -106,8 +105,8 @@ void SimBackend::forward(int /*step*/, int microbatch, int chunk) {
   });
   ++live_;
   peak_live_ = std::max(peak_live_, live_);
-  busy_for(c.forward_s, "forward", microbatch, action_id(0, chunk));
-  count_tensor_comm(c.comm.forward_comm);
+  busy_for(c.seconds.forward, "forward", microbatch, action_id(0, chunk));
+  count_tensor_comm(c.seconds.forward_comm);
   if (spec_.recompute) memory_.release(MemCategory::activations, c.activation_bytes);  // kept: the input only
   if (spec_.mode == RunMode::inference) release_activation(chunk);
 }
@@ -123,28 +122,28 @@ void SimBackend::backward(int /*step*/, int microbatch, int chunk) {
     memory_.reserve(MemCategory::activations, c.stash_bytes, [&] {
       return fmt::format("output gradients of micro-batch {} kept for its weight gradient", microbatch);
     });
-    busy_for(c.backward_s, "backward (input gradient)", microbatch, action_id(1, chunk));
-    count_tensor_comm(c.comm.backward_comm);
+    busy_for(c.seconds.backward, "backward (input gradient)", microbatch, action_id(1, chunk));
+    count_tensor_comm(c.seconds.backward_comm);
     return;
   }
   if (spec_.recompute) {
     memory_.reserve(MemCategory::activations, c.activation_bytes,
                     [&] { return fmt::format("recomputed activations of micro-batch {}", microbatch); });
-    busy_for(c.forward_s + c.backward_s, "backward (with recomputation)", microbatch, action_id(1, chunk));
-    count_tensor_comm(c.comm.forward_comm + c.comm.backward_comm);
+    busy_for(c.seconds.forward + c.seconds.backward, "backward (with recomputation)", microbatch, action_id(1, chunk));
+    count_tensor_comm(c.seconds.forward_comm + c.seconds.backward_comm);
     memory_.release(MemCategory::activations, c.kept_bytes);
     release_activation(chunk);
     return;
   }
-  busy_for(c.backward_s, "backward", microbatch, action_id(1, chunk));
-  count_tensor_comm(c.comm.backward_comm);
+  busy_for(c.seconds.backward, "backward", microbatch, action_id(1, chunk));
+  count_tensor_comm(c.seconds.backward_comm);
   release_activation(chunk);
 }
 
 void SimBackend::weight_grad(int /*step*/, int microbatch, int chunk) {
   const Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
-  busy_for(c.weight_s, "backward (weight gradient)", microbatch, action_id(2, chunk));
-  count_tensor_comm(c.comm.weight_comm);
+  busy_for(c.seconds.weight, "backward (weight gradient)", microbatch, action_id(2, chunk));
+  count_tensor_comm(c.seconds.weight_comm);
   memory_.release(MemCategory::activations, c.stash_bytes);
   release_activation(chunk);
 }

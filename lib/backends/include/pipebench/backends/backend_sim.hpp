@@ -30,9 +30,9 @@ double sim_machine_factor(const DeviceSpec& device, int rank, int step, int micr
 
 class SimBackend final : public Backend {
  public:
-  double take_tensor_comm_s() override { return std::exchange(tensor_comm_s_, 0.0); }
   explicit SimBackend(const Job& job, int rank);
 
+  double take_tensor_comm_s() override { return std::exchange(tensor_comm_s_, 0.0); }
   std::string_view name() const override { return "sim"; }
   bool computes_loss() const override { return false; }
   void build(const StageSpec& spec) override;
@@ -60,9 +60,9 @@ class SimBackend final : public Backend {
 
   struct Chunk {
     // Modelled, per micro-batch (plan.hpp's action_seconds): F, B (the input
-    // gradient with a split backward, else all of it) and W.
-    double forward_s = 0.0, backward_s = 0.0, weight_s = 0.0;
-    ActionSeconds comm;  // the tensor-parallel collectives' parts (its *_comm)
+    // gradient with a split backward, else all of it) and W, each with its
+    // tensor-parallel collectives' part.
+    ActionSeconds seconds;
     std::uint64_t activation_bytes = 0;
     std::uint64_t stash_bytes = 0;  // split backward: kept from B to W
     std::uint64_t kept_bytes = 0;   // recomputation: the chunk's input, kept from F to B

@@ -83,8 +83,8 @@ class RunComm {
 
   // Every rank of the run.
   void barrier();
-  // Element-wise reductions over the pipeline, the data group, the tensor group or the run.
-  enum class Group { pipeline, data, tensor, run };
+  // Element-wise reductions over the pipeline, the data group or the run.
+  enum class Group { pipeline, data, run };
   void allreduce(std::vector<double>& values, MPI_Op op, Group group = Group::pipeline);
   // Rank r's `bytes[r]` bytes from `mine` land at `offsets[r]` of `into` on
   // pipeline rank 0 (`into` unused elsewhere); every rank passes the same sizes.
