@@ -10,7 +10,9 @@ overrides), the planner's cost-weighted simulation:
   * each rank's forward + backward time per step equal to the plan's busy
     time of that rank (relative 1e-6; event times are rounded to 2^-30 s);
   * the step time the planned makespan plus at most the longest optimizer
-    step (the only part of a step the schedule simulation leaves out);
+    step (the only part of a step the schedule simulation leaves out), and
+    equal to the plan's `iteration_s` (relative 1e-6: the latest rank's last
+    action or reduction, then its optimizer step and ZeRO-1's all-gather);
   * every counted step the same (relative 1e-9): nothing on a virtual clock
     depends on the machine;
   * the recorded bubble_simulated (the verdict's reference) within 0.001 of
@@ -133,6 +135,8 @@ def main():
             if np.any(extra < -1e-8) or np.any(extra > opt.max(axis=1) + gather + 1e-8):
                 problems.append(f"{name}: step times {step.tolist()} vs the planned {sim['step_s']} + optimizer "
                                 f"{opt.max(axis=1).tolist()}")
+            if np.any(np.abs(step - sim["iteration_s"]) > 1e-6 * sim["iteration_s"]):
+                problems.append(f"{name}: step times {step.tolist()} != the planned iteration {sim['iteration_s']}")
             if d > 1:
                 problems += check_grad_sync(name, r, counted, stage, sim["grad_sync"])
             if name in tensor:

@@ -85,12 +85,9 @@ TEST_CASE("checked transport: the plan's order passes, any other call is an erro
 
 TEST_CASE("link model: a message arrives latency + bytes / bandwidth after its send, on the receiver's clock",
           "[transport]") {
-  pipebench::DeviceSpec device;
-  device.sim_link_latency_us = 5.0;
-  device.sim_link_gbps = 100.0;
-  pipebench::LinkModel link{true, device};
+  pipebench::LinkModel link{true, {5e-6, 100.0, false}, 1.0};
   CHECK(link.arrival(1.0, 1250000) == Approx(1.0 + 5e-6 + 1e-4));
-  link.device.sim_load = 2.0;  // a machine at half speed: the link too
+  link.load = 2.0;  // a machine at half speed: the link too
   CHECK(link.arrival(1.0, 1250000) == Approx(1.0 + 2 * (5e-6 + 1e-4)));
   // Sent 0.25 s into the sender's step, at 10.25 s on its clock; the
   // receiver left the step barrier 0.125 s later than the sender did.

@@ -24,6 +24,7 @@
 
 #include "pipebench/core/error.hpp"
 #include "pipebench/core/units.hpp"
+#include "pipebench/core/device_preset.hpp"
 #include "toml_source.hpp"
 
 namespace pipebench {
@@ -378,10 +379,32 @@ TrainSpec read_train(TableReader& r) {
   return t;
 }
 
+// A preset's machine as the defaults of the [device] keys it implies (the
+// keys the workload sets are read afterwards and win): memory, GPUs per
+// node, and the two link levels as the sim link (intra-node) and the
+// inter-node link, in gigabits per second of bus bandwidth.
+void apply_preset_defaults(DeviceSpec& d) {
+  const DevicePreset& p = *d.preset;
+  d.memory_capacity_bytes = p.memory_bytes;
+  d.ranks_per_node = p.gpus_per_node;
+  d.sim_link_latency_us = p.intra_node.latency_s * 1e6;
+  d.sim_link_gbps = p.intra_node.bus_bytes_per_s * 8e-9;
+  d.sim_inter_node_latency_us = p.inter_node.latency_s * 1e6;
+  d.sim_inter_node_gbps = p.inter_node.bus_bytes_per_s * 8e-9;
+}
+
 DeviceSpec read_device(TableReader& r) {
   DeviceSpec d;
   d.backend = r.choice<BackendKind>("backend", d.backend,
                                     {{"cpu", BackendKind::cpu}, {"sim", BackendKind::sim}, {"cuda", BackendKind::cuda}});
+  if (const Value* v = r.find("preset")) {
+    std::string known;
+    for (const DevicePreset& p : device_presets()) known += fmt::format("{}\"{}\"", known.empty() ? "" : ", ", p.name);
+    if (!v->is_string()) r.fail_at(*v, "preset", fmt::format("expected one of {}, got {}", known, literal(*v)));
+    d.preset = find_device_preset(v->as_string().str);
+    if (!d.preset) r.fail_at(*v, "preset", fmt::format("expected one of {}, got {}", known, literal(*v)));
+    apply_preset_defaults(d);
+  }
   if (const Value* v = r.find("memory_capacity")) {
     std::optional<std::uint64_t> bytes;
     if (v->is_string()) bytes = parse_bytes(v->as_string().str);

@@ -1,4 +1,5 @@
 #include "pipebench/core/workload_identity.hpp"
+#include "pipebench/core/device_preset.hpp"
 
 #include <cstdint>
 #include <sstream>
@@ -49,6 +50,7 @@ WorkloadKeys workload_keys(const Job& job, const RunSpec& run) {
   k["device.backend"] = to_string(d.backend);
   k["device.memory_capacity"] = fmt::format("{}", d.memory_capacity_bytes);
   k["device.threads_per_rank"] = number(d.threads_per_rank);
+  if (d.preset) k["device.preset"] = std::string(d.preset->name);  // only when set, as below
   k["device.sim_flops_per_s"] = number(d.sim_flops_per_s);
   k["device.sim_link_latency_us"] = number(d.sim_link_latency_us);
   k["device.sim_link_gbps"] = number(d.sim_link_gbps);

@@ -44,6 +44,15 @@ Link tensor_group_link(const DeviceSpec& device, const RunSpec& run, int rank) {
   return link_of(device, grid, grid.tensor_group(rank));
 }
 
+Link pipeline_link(const DeviceSpec& device, const RunSpec& run) {
+  const RankGrid grid = run_grid(run, device);
+  return link_of(device, grid, grid.pipeline_group(0));
+}
+
+double transfer_s(const Link& link, std::uint64_t bytes) {
+  return link.latency_s + 8.0 * static_cast<double>(bytes) / (link.gbps * 1e9);
+}
+
 double tensor_comm_s(int calls, std::int64_t wire_bytes, int group_size, const Link& link) {
   if (group_size <= 1 || calls == 0) return 0.0;
   // An all-gather's factor, (t−1)/t: wire_bytes counts an all-reduce's buffer twice already.

@@ -34,18 +34,55 @@ ActionSeconds action_seconds(const Job& job, const Cost& cost, int t, const para
   return a;
 }
 
+ActionSeconds action_seconds(const Job& job, const ModelDesc& model, int b, const StageRange& range,
+                             const parallel::Link& link, bool split) {
+  const Cost cost = model.stage(b, range.num_layers, range.has_embedding, range.has_head);
+  const int t = model.split().degree;
+  if (!job.device.preset) return action_seconds(job, cost, t, link, split);
+  const TimeModel tm(*job.device.preset, model.dtype());
+  auto comm = [&](const TensorComm& c) { return parallel::tensor_comm_s(c.calls, c.wire_bytes, t, link); };
+  ActionSeconds a;
+  a.terms = tm.stage(model, b, range.num_layers, range.has_embedding, range.has_head);
+  a.forward_comm = comm(cost.tp_forward);
+  a.forward = a.terms.forward.total() + a.forward_comm;
+  const double input_comm = comm(cost.tp_input_grad), weight_comm = comm(cost.tp_weight_grad);
+  const double input = a.terms.input_grad.total() + a.terms.recompute.total() + input_comm;
+  const double weight = a.terms.weight_grad.total() + weight_comm;
+  a.backward = split ? input : input + weight;
+  a.backward_comm = split ? input_comm : input_comm + weight_comm;
+  a.weight = split ? weight : 0.0;
+  a.weight_comm = split ? weight_comm : 0.0;
+  return a;
+}
+
+double optimizer_seconds(const Job& job, DType dtype, std::int64_t params) {
+  if (job.device.preset) return TimeModel(*job.device.preset, dtype).optimizer_s(job.train.optimizer, params);
+  const double flops_per_param = job.train.optimizer == OptimizerKind::adamw ? 12.0 : 2.0;
+  return flops_per_param * static_cast<double>(params) / job.device.sim_flops_per_s;
+}
+
+double step_flops(const RunPlan& rp, bool hardware) {
+  double per_microbatch = 0.0;
+  const bool train = rp.run.mode == RunMode::train;
+  const bool twice = hardware && train && rp.run.recompute == Recompute::full;
+  for (const StagePlan& sp : rp.stages)
+    per_microbatch += sp.cost.forward_flops * (twice ? 2.0 : 1.0) + (train ? sp.cost.backward_flops : 0.0) +
+                      (hardware ? sp.cost.recompute_flops : 0.0);
+  return per_microbatch * rp.run.num_microbatches * rp.run.data_parallel * rp.run.tensor_parallel;
+}
+
 SimCosts model_costs(const Job& job, const RunSpec& run, const ModelDesc& model, const Partition& partition,
                      bool split_backward) {
   SimCosts c;
   const parallel::Link link = parallel::tensor_group_link(job.device, run, 0);
   for (const auto& st : partition.stages) {
-    const Cost cost = model.stage(run.micro_batch_size, st.num_layers, st.has_embedding, st.has_head);
-    const ActionSeconds a = action_seconds(job, cost, model.split().degree, link, split_backward);
+    const ActionSeconds a = action_seconds(job, model, run.micro_batch_size, st, link, split_backward);
     c.forward.push_back(a.forward);
     c.backward.push_back(a.backward);
     c.weight.push_back(a.weight);
   }
-  c.transfer = job.device.sim_transfer_s(static_cast<std::uint64_t>(model.boundary_bytes(run.micro_batch_size)));
+  c.transfer = parallel::transfer_s(parallel::pipeline_link(job.device, run),
+                                    static_cast<std::uint64_t>(model.boundary_bytes(run.micro_batch_size)));
   return c;
 }
 
@@ -190,6 +227,7 @@ StageMemory plan_memory_unchecked(const Job& job, const RunSpec& run, const Sche
                       sp.comm_bytes + sp.workspace_bytes)
                          .value();
     sp.capacity_fraction = static_cast<double>(sp.total_bytes) / capacity;
+    sp.optimizer_s = train ? optimizer_seconds(job, dtype, optimizer_shard_params(run, sp.cost.params)) : 0.0;
     if (sp.capacity_fraction > kMemoryWarnFraction)
       out.warnings.push_back(fmt::format(
           "run {} stage {}: estimated {} is {:.0f}% of memory_capacity {} (above {:.0f}%){}", run.name, r,
@@ -228,6 +266,12 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
   plan.stages = std::move(memory.stages);
   plan.warnings = std::move(memory.warnings);
   plan_grad_sync(job, plan);
+  plan.iteration_s = plan.step_s;
+  if (run.mode == RunMode::train)
+    for (const StagePlan& sp : plan.stages) {
+      const double work = std::max(plan.simulated.last_end[static_cast<std::size_t>(sp.stage)], sp.grad_sync.end_s);
+      plan.iteration_s = std::max(plan.iteration_s, work + sp.optimizer_s + sp.grad_sync.gather_s);
+    }
   return plan;
 }
 

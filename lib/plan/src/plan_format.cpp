@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "pipebench/core/json.hpp"
+#include "pipebench/plan/time_breakdown.hpp"
 #include "pipebench/core/units.hpp"
 #include "pipebench/parallel/collectives.hpp"
 #include "pipebench/schedule/validate.hpp"
@@ -256,10 +257,13 @@ std::string format_plan_text(const JobPlan& plan) {
   out += fmt::format("  model: {} hidden={} layers={} heads={}{} ffn_hidden={} seq_len={} vocab={} dtype={}; {} parameters\n",
                      to_string(ms.kind), ms.hidden, ms.layers, ms.heads, llama, ms.ffn_hidden, ms.seq_len, ms.vocab,
                      to_string(ms.dtype), group_digits(ModelDesc(ms, ms.dtype).total_params()));
-  out += fmt::format("  device: backend={} memory_capacity={} sim_flops_per_s={:.3g} link={} us + {} Gbit/s; optimizer={}\n",
-                     to_string(job.device.backend), format_bytes(static_cast<double>(job.device.memory_capacity_bytes)),
-                     job.device.sim_flops_per_s, job.device.sim_link_latency_us, job.device.sim_link_gbps,
-                     to_string(job.train.optimizer));
+  out += fmt::format("  device: backend={}{} memory_capacity={} {} link={} us + {} Gbit/s; optimizer={}\n",
+                     to_string(job.device.backend),
+                     job.device.preset ? fmt::format(" preset={}", job.device.preset->name) : "",
+                     format_bytes(static_cast<double>(job.device.memory_capacity_bytes)),
+                     job.device.preset ? std::string("compute=time model")
+                                       : fmt::format("sim_flops_per_s={:.3g}", job.device.sim_flops_per_s),
+                     job.device.sim_link_latency_us, job.device.sim_link_gbps, to_string(job.train.optimizer));
   for (const auto& o : job.overrides) out += fmt::format("  override: --set {}\n", o);
   for (const auto& w : job.warnings) out += fmt::format("  warning: {}\n", w);
 
@@ -300,6 +304,7 @@ std::string format_plan_text(const JobPlan& plan) {
                        analytic_bubble_text(rp), rp.unit.bubble, rp.unit.makespan, rp.simulated.bubble,
                        format_seconds(rp.simulated.makespan));
     if (r.data_parallel > 1 && r.mode == RunMode::train) out += grad_sync_text(job, rp);
+    if (job.device.preset) out += time_breakdown_text(time_breakdown(job, rp));
     out += fmt::format("peak live activations per stage: {}\n", join_ints(rp.unit.peak_live_activations));
     if (p <= kGridMaxRanks && rp.unit.makespan <= kGridMaxSteps) {
       out += "timeline (unit costs, step x rank):\n" + render_grid(rp.schedule, rp.unit);
@@ -404,8 +409,10 @@ void emit_plan_json(const JobPlan& plan, JsonWriter& w) {
     w.array("forward_s", rp.costs.forward).array("backward_s", rp.costs.backward).array("weight_s", rp.costs.weight);
     w.field("transfer_s", rp.costs.transfer);
     w.field("step_s", rp.step_s);  // the makespan, with replicas their gradient all-reduce too
+    w.field("iteration_s", rp.iteration_s);  // the step as measured: with the optimizer
     if (r.data_parallel > 1 && r.mode == RunMode::train) grad_sync_json(w, rp);
     w.end_object();
+    if (job.device.preset) time_breakdown_json(w, time_breakdown(job, rp));
     w.key("memory").begin_array();
     for (const auto& sp : rp.stages) {
       w.begin_object();

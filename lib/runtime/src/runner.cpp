@@ -215,21 +215,6 @@ class Watchdog {
 
 std::string fmt_num(double v, const char* spec = "{:.4f}") { return std::isnan(v) ? "-" : fmt::format(fmt::runtime(spec), v); }
 
-// FLOPs of one step's matmuls over all stages, replicas and tensor ranks
-// (docs/model.md; a stage's cost is one tensor rank's), for the achieved
-// TFLOP/s of the summary: model FLOPs (the useful work) and, with
-// recomputation, hardware FLOPs (the forward, or with "selective" the
-// attention core, runs twice).
-double step_model_flops(const RunPlan& rp, bool hardware = false) {
-  double per_microbatch = 0.0;
-  const bool train = rp.run.mode == RunMode::train;
-  const bool twice = hardware && train && rp.run.recompute == Recompute::full;
-  for (const StagePlan& sp : rp.stages)
-    per_microbatch += sp.cost.forward_flops * (twice ? 2.0 : 1.0) + (train ? sp.cost.backward_flops : 0.0) +
-                      (hardware ? sp.cost.recompute_flops : 0.0);
-  return per_microbatch * rp.run.num_microbatches * rp.run.data_parallel * rp.run.tensor_parallel;
-}
-
 void print_run_summary(const RunResult& r, const RunPlan& rp) {
   fmt::print("  -- {}: status {}{}\n", r.spec.name, to_string(r.status),
              r.status == RunStatus::failed
@@ -273,8 +258,8 @@ void print_run_summary(const RunResult& r, const RunPlan& rp) {
     fmt::print("     tensor-parallel collectives ({} ranks per stage{}): {} per step at most (the slowest rank's median)\n",
                r.spec.tensor_parallel, r.spec.sequence_parallel ? ", sequence parallel" : "", format_seconds(tensor_comm_median_s(r)));
   }
-  const double tflops = step_model_flops(rp) / r.step_time.median / 1e12;
-  const double hardware = step_model_flops(rp, true) / r.step_time.median / 1e12;
+  const double tflops = step_flops(rp) / r.step_time.median / 1e12;
+  const double hardware = step_flops(rp, true) / r.step_time.median / 1e12;
   fmt::print("     bubble measured {} / analytic {} / simulated {}; throughput {} samples/s, {} model TFLOP/s "
              "({} per rank){}\n",
              fmt_num(r.bubble_measured_median), fmt_num(r.bubble_analytic), fmt_num(r.bubble_simulated),
@@ -480,7 +465,8 @@ std::unique_ptr<Transport> make_transport(const Job& job, const RunPlan& rp, Run
     return std::make_unique<CheckedTransport>(std::move(t), rp.schedule, rc.rank());
   };
   if (nccl) return checked(make_nccl_transport(rc, rp.schedule, rp.run.num_microbatches, rp.run.mode == RunMode::train));
-  const LinkModel link{job.device.backend == BackendKind::sim, job.device};
+  const LinkModel link{job.device.backend == BackendKind::sim, parallel::pipeline_link(job.device, rp.run),
+                       job.device.sim_load};
   // Test hook: PIPEBENCH_MPI_MAX_MESSAGE_BYTES splits payloads as a 2 GiB one is split.
   std::size_t max_part = kMaxMessageBytes;
   if (const char* env = std::getenv("PIPEBENCH_MPI_MAX_MESSAGE_BYTES")) max_part = std::strtoull(env, nullptr, 10);

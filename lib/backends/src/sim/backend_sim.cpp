@@ -24,7 +24,6 @@ void SimBackend::build(const StageSpec& spec) {
   spec_ = spec;
   const ModelDesc model(job_.model, spec.dtype, spec.tensor);
   const bool train = spec.mode == RunMode::train;
-  const double speed = job_.device.sim_flops_per_s;
   cost_ = Cost{};
   std::uint64_t comm = 0;
   const StateBytes per = state_bytes_per_param(job_.train.optimizer, spec.dtype);
@@ -32,7 +31,7 @@ void SimBackend::build(const StageSpec& spec) {
     const StageRange& r = spec.chunks[static_cast<std::size_t>(c)];
     const Cost cost = model.stage(spec.micro_batch_size, r.num_layers, r.has_embedding, r.has_head);
     cost_ += cost;
-    chunks_.push_back({action_seconds(job_, cost, spec.tensor.degree, spec.tensor_link, spec.split_backward),
+    chunks_.push_back({action_seconds(job_, model, spec.micro_batch_size, r, spec.tensor_link, spec.split_backward),
                        static_cast<std::uint64_t>(cost.activation_bytes),
                        static_cast<std::uint64_t>(cost.split_stash_bytes),
                        static_cast<std::uint64_t>(model.recompute_kept_bytes(spec.micro_batch_size, r.has_embedding)),
@@ -45,8 +44,7 @@ void SimBackend::build(const StageSpec& spec) {
   boundary_bytes_ = static_cast<std::uint64_t>(model.boundary_bytes(spec.micro_batch_size));
   // ZeRO-1: the optimizer state and step of this replica's shard (parallel/shards.hpp), padded.
   const std::int64_t stepped = spec.shard_optimizer ? parallel::shard_size(cost_.params, spec.replicas) : cost_.params;
-  const double opt_flops_per_param = job_.train.optimizer == OptimizerKind::adamw ? 12.0 : 2.0;
-  optimizer_s_ = opt_flops_per_param * static_cast<double>(stepped) / speed;
+  optimizer_s_ = optimizer_seconds(job_, spec.dtype, stepped);
 
   const auto params = static_cast<std::uint64_t>(cost_.params);
   memory_.reserve(MemCategory::params, params * static_cast<std::uint64_t>(per.params), "parameters");

@@ -89,8 +89,16 @@ struct TrainSpec {
   double step_timeout_s = 600.0;  // watchdog for one step (runner)
 };
 
+struct DevicePreset;  // core/device_preset.hpp (C++20; job.hpp is also compiled as C++17 by nvcc)
+
 struct DeviceSpec {
   BackendKind backend = BackendKind::cpu;
+  // `preset` (core/device_preset.hpp): the modelled GPU, or nullptr. With
+  // one, the planner and the sim backend time every piece with the hardware
+  // time model (model/time_model.hpp) instead of sim_flops_per_s; its
+  // memory, GPUs per node and links are the defaults of memory_capacity,
+  // ranks_per_node and the sim_link_* / sim_inter_node_* keys.
+  const DevicePreset* preset = nullptr;
   std::uint64_t memory_capacity_bytes = 4ull << 30;
   int threads_per_rank = 1;
   double sim_flops_per_s = 2.0e12;    // sim backend / cost-weighted planner
@@ -121,14 +129,6 @@ struct DeviceSpec {
   // is the model's timeline exactly, at any rank count (sim backend only).
   SimClock sim_clock = SimClock::wall;
   TransportKind transport = TransportKind::automatic;
-
-  // The sim link's time to move `bytes` at nominal speed: latency + bytes · 8
-  // / bandwidth. The one formula of the planner's transfer cost, and, times
-  // sim_load, of the sim transport's modelled arrival and bubble_simulated's
-  // transfers.
-  double sim_transfer_s(std::uint64_t bytes) const {
-    return sim_link_latency_us * 1e-6 + 8.0 * static_cast<double>(bytes) / (sim_link_gbps * 1e9);
-  }
 
   // The transport a run uses: `transport`, with automatic resolved.
   TransportKind resolved_transport() const {

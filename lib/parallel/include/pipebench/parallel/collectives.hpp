@@ -68,6 +68,14 @@ Link data_group_link(const DeviceSpec& device, const RunSpec& run, int rank);
 // unless ranks_per_node is below tensor_parallel).
 Link tensor_group_link(const DeviceSpec& device, const RunSpec& run, int rank);
 
+// The link a run's pipeline transfers (boundary activations and their
+// gradients) ride: the sim link when run rank 0's pipeline group is on one
+// node, else the inter-node link for every transfer (one figure per run: the
+// planner's SimCosts::transfer and the sim transport's LinkModel).
+Link pipeline_link(const DeviceSpec& device, const RunSpec& run);
+// One point-to-point transfer of `bytes` on `link`: latency + bytes / bandwidth.
+double transfer_s(const Link& link, std::uint64_t bytes);
+
 // Seconds of `calls` ring collectives over a group of `group_size` whose
 // summed traffic is `wire_bytes` in units of their buffers (an all-reduce's
 // buffer counted twice; model.hpp's TensorComm): calls · latency +

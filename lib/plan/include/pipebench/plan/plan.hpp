@@ -12,6 +12,7 @@
 
 #include "pipebench/core/job.hpp"
 #include "pipebench/model/model.hpp"
+#include "pipebench/model/time_model.hpp"
 #include "pipebench/parallel/collectives.hpp"
 #include "pipebench/plan/partition.hpp"
 #include "pipebench/schedule/schedule.hpp"
@@ -72,6 +73,7 @@ struct StagePlan {
   std::int64_t total_bytes = 0;             // params + grads + optimizer + activations + comm + workspace
   double capacity_fraction = 0.0;           // total / memory_capacity
   GradSyncPlan grad_sync;                   // zeros without replicas or for inference
+  double optimizer_s = 0.0;                 // optimizer_seconds of the state it steps (0 for inference)
 };
 
 // One split rule applied to a run, for comparison (`pipebench plan` prints
@@ -106,6 +108,10 @@ struct RunPlan {
   // The step without the optimizer: simulated.makespan, or with replicas the
   // latest of every rank's last action and its gradient all-reduce.
   double step_s = 0.0;
+  // The whole step as the runner measures it (the latest rank's end): every
+  // rank's last action or the end of its gradient reduction, then its
+  // optimizer step and ZeRO-1's all-gather. Inference: step_s.
+  double iteration_s = 0.0;
   std::vector<std::string> warnings;
 };
 
@@ -118,8 +124,9 @@ struct JobPlan {
 // (which says so in a warning), else model.dtype.
 DType storage_dtype(const Job& job);
 
-// Model-based per-virtual-stage costs in seconds: F and B from FLOPs at
-// sim_flops_per_s, one transfer = latency + boundary bytes / bandwidth. With
+// Model-based per-virtual-stage costs in seconds (action_seconds below), one
+// transfer = latency + boundary bytes / bandwidth on the run's pipeline link
+// (parallel::pipeline_link). With
 // `split_backward`, B (input gradient) and W (weight gradient) are half the
 // backward each (as the sim backend models them), else W = 0. With a tensor
 // split (`model.split()`), each adds its collectives over the tensor group's
@@ -130,14 +137,32 @@ SimCosts model_costs(const Job& job, const RunSpec& run, const ModelDesc& model,
 
 // The seconds of one piece-sum's work on the sim backend's model: its F, B
 // (input gradient, or the whole backward when not `split`) and W, each its
-// FLOPs at sim_flops_per_s plus its tensor-parallel collectives on `link`.
-// One rule for the planner (model_costs) and the sim backend.
+// compute plus its tensor-parallel collectives on `link`. The compute: with
+// a device preset the hardware time model's terms (model/time_model.hpp;
+// selective recomputation's attention forward in B), else FLOPs at
+// sim_flops_per_s (B and W half the backward FLOPs each, the recomputed
+// FLOPs in B). One rule for the planner (model_costs) and the sim backend.
 struct ActionSeconds {
   double forward = 0.0, backward = 0.0, weight = 0.0;
   // Of each, the tensor-parallel collectives' part.
   double forward_comm = 0.0, backward_comm = 0.0, weight_comm = 0.0;
+  PieceTime terms;  // with a device preset: the compute by term (zeros without)
 };
+ActionSeconds action_seconds(const Job& job, const ModelDesc& model, int micro_batch, const StageRange& range,
+                             const parallel::Link& link, bool split);
+// The FLOP-rate rule alone, for a Cost (no preset).
 ActionSeconds action_seconds(const Job& job, const Cost& cost, int tensor_parallel, const parallel::Link& link, bool split);
+
+// One optimizer step over `params` parameters stored in `dtype`: with a
+// device preset TimeModel::optimizer_s, else AdamW 12 and SGD 2 FLOPs per
+// parameter at sim_flops_per_s. One rule for the planner and the sim backend.
+double optimizer_seconds(const Job& job, DType dtype, std::int64_t params);
+
+// The model FLOPs of one step of the whole run (every rank, every
+// micro-batch): forward + backward, without recomputation; `hardware`: with
+// it (the forward twice with recompute = "full", the attention core's
+// forward again with "selective").
+double step_flops(const RunPlan& plan, bool hardware = false);
 
 // Data parallelism: every rank's gradient all-reduce (StagePlan::grad_sync)
 // and the step (RunPlan::step_s), from the cost-weighted simulation: chunk

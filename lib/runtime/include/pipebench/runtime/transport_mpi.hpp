@@ -26,6 +26,7 @@
 
 #include "pipebench/core/clock.hpp"
 #include "pipebench/core/job.hpp"
+#include "pipebench/parallel/collectives.hpp"
 #include "pipebench/runtime/mpi_comm.hpp"
 #include "pipebench/runtime/transport.hpp"
 
@@ -38,14 +39,15 @@ inline constexpr std::size_t kMaxMessageBytes = std::size_t{1} << 30;
 // (> 0) bytes, in order; none for 0 bytes.
 std::vector<std::pair<std::size_t, std::size_t>> message_parts(std::size_t bytes, std::size_t max_part);
 
-// The sim backend's link: DeviceSpec's sim_link_* and sim_load.
+// The sim backend's pipeline link (parallel::pipeline_link) and the
+// machine's condition (DeviceSpec::sim_load).
 struct LinkModel {
   bool enabled = false;
-  DeviceSpec device;
-  // When a message of `logical_bytes` sent at `sent_s` arrives (the machine's
-  // condition, sim_load, included).
+  parallel::Link link;
+  double load = 1.0;
+  // When a message of `logical_bytes` sent at `sent_s` arrives.
   double arrival(double sent_s, std::uint64_t logical_bytes) const {
-    return sent_s + device.sim_load * device.sim_transfer_s(logical_bytes);
+    return sent_s + load * parallel::transfer_s(link, logical_bytes);
   }
 };
 

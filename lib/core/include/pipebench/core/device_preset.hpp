@@ -1,0 +1,55 @@
+// Device presets (docs/time-model.md): the published facts of one GPU and
+// its node that the hardware time model (model/time_model.hpp) turns into
+// seconds. `[device] preset = "a100-80gb"` selects one; it also fills the
+// [device] keys the sim backend and the planner already read (memory
+// capacity, GPUs per node, the intra- and inter-node links) unless the
+// workload sets them itself. Every figure names its source in
+// docs/time-model.md; the ones marked "assumed" there are this project's
+// estimates, to be replaced by measurements (bench_cuda_gemm, nccl-tests).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace pipebench {
+
+// Achievable fraction of the matrix peak of a large GEMM by the length of its
+// reduction dimension K (the compute side only: the memory roofline and the
+// wave quantization are applied on top, model/time_model.hpp). Interpolated
+// in log2(K) between points, clamped at the ends.
+struct GemmEfficiencyPoint {
+  double k;
+  double efficiency;
+};
+
+// A collective link level: nccl-tests' bus bandwidth per GPU (bytes/s) of a
+// large ring collective, and the fixed cost of one collective or transfer.
+struct LinkPreset {
+  double bus_bytes_per_s;
+  double latency_s;
+};
+
+struct DevicePreset {
+  std::string_view name;
+  std::string_view description;
+  std::uint64_t memory_bytes;    // as the driver reports it
+  int gpus_per_node;
+  // Peak dense FLOP/s: tensor cores for fp16 and bf16, fp32 without TF32.
+  double matrix_flops_16bit;
+  double fp32_flops;
+  int sms;                       // streaming multiprocessors (wave quantization)
+  double hbm_bytes_per_s;        // peak memory bandwidth
+  double hbm_efficiency;         // the fraction streaming kernels reach
+  double kernel_launch_s;        // fixed cost per kernel
+  std::span<const GemmEfficiencyPoint> gemm_efficiency;
+  LinkPreset intra_node;         // NVLink / NVSwitch
+  LinkPreset inter_node;         // one InfiniBand rail per GPU
+};
+
+// All presets, in a fixed order.
+std::span<const DevicePreset> device_presets();
+// The preset called `name`, or nullptr.
+const DevicePreset* find_device_preset(std::string_view name);
+
+}  // namespace pipebench

@@ -1,0 +1,39 @@
+#include "pipebench/core/device_preset.hpp"
+
+#include <array>
+
+namespace pipebench {
+
+namespace {
+
+// docs/time-model.md, "GEMM efficiency" (assumed; one table for the three
+// presets until bench_cuda_gemm measures each).
+constexpr std::array<GemmEfficiencyPoint, 7> kGemmEfficiency{{
+    {32, 0.40}, {64, 0.55}, {128, 0.68}, {256, 0.76}, {512, 0.80}, {1024, 0.83}, {4096, 0.85}}};
+
+constexpr std::uint64_t MiB(std::uint64_t n) { return n << 20; }
+
+// Figures and sources: docs/time-model.md, "Presets".
+const std::array<DevicePreset, 3> kPresets{{
+    {"a100-80gb", "NVIDIA A100-SXM4-80GB, DGX A100 node (8 GPUs, NVLink 3 via NVSwitch, 8x HDR 200 Gb/s)",
+     MiB(81920), 8, 312e12, 19.5e12, 108, 2039e9, 0.85, 5e-6, kGemmEfficiency,
+     LinkPreset{200e9, 10e-6}, LinkPreset{23e9, 20e-6}},
+    {"h100-80gb", "NVIDIA H100-SXM5-80GB, DGX H100 node (8 GPUs, NVLink 4 via NVSwitch, 8x NDR 400 Gb/s)",
+     MiB(81559), 8, 989.4e12, 66.9e12, 132, 3350e9, 0.85, 5e-6, kGemmEfficiency,
+     LinkPreset{360e9, 10e-6}, LinkPreset{46e9, 20e-6}},
+    {"h200-141gb", "NVIDIA H200-SXM-141GB, HGX H200 node (8 GPUs, NVLink 4 via NVSwitch, 8x NDR 400 Gb/s)",
+     MiB(143771), 8, 989.4e12, 66.9e12, 132, 4800e9, 0.85, 5e-6, kGemmEfficiency,
+     LinkPreset{360e9, 10e-6}, LinkPreset{46e9, 20e-6}},
+}};
+
+}  // namespace
+
+std::span<const DevicePreset> device_presets() { return kPresets; }
+
+const DevicePreset* find_device_preset(std::string_view name) {
+  for (const DevicePreset& p : kPresets)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+}  // namespace pipebench

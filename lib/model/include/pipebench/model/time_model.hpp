@@ -1,0 +1,86 @@
+// The hardware time model (docs/time-model.md): what one rank's share of a
+// piece takes on a device preset (core/device_preset.hpp), term by term.
+// GEMMs at the preset's matrix peak times an efficiency from the GEMM's
+// reduction length (a table) and its wave quantization, never faster than
+// its operands stream from memory; the attention core's batched GEMMs the
+// same; the element-wise and norm kernels (norms, activation, softmax,
+// residual adds, RoPE, cross-entropy, embedding gather) at the achievable
+// memory bandwidth; and a fixed launch cost per kernel. The collectives of
+// the tensor group, the pipeline transfers and the data-parallel
+// synchronisation are the planner's (plan.hpp), on the preset's links.
+//
+// The shapes are the ones ModelDesc (model.hpp) counts: a piece's FLOPs
+// here equal its Cost's, term for term (tests/unit/test_time_model.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "pipebench/core/device_preset.hpp"
+#include "pipebench/model/model.hpp"
+
+namespace pipebench {
+
+// One pass of a piece, by term, in seconds.
+struct PassTime {
+  double gemm_s = 0.0;         // the linear layers (QKV, projections, MLP, LM head)
+  double attention_s = 0.0;    // the attention core's batched GEMMs (QKᵀ, ·V and their gradients)
+  double elementwise_s = 0.0;  // memory-bound kernels
+  double launch_s = 0.0;       // kernels × the preset's launch cost
+  int kernels = 0;
+  double total() const { return gemm_s + attention_s + elementwise_s + launch_s; }
+  PassTime& operator+=(const PassTime& o);
+};
+
+// A piece's passes: the forward (F), the input gradients (B), the weight
+// gradients (W), and with recompute = "selective" the attention core's
+// forward again, which B runs first.
+struct PieceTime {
+  PassTime forward, input_grad, weight_grad, recompute;
+  PieceTime& operator+=(const PieceTime& o);
+};
+
+class TimeModel {
+ public:
+  // `dtype`: what the GEMMs compute in (fp16/bf16 on tensor cores, fp32 without TF32).
+  TimeModel(const DevicePreset& preset, DType dtype);
+
+  const DevicePreset& preset() const { return preset_; }
+  // The matrix peak of the dtype, FLOP/s.
+  double peak_flops() const;
+  // The compute-side efficiency of a GEMM whose reduction dimension is `k`
+  // (the preset's table, interpolated in log2 k).
+  double k_efficiency(double k) const;
+  // The fraction of the SMs the last wave of `tiles` output tiles keeps
+  // busy, averaged over the waves: tiles / (waves · SMs).
+  double wave_efficiency(double tiles) const;
+  // `batch` GEMMs of [m, k] x [k, n] (2·m·n·k FLOPs each): the slower of the
+  // compute time and the time to stream the three matrices.
+  double gemm_s(double m, double n, double k, double batch = 1.0) const;
+  // Streaming `bytes` through memory (read + written) at the achievable bandwidth.
+  double stream_s(double bytes) const;
+
+  PieceTime embedding(const ModelDesc& model, int micro_batch) const;
+  PieceTime block(const ModelDesc& model, int micro_batch) const;
+  PieceTime head(const ModelDesc& model, int micro_batch) const;
+  // The pieces a stage holds (ModelDesc::stage's sum).
+  PieceTime stage(const ModelDesc& model, int micro_batch, int num_layers, bool has_embedding, bool has_head) const;
+
+  // One optimizer step over `params` parameters of `dtype` storage: the
+  // state it reads and writes per parameter (optimizer_step_bytes) streamed,
+  // plus one kernel.
+  double optimizer_s(OptimizerKind optimizer, std::int64_t params) const;
+  // AdamW: params, fp32 gradients, m and v read, m, v and the weights (and
+  // with 16-bit storage the fp32 master) written, the gradients zeroed for
+  // the next step: fp32 32 bytes, 16-bit 34. SGD: 16 and 18.
+  static int optimizer_step_bytes(OptimizerKind optimizer, DType dtype);
+
+ private:
+  const DevicePreset& preset_;
+  DType dtype_;
+  void add_gemm(PassTime& p, double m, double n, double k, double batch = 1.0) const;
+  void add_attention(PassTime& p, double m, double n, double k, double batch) const;
+  void add_stream(PassTime& p, double bytes, int kernels) const;
+  void add_linear(PieceTime& t, double rows, double in, double out) const;
+};
+
+}  // namespace pipebench

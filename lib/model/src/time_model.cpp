@@ -1,0 +1,199 @@
+#include "pipebench/model/time_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pipebench {
+
+namespace {
+// cuBLAS's typical output tile for large fp16 GEMMs (NVIDIA, "Matrix
+// Multiplication Background User's Guide", §2.3): 256 x 128.
+constexpr double kTileM = 256.0, kTileN = 128.0;
+double d(std::int64_t x) { return static_cast<double>(x); }
+}  // namespace
+
+PassTime& PassTime::operator+=(const PassTime& o) {
+  gemm_s += o.gemm_s;
+  attention_s += o.attention_s;
+  elementwise_s += o.elementwise_s;
+  launch_s += o.launch_s;
+  kernels += o.kernels;
+  return *this;
+}
+
+PieceTime& PieceTime::operator+=(const PieceTime& o) {
+  forward += o.forward;
+  input_grad += o.input_grad;
+  weight_grad += o.weight_grad;
+  recompute += o.recompute;
+  return *this;
+}
+
+TimeModel::TimeModel(const DevicePreset& preset, DType dtype) : preset_(preset), dtype_(dtype) {}
+
+double TimeModel::peak_flops() const {
+  return dtype_ == DType::fp32 ? preset_.fp32_flops : preset_.matrix_flops_16bit;
+}
+
+double TimeModel::k_efficiency(double k) const {
+  const auto& t = preset_.gemm_efficiency;
+  if (k <= t.front().k) return t.front().efficiency;
+  if (k >= t.back().k) return t.back().efficiency;
+  for (std::size_t i = 1; i < t.size(); ++i)
+    if (k <= t[i].k) {
+      const double x = (std::log2(k) - std::log2(t[i - 1].k)) / (std::log2(t[i].k) - std::log2(t[i - 1].k));
+      return t[i - 1].efficiency + x * (t[i].efficiency - t[i - 1].efficiency);
+    }
+  return t.back().efficiency;
+}
+
+double TimeModel::wave_efficiency(double tiles) const {
+  if (tiles <= 0.0) return 1.0;
+  const double sms = preset_.sms;
+  return tiles / (std::ceil(tiles / sms) * sms);
+}
+
+double TimeModel::gemm_s(double m, double n, double k, double batch) const {
+  if (m <= 0.0 || n <= 0.0 || k <= 0.0 || batch <= 0.0) return 0.0;
+  const double flops = 2.0 * m * n * k * batch;
+  const double tiles = std::ceil(m / kTileM) * std::ceil(n / kTileN) * batch;
+  const double compute = flops / (peak_flops() * k_efficiency(k) * wave_efficiency(tiles));
+  const double bytes = static_cast<double>(dtype_bytes(dtype_)) * (m * k + k * n + m * n) * batch;
+  return std::max(compute, stream_s(bytes));
+}
+
+double TimeModel::stream_s(double bytes) const {
+  return bytes / (preset_.hbm_bytes_per_s * preset_.hbm_efficiency);
+}
+
+void TimeModel::add_gemm(PassTime& p, double m, double n, double k, double batch) const {
+  p.gemm_s += gemm_s(m, n, k, batch);
+  p.launch_s += preset_.kernel_launch_s;
+  ++p.kernels;
+}
+
+void TimeModel::add_attention(PassTime& p, double m, double n, double k, double batch) const {
+  p.attention_s += gemm_s(m, n, k, batch);
+  p.launch_s += preset_.kernel_launch_s;
+  ++p.kernels;
+}
+
+void TimeModel::add_stream(PassTime& p, double bytes, int kernels) const {
+  p.elementwise_s += stream_s(bytes);
+  p.launch_s += kernels * preset_.kernel_launch_s;
+  p.kernels += kernels;
+}
+
+// Gather rows (and gpt's position rows added); its backward, all W, a
+// scatter-add of the output gradient into the rows.
+PieceTime TimeModel::embedding(const ModelDesc& model, int b) const {
+  const ModelSpec& s = model.spec();
+  const double e = dtype_bytes(model.dtype()), T = d(std::int64_t{b} * s.seq_len), h = s.hidden;
+  PieceTime t;
+  add_stream(t.forward, e * (s.kind == ModelKind::llama ? 2.0 : 3.0) * T * h, 1);
+  add_stream(t.weight_grad, e * 3.0 * T * h, 1);
+  return t;
+}
+
+// A linear layer of `in` x `out` (the rank's share) on `rows` tokens: its
+// forward, its input gradient (B) and its weight gradient (W).
+void TimeModel::add_linear(PieceTime& t, double rows, double in, double out) const {
+  add_gemm(t.forward, rows, out, in);
+  add_gemm(t.input_grad, rows, in, out);
+  add_gemm(t.weight_grad, in, out, rows);
+}
+
+// Per pass, the GEMMs of the rank's columns (model.hpp's shapes) and the
+// memory traffic of the rest (docs/time-model.md, "Element-wise traffic").
+PieceTime TimeModel::block(const ModelDesc& model, int b) const {
+  const ModelSpec& s = model.spec();
+  const int tp = model.split().degree;
+  const double e = dtype_bytes(model.dtype());
+  const double T = d(std::int64_t{b} * s.seq_len), Ts = d(model.region_tokens(b)), h = s.hidden;
+  const double ht = h / tp, ft = d(s.ffn_hidden) / tp, seq = s.seq_len;
+  const double heads = d(s.heads) / tp, dh = h / s.heads, scores = d(b) * heads * seq * seq;
+  PieceTime t;
+  auto lin = [&](double in, double out) { add_linear(t, T, in, out); };
+  if (s.kind == ModelKind::mlp) {
+    lin(h, ft);
+    lin(ft, h);
+    add_stream(t.forward, e * (2.0 * T * ft + 3.0 * Ts * h), 2);  // GELU, residual
+    add_stream(t.input_grad, e * (3.0 * T * ft + 3.0 * Ts * h), 2);
+    return t;
+  }
+  const bool llama = s.kind == ModelKind::llama;
+  const double kvt = llama ? d(s.kv_heads / tp) * dh : ht;
+  lin(h, ht + 2.0 * kvt);  // QKV
+  lin(ht, h);              // attention output
+  if (llama) {
+    lin(h, ft);  // W1
+    lin(h, ft);  // W3
+  } else {
+    lin(h, ft);  // fc1
+  }
+  lin(ft, h);  // fc2 / W2
+  // The attention core: QKᵀ and P·V forward; dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q backward.
+  const double batch = d(b) * heads;
+  add_attention(t.forward, seq, seq, dh, batch);
+  add_attention(t.forward, seq, dh, seq, batch);
+  add_attention(t.input_grad, seq, seq, dh, batch);
+  add_attention(t.input_grad, seq, dh, seq, batch);
+  add_attention(t.input_grad, seq, dh, seq, batch);
+  add_attention(t.input_grad, seq, dh, seq, batch);
+  // Forward: two norms (read, write), two residual adds (read 2, write 1),
+  // the softmax (read the scores, write the probabilities), the activation
+  // (gpt GELU: read, write; llama SwiGLU: read 2, write 1), llama's RoPE on q
+  // and k. The backward: 3 per norm, softmax and GELU (its input, the
+  // output gradient, the input gradient), 5 for SwiGLU, 3 per residual.
+  const double rope = llama ? 2.0 * T * (ht + kvt) : 0.0;
+  add_stream(t.forward, e * (2.0 * 2.0 * Ts * h + 2.0 * 3.0 * Ts * h + 2.0 * scores + (llama ? 3.0 : 2.0) * T * ft + rope),
+             llama ? 7 : 6);
+  add_stream(t.input_grad,
+             e * (2.0 * 3.0 * Ts * h + 2.0 * 3.0 * Ts * h + 3.0 * scores + (llama ? 5.0 : 3.0) * T * ft + rope),
+             llama ? 7 : 6);
+  if (model.split().selective_recompute) {
+    add_attention(t.recompute, seq, seq, dh, batch);
+    add_attention(t.recompute, seq, dh, seq, batch);
+    add_stream(t.recompute, e * 2.0 * scores, 1);
+  }
+  return t;
+}
+
+// The final norm, the LM head over the rank's vocabulary and the
+// cross-entropy: the logits read twice (maximum, then the sum of
+// exponentials) and the probabilities written; the backward turns them into
+// the logits' gradient in place (read, write).
+PieceTime TimeModel::head(const ModelDesc& model, int b) const {
+  const ModelSpec& s = model.spec();
+  const int tp = model.split().degree;
+  const double e = dtype_bytes(model.dtype());
+  const double T = d(std::int64_t{b} * s.seq_len), Ts = d(model.region_tokens(b)), h = s.hidden;
+  const double v = d(padded_vocab(s, tp) / tp);
+  PieceTime t;
+  add_linear(t, T, h, v);
+  add_stream(t.forward, e * (2.0 * Ts * h + 3.0 * T * v), 3);
+  add_stream(t.input_grad, e * (3.0 * Ts * h + 2.0 * T * v), 2);
+  return t;
+}
+
+PieceTime TimeModel::stage(const ModelDesc& model, int b, int num_layers, bool has_embedding, bool has_head) const {
+  PieceTime total;
+  if (has_embedding) total += embedding(model, b);
+  const PieceTime one = block(model, b);
+  for (int i = 0; i < num_layers; ++i) total += one;
+  if (has_head) total += head(model, b);
+  return total;
+}
+
+int TimeModel::optimizer_step_bytes(OptimizerKind optimizer, DType dtype) {
+  const bool fp32 = dtype == DType::fp32;
+  if (optimizer == OptimizerKind::adamw) return fp32 ? 32 : 34;
+  return fp32 ? 16 : 18;
+}
+
+double TimeModel::optimizer_s(OptimizerKind optimizer, std::int64_t params) const {
+  if (params <= 0) return 0.0;
+  return stream_s(static_cast<double>(optimizer_step_bytes(optimizer, dtype_)) * d(params)) + preset_.kernel_launch_s;
+}
+
+}  // namespace pipebench

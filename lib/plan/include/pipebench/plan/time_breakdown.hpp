@@ -1,0 +1,51 @@
+// A planned run through the hardware time model (docs/time-model.md): what
+// each rank's step is made of, term by term, for `pipebench plan` (text and
+// `--format json`), `tune` and bench/fidelity. Only with a device preset.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipebench/core/json.hpp"
+#include "pipebench/plan/plan.hpp"
+
+namespace pipebench {
+
+// One rank's step: its chunks' compute by pass and term over every
+// micro-batch (full recomputation: the forward once more, in `recompute`),
+// its tensor-parallel collectives, its pipeline transfers (sends), its
+// gradient reduction and what of it is exposed, its optimizer step and
+// ZeRO-1's all-gather.
+struct RankStepTime {
+  int stage = 0;
+  PassTime forward, input_grad, weight_grad, recompute;
+  double tp_comm_s = 0.0;
+  double pp_transfer_s = 0.0;
+  double dp_sync_s = 0.0, dp_exposed_s = 0.0;
+  double optimizer_s = 0.0, gather_s = 0.0;
+  double busy_s = 0.0;  // the schedule simulation's busy time (compute + tensor collectives)
+};
+
+struct TimeBreakdown {
+  const DevicePreset* preset = nullptr;
+  PieceTime layer;               // one transformer block, one micro-batch
+  double layer_tp_comm_s = 0.0;  // its tensor-parallel collectives, all passes
+  double transfer_s = 0.0;       // one pipeline transfer
+  std::vector<RankStepTime> ranks;
+  double iteration_s = 0.0;      // RunPlan::iteration_s
+  double bubble = 0.0;           // the cost-weighted simulation's
+  double model_flops = 0.0;      // step_flops: forward + backward, every rank
+  // Model FLOP utilisation: model_flops / (iteration_s · ranks · the
+  // preset's matrix peak for the dtype) — Chowdhery et al. 2022's
+  // convention, recomputation not counted.
+  double mfu = 0.0;
+};
+
+// Throws Error when the job has no device preset.
+TimeBreakdown time_breakdown(const Job& job, const RunPlan& plan);
+// Lines for `plan`'s text: the per-layer terms, then per rank one row.
+std::string time_breakdown_text(const TimeBreakdown& t);
+// The "time_model" object of `plan --format json` (docs/plan.md).
+void time_breakdown_json(JsonWriter& w, const TimeBreakdown& t);
+
+}  // namespace pipebench

@@ -1,0 +1,132 @@
+#include "pipebench/plan/time_breakdown.hpp"
+
+#include <fmt/format.h>
+
+#include "pipebench/core/error.hpp"
+#include "pipebench/core/units.hpp"
+
+namespace pipebench {
+
+namespace {
+
+PassTime scaled(PassTime p, double n) {
+  p.gemm_s *= n;
+  p.attention_s *= n;
+  p.elementwise_s *= n;
+  p.launch_s *= n;
+  p.kernels = static_cast<int>(p.kernels * n);
+  return p;
+}
+
+void pass_json(JsonWriter& w, std::string_view name, const PassTime& p) {
+  w.key(name).begin_object();
+  w.field("gemm_s", p.gemm_s).field("attention_s", p.attention_s).field("elementwise_s", p.elementwise_s);
+  w.field("launch_s", p.launch_s).field("kernels", p.kernels).field("total_s", p.total());
+  w.end_object();
+}
+
+std::string pass_text(const PassTime& p) {
+  return fmt::format("{} (gemm {}, attention {}, element-wise {}, launch {})", format_seconds(p.total()),
+                     format_seconds(p.gemm_s), format_seconds(p.attention_s), format_seconds(p.elementwise_s),
+                     format_seconds(p.launch_s));
+}
+
+}  // namespace
+
+TimeBreakdown time_breakdown(const Job& job, const RunPlan& plan) {
+  if (!job.device.preset) throw Error("the time breakdown needs a device preset ([device] preset)");
+  const RunSpec& run = plan.run;
+  const ModelDesc model(job.model, plan.storage_dtype, tensor_split(run));
+  const TimeModel tm(*job.device.preset, plan.storage_dtype);
+  const parallel::Link link = parallel::tensor_group_link(job.device, run, 0);
+  const int b = run.micro_batch_size, t = run.tensor_parallel;
+  const double m = run.num_microbatches;
+  const bool train = run.mode == RunMode::train, full = train && run.recompute == Recompute::full;
+  TimeBreakdown out;
+  out.preset = job.device.preset;
+  out.layer = tm.block(model, b);
+  const Cost layer = model.block(b);
+  for (const TensorComm& c : {layer.tp_forward, layer.tp_input_grad, layer.tp_weight_grad})
+    out.layer_tp_comm_s += parallel::tensor_comm_s(c.calls, c.wire_bytes, t, link);
+  out.transfer_s = plan.costs.transfer;
+  for (const StagePlan& sp : plan.stages) {
+    RankStepTime r;
+    r.stage = sp.stage;
+    int sends = 0;
+    for (const StageRange& range : sp.chunks) {
+      const ActionSeconds a = action_seconds(job, model, b, range, link, false);
+      r.forward += scaled(a.terms.forward, m);
+      r.tp_comm_s += m * (a.forward_comm + (train ? a.backward_comm : 0.0) + (full ? a.forward_comm : 0.0));
+      if (train) {
+        r.input_grad += scaled(a.terms.input_grad, m);
+        r.weight_grad += scaled(a.terms.weight_grad, m);
+        r.recompute += scaled(a.terms.recompute, m);
+        if (full) r.recompute += scaled(a.terms.forward, m);
+      }
+      sends += (range.has_head ? 0 : 1) + (train && !range.has_embedding ? 1 : 0);
+    }
+    r.pp_transfer_s = m * sends * out.transfer_s;
+    r.dp_sync_s = sp.grad_sync.sync_s();
+    r.dp_exposed_s = sp.grad_sync.recorded_exposed_s();
+    r.optimizer_s = sp.optimizer_s;
+    r.gather_s = sp.grad_sync.gather_s;
+    r.busy_s = plan.simulated.busy.at(static_cast<std::size_t>(sp.stage));
+    out.ranks.push_back(r);
+  }
+  out.iteration_s = plan.iteration_s;
+  out.bubble = plan.simulated.bubble;
+  out.model_flops = step_flops(plan);
+  if (out.iteration_s > 0.0) out.mfu = out.model_flops / (out.iteration_s * run.ranks() * tm.peak_flops());
+  return out;
+}
+
+std::string time_breakdown_text(const TimeBreakdown& t) {
+  std::string out = fmt::format("time model ({}; docs/time-model.md): one layer, one micro-batch: forward {}; input "
+                                "gradients {}; weight gradients {}",
+                                t.preset->name, pass_text(t.layer.forward), pass_text(t.layer.input_grad),
+                                pass_text(t.layer.weight_grad));
+  if (t.layer.recompute.total() > 0.0) out += fmt::format("; recomputed attention {}", pass_text(t.layer.recompute));
+  out += fmt::format("; tensor collectives {}\n", format_seconds(t.layer_tp_comm_s));
+  out += fmt::format("  {:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "rank", "forward", "input grad",
+                     "weight grad", "recompute", "tp comm", "pp sends", "dp exposed", "optimizer");
+  for (const RankStepTime& r : t.ranks)
+    out += fmt::format("  {:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", r.stage,
+                       format_seconds(r.forward.total()), format_seconds(r.input_grad.total()),
+                       format_seconds(r.weight_grad.total()), format_seconds(r.recompute.total()),
+                       format_seconds(r.tp_comm_s), format_seconds(r.pp_transfer_s), format_seconds(r.dp_exposed_s),
+                       format_seconds(r.optimizer_s));
+  out += fmt::format("  iteration {} (bubble {:.4f}); {:.4g} model TFLOP per step; MFU {:.1f}%\n",
+                     format_seconds(t.iteration_s), t.bubble, t.model_flops / 1e12, 100.0 * t.mfu);
+  return out;
+}
+
+void time_breakdown_json(JsonWriter& w, const TimeBreakdown& t) {
+  w.key("time_model").begin_object();
+  w.field("preset", t.preset->name);
+  w.key("layer").begin_object();
+  pass_json(w, "forward", t.layer.forward);
+  pass_json(w, "input_grad", t.layer.input_grad);
+  pass_json(w, "weight_grad", t.layer.weight_grad);
+  pass_json(w, "recompute", t.layer.recompute);
+  w.field("tp_comm_s", t.layer_tp_comm_s);
+  w.end_object();
+  w.field("transfer_s", t.transfer_s);
+  w.key("ranks").begin_array();
+  for (const RankStepTime& r : t.ranks) {
+    w.begin_object().field("stage", r.stage);
+    pass_json(w, "forward", r.forward);
+    pass_json(w, "input_grad", r.input_grad);
+    pass_json(w, "weight_grad", r.weight_grad);
+    pass_json(w, "recompute", r.recompute);
+    w.field("tp_comm_s", r.tp_comm_s).field("pp_transfer_s", r.pp_transfer_s);
+    w.field("dp_sync_s", r.dp_sync_s).field("dp_exposed_s", r.dp_exposed_s);
+    w.field("optimizer_s", r.optimizer_s).field("gather_s", r.gather_s).field("busy_s", r.busy_s);
+    w.end_object();
+  }
+  w.end_array();
+  w.field("iteration_s", t.iteration_s).field("bubble", t.bubble);
+  w.field("model_flops", t.model_flops).field("mfu", t.mfu);
+  w.end_object();
+}
+
+}  // namespace pipebench

@@ -1,0 +1,185 @@
+// The hardware time model (issue 38, docs/time-model.md): device presets and
+// the [device] keys they fill, the GEMM model (efficiency table, wave
+// quantization, memory roofline), every piece's GEMM FLOPs equal to its
+// Cost's, the planner and the sim backend sharing action_seconds and
+// optimizer_seconds, and the iteration the plan predicts.
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "../support/config_text.hpp"
+
+#include "pipebench/core/config.hpp"
+#include "pipebench/core/device_preset.hpp"
+#include "pipebench/core/workload_identity.hpp"
+#include "pipebench/model/time_model.hpp"
+#include "pipebench/plan/plan.hpp"
+#include "pipebench/plan/plan_format.hpp"
+#include "pipebench/plan/time_breakdown.hpp"
+
+using namespace pipebench;
+
+namespace {
+
+const std::string kJob = R"(schema = 1
+[job]
+name = "tm"
+[model]
+kind = "gpt"
+hidden = 256
+layers = 4
+heads = 8
+ffn_hidden = 1024
+seq_len = 128
+vocab = 1000
+dtype = "fp16"
+[device]
+backend = "sim"
+preset = "a100-80gb"
+[[run]]
+name = "pp2"
+pipeline_size = 2
+micro_batch_size = 2
+num_microbatches = 4
+)";
+
+// A device on which every GEMM runs at its peak and memory is free: the GEMM
+// terms are then FLOPs / peak exactly.
+constexpr std::array<GemmEfficiencyPoint, 2> kIdeal{{{1, 1.0}, {1 << 20, 1.0}}};
+const DevicePreset kIdealDevice{"ideal", "", 1ull << 40, 8, 1e15, 1e15, 1, 1e30, 1.0, 0.0, kIdeal,
+                                LinkPreset{1e11, 1e-5}, LinkPreset{1e10, 2e-5}};
+
+ModelSpec spec(ModelKind kind) {
+  ModelSpec m;
+  m.kind = kind;
+  m.hidden = 256;
+  m.layers = 4;
+  m.heads = 8;
+  m.kv_heads = kind == ModelKind::llama ? 4 : 8;
+  m.ffn_hidden = 512;
+  m.seq_len = 64;
+  m.vocab = 1000;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("device presets: known names, unknown refused with the list", "[time_model]") {
+  REQUIRE(device_presets().size() == 3);
+  for (const char* name : {"a100-80gb", "h100-80gb", "h200-141gb"}) {
+    const DevicePreset* p = find_device_preset(name);
+    REQUIRE(p != nullptr);
+    CHECK(p->gpus_per_node == 8);
+    CHECK(p->matrix_flops_16bit > p->fp32_flops);
+    CHECK(p->intra_node.bus_bytes_per_s > p->inter_node.bus_bytes_per_s);
+  }
+  CHECK(find_device_preset("v100") == nullptr);
+  const std::string e = testing::error_of(testing::replaced(kJob, "preset = \"a100-80gb\"", "preset = \"v100\""));
+  CHECK_THAT(e, Catch::Contains("w.toml:15") && Catch::Contains("device.preset") && Catch::Contains("\"h200-141gb\""));
+}
+
+TEST_CASE("device presets fill the [device] keys the workload leaves unset", "[time_model]") {
+  const Job job = parse_job(kJob, "w.toml");
+  const DevicePreset& a100 = *find_device_preset("a100-80gb");
+  REQUIRE(job.device.preset == &a100);
+  CHECK(job.device.memory_capacity_bytes == 81920ull << 20);
+  CHECK(job.device.ranks_per_node == 8);
+  CHECK(job.device.sim_link_gbps == Approx(a100.intra_node.bus_bytes_per_s * 8e-9));
+  CHECK(job.device.sim_inter_node_gbps == Approx(a100.inter_node.bus_bytes_per_s * 8e-9));
+  CHECK(job.device.sim_inter_node_latency_us == Approx(20.0));
+  // Set keys win, wherever they stand in the table.
+  const Job own = parse_job(testing::replaced(kJob, "preset = \"a100-80gb\"",
+                                              "memory_capacity = \"40GiB\"\npreset = \"a100-80gb\"\nranks_per_node = 4"),
+                            "w.toml");
+  CHECK(own.device.memory_capacity_bytes == 40ull << 30);
+  CHECK(own.device.ranks_per_node == 4);
+  // The preset is part of the workload's identity (it changes every modelled time).
+  const Job none = parse_job(testing::replaced(kJob, "preset = \"a100-80gb\"\n", ""), "w.toml");
+  CHECK(workload_keys(job, job.runs[0]).at("device.preset") == "a100-80gb");
+  CHECK(workload_keys(none, none.runs[0]).count("device.preset") == 0);
+}
+
+TEST_CASE("GEMM model: efficiency table, wave quantization, memory roofline", "[time_model]") {
+  const DevicePreset& a100 = *find_device_preset("a100-80gb");
+  const TimeModel tm(a100, DType::fp16);
+  CHECK(tm.peak_flops() == 312e12);
+  CHECK(TimeModel(a100, DType::fp32).peak_flops() == 19.5e12);
+  // The table's points, log-interpolated between them, clamped outside.
+  CHECK(tm.k_efficiency(64) == Approx(0.55));
+  CHECK(tm.k_efficiency(90.5) == Approx(0.55 + 0.5 * (0.68 - 0.55)).epsilon(1e-3));
+  CHECK(tm.k_efficiency(1) == Approx(0.40));
+  CHECK(tm.k_efficiency(1e6) == Approx(0.85));
+  // 108 SMs: 109 tiles need two waves, the second nearly empty.
+  CHECK(tm.wave_efficiency(108) == Approx(1.0));
+  CHECK(tm.wave_efficiency(109) == Approx(109.0 / 216.0));
+  // A large square GEMM is compute-bound: FLOPs / (peak · table · waves).
+  const double n = 8192;
+  const double tiles = (n / 256) * (n / 128);
+  CHECK(tm.gemm_s(n, n, n) == Approx(2 * n * n * n / (312e12 * 0.85 * tm.wave_efficiency(tiles))));
+  // K = 16: fewer FLOPs than bytes allow; the three matrices' streaming decides.
+  const double bytes = 2.0 * (n * 16 + 16 * n + n * n);
+  CHECK(tm.gemm_s(n, n, 16) == Approx(bytes / (2039e9 * 0.85)));
+  CHECK(tm.gemm_s(0, n, n) == 0.0);
+}
+
+TEST_CASE("time model: every piece's GEMM FLOPs are its Cost's", "[time_model]") {
+  const TimeModel tm(kIdealDevice, DType::fp16);
+  for (ModelKind kind : {ModelKind::gpt, ModelKind::llama, ModelKind::mlp})
+    for (TensorSplit split : {TensorSplit{1, false, false}, TensorSplit{2, false, false}, TensorSplit{4, true, true}}) {
+      if (kind == ModelKind::mlp && split.selective_recompute) continue;
+      CAPTURE(static_cast<int>(kind), split.degree, split.sequence_parallel);
+      const ModelDesc model(spec(kind), DType::fp16, split);
+      const Cost c = model.stage(3, 2, true, true);
+      const PieceTime t = tm.stage(model, 3, 2, true, true);
+      auto flops = [](const PassTime& p) { return (p.gemm_s + p.attention_s) * 1e15; };
+      CHECK(flops(t.forward) == Approx(c.forward_flops).epsilon(1e-12));
+      CHECK(flops(t.input_grad) + flops(t.weight_grad) == Approx(c.backward_flops).epsilon(1e-12));
+      CHECK(flops(t.recompute) == Approx(c.recompute_flops).margin(1e-3));
+      // Nothing moves on this device but the memory-bound kernels, which cost nothing here either.
+      CHECK(t.forward.elementwise_s == Approx(0.0).margin(1e-20));
+    }
+}
+
+TEST_CASE("time model: the planner's costs are the terms plus the collectives; the optimizer streams its state",
+          "[time_model]") {
+  const Job job = parse_job(kJob, "w.toml");
+  const RunPlan plan = plan_run(job, job.runs[0]);
+  const ModelDesc model(job.model, DType::fp16, tensor_split(job.runs[0]));
+  const TimeModel tm(*job.device.preset, DType::fp16);
+  for (std::size_t v = 0; v < plan.partition.stages.size(); ++v) {
+    const StageRange& st = plan.partition.stages[v];
+    const PieceTime t = tm.stage(model, 2, st.num_layers, st.has_embedding, st.has_head);
+    CHECK(plan.costs.forward[v] == Approx(t.forward.total()));
+    CHECK(plan.costs.backward[v] == Approx(t.input_grad.total() + t.weight_grad.total()));
+  }
+  // AdamW with fp16 storage: 34 bytes per parameter streamed, one kernel.
+  const StagePlan& sp = plan.stages[0];
+  CHECK(sp.optimizer_s == Approx(34.0 * sp.cost.params / (2039e9 * 0.85) + 5e-6));
+  // The iteration: the latest rank's last action, then its optimizer step.
+  double iteration = 0.0;
+  for (const StagePlan& s : plan.stages)
+    iteration = std::max(iteration, plan.simulated.last_end[static_cast<std::size_t>(s.stage)] + s.optimizer_s);
+  CHECK(plan.iteration_s == Approx(iteration));
+  CHECK(plan.iteration_s > plan.step_s);
+  // The breakdown reports the same figures, and MFU by its convention.
+  const TimeBreakdown b = time_breakdown(job, plan);
+  CHECK(b.ranks.size() == 2);
+  CHECK(b.ranks[1].forward.total() == Approx(4 * plan.costs.forward[1]));
+  CHECK(b.mfu == Approx(step_flops(plan) / (plan.iteration_s * 2 * 312e12)));
+  CHECK_THAT(format_plan_json(plan_job(job)), Catch::Contains("\"time_model\"") && Catch::Contains("\"mfu\""));
+  CHECK_THAT(format_plan_text(plan_job(job)), Catch::Contains("time model (a100-80gb"));
+}
+
+TEST_CASE("pipeline transfers ride the inter-node link when a pipeline spans nodes", "[time_model]") {
+  Job job = parse_job(kJob, "w.toml");
+  const RunSpec& run = job.runs[0];
+  const std::uint64_t bytes = 1 << 20;
+  const parallel::Link one_node = parallel::pipeline_link(job.device, run);  // 2 ranks on a node of 8
+  CHECK_FALSE(one_node.inter_node);
+  job.device.ranks_per_node = 1;
+  const parallel::Link spread = parallel::pipeline_link(job.device, run);
+  CHECK(spread.inter_node);
+  CHECK(parallel::transfer_s(spread, bytes) == Approx(20e-6 + bytes / 23e9));
+  CHECK(plan_run(job, run).costs.transfer == Approx(parallel::transfer_s(spread, 2 * 128 * 256 * 2)));
+}
