@@ -266,12 +266,12 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
   plan.stages = std::move(memory.stages);
   plan.warnings = std::move(memory.warnings);
   plan_grad_sync(job, plan);
-  plan.iteration_s = plan.step_s;
+  // The global gradient norm (clipping) waits for every rank: the optimizer
+  // steps start together at step_s.
+  double after = 0.0;
   if (run.mode == RunMode::train)
-    for (const StagePlan& sp : plan.stages) {
-      const double work = std::max(plan.simulated.last_end[static_cast<std::size_t>(sp.stage)], sp.grad_sync.end_s);
-      plan.iteration_s = std::max(plan.iteration_s, work + sp.optimizer_s + sp.grad_sync.gather_s);
-    }
+    for (const StagePlan& sp : plan.stages) after = std::max(after, sp.optimizer_s + sp.grad_sync.gather_s);
+  plan.iteration_s = plan.step_s + after;
   return plan;
 }
 

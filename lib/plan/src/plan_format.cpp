@@ -410,6 +410,9 @@ void emit_plan_json(const JobPlan& plan, JsonWriter& w) {
     w.field("transfer_s", rp.costs.transfer);
     w.field("step_s", rp.step_s);  // the makespan, with replicas their gradient all-reduce too
     w.field("iteration_s", rp.iteration_s);  // the step as measured: with the optimizer
+    std::vector<double> optimizer_s;
+    for (const StagePlan& sp : rp.stages) optimizer_s.push_back(sp.optimizer_s);
+    w.array("optimizer_s", optimizer_s);
     if (r.data_parallel > 1 && r.mode == RunMode::train) grad_sync_json(w, rp);
     w.end_object();
     if (job.device.preset) time_breakdown_json(w, time_breakdown(job, rp));

@@ -362,20 +362,34 @@ namespace {
 // action's end (its stage's, simulated) plus its median counted exposed time,
 // and the bubble is over that step — the measured bubble's definition. Without
 // replicas: the simulation's bubble.
-double with_grad_sync(const RunResult& r, const SimResult& sim) {
-  if (r.grad_sync_exposed_s.empty() || r.pipeline_rank.empty()) return sim.bubble;
-  const std::size_t n = r.pipeline_rank.size();
-  double step = sim.makespan, busy = 0.0;
+// The median over counted steps of `per_step[k][i]`; NaN when none.
+double counted_median(const RunResult& r, const std::vector<std::vector<double>>& per_step, std::size_t i) {
+  std::vector<double> v;
+  for (std::size_t k = 0; k < per_step.size() && k < r.is_warmup.size(); ++k)
+    if (!r.is_warmup[k] && i < per_step[k].size()) v.push_back(per_step[k][i]);
+  return v.empty() ? kNaN : median_of(v);
+}
+
+// The simulated schedule's bubble as the measured one counts it: with
+// replicas each rank's median exposed synchronisation after its stage's last
+// action; then every rank's median optimizer step, busy, after the step's
+// work (the global gradient norm waits for every rank).
+double simulated_step_bubble(const RunResult& r, const SimResult& sim) {
+  const std::size_t n = r.pipeline_rank.empty() ? sim.busy.size() : r.pipeline_rank.size();
+  double step = sim.makespan, busy = 0.0, optimizer = 0.0;
   for (std::size_t i = 0; i < n; ++i) {
-    const auto stage = static_cast<std::size_t>(r.pipeline_rank[i]);
+    const auto stage = r.pipeline_rank.empty() ? i : static_cast<std::size_t>(r.pipeline_rank[i]);
     if (stage >= sim.busy.size()) return sim.bubble;
-    std::vector<double> exposed;
-    for (std::size_t k = 0; k < r.grad_sync_exposed_s.size() && k < r.is_warmup.size(); ++k)
-      if (!r.is_warmup[k] && i < r.grad_sync_exposed_s[k].size()) exposed.push_back(r.grad_sync_exposed_s[k][i]);
-    if (!exposed.empty()) step = std::max(step, sim.last_end[stage] + median_of(exposed));
+    const double exposed = counted_median(r, r.grad_sync_exposed_s, i);
+    if (std::isfinite(exposed)) step = std::max(step, sim.last_end[stage] + exposed);
+    const double opt = counted_median(r, r.optimizer_s, i);
+    if (std::isfinite(opt)) {
+      optimizer = std::max(optimizer, opt);
+      busy += opt;
+    }
     busy += sim.busy[stage];
   }
-  return 1.0 - busy / (static_cast<double>(n) * step);
+  return 1.0 - busy / (static_cast<double>(n) * (step + optimizer));
 }
 
 }  // namespace
@@ -400,16 +414,16 @@ RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<Ra
   if (plan.run.mode == RunMode::inference && steps > 0) r.microbatch_latency_s = digest.microbatch_latency(steps);
 
   // bubble_simulated: the schedule simulated with this run's per-action
-  // medians; on the sim backend with its modelled link too (sim_load ×
-  // DeviceSpec::sim_transfer_s of the boundary bytes, what the transport's
-  // LinkModel takes per message), so that what is left between the two is
-  // what the executor and the transport add themselves.
+  // medians and optimizer steps (simulated_step_bubble); on the sim backend
+  // with its modelled link too (sim_load × the transfer on the run's pipeline
+  // link, what the transport's LinkModel takes per message), so that what is
+  // left between the two is what the executor and the transport add themselves.
   const bool any_counted = std::count(r.is_warmup.begin(), r.is_warmup.end(), 0) > 0;
   if (any_counted) {
     SimCosts costs = digest.costs(job.train.warmup);
     if (job.device.backend == BackendKind::sim) costs.transfer = job.device.sim_load * plan.costs.transfer;
     const SimResult sim = simulate_checked(plan.schedule, costs, false);  // a plan's schedule is validated
-    if (sim.completed && sim.makespan > 0.0) r.bubble_simulated = with_grad_sync(r, sim);
+    if (sim.completed && sim.makespan > 0.0) r.bubble_simulated = simulated_step_bubble(r, sim);
   }
   return r;
 }

@@ -108,9 +108,9 @@ struct RunPlan {
   // The step without the optimizer: simulated.makespan, or with replicas the
   // latest of every rank's last action and its gradient all-reduce.
   double step_s = 0.0;
-  // The whole step as the runner measures it (the latest rank's end): every
-  // rank's last action or the end of its gradient reduction, then its
-  // optimizer step and ZeRO-1's all-gather. Inference: step_s.
+  // The whole step as the runner measures it (the latest rank's end): step_s,
+  // then — every rank waits for the global gradient norm (clipping) — the
+  // longest optimizer step and ZeRO-1 all-gather of any rank. Inference: step_s.
   double iteration_s = 0.0;
   std::vector<std::string> warnings;
 };
