@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <chrono>
 #include <memory>
 #include <unistd.h>  // getpid
 
@@ -37,7 +38,8 @@ struct TuneCmdOptions {
   std::string job_path;
   std::vector<std::string> overrides;
   TuneOptions tune;
-  std::vector<std::string> schedules, partitions, shardings;
+  std::vector<std::string> schedules, partitions, shardings, recompute, sequence_parallel;
+  int gpus = 0, gpus_per_node = 0;
   int top = 15;
   std::string format = "text";
   std::string output;           // the workload written; default <job>_tuned.toml
@@ -52,6 +54,8 @@ std::string schedule_text(const TuneCandidate& c) {
   std::string s(to_string(c.schedule));
   if (c.schedule == ScheduleKind::interleaved_one_f_one_b) s += fmt::format(" v{}", c.virtual_stages_per_rank);
   if (c.data_parallel > 1 && c.sharding != OptimizerSharding::none) s += fmt::format(" {}", to_string(c.sharding));
+  if (c.recompute != Recompute::none) s += c.recompute == Recompute::full ? " rc-full" : " rc-sel";
+  if (c.tensor_parallel > 1 && c.sequence_parallel) s += " sp";
   return s;
 }
 
@@ -118,21 +122,42 @@ void print_table(const Job& job, const TuneResult& r, int top) {
     fmt::print("  {} candidate(s) do not fit at micro-batch 1; the closest: {} {} {}: {}\n", not_fitting.size(),
                closest->layout(), schedule_text(*closest), to_string(closest->partition), closest->why_not);
   }
-  // Skipped candidates, one line per schedule: the sizes and the first reason.
+  // Skipped candidates, one line per schedule: the sizes and the first
+  // reason; at most kSkippedLines of them (the JSON has every candidate).
+  constexpr std::size_t kSkippedLines = 8;
   std::vector<std::string> seen;
   for (const auto& c : r.candidates) {
     if (c.fits || !c.peak_bytes.empty()) continue;
     const std::string sched = schedule_text(c);
     if (std::find(seen.begin(), seen.end(), sched) != seen.end()) continue;
     seen.push_back(sched);
+    if (seen.size() > kSkippedLines) continue;
     std::vector<int> ps;
     for (const auto& d : r.candidates)
       if (!d.fits && d.peak_bytes.empty() && schedule_text(d) == sched) ps.push_back(d.pipeline_size);
     fmt::print("  skipped {} on p = {} ({}: {})\n", sched, p_ranges(ps), c.layout(), c.why_not);
   }
+  if (seen.size() > kSkippedLines)
+    fmt::print("  ... skipped candidates of {} more schedule variants (--format json lists every candidate)\n",
+               seen.size() - kSkippedLines);
 }
 
-void print_answer(const TuneCmdOptions& o, const Job& job, const TuneResult& result) {
+// With a device preset: the first candidates' steps by term (docs/time-model.md).
+void print_terms(const TuneResult& r, int top) {
+  fmt::print("\n  the busiest rank's step by term (time model; docs/time-model.md):\n");
+  fmt::print("  {:>3} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7}\n", "#", "step", "compute", "tp comm",
+             "dp exposed", "optimizer", "bubble+wait", "pp sends", "MFU");
+  int shown = 0;
+  for (const auto& c : r.candidates) {
+    if (!c.fits || !c.terms || shown == top) continue;
+    const TuneCandidate::Terms& t = *c.terms;
+    fmt::print("  {:>3} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>6.1f}%\n", ++shown, format_seconds(c.step_time_s),
+               format_seconds(t.compute_s), format_seconds(t.tp_comm_s), format_seconds(t.dp_exposed_s),
+               format_seconds(t.optimizer_s), format_seconds(t.idle_s), format_seconds(t.pp_transfer_s), 100.0 * c.mfu);
+  }
+}
+
+void print_answer(const TuneCmdOptions& o, const Job& job, const TuneResult& result, double search_s) {
   const std::string batch = o.tune.global_batch > 0       ? fmt::format("global batch {}", o.tune.global_batch)
                             : o.tune.num_microbatches > 0 ? fmt::format("{} micro-batches", o.tune.num_microbatches)
                                                           : fmt::format("m for a bubble <= {:.3g}", o.tune.bubble_target);
@@ -142,14 +167,34 @@ void print_answer(const TuneCmdOptions& o, const Job& job, const TuneResult& res
   const std::string tensor = degrees.size() > 1 || degrees.front() > 1
                                  ? fmt::format(" x t tensor ranks (t in {})", fmt::join(degrees, ","))
                                  : "";
-  fmt::print("pipebench tune: job \"{}\" (template run \"{}\"), up to {} ranks as p stages x d replicas{}, {}, "
-             "memory_capacity {}, planner's memory model ({} backend); {} candidates, {} fit\n\n",
-             job.name, result.template_run.name, o.tune.max_ranks, tensor, batch,
+  fmt::print("pipebench tune: job \"{}\" (template run \"{}\"), {} {} ranks as p stages x d replicas{}, {}, "
+             "memory_capacity {}, planner's memory model ({} backend){}; {} candidates judged in {:.2f} s, {} fit\n\n",
+             job.name, result.template_run.name, o.tune.all_ranks ? "all" : "up to", o.tune.max_ranks, tensor, batch,
              format_bytes(static_cast<double>(job.device.memory_capacity_bytes)), to_string(job.device.backend),
-             result.candidates.size(), fitting);
+             job.device.preset ? fmt::format(", time model {}", job.device.preset->name) : "", result.candidates.size(),
+             search_s, fitting);
   print_table(job, result, o.top);
+  if (job.device.preset) print_terms(result, std::min(o.top, 5));
   fmt::print("\n{}\n", tune_answer_line(result));
   if (!result.idle_note.empty()) fmt::print("{}\n", result.idle_note);
+}
+
+// `--gpus N`: every rank used, and every dimension of the layout searched
+// that the user did not narrow.
+void layout_question_defaults(TuneCmdOptions& o) {
+  o.tune.max_ranks = o.gpus;
+  o.tune.all_ranks = true;
+  if (o.recompute.empty()) o.recompute = {"none", "selective", "full"};
+  if (o.sequence_parallel.empty()) o.sequence_parallel = {"on", "off"};
+  if (o.shardings.empty()) o.shardings = {"none", "zero1"};
+  if (o.schedules.empty()) o.schedules = {"1f1b", "interleaved-1f1b"};
+  if (o.tune.virtual_stages.empty()) o.tune.virtual_stages = {2, 3, 4};
+}
+
+std::vector<Recompute> parse_recompute(const std::vector<std::string>& names) {
+  std::vector<Recompute> out;
+  for (const auto& n : names) out.push_back(n == "full" ? Recompute::full : n == "selective" ? Recompute::selective : Recompute::none);
+  return out;
 }
 
 std::vector<ScheduleKind> parse_schedules(const std::vector<std::string>& names) {
@@ -252,7 +297,20 @@ Handler add_tune_command(CLI::App& app) {
       "tune", "Seed 000's procedure from the planner: stages, split and micro-batch for up to N ranks, ranked; "
               "writes a ready workload (no MPI needed; --confirm and --verify launch runs)");
   cmd->add_option("job", o->job_path, "workload file (jobs/*.toml): its model, train and device tables")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--ranks", o->tune.max_ranks, "ranks (GPUs) available: every p stages x d replicas x t tensor ranks with p x d x t <= N is tried")->required()->check(CLI::Range(1, kMaxPipelineSize));
+  auto* ranks = cmd->add_option("--ranks", o->tune.max_ranks, "ranks (GPUs) available: every p stages x d replicas x t tensor ranks with p x d x t <= N is tried")->check(CLI::Range(1, kMaxRanks));
+  auto* gpus = cmd->add_option("--gpus", o->gpus,
+                  "the layout question: GPUs to lay out, all of them (p x d x t = N); searches every recomputation, "
+                  "sequence parallelism, ZeRO-1, 1f1b and interleaved-1f1b (v 2-4) unless narrowed (docs/tune.md)")
+                  ->check(CLI::Range(1, kMaxRanks));
+  ranks->excludes(gpus);
+  cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node (device.ranks_per_node): t stays within a node")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--recompute", o->recompute, "recomputation modes to try: none, selective, full (repeatable; default: the template's)")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
+  cmd->add_option("--sequence-parallel", o->sequence_parallel, "sequence parallelism with t > 1: on, off (repeatable; default: the template's)")
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--virtual-stages", o->tune.virtual_stages, "interleaved-1f1b chunks per rank to try (repeatable; default: the template's, else 2)")
+      ->check(CLI::Range(2, 64));
   cmd->add_option("--data-parallel", o->tune.data_parallel, "replica counts to try (repeatable; default: every d with p x d <= N)")
       ->check(CLI::Range(1, kMaxPipelineSize));
   cmd->add_option("--tensor-parallel", o->tune.tensor_parallel,
@@ -283,13 +341,20 @@ Handler add_tune_command(CLI::App& app) {
   cmd->add_option("--results", o->results_dir, "--confirm/--verify: results folder (default: results)");
   cmd->add_option("--trial-timeout", o->trial_timeout_s, "--confirm: seconds before a trial is killed (default 900)")->check(CLI::PositiveNumber);
   return [o]() -> int {
+    if (o->tune.max_ranks < 1 && o->gpus < 1) throw ConfigError("tune: give --ranks N or --gpus N");
+    if (o->gpus_per_node > 0) o->overrides.push_back(fmt::format("device.ranks_per_node={}", o->gpus_per_node));
+    if (o->gpus > 0) layout_question_defaults(*o);
+    const auto started = std::chrono::steady_clock::now();
     const Job job = load_job(o->job_path, o->overrides);
     o->tune.schedules = parse_schedules(o->schedules);
     o->tune.partitions = parse_partitions(o->partitions);
     o->tune.shardings = parse_shardings(o->shardings);
+    o->tune.recompute = parse_recompute(o->recompute);
+    for (const auto& v : o->sequence_parallel) o->tune.sequence_parallel.push_back(v == "on");
     const TuneResult result = tune(job, o->tune);
+    const double search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const bool text = o->format == "text";
-    if (text) print_answer(*o, job, result);
+    if (text) print_answer(*o, job, result, search_s);
     if (!result.best()) {
       if (!text) fmt::print("{}", format_tune_json(job, result, TunedWorkload{}, ""));
       return kRunFailed;

@@ -130,7 +130,7 @@ TEST_CASE("tune: ZeRO-1 lets replicas fit; the layout uses every rank and is wri
   CHECK(r.best()->grad_sync_exposed_s > 0.0);
   // The step includes the synchronisation: the planner's step_s.
   const RunPlan plan = plan_run(job, r.best()->run(job.runs.front(), "x"));
-  CHECK(r.best()->step_time_s == plan.step_s);
+  CHECK(r.best()->step_time_s == plan.iteration_s);  // the step as measured: with the optimizer
   CHECK(plan.step_s > plan.simulated.makespan);
   const TunedWorkload w = tuned_workload(job, r);
   CHECK(w.ranks_needed == 64);
@@ -425,4 +425,69 @@ TEST_CASE("tune: a replicated layout that does not fit is the planner's verdict 
     ++checked;
   }
   CHECK(checked >= 4);  // p 8 x d 2..8, p 16 x d 2..4, p 24 x d 2, p 32 x d 2
+}
+
+TEST_CASE("tune --gpus: every layout uses all N ranks; recomputation, sequence parallelism and v are searched",
+          "[tune]") {
+  const Job job = load_job(std::string(PIPEBENCH_SOURCE_DIR) + "/jobs/korthikanti/gpt_22b_sim.toml");
+  TuneOptions o;
+  o.max_ranks = 8;
+  o.all_ranks = true;
+  o.global_batch = 4;
+  o.template_run = "tp8_sp_selective";
+  o.recompute = {Recompute::none, Recompute::selective, Recompute::full};
+  o.sequence_parallel = {true, false};
+  o.shardings = {OptimizerSharding::none, OptimizerSharding::zero1};
+  o.schedules = {ScheduleKind::one_f_one_b, ScheduleKind::interleaved_one_f_one_b};
+  o.virtual_stages = {2, 3};
+  const TuneResult r = tune(job, o);
+  REQUIRE(r.best() != nullptr);
+  bool selective = false, full = false, sp = false, no_sp = false, v3 = false;
+  for (const TuneCandidate& c : r.candidates) {
+    CHECK(c.ranks() == 8);
+    if (!c.fits) continue;
+    selective |= c.recompute == Recompute::selective;
+    full |= c.recompute == Recompute::full;
+    sp |= c.tensor_parallel > 1 && c.sequence_parallel;
+    no_sp |= c.tensor_parallel > 1 && !c.sequence_parallel;
+    v3 |= c.virtual_stages_per_rank == 3;
+    // The time model's terms and MFU come with every fitting candidate (a preset job).
+    REQUIRE(c.terms.has_value());
+    CHECK(c.mfu > 0.0);
+    CHECK(c.mfu < 1.0);
+    CHECK(c.terms->compute_s + c.terms->tp_comm_s < c.step_time_s);
+  }
+  CHECK((selective && full && sp && no_sp && v3));
+  // What tune ranks is what the planner predicts for the written run, recomputation and SP included.
+  const TuneCandidate& best = *r.best();
+  const RunSpec run = best.run(job.runs[0], "best");
+  CHECK(run.recompute == best.recompute);
+  CHECK(run.sequence_parallel == (best.tensor_parallel > 1 && best.sequence_parallel));
+  CHECK(plan_run(job, run).iteration_s == Approx(best.step_time_s));
+  // The published layout (p 1 x t 8, SP + selective, micro-batch 4) is among them.
+  const auto published = std::find_if(r.candidates.begin(), r.candidates.end(), [](const TuneCandidate& c) {
+    return c.pipeline_size == 1 && c.tensor_parallel == 8 && c.sequence_parallel && c.recompute == Recompute::selective;
+  });
+  REQUIRE(published != r.candidates.end());
+  CHECK(published->fits);
+}
+
+TEST_CASE("tune: sequence parallelism is part of a fit's identity (a cached answer for one is not the other's)",
+          "[tune]") {
+  // At t = 8 without sequence parallelism the norms' regions are whole on
+  // every rank: more memory than with it, at the same p, m and micro-batch.
+  const Job job = load_job(std::string(PIPEBENCH_SOURCE_DIR) + "/jobs/korthikanti/gpt_22b_sim.toml");
+  TuneOptions o;
+  o.max_ranks = 8;
+  o.all_ranks = true;
+  o.num_microbatches = 1;
+  o.template_run = "tp8_sp_selective";
+  o.tensor_parallel = {8};
+  o.sequence_parallel = {true, false};
+  const TuneResult r = tune(job, o);
+  const TuneCandidate *with = nullptr, *without = nullptr;
+  for (const TuneCandidate& c : r.candidates) (c.sequence_parallel ? with : without) = &c;
+  REQUIRE(with != nullptr);
+  REQUIRE(without != nullptr);
+  CHECK(with->max_micro_batch > without->max_micro_batch);
 }

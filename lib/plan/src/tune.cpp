@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -14,6 +15,7 @@
 #include "pipebench/core/json.hpp"
 #include "pipebench/core/units.hpp"
 #include "pipebench/plan/plan.hpp"
+#include "pipebench/plan/time_breakdown.hpp"
 
 namespace pipebench {
 
@@ -28,7 +30,8 @@ RunSpec TuneCandidate::run(const RunSpec& like, std::string name) const {
   r.data_parallel = data_parallel;
   r.optimizer_sharding = data_parallel > 1 ? sharding : OptimizerSharding::none;
   r.tensor_parallel = tensor_parallel;
-  r.sequence_parallel = tensor_parallel > 1 && like.sequence_parallel;
+  r.sequence_parallel = tensor_parallel > 1 && sequence_parallel;
+  r.recompute = recompute;
   r.schedule = schedule;
   r.virtual_stages_per_rank = virtual_stages_per_rank;
   r.remainder = partition;
@@ -83,11 +86,12 @@ const RunSpec& pick_template(const Job& job, const std::string& name) {
 // layouts differing only in d share their answers unless sharded.
 class FitCache {
  public:
-  using Key = std::tuple<int, int, int, int, int, int, int, int, int, double>;
+  using Key = std::tuple<int, int, int, int, int, int, bool, int, int, int, double>;
   static Key key(const RunSpec& r, double fraction) {
     const int d = r.optimizer_sharding == OptimizerSharding::zero1 ? r.data_parallel : 1;
     return {r.pipeline_size, r.virtual_stages_per_rank, static_cast<int>(r.schedule), static_cast<int>(r.remainder), d,
-            r.tensor_parallel, r.micro_batch_size, r.num_microbatches, static_cast<int>(r.recompute), fraction};
+            r.tensor_parallel, r.sequence_parallel, r.micro_batch_size, r.num_microbatches, static_cast<int>(r.recompute),
+            fraction};
   }
   std::map<Key, bool> answers;
 };
@@ -141,8 +145,10 @@ class CandidateSearch {
   TuneCandidate evaluate_unchecked() {
     const int p = c_.pipeline_size, v = c_.virtual_stages_per_rank;
     if (p * v > job_.model.layers) return skip(fmt::format("{} x {} model chunks exceed the {} layers", p, v, job_.model.layers));
-    if (const std::string why = tensor_parallel_problem(job_.model, c_.tensor_parallel, like_.sequence_parallel); !why.empty())
+    if (const std::string why = tensor_parallel_problem(job_.model, c_.tensor_parallel, c_.sequence_parallel); !why.empty())
       return skip(why);
+    if (c_.recompute == Recompute::full && (c_.schedule == ScheduleKind::zb_h1 || c_.schedule == ScheduleKind::zb_v))
+      return skip(fmt::format("recompute = \"full\" with {} (a split backward) is not supported", to_string(c_.schedule)));
     if (o_.global_batch > 0) return with_global_batch();
     int m = o_.num_microbatches;
     if (m > 0 && !valid_m(c_.schedule, p, v, m))
@@ -163,15 +169,18 @@ class CandidateSearch {
   TuneCandidate not_fitting(int m) {
     c_.num_microbatches = m;
     c_.micro_batch_size = 1;
-    const RunPlan plan = plan_run(job_, run_at(1, m));
+    // Its memory alone (no simulation: most candidates of a large search miss).
+    const RunSpec r = run_at(1, m);
+    const Partition partition = make_partition(model_, r);
+    const StageMemory mem = plan_memory(job_, r, schedule_for(r), partition);
     double worst = 0.0;
-    for (const auto& s : plan.stages) {
+    for (const auto& s : mem.stages) {
       c_.peak_bytes.push_back(s.total_bytes);
       worst = std::max(worst, s.capacity_fraction);
     }
     c_.peak_fraction = worst;
     c_.layers_per_stage.clear();
-    for (const auto& st : plan.partition.stages) c_.layers_per_stage.push_back(st.num_layers);
+    for (const auto& st : partition.stages) c_.layers_per_stage.push_back(st.num_layers);
     return skip(fmt::format("micro-batch 1 needs {:.2f}% of memory_capacity", 100.0 * worst));
   }
 
@@ -218,13 +227,17 @@ class CandidateSearch {
     return cache_.answers[key] = fits_unchecked(r, fraction);
   }
 
-  bool fits_unchecked(const RunSpec& r, double fraction) {
+  const Schedule& schedule_for(const RunSpec& r) {
     const int m = r.num_microbatches;
     auto it = schedules_.find(m);
     if (it == schedules_.end())
       it = schedules_.emplace(m, make_schedule(r.schedule, r.mode, r.pipeline_size, m, r.virtual_stages_per_rank)).first;
+    return it->second;
+  }
+
+  bool fits_unchecked(const RunSpec& r, double fraction) {
     try {
-      const StageMemory mem = plan_memory(job_, r, it->second, make_partition(model_, r));
+      const StageMemory mem = plan_memory(job_, r, schedule_for(r), make_partition(model_, r));
       return std::all_of(mem.stages.begin(), mem.stages.end(), [&](const StagePlan& s) {
         return static_cast<double>(s.total_bytes) <= fraction * static_cast<double>(job_.device.memory_capacity_bytes);
       });
@@ -270,7 +283,8 @@ class CandidateSearch {
     c_.margin = c_.peak_fraction <= kMemoryWarnFraction;
     c_.bubble = plan.simulated.bubble;
     c_.bubble_closed_form = plan.bubble_analytic;
-    c_.step_time_s = plan.step_s;
+    c_.step_time_s = plan.iteration_s;
+    if (job_.device.preset) add_terms(plan);
     for (double busy : plan.simulated.busy) c_.slowest_stage_s = std::max(c_.slowest_stage_s, busy);
     for (const auto& s : plan.stages) c_.grad_sync_exposed_s = std::max(c_.grad_sync_exposed_s, s.grad_sync.recorded_exposed_s());
     c_.samples_per_s = c_.step_time_s > 0 ? double(plan.run.global_batch()) / c_.step_time_s : 0.0;
@@ -285,6 +299,24 @@ class CandidateSearch {
       c_.replica_max_micro_batch = one;
     }
     return c_;
+  }
+
+  // The busiest rank's step by term (time_breakdown) and the MFU.
+  void add_terms(const RunPlan& plan) {
+    const TimeBreakdown b = time_breakdown(job_, plan);
+    const RankStepTime* busiest = &b.ranks.front();
+    for (const RankStepTime& r : b.ranks)
+      if (r.busy_s > busiest->busy_s) busiest = &r;
+    TuneCandidate::Terms t;
+    t.compute_s = busiest->forward.total() + busiest->input_grad.total() + busiest->weight_grad.total() +
+                  busiest->recompute.total();
+    t.tp_comm_s = busiest->tp_comm_s;
+    t.pp_transfer_s = busiest->pp_transfer_s;
+    t.dp_exposed_s = busiest->dp_exposed_s;
+    t.optimizer_s = busiest->optimizer_s;
+    t.idle_s = std::max(0.0, b.iteration_s - busiest->busy_s - t.dp_exposed_s - t.optimizer_s);
+    c_.terms = t;
+    c_.mfu = b.mfu;
   }
 
   const Job& job_;
@@ -329,12 +361,12 @@ void rank_candidates(std::vector<TuneCandidate>& cands) {
 // micro-batch 1 with one replica does not fit with d either, so its d = 1
 // verdict is reused (the search then costs a plan per fitting layout only:
 // 70B GPT at 256 ranks, 1813 candidates, from 3.8 s to 0.9 s here).
-using MissKey = std::tuple<int, int, int, int, int>;
+using MissKey = std::tuple<int, int, int, int, int, int, bool>;
 TuneCandidate evaluate(const Job& job, const RunSpec& like, const TuneOptions& options, const TuneCandidate& c,
                        FitCache& cache, std::map<MissKey, TuneCandidate>& unsharded_misses) {
   const bool reusable = options.global_batch == 0 && c.sharding == OptimizerSharding::none;
   const MissKey key{c.pipeline_size, static_cast<int>(c.schedule), c.virtual_stages_per_rank, static_cast<int>(c.partition),
-                    c.tensor_parallel};
+                    c.tensor_parallel, static_cast<int>(c.recompute), c.sequence_parallel};
   if (reusable && c.data_parallel > 1)
     if (const auto it = unsharded_misses.find(key); it != unsharded_misses.end()) {
       TuneCandidate e = it->second;
@@ -352,6 +384,13 @@ TuneCandidate evaluate(const Job& job, const RunSpec& like, const TuneOptions& o
 std::vector<int> replica_counts(const TuneOptions& o, int pt, bool inference) {
   std::vector<int> out;
   if (inference) return {1};
+  if (o.all_ranks) {  // every rank: d = N / (p·t) where p·t divides N
+    if (o.max_ranks % pt != 0) return {};
+    const int d = o.max_ranks / pt;
+    if (o.data_parallel.empty() || std::find(o.data_parallel.begin(), o.data_parallel.end(), d) != o.data_parallel.end())
+      out.push_back(d);
+    return out;
+  }
   for (int d = 1; pt * d <= o.max_ranks; ++d)
     if (o.data_parallel.empty() || std::find(o.data_parallel.begin(), o.data_parallel.end(), d) != o.data_parallel.end())
       out.push_back(d);
@@ -373,8 +412,10 @@ std::vector<int> tensor_degrees(const Job& job, const RunSpec& like, const TuneO
 namespace {
 
 void check_options(const TuneOptions& o) {
-  if (o.max_ranks < 1 || o.max_ranks > kMaxPipelineSize)
-    throw ConfigError(fmt::format("tune: --ranks must be in [1, {}] (got {})", kMaxPipelineSize, o.max_ranks));
+  if (o.max_ranks < 1 || o.max_ranks > kMaxRanks)
+    throw ConfigError(fmt::format("tune: --ranks must be in [1, {}] (got {})", kMaxRanks, o.max_ranks));
+  for (int v : o.virtual_stages)
+    if (v < 2) throw ConfigError(fmt::format("tune: --virtual-stages {} must be at least 2", v));
   for (int d : o.data_parallel)
     if (d < 1 || d > o.max_ranks)
       throw ConfigError(fmt::format("tune: --data-parallel {} is outside [1, --ranks {}]", d, o.max_ranks));
@@ -408,6 +449,8 @@ TuneCandidate at_global_batch(const Job& job, const RunSpec& like, const TuneRes
   fresh.schedule = c.schedule;
   fresh.virtual_stages_per_rank = c.virtual_stages_per_rank;
   fresh.partition = c.partition;
+  fresh.recompute = c.recompute;
+  fresh.sequence_parallel = c.sequence_parallel;
   return CandidateSearch(job, like, at_batch, fresh, cache).evaluate();
 }
 
@@ -508,16 +551,13 @@ std::string idle_note(const Job& job, const TuneResult& result) {
 
 }  // namespace
 
-TuneResult tune(const Job& job, const TuneOptions& options) {
-  check_options(options);
-  TuneResult result;
-  result.options = options;
-  result.template_run = pick_template(job, options.template_run);
-  const RunSpec& like = result.template_run;
-  if (like.schedule == ScheduleKind::file && options.schedules.empty())
-    throw ConfigError(fmt::format("tune: run \"{}\" has a file schedule, fixed to its pipeline size; name built-in "
-                                  "schedules with --schedule",
-                                  like.name));
+namespace {
+
+// Every candidate a search judges, before evaluation (docs/tune.md): each
+// tensor degree, pipeline size, replica count, sharding (d > 1), schedule
+// with its chunks per rank, partition rule, recomputation and (t > 1)
+// sequence parallelism asked for, each defaulting to the template's.
+std::vector<TuneCandidate> search_space(const Job& job, const RunSpec& like, const TuneOptions& options) {
   std::vector<ScheduleKind> schedules = options.schedules;
   if (schedules.empty()) schedules.push_back(like.schedule);
   std::vector<Remainder> partitions = options.partitions;
@@ -528,34 +568,68 @@ TuneResult tune(const Job& job, const TuneOptions& options) {
   std::vector<OptimizerSharding> shardings = options.shardings;
   if (shardings.empty()) shardings.push_back(like.optimizer_sharding);
   const bool inference = like.mode == RunMode::inference;
+  std::vector<Recompute> recomputes = options.recompute;
+  if (recomputes.empty() || inference) recomputes = {inference ? Recompute::none : like.recompute};
+  std::vector<bool> sps = options.sequence_parallel;
+  if (sps.empty()) sps.push_back(like.sequence_parallel);
+  const auto chunks = [&](ScheduleKind kind) {
+    if (kind != ScheduleKind::interleaved_one_f_one_b || inference || options.virtual_stages.empty())
+      return std::vector<int>{inference ? 1 : chunks_for(kind, like)};
+    return options.virtual_stages;
+  };
+  std::vector<TuneCandidate> out;
+  for (int t : tensor_degrees(job, like, options))
+    for (int p = 1; p <= std::min(options.max_ranks / t, job.model.layers); ++p)
+      for (int d : replica_counts(options, p * t, inference))
+        for (OptimizerSharding sharding : d > 1 ? shardings : std::vector<OptimizerSharding>{OptimizerSharding::none})
+          for (ScheduleKind kind : inference ? std::vector<ScheduleKind>{like.schedule} : schedules)
+            for (int v : chunks(kind))
+              for (Remainder rule : partitions)
+                for (Recompute recompute : recomputes)
+                  for (bool sp : t > 1 ? sps : std::vector<bool>{false}) {
+                    // One stage: one candidate per rule, a plain schedule.
+                    if (p == 1 && (kind != schedules.front() || v != chunks(kind).front())) continue;
+                    TuneCandidate c;
+                    c.pipeline_size = p;
+                    c.data_parallel = d;
+                    c.tensor_parallel = t;
+                    c.sharding = sharding;
+                    c.schedule = p == 1 && v > 1 ? ScheduleKind::one_f_one_b : kind;
+                    c.virtual_stages_per_rank = p == 1 ? 1 : v;
+                    c.partition = rule;
+                    c.recompute = recompute;
+                    c.sequence_parallel = sp;
+                    out.push_back(c);
+                  }
+  return out;
+}
+
+}  // namespace
+
+TuneResult tune(const Job& job, const TuneOptions& options) {
+  check_options(options);
+  TuneResult result;
+  result.options = options;
+  result.template_run = pick_template(job, options.template_run);
+  const RunSpec& like = result.template_run;
+  if (like.schedule == ScheduleKind::file && options.schedules.empty())
+    throw ConfigError(fmt::format("tune: run \"{}\" has a file schedule, fixed to its pipeline size; name built-in "
+                                  "schedules with --schedule",
+                                  like.name));
   FitCache cache;
   std::map<MissKey, TuneCandidate> unsharded_misses;
-  for (int t : tensor_degrees(job, like, options))
-  for (int p = 1; p <= std::min(options.max_ranks / t, job.model.layers); ++p)
-    for (int d : replica_counts(options, p * t, inference))
-      for (OptimizerSharding sharding : d > 1 ? shardings : std::vector<OptimizerSharding>{OptimizerSharding::none})
-        for (ScheduleKind kind : inference ? std::vector<ScheduleKind>{like.schedule} : schedules)
-          for (Remainder rule : partitions) {
-            TuneCandidate c;
-            c.pipeline_size = p;
-            c.data_parallel = d;
-            c.tensor_parallel = t;
-            c.sharding = sharding;
-            c.schedule = kind;
-            c.virtual_stages_per_rank = inference ? 1 : chunks_for(kind, like);
-            c.partition = rule;
-            // One stage: one candidate per partition rule, a plain schedule.
-            if (p == 1 && kind != schedules.front()) continue;
-            if (p == 1 && c.virtual_stages_per_rank > 1) c.schedule = ScheduleKind::one_f_one_b, c.virtual_stages_per_rank = 1;
-            TuneCandidate e = evaluate(job, like, options, c, cache, unsharded_misses);
-            // Two rules giving the same split are one candidate (the first rule's).
-            const bool same = std::any_of(result.candidates.begin(), result.candidates.end(), [&](const TuneCandidate& o) {
-              return same_layout(o, e) && o.sharding == e.sharding && o.schedule == e.schedule &&
-                     o.virtual_stages_per_rank == e.virtual_stages_per_rank && o.layers_per_stage == e.layers_per_stage &&
-                     o.num_microbatches == e.num_microbatches;
-            });
-            if (!same || e.layers_per_stage.empty()) result.candidates.push_back(std::move(e));
-          }
+  // Two rules giving the same split are one candidate (the first rule's).
+  std::set<std::tuple<int, int, int, int, int, int, bool, int, int, std::vector<int>>> seen;
+  for (const TuneCandidate& c : search_space(job, like, options)) {
+    TuneCandidate e = evaluate(job, like, options, c, cache, unsharded_misses);
+    if (!e.layers_per_stage.empty() &&
+        !seen.emplace(e.pipeline_size, e.data_parallel, e.tensor_parallel, static_cast<int>(e.sharding),
+                      static_cast<int>(e.schedule), e.virtual_stages_per_rank, e.sequence_parallel,
+                      static_cast<int>(e.recompute), e.num_microbatches, e.layers_per_stage)
+             .second)
+      continue;
+    result.candidates.push_back(std::move(e));
+  }
   rank_candidates(result.candidates);
   if (const TuneCandidate* s = result.smallest_fitting()) result.smallest_fitting_p = s->pipeline_size;
   if (result.best()) {

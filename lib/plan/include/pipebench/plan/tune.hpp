@@ -56,6 +56,18 @@ struct TuneOptions {
   std::vector<Remainder> partitions;
   std::string template_run;      // "": the first training run with pipeline_size > 1, else the first run
   int runners_up = 2;            // written beside the chosen run and its baseline
+  // Recomputation modes tried (empty: the template's); a mode a schedule
+  // refuses (full with a split backward) is skipped, said so.
+  std::vector<Recompute> recompute;
+  // Sequence parallelism tried with t > 1 (empty: the template's).
+  std::vector<bool> sequence_parallel;
+  // Chunks per rank tried with interleaved-1f1b (empty: the template's when
+  // it is interleaved, else 2).
+  std::vector<int> virtual_stages;
+  // `--gpus N`: the layouts on all N ranks only — every (t, p) with p·t
+  // dividing N and d = N / (p·t) (skipped, said so, where d does not
+  // divide the global batch). Else every d with p·d·t <= N.
+  bool all_ranks = false;
 };
 
 struct TuneCandidate {
@@ -66,6 +78,8 @@ struct TuneCandidate {
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int virtual_stages_per_rank = 1;
   Remainder partition = Remainder::first;
+  Recompute recompute = Recompute::none;
+  bool sequence_parallel = false;       // with t > 1
   bool fits = false;                    // micro-batch 1 fits (at this m)
   // Every rank's peak at most kMemoryWarnFraction (90%) of the capacity, as
   // seed 000's verdict (and the report's decision) asks.
@@ -85,11 +99,25 @@ struct TuneCandidate {
   double peak_fraction = 0.0;           // the largest rank's share of memory_capacity
   double bubble = 0.0;                  // simulated with model costs
   double bubble_closed_form = 0.0;      // NaN where none
-  double step_time_s = 0.0;             // simulated (cost model: FLOPs at sim_flops_per_s, links), with the gradient sync
+  // The step as the runner measures it (RunPlan::iteration_s: the cost-weighted
+  // simulation with the gradient sync, then the optimizer step).
+  double step_time_s = 0.0;
   double slowest_stage_s = 0.0;         // the busiest rank's compute per step
   double grad_sync_exposed_s = 0.0;     // the slowest rank's exposed gradient synchronisation (d > 1)
   double samples_per_s = 0.0;           // the global batch (d x mbs x m) / step_time_s: the allocation's throughput
   double samples_per_s_per_rank = 0.0;  // samples_per_s / (p x d)
+  // With a device preset (docs/time-model.md): the busiest rank's step by
+  // term, and the model FLOP utilisation (NaN without a preset).
+  struct Terms {
+    double compute_s = 0.0;      // forward, backward, recomputation
+    double tp_comm_s = 0.0;      // tensor-parallel collectives
+    double pp_transfer_s = 0.0;  // its pipeline sends (overlapped with others' work; for scale)
+    double dp_exposed_s = 0.0;   // the exposed gradient synchronisation (ZeRO-1's all-gather too)
+    double optimizer_s = 0.0;
+    double idle_s = 0.0;         // the rest of the step: bubble and waits
+  };
+  std::optional<Terms> terms;
+  double mfu = 0.0;
 
   int ranks() const { return pipeline_size * data_parallel * tensor_parallel; }
   // "p 32 x d 2 x t 2" ("p 48" without replicas or tensor ranks).
