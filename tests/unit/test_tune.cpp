@@ -384,7 +384,16 @@ num_microbatches = 4
 // ranks: p 29 x d 2 on 58 ranks, 16.33 samples/s, beside p 30 x d 2 on 60 at
 // 16.43 — it once read "predicted slower").
 TEST_CASE("tune: the idle-ranks line never calls a faster layout slower", "[tune]") {
-  const Job job = load_job(std::string(PIPEBENCH_SOURCE_DIR) + "/jobs/llama3_70b_sim.toml");
+  Job job = load_job(std::string(PIPEBENCH_SOURCE_DIR) + "/jobs/llama3_70b_sim.toml");
+  // The device the case was found on (before the job had a preset): FLOPs at
+  // 400 TFLOP/s, one 400 Gbit/s link, 80 GiB, no nodes.
+  job.device.preset = nullptr;
+  job.device.sim_flops_per_s = 4.0e14;
+  job.device.sim_link_latency_us = 10;
+  job.device.sim_link_gbps = 400;
+  job.device.memory_capacity_bytes = 80ull << 30;
+  job.device.ranks_per_node = 0;
+  job.device.sim_inter_node_latency_us = job.device.sim_inter_node_gbps = -1.0;
   TuneOptions o;
   o.max_ranks = 64;
   const TuneResult r = tune(job, o);

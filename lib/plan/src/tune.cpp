@@ -647,6 +647,8 @@ std::string candidate_label(const TuneCandidate& c) {
   if (c.virtual_stages_per_rank > 1 && c.schedule == ScheduleKind::interleaved_one_f_one_b)
     s += fmt::format(" (v = {})", c.virtual_stages_per_rank);
   if (c.data_parallel > 1 && c.sharding != OptimizerSharding::none) s += fmt::format(", {}", to_string(c.sharding));
+  if (c.recompute != Recompute::none) s += fmt::format(", recompute {}", to_string(c.recompute));
+  if (c.tensor_parallel > 1 && c.sequence_parallel) s += ", sequence parallel";
   return s;
 }
 
@@ -754,6 +756,7 @@ void candidate_json(JsonWriter& w, const TuneCandidate& c) {
   w.field("tensor_parallel", c.tensor_parallel).field("ranks", c.ranks());
   w.field("optimizer_sharding", to_string(c.sharding)).field("schedule", to_string(c.schedule));
   w.field("virtual_stages_per_rank", c.virtual_stages_per_rank).field("partition", to_string(c.partition));
+  w.field("recompute", to_string(c.recompute)).field("sequence_parallel", c.tensor_parallel > 1 && c.sequence_parallel);
   w.field("fits", c.fits).field("memory_margin", c.margin).field("why_not", c.why_not);
   w.field("max_micro_batch", c.max_micro_batch).field("replica_max_micro_batch", c.replica_max_micro_batch);
   w.field("micro_batch_size", c.micro_batch_size).field("num_microbatches", c.num_microbatches);
@@ -763,6 +766,14 @@ void candidate_json(JsonWriter& w, const TuneCandidate& c) {
   w.field("step_time_s", c.step_time_s).field("slowest_stage_s", c.slowest_stage_s);
   w.field("grad_sync_exposed_s", c.grad_sync_exposed_s);
   w.field("samples_per_s", c.samples_per_s).field("samples_per_s_per_rank", c.samples_per_s_per_rank);
+  w.key("terms");
+  if (c.terms) {
+    w.begin_object().field("compute_s", c.terms->compute_s).field("tp_comm_s", c.terms->tp_comm_s);
+    w.field("pp_transfer_s", c.terms->pp_transfer_s).field("dp_exposed_s", c.terms->dp_exposed_s);
+    w.field("optimizer_s", c.terms->optimizer_s).field("idle_s", c.terms->idle_s).field("mfu", c.mfu).end_object();
+  } else {
+    w.null();
+  }
   w.end_object();
 }
 }  // namespace
