@@ -51,4 +51,19 @@ for run in doc["runs"]:
         total = (mem["params_bytes"] + mem["grads_bytes"] + mem["optimizer_bytes"] + mem["activations_peak_bytes"]
                  + mem["comm_bytes"] + mem["workspace_bytes"])
         assert mem["total_bytes"] == total
+    # The step as measured: the makespan (with replicas their reduction), then the longest optimizer step.
+    sim = run["simulated"]
+    assert len(sim["optimizer_s"]) == p
+    assert sim["iteration_s"] >= sim["step_s"] >= sim["makespan_s"] - 1e-12, (sim["iteration_s"], sim["step_s"])
+    if run["mode"] == "inference":
+        assert sim["iteration_s"] == sim["step_s"]
+    # With a device preset (docs/time-model.md): the terms are the simulation's busy time, per rank.
+    if "time_model" in run:
+        tm = run["time_model"]
+        assert len(tm["ranks"]) == p
+        for r in tm["ranks"]:
+            compute = sum(r[k]["total_s"] for k in ("forward", "input_grad", "weight_grad", "recompute"))
+            assert abs(compute + r["tp_comm_s"] - r["busy_s"]) <= 1e-9 * max(1.0, r["busy_s"]), (compute, r)
+            assert abs(r["busy_s"] - sim["busy_s"][r["stage"]]) <= 1e-9 * max(1.0, r["busy_s"])
+        assert tm["iteration_s"] == sim["iteration_s"] and 0 < tm["mfu"] < 1, tm["mfu"]
 print(f"ok: {job}: {len(doc['runs'])} runs")
