@@ -189,7 +189,23 @@ TEST_CASE("tensor parallel: activations per layer beside Korthikanti et al.'s Ta
     CHECK(ours(false, true) == Approx(paper_selective(x, t) - 2 * sbh + 16 * sb).epsilon(1e-12));
     CHECK(ours(true, false) == Approx(paper_sp(x, t) - (2 * sbh + 3 * as2b) / t + 16 * sb / t).epsilon(1e-12));
     CHECK(ours(true, true) == Approx(paper_sp_selective(x, t) - 2 * sbh / t + 16 * sb / t).epsilon(1e-12));
+    // With model.dropout (a training run): the masks and the dropout output
+    // too — Table 2 itself, plus the LayerNorms' statistics.
+    auto dropped = [&](bool sp, bool selective) {
+      ModelSpec d = m;
+      d.dropout = 0.1;
+      return static_cast<double>(ModelDesc(d, DType::fp16, {t, sp, selective, true}).block(4).activation_bytes);
+    };
+    CHECK(dropped(false, false) == Approx(paper_no_recompute(x, t) + 16 * sb).epsilon(1e-12));
+    CHECK(dropped(false, true) == Approx(paper_selective(x, t) + 16 * sb).epsilon(1e-12));
+    CHECK(dropped(true, false) == Approx(paper_sp(x, t) + 16 * sb / t).epsilon(1e-12));
+    CHECK(dropped(true, true) == Approx(paper_sp_selective(x, t) + 16 * sb / t).epsilon(1e-12));
   }
+  // Inference keeps nothing for a backward: no dropout there.
+  ModelSpec d = m;
+  d.dropout = 0.1;
+  CHECK(ModelDesc(d, DType::fp16, {1, false, false, false}).block(4).activation_bytes ==
+        ModelDesc(m, DType::fp16).block(4).activation_bytes);
 }
 
 TEST_CASE("tensor parallel: parameter and optimizer memory beside Korthikanti et al.'s Figure 1", "[tensor_parallel]") {

@@ -153,9 +153,9 @@ TEST_CASE("time model: the planner's costs are the terms plus the collectives; t
     CHECK(plan.costs.forward[v] == Approx(t.forward.total()));
     CHECK(plan.costs.backward[v] == Approx(t.input_grad.total() + t.weight_grad.total()));
   }
-  // AdamW with fp16 storage: 34 bytes per parameter streamed, one kernel.
+  // AdamW with fp16 storage: 38 bytes per parameter streamed, one kernel.
   const StagePlan& sp = plan.stages[0];
-  CHECK(sp.optimizer_s == Approx(34.0 * sp.cost.params / (2039e9 * 0.85) + 5e-6));
+  CHECK(sp.optimizer_s == Approx(38.0 * sp.cost.params / (2039e9 * 0.85) + 5e-6));
   // The iteration: the makespan, then (after the global gradient norm) the longest optimizer step.
   CHECK(plan.iteration_s == Approx(plan.step_s + std::max(plan.stages[0].optimizer_s, plan.stages[1].optimizer_s)));
   CHECK(plan.iteration_s > plan.step_s);
@@ -179,4 +179,30 @@ TEST_CASE("pipeline transfers ride the inter-node link when a pipeline spans nod
   CHECK(spread.inter_node);
   CHECK(parallel::transfer_s(spread, bytes) == Approx(20e-6 + bytes / 23e9));
   CHECK(plan_run(job, run).costs.transfer == Approx(parallel::transfer_s(spread, 2 * 128 * 256 * 2)));
+}
+
+TEST_CASE("model.dropout: gpt only, below 1, in the fingerprint when set; the real backends skip it with the reason",
+          "[time_model]") {
+  const std::string with = testing::replaced(kJob, "dtype = \"fp16\"", "dtype = \"fp16\"\ndropout = 0.1");
+  const Job job = parse_job(with, "w.toml");
+  CHECK(job.model.dropout == 0.1);
+  CHECK_THAT(workload_keys(job, job.runs[0]).at("model.dropout"), Catch::StartsWith("0.1"));
+  const Job none = parse_job(kJob, "w.toml");
+  CHECK(workload_keys(none, none.runs[0]).count("model.dropout") == 0);
+  CHECK_THAT(testing::error_of(testing::replaced(with, "dropout = 0.1", "dropout = 1")),
+             Catch::Contains("w.toml:13") && Catch::Contains("model.dropout") && Catch::Contains("below 1"));
+  CHECK_THAT(testing::error_of(testing::replaced(with, "kind = \"gpt\"", "kind = \"llama\"\nkv_heads = 8")),
+             Catch::Contains("model.dropout") && Catch::Contains("only kind = \"gpt\""));
+  CHECK(not_executed(job.runs[0], BackendKind::sim, job.model).empty());
+  CHECK_THAT(not_executed(job.runs[0], BackendKind::cpu, job.model),
+             Catch::Contains("model.dropout = 0.1: the cpu backend has no dropout kernels yet"));
+  CHECK_THAT(not_executed(job.runs[0], BackendKind::cuda, job.model), Catch::Contains("the cuda backend"));
+  RunSpec inference = job.runs[0];
+  inference.mode = RunMode::inference;
+  CHECK(not_executed(inference, BackendKind::cpu, job.model).empty());
+  // The time model streams the attention dropout and the hidden masks: a slower forward and backward.
+  const RunPlan plain = plan_run(none, none.runs[0]), dropped = plan_run(job, job.runs[0]);
+  CHECK(dropped.costs.forward[0] > plain.costs.forward[0]);
+  CHECK(dropped.costs.backward[0] > plain.costs.backward[0]);
+  CHECK(dropped.stages[0].activation_bytes_per_microbatch > plain.stages[0].activation_bytes_per_microbatch);
 }

@@ -359,6 +359,13 @@ ModelSpec read_model(TableReader& r, std::vector<std::string>& warnings) {
     if (*s < 0) r.fail_at(*r.find("seed"), "seed", "expected a non-negative integer");
     m.seed = static_cast<std::uint64_t>(*s);
   }
+  m.dropout = r.number("dropout", 0.0, 0.0, true);
+  if (m.dropout >= 1.0) r.fail_at(*r.find("dropout"), "dropout", "expected a rate below 1");
+  if (m.dropout > 0.0 && m.kind != ModelKind::gpt)
+    r.fail_at(*r.find("dropout"), "dropout",
+              fmt::format("only kind = \"gpt\" has dropout (Megatron-LM's attention and hidden dropout); kind = \"{}\" "
+                          "trains without",
+                          to_string(m.kind)));
   r.reject_unknown_keys();
   return m;
 }

@@ -85,7 +85,11 @@ std::string tensor_parallel_problem(const ModelSpec& m, int t, bool sequence_par
   return why;
 }
 
-std::string not_executed(const RunSpec& run, BackendKind backend) {
+std::string not_executed(const RunSpec& run, BackendKind backend, const ModelSpec& model) {
+  if (model.dropout > 0.0 && run.mode == RunMode::train && backend != BackendKind::sim)
+    return fmt::format("model.dropout = {:g}: the {} backend has no dropout kernels yet (the sim backend and the planner "
+                       "model dropout's memory and time)",
+                       model.dropout, to_string(backend));
   if (run.tensor_parallel > 1 && backend == BackendKind::cuda)
     return fmt::format("tensor_parallel = {}: the cuda backend does not split its layers yet (the cpu backend executes "
                        "tensor parallelism, the sim backend models it)",

@@ -38,6 +38,7 @@ WorkloadKeys workload_keys(const Job& job, const RunSpec& run) {
   k["model.vocab"] = number(m.vocab);
   k["model.dtype"] = to_string(m.dtype);
   k["model.seed"] = fmt::format("{}", m.seed);
+  if (m.dropout > 0.0) k["model.dropout"] = number(m.dropout);  // only when set, as below
   if (m.kind == ModelKind::llama) {  // only llama's, so gpt and mlp series keep their fingerprints
     k["model.kv_heads"] = number(m.kv_heads);
     k["model.rope_theta"] = number(m.rope_theta);

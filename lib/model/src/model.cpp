@@ -40,7 +40,7 @@ void block_comm(Cost& c, int regions, int t, bool sp, const I& boundary_full) {
 
 TensorSplit tensor_split(const RunSpec& run) {
   return {run.tensor_parallel, run.sequence_parallel,
-          run.mode == RunMode::train && run.recompute == Recompute::selective};
+          run.mode == RunMode::train && run.recompute == Recompute::selective, run.mode == RunMode::train};
 }
 
 std::int64_t padded_vocab(const ModelSpec& spec, int t) {
@@ -147,6 +147,15 @@ Cost ModelDesc::block(int b) const {
     // Split backward: the gradients at the outputs of fc2 and proj (T rows),
     // fc1 and qkv (the rank's columns), ln2 and ln1 (Ts rows).
     c.split_stash_bytes = (e * (tokens * (I(2) * h + ft + I(3) * ht) + Ts * I(2) * h)).value();
+    // Dropout (docs/model.md, "Dropout"): the two hidden dropouts' 1-byte
+    // masks (Ts rows) and, where the probabilities are kept, the attention
+    // dropout's mask (1 byte each) and its output (the dropped probabilities).
+    if (dropout()) {
+      const I scores = I(b) * at * s * s;
+      c.activation_bytes = (I(c.activation_bytes) + I(2) * Ts * h +
+                            (split_.selective_recompute ? I(0) : scores + e * scores))
+                               .value();
+    }
   } else {
     // fc1 [h, f/t] + [f/t], fc2 [f/t, h] + [h], residual around both.
     c.params = (I(2) * h * ft + ft + h).value();

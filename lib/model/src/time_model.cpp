@@ -151,10 +151,21 @@ PieceTime TimeModel::block(const ModelDesc& model, int b) const {
   add_stream(t.input_grad,
              e * (2.0 * 3.0 * Ts * h + 2.0 * 3.0 * Ts * h + 3.0 * scores + (llama ? 5.0 : 3.0) * T * ft + rope),
              llama ? 7 : 6);
+  // Dropout (gpt, training): the attention dropout reads the probabilities
+  // and writes its output and a 1-byte mask, its backward reads the output
+  // gradient and the mask and writes the probabilities' gradient, (2e + 1)
+  // bytes per score each way; the hidden dropouts ride the residual adds,
+  // their masks written forward and read backward (1 byte per element).
+  const bool dropout = model.dropout() && !llama;
+  const double attention_dropout = dropout ? (2.0 * e + 1.0) * scores : 0.0;
+  if (dropout) {
+    add_stream(t.forward, attention_dropout + 2.0 * Ts * h, 1);
+    add_stream(t.input_grad, attention_dropout + 2.0 * Ts * h, 1);
+  }
   if (model.split().selective_recompute) {
     add_attention(t.recompute, seq, seq, dh, batch);
     add_attention(t.recompute, seq, dh, seq, batch);
-    add_stream(t.recompute, e * 2.0 * scores, 1);
+    add_stream(t.recompute, e * 2.0 * scores + attention_dropout, dropout ? 2 : 1);
   }
   return t;
 }
@@ -187,8 +198,8 @@ PieceTime TimeModel::stage(const ModelDesc& model, int b, int num_layers, bool h
 
 int TimeModel::optimizer_step_bytes(OptimizerKind optimizer, DType dtype) {
   const bool fp32 = dtype == DType::fp32;
-  if (optimizer == OptimizerKind::adamw) return fp32 ? 32 : 34;
-  return fp32 ? 16 : 18;
+  if (optimizer == OptimizerKind::adamw) return fp32 ? 36 : 38;
+  return fp32 ? 20 : 22;
 }
 
 double TimeModel::optimizer_s(OptimizerKind optimizer, std::int64_t params) const {

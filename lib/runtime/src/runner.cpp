@@ -609,7 +609,7 @@ std::string run_one(const JobContext& ctx, const RunPlan& rp, int world_size, Wa
   const int n = rp.run.ranks();
   const bool root = ctx.world_rank == 0;
   // Said, never run as one replica.
-  const std::string not_built = not_executed(rp.run, ctx.job.device.backend);
+  const std::string not_built = not_executed(rp.run, ctx.job.device.backend, ctx.job.model);
   if (n > world_size || !not_built.empty()) {
     const std::string reason = !not_built.empty() ? not_built : fmt::format("needs {} ranks, the world has {}", n, world_size);
     if (root) {

@@ -78,6 +78,13 @@ struct ModelSpec {
   int vocab = 4096;
   DType dtype = DType::fp32;
   std::uint64_t seed = 1234;
+  // gpt only: Megatron-LM's attention dropout (on the attention
+  // probabilities) and hidden dropout (on each residual branch's output) at
+  // this rate; their masks and the dropped probabilities are activations
+  // (docs/model.md, "Dropout"). Modelled by the planner and the sim
+  // backend; the cpu and cuda backends have no dropout kernels yet and
+  // record such runs as skipped (not_executed).
+  double dropout = 0.0;
 };
 
 struct TrainSpec {
@@ -220,7 +227,7 @@ std::string tensor_parallel_problem(const ModelSpec& model, int t, bool sequence
 // What of data or tensor parallelism is planned but not executed yet on
 // `backend` (docs/parallel.md, docs/tensor-parallel.md): why `run` records
 // such a run as skipped and `probe` refuses it; "" for a run that executes.
-std::string not_executed(const RunSpec& run, BackendKind backend);
+std::string not_executed(const RunSpec& run, BackendKind backend, const ModelSpec& model = {});
 
 struct Job {
   int schema = 1;

@@ -27,6 +27,8 @@ struct TensorSplit {
   int degree = 1;
   bool sequence_parallel = false;
   bool selective_recompute = false;
+  // A training run: the model's dropout (model.dropout, gpt) applies.
+  bool training = false;
 };
 // A run's split (selective recomputation in training only).
 TensorSplit tensor_split(const RunSpec& run);
@@ -117,6 +119,8 @@ class ModelDesc {
   const ModelSpec& spec() const { return spec_; }
   DType dtype() const { return dtype_; }
   const TensorSplit& split() const { return split_; }
+  // Whether dropout runs: model.dropout > 0 in a training run (gpt).
+  bool dropout() const { return spec_.dropout > 0.0 && split_.training; }
   // Tokens of one micro-batch a rank holds in the norms' regions: T, or T/t
   // with sequence parallelism.
   std::int64_t region_tokens(int micro_batch) const;

@@ -71,7 +71,8 @@ class TimeModel {
   double optimizer_s(OptimizerKind optimizer, std::int64_t params) const;
   // AdamW: params, fp32 gradients, m and v read, m, v and the weights (and
   // with 16-bit storage the fp32 master) written, the gradients zeroed for
-  // the next step: fp32 32 bytes, 16-bit 34. SGD: 16 and 18.
+  // the next step, and read once before for the global gradient norm
+  // (clipping): fp32 36 bytes, 16-bit 38. SGD: 20 and 22.
   static int optimizer_step_bytes(OptimizerKind optimizer, DType dtype);
 
  private:
