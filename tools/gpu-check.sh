@@ -20,6 +20,9 @@
 #   pipeline-2ranks-1gpu  its 2-stage 1F1B as 2 ranks on GPU 0 over MPI
 #   sanitizer     compute-sanitizer memcheck on the smallest cross-check
 #   sanitizer-schedules  the same on the split backward and recomputation check
+#   gemm-k-sweep  cuBLAS TFLOP/s of 8192 x 8192 x K GEMMs, K = 32 ... 8192: the
+#                 measurement the time model's efficiency table should be
+#                 calibrated from (docs/time-model.md, "GEMM efficiency")
 # Writes OUT/summary.json (steps with verdict and seconds; GEMM TFLOP/s beside
 # torch's; step times beside torch's; cross-check and sanitizer lines) and one
 # log per step (each at most 16 MiB), all in OUT itself.
@@ -107,6 +110,7 @@ step sanitizer 150 compute-sanitizer --tool memcheck --error-exitcode 9 gpu_test
   "cuda fp32 matches the cpu backend: single stage"
 step sanitizer-schedules 150 compute-sanitizer --tool memcheck --error-exitcode 9 gpu_tests \
   "cuda: split backward and recomputation repeat the plain backward"
+step gemm-k-sweep 60 bench_cuda_gemm $(for k in 32 64 128 256 512 1024 2048 4096 8192; do echo 8192 8192 $k; done)
 if compgen -G "$out/results/*/*.h5" >/dev/null; then
   pipebench report "$out"/results/*/*.h5 -o "$out/report" > "$out/report.log" 2>&1 || true
 fi
