@@ -257,27 +257,31 @@ TEST_CASE("results: a chunked dataset with chunks missing is a damaged file", "[
   fs::remove_all(dir);
 }
 
+namespace {
+// Replaces the string attribute `name` of runs/p in the file at `path`.
+void rewrite_run_attr(const std::string& path, const char* name, const char* value) {
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  REQUIRE(f >= 0);
+  const hid_t g = H5Gopen2(f, "runs/p", H5P_DEFAULT);
+  REQUIRE(H5Adelete(g, name) >= 0);
+  const hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t a = H5Acreate2(g, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  REQUIRE(H5Awrite(a, type, &value) >= 0);
+  H5Aclose(a);
+  H5Sclose(space);
+  H5Tclose(type);
+  H5Gclose(g);
+  H5Fclose(f);
+}
+}  // namespace
+
 TEST_CASE("results: an unknown value in a file is quoted with its control characters escaped", "[results]") {
   const fs::path dir = temp_dir();
   const std::string path = write_results((dir / "r.h5").string(), sample());
-  {  // runs/p's status replaced by one that would recolour a terminal
-    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    REQUIRE(f >= 0);
-    const hid_t g = H5Gopen2(f, "runs/p", H5P_DEFAULT);
-    REQUIRE(H5Adelete(g, "status") >= 0);
-    const hid_t type = H5Tcopy(H5T_C_S1);
-    H5Tset_size(type, H5T_VARIABLE);
-    H5Tset_cset(type, H5T_CSET_UTF8);
-    const hid_t space = H5Screate(H5S_SCALAR);
-    const hid_t a = H5Acreate2(g, "status", type, space, H5P_DEFAULT, H5P_DEFAULT);
-    const char* value = "ok\x1b[31m";
-    REQUIRE(H5Awrite(a, type, &value) >= 0);
-    H5Aclose(a);
-    H5Sclose(space);
-    H5Tclose(type);
-    H5Gclose(g);
-    H5Fclose(f);
-  }
+  rewrite_run_attr(path, "status", "ok\x1b[31m");  // one that would recolour a terminal
   try {
     read_results(path);
     FAIL("no error for an unknown status");
@@ -285,6 +289,19 @@ TEST_CASE("results: an unknown value in a file is quoted with its control charac
     const std::string msg = e.what();
     CHECK_THAT(msg, Catch::Contains("unexpected value"));
     CHECK(msg.find('\x1b') == std::string::npos);
+  }
+  fs::remove_all(dir);
+}
+
+// A damaged decision (report.hostile_files once read a bit-flipped file whose
+// skipped run's decision was "", and summary.json carried it) is refused,
+// as an unknown status is: the report lists the file as skipped with the reason.
+TEST_CASE("results: a decision outside the four is a damaged file", "[results]") {
+  const fs::path dir = temp_dir();
+  for (const char* bad : {"", "feasiblf"}) {
+    const std::string path = write_results((dir / "r.h5").string(), sample());
+    rewrite_run_attr(path, "decision", bad);
+    CHECK_THROWS_WITH(read_results(path), Catch::Contains("run p: decision \"" + std::string(bad) + "\" is not one of"));
   }
   fs::remove_all(dir);
 }

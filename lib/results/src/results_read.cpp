@@ -448,6 +448,11 @@ RunResult read_run(hid_t runs, const std::string& name, bool keep_events) {
   r.peak_mem_max_bytes = read_attr_scalar<std::uint64_t>(g, "peak_mem_max_bytes");
   r.loss_max_rel_dev = read_attr_scalar<double>(g, "loss_max_rel_dev");
   r.decision = read_attr_string(g, "decision");
+  if (r.decision != "feasible" && r.decision != "not_feasible" && r.decision != "inconclusive" &&
+      r.decision != "not_applicable")
+    throw ResultsError(fmt::format("run {}: decision \"{}\" is not one of feasible, not_feasible, inconclusive, "
+                                   "not_applicable (a damaged file)",
+                                   name, printable(r.decision)));
   r.decision_reasons = read_attr_strings(g, "decision_reasons");
 
   r.step_time_s = read_dataset<double>(g, "step_time_s");
