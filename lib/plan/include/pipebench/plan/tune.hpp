@@ -107,7 +107,7 @@ struct TuneCandidate {
   double samples_per_s = 0.0;           // the global batch (d x mbs x m) / step_time_s: the allocation's throughput
   double samples_per_s_per_rank = 0.0;  // samples_per_s / (p x d)
   // With a device preset (docs/time-model.md): the busiest rank's step by
-  // term, and the model FLOP utilisation (NaN without a preset).
+  // term, and the model FLOP utilisation (none and 0 without a preset).
   struct Terms {
     double compute_s = 0.0;      // forward, backward, recomputation
     double tp_comm_s = 0.0;      // tensor-parallel collectives
