@@ -500,3 +500,15 @@ TEST_CASE("tune: sequence parallelism is part of a fit's identity (a cached answ
   REQUIRE(without != nullptr);
   CHECK(with->max_micro_batch > without->max_micro_batch);
 }
+
+TEST_CASE("tune --gpus: when nothing fits on all N ranks the answer says so and points to --ranks", "[tune]") {
+  TuneOptions o;
+  o.max_ranks = 8;
+  o.all_ranks = true;
+  Job job = small_gpt();
+  job.device.memory_capacity_bytes = 1 << 10;  // nothing fits anywhere
+  const TuneResult r = tune(job, o);
+  CHECK_FALSE(r.best());
+  CHECK_THAT(tune_answer_line(r), Catch::Contains("nothing fits on all 8 ranks") && Catch::Contains("--ranks 8 also searches"));
+  CHECK_THROWS_WITH(tuned_workload(job, r), Catch::Contains("no workload written"));
+}

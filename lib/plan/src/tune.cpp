@@ -689,6 +689,10 @@ std::string run_name(const char* role, const TuneCandidate& c) {
 
 std::string tune_answer_line(const TuneResult& result) {
   const TuneCandidate* best = result.best();
+  if (!best && result.options.all_ranks)
+    return fmt::format("nothing fits on all {} ranks (p x d x t = {}): --ranks {} also searches layouts on fewer; "
+                       "else more ranks, a smaller model or a larger memory_capacity",
+                       result.options.max_ranks, result.options.max_ranks, result.options.max_ranks);
   if (!best)
     return fmt::format("nothing fits on up to {} ranks: more ranks, a smaller model, recomputation or a larger "
                        "memory_capacity",
@@ -709,7 +713,7 @@ std::string tune_answer_line(const TuneResult& result) {
 
 TunedWorkload tuned_workload(const Job& job, const TuneResult& result) {
   const TuneCandidate* best = result.best();
-  if (!best) throw ConfigError(fmt::format("tune: nothing fits on up to {} ranks; no workload written", result.options.max_ranks));
+  if (!best) throw ConfigError(fmt::format("tune: {}; no workload written", tune_answer_line(result)));
   TunedWorkload w;
   w.job_name = job.name.substr(0, kMaxNameLength - 6) + "_tuned";
   const RunSpec& like = result.template_run;
