@@ -152,6 +152,19 @@ TEST_CASE("decide: memory above 90% of capacity is not feasible; loss compared t
   // 7 counted steps: fewer than seed 000's 30, said (the verdicts stand on their intervals).
   CHECK_THAT(runs[1].decision_reasons[3], Catch::StartsWith("steps: 7 counted step(s), fewer than seed 000's 30-50"));
 
+  CHECK_THAT(runs[1].decision_reasons[0], Catch::Contains("stage 0 peaks at"));
+  // With tensor ranks the peak is named by the rank's coordinates (a p 1 x t 8
+  // run's rank 7 once read "stage 7").
+  RunResult tensor = runs[1];
+  tensor.spec.pipeline_size = 1;
+  tensor.spec.tensor_parallel = 2;
+  tensor.pipeline_rank = {0, 0};
+  tensor.tensor_rank = {0, 1};
+  tensor.peak_mem_bytes = {100000, runs[1].peak_mem_bytes[0]};  // tensor rank 1 the highest
+  std::vector<RunResult> just{runs[0], tensor};
+  decide(just);
+  CHECK_THAT(just[1].decision_reasons[0], Catch::Contains("rank 1 (stage 0, tensor rank 1) peaks at"));
+
   runs[1].peak_mem_bytes = {500000, 100000};
   runs[1].loss[2] = 3.0 * (1.0 + 1e-3);
   decide(runs);

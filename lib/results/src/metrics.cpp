@@ -481,6 +481,18 @@ std::string stability_check(const RunResult& r, bool& failed, bool& inconclusive
 }
 
 // Seed 000's "peak memory below 90% of capacity on every rank".
+// Rank i of a run: "stage S" without replicas or tensor ranks, else "rank I
+// (stage S, replica D, tensor rank T)" with the coordinates it has (a p 1 x
+// t 8 run's rank 7 is not a stage 7).
+std::string rank_label(const RunResult& r, std::size_t i) {
+  const auto at = [i](const std::vector<int>& v) { return i < v.size() ? v[i] : 0; };
+  if (r.spec.data_parallel <= 1 && r.spec.tensor_parallel <= 1) return fmt::format("stage {}", i);
+  std::string s = fmt::format("rank {} (stage {}", i, at(r.pipeline_rank));
+  if (r.spec.data_parallel > 1) s += fmt::format(", replica {}", at(r.data_rank));
+  if (r.spec.tensor_parallel > 1) s += fmt::format(", tensor rank {}", at(r.tensor_rank));
+  return s + ")";
+}
+
 std::string memory_check(const RunResult& r, bool& failed) {
   std::string worst;
   double worst_frac = 0.0;
@@ -488,7 +500,7 @@ std::string memory_check(const RunResult& r, bool& failed) {
     const double frac = static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]);
     if (frac >= worst_frac) {
       worst_frac = frac;
-      worst = fmt::format("stage {} peaks at {} ({:.0f}% of capacity)", i,
+      worst = fmt::format("{} peaks at {} ({:.0f}% of capacity)", rank_label(r, i),
                           format_bytes(static_cast<double>(r.peak_mem_bytes[i])), 100 * frac);
     }
   }
