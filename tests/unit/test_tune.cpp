@@ -25,6 +25,16 @@ const TuneCandidate* find(const TuneResult& r, int p, Remainder rule, int d = 1,
 
 Job gpt_70b() { return load_job(std::string(PIPEBENCH_SOURCE_DIR) + "/jobs/gpt_70b_sim.toml"); }
 
+// Korthikanti et al.'s 22B job, and `tune --gpus 8` from its SP + selective run.
+Job korthikanti_22b() { return load_job(std::string(PIPEBENCH_SOURCE_DIR) + "/jobs/korthikanti/gpt_22b_sim.toml"); }
+TuneOptions all_of_8_gpus() {
+  TuneOptions o;
+  o.max_ranks = 8;
+  o.all_ranks = true;
+  o.template_run = "tp8_sp_selective";
+  return o;
+}
+
 Job small_gpt(int vocab = 2048) {
   return parse_job(R"(schema = 1
 [job]
@@ -438,12 +448,9 @@ TEST_CASE("tune: a replicated layout that does not fit is the planner's verdict 
 
 TEST_CASE("tune --gpus: every layout uses all N ranks; recomputation, sequence parallelism and v are searched",
           "[tune]") {
-  const Job job = load_job(std::string(PIPEBENCH_SOURCE_DIR) + "/jobs/korthikanti/gpt_22b_sim.toml");
-  TuneOptions o;
-  o.max_ranks = 8;
-  o.all_ranks = true;
+  const Job job = korthikanti_22b();
+  TuneOptions o = all_of_8_gpus();
   o.global_batch = 4;
-  o.template_run = "tp8_sp_selective";
   o.recompute = {Recompute::none, Recompute::selective, Recompute::full};
   o.sequence_parallel = {true, false};
   o.shardings = {OptimizerSharding::none, OptimizerSharding::zero1};
@@ -485,12 +492,9 @@ TEST_CASE("tune: sequence parallelism is part of a fit's identity (a cached answ
           "[tune]") {
   // At t = 8 without sequence parallelism the norms' regions are whole on
   // every rank: more memory than with it, at the same p, m and micro-batch.
-  const Job job = load_job(std::string(PIPEBENCH_SOURCE_DIR) + "/jobs/korthikanti/gpt_22b_sim.toml");
-  TuneOptions o;
-  o.max_ranks = 8;
-  o.all_ranks = true;
+  const Job job = korthikanti_22b();
+  TuneOptions o = all_of_8_gpus();
   o.num_microbatches = 1;
-  o.template_run = "tp8_sp_selective";
   o.tensor_parallel = {8};
   o.sequence_parallel = {true, false};
   const TuneResult r = tune(job, o);

@@ -18,20 +18,31 @@ DType storage_dtype(const Job& job) {
   return job.device.backend == BackendKind::cpu ? DType::fp32 : job.model.dtype;
 }
 
-ActionSeconds action_seconds(const Job& job, const Cost& cost, int t, const parallel::Link& link, bool split) {
-  const double speed = job.device.sim_flops_per_s;
+namespace {
+// F, B and W from their compute seconds (B's with the recomputation it runs
+// first) and `cost`'s tensor-parallel collectives on `link`; without `split`
+// B is the whole backward and W nothing. Both rules' one assembly.
+ActionSeconds with_collectives(ActionSeconds a, double forward, double input, double weight, const Cost& cost, int t,
+                               const parallel::Link& link, bool split) {
   auto comm = [&](const TensorComm& c) { return parallel::tensor_comm_s(c.calls, c.wire_bytes, t, link); };
-  ActionSeconds a;
   a.forward_comm = comm(cost.tp_forward);
-  a.forward = cost.forward_flops / speed + a.forward_comm;
+  a.forward = forward + a.forward_comm;
   const double input_comm = comm(cost.tp_input_grad), weight_comm = comm(cost.tp_weight_grad);
-  const double input = 0.5 * cost.backward_flops / speed + cost.recompute_flops / speed + input_comm;
-  const double weight = 0.5 * cost.backward_flops / speed + weight_comm;
+  input += input_comm;
+  weight += weight_comm;
   a.backward = split ? input : input + weight;
   a.backward_comm = split ? input_comm : input_comm + weight_comm;
   a.weight = split ? weight : 0.0;
   a.weight_comm = split ? weight_comm : 0.0;
   return a;
+}
+}  // namespace
+
+ActionSeconds action_seconds(const Job& job, const Cost& cost, int t, const parallel::Link& link, bool split) {
+  const double speed = job.device.sim_flops_per_s;
+  return with_collectives({}, cost.forward_flops / speed,
+                          0.5 * cost.backward_flops / speed + cost.recompute_flops / speed,
+                          0.5 * cost.backward_flops / speed, cost, t, link, split);
 }
 
 ActionSeconds action_seconds(const Job& job, const ModelDesc& model, int b, const StageRange& range,
@@ -39,20 +50,11 @@ ActionSeconds action_seconds(const Job& job, const ModelDesc& model, int b, cons
   const Cost cost = model.stage(b, range.num_layers, range.has_embedding, range.has_head);
   const int t = model.split().degree;
   if (!job.device.preset) return action_seconds(job, cost, t, link, split);
-  const TimeModel tm(*job.device.preset, model.dtype());
-  auto comm = [&](const TensorComm& c) { return parallel::tensor_comm_s(c.calls, c.wire_bytes, t, link); };
   ActionSeconds a;
-  a.terms = tm.stage(model, b, range.num_layers, range.has_embedding, range.has_head);
-  a.forward_comm = comm(cost.tp_forward);
-  a.forward = a.terms.forward.total() + a.forward_comm;
-  const double input_comm = comm(cost.tp_input_grad), weight_comm = comm(cost.tp_weight_grad);
-  const double input = a.terms.input_grad.total() + a.terms.recompute.total() + input_comm;
-  const double weight = a.terms.weight_grad.total() + weight_comm;
-  a.backward = split ? input : input + weight;
-  a.backward_comm = split ? input_comm : input_comm + weight_comm;
-  a.weight = split ? weight : 0.0;
-  a.weight_comm = split ? weight_comm : 0.0;
-  return a;
+  a.terms = TimeModel(*job.device.preset, model.dtype()).stage(model, b, range.num_layers, range.has_embedding,
+                                                               range.has_head);
+  return with_collectives(a, a.terms.forward.total(), a.terms.input_grad.total() + a.terms.recompute.total(),
+                          a.terms.weight_grad.total(), cost, t, link, split);
 }
 
 double optimizer_seconds(const Job& job, DType dtype, std::int64_t params) {

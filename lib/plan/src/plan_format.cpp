@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 
 #include "pipebench/core/json.hpp"
-#include "pipebench/plan/time_breakdown.hpp"
 #include "pipebench/core/units.hpp"
 #include "pipebench/parallel/collectives.hpp"
+#include "pipebench/plan/time_breakdown.hpp"
 #include "pipebench/schedule/validate.hpp"
 
 namespace pipebench {

@@ -356,12 +356,6 @@ std::size_t add_step_figures(RunResult& r, const Job& job, const RunPlan& plan, 
 
 namespace {
 
-// The schedule's bubble with replicas: a step also holds each rank's
-// exposed gradient synchronisation past its last action (ZeRO-1: and the
-// parameter all-gather), so the step is the latest of every rank's last
-// action's end (its stage's, simulated) plus its median counted exposed time,
-// and the bubble is over that step — the measured bubble's definition. Without
-// replicas: the simulation's bubble.
 // The median over counted steps of `per_step[k][i]`; NaN when none.
 double counted_median(const RunResult& r, const std::vector<std::vector<double>>& per_step, std::size_t i) {
   std::vector<double> v;
@@ -371,8 +365,10 @@ double counted_median(const RunResult& r, const std::vector<std::vector<double>>
 }
 
 // The simulated schedule's bubble as the measured one counts it: with
-// replicas each rank's median exposed synchronisation after its stage's last
-// action; then every rank's median optimizer step, busy, after the step's
+// replicas a step also holds each rank's exposed gradient synchronisation
+// past its last action (ZeRO-1: and the parameter all-gather), so the work
+// ends at the latest of every rank's last action's end (its stage's,
+// simulated) plus its median counted exposed time; then every rank's median optimizer step, busy, after the step's
 // work (the global gradient norm waits for every rank).
 double simulated_step_bubble(const RunResult& r, const SimResult& sim) {
   const std::size_t n = r.pipeline_rank.empty() ? sim.busy.size() : r.pipeline_rank.size();
@@ -480,7 +476,6 @@ std::string stability_check(const RunResult& r, bool& failed, bool& inconclusive
   return "stability: inconclusive — " + figures + " is too wide to tell; " + rerun(std::max(want, 2 * n));
 }
 
-// Seed 000's "peak memory below 90% of capacity on every rank".
 // Rank i of a run: "stage S" without replicas or tensor ranks, else "rank I
 // (stage S, replica D, tensor rank T)" with the coordinates it has (a p 1 x
 // t 8 run's rank 7 is not a stage 7).
@@ -493,6 +488,7 @@ std::string rank_label(const RunResult& r, std::size_t i) {
   return s + ")";
 }
 
+// Seed 000's "peak memory below 90% of capacity on every rank".
 std::string memory_check(const RunResult& r, bool& failed) {
   std::string worst;
   double worst_frac = 0.0;
