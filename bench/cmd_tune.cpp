@@ -52,7 +52,7 @@ struct TuneCmdOptions {
 
 std::string schedule_text(const TuneCandidate& c) {
   std::string s(to_string(c.schedule));
-  if (c.schedule == ScheduleKind::interleaved_one_f_one_b) s += fmt::format(" v{}", c.virtual_stages_per_rank);
+  if (any_virtual_stages(c.schedule)) s += fmt::format(" v{}", c.virtual_stages_per_rank);
   if (c.data_parallel > 1 && c.sharding != OptimizerSharding::none) s += fmt::format(" {}", to_string(c.sharding));
   if (c.recompute != Recompute::none) s += c.recompute == Recompute::full ? " rc-full" : " rc-sel";
   if (c.tensor_parallel > 1 && c.sequence_parallel) s += " sp";
@@ -201,8 +201,7 @@ std::vector<ScheduleKind> parse_schedules(const std::vector<std::string>& names)
   std::vector<ScheduleKind> out;
   for (const auto& n : names) {
     bool found = false;
-    for (ScheduleKind k : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::eager_one_f_one_b,
-                           ScheduleKind::interleaved_one_f_one_b, ScheduleKind::zb_h1, ScheduleKind::zb_v})
+    for (ScheduleKind k : kBuiltinSchedules)
       if (n == to_string(k)) out.push_back(k), found = true;
     if (!found) throw ConfigError(fmt::format("tune: --schedule {}: not a built-in schedule", printable(n)));
   }
@@ -325,7 +324,7 @@ Handler add_tune_command(CLI::App& app) {
                   "without --global-batch/--num-microbatches: the smallest m whose closed-form bubble is at most X (default 0.10)")
       ->check(CLI::Range(0.001, 0.999));
   cmd->add_option("--schedule", o->schedules, "schedules to compare (repeatable; default: the template run's)")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "eager-1f1b", "interleaved-1f1b", "zb-h1", "zb-v"}));
+      ->check(CLI::IsMember({"gpipe", "1f1b", "eager-1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "looped-bfs", "interleaved-zb"}));
   cmd->add_option("--partition", o->partitions, "partition rules to compare: first, last, balanced (repeatable; default: the template run's)")
       ->check(CLI::IsMember({"first", "last", "balanced"}));
   cmd->add_option("--run", o->tune.template_run, "the run whose schedule, partition rule and mode are the template (default: the first multi-stage training run)");

@@ -225,6 +225,7 @@ std::string render_summary_json(const ReportData& d) {
         w.field("workload_fingerprint", t->workload_fingerprint).field("changes", t->changes);
         w.field("change", t->change).field("p_value", t->p_value).field("reason", t->reason);
         w.field("history_files", static_cast<std::int64_t>(t->history)).field("night_spread", t->night_spread);
+        w.field("newest_cv", t->newest_cv).field("history_cv", t->history_cv);
         w.field("bubble_delta_pts", t->bubble_delta_pts).field("throughput_change", t->throughput_change);
         w.field("slowest_stage_change", t->slowest_stage_change).field("memory_increased", t->memory_increased);
         w.field("memory_decreased", t->memory_decreased).field("numerics_changed", t->numerics_changed);

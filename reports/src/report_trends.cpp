@@ -36,6 +36,8 @@ void judge(Trend& t, const ReportOptions& options) {
   t.p_value = v.p_value;
   t.change = v.change;
   t.night_spread = v.night_spread;
+  t.newest_cv = v.newest_cv;
+  t.history_cv = v.history_cv;
   t.bar = v.bar > 0.0 ? v.bar : options.rule.threshold;  // before a verdict: the threshold alone
 }
 

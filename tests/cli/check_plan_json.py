@@ -35,6 +35,10 @@ for run in doc["runs"]:
         form, steps = (p - 1) / (v * m + p - 1), 2 * v * m + 2 * (p - 1)
     elif sched == "zb-h1":
         form, steps = (p - 1) / (3 * m + p - 1), 3 * m + p - 1
+    elif sched == "looped-bfs":
+        form, steps = ((p - 1) / (v * m + p - 1), 2 * v * m + 2 * (p - 1)) if m >= p else (None, None)
+    elif sched == "interleaved-zb":
+        form, steps = ((p - 1) / (3 * v * m + p - 1), 3 * v * m + p - 1) if m >= p else (None, None)
     elif sched == "zb-v":
         form, steps = ((p - 1) / (6 * m + p - 1), 6 * m + p - 1) if m >= 2 * p else (None, None)
     else:

@@ -38,6 +38,17 @@ NIGHT_SIGMA = 0.004  # night-to-night spread of the medians measured on the 2-co
 QUIET_CV = 0.015
 QUIET_SPREAD = 0.012
 SKIP = 77  # ctest SKIP_RETURN_CODE
+RERUNS = 3  # runs of a slower night the rule may call noisy before the test skips
+# The rule's loaded-machine guard (lib/results/include/pipebench/results/regression.hpp).
+CV_FACTOR = 1.5
+CV_FLOOR = 0.01
+
+
+def loaded_newest(trend):
+    """Whether the rule's newest-run noise guard applies: that verdict says
+    nothing about the rule's threshold, which is what this test measures."""
+    return (trend["verdict"] == "inconclusive (noisy)"
+            and trend["newest_cv"] > max(CV_FACTOR * trend["history_cv"], CV_FLOOR))
 
 
 def run_night(mpiexec, pipebench, toml, dest, seed, load, extra=()):
@@ -99,11 +110,22 @@ def main():
     trial = os.path.join(out, "trial")
     run_night(mpiexec, pipebench, toml, trial, 900, 3.0, ["--probe-trial"])
     for name, factor, want in (("slower10", 1.10, "regression"), ("slower2", 1.02, None)):
-        d = os.path.join(out, name)
-        run_night(mpiexec, pipebench, toml, d, 1000 + round(100 * factor), loads[nights] * factor)
-        rc, run = trend_of(pipebench, d, night_dirs + [trial], os.path.join(out, f"report_{name}"))
-        t = run["trend"]
-        print(f"{name}: median {run['step_time_median_s']:.5f} s, exit {rc}: {t['verdict']} — {t.get('reason', '')}")
+        # The rule calls a newest run noisier than its history "inconclusive
+        # (noisy) ... rerun it"; an operator reruns, and so does this test
+        # (a new seed each time) before it gives up and skips.
+        for attempt in range(RERUNS):
+            d = os.path.join(out, f"{name}_{attempt + 1}")
+            run_night(mpiexec, pipebench, toml, d, 1000 + round(100 * factor) + 10 * attempt, loads[nights] * factor)
+            rc, run = trend_of(pipebench, d, night_dirs + [trial], os.path.join(out, f"report_{name}_{attempt + 1}"))
+            t = run["trend"]
+            print(f"{name} (run {attempt + 1}): median {run['step_time_median_s']:.5f} s, exit {rc}: {t['verdict']} — "
+                  f"{t.get('reason', '')}")
+            if not loaded_newest(t):
+                break
+        else:
+            print(f"SKIP: {name} ran noisier than its history {RERUNS} times (the rule's loaded-machine guard); "
+                  "the rule's rates on generated nights are tested in tests/unit/test_regression.cpp")
+            return SKIP
         if t["files"] != nights + 1:
             problems.append(f"{name}: the series holds {t['files']} files, expected {nights + 1} (the trial entered it?)")
         print(f"  throughput {100 * t['throughput_change']:+.1f}%, slowest stage {100 * t['slowest_stage_change']:+.1f}%, "

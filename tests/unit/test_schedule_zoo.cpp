@@ -174,3 +174,77 @@ TEST_CASE("recomputation: F holds the full activations then the input, B the ful
   CHECK(peak_live_activation_bytes(s, full) == std::vector<std::int64_t>{20, 10});
   CHECK_THROWS_WITH(peak_recompute_activation_bytes(make_zb_h1(2, 3), kept, full), Catch::Contains("split backward"));
 }
+
+TEST_CASE("looped BFS: PyTorch's order, unit bubble (p-1)/(v m + p-1), GPipe's memory", "[schedule][zoo]") {
+  // Every forward of chunk 0, then of chunk 1; backwards from the last chunk, micro-batches in reverse.
+  const Schedule two = make_looped_bfs(2, 2, 2);
+  for (const auto& rank : two.actions) CHECK(to_text(rank) == "F0 F1 1F0 1F1 1B1 1B0 B1 B0");
+  for (int p = 1; p <= 8; ++p)
+    for (int v = 1; v <= 4; ++v)
+      for (int m = 1; m <= 4 * p; ++m) {
+        INFO("p = " << p << ", v = " << v << ", m = " << m);
+        const Schedule s = make_looped_bfs(p, m, v);
+        REQUIRE(check_schedule(s).empty());
+        REQUIRE_FALSE(s.split_backward());
+        const SimResult r = simulate(s, chunk_costs(s));
+        REQUIRE(r.completed);
+        if (m >= p) {
+          CHECK(r.makespan == Approx(2.0 * m + 2.0 * (p - 1) / v).margin(1e-9));
+          CHECK(r.bubble == Approx(static_cast<double>(p - 1) / (v * m + p - 1)).margin(1e-9));
+        } else {
+          CHECK(r.makespan > 2.0 * m + 2.0 * (p - 1) / v - 1e-9);  // the loop stalls: never better
+        }
+        for (int x : peak_live_activations(s)) CHECK(x == v * m);
+      }
+  CHECK_THROWS_WITH(make_looped_bfs(2, 4, 0), Catch::Contains("virtual_stages_per_rank >= 1"));
+}
+
+TEST_CASE("interleaved zero bubble: PyTorch's order, unit bubble (p-1)/(3 v m + p-1)", "[schedule][zoo]") {
+  // p = 2, m = 4, v = 2: rounds of 2; rank 0 warms up with (v-1) 2 + 1 forwards and never defers a W,
+  // rank 1 with 2 forwards and one W deferred.
+  const Schedule s24 = make_interleaved_zb(2, 4, 2);
+  CHECK(to_text(s24.actions[0]) ==
+        "F0 F1 1F0 1F1 1B0 1W0 F2 1B1 1W1 F3 B0 W0 1F2 B1 W1 1F3 1B2 1W2 1B3 1W3 B2 W2 B3 W3");
+  CHECK(to_text(s24.actions[1]) ==
+        "F0 F1 1F0 1B0 1F1 1B1 1W0 F2 B0 1W1 F3 B1 W0 1F2 1B2 W1 1F3 1B3 1W2 B2 1W3 B3 W2 W3");
+  for (int p = 1; p <= 8; ++p)
+    for (int v = 1; v <= 4; ++v)
+      for (int m = 1; m <= 4 * p; ++m) {
+        INFO("p = " << p << ", v = " << v << ", m = " << m);
+        if (!schedule_microbatch_problem(ScheduleKind::interleaved_zb, p, m).empty()) {
+          CHECK_THROWS_WITH(make_interleaved_zb(p, m, v), Catch::Contains("rounds of equal size"));
+          continue;
+        }
+        const Schedule s = make_interleaved_zb(p, m, v);
+        REQUIRE(check_schedule(s).empty());
+        REQUIRE(s.split_backward());
+        const SimResult r = simulate(s, chunk_costs(s));
+        REQUIRE(r.completed);
+        if (m >= p) {
+          // F = B = W = 1/v: 3m of work per rank and (p-1)/v idle, a third of interleaved 1F1B's in these units.
+          CHECK(r.makespan == Approx(3.0 * m + static_cast<double>(p - 1) / v).margin(1e-9));
+          CHECK(r.bubble == Approx(static_cast<double>(p - 1) / (3 * v * m + p - 1)).margin(1e-9));
+          if (v == 1) CHECK(s.actions == make_zb_h1(p, m).actions);  // one chunk is ZB-H1
+        }
+        // Held until W: (v-1) n + p chunk micro-batches on every rank (rounds of n; at most all v m):
+        // with n = p, v p chunks, 1F1B's first rank in a stage's activations.
+        const int n = m / std::max(1, m / p);
+        for (int x : peak_live_activations(s)) CHECK(x == std::min(v * m, (v - 1) * n + p));
+      }
+  CHECK_THROWS_WITH(make_interleaved_zb(4, 9, 2), Catch::Contains("multiple of 2") && Catch::Contains("use 8 or 10"));
+  CHECK(schedule_microbatch_problem(ScheduleKind::interleaved_zb, 4, 11) ==
+        "interleaved-zb runs micro-batches in max(1, m / pipeline_size) = 2 rounds of equal size, so num_microbatches "
+        "must be a multiple of 2 (got 11; use 10 or 12)");
+}
+
+TEST_CASE("CSV: looped BFS and interleaved zero bubble round-trip", "[schedule][zoo][csv]") {
+  for (const Schedule& s : {make_looped_bfs(3, 5, 2), make_looped_bfs(2, 1, 4), make_interleaved_zb(3, 6, 2),
+                            make_interleaved_zb(4, 3, 3)}) {
+    INFO(s.name);
+    const Schedule back = schedule_from_csv(schedule_to_csv(s), s.num_ranks, s.num_microbatches, "x.csv");
+    CHECK(back.actions == s.actions);
+    CHECK(back.chunks_per_rank == s.chunks_per_rank);
+    CHECK(back.placement == Placement::looped);
+    CHECK(simulate(back, chunk_costs(back)).makespan == simulate(s, chunk_costs(s)).makespan);
+  }
+}

@@ -490,7 +490,9 @@ void read_schedule(TableReader& r, RunSpec& run, std::vector<std::string>& warni
         {"eager-1f1b", ScheduleKind::eager_one_f_one_b},
         {"interleaved-1f1b", ScheduleKind::interleaved_one_f_one_b},
         {"zb-h1", ScheduleKind::zb_h1},
-        {"zb-v", ScheduleKind::zb_v}};
+        {"zb-v", ScheduleKind::zb_v},
+        {"looped-bfs", ScheduleKind::looped_bfs},
+        {"interleaved-zb", ScheduleKind::interleaved_zb}};
     const auto known = std::find_if(std::begin(kNames), std::end(kNames), [&](const auto& n) { return text && *text == n.first; });
     if (text && known == std::end(kNames)) {
       std::string names;
@@ -510,27 +512,23 @@ void read_schedule(TableReader& r, RunSpec& run, std::vector<std::string>& warni
     warnings.push_back(fmt::format("{}: ignored: inference keeps no activations to recompute", r.dotted("recompute")));
     run.recompute = Recompute::none;
   }
-  if (run.recompute == Recompute::full && (run.schedule == ScheduleKind::zb_h1 || run.schedule == ScheduleKind::zb_v))
+  if (run.recompute == Recompute::full && splits_backward(run.schedule))
     r.fail_at(*r.find("recompute"), "recompute",
               fmt::format("\"full\" with schedule \"{}\" is not supported: a split backward keeps activations until W, "
                           "recomputation frees them at B",
                           to_string(run.schedule)));
-  const int fixed = run.schedule == ScheduleKind::zb_v ? 2 : 1;
-  const bool any_v = run.schedule == ScheduleKind::interleaved_one_f_one_b || run.schedule == ScheduleKind::file;
+  const int fixed = fixed_virtual_stages(run.schedule);
+  const bool any_v = any_virtual_stages(run.schedule);
   run.virtual_stages_per_rank = r.int_in_range("virtual_stages_per_rank", 1, kMaxVirtualStagesPerRank, any_v ? 1 : fixed);
   if (run.mode == RunMode::inference) {
     run.virtual_stages_per_rank = 1;
-  } else if (run.schedule == ScheduleKind::interleaved_one_f_one_b && run.num_microbatches % run.pipeline_size != 0) {
-    const int below = run.num_microbatches / run.pipeline_size * run.pipeline_size;
-    r.fail_at(r.find("num_microbatches") ? *r.find("num_microbatches") : r.value(), "num_microbatches",
-              fmt::format("interleaved-1f1b runs micro-batches in groups of pipeline_size = {}, so num_microbatches must be "
-                          "a multiple of it (got {}; use {}{})",
-                          run.pipeline_size, run.num_microbatches, below > 0 ? fmt::format("{} or ", below) : "",
-                          below + run.pipeline_size));
+  } else if (const std::string why = schedule_microbatch_problem(run.schedule, run.pipeline_size, run.num_microbatches);
+             !why.empty()) {
+    r.fail_at(r.find("num_microbatches") ? *r.find("num_microbatches") : r.value(), "num_microbatches", why);
   } else if (!any_v && run.virtual_stages_per_rank != fixed) {
     r.fail_at(*r.find("virtual_stages_per_rank"), "virtual_stages_per_rank",
               fmt::format("schedule \"{}\" holds {} model chunk(s) per rank; virtual_stages_per_rank = {} needs schedule "
-                          "= \"interleaved-1f1b\"",
+                          "= \"interleaved-1f1b\", \"looped-bfs\" or \"interleaved-zb\"",
                           to_string(run.schedule), fixed, run.virtual_stages_per_rank));
   }
 }
@@ -615,8 +613,7 @@ RunSpec read_run(TableReader& r, const ModelSpec& model, int steps, std::vector<
                           "of {} (the schedule is built action by action)",
                           run.pipeline_size, run.virtual_stages_per_rank, run.num_microbatches, kMaxStageMicrobatches));
   // Actions per stage and micro-batch: F; B; W for split-backward schedules.
-  const bool split = run.schedule == ScheduleKind::zb_h1 || run.schedule == ScheduleKind::zb_v ||
-                     run.schedule == ScheduleKind::file;
+  const bool split = splits_backward(run.schedule) || run.schedule == ScheduleKind::file;
   const int per_microbatch = run.mode == RunMode::train ? (split ? 3 : 2) : 1;
   const std::int64_t events = std::int64_t{steps} * per_microbatch * run.model_stages() * run.num_microbatches;
   if (events > kMaxEventsPerRun)

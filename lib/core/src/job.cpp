@@ -53,9 +53,43 @@ std::string_view to_string(ScheduleKind v) {
     case ScheduleKind::interleaved_one_f_one_b: return "interleaved-1f1b";
     case ScheduleKind::zb_h1: return "zb-h1";
     case ScheduleKind::zb_v: return "zb-v";
+    case ScheduleKind::looped_bfs: return "looped-bfs";
+    case ScheduleKind::interleaved_zb: return "interleaved-zb";
     case ScheduleKind::file: return "file";
   }
   return "?";
+}
+
+bool splits_backward(ScheduleKind k) {
+  return k == ScheduleKind::zb_h1 || k == ScheduleKind::zb_v || k == ScheduleKind::interleaved_zb;
+}
+
+bool any_virtual_stages(ScheduleKind k) {
+  return k == ScheduleKind::interleaved_one_f_one_b || k == ScheduleKind::looped_bfs ||
+         k == ScheduleKind::interleaved_zb || k == ScheduleKind::file;
+}
+
+int fixed_virtual_stages(ScheduleKind k) { return k == ScheduleKind::zb_v ? 2 : 1; }
+
+std::string schedule_microbatch_problem(ScheduleKind k, int p, int m) {
+  if (k == ScheduleKind::interleaved_one_f_one_b && m % p != 0) {
+    const int below = m / p * p;
+    return fmt::format("interleaved-1f1b runs micro-batches in groups of pipeline_size = {}, so num_microbatches must "
+                       "be a multiple of it (got {}; use {}{})",
+                       p, m, below > 0 ? fmt::format("{} or ", below) : "", below + p);
+  }
+  if (k == ScheduleKind::interleaved_zb) {
+    auto fits = [p](int n) { return n >= 1 && n % std::max(1, n / p) == 0; };
+    if (!fits(m)) {
+      int below = m - 1, above = m + 1;
+      while (!fits(below)) --below;  // n < p always fits
+      while (!fits(above)) ++above;
+      return fmt::format("interleaved-zb runs micro-batches in max(1, m / pipeline_size) = {} rounds of equal size, so "
+                         "num_microbatches must be a multiple of {} (got {}; use {} or {})",
+                         std::max(1, m / p), std::max(1, m / p), m, below, above);
+    }
+  }
+  return "";
 }
 
 std::string_view to_string(RunMode v) { return v == RunMode::train ? "train" : "inference"; }

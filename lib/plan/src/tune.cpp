@@ -97,10 +97,9 @@ class FitCache {
 };
 
 int chunks_for(ScheduleKind kind, const RunSpec& like) {
-  if (kind == ScheduleKind::zb_v) return 2;
-  if (kind == ScheduleKind::interleaved_one_f_one_b)
+  if (any_virtual_stages(kind))
     return like.schedule == kind && like.virtual_stages_per_rank > 1 ? like.virtual_stages_per_rank : 2;
-  return 1;
+  return fixed_virtual_stages(kind);
 }
 
 // The most micro-batches a candidate may have (the workload limits).
@@ -110,7 +109,7 @@ int max_microbatches(int p, int v) {
 }
 
 bool valid_m(ScheduleKind kind, int p, int v, int m) {
-  return m >= 1 && m <= max_microbatches(p, v) && (kind != ScheduleKind::interleaved_one_f_one_b || m % p == 0);
+  return m >= 1 && m <= max_microbatches(p, v) && schedule_microbatch_problem(kind, p, m).empty();
 }
 
 // The smallest m whose closed-form bubble is at most `target` (0 when none
@@ -147,7 +146,7 @@ class CandidateSearch {
     if (p * v > job_.model.layers) return skip(fmt::format("{} x {} model chunks exceed the {} layers", p, v, job_.model.layers));
     if (const std::string why = tensor_parallel_problem(job_.model, c_.tensor_parallel, c_.sequence_parallel); !why.empty())
       return skip(why);
-    if (c_.recompute == Recompute::full && (c_.schedule == ScheduleKind::zb_h1 || c_.schedule == ScheduleKind::zb_v))
+    if (c_.recompute == Recompute::full && splits_backward(c_.schedule))
       return skip(fmt::format("recompute = \"full\" with {} (a split backward) is not supported", to_string(c_.schedule)));
     if (o_.global_batch > 0) return with_global_batch();
     int m = o_.num_microbatches;
@@ -191,16 +190,18 @@ class CandidateSearch {
     const int G = o_.global_batch, p = c_.pipeline_size, v = c_.virtual_stages_per_rank, d = c_.data_parallel;
     if (G % d != 0) return skip(fmt::format("global batch {} is not a multiple of {} replicas", G, d));
     const int per_replica = G / d;
-    const bool groups = c_.schedule == ScheduleKind::interleaved_one_f_one_b;  // m a multiple of p
-    const auto m_of = [per_replica, p, groups](int b) {
-      const int m = (per_replica + b - 1) / b;
-      return groups ? (m + p - 1) / p * p : m;
+    const ScheduleKind kind = c_.schedule;
+    // The smallest usable m at least n (interleaved schedules group micro-batches).
+    const auto usable_from = [kind, p](int n) {
+      while (!schedule_microbatch_problem(kind, p, n).empty()) ++n;
+      return n;
     };
+    const auto m_of = [per_replica, usable_from](int b) { return usable_from((per_replica + b - 1) / b); };
     const int fit = largest(m_of);
     if (fit == 0) {
       int m = std::min(per_replica, max_microbatches(p, v));
-      if (groups) m = std::max(p, m / p * p);
-      return not_fitting(m);
+      while (m > 1 && !schedule_microbatch_problem(kind, p, m).empty()) --m;
+      return not_fitting(std::max(m, usable_from(1)));
     }
     for (int b = std::min(with_margin(recommended_micro_batch(fit), m_of), per_replica); b >= 1; --b) {
       if (per_replica % b != 0 || !valid_m(c_.schedule, p, v, per_replica / b)) continue;
@@ -573,7 +574,7 @@ std::vector<TuneCandidate> search_space(const Job& job, const RunSpec& like, con
   std::vector<bool> sps = options.sequence_parallel;
   if (sps.empty()) sps.push_back(like.sequence_parallel);
   const auto chunks = [&](ScheduleKind kind) {
-    if (kind != ScheduleKind::interleaved_one_f_one_b || inference || options.virtual_stages.empty())
+    if (!any_virtual_stages(kind) || inference || options.virtual_stages.empty())
       return std::vector<int>{inference ? 1 : chunks_for(kind, like)};
     return options.virtual_stages;
   };
@@ -644,7 +645,7 @@ namespace {
 std::string candidate_label(const TuneCandidate& c) {
   std::string s = fmt::format("{}, mbs {}, m {}, {}", c.layout(), c.micro_batch_size, c.num_microbatches,
                               to_string(c.schedule));
-  if (c.virtual_stages_per_rank > 1 && c.schedule == ScheduleKind::interleaved_one_f_one_b)
+  if (c.virtual_stages_per_rank > 1 && any_virtual_stages(c.schedule))
     s += fmt::format(" (v = {})", c.virtual_stages_per_rank);
   if (c.data_parallel > 1 && c.sharding != OptimizerSharding::none) s += fmt::format(", {}", to_string(c.sharding));
   if (c.recompute != Recompute::none) s += fmt::format(", recompute {}", to_string(c.recompute));
@@ -660,7 +661,7 @@ std::string run_table(const RunSpec& r, const std::string& comment) {
                    r.pipeline_size, r.micro_batch_size, r.num_microbatches);
   if (r.mode == RunMode::inference) t += "mode = \"inference\"\n";
   else t += fmt::format("schedule = \"{}\"\n", to_string(r.schedule));
-  if (r.schedule == ScheduleKind::interleaved_one_f_one_b && r.mode == RunMode::train)
+  if (any_virtual_stages(r.schedule) && r.mode == RunMode::train)
     t += fmt::format("virtual_stages_per_rank = {}\n", r.virtual_stages_per_rank);
   if (r.data_parallel > 1 && r.mode == RunMode::train)
     t += fmt::format("data_parallel = {}\noptimizer_sharding = \"{}\"\ngrad_sync = \"{}\"\nrank_order = \"{}\"\n",

@@ -252,6 +252,59 @@ Schedule make_zb_v(int p, int m) {
   return s;
 }
 
+Schedule make_looped_bfs(int p, int m, int v) {
+  require_positive(p, m);
+  if (v < 1) throw ScheduleError(fmt::format("looped-bfs needs virtual_stages_per_rank >= 1 (got {})", v));
+  Schedule s = empty_schedule("looped-bfs", p, m, true, v);
+  for (auto& rank : s.actions) {
+    rank.reserve(2 * static_cast<std::size_t>(m) * static_cast<std::size_t>(v));
+    for (int c = 0; c < v; ++c)
+      for (int mb = 0; mb < m; ++mb) rank.push_back({ActionKind::F, mb, c});
+    for (int c = v - 1; c >= 0; --c)
+      for (int mb = m - 1; mb >= 0; --mb) rank.push_back({ActionKind::B, mb, c});
+  }
+  return s;
+}
+
+Schedule make_interleaved_zb(int p, int m, int v) {
+  require_positive(p, m);
+  if (v < 1) throw ScheduleError(fmt::format("interleaved-zb needs virtual_stages_per_rank >= 1 (got {})", v));
+  if (const std::string why = schedule_microbatch_problem(ScheduleKind::interleaved_zb, p, m); !why.empty())
+    throw ScheduleError(why);
+  const int per_round = m / std::max(1, m / p), total = m * v;
+  Schedule s = empty_schedule("interleaved-zb", p, m, true, v);
+  for (int r = 0; r < p; ++r) {
+    auto& rank = s.actions[static_cast<std::size_t>(r)];
+    rank.reserve(3 * static_cast<std::size_t>(total));
+    std::vector<int> next_f(static_cast<std::size_t>(v)), next_b(next_f);
+    std::vector<Action> backwards;  // in order: a W repeats its B's chunk and micro-batch
+    auto forward = [&](int k) {
+      const int c = k / per_round % v;
+      rank.push_back({ActionKind::F, next_f[static_cast<std::size_t>(c)]++, c});
+    };
+    std::size_t weights = 0;
+    auto weight = [&] {  // the W of the oldest B without one
+      const Action& b = backwards[weights++];
+      rank.push_back({ActionKind::W, b.microbatch, b.chunk});
+    };
+    auto backward = [&](int k) {  // the k-th backward; then a W once r of them wait
+      const int c = v - 1 - k / per_round % v;
+      backwards.push_back({ActionKind::B, next_b[static_cast<std::size_t>(c)]++, c});
+      rank.push_back(backwards.back());
+      if (k >= r) weight();
+    };
+    const int warmup = std::min((v - 1) * per_round + p - 1 - r, total);
+    for (int k = 0; k < warmup; ++k) forward(k);
+    for (int i = 0; i < total - warmup; ++i) {
+      forward(warmup + i);
+      backward(i);
+    }
+    for (int k = total - warmup; k < total; ++k) backward(k);
+    while (weights < backwards.size()) weight();
+  }
+  return s;
+}
+
 Schedule make_schedule(ScheduleKind kind, RunMode mode, int p, int m, int v) {
   if (mode == RunMode::inference) return make_forward_only(p, m);
   switch (kind) {
@@ -261,6 +314,8 @@ Schedule make_schedule(ScheduleKind kind, RunMode mode, int p, int m, int v) {
     case ScheduleKind::interleaved_one_f_one_b: return make_interleaved_1f1b(p, m, v);
     case ScheduleKind::zb_h1: return make_zb_h1(p, m);
     case ScheduleKind::zb_v: return make_zb_v(p, m);
+    case ScheduleKind::looped_bfs: return make_looped_bfs(p, m, v);
+    case ScheduleKind::interleaved_zb: return make_interleaved_zb(p, m, v);
     case ScheduleKind::file: throw ScheduleError("a file: schedule is read with load_schedule_csv");
   }
   throw ScheduleError("unknown schedule kind");

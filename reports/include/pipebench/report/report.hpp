@@ -147,6 +147,8 @@ struct Trend {
   double p_value = 1.0;
   double night_spread = 0.0;       // robust relative spread of the earlier files' median step times
   double bar = 0.0;                // the change a verdict needs: max(threshold, noise_k x night_spread)
+  double newest_cv = 0.0;          // the judged file's step-time CV (the loaded-machine guard)
+  double history_cv = 0.0;         // the earlier files' median CV
   // Besides step time, from the newest file against the one before it:
   // peak memory per rank (exact on every backend: any change is flagged), the
   // loss per step (deterministic backends: any change is flagged); against the

@@ -24,7 +24,25 @@ enum class TransportKind { automatic, mpi, nccl };
 enum class SimClock { wall, virtual_time };
 // The training schedules of SPEC §4. Inference runs ignore this and use the
 // forward-only schedule.
-enum class ScheduleKind { gpipe, one_f_one_b, eager_one_f_one_b, interleaved_one_f_one_b, zb_h1, zb_v, file };
+enum class ScheduleKind {
+  gpipe, one_f_one_b, eager_one_f_one_b, interleaved_one_f_one_b, zb_h1, zb_v, looped_bfs, interleaved_zb, file
+};
+// The built-in training schedules, in the order `tune` and the docs list them.
+inline constexpr ScheduleKind kBuiltinSchedules[] = {
+    ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::eager_one_f_one_b,
+    ScheduleKind::interleaved_one_f_one_b, ScheduleKind::zb_h1, ScheduleKind::zb_v,
+    ScheduleKind::looped_bfs, ScheduleKind::interleaved_zb};
+// Whether a built-in schedule splits its backward into B and W (a file
+// schedule may: its file says).
+bool splits_backward(ScheduleKind k);
+// Whether a schedule takes any virtual_stages_per_rank (else it holds
+// fixed_virtual_stages(k) chunks per rank).
+bool any_virtual_stages(ScheduleKind k);
+int fixed_virtual_stages(ScheduleKind k);
+// Why p ranks cannot run m micro-batches with schedule k ("" when they can):
+// interleaved-1f1b needs m a multiple of p, interleaved-zb a multiple of its
+// number of rounds max(1, m / p) (lib/schedule, make_interleaved_zb).
+std::string schedule_microbatch_problem(ScheduleKind k, int p, int m);
 enum class RunMode { train, inference };
 enum class Recompute { none, selective, full };
 enum class Remainder { first, last, balanced };

@@ -149,6 +149,32 @@ Schedule make_zb_h1(int p, int m);
 // counts only the steady state).
 Schedule make_zb_v(int p, int m);
 
+// Looped BFS (Lamy-Poirier 2022, "Breadth-First Pipeline Parallelism";
+// PyTorch's ScheduleLoopedBFS): v chunks per rank, looped placement. Rank r
+// runs every forward of chunk 0 (micro-batches in order), then every forward
+// of chunk 1, ..., then the backwards: chunk v-1 first, each chunk's
+// micro-batches in reverse order. Full backwards (no W). Every rank holds
+// all v m chunk micro-batches before its first backward (GPipe's memory).
+// With chunk costs 1/v and m >= p the unit bubble is (p-1)/(v m + p-1),
+// interleaved 1F1B's; with m < p the forwards of a later chunk wait for the
+// first micro-batch to come round the loop.
+Schedule make_looped_bfs(int p, int m, int v);
+
+// Interleaved zero bubble (ZB1P's deferred weight gradients on interleaved
+// chunks; PyTorch's ScheduleInterleavedZeroBubble): v chunks per rank,
+// looped placement, split backward. Micro-batches run in rounds of
+// n = m / max(1, m / p) (m must be a multiple of the number of rounds,
+// ScheduleError otherwise): the k-th forward of a rank is of chunk
+// (k / n) mod v, the k-th backward of chunk v-1 - (k / n) mod v, each
+// chunk's micro-batches in order. Rank r runs min((v-1) n + p-1-r, v m)
+// warm-up forwards, then (F, B) pairs, each followed by a W once r Bs are
+// waiting (the W of the oldest B), then the remaining Bs (each followed by a
+// W the same way), then the waiting Ws. v = 1 is ZB-H1 (m >= p). Every rank
+// holds min(v m, (v-1) n + p) chunk micro-batches at its peak (n = p: 1F1B's
+// first rank). With F = B = W = 1/v per chunk and m >= p the unit bubble is
+// (p-1)/(3 v m + p-1).
+Schedule make_interleaved_zb(int p, int m, int v);
+
 // The schedule a run uses: forward-only for inference, else the run's
 // `schedule` with its virtual_stages_per_rank. A `file:` schedule is read
 // by load_schedule_csv (schedule_csv.hpp), not here.
