@@ -308,7 +308,7 @@ Handler add_tune_command(CLI::App& app) {
       ->check(CLI::IsMember({"none", "selective", "full"}));
   cmd->add_option("--sequence-parallel", o->sequence_parallel, "sequence parallelism with t > 1: on, off (repeatable; default: the template's)")
       ->check(CLI::IsMember({"on", "off"}));
-  cmd->add_option("--virtual-stages", o->tune.virtual_stages, "interleaved-1f1b chunks per rank to try (repeatable; default: the template's, else 2)")
+  cmd->add_option("--virtual-stages", o->tune.virtual_stages, "chunks per rank to try with interleaved-1f1b, looped-bfs, interleaved-zb (repeatable; default: the template's, else 2)")
       ->check(CLI::Range(2, 64));
   cmd->add_option("--data-parallel", o->tune.data_parallel, "replica counts to try (repeatable; default: every d with p x d <= N)")
       ->check(CLI::Range(1, kMaxPipelineSize));
