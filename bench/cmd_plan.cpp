@@ -35,9 +35,10 @@ Handler add_plan_command(CLI::App& app) {
   cmd->add_option("--set", opts->overrides, "override a key before validation: dotted.key=value, run.NAME.key=value (repeatable)");
   cmd->add_option("--format", opts->format, "output format")->check(CLI::IsMember({"text", "json"}));
   cmd->add_option("--export-schedule", opts->export_schedule,
-                  "print only the schedule of the one selected run (--run NAME) in the form schedule = \"file:PATH\" "
-                  "reads (docs/schedules.md), to start a schedule of your own from it")
-      ->check(CLI::IsMember({"csv"}));
+                  "print only the schedule of the one selected run (--run NAME) in a form schedule = \"file:PATH\" "
+                  "reads (docs/schedules.md), to start a schedule of your own from it: csv (compute only) or csv-comms "
+                  "(PyTorch's compute_comms: with the sends, receives and, with replicas, REDUCE_GRAD)")
+      ->check(CLI::IsMember({"csv", "csv-comms"}));
   return [opts] {
     const Job job = load_job(opts->job_path, opts->overrides);
     const JobPlan plan = plan_job(job, opts->runs);
@@ -49,7 +50,9 @@ Handler add_plan_command(CLI::App& app) {
                    names);
         return kUsageError;
       }
-      const std::string csv = schedule_to_csv(plan.runs.front().schedule);
+      const RunPlan& rp = plan.runs.front();
+      const std::string csv = opts->export_schedule == "csv" ? schedule_to_csv(rp.schedule)
+                                                             : schedule_to_comms_csv(rp.schedule, rp.sync.reduce);
       std::fwrite(csv.data(), 1, csv.size(), stdout);
       return kOk;
     }

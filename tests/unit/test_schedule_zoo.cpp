@@ -146,7 +146,8 @@ TEST_CASE("CSV: every built-in schedule round-trips", "[schedule][zoo][csv]") {
 TEST_CASE("CSV: malformed files name the line and cell", "[schedule][zoo][csv]") {
   CHECK_THROWS_WITH(schedule_from_csv("0F0,0X0\n1F0\n", 2, 1, "a.csv"), Catch::Contains("a.csv:1: cell 2") &&
                                                                           Catch::Contains("unknown action kind 'X'"));
-  CHECK_THROWS_WITH(schedule_from_csv("0F0,0SEND_F0\n1F0\n", 2, 1, "a.csv"), Catch::Contains("compute-only form"));
+  CHECK_THROWS_WITH(schedule_from_csv("0F0,0SEND_X0\n1F0\n", 2, 1, "a.csv"), Catch::Contains("unknown action kind 'SEND_X'"));
+  CHECK_THROWS_WITH(schedule_from_csv("0F0,0UNSHARD3\n1F0\n", 2, 1, "a.csv"), Catch::Contains("UNSHARD takes no micro-batch"));
   CHECK_THROWS_WITH(schedule_from_csv("0F0\n", 2, 1, "a.csv"), Catch::Contains("1 line(s) but the run has pipeline_size = 2"));
   CHECK_THROWS_WITH(schedule_from_csv("0F0\n1F0\n2F0\n", 2, 1, "a.csv"), Catch::Contains("a.csv:3: more than 2 lines"));
   CHECK_THROWS_WITH(schedule_from_csv("0F5\n1F0\n", 2, 2, "a.csv"), Catch::Contains("micro-batch 5"));

@@ -10,17 +10,29 @@
 #include "pipebench/core/error.hpp"
 #include "pipebench/core/job.hpp"
 #include "pipebench/core/units.hpp"
+#include "csv_cells.hpp"
 
 namespace pipebench {
 
+namespace csv {
+
+std::string_view kind_name(CellKind k) {
+  static constexpr std::string_view kNames[] = {"F",      "B",      "I",      "W",       "SEND_F",     "RECV_F",
+                                                "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD"};
+  return kNames[static_cast<std::size_t>(k)];
+}
+
+std::string to_text(const Cell& c) {
+  return c.microbatch < 0 ? fmt::format("{}{}", c.stage, kind_name(c.kind))
+                          : fmt::format("{}{}{}", c.stage, kind_name(c.kind), c.microbatch);
+}
+
+}  // namespace csv
+
 namespace {
 
-// One parsed cell: global stage, kind letter (F, B, I or W), micro-batch.
-struct Cell {
-  int stage = 0;
-  char kind = 'F';
-  int microbatch = 0;
-};
+using csv::Cell;
+using csv::CellKind;
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -34,25 +46,32 @@ bool parse_number(std::string_view digits, int& out) {
   return ec == std::errc() && ptr == digits.data() + digits.size();
 }
 
-// "3F12" -> {3, 'F', 12}; a ScheduleError naming `where` otherwise.
+// "3F12" -> {3, F, 12}, "1SEND_B0", "0REDUCE_GRAD"; a ScheduleError naming
+// `where` otherwise.
 Cell parse_cell(std::string_view text, const std::string& where) {
   std::size_t i = 0;
   while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
   Cell c;
   if (i == 0 || i >= text.size() || !parse_number(text.substr(0, i), c.stage))
-    throw ScheduleError(fmt::format("{}: \"{}\" is not an action (expected STAGE KIND MICROBATCH, e.g. 0F3, 1I0, 2W5)",
+    throw ScheduleError(fmt::format("{}: \"{}\" is not an action (expected STAGE KIND MICROBATCH, e.g. 0F3, 1I0, 2W5, "
+                                    "1SEND_F0)",
                                     where, printable(std::string(text))));
   const std::string_view rest = text.substr(i);
-  if (rest.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ_") > 1)
-    throw ScheduleError(fmt::format("{}: \"{}\": pipebench reads the compute-only form (F, B, I, W); transfers and "
-                                    "other actions are derived from the dependencies",
-                                    where, printable(std::string(text))));
-  c.kind = rest[0];
-  if (c.kind != 'F' && c.kind != 'B' && c.kind != 'I' && c.kind != 'W')
-    throw ScheduleError(fmt::format("{}: \"{}\": unknown action kind '{}' (expected F, B, I or W)", where,
-                                    printable(std::string(text)), printable(std::string(1, c.kind))));
-  if (!parse_number(rest.substr(1), c.microbatch))
+  const std::string_view name = rest.substr(0, rest.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ_"));
+  bool known = false;
+  for (int k = 0; k <= static_cast<int>(CellKind::reduce_grad) && !known; ++k)
+    if (name == csv::kind_name(static_cast<CellKind>(k))) c.kind = static_cast<CellKind>(k), known = true;
+  if (!known)
+    throw ScheduleError(fmt::format("{}: \"{}\": unknown action kind '{}' (expected F, B, I or W; with communication "
+                                    "SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD)",
+                                    where, printable(std::string(text)), printable(std::string(name))));
+  const std::string_view digits = rest.substr(name.size());
+  if (!csv::has_microbatch(c.kind)) {
+    if (!digits.empty())
+      throw ScheduleError(fmt::format("{}: \"{}\": {} takes no micro-batch", where, printable(std::string(text)), name));
+  } else if (!parse_number(digits, c.microbatch)) {
     throw ScheduleError(fmt::format("{}: \"{}\" has no micro-batch number", where, printable(std::string(text))));
+  }
   return c;
 }
 
@@ -94,10 +113,13 @@ std::string schedule_to_csv(const Schedule& s) {
   return out;
 }
 
-Schedule schedule_from_csv(std::string_view text, int p, int m, const std::string& source) {
+namespace {
+
+// The CSV's lines as cells, one row per rank (exactly p).
+csv::Rows read_rows(std::string_view text, int p, const std::string& source) {
   // A UTF-8 byte order mark (spreadsheet exports write one) is not a cell.
   if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
-  std::vector<std::vector<Cell>> rows;
+  csv::Rows rows;
   std::size_t line_no = 0;
   while (!text.empty()) {
     const auto nl = text.find('\n');
@@ -122,15 +144,44 @@ Schedule schedule_from_csv(std::string_view text, int p, int m, const std::strin
   if (static_cast<int>(rows.size()) != p)
     throw ScheduleError(fmt::format("{}: {} line(s) but the run has pipeline_size = {} (one line per rank)", source,
                                     rows.size(), p));
+  return rows;
+}
+
+// The compute actions of the rows in order, and the REDUCE_GRAD cells as
+// reduce-grad launches after the compute action before them.
+void fill_actions(const csv::Rows& rows, Schedule& s, const std::string& source) {
+  for (int r = 0; r < s.num_ranks; ++r) {
+    auto& list = s.actions[static_cast<std::size_t>(r)];
+    for (const Cell& c : rows[static_cast<std::size_t>(r)]) {
+      if (c.kind == CellKind::reduce_grad) {
+        if (list.empty())
+          throw ScheduleError(fmt::format("{}: rank {}: {} before any compute action (its chunk's gradients are not "
+                                          "computed yet)",
+                                          source, r, csv::to_text(c)));
+        if (s.file_reduce_grad.empty()) s.file_reduce_grad.resize(static_cast<std::size_t>(s.num_ranks));
+        s.file_reduce_grad[static_cast<std::size_t>(r)].push_back({s.chunk_of(c.stage), static_cast<int>(list.size()) - 1});
+      }
+      if (!csv::is_compute(c.kind)) continue;
+      const ActionKind kind = c.kind == CellKind::F ? ActionKind::F : c.kind == CellKind::W ? ActionKind::W : ActionKind::B;
+      list.push_back({kind, c.microbatch, s.chunk_of(c.stage)});
+    }
+  }
+}
+
+}  // namespace
+
+Schedule schedule_from_csv(std::string_view text, int p, int m, const std::string& source) {
+  const csv::Rows rows = read_rows(text, p, source);
   int stages = 0;
-  bool full = false, split = false;
+  bool full = false, split = false, comms = false;
   std::vector<std::set<int>> held(static_cast<std::size_t>(p));
   for (int r = 0; r < p; ++r)
     for (const Cell& c : rows[static_cast<std::size_t>(r)]) {
       stages = std::max(stages, c.stage + 1);
       held[static_cast<std::size_t>(r)].insert(c.stage);
-      full |= c.kind == 'B';
-      split |= c.kind == 'I' || c.kind == 'W';
+      full |= c.kind == CellKind::B;
+      split |= c.kind == CellKind::I || c.kind == CellKind::W;
+      comms |= !csv::is_compute(c.kind);
       if (c.microbatch >= m)
         throw ScheduleError(fmt::format("{}: rank {} runs micro-batch {} but the run has num_microbatches = {}", source, r,
                                         c.microbatch, m));
@@ -145,13 +196,10 @@ Schedule schedule_from_csv(std::string_view text, int p, int m, const std::strin
     throw ScheduleError(fmt::format("{}: {} stages on {} ranks is {} per rank; at most {}", source, stages, p, chunks,
                                     kMaxVirtualStagesPerRank));
   const Placement placement = infer_placement(held, p, chunks, source);
+  if (comms) csv::validate_comms(rows, stage_ranks(placement, p, chunks), source);
 
   Schedule s = empty_schedule("file:" + source, p, m, true, chunks, placement);
-  for (int r = 0; r < p; ++r)
-    for (const Cell& c : rows[static_cast<std::size_t>(r)]) {
-      const ActionKind kind = c.kind == 'F' ? ActionKind::F : c.kind == 'W' ? ActionKind::W : ActionKind::B;
-      s.actions[static_cast<std::size_t>(r)].push_back({kind, c.microbatch, s.chunk_of(c.stage)});
-    }
+  fill_actions(rows, s, source);
   return s;
 }
 

@@ -27,6 +27,10 @@ std::vector<int> last_gradient_actions(const Schedule& s, int rank) {
 SyncSchedule make_sync_schedule(const Schedule& s, bool overlap) {
   SyncSchedule sync;
   sync.overlap = overlap;
+  if (!s.file_reduce_grad.empty()) {
+    sync.reduce = s.file_reduce_grad;  // the file's REDUCE_GRAD cells (validate_sync_schedule judges them)
+    return sync;
+  }
   sync.reduce.resize(static_cast<std::size_t>(s.num_ranks));
   for (int r = 0; r < s.num_ranks; ++r) {
     const std::vector<int> last = last_gradient_actions(s, r);

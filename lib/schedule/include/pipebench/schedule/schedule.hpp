@@ -58,6 +58,15 @@ Action parse_action(std::string_view text);
 
 enum class Placement : std::uint8_t { looped, v_shape };
 
+// A reduce-grad action of data parallelism (sync_actions.hpp), R(chunk):
+// launched when compute action `after` (an index into the rank's action list)
+// ends.
+struct ReduceGrad {
+  int chunk = 0;
+  int after = 0;
+  friend bool operator==(const ReduceGrad&, const ReduceGrad&) = default;
+};
+
 // The rank of virtual stage v of p ranks (see above, "Model chunks and
 // virtual stages").
 inline int placed_rank(Placement placement, int p, int v) {
@@ -79,6 +88,9 @@ struct Schedule {
   // W). false for forward-only inference: nothing is kept between actions.
   bool retains_activations = true;
   std::vector<std::vector<Action>> actions;  // [rank] -> ordered actions
+  // A compute_comms CSV's REDUCE_GRAD cells ([rank], in order), which place
+  // the gradient synchronisation; empty for every other schedule.
+  std::vector<std::vector<ReduceGrad>> file_reduce_grad;
 
   int num_virtual_stages() const { return num_ranks * chunks_per_rank; }
   int virtual_stage(int rank, int chunk) const {

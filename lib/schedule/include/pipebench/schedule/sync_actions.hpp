@@ -28,13 +28,7 @@
 
 namespace pipebench {
 
-// R(chunk): launched when compute action `after` (an index into the rank's
-// action list) ends.
-struct ReduceGrad {
-  int chunk = 0;
-  int after = 0;
-  friend bool operator==(const ReduceGrad&, const ReduceGrad&) = default;
-};
+// R(chunk), ReduceGrad: schedule.hpp.
 
 struct SyncSchedule {
   bool overlap = false;
@@ -42,7 +36,8 @@ struct SyncSchedule {
 };
 
 // The reduce-grad actions of `s` (a training schedule) for grad_sync
-// after_flush (overlap = false) or overlap.
+// after_flush (overlap = false) or overlap; a compute_comms file's own
+// (s.file_reduce_grad, its REDUCE_GRAD cells) where it has them.
 SyncSchedule make_sync_schedule(const Schedule& s, bool overlap);
 
 // Every violation, one line each (empty: valid): per rank exactly one R per
