@@ -24,6 +24,14 @@ SimCosts chunk_costs(const Schedule& s) {
   return c;
 }
 int max_of(const std::vector<int>& v) { return *std::max_element(v.begin(), v.end()); }
+// `s` is valid, splits its backward or not as said, and completes with chunk costs.
+SimResult valid_chunk_simulation(const Schedule& s, bool split) {
+  REQUIRE(check_schedule(s).empty());
+  REQUIRE(s.split_backward() == split);
+  const SimResult r = simulate(s, chunk_costs(s));
+  REQUIRE(r.completed);
+  return r;
+}
 }  // namespace
 
 TEST_CASE("placements: looped and V-shaped stage -> rank maps", "[schedule][zoo]") {
@@ -185,10 +193,7 @@ TEST_CASE("looped BFS: PyTorch's order, unit bubble (p-1)/(v m + p-1), GPipe's m
       for (int m = 1; m <= 4 * p; ++m) {
         INFO("p = " << p << ", v = " << v << ", m = " << m);
         const Schedule s = make_looped_bfs(p, m, v);
-        REQUIRE(check_schedule(s).empty());
-        REQUIRE_FALSE(s.split_backward());
-        const SimResult r = simulate(s, chunk_costs(s));
-        REQUIRE(r.completed);
+        const SimResult r = valid_chunk_simulation(s, false);
         if (m >= p) {
           CHECK(r.makespan == Approx(2.0 * m + 2.0 * (p - 1) / v).margin(1e-9));
           CHECK(r.bubble == Approx(static_cast<double>(p - 1) / (v * m + p - 1)).margin(1e-9));
@@ -217,10 +222,7 @@ TEST_CASE("interleaved zero bubble: PyTorch's order, unit bubble (p-1)/(3 v m + 
           continue;
         }
         const Schedule s = make_interleaved_zb(p, m, v);
-        REQUIRE(check_schedule(s).empty());
-        REQUIRE(s.split_backward());
-        const SimResult r = simulate(s, chunk_costs(s));
-        REQUIRE(r.completed);
+        const SimResult r = valid_chunk_simulation(s, true);
         if (m >= p) {
           // F = B = W = 1/v: 3m of work per rank and (p-1)/v idle, a third of interleaved 1F1B's in these units.
           CHECK(r.makespan == Approx(3.0 * m + static_cast<double>(p - 1) / v).margin(1e-9));

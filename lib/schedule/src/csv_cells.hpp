@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "pipebench/schedule/schedule.hpp"
+
 namespace pipebench::csv {
 
 // PyTorch's action types (torch.distributed.pipelining, _ComputationType) in
@@ -29,6 +31,10 @@ struct Cell {
 
 // "3SEND_F12", "0REDUCE_GRAD".
 std::string to_text(const Cell& c);
+
+// Action `a` of rank `rank` of `s` as a cell: its global stage, F, W, and B as
+// I when the schedule splits its backward (`split`, s.split_backward()).
+Cell compute_cell(const Schedule& s, int rank, const Action& a, bool split);
 
 using Rows = std::vector<std::vector<Cell>>;  // [rank] -> cells in order
 

@@ -27,6 +27,14 @@ std::string to_text(const Cell& c) {
                           : fmt::format("{}{}{}", c.stage, kind_name(c.kind), c.microbatch);
 }
 
+Cell compute_cell(const Schedule& s, int rank, const Action& a, bool split) {
+  const CellKind kind = a.kind == ActionKind::F ? CellKind::F
+                        : a.kind == ActionKind::W ? CellKind::W
+                        : split                   ? CellKind::I
+                                                  : CellKind::B;
+  return {s.virtual_stage(rank, a.chunk), kind, a.microbatch};
+}
+
 }  // namespace csv
 
 namespace {
@@ -104,10 +112,8 @@ std::string schedule_to_csv(const Schedule& s) {
   std::string out;
   for (int r = 0; r < s.num_ranks; ++r) {
     std::string line;
-    for (const Action& a : s.actions[static_cast<std::size_t>(r)]) {
-      const char kind = a.kind == ActionKind::F ? 'F' : a.kind == ActionKind::W ? 'W' : split ? 'I' : 'B';
-      line += fmt::format("{}{}{}{}", line.empty() ? "" : ",", s.virtual_stage(r, a.chunk), kind, a.microbatch);
-    }
+    for (const Action& a : s.actions[static_cast<std::size_t>(r)])
+      line += (line.empty() ? "" : ",") + csv::to_text(csv::compute_cell(s, r, a, split));
     out += line + "\n";
   }
   return out;

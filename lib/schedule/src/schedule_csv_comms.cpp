@@ -13,12 +13,11 @@
 
 namespace pipebench {
 
-namespace csv {
-
 namespace {
 
 // A boundary tensor between two ranks: activations (F) into stage `stage`, or
-// gradients (B) into stage `stage`, of one micro-batch.
+// gradients (B) into stage `stage`, of one micro-batch. The checks and the
+// writer both name transfers by it.
 struct Message {
   bool gradient = false;
   int stage = 0;  // the stage that consumes it
@@ -27,6 +26,12 @@ struct Message {
   friend bool operator==(const Message& a, const Message& b) { return a.key() == b.key(); }
   friend bool operator<(const Message& a, const Message& b) { return a.key() < b.key(); }
 };
+
+}  // namespace
+
+namespace csv {
+
+namespace {
 
 std::string describe(const Message& m) {
   return fmt::format("{} stage {} micro-batch {}", m.gradient ? "the gradient into" : "the activation into", m.stage,
@@ -252,13 +257,6 @@ void validate_comms(const Rows& rows, const std::vector<int>& stage_rank, const 
 
 namespace {
 
-// A transfer of the exported schedule: into stage `stage`, micro-batch `microbatch`.
-struct Sent {
-  bool gradient = false;
-  int stage = 0;
-  int microbatch = 0;
-};
-
 // Where a receive goes on its rank: before compute action `action`, then by
 // sender and by the transfer's place in that sender's sends.
 struct Position {
@@ -275,7 +273,7 @@ using Cells = std::vector<std::vector<std::vector<csv::Cell>>>;  // [rank][actio
 // The sends after the computes that produce them (and the REDUCE_GRAD cells
 // after their actions); `sent` gets every transfer, (from, to) -> send order.
 Cells sends_after(const Schedule& s, const std::vector<std::vector<ReduceGrad>>& reduce,
-                  std::map<std::pair<int, int>, std::vector<Sent>>& sent) {
+                  std::map<std::pair<int, int>, std::vector<Message>>& sent) {
   const int p = s.num_ranks, V = s.num_virtual_stages();
   Cells after(static_cast<std::size_t>(p));
   for (int r = 0; r < p; ++r) {
@@ -307,19 +305,19 @@ Cells sends_after(const Schedule& s, const std::vector<std::vector<ReduceGrad>>&
 // backwards, a receive goes before its consumer or before the next receive,
 // whichever comes first.
 std::vector<std::map<Position, csv::Cell>> receives_before(const Schedule& s,
-                                                           const std::map<std::pair<int, int>, std::vector<Sent>>& sent) {
+                                                           const std::map<std::pair<int, int>, std::vector<Message>>& sent) {
   std::vector<std::map<Position, csv::Cell>> before(static_cast<std::size_t>(s.num_ranks));
   for (const auto& [pair, transfers] : sent) {
     const auto [from, to] = pair;
     const auto& list = s.actions[static_cast<std::size_t>(to)];
-    std::map<std::tuple<bool, int, int>, std::size_t> consumer;  // (gradient, stage, mb) -> action index
+    std::map<Message, std::size_t> consumer;  // what each action receives -> its index
     for (std::size_t i = 0; i < list.size(); ++i)
       if (list[i].kind != ActionKind::W)
         consumer[{list[i].kind == ActionKind::B, s.virtual_stage(to, list[i].chunk), list[i].microbatch}] = i;
     std::size_t latest = list.size();
     for (std::size_t k = transfers.size(); k-- > 0;) {
-      const Sent& t = transfers[k];
-      latest = std::min(latest, consumer.at({t.gradient, t.stage, t.microbatch}));
+      const Message& t = transfers[k];
+      latest = std::min(latest, consumer.at(t));
       before[static_cast<std::size_t>(to)][{latest, from, k}] = {
           t.stage, t.gradient ? csv::CellKind::recv_b : csv::CellKind::recv_f, t.microbatch};
     }
@@ -331,7 +329,7 @@ std::vector<std::map<Position, csv::Cell>> receives_before(const Schedule& s,
 
 std::string schedule_to_comms_csv(const Schedule& s, const std::vector<std::vector<ReduceGrad>>& reduce) {
   const bool split = s.split_backward();
-  std::map<std::pair<int, int>, std::vector<Sent>> sent;
+  std::map<std::pair<int, int>, std::vector<Message>> sent;
   const Cells after = sends_after(s, reduce, sent);
   const auto before = receives_before(s, sent);
   std::string out;
@@ -343,12 +341,7 @@ std::string schedule_to_comms_csv(const Schedule& s, const std::vector<std::vect
     auto pending = receives.begin();
     for (std::size_t i = 0; i < list.size(); ++i) {
       for (; pending != receives.end() && pending->first.action == i; ++pending) put(pending->second);
-      const Action& a = list[i];
-      const csv::CellKind kind = a.kind == ActionKind::F   ? csv::CellKind::F
-                                 : a.kind == ActionKind::W ? csv::CellKind::W
-                                 : split                   ? csv::CellKind::I
-                                                           : csv::CellKind::B;
-      put({s.virtual_stage(r, a.chunk), kind, a.microbatch});
+      put(csv::compute_cell(s, r, list[i], split));
       for (const csv::Cell& c : after[static_cast<std::size_t>(r)][i]) put(c);
     }
     out += line + "\n";
