@@ -197,6 +197,12 @@ std::vector<Recompute> parse_recompute(const std::vector<std::string>& names) {
   return out;
 }
 
+std::vector<std::string> builtin_schedule_names() {
+  std::vector<std::string> names;
+  for (ScheduleKind k : kBuiltinSchedules) names.emplace_back(to_string(k));
+  return names;
+}
+
 std::vector<ScheduleKind> parse_schedules(const std::vector<std::string>& names) {
   std::vector<ScheduleKind> out;
   for (const auto& n : names) {
@@ -324,7 +330,7 @@ Handler add_tune_command(CLI::App& app) {
                   "without --global-batch/--num-microbatches: the smallest m whose closed-form bubble is at most X (default 0.10)")
       ->check(CLI::Range(0.001, 0.999));
   cmd->add_option("--schedule", o->schedules, "schedules to compare (repeatable; default: the template run's)")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "eager-1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "looped-bfs", "interleaved-zb"}));
+      ->check(CLI::IsMember(builtin_schedule_names()));
   cmd->add_option("--partition", o->partitions, "partition rules to compare: first, last, balanced (repeatable; default: the template run's)")
       ->check(CLI::IsMember({"first", "last", "balanced"}));
   cmd->add_option("--run", o->tune.template_run, "the run whose schedule, partition rule and mode are the template (default: the first multi-stage training run)");

@@ -176,7 +176,7 @@ void add_advice(RunView& v) {
   if (r.bubble_analytic > 0.25 && r.spec.mode == RunMode::train)
     v.advice.push_back(fmt::format(
         "The schedule's analytic bubble is {:.2f}: more micro-batches (num_microbatches), or a schedule with a smaller "
-        "bubble (interleaved-1f1b, interleaved-zb, zb-h1, zb-v; docs/schedules.md), lower it if memory allows (seed 004).",
+        "bubble (interleaved-1f1b, interleaved-zb, zb-h1, zb-v, dualpipev; docs/schedules.md), lower it if memory allows (seed 004).",
         r.bubble_analytic));
 }
 

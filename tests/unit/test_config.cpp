@@ -176,7 +176,7 @@ TEST_CASE("invalid workloads are rejected with file, line and key", "[config][in
   CHECK_THAT(error_of(kBase + "schedule = \"interleaved\"\n"),
              Catch::Contains("w.toml:20: run.pipe.schedule: unknown value \"interleaved\" (expected one of \"gpipe\", "
                              "\"fill_drain\", \"1f1b\", \"eager-1f1b\", \"interleaved-1f1b\", \"zb-h1\", \"zb-v\", "
-                             "\"looped-bfs\", \"interleaved-zb\", or "
+                             "\"looped-bfs\", \"interleaved-zb\", \"dualpipev\", or "
                              "\"file:PATH\" for a CSV schedule)"));
   CHECK_THAT(error_of(edit("vocab = 128", "vocab = 128\ndtype = \"fp8\"")), Catch::Contains("w.toml:10: model.dtype"));
   CHECK_THAT(error_of(kBase + "remainder = \"middle\"\n"), Catch::Contains("w.toml:20: run.pipe.remainder"));

@@ -492,7 +492,8 @@ void read_schedule(TableReader& r, RunSpec& run, std::vector<std::string>& warni
         {"zb-h1", ScheduleKind::zb_h1},
         {"zb-v", ScheduleKind::zb_v},
         {"looped-bfs", ScheduleKind::looped_bfs},
-        {"interleaved-zb", ScheduleKind::interleaved_zb}};
+        {"interleaved-zb", ScheduleKind::interleaved_zb},
+        {"dualpipev", ScheduleKind::dualpipev}};
     const auto known = std::find_if(std::begin(kNames), std::end(kNames), [&](const auto& n) { return text && *text == n.first; });
     if (text && known == std::end(kNames)) {
       std::string names;

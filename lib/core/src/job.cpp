@@ -55,13 +55,15 @@ std::string_view to_string(ScheduleKind v) {
     case ScheduleKind::zb_v: return "zb-v";
     case ScheduleKind::looped_bfs: return "looped-bfs";
     case ScheduleKind::interleaved_zb: return "interleaved-zb";
+    case ScheduleKind::dualpipev: return "dualpipev";
     case ScheduleKind::file: return "file";
   }
   return "?";
 }
 
 bool splits_backward(ScheduleKind k) {
-  return k == ScheduleKind::zb_h1 || k == ScheduleKind::zb_v || k == ScheduleKind::interleaved_zb;
+  return k == ScheduleKind::zb_h1 || k == ScheduleKind::zb_v || k == ScheduleKind::interleaved_zb ||
+         k == ScheduleKind::dualpipev;
 }
 
 bool any_virtual_stages(ScheduleKind k) {
@@ -69,7 +71,7 @@ bool any_virtual_stages(ScheduleKind k) {
          k == ScheduleKind::interleaved_zb || k == ScheduleKind::file;
 }
 
-int fixed_virtual_stages(ScheduleKind k) { return k == ScheduleKind::zb_v ? 2 : 1; }
+int fixed_virtual_stages(ScheduleKind k) { return k == ScheduleKind::zb_v || k == ScheduleKind::dualpipev ? 2 : 1; }
 
 std::string schedule_microbatch_problem(ScheduleKind k, int p, int m) {
   if (k == ScheduleKind::interleaved_one_f_one_b && m % p != 0) {
@@ -78,6 +80,10 @@ std::string schedule_microbatch_problem(ScheduleKind k, int p, int m) {
                        "be a multiple of it (got {}; use {}{})",
                        p, m, below > 0 ? fmt::format("{} or ", below) : "", below + p);
   }
+  if (k == ScheduleKind::dualpipev && m < 2 * p)
+    return fmt::format("dualpipev needs num_microbatches >= 2 x pipeline_size = {} (its 2 p stages each hold a "
+                       "micro-batch before the first backward; got {})",
+                       2 * p, m);
   if (k == ScheduleKind::interleaved_zb) {
     auto fits = [p](int n) { return n >= 1 && n % std::max(1, n / p) == 0; };
     if (!fits(m)) {

@@ -97,6 +97,7 @@ ClosedForm bubble_closed_form(std::string_view name, int ranks, int microbatches
   if (name == "interleaved-zb" && m >= p) return {"(p-1)/(3v m+p-1)", (p - 1) / (3 * v * m + p - 1)};
   if (name == "zb-h1") return {"(p-1)/(3m+p-1)", (p - 1) / (3 * m + p - 1)};
   if (name == "zb-v" && m >= 2 * p) return {"(p-1)/(6m+p-1)", (p - 1) / (6 * m + p - 1)};
+  if (name == "dualpipev" && m >= 2 * p) return {"(p-1)/(6m+p-1)", (p - 1) / (6 * m + p - 1)};
   return {"", std::numeric_limits<double>::quiet_NaN()};
 }
 

@@ -89,12 +89,14 @@ class StepRun {
   void run(RankRecord& rec) {
     start();
     const auto& actions = sched_.actions[static_cast<std::size_t>(rank_)];
-    for (std::size_t i = 0; i < actions.size(); ++i) {
-      rec.events.push_back(execute(actions[i]));
-      if (sync_.overlap) {
-        for (int chunk : sync_.launches_after[i]) sync_.sync->launch(chunk);
-        sync_.sync->progress();
-      }
+    for (std::size_t i = 0; i < actions.size();) {
+      const std::size_t n = unit_size(actions, i);
+      execute(&actions[i], n, rec.events);
+      for (const std::size_t end = i + n; i < end; ++i)
+        if (sync_.overlap) {
+          for (int chunk : sync_.launches_after[i]) sync_.sync->launch(chunk);
+          sync_.sync->progress();
+        }
     }
     transport_.complete_sends();
     if (sync_.sync) synchronise_gradients();
@@ -175,34 +177,49 @@ class StepRun {
     clock_.sleep_until(latest[0]);
   }
 
-  EventRecord execute(const Action& a) {
-    const int v = sched_.virtual_stage(rank_, a.chunk);
-    EventRecord ev{step_, rank_, a.kind, a.microbatch, a.chunk, 0.0, 0.0};
+  // One unit of the rank's list (schedule.hpp, unit_size): each action's
+  // input received (its wait recorded), then the computes in order, then the
+  // outputs sent. For one action that is receive, compute, send; an
+  // overlapped forward-backward receives both inputs first and sends both
+  // outputs last. Appends an event per action.
+  void execute(const Action* unit, std::size_t n, std::vector<EventRecord>& events) {
+    const std::size_t first = events.size();
+    for (std::size_t k = 0; k < n; ++k) {
+      const Action& a = unit[k];
+      const int v = sched_.virtual_stage(rank_, a.chunk);
+      EventRecord ev{step_, rank_, a.kind, a.microbatch, a.chunk, 0.0, 0.0};
+      if (a.kind == ActionKind::F && v > 0) ev.wait_s = receive(ActionKind::F, v - 1, a);
+      if (a.kind == ActionKind::B && v < V_ - 1) ev.wait_s = receive(ActionKind::B, v + 1, a);
+      events.push_back(ev);
+    }
+    for (std::size_t k = 0; k < n; ++k) compute(unit[k], events[first + k]);
+    for (std::size_t k = 0; k < n; ++k) {
+      const Action& a = unit[k];
+      const int v = sched_.virtual_stage(rank_, a.chunk);
+      if (a.kind == ActionKind::F && v < V_ - 1) send(ActionKind::F, v + 1, a);
+      if (a.kind == ActionKind::B && v > 0) send(ActionKind::B, v - 1, a);
+    }
+  }
+
+  void compute(const Action& a, EventRecord& ev) {
+    if (a.kind == ActionKind::F && opt_.fault.fires(FaultInjection::Kind::error, plan_.run.name, comm_.run_rank(), step_))
+      throw Error(fmt::format("injected error (PIPEBENCH_FAULT) on rank {} at step {}", comm_.run_rank(), step_));
+    ev.start_s = clock_.now() - t0_;
     switch (a.kind) {
       case ActionKind::F:
-        if (v > 0) ev.wait_s = receive(ActionKind::F, v - 1, a);
-        if (opt_.fault.fires(FaultInjection::Kind::error, plan_.run.name, comm_.run_rank(), step_))
-          throw Error(fmt::format("injected error (PIPEBENCH_FAULT) on rank {} at step {}", comm_.run_rank(), step_));
-        ev.start_s = clock_.now() - t0_;
         backend_.forward(step_, a.microbatch, a.chunk);
         sr_.forward_s += finish(ev, a);
-        if (v == V_ - 1) add_loss(a.microbatch);
-        if (v < V_ - 1) send(ActionKind::F, v + 1, a);
+        if (sched_.virtual_stage(rank_, a.chunk) == V_ - 1) add_loss(a.microbatch);
         break;
       case ActionKind::B:
-        if (v < V_ - 1) ev.wait_s = receive(ActionKind::B, v + 1, a);
-        ev.start_s = clock_.now() - t0_;
         backend_.backward(step_, a.microbatch, a.chunk);
         sr_.backward_s += finish(ev, a);
-        if (v > 0) send(ActionKind::B, v - 1, a);
         break;
       case ActionKind::W:
-        ev.start_s = clock_.now() - t0_;
         backend_.weight_grad(step_, a.microbatch, a.chunk);
         sr_.backward_s += finish(ev, a);
         break;
     }
-    return ev;
   }
 
   // The input of `kind` for action `a`, from virtual stage `from_v`: over the

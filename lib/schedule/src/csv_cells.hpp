@@ -27,14 +27,19 @@ struct Cell {
   int stage = 0;         // the global (virtual) stage index
   CellKind kind = CellKind::F;
   int microbatch = -1;   // -1: none (UNSHARD, RESHARD, REDUCE_GRAD)
+  // The F of an OVERLAP_F_B cell "(0F4;3B2)OVERLAP_F_B": it and the next
+  // cell, its backward, are one overlapped action (schedule.hpp).
+  bool overlaps_next = false;
 };
 
 // "3SEND_F12", "0REDUCE_GRAD".
 std::string to_text(const Cell& c);
 
-// Action `a` of rank `rank` of `s` as a cell: its global stage, F, W, and B as
-// I when the schedule splits its backward (`split`, s.split_backward()).
-Cell compute_cell(const Schedule& s, int rank, const Action& a, bool split);
+// The text of the unit (schedule.hpp, unit_size) at list[i] of rank `rank`
+// of `s`: one compute cell (its global stage; F, W, and B as I when the
+// schedule splits its backward: `split`, s.split_backward()), or for an
+// overlapped forward-backward PyTorch's "(0F4;3I2)OVERLAP_F_B".
+std::string unit_text(const Schedule& s, int rank, const std::vector<Action>& list, std::size_t i, bool split);
 
 using Rows = std::vector<std::vector<Cell>>;  // [rank] -> cells in order
 

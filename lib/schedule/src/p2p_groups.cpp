@@ -153,14 +153,26 @@ std::vector<P2pTransfer> rank_transfers(const Schedule& s, int rank) {
   std::vector<P2pTransfer> out;
   const int V = s.num_virtual_stages();
   auto remote = [&](int v) { return s.rank_of(v) != rank; };
-  for (const Action& a : s.actions[static_cast<std::size_t>(rank)]) {
-    const int v = s.virtual_stage(rank, a.chunk);
-    if (a.kind == ActionKind::F) {
-      if (v > 0 && remote(v - 1)) out.push_back({false, s.rank_of(v - 1), ActionKind::F, a.microbatch, s.chunk_of(v - 1)});
-      if (v < V - 1 && remote(v + 1)) out.push_back({true, s.rank_of(v + 1), ActionKind::F, a.microbatch, a.chunk});
-    } else if (a.kind == ActionKind::B) {
-      if (v < V - 1 && remote(v + 1)) out.push_back({false, s.rank_of(v + 1), ActionKind::B, a.microbatch, s.chunk_of(v + 1)});
-      if (v > 0 && remote(v - 1)) out.push_back({true, s.rank_of(v - 1), ActionKind::B, a.microbatch, a.chunk});
+  const auto& list = s.actions[static_cast<std::size_t>(rank)];
+  // Unit by unit (schedule.hpp, unit_size), as the executor calls them: the
+  // receives of the unit's actions, then their sends.
+  for (std::size_t i = 0; i < list.size();) {
+    const std::size_t end = i + unit_size(list, i);
+    for (std::size_t k = i; k < end; ++k) {
+      const Action& a = list[k];
+      const int v = s.virtual_stage(rank, a.chunk);
+      if (a.kind == ActionKind::F && v > 0 && remote(v - 1))
+        out.push_back({false, s.rank_of(v - 1), ActionKind::F, a.microbatch, s.chunk_of(v - 1)});
+      if (a.kind == ActionKind::B && v < V - 1 && remote(v + 1))
+        out.push_back({false, s.rank_of(v + 1), ActionKind::B, a.microbatch, s.chunk_of(v + 1)});
+    }
+    for (; i < end; ++i) {
+      const Action& a = list[i];
+      const int v = s.virtual_stage(rank, a.chunk);
+      if (a.kind == ActionKind::F && v < V - 1 && remote(v + 1))
+        out.push_back({true, s.rank_of(v + 1), ActionKind::F, a.microbatch, a.chunk});
+      if (a.kind == ActionKind::B && v > 0 && remote(v - 1))
+        out.push_back({true, s.rank_of(v - 1), ActionKind::B, a.microbatch, a.chunk});
     }
   }
   return out;

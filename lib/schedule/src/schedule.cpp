@@ -54,15 +54,21 @@ bool Schedule::split_backward() const {
 }
 
 std::string to_string(const Action& a) {
-  return a.chunk == 0 ? fmt::format("{}{}", kind_letter(a.kind), a.microbatch)
-                      : fmt::format("{}{}{}", a.chunk, kind_letter(a.kind), a.microbatch);
+  const std::string_view overlap = a.overlaps_next ? "+" : "";
+  return a.chunk == 0 ? fmt::format("{}{}{}", kind_letter(a.kind), a.microbatch, overlap)
+                      : fmt::format("{}{}{}{}", a.chunk, kind_letter(a.kind), a.microbatch, overlap);
 }
 
 Action parse_action(std::string_view text) {
-  auto bad = [&] { return ScheduleError(fmt::format("malformed action \"{}\" (expected e.g. F3, B0, 1F2)", text)); };
+  const std::string_view whole = text;
+  auto bad = [&] { return ScheduleError(fmt::format("malformed action \"{}\" (expected e.g. F3, B0, 1F2, F4+)", whole)); };
+  Action a;
+  if (text.ends_with('+')) {
+    a.overlaps_next = true;
+    text.remove_suffix(1);
+  }
   const auto letter = text.find_first_of("FBW");
   if (letter == std::string_view::npos || letter + 1 >= text.size()) throw bad();
-  Action a;
   a.kind = text[letter] == 'F' ? ActionKind::F : text[letter] == 'B' ? ActionKind::B : ActionKind::W;
   auto parse_int = [&](std::string_view digits, auto& out) {
     auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), out);
@@ -70,6 +76,7 @@ Action parse_action(std::string_view text) {
   };
   if (letter > 0) parse_int(text.substr(0, letter), a.chunk);  // from_chars refuses a chunk beyond int16
   parse_int(text.substr(letter + 1), a.microbatch);
+  if (a.overlaps_next && a.kind != ActionKind::F) throw bad();
   return a;
 }
 
@@ -305,6 +312,72 @@ Schedule make_interleaved_zb(int p, int m, int v) {
   return s;
 }
 
+Schedule make_dualpipev(int p, int m) {
+  require_positive(p, m);
+  if (const std::string why = schedule_microbatch_problem(ScheduleKind::dualpipev, p, m); !why.empty())
+    throw ScheduleError(why);
+  Schedule s = empty_schedule("dualpipev", p, m, true, 2, Placement::v_shape);
+  for (int r = 0; r < p; ++r) {
+    auto& list = s.actions[static_cast<std::size_t>(r)];
+    list.reserve(6 * static_cast<std::size_t>(m));
+    int next_f[2] = {0, 0}, next_b[2] = {0, 0};
+    std::vector<Action> waiting;  // the Ws of input-only backwards, oldest first
+    std::size_t popped = 0;
+    auto forward = [&](int c, bool overlapped = false) { list.push_back({ActionKind::F, next_f[c]++, c, overlapped}); };
+    auto full = [&](int c) {  // a B and its W at once
+      list.push_back({ActionKind::B, next_b[c], c});
+      list.push_back({ActionKind::W, next_b[c]++, c});
+    };
+    auto input = [&](int c) {
+      list.push_back({ActionKind::B, next_b[c], c});
+      waiting.push_back({ActionKind::W, next_b[c]++, c});
+    };
+    auto waiting_w = [&] {
+      if (popped < waiting.size()) list.push_back(waiting[popped++]);
+    };
+    auto overlap = [&](int fc, int bc) {
+      forward(fc, true);
+      full(bc);
+    };
+    for (int i = 0; i < 2 * (p - r - 1); ++i) forward(0);
+    for (int i = 0; i < r + 1; ++i) {
+      forward(0);
+      forward(1);
+    }
+    for (int i = 0; i < p - r - 1; ++i) {
+      input(1);
+      waiting_w();
+      forward(1);
+    }
+    for (int i = 0; i < m - 2 * p + r + 1; ++i) {
+      if (i == 0 && r == p - 1) {  // not overlapped: the last rank's first backward starts sooner
+        forward(0);
+        full(1);
+      } else {
+        overlap(0, 1);
+      }
+      overlap(1, 0);
+    }
+    for (int i = 0; i < p - r - 1; ++i) {
+      full(1);
+      overlap(1, 0);
+    }
+    bool split = false;  // the second half of the cool-down defers its Ws
+    for (int i = 0; i < r + 1; ++i) {
+      if (i == (r + 1) / 2 && r % 2 == 1) split = true;
+      split ? input(1) : full(1);
+      if (i == (r + 1) / 2 && r % 2 == 0) split = true;
+      split ? input(0) : full(0);
+    }
+    for (int i = 0; i < p - r - 1; ++i) {
+      waiting_w();
+      split ? input(0) : full(0);
+    }
+    while (popped < waiting.size()) waiting_w();
+  }
+  return s;
+}
+
 Schedule make_schedule(ScheduleKind kind, RunMode mode, int p, int m, int v) {
   if (mode == RunMode::inference) return make_forward_only(p, m);
   switch (kind) {
@@ -316,6 +389,7 @@ Schedule make_schedule(ScheduleKind kind, RunMode mode, int p, int m, int v) {
     case ScheduleKind::zb_v: return make_zb_v(p, m);
     case ScheduleKind::looped_bfs: return make_looped_bfs(p, m, v);
     case ScheduleKind::interleaved_zb: return make_interleaved_zb(p, m, v);
+    case ScheduleKind::dualpipev: return make_dualpipev(p, m);
     case ScheduleKind::file: throw ScheduleError("a file: schedule is read with load_schedule_csv");
   }
   throw ScheduleError("unknown schedule kind");

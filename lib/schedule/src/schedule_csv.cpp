@@ -16,6 +16,8 @@ namespace pipebench {
 
 namespace csv {
 
+constexpr std::string_view kOverlapName = "OVERLAP_F_B";
+
 std::string_view kind_name(CellKind k) {
   static constexpr std::string_view kNames[] = {"F",      "B",      "I",      "W",       "SEND_F",     "RECV_F",
                                                 "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD"};
@@ -27,12 +29,20 @@ std::string to_text(const Cell& c) {
                           : fmt::format("{}{}{}", c.stage, kind_name(c.kind), c.microbatch);
 }
 
+namespace {
 Cell compute_cell(const Schedule& s, int rank, const Action& a, bool split) {
   const CellKind kind = a.kind == ActionKind::F ? CellKind::F
                         : a.kind == ActionKind::W ? CellKind::W
                         : split                   ? CellKind::I
                                                   : CellKind::B;
   return {s.virtual_stage(rank, a.chunk), kind, a.microbatch};
+}
+}  // namespace
+
+std::string unit_text(const Schedule& s, int rank, const std::vector<Action>& list, std::size_t i, bool split) {
+  const std::string first = to_text(compute_cell(s, rank, list[i], split));
+  if (unit_size(list, i) == 1) return first;
+  return fmt::format("({};{}){}", first, to_text(compute_cell(s, rank, list[i + 1], split)), kOverlapName);
 }
 
 }  // namespace csv
@@ -83,6 +93,29 @@ Cell parse_cell(std::string_view text, const std::string& where) {
   return c;
 }
 
+// A cell of the row: one action, or an overlapped forward-backward
+// "(0F4;3B2)OVERLAP_F_B" as its two compute cells, the first marked.
+void parse_unit(std::string_view text, const std::string& where, std::vector<Cell>& row) {
+  if (!text.starts_with('(')) {
+    row.push_back(parse_cell(text, where));
+    return;
+  }
+  const auto close = text.find(')');
+  const auto semicolon = text.find(';');
+  if (close == std::string_view::npos || text.substr(close + 1) != csv::kOverlapName || semicolon > close)
+    throw ScheduleError(fmt::format("{}: \"{}\" is not an overlapped action (expected (FORWARD;BACKWARD){}, e.g. "
+                                    "(0F4;3B2){})",
+                                    where, printable(std::string(text)), csv::kOverlapName, csv::kOverlapName));
+  Cell f = parse_cell(trim(text.substr(1, semicolon - 1)), where);
+  const Cell b = parse_cell(trim(text.substr(semicolon + 1, close - semicolon - 1)), where);
+  if (f.kind != CellKind::F || (b.kind != CellKind::B && b.kind != CellKind::I))
+    throw ScheduleError(fmt::format("{}: \"{}\": {} overlaps a forward (F) with the backward (B or I) after it", where,
+                                    printable(std::string(text)), csv::kOverlapName));
+  f.overlaps_next = true;
+  row.push_back(f);
+  row.push_back(b);
+}
+
 // The placement whose stage -> rank map matches what the rows hold.
 Placement infer_placement(const std::vector<std::set<int>>& held, int p, int chunks, const std::string& source) {
   for (const Placement candidate : {Placement::looped, Placement::v_shape}) {
@@ -112,8 +145,9 @@ std::string schedule_to_csv(const Schedule& s) {
   std::string out;
   for (int r = 0; r < s.num_ranks; ++r) {
     std::string line;
-    for (const Action& a : s.actions[static_cast<std::size_t>(r)])
-      line += (line.empty() ? "" : ",") + csv::to_text(csv::compute_cell(s, r, a, split));
+    const auto& list = s.actions[static_cast<std::size_t>(r)];
+    for (std::size_t i = 0; i < list.size(); i += unit_size(list, i))
+      line += (line.empty() ? "" : ",") + csv::unit_text(s, r, list, i, split);
     out += line + "\n";
   }
   return out;
@@ -141,7 +175,7 @@ csv::Rows read_rows(std::string_view text, int p, const std::string& source) {
     for (std::string_view rest = line;; ++column) {
       const auto comma = rest.find(',');
       const std::string_view cell = trim(rest.substr(0, comma));
-      if (!cell.empty()) row.push_back(parse_cell(cell, fmt::format("{}:{}: cell {}", source, line_no, column + 1)));
+      if (!cell.empty()) parse_unit(cell, fmt::format("{}:{}: cell {}", source, line_no, column + 1), row);
       if (comma == std::string_view::npos) break;
       rest = rest.substr(comma + 1);
     }
@@ -154,8 +188,10 @@ csv::Rows read_rows(std::string_view text, int p, const std::string& source) {
 }
 
 // The compute actions of the rows in order, and the REDUCE_GRAD cells as
-// reduce-grad launches after the compute action before them.
-void fill_actions(const csv::Rows& rows, Schedule& s, const std::string& source) {
+// reduce-grad launches after the compute action before them. In a file that
+// splits backwards (`split`: it has I or W cells), a full backward B is a B
+// with its W at once (schedule.hpp).
+void fill_actions(const csv::Rows& rows, Schedule& s, bool split, const std::string& source) {
   for (int r = 0; r < s.num_ranks; ++r) {
     auto& list = s.actions[static_cast<std::size_t>(r)];
     for (const Cell& c : rows[static_cast<std::size_t>(r)]) {
@@ -169,7 +205,8 @@ void fill_actions(const csv::Rows& rows, Schedule& s, const std::string& source)
       }
       if (!csv::is_compute(c.kind)) continue;
       const ActionKind kind = c.kind == CellKind::F ? ActionKind::F : c.kind == CellKind::W ? ActionKind::W : ActionKind::B;
-      list.push_back({kind, c.microbatch, s.chunk_of(c.stage)});
+      list.push_back({kind, c.microbatch, s.chunk_of(c.stage), c.overlaps_next});
+      if (split && c.kind == CellKind::B) list.push_back({ActionKind::W, c.microbatch, s.chunk_of(c.stage)});
     }
   }
 }
@@ -179,22 +216,18 @@ void fill_actions(const csv::Rows& rows, Schedule& s, const std::string& source)
 Schedule schedule_from_csv(std::string_view text, int p, int m, const std::string& source) {
   const csv::Rows rows = read_rows(text, p, source);
   int stages = 0;
-  bool full = false, split = false, comms = false;
+  bool split = false, comms = false;
   std::vector<std::set<int>> held(static_cast<std::size_t>(p));
   for (int r = 0; r < p; ++r)
     for (const Cell& c : rows[static_cast<std::size_t>(r)]) {
       stages = std::max(stages, c.stage + 1);
       held[static_cast<std::size_t>(r)].insert(c.stage);
-      full |= c.kind == CellKind::B;
       split |= c.kind == CellKind::I || c.kind == CellKind::W;
       comms |= !csv::is_compute(c.kind);
       if (c.microbatch >= m)
         throw ScheduleError(fmt::format("{}: rank {} runs micro-batch {} but the run has num_microbatches = {}", source, r,
                                         c.microbatch, m));
     }
-  if (full && split)
-    throw ScheduleError(fmt::format("{}: mixes full backwards (B) with split ones (I and W); use one form throughout",
-                                    source));
   if (stages % p != 0)
     throw ScheduleError(fmt::format("{}: {} stages cannot be spread evenly over {} ranks", source, stages, p));
   const int chunks = std::max(1, stages / p);
@@ -205,7 +238,7 @@ Schedule schedule_from_csv(std::string_view text, int p, int m, const std::strin
   if (comms) csv::validate_comms(rows, stage_ranks(placement, p, chunks), source);
 
   Schedule s = empty_schedule("file:" + source, p, m, true, chunks, placement);
-  fill_actions(rows, s, source);
+  fill_actions(rows, s, split, source);
   return s;
 }
 

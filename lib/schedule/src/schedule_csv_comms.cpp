@@ -339,10 +339,14 @@ std::string schedule_to_comms_csv(const Schedule& s, const std::vector<std::vect
     const auto& list = s.actions[static_cast<std::size_t>(r)];
     const auto& receives = before[static_cast<std::size_t>(r)];
     auto pending = receives.begin();
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      for (; pending != receives.end() && pending->first.action == i; ++pending) put(pending->second);
-      put(csv::compute_cell(s, r, list[i], split));
-      for (const csv::Cell& c : after[static_cast<std::size_t>(r)][i]) put(c);
+    // Unit by unit (schedule.hpp, unit_size): the receives of its actions,
+    // its compute cell, the sends after its actions.
+    for (std::size_t i = 0; i < list.size();) {
+      const std::size_t end = i + unit_size(list, i);
+      for (; pending != receives.end() && pending->first.action < end; ++pending) put(pending->second);
+      line += (line.empty() ? "" : ",") + csv::unit_text(s, r, list, i, split);
+      for (; i < end; ++i)
+        for (const csv::Cell& c : after[static_cast<std::size_t>(r)][i]) put(c);
     }
     out += line + "\n";
   }

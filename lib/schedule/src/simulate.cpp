@@ -192,6 +192,20 @@ template <bool Checked, int Lanes>
   return false;
 }
 
+// Ready times of the unit starting at list[i] (schedule.hpp, unit_size): an
+// overlapped forward-backward starts when both its inputs are there.
+template <bool Checked, int Lanes>
+[[gnu::always_inline]] inline bool unit_ready(const Schedule& s, const SimCosts* const (&costs)[Lanes],
+                                              EndTimes<Lanes, Checked>& ends, int r, const Action* list,
+                                              std::size_t n, std::string* why, double (&ready)[Lanes]) {
+  if (!ready_times<Checked, Lanes>(s, costs, ends, r, list[0], why, ready)) return false;
+  if (n == 1) return true;
+  double second[Lanes];
+  if (!ready_times<Checked, Lanes>(s, costs, ends, r, list[1], why, second)) return false;
+  for (int l = 0; l < Lanes; ++l) ready[l] = std::max(ready[l], second[l]);
+  return true;
+}
+
 // One rank's walk through its list in half a cache line (one lane): with
 // many ranks a visit touches it, the action and the ends it reads and
 // writes, not six per-rank arrays. (A rank's last end is its free_at when
@@ -218,7 +232,8 @@ void finish(const Schedule& s, const SimCosts* const (&costs)[Lanes], EndTimes<L
     if (c.next >= c.size) continue;
     std::string why;
     double ignored[Lanes];
-    ready_times<Checked, Lanes>(s, costs, ends, r, c.actions[c.next], &why, ignored);
+    const std::size_t n = c.actions[c.next].overlaps_next && c.next + 1 < c.size ? 2 : 1;
+    unit_ready<Checked, Lanes>(s, costs, ends, r, c.actions + c.next, n, &why, ignored);
     blocked.push_back(fmt::format("rank {}: {}", r, why));
   }
   std::vector<TimedAction>& timeline = res[0].timeline;
@@ -303,34 +318,42 @@ std::array<SimResult, Lanes> simulate_impl(const Schedule& s, const SimCosts* co
     Cursor<Lanes>& c = ranks[R];
     queued[R] = 0;
     while (c.next < c.size) {
-      const Action& a = c.actions[c.next];
+      // A unit: one action, or an overlapped forward-backward, whose outputs
+      // both leave when its second action ends.
+      const std::size_t n = c.actions[c.next].overlaps_next && c.next + 1 < c.size ? 2 : 1;
       double ready[Lanes];
-      if (!ready_times<Checked, Lanes>(s, costs, ends, r, a, nullptr, ready)) break;
-      const int v = s.virtual_stage(r, a.chunk);
-      const auto Vi = static_cast<std::size_t>(v);
-      const bool kept = !Checked || a.kind != ActionKind::W;  // the checked walk never reads a W's end
-      // The row this rank most likely writes next: with many ranks each
-      // visit writes a row no rank has touched (the pipeline's diagonal),
-      // which costs a miss to memory unless fetched a sweep ahead
-      // (bench_schedule's whole plan, 1024 x 4096: 639 -> 530 ms; p = 8 the same).
-      if (kept && a.microbatch + 1 < m) __builtin_prefetch(ends.at(a.kind, v, a.microbatch + 1), 1);
-      double ended[Lanes];
-      for (int l = 0; l < Lanes; ++l) {
-        const SimCosts& k = *costs[l];
-        const double cost = a.kind == ActionKind::F ? k.forward[Vi] : a.kind == ActionKind::B ? k.backward[Vi] : k.weight[Vi];
-        const double start = std::max(c.free_at[l], ready[l]);
-        const double end = start + cost;
-        ended[l] = end;
-        c.free_at[l] = end;
-        c.busy[l] += cost;
-        if (c.next == 0) res[static_cast<std::size_t>(l)].first_start[R] = start;
-        if (l == 0 && keep_timeline) timeline[first[R] + c.next] = {r, a, start, end};
+      if (!unit_ready<Checked, Lanes>(s, costs, ends, r, c.actions + c.next, n, nullptr, ready)) break;
+      for (int l = 0; l < Lanes; ++l) c.free_at[l] = std::max(c.free_at[l], ready[l]);
+      for (std::size_t k = 0; k < n; ++k) {
+        const Action& a = c.actions[c.next + k];
+        const auto Vi = static_cast<std::size_t>(s.virtual_stage(r, a.chunk));
+        for (int l = 0; l < Lanes; ++l) {
+          const SimCosts& costs_l = *costs[l];
+          const double cost = a.kind == ActionKind::F   ? costs_l.forward[Vi]
+                              : a.kind == ActionKind::B ? costs_l.backward[Vi]
+                                                        : costs_l.weight[Vi];
+          const double start = c.free_at[l];
+          c.free_at[l] = start + cost;
+          c.busy[l] += cost;
+          if (c.next + k == 0) res[static_cast<std::size_t>(l)].first_start[R] = start;
+          if (l == 0 && keep_timeline) timeline[first[R] + c.next + k] = {r, a, start, start + cost};
+        }
       }
-      if (kept) ends.set(a.kind, v, a.microbatch, ended);
-      ++c.next;
-      ++done;
-      if (a.kind == ActionKind::F && v + 1 < V) wake(s.rank_of(v + 1));
-      if (a.kind == ActionKind::B && v > 0) wake(s.rank_of(v - 1));
+      for (std::size_t k = 0; k < n; ++k) {
+        const Action& a = c.actions[c.next + k];
+        const int v = s.virtual_stage(r, a.chunk);
+        // The row this rank most likely writes next: with many ranks each
+        // visit writes a row no rank has touched (the pipeline's diagonal),
+        // which costs a miss to memory unless fetched a sweep ahead
+        // (bench_schedule's whole plan, 1024 x 4096: 639 -> 530 ms; p = 8 the same).
+        const bool kept = !Checked || a.kind != ActionKind::W;  // the checked walk never reads a W's end
+        if (kept && a.microbatch + 1 < m) __builtin_prefetch(ends.at(a.kind, v, a.microbatch + 1), 1);
+        if (kept) ends.set(a.kind, v, a.microbatch, c.free_at);
+        if (a.kind == ActionKind::F && v + 1 < V) wake(s.rank_of(v + 1));
+        if (a.kind == ActionKind::B && v > 0) wake(s.rank_of(v - 1));
+      }
+      c.next += static_cast<std::uint32_t>(n);
+      done += n;
     }
   }
   finish<Checked, Lanes>(s, costs, ends, ranks, first, done == total, keep_timeline, res);

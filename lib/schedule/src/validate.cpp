@@ -58,6 +58,12 @@ std::vector<std::string> check_structure(const Schedule& s) {
                                            r, i, to_string(a), m, chunks));
         continue;
       }
+      if (a.overlaps_next && (a.kind != ActionKind::F || i + 1 == list.size() || list[i + 1].kind != ActionKind::B))
+        errors.push_back(fmt::format("rank {} position {}: {} is an overlapped forward-backward, but {}", r, i,
+                                     to_string(a),
+                                     a.kind != ActionKind::F ? "only an F overlaps the B after it"
+                                     : i + 1 == list.size() ? "it is the rank's last action"
+                                                            : fmt::format("the next action {} is no B", to_string(list[i + 1]))));
       auto& o = seen[static_cast<int>(a.kind)][static_cast<std::size_t>(a.chunk) * static_cast<std::size_t>(m) +
                                                  static_cast<std::size_t>(a.microbatch)];
       ++o.count;

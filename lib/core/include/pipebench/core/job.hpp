@@ -25,13 +25,13 @@ enum class SimClock { wall, virtual_time };
 // The training schedules of SPEC §4. Inference runs ignore this and use the
 // forward-only schedule.
 enum class ScheduleKind {
-  gpipe, one_f_one_b, eager_one_f_one_b, interleaved_one_f_one_b, zb_h1, zb_v, looped_bfs, interleaved_zb, file
+  gpipe, one_f_one_b, eager_one_f_one_b, interleaved_one_f_one_b, zb_h1, zb_v, looped_bfs, interleaved_zb, dualpipev, file
 };
 // The built-in training schedules, in the order `tune` and the docs list them.
 inline constexpr ScheduleKind kBuiltinSchedules[] = {
     ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::eager_one_f_one_b,
     ScheduleKind::interleaved_one_f_one_b, ScheduleKind::zb_h1, ScheduleKind::zb_v,
-    ScheduleKind::looped_bfs, ScheduleKind::interleaved_zb};
+    ScheduleKind::looped_bfs, ScheduleKind::interleaved_zb, ScheduleKind::dualpipev};
 // Whether a built-in schedule splits its backward into B and W (a file
 // schedule may: its file says).
 bool splits_backward(ScheduleKind k);
@@ -41,7 +41,8 @@ bool any_virtual_stages(ScheduleKind k);
 int fixed_virtual_stages(ScheduleKind k);
 // Why p ranks cannot run m micro-batches with schedule k ("" when they can):
 // interleaved-1f1b needs m a multiple of p, interleaved-zb a multiple of its
-// number of rounds max(1, m / p) (lib/schedule, make_interleaved_zb).
+// number of rounds max(1, m / p) (lib/schedule, make_interleaved_zb),
+// dualpipev m >= 2p.
 std::string schedule_microbatch_problem(ScheduleKind k, int p, int m);
 enum class RunMode { train, inference };
 enum class Recompute { none, selective, full };
@@ -200,7 +201,7 @@ struct RunSpec {
   int micro_batch_size = 1;
   int num_microbatches = 1;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
-  int virtual_stages_per_rank = 1;     // model chunks per rank: interleaved-1f1b (any), zb-v (2), else 1
+  int virtual_stages_per_rank = 1;     // model chunks per rank: interleaved-1f1b, looped-bfs, interleaved-zb (any), zb-v and dualpipev (2), else 1
   std::string schedule_file;           // schedule = "file:PATH": PATH as written (relative to the workload's folder)
   std::string schedule_csv;            // the file schedule's text (schedule_csv.hpp has the format)
   RunMode mode = RunMode::train;

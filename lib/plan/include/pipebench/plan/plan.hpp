@@ -179,7 +179,8 @@ void plan_grad_sync(const Job& job, RunPlan& plan);
 // eager-1f1b; (p-1)/(v m + p-1) for interleaved 1F1B (Narayanan et al. 2021);
 // (p-1)/(3m + p-1) for ZB-H1 (Qi et al. 2024, F = B = W); (p-1)/(6m + p-1)
 // for ZB-V with m >= 2p (its construction, F = B = W = 1/2 per chunk; see
-// make_zb_v); (p-1)/(v m + p-1) for looped BFS and (p-1)/(3 v m + p-1) for
+// make_zb_v), and the same for DualPipeV (its construction's measured
+// bubble: make_dualpipev); (p-1)/(v m + p-1) for looped BFS and (p-1)/(3 v m + p-1) for
 // interleaved zero bubble (F = B = W = 1/v), both with m >= p; NaN where none
 // is known (ZB-V with m < 2p, looped BFS and interleaved zero bubble with
 // m < p, file schedules: the simulated bubble stands instead).

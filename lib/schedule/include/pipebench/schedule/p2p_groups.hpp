@@ -13,7 +13,8 @@
 //
 // This file computes those groups from the schedule alone:
 //   - a rank's transfers in call order (rank_transfers): for each action, the
-//     receive of its input from another rank, then the send of its output —
+//     receive of its input from another rank, then the send of its output
+//     (an overlapped forward-backward: both receives, then both sends) —
 //     the executor's order (executor.cpp), which the transport checks call by
 //     call;
 //   - per pair, groups of at most one tensor each way, in one order on both

@@ -24,6 +24,13 @@
 // After F(v, mb) with v < V-1 the executor sends the activation to
 // rank_of(v+1); after B(v, mb) with v > 0 it sends the input gradient to
 // rank_of(v-1). Nothing else crosses ranks inside a step.
+// An overlapped forward-backward (PyTorch's OVERLAP_F_B, DualPipeV): an F
+// marked `overlaps_next` and the B after it in the rank's list run as one
+// action of two micro-batches. Its inputs are both received before it starts
+// and its outputs both sent after it ends; in between, every backend runs
+// the F and then the B (none overlaps their compute: the action costs F + B).
+// A full backward in a schedule with W actions is a B with its W right after
+// it (the same compute, order and memory as one B computing both).
 #pragma once
 
 #include <cstdint>
@@ -41,9 +48,13 @@ enum class ActionKind : std::uint8_t { F, B, W };
 // micro-batches), so its size is the planner's memory and page faults.
 struct Action {
   constexpr Action() = default;
-  constexpr Action(ActionKind k, int mb, int c) : kind(k), chunk(static_cast<std::int16_t>(c)), microbatch(mb) {}
+  constexpr Action(ActionKind k, int mb, int c, bool overlapped = false)
+      : kind(k), overlaps_next(overlapped), chunk(static_cast<std::int16_t>(c)), microbatch(mb) {}
 
   ActionKind kind = ActionKind::F;
+  // On an F: it and the next action of the rank, a B, run as one overlapped
+  // forward-backward (see above). False on every other action.
+  bool overlaps_next = false;
   std::int16_t chunk = 0;  // model chunk on this rank (at most kMaxVirtualStagesPerRank)
   int microbatch = 0;
 
@@ -51,7 +62,8 @@ struct Action {
 };
 static_assert(sizeof(Action) == 8);
 
-// Text form: "F3", "B0", "W2"; a chunk other than 0 is a prefix: "1F3".
+// Text form: "F3", "B0", "W2"; a chunk other than 0 is a prefix: "1F3"; an F
+// that overlaps the next action ends in '+': "F4+ 1B2".
 std::string to_string(const Action& a);
 // Inverse of to_string; throws ScheduleError on malformed text.
 Action parse_action(std::string_view text);
@@ -66,6 +78,13 @@ struct ReduceGrad {
   int after = 0;
   friend bool operator==(const ReduceGrad&, const ReduceGrad&) = default;
 };
+
+// How many actions from list[i] on run as one: 2 for an overlapped
+// forward-backward (an F marked overlaps_next with an action after it), else
+// 1. The executor, the simulator and the transfer plans walk these units.
+inline std::size_t unit_size(const std::vector<Action>& list, std::size_t i) {
+  return list[i].overlaps_next && i + 1 < list.size() ? 2 : 1;
+}
 
 // The rank of virtual stage v of p ranks (see above, "Model chunks and
 // virtual stages").
@@ -186,6 +205,22 @@ Schedule make_looped_bfs(int p, int m, int v);
 // first rank). With F = B = W = 1/v per chunk and m >= p the unit bubble is
 // (p-1)/(3 v m + p-1).
 Schedule make_interleaved_zb(int p, int m, int v);
+
+// DualPipeV (DeepSeek's DualPipe cut in a V, Sea AI Lab's form; PyTorch's
+// ScheduleDualPipeV): 2 chunks per rank in a V (as ZB-V), m >= 2p
+// (ScheduleError otherwise). Rank r runs, with "full" a B and its W at once,
+// "input" a B whose W waits in a queue (oldest first), "overlap(F c, B c')"
+// an F overlapped with a full backward (see above):
+//   2(p-r-1) forwards of chunk 0; r+1 pairs (F chunk 0, F chunk 1);
+//   p-r-1 times (input chunk 1, a waiting W, F chunk 1);
+//   m-2p+r+1 times (overlap(F 0, B 1) — on the last rank the first is not
+//   overlapped —, overlap(F 1, B 0));
+//   p-r-1 times (full chunk 1, overlap(F 1, B 0));
+//   r+1 times (B chunk 1, B chunk 0), full until the middle one, then input;
+//   p-r-1 times (a waiting W, B chunk 0); then the waiting Ws.
+// Every rank holds at most 2p+1 chunk micro-batches' activations... (see
+// docs/schedules.md for the bubble against DualPipe's closed form).
+Schedule make_dualpipev(int p, int m);
 
 // The schedule a run uses: forward-only for inference, else the run's
 // `schedule` with its virtual_stages_per_rank. A `file:` schedule is read

@@ -9,12 +9,16 @@
 //     I  backward for the input gradient only   (split backward)
 //     W  backward for the weight gradient only  (split backward)
 //   e.g. "0F0,0F1,0B0,0B1". Empty cells (idle slots) are skipped; spaces
-//   around a cell are ignored.
+//   around a cell are ignored. An overlapped forward-backward (DualPipeV) is
+//   one cell "(0F4;3B2)OVERLAP_F_B": a forward and then a backward (B or I),
+//   run as one action (schedule.hpp).
 //
 // Which rank holds which stage is read from the file: stage s must be on
 // rank s mod p (looped, as interleaved 1F1B) or, with 2 stages per rank, on
-// ranks in a V (rank r holds r and 2p-1-r, as ZB-V). A schedule either splits
-// every backward (I and W) or none (B).
+// ranks in a V (rank r holds r and 2p-1-r, as ZB-V). A file with any I or W
+// splits its backward: each of its B cells reads as the B with its W right
+// after it (PyTorch writes B where such a schedule computes both at once);
+// pipebench writes I and W cells instead, never B, in such a file.
 //
 // The compute_comms form adds, in the same cell syntax, SEND_F / RECV_F /
 // SEND_B / RECV_B with a micro-batch (SEND_F s: the activation of stage s to
