@@ -34,6 +34,7 @@ TEST_CASE("compute_comms: every built-in schedule round-trips with its transfers
                                    make_zb_v(p, m), make_looped_bfs(p, m, 3)};
       if (m % p == 0) all.push_back(make_interleaved_1f1b(p, m, 2));
       if (schedule_microbatch_problem(ScheduleKind::interleaved_zb, p, m).empty()) all.push_back(make_interleaved_zb(p, m, 2));
+      if (m >= 2 * p) all.push_back(make_dualpipev(p, m));
       for (const Schedule& s : all) {
         INFO(s.name << " p = " << p << ", m = " << m);
         const std::string text = schedule_to_comms_csv(s);

@@ -150,8 +150,11 @@ class CandidateSearch {
       return skip(fmt::format("recompute = \"full\" with {} (a split backward) is not supported", to_string(c_.schedule)));
     if (o_.global_batch > 0) return with_global_batch();
     int m = o_.num_microbatches;
-    if (m > 0 && !valid_m(c_.schedule, p, v, m))
-      return skip(fmt::format("num_microbatches {} is not usable with {} on {} ranks", m, to_string(c_.schedule), p));
+    if (m > 0 && !valid_m(c_.schedule, p, v, m)) {
+      const std::string rule = schedule_microbatch_problem(c_.schedule, p, m);
+      return skip(fmt::format("num_microbatches {} is not usable with {} on {} ranks{}", m, to_string(c_.schedule), p,
+                              rule.empty() ? "" : ": " + rule));
+    }
     if (m == 0) m = microbatches_for_bubble(c_.schedule, p, v, o_.bubble_target);
     if (m == 0) return skip(fmt::format("no num_microbatches within the limits reaches a bubble of {:.3f}", o_.bubble_target));
     const int max = largest([m](int) { return m; });
@@ -513,7 +516,8 @@ std::string idle_note(const Job& job, const TuneResult& result) {
   // The fastest fitting layout on more ranks (with the memory margin when
   // any of them keeps it).
   const TuneCandidate* more = nullptr;
-  bool tried = false;
+  const TuneCandidate* skipped = nullptr;  // a larger layout not judged (its schedule's rule, the options)
+  bool tried = false, measured = false;    // measured: some larger layout's memory was planned
   const auto better = [](const TuneCandidate& a, const TuneCandidate& b) {
     return a.margin != b.margin ? a.margin : a.samples_per_s > b.samples_per_s;
   };
@@ -521,11 +525,18 @@ std::string idle_note(const Job& job, const TuneResult& result) {
     if (c.ranks() <= best.ranks()) continue;
     tried = true;
     if (c.fits && (!more || better(c, *more))) more = &c;
+    if (c.micro_batch_size == 0 && !c.fits) {  // skip(): never sized
+      if (!skipped) skipped = &c;
+    } else {
+      measured = true;
+    }
   }
   std::string why;
   if (!tried)
     why = fmt::format("no layout searched uses more (p <= the model's {} layers{})", job.model.layers,
                       result.options.data_parallel.empty() ? "" : fmt::format(", d in --data-parallel {}", fmt::join(result.options.data_parallel, ",")));
+  else if (!more && !measured)
+    why = fmt::format("no layout on more ranks is usable ({}: {})", skipped->layout(), skipped->why_not);
   else if (!more) why = "no layout on more ranks fits at micro-batch 1";
   else if (best.margin && !more->margin)
     why = fmt::format("every layout on more ranks puts a peak above {:.0f}% of memory_capacity (the best of them, {}, "
@@ -540,7 +551,7 @@ std::string idle_note(const Job& job, const TuneResult& result) {
                       "vs {:.4g})",
                       more->layout(), more->ranks(), more->samples_per_s, best.samples_per_s);
   // Memory stopped the larger layouts and ZeRO-1 was not tried: say so.
-  const bool memory = tried && (!more || (best.margin && !more->margin));
+  const bool memory = measured && (!more || (best.margin && !more->margin));
   const auto& tried_shardings = result.options.shardings;
   const bool zero1_tried = std::find(tried_shardings.begin(), tried_shardings.end(), OptimizerSharding::zero1) !=
                                tried_shardings.end() ||

@@ -178,19 +178,21 @@ class StepRun {
   }
 
   // One unit of the rank's list (schedule.hpp, unit_size): each action's
-  // input received (its wait recorded), then the computes in order, then the
-  // outputs sent. For one action that is receive, compute, send; an
-  // overlapped forward-backward receives both inputs first and sends both
-  // outputs last. Appends an event per action.
+  // input received, then the computes in order, then the outputs sent. For
+  // one action that is receive, compute, send; an overlapped forward-backward
+  // receives both inputs first and sends both outputs last. Appends an event
+  // per action; the unit's receive waits all end at its first compute's
+  // start, so they are recorded on that event (EventRecord::wait_s).
   void execute(const Action* unit, std::size_t n, std::vector<EventRecord>& events) {
     const std::size_t first = events.size();
     for (std::size_t k = 0; k < n; ++k) {
       const Action& a = unit[k];
       const int v = sched_.virtual_stage(rank_, a.chunk);
-      EventRecord ev{step_, rank_, a.kind, a.microbatch, a.chunk, 0.0, 0.0};
-      if (a.kind == ActionKind::F && v > 0) ev.wait_s = receive(ActionKind::F, v - 1, a);
-      if (a.kind == ActionKind::B && v < V_ - 1) ev.wait_s = receive(ActionKind::B, v + 1, a);
-      events.push_back(ev);
+      double waited = 0.0;
+      if (a.kind == ActionKind::F && v > 0) waited = receive(ActionKind::F, v - 1, a);
+      if (a.kind == ActionKind::B && v < V_ - 1) waited = receive(ActionKind::B, v + 1, a);
+      events.push_back(EventRecord{step_, rank_, a.kind, a.microbatch, a.chunk, 0.0, 0.0});
+      events[first].wait_s += waited;
     }
     for (std::size_t k = 0; k < n; ++k) compute(unit[k], events[first + k]);
     for (std::size_t k = 0; k < n; ++k) {

@@ -30,6 +30,8 @@ struct EventRecord {
   // Blocked in the boundary receive this action waited on (waiting for the
   // peer + moving the data), ending at start_s; 0 when it received nothing
   // from another rank; NaN when the file predates the field (not recorded).
+  // An overlapped forward-backward (schedule.hpp) receives both its inputs
+  // before its F starts: both waits are its F's, its B's is 0.
   double wait_s = 0.0;
 };
 

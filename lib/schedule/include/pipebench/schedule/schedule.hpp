@@ -218,8 +218,10 @@ Schedule make_interleaved_zb(int p, int m, int v);
 //   p-r-1 times (full chunk 1, overlap(F 1, B 0));
 //   r+1 times (B chunk 1, B chunk 0), full until the middle one, then input;
 //   p-r-1 times (a waiting W, B chunk 0); then the waiting Ws.
-// Every rank holds at most 2p+1 chunk micro-batches' activations... (see
-// docs/schedules.md for the bubble against DualPipe's closed form).
+// With F = B = W = 1/2 per chunk the bubble is ZB-V's, (p-1)/(6m + p-1),
+// and every rank holds at most 2p+1 chunk micro-batches' activations
+// (DualPipe's PP + 1 with PP = 2p stages); docs/schedules.md compares the
+// bubble with DualPipe's closed form.
 Schedule make_dualpipev(int p, int m);
 
 // The schedule a run uses: forward-only for inference, else the run's
