@@ -10,7 +10,7 @@
 #                 schedule, split backward and recomputation), bit-repeatability, fp32 gradient
 #                 accumulation, memory tracker, OOM (gpu_tests)
 #   sticky-error  a broken context is seen by the runner's device check
-#   schedules-2ranks-1gpu  interleaved, ZB-H1, ZB-V, recomputation: whole runs vs the baseline
+#   schedules-2ranks-1gpu  interleaved, ZB-H1, ZB-V, looped BFS, interleaved ZB, DualPipeV, recomputation: whole runs vs the baseline
 #   llama-2ranks-1gpu      the llama block (tests/data/gpu/tiny_llama.toml): 1F1B, ZB-V, recomputation vs the baseline
 #   dp-4ranks-1gpu         data parallelism, gradients host-staged over MPI: 1 x 2 and 2 x 2 vs the baseline
 #   gemm          cuBLAS TFLOP/s at the 350M GPT's shapes, random inputs
@@ -84,12 +84,13 @@ gpt=(--hidden 1024 --layers 24 --heads 16 --ffn 4096 --seq 1024 --vocab 50304 --
 job=jobs/gpu/gpt_350m_cuda.toml
 step gpu-tests 180 gpu_tests
 step sticky-error 30 gpu_sticky_error
-# Interleaved 1F1B, ZB-H1, ZB-V and recomputation as whole runs: 2 ranks on GPU 0 over MPI,
+# Interleaved 1F1B, ZB-H1, ZB-V, looped BFS, interleaved ZB, DualPipeV and recomputation as whole runs: 2 ranks on GPU 0 over MPI,
 # every run's losses within 1e-4 of the baseline's (verify_results).
 step schedules-2ranks-1gpu 90 bash -c 'env CUDA_VISIBLE_DEVICES=0 mpirun -np 2 -x CUDA_VISIBLE_DEVICES -x LD_LIBRARY_PATH \
   -x PIPEBENCH_SOURCE_DIR pipebench run tests/data/gpu/tiny.toml --run single --run interleaved --run zb_h1 --run zb_v \
+  --run looped_bfs --run single_reverse --run interleaved_zb --run dualpipev \
   --run recompute --run interleaved_recompute --set device.transport=mpi -o "$1" &&
-  verify_results "$(find "$1" -name "*.h5" | head -1)" tests/data/gpu/tiny.toml 2 RUNS=6 LOSS_REL=1e-4' _ "$out/schedules"
+  verify_results "$(find "$1" -name "*.h5" | head -1)" tests/data/gpu/tiny.toml 2 RUNS=10 LOSS_REL=1e-4' _ "$out/schedules"
 # The llama block (RMSNorm, RoPE, grouped-query attention, SwiGLU) as whole runs the same way.
 step llama-2ranks-1gpu 90 bash -c 'env CUDA_VISIBLE_DEVICES=0 mpirun -np 2 -x CUDA_VISIBLE_DEVICES -x LD_LIBRARY_PATH \
   -x PIPEBENCH_SOURCE_DIR pipebench run tests/data/gpu/tiny_llama.toml --run single --run two_stage --run zb_v \

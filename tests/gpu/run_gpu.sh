@@ -46,8 +46,8 @@ case $mode in
       "$outdir" 0 --run single --run two_stage --set device.transport=mpi -- RUNS=2 LOSS_REL=1e-4 ;;
   np2_schedules)
     CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" \
-      "$outdir" 0 --run single --run interleaved --run zb_h1 --run zb_v --run recompute --run interleaved_recompute \
-      --set device.transport=mpi -- RUNS=6 LOSS_REL=1e-4 ;;
+      "$outdir" 0 --run single --run interleaved --run zb_h1 --run zb_v --run looped_bfs --run single_reverse \
+      --run interleaved_zb --run dualpipev --run recompute --run interleaved_recompute --set device.transport=mpi -- RUNS=10 LOSS_REL=1e-4 ;;
   np2_dp)
     CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" \
       "$outdir" 0 --run single --run dp2 --set device.transport=mpi -- RUNS=2 LOSS_REL=1e-4 ;;

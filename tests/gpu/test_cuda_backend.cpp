@@ -130,7 +130,8 @@ TEST_CASE("cuda fp32 matches the cpu backend: two stages through host buffers", 
 // the same schedule (which the mpi tests hold bit-identical to the baseline),
 // and each rank's memory peaks equal to the plan's.
 TEST_CASE("cuda fp32 matches the cpu backend: interleaved, zero-bubble and recomputation", "[gpu]") {
-  require_fp32_matches_cpu(tiny_job(), {"interleaved", "zb_h1", "zb_v", "recompute", "interleaved_recompute"});
+  require_fp32_matches_cpu(tiny_job(), {"interleaved", "zb_h1", "zb_v", "looped_bfs", "interleaved_zb", "dualpipev", "recompute",
+                                        "interleaved_recompute"});
 }
 
 // A split backward runs the full backward's launches in another order, and

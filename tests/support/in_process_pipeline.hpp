@@ -59,14 +59,19 @@ class InProcessPipeline {
       for (int r = 0; r < size(); ++r) {
         const auto& list = s.actions[static_cast<std::size_t>(r)];
         std::size_t& k = next[static_cast<std::size_t>(r)];
-        while (k < list.size() && ready(list[k], r, done_f, done_b)) {
-          run(list[k], r, step);
-          const Action& a = list[k];
-          const auto at = static_cast<std::size_t>(s.virtual_stage(r, a.chunk) * m + a.microbatch);
-          if (a.kind == ActionKind::F) done_f[at] = 1;
-          if (a.kind == ActionKind::B) done_b[at] = 1;
-          ++k;
-          ++ran;
+        // A unit (an overlapped forward-backward: both inputs first) runs once all its actions are ready.
+        while (k < list.size()) {
+          const std::size_t n = unit_size(list, k);
+          bool go = true;
+          for (std::size_t i = k; i < k + n; ++i) go = go && ready(list[i], r, done_f, done_b);
+          if (!go) break;
+          for (const std::size_t end = k + n; k < end; ++k, ++ran) {
+            const Action& a = list[k];
+            run(a, r, step);
+            const auto at = static_cast<std::size_t>(s.virtual_stage(r, a.chunk) * m + a.microbatch);
+            if (a.kind == ActionKind::F) done_f[at] = 1;
+            if (a.kind == ActionKind::B) done_b[at] = 1;
+          }
         }
       }
       if (ran == 0) throw std::logic_error("in-process pipeline: no rank can go on (the schedule deadlocks)");
