@@ -39,6 +39,8 @@ for run in doc["runs"]:
         form, steps = ((p - 1) / (v * m + p - 1), 2 * v * m + 2 * (p - 1)) if m >= p else (None, None)
     elif sched == "interleaved-zb":
         form, steps = ((p - 1) / (3 * v * m + p - 1), 3 * v * m + p - 1) if m >= p else (None, None)
+    elif sched == "dualpipev":  # m >= 2p always (checked when the workload loads)
+        form, steps = (p - 1) / (6 * m + p - 1), 6 * m + p - 1
     elif sched == "zb-v":
         form, steps = ((p - 1) / (6 * m + p - 1), 6 * m + p - 1) if m >= 2 * p else (None, None)
     else:

@@ -178,6 +178,15 @@ TEST_CASE("invalid workloads are rejected with file, line and key", "[config][in
                              "\"fill_drain\", \"1f1b\", \"eager-1f1b\", \"interleaved-1f1b\", \"zb-h1\", \"zb-v\", "
                              "\"looped-bfs\", \"interleaved-zb\", \"dualpipev\", or "
                              "\"file:PATH\" for a CSV schedule)"));
+  // DualPipeV: m >= 2p, 2 chunks, no full recomputation (its backward is split).
+  CHECK_THAT(error_of(edit("pipeline_size = 2\nmicro_batch_size = 2\nnum_microbatches = 4",
+                           "pipeline_size = 2\nmicro_batch_size = 2\nnum_microbatches = 3\nschedule = \"dualpipev\"")),
+             Catch::Contains("w.toml:19: run.pipe.num_microbatches: dualpipev needs num_microbatches >= 2 x pipeline_size = 4") &&
+                 Catch::Contains("got 3"));
+  CHECK_THAT(error_of(kBase + "schedule = \"dualpipev\"\nvirtual_stages_per_rank = 3\n"),
+             Catch::Contains("schedule \"dualpipev\" holds 2 model chunk(s) per rank"));
+  CHECK_THAT(error_of(kBase + "schedule = \"dualpipev\"\nrecompute = \"full\"\n"), Catch::Contains("run.pipe.recompute"));
+  CHECK(parse_job(kBase + "schedule = \"dualpipev\"\n", "w.toml").runs.at(1).virtual_stages_per_rank == 2);
   CHECK_THAT(error_of(edit("vocab = 128", "vocab = 128\ndtype = \"fp8\"")), Catch::Contains("w.toml:10: model.dtype"));
   CHECK_THAT(error_of(kBase + "remainder = \"middle\"\n"), Catch::Contains("w.toml:20: run.pipe.remainder"));
   CHECK_THAT(error_of(kBase + "layers_per_stage_origin = 2\n"),
