@@ -53,10 +53,25 @@ bool Schedule::split_backward() const {
   return false;
 }
 
+namespace {
+// Appends the text form of `a` (schedule.hpp) to `out`: what to_string and
+// to_text write, without a format string to parse per action (the plan's
+// JSON prints every action of every rank).
+void append_action(std::string& out, const Action& a) {
+  char buf[32];
+  char* at = buf;
+  if (a.chunk != 0) at = std::to_chars(at, buf + sizeof buf, a.chunk).ptr;
+  *at++ = kind_letter(a.kind);
+  at = std::to_chars(at, buf + sizeof buf, a.microbatch).ptr;
+  if (a.overlaps_next) *at++ = '+';
+  out.append(buf, at);
+}
+}  // namespace
+
 std::string to_string(const Action& a) {
-  const std::string_view overlap = a.overlaps_next ? "+" : "";
-  return a.chunk == 0 ? fmt::format("{}{}{}", kind_letter(a.kind), a.microbatch, overlap)
-                      : fmt::format("{}{}{}{}", a.chunk, kind_letter(a.kind), a.microbatch, overlap);
+  std::string out;
+  append_action(out, a);
+  return out;
 }
 
 Action parse_action(std::string_view text) {
@@ -401,9 +416,10 @@ Schedule make_schedule(const RunSpec& run) {
 
 std::string to_text(const std::vector<Action>& actions) {
   std::string out;
+  out.reserve(actions.size() * 5);
   for (const auto& a : actions) {
     if (!out.empty()) out += ' ';
-    out += to_string(a);
+    append_action(out, a);
   }
   return out;
 }

@@ -192,6 +192,10 @@ template <bool Checked, int Lanes>
   return false;
 }
 
+inline double cost_of(const SimCosts& k, ActionKind kind, std::size_t v) {
+  return kind == ActionKind::F ? k.forward[v] : kind == ActionKind::B ? k.backward[v] : k.weight[v];
+}
+
 // Ready times of the unit starting at list[i] (schedule.hpp, unit_size): an
 // overlapped forward-backward starts when both its inputs are there.
 template <bool Checked, int Lanes>
@@ -311,6 +315,37 @@ std::array<SimResult, Lanes> simulate_impl(const Schedule& s, const SimCosts* co
       if (c.next < c.size) __builtin_prefetch(c.actions + c.next);
     }
   };
+  // An overlapped forward-backward (schedule.hpp, unit_size): it starts when
+  // both inputs are there, runs F then B, and both outputs leave at its end.
+  // Out of line: the single-action walk below stays as tight as without it.
+  auto run_pair = [&](Cursor<Lanes>& c, int r) __attribute__((noinline)) {
+    const auto R = static_cast<std::size_t>(r);
+    const Action* unit = c.actions + c.next;
+    double ready[Lanes];
+    if (!unit_ready<Checked, Lanes>(s, costs, ends, r, unit, 2, nullptr, ready)) return false;
+    for (int l = 0; l < Lanes; ++l) c.free_at[l] = std::max(c.free_at[l], ready[l]);
+    for (std::size_t k = 0; k < 2; ++k) {
+      const Action& a = unit[k];
+      const auto Vi = static_cast<std::size_t>(s.virtual_stage(r, a.chunk));
+      for (int l = 0; l < Lanes; ++l) {
+        const double start = c.free_at[l], cost = cost_of(*costs[l], a.kind, Vi);
+        c.free_at[l] = start + cost;
+        c.busy[l] += cost;
+        if (c.next + k == 0) res[static_cast<std::size_t>(l)].first_start[R] = start;
+        if (l == 0 && keep_timeline) timeline[first[R] + c.next + k] = {r, a, start, start + cost};
+      }
+    }
+    for (std::size_t k = 0; k < 2; ++k) {
+      const Action& a = unit[k];
+      const int v = s.virtual_stage(r, a.chunk);
+      if (!Checked || a.kind != ActionKind::W) ends.set(a.kind, v, a.microbatch, c.free_at);
+      if (a.kind == ActionKind::F && v + 1 < V) wake(s.rank_of(v + 1));
+      if (a.kind == ActionKind::B && v > 0) wake(s.rank_of(v - 1));
+    }
+    c.next += 2;
+    done += 2;
+    return true;
+  };
   while (!work.empty()) {
     const int r = work.back();
     const auto R = static_cast<std::size_t>(r);
@@ -318,42 +353,37 @@ std::array<SimResult, Lanes> simulate_impl(const Schedule& s, const SimCosts* co
     Cursor<Lanes>& c = ranks[R];
     queued[R] = 0;
     while (c.next < c.size) {
-      // A unit: one action, or an overlapped forward-backward, whose outputs
-      // both leave when its second action ends.
-      const std::size_t n = c.actions[c.next].overlaps_next && c.next + 1 < c.size ? 2 : 1;
+      const Action& a = c.actions[c.next];
+      if (a.overlaps_next && c.next + 1 < c.size) [[unlikely]] {
+        if (!run_pair(c, r)) break;
+        continue;
+      }
       double ready[Lanes];
-      if (!unit_ready<Checked, Lanes>(s, costs, ends, r, c.actions + c.next, n, nullptr, ready)) break;
-      for (int l = 0; l < Lanes; ++l) c.free_at[l] = std::max(c.free_at[l], ready[l]);
-      for (std::size_t k = 0; k < n; ++k) {
-        const Action& a = c.actions[c.next + k];
-        const auto Vi = static_cast<std::size_t>(s.virtual_stage(r, a.chunk));
-        for (int l = 0; l < Lanes; ++l) {
-          const SimCosts& costs_l = *costs[l];
-          const double cost = a.kind == ActionKind::F   ? costs_l.forward[Vi]
-                              : a.kind == ActionKind::B ? costs_l.backward[Vi]
-                                                        : costs_l.weight[Vi];
-          const double start = c.free_at[l];
-          c.free_at[l] = start + cost;
-          c.busy[l] += cost;
-          if (c.next + k == 0) res[static_cast<std::size_t>(l)].first_start[R] = start;
-          if (l == 0 && keep_timeline) timeline[first[R] + c.next + k] = {r, a, start, start + cost};
-        }
+      if (!ready_times<Checked, Lanes>(s, costs, ends, r, a, nullptr, ready)) break;
+      const int v = s.virtual_stage(r, a.chunk);
+      const auto Vi = static_cast<std::size_t>(v);
+      const bool kept = !Checked || a.kind != ActionKind::W;  // the checked walk never reads a W's end
+      // The row this rank most likely writes next: with many ranks each
+      // visit writes a row no rank has touched (the pipeline's diagonal),
+      // which costs a miss to memory unless fetched a sweep ahead
+      // (bench_schedule's whole plan, 1024 x 4096: 639 -> 530 ms; p = 8 the same).
+      if (kept && a.microbatch + 1 < m) __builtin_prefetch(ends.at(a.kind, v, a.microbatch + 1), 1);
+      double ended[Lanes];
+      for (int l = 0; l < Lanes; ++l) {
+        const double cost = cost_of(*costs[l], a.kind, Vi);
+        const double start = std::max(c.free_at[l], ready[l]);
+        const double end = start + cost;
+        ended[l] = end;
+        c.free_at[l] = end;
+        c.busy[l] += cost;
+        if (c.next == 0) res[static_cast<std::size_t>(l)].first_start[R] = start;
+        if (l == 0 && keep_timeline) timeline[first[R] + c.next] = {r, a, start, end};
       }
-      for (std::size_t k = 0; k < n; ++k) {
-        const Action& a = c.actions[c.next + k];
-        const int v = s.virtual_stage(r, a.chunk);
-        // The row this rank most likely writes next: with many ranks each
-        // visit writes a row no rank has touched (the pipeline's diagonal),
-        // which costs a miss to memory unless fetched a sweep ahead
-        // (bench_schedule's whole plan, 1024 x 4096: 639 -> 530 ms; p = 8 the same).
-        const bool kept = !Checked || a.kind != ActionKind::W;  // the checked walk never reads a W's end
-        if (kept && a.microbatch + 1 < m) __builtin_prefetch(ends.at(a.kind, v, a.microbatch + 1), 1);
-        if (kept) ends.set(a.kind, v, a.microbatch, c.free_at);
-        if (a.kind == ActionKind::F && v + 1 < V) wake(s.rank_of(v + 1));
-        if (a.kind == ActionKind::B && v > 0) wake(s.rank_of(v - 1));
-      }
-      c.next += static_cast<std::uint32_t>(n);
-      done += n;
+      if (kept) ends.set(a.kind, v, a.microbatch, ended);
+      ++c.next;
+      ++done;
+      if (a.kind == ActionKind::F && v + 1 < V) wake(s.rank_of(v + 1));
+      if (a.kind == ActionKind::B && v > 0) wake(s.rank_of(v - 1));
     }
   }
   finish<Checked, Lanes>(s, costs, ends, ranks, first, done == total, keep_timeline, res);
