@@ -266,6 +266,9 @@ void finish(const Schedule& s, const SimCosts* const (&costs)[Lanes], EndTimes<L
 // depend only on its costs; when an action runs is the same in every lane).
 // The timeline, if kept, is the first lane's.
 template <bool Checked, int Lanes>
+// long: the walk's state (cursors, end tables, the work list) stays local to
+// one function so that the single-action loop keeps it in registers; the
+// overlapped pair is its out-of-line lambda, run_pair.
 std::array<SimResult, Lanes> simulate_impl(const Schedule& s, const SimCosts* const (&costs)[Lanes],
                                            bool keep_timeline) {
   for (const SimCosts* c : costs) check_inputs(s, *c, Checked);
