@@ -139,6 +139,24 @@ TEST_CASE("override errors name the override", "[config][override]") {
              Catch::Contains("run.pipe.schedule: unknown value \"zigzag\""));
 }
 
+// A rule broken by a key's default together with the keys given (found by the
+// schedule-file fuzzer, tests/fuzz): the error points at the [[run]] table; it
+// used to dereference the missing key's value and crash.
+TEST_CASE("a rule broken through a left-out key's default is an error at the table, not a crash", "[config][invalid]") {
+  // pipeline_size left out (1): 1 x 64 chunks for 4 layers.
+  const std::string chunks = testing::replaced(kBase, "name = \"base\"\npipeline_size = 1\n",
+                                               "name = \"base\"\nschedule = \"interleaved-1f1b\"\nvirtual_stages_per_rank = 64\n");
+  CHECK_THAT(error_of(chunks), Catch::Contains("w.toml:10: run.base.pipeline_size: 1 stages x 64 chunks = 64 model chunks "
+                                               "for 4 layers would leave a chunk with 0 layers"));
+  // virtual_stages_per_rank left out (zb-v's 2): 64 x 2 x 65536 actions.
+  const std::string actions = edit("name = \"pipe\"\npipeline_size = 2\nmicro_batch_size = 2\nnum_microbatches = 4",
+                                   "name = \"pipe\"\npipeline_size = 64\nmicro_batch_size = 2\nnum_microbatches = 65536\n"
+                                   "schedule = \"zb-v\"");
+  CHECK_THAT(error_of(testing::replaced(actions, "layers = 4", "layers = 128")),
+             Catch::Contains("w.toml:15: run.pipe.virtual_stages_per_rank: pipeline_size x virtual_stages_per_rank x "
+                             "num_microbatches = 64 x 2 x 65536 is above the limit"));
+}
+
 TEST_CASE("invalid workloads are rejected with file, line and key", "[config][invalid]") {
   // unknown key (a typo), in a table and at the top level
   CHECK_THAT(error_of(edit("heads = 4", "heads = 4\nhead_dim = 16")),

@@ -88,6 +88,12 @@ class TableReader {
   [[noreturn]] void fail_at(const Value& v, std::string_view key, std::string_view msg) const {
     throw ConfigError(fmt::format("{}: {}: {}", where(file_, v), dotted(key), msg));
   }
+  // Fails at `key`'s value, or at the table when the key was left out (its
+  // default, with the keys that were given, broke the rule): never a null key.
+  [[noreturn]] void fail_key(std::string_view key, std::string_view msg) {
+    const Value* v = find(key);
+    fail_at(v ? *v : table_, key, msg);
+  }
   [[noreturn]] void fail_missing(std::string_view key, std::string_view expected) const {
     throw ConfigError(fmt::format("{}: {}: missing required key (expected {})",
                                   where(file_, table_), dotted(key), expected));
@@ -134,9 +140,9 @@ class TableReader {
     }
     if (*i < min) {
       const char* what = min == 1 ? "a positive integer" : "an integer";
-      fail_at(*find(key), key, fmt::format("expected {} >= {}, got {}", what, min, literal(*find(key))));
+      fail_key(key, fmt::format("expected {} >= {}, got {}", what, min, literal(*find(key))));
     }
-    if (*i > max) fail_at(*find(key), key, fmt::format("expected at most {}, got {}", max, literal(*find(key))));
+    if (*i > max) fail_key(key, fmt::format("expected at most {}, got {}", max, literal(*find(key))));
     return static_cast<int>(*i);
   }
   int int_at_least(std::string_view key, std::int64_t min, std::optional<int> fallback) {
@@ -174,7 +180,7 @@ class TableReader {
       if (*s == name) return value;
     std::string names;
     for (const auto& c : choices) names += fmt::format("{}\"{}\"", names.empty() ? "" : ", ", c.first);
-    fail_at(*find(key), key, fmt::format("unknown value \"{}\" (expected one of {})", printable(*s), names));
+    fail_key(key, fmt::format("unknown value \"{}\" (expected one of {})", printable(*s), names));
   }
 
   // A sub-table (absent = empty table).
@@ -293,11 +299,11 @@ static_assert(kMaxNameLength == 100, "kNameRule quotes the limit");
 // Free text (a description): bounded, no control characters but newline and tab.
 void check_free_text(TableReader& r, std::string_view key, const std::string& text) {
   if (text.size() > kMaxDescriptionLength)
-    r.fail_at(*r.find(key), key, fmt::format("longer than {} bytes", kMaxDescriptionLength));
+    r.fail_key(key, fmt::format("longer than {} bytes", kMaxDescriptionLength));
   for (const char c : text) {
     const auto u = static_cast<unsigned char>(c);
     if ((u < 0x20 && c != '\n' && c != '\t') || u == 0x7f)
-      r.fail_at(*r.find(key), key, fmt::format("control character \\x{:02x} (only newline and tab are allowed)", u));
+      r.fail_key(key, fmt::format("control character \\x{:02x} (only newline and tab are allowed)", u));
   }
 }
 
@@ -307,7 +313,7 @@ void read_llama_keys(TableReader& r, ModelSpec& m) {
   const bool llama = m.kind == ModelKind::llama;
   for (const char* key : {"kv_heads", "rope_theta", "norm_eps", "multiple_of", "ffn_dim_multiplier"})
     if (!llama && r.find(key))
-      r.fail_at(*r.find(key), key, fmt::format("a key of the llama block (kind = \"llama\"), not of kind = \"{}\"", to_string(m.kind)));
+      r.fail_key(key, fmt::format("a key of the llama block (kind = \"llama\"), not of kind = \"{}\"", to_string(m.kind)));
   if (const Value* t = r.find("tie_embeddings")) {
     if (!t->is_boolean()) r.fail_at(*t, "tie_embeddings", fmt::format("expected a boolean, got {}", type_name(*t)));
     if (t->as_boolean())
@@ -318,17 +324,17 @@ void read_llama_keys(TableReader& r, ModelSpec& m) {
   if (!llama) return;
   m.kv_heads = r.int_in_range("kv_heads", 1, m.heads, m.heads);
   if (m.heads % m.kv_heads != 0)
-    r.fail_at(*r.find("kv_heads"), "kv_heads", fmt::format("heads ({}) must be divisible by kv_heads ({})", m.heads, m.kv_heads));
+    r.fail_key("kv_heads", fmt::format("heads ({}) must be divisible by kv_heads ({})", m.heads, m.kv_heads));
   m.rope_theta = r.number("rope_theta", m.rope_theta, 0.0, false);
-  if (m.rope_theta > 1e12) r.fail_at(*r.find("rope_theta"), "rope_theta", "expected at most 1e12");
+  if (m.rope_theta > 1e12) r.fail_key("rope_theta", "expected at most 1e12");
   m.norm_eps = r.number("norm_eps", m.norm_eps, 0.0, false);
-  if (m.norm_eps >= 1) r.fail_at(*r.find("norm_eps"), "norm_eps", "expected a number below 1");
+  if (m.norm_eps >= 1) r.fail_key("norm_eps", "expected a number below 1");
   const int multiple_of = r.int_in_range("multiple_of", 1, 1 << 16, 256);
   const double multiplier = r.number("ffn_dim_multiplier", 1.0, 0.0, false);
-  if (multiplier > 16) r.fail_at(*r.find("ffn_dim_multiplier"), "ffn_dim_multiplier", "expected at most 16");
+  if (multiplier > 16) r.fail_key("ffn_dim_multiplier", "expected at most 16");
   const std::int64_t f = llama_ffn_hidden(m.hidden, multiplier, multiple_of);
   if (!r.find("ffn_hidden") && (f < 1 || f > kMaxFfnHidden))
-    r.fail_at(*r.find("hidden"), "hidden", fmt::format("the SwiGLU width by Llama's rule, {}, is outside [1, {}]: set ffn_hidden", f, kMaxFfnHidden));
+    r.fail_key("hidden", fmt::format("the SwiGLU width by Llama's rule, {}, is outside [1, {}]: set ffn_hidden", f, kMaxFfnHidden));
   m.ffn_hidden = r.int_in_range("ffn_hidden", 1, kMaxFfnHidden, static_cast<int>(f));
 }
 
@@ -341,8 +347,7 @@ ModelSpec read_model(TableReader& r, std::vector<std::string>& warnings) {
   if (m.kind != ModelKind::mlp) {
     m.heads = r.int_in_range("heads", 1, kMaxHidden, std::nullopt);
     if (m.hidden % m.heads != 0)
-      r.fail_at(*r.find("heads"), "heads",
-                fmt::format("hidden ({}) must be divisible by heads ({})", m.hidden, m.heads));
+      r.fail_key("heads", fmt::format("hidden ({}) must be divisible by heads ({})", m.hidden, m.heads));
   } else {
     m.heads = 1;
     if (r.find("heads")) warnings.push_back(fmt::format("{}: ignored for kind = \"mlp\"", r.dotted("heads")));
@@ -356,14 +361,13 @@ ModelSpec read_model(TableReader& r, std::vector<std::string>& warnings) {
   m.dtype = r.choice<DType>("dtype", DType::fp32,
                             {{"fp32", DType::fp32}, {"bf16", DType::bf16}, {"fp16", DType::fp16}});
   if (auto s = r.integer("seed")) {
-    if (*s < 0) r.fail_at(*r.find("seed"), "seed", "expected a non-negative integer");
+    if (*s < 0) r.fail_key("seed", "expected a non-negative integer");
     m.seed = static_cast<std::uint64_t>(*s);
   }
   m.dropout = r.number("dropout", 0.0, 0.0, true);
-  if (m.dropout >= 1.0) r.fail_at(*r.find("dropout"), "dropout", "expected a rate below 1");
+  if (m.dropout >= 1.0) r.fail_key("dropout", "expected a rate below 1");
   if (m.dropout > 0.0 && m.kind != ModelKind::gpt)
-    r.fail_at(*r.find("dropout"), "dropout",
-              fmt::format("only kind = \"gpt\" has dropout (Megatron-LM's attention and hidden dropout); kind = \"{}\" "
+    r.fail_key("dropout", fmt::format("only kind = \"gpt\" has dropout (Megatron-LM's attention and hidden dropout); kind = \"{}\" "
                           "trains without",
                           to_string(m.kind)));
   r.reject_unknown_keys();
@@ -432,24 +436,22 @@ DeviceSpec read_device(TableReader& r) {
   d.sim_inter_node_latency_us = r.number("sim_inter_node_latency_us", d.sim_inter_node_latency_us, 0.0, true);
   d.sim_inter_node_gbps = r.number("sim_inter_node_gbps", d.sim_inter_node_gbps, 0.0, false);
   d.sim_load = r.number("sim_load", d.sim_load, 0.0, false);
-  if (d.sim_load > 1000.0) r.fail_at(*r.find("sim_load"), "sim_load", "expected at most 1000");
+  if (d.sim_load > 1000.0) r.fail_key("sim_load", "expected at most 1000");
   d.sim_jitter = r.number("sim_jitter", d.sim_jitter, 0.0, true);
-  if (d.sim_jitter > 1.0) r.fail_at(*r.find("sim_jitter"), "sim_jitter", "expected at most 1 (a log-normal sigma)");
+  if (d.sim_jitter > 1.0) r.fail_key("sim_jitter", "expected at most 1 (a log-normal sigma)");
   if (auto s = r.integer("sim_jitter_seed")) {
-    if (*s < 0) r.fail_at(*r.find("sim_jitter_seed"), "sim_jitter_seed", "expected a non-negative integer");
+    if (*s < 0) r.fail_key("sim_jitter_seed", "expected a non-negative integer");
     d.sim_jitter_seed = static_cast<std::uint64_t>(*s);
   }
   d.sim_clock = r.choice<SimClock>("sim_clock", d.sim_clock, {{"wall", SimClock::wall}, {"virtual", SimClock::virtual_time}});
   if (d.sim_clock == SimClock::virtual_time && d.backend != BackendKind::sim)
-    r.fail_at(*r.find("sim_clock"), "sim_clock",
-              fmt::format("\"virtual\" models time and needs backend = \"sim\" (the {} backend measures real time)",
+    r.fail_key("sim_clock", fmt::format("\"virtual\" models time and needs backend = \"sim\" (the {} backend measures real time)",
                           to_string(d.backend)));
   d.transport = r.choice<TransportKind>(
       "transport", d.transport,
       {{"auto", TransportKind::automatic}, {"mpi", TransportKind::mpi}, {"nccl", TransportKind::nccl}});
   if (d.transport == TransportKind::nccl && d.backend != BackendKind::cuda)
-    r.fail_at(*r.find("transport"), "transport",
-              "\"nccl\" moves GPU memory and needs backend = \"cuda\" (use \"mpi\" or \"auto\")");
+    r.fail_key("transport", "\"nccl\" moves GPU memory and needs backend = \"cuda\" (use \"mpi\" or \"auto\")");
   r.reject_unknown_keys();
   return d;
 }
@@ -471,15 +473,15 @@ void read_schedule(TableReader& r, RunSpec& run, std::vector<std::string>& warni
   if (text && text->starts_with("file:")) {
     run.schedule = ScheduleKind::file;
     run.schedule_file = text->substr(5);
-    if (run.schedule_file.empty()) r.fail_at(*r.find("schedule"), "schedule", "\"file:\" needs a path to a CSV schedule");
+    if (run.schedule_file.empty()) r.fail_key("schedule", "\"file:\" needs a path to a CSV schedule");
     if (const std::optional<std::string> csv = r.str("schedule_csv")) {
       run.schedule_csv = *csv;
     } else {
       const std::string path = resolve_beside(r.file(), run.schedule_file);
       std::optional<std::string> content = read_at_most(path, kMaxTomlBytes + 1);
-      if (!content) r.fail_at(*r.find("schedule"), "schedule", fmt::format("cannot open the schedule file {}", printable(path)));
+      if (!content) r.fail_key("schedule", fmt::format("cannot open the schedule file {}", printable(path)));
       if (content->size() > kMaxTomlBytes)
-        r.fail_at(*r.find("schedule"), "schedule", fmt::format("{} is larger than {} bytes", printable(path), kMaxTomlBytes));
+        r.fail_key("schedule", fmt::format("{} is larger than {} bytes", printable(path), kMaxTomlBytes));
       run.schedule_csv = std::move(*content);
     }
   } else {
@@ -498,12 +500,11 @@ void read_schedule(TableReader& r, RunSpec& run, std::vector<std::string>& warni
     if (text && known == std::end(kNames)) {
       std::string names;
       for (const auto& n : kNames) names += fmt::format("\"{}\", ", n.first);
-      r.fail_at(*r.find("schedule"), "schedule",
-                fmt::format("unknown value \"{}\" (expected one of {}or \"file:PATH\" for a CSV schedule)", printable(*text),
+      r.fail_key("schedule", fmt::format("unknown value \"{}\" (expected one of {}or \"file:PATH\" for a CSV schedule)", printable(*text),
                             names));
     }
     run.schedule = text ? known->second : ScheduleKind::one_f_one_b;
-    if (r.find("schedule_csv")) r.fail_at(*r.find("schedule_csv"), "schedule_csv", "only with schedule = \"file:PATH\"");
+    if (r.find("schedule_csv")) r.fail_key("schedule_csv", "only with schedule = \"file:PATH\"");
   }
   if (schedule_given && run.mode == RunMode::inference)
     warnings.push_back(fmt::format("{}: ignored: inference runs use the forward-only schedule", r.dotted("schedule")));
@@ -514,8 +515,7 @@ void read_schedule(TableReader& r, RunSpec& run, std::vector<std::string>& warni
     run.recompute = Recompute::none;
   }
   if (run.recompute == Recompute::full && splits_backward(run.schedule))
-    r.fail_at(*r.find("recompute"), "recompute",
-              fmt::format("\"full\" with schedule \"{}\" is not supported: a split backward keeps activations until W, "
+    r.fail_key("recompute", fmt::format("\"full\" with schedule \"{}\" is not supported: a split backward keeps activations until W, "
                           "recomputation frees them at B",
                           to_string(run.schedule)));
   const int fixed = fixed_virtual_stages(run.schedule);
@@ -525,10 +525,9 @@ void read_schedule(TableReader& r, RunSpec& run, std::vector<std::string>& warni
     run.virtual_stages_per_rank = 1;
   } else if (const std::string why = schedule_microbatch_problem(run.schedule, run.pipeline_size, run.num_microbatches);
              !why.empty()) {
-    r.fail_at(r.find("num_microbatches") ? *r.find("num_microbatches") : r.value(), "num_microbatches", why);
+    r.fail_key("num_microbatches", why);
   } else if (!any_v && run.virtual_stages_per_rank != fixed) {
-    r.fail_at(*r.find("virtual_stages_per_rank"), "virtual_stages_per_rank",
-              fmt::format("schedule \"{}\" holds {} model chunk(s) per rank; virtual_stages_per_rank = {} needs schedule "
+    r.fail_key("virtual_stages_per_rank", fmt::format("schedule \"{}\" holds {} model chunk(s) per rank; virtual_stages_per_rank = {} needs schedule "
                           "= \"interleaved-1f1b\", \"looped-bfs\" or \"interleaved-zb\"",
                           to_string(run.schedule), fixed, run.virtual_stages_per_rank));
   }
@@ -542,18 +541,17 @@ void read_tensor_parallel(TableReader& r, RunSpec& run, const ModelSpec& model, 
   run.tensor_parallel = r.int_in_range("tensor_parallel", 1, kMaxTensorParallel, 1);
   const int t = run.tensor_parallel;
   if (std::int64_t{run.pipeline_size} * run.data_parallel * t > kMaxRanks)
-    r.fail_at(*r.find("tensor_parallel"), "tensor_parallel",
-              fmt::format("pipeline_size x data_parallel x tensor_parallel = {} x {} x {} ranks is above the limit of {}",
+    r.fail_key("tensor_parallel", fmt::format("pipeline_size x data_parallel x tensor_parallel = {} x {} x {} ranks is above the limit of {}",
                           run.pipeline_size, run.data_parallel, t, kMaxRanks));
   if (const std::string why = tensor_parallel_problem(model, t, false); !why.empty())
-    r.fail_at(*r.find("tensor_parallel"), "tensor_parallel", why);
+    r.fail_key("tensor_parallel", why);
   run.sequence_parallel = r.boolean("sequence_parallel", false);
   if (run.sequence_parallel && t == 1) {
     warnings.push_back(fmt::format("{}: ignored: tensor_parallel = 1 has no sequence to split", r.dotted("sequence_parallel")));
     run.sequence_parallel = false;
   }
   if (const std::string why = tensor_parallel_problem(model, t, run.sequence_parallel); !why.empty())
-    r.fail_at(*r.find("sequence_parallel"), "sequence_parallel", why);
+    r.fail_key("sequence_parallel", why);
   if (run.recompute == Recompute::selective && model.kind == ModelKind::mlp) {
     warnings.push_back(fmt::format("{}: \"selective\" recomputes attention; an mlp model has none, so nothing is recomputed",
                                    r.dotted("recompute")));
@@ -567,8 +565,7 @@ void read_tensor_parallel(TableReader& r, RunSpec& run, const ModelSpec& model, 
 void read_data_parallel(TableReader& r, RunSpec& run, std::vector<std::string>& warnings) {
   run.data_parallel = r.int_in_range("data_parallel", 1, kMaxDataParallel, 1);
   if (std::int64_t{run.pipeline_size} * run.data_parallel > kMaxRanks)
-    r.fail_at(*r.find("data_parallel"), "data_parallel",
-              fmt::format("pipeline_size x data_parallel = {} x {} ranks is above the limit of {}", run.pipeline_size,
+    r.fail_key("data_parallel", fmt::format("pipeline_size x data_parallel = {} x {} ranks is above the limit of {}", run.pipeline_size,
                           run.data_parallel, kMaxRanks));
   run.optimizer_sharding = r.choice<OptimizerSharding>(
       "optimizer_sharding", OptimizerSharding::none, {{"none", OptimizerSharding::none}, {"zero1", OptimizerSharding::zero1}});
@@ -595,13 +592,12 @@ RunSpec read_run(TableReader& r, const ModelSpec& model, int steps, std::vector<
   run.source_line = static_cast<int>(r.value().location().line());
   run.name = r.str_required("name");
   if (!valid_name(run.name))
-    r.fail_at(*r.find("name"), "name", fmt::format("{} (it names an HDF5 group)", kNameRule));
+    r.fail_key("name", fmt::format("{} (it names an HDF5 group)", kNameRule));
   run.pipeline_size = r.int_in_range("pipeline_size", 1, kMaxPipelineSize, 1);
   run.micro_batch_size = r.int_in_range("micro_batch_size", 1, kMaxMicroBatchSize, 1);
   run.num_microbatches = r.int_in_range("num_microbatches", 1, kMaxMicrobatches, 1);
   if (std::int64_t{run.pipeline_size} * run.num_microbatches > kMaxStageMicrobatches)
-    r.fail_at(*r.find("num_microbatches"), "num_microbatches",
-              fmt::format("pipeline_size x num_microbatches = {} x {} is above the limit of {} (the schedule is built "
+    r.fail_key("num_microbatches", fmt::format("pipeline_size x num_microbatches = {} x {} is above the limit of {} (the schedule is built "
                           "action by action)",
                           run.pipeline_size, run.num_microbatches, kMaxStageMicrobatches));
   run.mode = r.choice<RunMode>("mode", RunMode::train, {{"train", RunMode::train}, {"inference", RunMode::inference}});
@@ -609,8 +605,7 @@ RunSpec read_run(TableReader& r, const ModelSpec& model, int steps, std::vector<
   read_data_parallel(r, run, warnings);
   read_tensor_parallel(r, run, model, warnings);
   if (std::int64_t{run.model_stages()} * run.num_microbatches > kMaxStageMicrobatches)
-    r.fail_at(*r.find("virtual_stages_per_rank"), "virtual_stages_per_rank",
-              fmt::format("pipeline_size x virtual_stages_per_rank x num_microbatches = {} x {} x {} is above the limit "
+    r.fail_key("virtual_stages_per_rank", fmt::format("pipeline_size x virtual_stages_per_rank x num_microbatches = {} x {} x {} is above the limit "
                           "of {} (the schedule is built action by action)",
                           run.pipeline_size, run.virtual_stages_per_rank, run.num_microbatches, kMaxStageMicrobatches));
   // Actions per stage and micro-batch: F; B; W for split-backward schedules.
@@ -618,8 +613,7 @@ RunSpec read_run(TableReader& r, const ModelSpec& model, int steps, std::vector<
   const int per_microbatch = run.mode == RunMode::train ? (split ? 3 : 2) : 1;
   const std::int64_t events = std::int64_t{steps} * per_microbatch * run.model_stages() * run.num_microbatches;
   if (events > kMaxEventsPerRun)
-    r.fail_at(r.find("num_microbatches") ? *r.find("num_microbatches") : r.value(), "num_microbatches",
-              fmt::format("{} steps x {} stages x {} micro-batches record {} events, above the limit of {} per run",
+    r.fail_key("num_microbatches", fmt::format("{} steps x {} stages x {} micro-batches record {} events, above the limit of {} per run",
                           steps, run.model_stages(), run.num_microbatches, events, kMaxEventsPerRun));
   run.remainder = r.choice<Remainder>("remainder", Remainder::first,
                                       {{"first", Remainder::first}, {"last", Remainder::last}, {"balanced", Remainder::balanced}});
@@ -638,12 +632,11 @@ RunSpec read_run(TableReader& r, const ModelSpec& model, int steps, std::vector<
   }
   run.layers_per_stage_origin = r.int_at_least("layers_per_stage_origin", 0, 0);
   if (run.layers_per_stage_origin > 1)
-    r.fail_at(*r.find("layers_per_stage_origin"), "layers_per_stage_origin", "expected 0 or 1");
+    r.fail_key("layers_per_stage_origin", "expected 0 or 1");
 
   const int model_stages = run.model_stages();
   if (model_stages > model.layers)
-    r.fail_at(*r.find("pipeline_size"), "pipeline_size",
-              run.virtual_stages_per_rank == 1
+    r.fail_key("pipeline_size", run.virtual_stages_per_rank == 1
                   ? fmt::format("{} stages for {} layers would leave a stage with 0 layers", run.pipeline_size, model.layers)
                   : fmt::format("{} stages x {} chunks = {} model chunks for {} layers would leave a chunk with 0 layers",
                                 run.pipeline_size, run.virtual_stages_per_rank, model_stages, model.layers));
@@ -744,7 +737,7 @@ Job build_job(Value root, const std::string& file, const std::vector<std::string
   {
     TableReader r(sub("job", true), "job", file, &job.locations);
     job.name = r.str_required("name");
-    if (!valid_name(job.name)) r.fail_at(*r.find("name"), "name", fmt::format("{} (it names a results folder)", kNameRule));
+    if (!valid_name(job.name)) r.fail_key("name", fmt::format("{} (it names a results folder)", kNameRule));
     job.description = r.str_or("description", "");
     check_free_text(r, "description", job.description);
     r.reject_unknown_keys();
