@@ -170,6 +170,14 @@ TEST_CASE("CSV: malformed files name the line and cell", "[schedule][zoo][csv]")
                     Catch::Contains("131073 stages on 2 ranks") || Catch::Contains("cannot be spread"));
   CHECK_THROWS_WITH(schedule_from_csv("0F0,131073F0\n1F0\n", 2, 1, "a.csv"),
                     Catch::Contains("131074 stages on 2 ranks is 65537 per rank; at most 64"));
+  // Numbers past nine digits are said to be out of range (they read as "not an action" and "no micro-batch number").
+  CHECK_THROWS_WITH(schedule_from_csv("0F0,99999999999F0\n1F0\n", 2, 1, "a.csv"),
+                    Catch::Contains("a.csv:1: cell 2: \"99999999999F0\": stage number 99999999999 is out of range"));
+  CHECK_THROWS_WITH(schedule_from_csv("0F2147483648\n1F0\n", 2, 1, "a.csv"),
+                    Catch::Contains("micro-batch number 2147483648 is out of range"));
+  CHECK_THROWS_WITH(schedule_from_csv("0F\n1F0\n", 2, 1, "a.csv"), Catch::Contains("\"0F\" has no micro-batch number"));
+  CHECK_THROWS_WITH(schedule_from_csv("0OVERLAP_F_B1\n1F0\n", 2, 1, "a.csv"),
+                    Catch::Contains("OVERLAP_F_B pairs two actions, written (FORWARD;BACKWARD)OVERLAP_F_B"));
   CHECK_THROWS_WITH(parse_action("70000F1"), Catch::Contains("malformed action \"70000F1\""));
   CHECK(parse_action("63F1") == Action(ActionKind::F, 1, 63));
 }

@@ -58,10 +58,19 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-bool parse_number(std::string_view digits, int& out) {
-  if (digits.empty() || digits.size() > 9) return false;
-  const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), out);
-  return ec == std::errc() && ptr == digits.data() + digits.size();
+bool all_digits(std::string_view s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
+// `digits` (all digits) as the `what` number of cell `text`: more than nine
+// digits is out of range, said so (not "not an action").
+int parse_number(std::string_view digits, std::string_view what, std::string_view text, const std::string& where) {
+  int out = 0;
+  if (digits.size() > 9)
+    throw ScheduleError(fmt::format("{}: \"{}\": {} number {} is out of range (at most 999999999)", where,
+                                    printable(std::string(text)), what, printable(std::string(digits))));
+  std::from_chars(digits.data(), digits.data() + digits.size(), out);
+  return out;
 }
 
 // "3F12" -> {3, F, 12}, "1SEND_B0", "0REDUCE_GRAD"; a ScheduleError naming
@@ -70,15 +79,20 @@ Cell parse_cell(std::string_view text, const std::string& where) {
   std::size_t i = 0;
   while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
   Cell c;
-  if (i == 0 || i >= text.size() || !parse_number(text.substr(0, i), c.stage))
+  if (i == 0 || i >= text.size())
     throw ScheduleError(fmt::format("{}: \"{}\" is not an action (expected STAGE KIND MICROBATCH, e.g. 0F3, 1I0, 2W5, "
                                     "1SEND_F0)",
                                     where, printable(std::string(text))));
+  c.stage = parse_number(text.substr(0, i), "stage", text, where);
   const std::string_view rest = text.substr(i);
   const std::string_view name = rest.substr(0, rest.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ_"));
   bool known = false;
   for (int k = 0; k <= static_cast<int>(CellKind::reduce_grad) && !known; ++k)
     if (name == csv::kind_name(static_cast<CellKind>(k))) c.kind = static_cast<CellKind>(k), known = true;
+  if (!known && name == csv::kOverlapName)
+    throw ScheduleError(fmt::format("{}: \"{}\": {} pairs two actions, written (FORWARD;BACKWARD){}, e.g. (0F4;3B2){}",
+                                    where, printable(std::string(text)), csv::kOverlapName, csv::kOverlapName,
+                                    csv::kOverlapName));
   if (!known)
     throw ScheduleError(fmt::format("{}: \"{}\": unknown action kind '{}' (expected F, B, I or W; with communication "
                                     "SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD)",
@@ -87,8 +101,10 @@ Cell parse_cell(std::string_view text, const std::string& where) {
   if (!csv::has_microbatch(c.kind)) {
     if (!digits.empty())
       throw ScheduleError(fmt::format("{}: \"{}\": {} takes no micro-batch", where, printable(std::string(text)), name));
-  } else if (!parse_number(digits, c.microbatch)) {
+  } else if (!all_digits(digits)) {
     throw ScheduleError(fmt::format("{}: \"{}\" has no micro-batch number", where, printable(std::string(text))));
+  } else {
+    c.microbatch = parse_number(digits, "micro-batch", text, where);
   }
   return c;
 }
