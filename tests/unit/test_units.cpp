@@ -58,6 +58,13 @@ TEST_CASE("printable: control characters escaped, text and UTF-8 kept", "[units]
   CHECK(printable(std::string("a\x1b[31mb\0c", 9)) == "a\\x1b[31mb\\x00c");
   CHECK(printable("x\x7fy\tz\n") == "x\\x7fy\\x09z\\x0a");
   CHECK(printable("one\ntwo", true) == "one\ntwo");
+  // Bytes that are not well-formed UTF-8 (a flipped bit, a cut sequence, an overlong form, a surrogate) and the
+  // C1 controls (U+009B is an 8-bit CSI) are escaped; every other sequence up to 4 bytes is kept.
+  CHECK(printable("a\xb1z") == "a\\xb1z");
+  CHECK(printable("cut \xc3") == "cut \\xc3");
+  CHECK(printable("\xc0\xaf \xed\xa0\x80 \xf4\x90\x80\x80") == "\\xc0\\xaf \\xed\\xa0\\x80 \\xf4\\x90\\x80\\x80");
+  CHECK(printable("csi \xc2\x9b" "31m") == "csi \\xc2\\x9b31m");
+  CHECK(printable("\xc2\xa0\xe2\x82\xac\xf0\x9f\x98\x80") == "\xc2\xa0\xe2\x82\xac\xf0\x9f\x98\x80");
   CHECK(group_digits(INT64_MIN) == "-9,223,372,036,854,775,808");
 }
 

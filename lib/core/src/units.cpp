@@ -1,5 +1,6 @@
 #include "pipebench/core/units.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <charconv>
@@ -96,13 +97,48 @@ std::string group_digits(std::int64_t value) {
   return value < 0 ? "-" + out : out;
 }
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at text[i] (RFC 3629: no
+// overlong forms, no surrogates, nothing past U+10FFFF), 0 when there is none.
+std::size_t utf8_sequence(std::string_view text, std::size_t i) {
+  const auto at = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = at(i);
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // the second byte's range
+  if (lead >= 0xc2 && lead <= 0xdf) n = 2;
+  else if (lead >= 0xe0 && lead <= 0xef) n = 3, lo = lead == 0xe0 ? 0xa0 : 0x80, hi = lead == 0xed ? 0x9f : 0xbf;
+  else if (lead >= 0xf0 && lead <= 0xf4) n = 4, lo = lead == 0xf0 ? 0x90 : 0x80, hi = lead == 0xf4 ? 0x8f : 0xbf;
+  if (n == 0 || i + n > text.size() || at(i + 1) < lo || at(i + 1) > hi) return 0;
+  for (std::size_t k = 2; k < n; ++k)
+    if (at(i + k) < 0x80 || at(i + k) > 0xbf) return 0;
+  return n;
+}
+
+}  // namespace
+
 std::string printable(std::string_view text, bool keep_newlines) {
   std::string out;
   out.reserve(text.size());
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if ((u < 0x20 && !(keep_newlines && c == '\n')) || u == 0x7f) out += fmt::format("\\x{:02x}", u);
-    else out += c;
+  for (std::size_t i = 0; i < text.size();) {
+    const auto u = static_cast<unsigned char>(text[i]);
+    if (u >= 0x80) {
+      // Well-formed UTF-8 stays, but for the C1 controls (U+0080..U+009F: CSI among them).
+      const std::size_t n = utf8_sequence(text, i);
+      const bool c1 = n == 2 && u == 0xc2 && static_cast<unsigned char>(text[i + 1]) <= 0x9f;
+      if (n == 0 || c1) {
+        for (std::size_t k = 0; k < std::max<std::size_t>(n, 1); ++k)
+          out += fmt::format("\\x{:02x}", static_cast<unsigned char>(text[i + k]));
+        i += std::max<std::size_t>(n, 1);
+      } else {
+        out.append(text.substr(i, n));
+        i += n;
+      }
+      continue;
+    }
+    if ((u < 0x20 && !(keep_newlines && u == '\n')) || u == 0x7f) out += fmt::format("\\x{:02x}", u);
+    else out += static_cast<char>(u);
+    ++i;
   }
   return out;
 }

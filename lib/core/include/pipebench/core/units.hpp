@@ -31,10 +31,13 @@ std::string utc_iso8601();
 // "12,345,678": exact integers with thousands separators.
 std::string group_digits(std::int64_t value);
 
-// `text` safe to print on a terminal or in one log line: control characters
-// (bytes below 0x20, and DEL) are written as \xNN, so an ESC or NUL from a
-// workload, a results file or the command line cannot act on the terminal
-// or cut a message. `keep_newlines`: a multi-line message keeps its '\n'.
+// `text` safe to print on a terminal or in one log line, and valid UTF-8:
+// control characters (bytes below 0x20, DEL, and the C1 controls U+0080..U+009F)
+// and bytes that are not well-formed UTF-8 are written as \xNN, so an ESC or NUL
+// from a workload, a results file or the command line cannot act on the
+// terminal or cut a message, and a damaged byte cannot break a JSON or HTML
+// consumer. Well-formed UTF-8 ("ünï") is kept. `keep_newlines`: a multi-line
+// message keeps its '\n'.
 std::string printable(std::string_view text, bool keep_newlines = false);
 
 }  // namespace pipebench
