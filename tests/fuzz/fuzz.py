@@ -7,11 +7,21 @@ From a fixed seed, makes three kinds of cases:
         NaN, control characters, deep nesting, long arrays), lines deleted, duplicated,
         swapped, bytes flipped, text truncated, [[run]] tables repeated;
   set   jobs/default.toml with 1-3 hostile `--set key=value` overrides;
+  csv   mutated schedule files (schedule = "file:PATH", issue 39): every training run of
+        jobs/schedules.toml and tests/data/parallel/dp_cpu.toml exported in both CSV forms
+        (compute only, and PyTorch's compute_comms with sends, receives and REDUCE_GRAD),
+        plus the hand-written tests/data/parallel/dp_interleaved_comms.csv; cells replaced by
+        hostile ones (numbers past int32 and int64, negative, stages and micro-batches out of
+        range, unknown kinds, broken OVERLAP_F_B pairs), deleted, duplicated, swapped within
+        and across ranks (mismatched transfers, deadlocks), lines deleted, duplicated and
+        swapped, bytes flipped, text truncated, CRLF line ends, a byte-order mark, huge lines;
+        planned with the run's own virtual_stages_per_rank, some also written back out
+        (--export-schedule csv-comms) or as JSON;
   h5    mutations of real results files: bit flips, truncation, attributes replaced
         by arrays / wrong types / hostile strings / extreme numbers, datasets emptied,
         reshaped, retyped or declared huge, objects deleted, run groups renamed, the
         stored job_toml replaced by a mutated workload;
-and runs `pipebench plan` (toml, set) or `pipebench report` / `pipebench compare` (h5: every
+and runs `pipebench plan` (toml, set, csv) or `pipebench report` / `pipebench compare` (h5: every
 third file as compare's reference, every third as its candidate beside an intact file) on each with a
 timeout. Every case ends in exactly one outcome:
   accepted  exit 0 (report: summary.json, compare: compare.json is valid JSON)
@@ -21,12 +31,18 @@ timeout. Every case ends in exactly one outcome:
   crash     killed by a signal, exit >= 128, or a sanitizer report on stderr
   hang      still running at the timeout
   unclear   anything else: another exit code, an empty message, a raw control
-            character (ESC, NUL, ...) in the output, invalid summary.json
+            character (ESC, NUL, ...) or bytes that are not UTF-8 in the output,
+            invalid summary.json
 Crashes, hangs and unclear outcomes fail the run; each is kept under
 OUT/failures/<case>/ with its input and a `repro.sh`.
 
+With --run-accepted N, the first N accepted csv cases are also run under mpirun (2 counted
+steps on the job's backend, sim or cpu): a schedule the validator accepted must complete, never
+deadlock or record a failure; one that does not is kept like a crash.
+
 Usage: fuzz.py PIPEBENCH REPO OUT --good FILE.h5 [--good ...] [--seed N]
-               [--toml N] [--set N] [--h5 N] [--timeout S] [--jobs N] [--name NAME]
+               [--toml N] [--set N] [--csv N] [--h5 N] [--timeout S] [--jobs N] [--name NAME]
+               [--run-accepted N] [--run-timeout S]
 Prints one line of figures per kind and writes OUT/figures.json.
 """
 import argparse
@@ -38,6 +54,7 @@ import random
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -163,6 +180,121 @@ def set_cases(repo, n, rng):
                 spec = f"{key}={value}"
             args += ["--set", spec.replace("\x00", "\x01")]  # argv cannot hold NUL
         cases.append(("set", f"set_{k}", args, []))
+    return cases
+
+
+# ---- schedule CSV files ------------------------------------------------------------
+
+CSV_JOBS = (os.path.join("jobs", "schedules.toml"), os.path.join("tests", "data", "parallel", "dp_cpu.toml"))
+CSV_NUMBERS = ["0", "1", "3", "7", "8", "9", "63", "64", "-1", "-0", "+1", "01", "2147483647", "2147483648",
+               "4294967296", "9223372036854775807", "9223372036854775808", "99999999999999999999", "1e3", "0x10", " 1"]
+CSV_KINDS = ["F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "REDUCE_GRAD", "UNSHARD", "RESHARD",
+             "OVERLAP_F_B", "f", "X", "SEND", "RECV_W", "FF", ""]
+CSV_CELLS = ["", " ", ",", ";", "()", "()OVERLAP_F_B", "(0F0)OVERLAP_F_B", "(0F0;)OVERLAP_F_B", "(;0B0)OVERLAP_F_B",
+             "(0F0;1B0;2B0)OVERLAP_F_B", "((0F0;1B0))OVERLAP_F_B", "(0F0;1B0)", "(0F0;1B0)OVERLAP_F_", "(0B0;1F0)OVERLAP_F_B",
+             "(0F0;0F0)OVERLAP_F_B", "(0SEND_F0;1B0)OVERLAP_F_B", "(0F0;1W0)OVERLAP_F_B", "0F0;1B0", "\"0F0\"", "0 F 0",
+             "\x1b[31m", "\x00", "ü", "0F" + "9" * 400, "x" * 5000, "0REDUCE_GRAD0", "REDUCE_GRAD", "0UNSHARD7"]
+
+
+def hostile_cell(rng):
+    r = rng.random()
+    if r < 0.35:
+        return rng.choice(CSV_NUMBERS) + rng.choice(CSV_KINDS) + rng.choice(CSV_NUMBERS + [""])
+    if r < 0.5:
+        return (f"({rng.choice(CSV_NUMBERS)}F{rng.choice(CSV_NUMBERS)};"
+                f"{rng.choice(CSV_NUMBERS)}{rng.choice(['B', 'I', 'W', 'F'])}{rng.choice(CSV_NUMBERS)})OVERLAP_F_B")
+    return rng.choice(CSV_CELLS)
+
+
+def mutate_csv(text, rng):
+    """One to three random mutations of schedule CSV text."""
+    for _ in range(rng.randint(1, 3)):
+        rows = [line.split(",") for line in text.split("\n")]
+        cells = [(i, j) for i, row in enumerate(rows) for j in range(len(row))]
+        op = rng.randrange(12)
+        if op <= 2 and cells:  # a cell replaced: the most telling mutation
+            i, j = rng.choice(cells)
+            rows[i][j] = hostile_cell(rng)
+        elif op == 3 and cells:  # a cell deleted: a missing action or transfer
+            i, j = rng.choice(cells)
+            del rows[i][j]
+        elif op == 4 and cells:  # a cell duplicated: an action run twice
+            i, j = rng.choice(cells)
+            rows[i].insert(j, rows[i][j])
+        elif op == 5 and cells:  # two cells swapped, on one rank or across ranks: reordered, mismatched, deadlocked
+            (i, j), (k, l) = rng.choice(cells), rng.choice(cells)
+            rows[i][j], rows[k][l] = rows[k][l], rows[i][j]
+        elif op == 6 and cells:  # a number in a cell changed by one
+            i, j = rng.choice(cells)
+            rows[i][j] = re.sub(r"\d+", lambda m: str(max(0, int(m.group()) + rng.choice([-1, 1]))), rows[i][j], count=1)
+        elif op == 7 and rows:  # a rank's line deleted, duplicated or two lines swapped
+            i, k = rng.randrange(len(rows)), rng.randrange(len(rows))
+            choice = rng.randrange(3)
+            if choice == 0:
+                del rows[i]
+            elif choice == 1:
+                rows.insert(i, list(rows[i]))
+            else:
+                rows[i], rows[k] = rows[k], rows[i]
+        elif op == 8:
+            b = bytearray(text.encode("utf-8", "surrogateescape"))
+            for _ in range(rng.randint(1, 8)):
+                if b:
+                    b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+            text = b.decode("utf-8", "surrogateescape")
+            continue
+        elif op == 9:
+            text = text[: rng.randrange(len(text) + 1)]
+            continue
+        elif op == 10:
+            text = rng.choice(["\ufeff" + text, text.replace("\n", "\r\n"), "# a comment\n" + text, text + "\n\n",
+                               "0,1,2,3\n" + text, text.replace(",", ", ")])
+            continue
+        else:  # a line made huge: a rank with 100,000 actions
+            i = rng.randrange(len(rows)) if rows else 0
+            if rows:
+                rows[i] = (rows[i] * (100_000 // max(1, len(rows[i])) + 1))[:100_000]
+        text = "\n".join(",".join(row) for row in rows)
+    return text
+
+
+def csv_seeds(pipebench, repo):
+    """(job, run, virtual_stages_per_rank, CSV text) for every training run of CSV_JOBS in both forms."""
+    seeds = []
+    for rel in CSV_JOBS:
+        job = os.path.join(repo, rel)
+        out = subprocess.run([pipebench, "plan", job, "--format", "json"], check=True, capture_output=True, text=True)
+        for r in json.loads(out.stdout)["runs"]:
+            if r["mode"] != "train":
+                continue
+            for form in ("csv", "csv-comms"):
+                text = subprocess.run([pipebench, "plan", job, "--run", r["name"], "--export-schedule", form],
+                                      check=True, capture_output=True, text=True).stdout
+                seeds.append((job, r["name"], r["virtual_stages_per_rank"], text))
+    by_hand = os.path.join(repo, "tests", "data", "parallel", "dp_interleaved_comms.csv")
+    seeds.append((os.path.join(repo, "tests", "data", "parallel", "dp_cpu.toml"), "interleaved_1f1b_overlap", 2,
+                  open(by_hand, encoding="utf-8").read()))
+    return seeds
+
+
+def csv_cases(pipebench, repo, n, rng, out):
+    seeds = csv_seeds(pipebench, repo) if n else []
+    cases = []
+    for k in range(n):
+        job, run, v, text = rng.choice(seeds)
+        path = os.path.join(out, f"csv_{k}.csv")
+        with open(path, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
+            f.write(mutate_csv(text, rng))
+        if rng.random() < 0.1:  # the stages per rank wrong too
+            v = rng.choice([1, 2, 3, 4, 64])
+        args = ["plan", job, "--run", run, "--set", f"run.{run}.schedule=file:{path}",
+                "--set", f"run.{run}.virtual_stages_per_rank={v}"]
+        r = rng.random()
+        if r < 0.2:
+            args += ["--export-schedule", rng.choice(["csv", "csv-comms"])]
+        elif r < 0.4:
+            args += ["--format", "json"]
+        cases.append(("csv", f"csv_{k}", args, [path]))
     return cases
 
 
@@ -310,6 +442,11 @@ def judge_exit(kind, rc, stdout, stderr, report_dir):
         return "crash", f"exit {rc}"
     if RAW_CONTROL.search(stdout) or RAW_CONTROL.search(strip_sanitizer(stderr)):
         return "unclear", "raw control character in the output"
+    try:  # a damaged byte is printed as \xNN, never passed through (printable, units.hpp)
+        stdout.decode("utf-8")
+        strip_sanitizer(stderr).decode("utf-8")
+    except UnicodeDecodeError as e:
+        return "unclear", f"output not UTF-8 ({e.reason} at byte {e.start})"
     written = "compare.json" if os.path.exists(os.path.join(report_dir or "", "compare.json")) else "summary.json"
     if rc == 0:
         if kind == "h5":
@@ -352,12 +489,52 @@ def keep_failure(out, pipebench, case, outcome, why, stderr):
     kind, name, args, inputs = case
     d = os.path.join(out, "failures", name)
     os.makedirs(d, exist_ok=True)
-    for p in inputs:
-        shutil.copy(p, d)
+    for p in inputs:  # the cases folder is removed at the end: the repro names the kept copies
+        kept = shutil.copy(p, d)
+        args = [a.replace(p, os.path.abspath(kept)) for a in args]
     with open(os.path.join(d, "repro.sh"), "w") as f:
         f.write("#!/bin/sh\n# " + f"{outcome}: {why}\n" + shlex.join([pipebench] + args) + "\n")
     with open(os.path.join(d, "stderr.txt"), "wb") as f:
         f.write(stderr)
+
+
+def run_accepted(pipebench, results, n, out, timeout, env):
+    """Runs the first n accepted csv cases under mpirun (2 counted steps, no warm-up): a schedule the
+    validator accepts must run to the end on its backend, never deadlock or fail. Returns
+    (figures, failures) with failures as (case, outcome, why, stderr)."""
+    mpirun = shutil.which("mpirun")
+    picked = [r[0] for r in results if r[0][0] == "csv" and r[1] == "accepted"][:n]
+    figures = {"cases": len(picked), "ran": 0, "failed": 0, "hang": 0}
+    failures = []
+    if not picked:
+        return figures, failures
+    if mpirun is None:
+        raise SystemExit("fuzz.py: --run-accepted needs mpirun on PATH")
+    env = dict(env, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    for kind, name, args, inputs in picked:
+        plan_args = [a for a in args if a not in ("--export-schedule", "csv", "csv-comms", "--format", "json")]
+        plan = subprocess.run([pipebench] + plan_args + ["--format", "json"], capture_output=True, text=True, env=env)
+        ranks = json.loads(plan.stdout)["runs"][0]["ranks"]
+        results_dir = os.path.join(out, "cases", name + ".results")
+        run_args = ["run"] + plan_args[1:] + ["-n", "2", "-w", "0", "-o", results_dir]
+        cmd = [mpirun, "-np", str(ranks), "--oversubscribe", pipebench] + run_args
+        case = ("csv-run", name + "-run", cmd[1:], inputs)
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True)
+        try:
+            _, stderr = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)  # mpirun and every rank it started
+            _, stderr = p.communicate()
+            figures["hang"] += 1
+            failures.append((case, "hang", f"still running after {timeout} s", stderr[-20000:]))
+            continue
+        if p.returncode != 0:
+            figures["failed"] += 1
+            failures.append((case, "run failed", f"exit {p.returncode}", stderr[-20000:]))
+            continue
+        figures["ran"] += 1
+        shutil.rmtree(results_dir, ignore_errors=True)
+    return figures, failures
 
 
 def main():
@@ -369,7 +546,11 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--toml", type=int, default=320)
     ap.add_argument("--set", type=int, default=120, dest="sets")
+    ap.add_argument("--csv", type=int, default=120)
     ap.add_argument("--h5", type=int, default=110)
+    ap.add_argument("--run-accepted", type=int, default=0, metavar="N",
+                    help="also run the first N accepted csv cases under mpirun: each must complete")
+    ap.add_argument("--run-timeout", type=float, default=120.0)
     ap.add_argument("--timeout", type=float, default=30.0)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--name", default="fuzz", help="names the build in the figures (release, sanitize)")
@@ -380,7 +561,7 @@ def main():
     os.makedirs(cases_dir)
     rng = random.Random(a.seed)
     cases = toml_cases(a.repo, a.toml, rng, cases_dir) + set_cases(a.repo, a.sets, rng) + \
-        h5_cases(a.good, a.h5, rng, cases_dir)
+        csv_cases(a.pipebench, a.repo, a.csv, rng, cases_dir) + h5_cases(a.good, a.h5, rng, cases_dir)
     env = dict(os.environ)
     env.setdefault("ASAN_OPTIONS", "detect_leaks=0")  # Open MPI's and HDF5's allocations at exit are not ours
 
@@ -393,7 +574,7 @@ def main():
 
     figures = {"name": a.name, "seed": a.seed, "elapsed_s": round(elapsed, 1), "kinds": {}}
     failed = 0
-    for kind in ("toml", "set", "h5"):
+    for kind in ("toml", "set", "csv", "h5"):
         mine = [r for r in results if r[0][0] == kind]
         counts = {o: sum(1 for r in mine if r[1] == o) for o in ("accepted", "error", "crash", "hang", "unclear")}
         counts["cases"] = len(mine)
@@ -411,6 +592,17 @@ def main():
         if outcome in ("crash", "hang", "unclear"):
             failed += 1
             keep_failure(a.out, a.pipebench, case, outcome, why, stderr)
+            print(f"FAIL {case[1]}: {outcome}: {why}: {stderr.decode('utf-8', 'replace').strip()[-400:]}")
+    if a.run_accepted:
+        start = time.monotonic()
+        ran, run_failures = run_accepted(a.pipebench, results, a.run_accepted, a.out, a.run_timeout, env)
+        ran["elapsed_s"] = round(time.monotonic() - start, 1)
+        figures["run_accepted"] = ran
+        print(f"fuzz[{a.name}] accepted csv cases run under mpirun: {ran['cases']}: {ran['ran']} completed, "
+              f"{ran['failed']} failed, {ran['hang']} hangs ({ran['elapsed_s']} s)")
+        for case, outcome, why, stderr in run_failures:
+            failed += 1
+            keep_failure(a.out, shutil.which("mpirun"), case, outcome, why, stderr)
             print(f"FAIL {case[1]}: {outcome}: {why}: {stderr.decode('utf-8', 'replace').strip()[-400:]}")
     print(f"fuzz[{a.name}]: {len(results)} cases in {elapsed:.0f} s, seed {a.seed}; {failed} failure(s)"
           + (f" kept under {os.path.join(a.out, 'failures')}" if failed else ""))
