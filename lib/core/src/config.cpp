@@ -1,12 +1,12 @@
-// TOML -> Job. Every accessor goes through TableReader, which knows the
-// dotted key of each value and the file/line it came from, and remembers
-// which keys were read so that anything left over is reported as unknown.
+// TOML -> Job: the rules of docs/workload-format.md. Every accessor goes
+// through TableReader (table_reader.hpp), which knows the dotted key of each
+// value and the file/line it came from, and remembers which keys were read so
+// that anything left over is reported as unknown; --set overrides are applied
+// first (toml_overrides.cpp).
 #include "pipebench/core/config.hpp"
 
 #include <algorithm>
 #include <cctype>
-#include <cfloat>
-#include <charconv>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -14,8 +14,6 @@
 #include <fstream>
 #include <map>
 #include <optional>
-#include <set>
-#include <sstream>
 #include <string_view>
 #include <utility>
 
@@ -25,271 +23,24 @@
 #include "pipebench/core/error.hpp"
 #include "pipebench/core/units.hpp"
 #include "pipebench/core/device_preset.hpp"
+#include "table_reader.hpp"
 #include "toml_source.hpp"
 
 namespace pipebench {
 namespace {
 
+using toml_source::apply_override;
 using toml_source::check_toml_bounds;
+using toml_source::integer_literal_fits;
+using toml_source::literal;
 using toml_source::kMaxTomlBytes;
-using toml_source::kOverridePrefix;
 using toml_source::parse_toml;
 using toml_source::read_at_most;
+using toml_source::TableReader;
 using toml_source::type_name;
 using toml_source::Value;
 using toml_source::where;
 
-
-// The value as the user wrote it, for messages: the region of its source
-// line (so "18446744073709551615" is quoted, not the number toml11 clamped it
-// to), with control characters escaped.
-std::string literal(const Value& v) {
-  const auto loc = v.location();
-  const std::string& line = loc.line_str();
-  const std::size_t column = loc.column(), length = loc.region();
-  if (column >= 1 && length > 0 && column - 1 + length <= line.size())
-    return printable(std::string_view(line).substr(column - 1, length));
-  return printable(toml::format(v));
-}
-
-// toml11 clamps an integer literal outside int64 to INT64_MIN/MAX; the text
-// tells a clamped value from one written as such. Decimal, 0x, 0o, 0b.
-bool integer_literal_fits(const Value& v) {
-  const std::int64_t x = v.as_integer();
-  if (x != INT64_MAX && x != INT64_MIN) return true;
-  const auto loc = v.location();
-  const std::size_t column = loc.column(), length = loc.region();
-  if (column < 1 || column - 1 + length > loc.line_str().size()) return true;
-  std::string text;
-  for (const char c : std::string_view(loc.line_str()).substr(column - 1, length))
-    if (c != '_') text += c;
-  std::size_t i = 0;
-  const bool negative = !text.empty() && text[0] == '-';
-  if (!text.empty() && (text[0] == '-' || text[0] == '+')) ++i;
-  int base = 10;
-  for (const auto& [prefix, b] : {std::pair<std::string_view, int>{"0x", 16}, {"0o", 8}, {"0b", 2}})
-    if (std::string_view(text).substr(i, 2) == prefix) {
-      base = b;
-      i += 2;
-    }
-  std::uint64_t magnitude = 0;
-  const auto [end, ec] = std::from_chars(text.data() + i, text.data() + text.size(), magnitude, base);
-  if (ec != std::errc() || end != text.data() + text.size()) return false;
-  return magnitude <= (negative ? std::uint64_t{1} << 63 : static_cast<std::uint64_t>(INT64_MAX));
-}
-
-class TableReader {
- public:
-  // Every key found is recorded in `locations` (Job::locations), when given.
-  TableReader(const Value& table, std::string prefix, const std::string& file,
-              std::map<std::string, std::string>* locations = nullptr)
-      : table_(table), prefix_(std::move(prefix)), file_(file), locations_(locations) {}
-
-  [[noreturn]] void fail_at(const Value& v, std::string_view key, std::string_view msg) const {
-    throw ConfigError(fmt::format("{}: {}: {}", where(file_, v), dotted(key), msg));
-  }
-  // Fails at `key`'s value, or at the table when the key was left out (its
-  // default, with the keys that were given, broke the rule): never a null key.
-  [[noreturn]] void fail_key(std::string_view key, std::string_view msg) {
-    const Value* v = find(key);
-    fail_at(v ? *v : table_, key, msg);
-  }
-  [[noreturn]] void fail_missing(std::string_view key, std::string_view expected) const {
-    throw ConfigError(fmt::format("{}: {}: missing required key (expected {})",
-                                  where(file_, table_), dotted(key), expected));
-  }
-
-  const Value* find(std::string_view key) {
-    used_.insert(std::string(key));
-    const auto& t = table_.as_table();
-    auto it = t.find(std::string(key));
-    if (it == t.end()) return nullptr;
-    if (locations_) (*locations_)[dotted(key)] = where(file_, it->second);
-    return &it->second;
-  }
-
-  std::optional<std::string> str(std::string_view key) {
-    const Value* v = find(key);
-    if (!v) return std::nullopt;
-    if (!v->is_string()) fail_at(*v, key, fmt::format("expected a string, got {}", type_name(*v)));
-    return v->as_string().str;
-  }
-  std::string str_or(std::string_view key, std::string fallback) { return str(key).value_or(std::move(fallback)); }
-  std::string str_required(std::string_view key) {
-    auto s = str(key);
-    if (!s) fail_missing(key, "a string");
-    return *s;
-  }
-
-  std::optional<std::int64_t> integer(std::string_view key) {
-    const Value* v = find(key);
-    if (!v) return std::nullopt;
-    if (!v->is_integer()) fail_at(*v, key, fmt::format("expected an integer, got {}", type_name(*v)));
-    if (!integer_literal_fits(*v))
-      fail_at(*v, key, fmt::format("expected an integer, got {}, outside the range of 64-bit integers", literal(*v)));
-    return v->as_integer();
-  }
-
-  // An int in [min, max]; `fallback` when absent (nullopt = required). The
-  // message quotes the value as written.
-  int int_in_range(std::string_view key, std::int64_t min, std::int64_t max, std::optional<int> fallback) {
-    auto i = integer(key);
-    if (!i) {
-      if (!fallback) fail_missing(key, fmt::format("an integer >= {}", min));
-      return *fallback;
-    }
-    if (*i < min) {
-      const char* what = min == 1 ? "a positive integer" : "an integer";
-      fail_key(key, fmt::format("expected {} >= {}, got {}", what, min, literal(*find(key))));
-    }
-    if (*i > max) fail_key(key, fmt::format("expected at most {}, got {}", max, literal(*find(key))));
-    return static_cast<int>(*i);
-  }
-  int int_at_least(std::string_view key, std::int64_t min, std::optional<int> fallback) {
-    return int_in_range(key, min, INT_MAX, fallback);
-  }
-
-  // A float (integers accepted) satisfying `lo < x` (or `lo <= x` when inclusive).
-  double number(std::string_view key, double fallback, double lo, bool inclusive) {
-    const Value* v = find(key);
-    if (!v) return fallback;
-    double x = 0.0;
-    if (v->is_floating()) x = v->as_floating();
-    else if (v->is_integer()) x = static_cast<double>(v->as_integer());
-    else fail_at(*v, key, fmt::format("expected a number, got {}", type_name(*v)));
-    // toml11 clamps a float literal beyond double's range to +-DBL_MAX.
-    if (!(inclusive ? x >= lo : x > lo) || !std::isfinite(x) || std::fabs(x) == DBL_MAX)
-      fail_at(*v, key, fmt::format("expected a finite number {} {}, got {}", inclusive ? ">=" : ">", lo, literal(*v)));
-    return x;
-  }
-
-  // A boolean; `fallback` when absent.
-  bool boolean(std::string_view key, bool fallback) {
-    const Value* v = find(key);
-    if (!v) return fallback;
-    if (!v->is_boolean()) fail_at(*v, key, fmt::format("expected true or false, got {}", type_name(*v)));
-    return v->as_boolean();
-  }
-
-  // One of `choices` (the first pair member is the spelling in the file).
-  template <typename E>
-  E choice(std::string_view key, E fallback, std::initializer_list<std::pair<std::string_view, E>> choices) {
-    auto s = str(key);
-    if (!s) return fallback;
-    for (const auto& [name, value] : choices)
-      if (*s == name) return value;
-    std::string names;
-    for (const auto& c : choices) names += fmt::format("{}\"{}\"", names.empty() ? "" : ", ", c.first);
-    fail_key(key, fmt::format("unknown value \"{}\" (expected one of {})", printable(*s), names));
-  }
-
-  // A sub-table (absent = empty table).
-  const Value* table(std::string_view key) {
-    const Value* v = find(key);
-    if (v && !v->is_table()) fail_at(*v, key, fmt::format("expected a table, got {}", type_name(*v)));
-    return v;
-  }
-
-  // Anything present but never asked for is a typo, not something to ignore.
-  void reject_unknown_keys() const {
-    for (const auto& [k, v] : table_.as_table())
-      if (!used_.count(k)) fail_at(v, k, "unknown key (see docs/workload-format.md for the keys of this table)");
-  }
-
-  std::string dotted(std::string_view key) const {
-    return printable(prefix_.empty() ? std::string(key) : fmt::format("{}.{}", prefix_, key));
-  }
-  const Value& value() const { return table_; }
-  const std::string& file() const { return file_; }
-
- private:
-  const Value& table_;
-  std::string prefix_;
-  const std::string& file_;
-  std::map<std::string, std::string>* locations_;
-  std::set<std::string> used_;
-};
-
-// ---- --set overrides ------------------------------------------------------
-
-// Parses the right-hand side of an override as a TOML value; anything that is
-// not a TOML literal is taken as a string. Both keep a location named after
-// the override so errors can point at it.
-Value parse_override_value(const std::string& spec, const std::string& raw) {
-  const std::string name = fmt::format("{}{}", kOverridePrefix, spec);
-  check_toml_bounds(raw, name);
-  {
-    std::istringstream in("v = " + raw);
-    try {
-      auto doc = toml::parse<toml::discard_comments, std::map, std::vector>(in, name);
-      return doc.as_table().at("v");
-    } catch (const std::exception&) {
-      // not a literal: fall through to a string
-    }
-  }
-  std::string quoted;
-  for (char c : raw) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {  // not allowed raw in a TOML string: an escape keeps it
-      quoted += fmt::format("\\u{:04x}", u);
-      continue;
-    }
-    if (c == '"' || c == '\\') quoted += '\\';
-    quoted += c;
-  }
-  auto doc = parse_toml("v = \"" + quoted + "\"", name);
-  return doc.as_table().at("v");
-}
-
-std::vector<std::string> split_dots(std::string_view s) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  while (true) {
-    const auto dot = s.find('.', start);
-    parts.emplace_back(s.substr(start, dot == std::string_view::npos ? s.npos : dot - start));
-    if (dot == std::string_view::npos) break;
-    start = dot + 1;
-  }
-  return parts;
-}
-
-void apply_override(Value& root, const std::string& file, const std::string& spec) {
-  const auto eq = spec.find('=');
-  auto bad = [&](std::string_view why) {
-    return ConfigError(fmt::format("{} ({}{}): {}", file, kOverridePrefix, printable(spec), why));
-  };
-  if (eq == std::string::npos || eq == 0) throw bad("expected dotted.key=value");
-  const std::string key = spec.substr(0, eq);
-  const auto parts = split_dots(key);
-  if (std::any_of(parts.begin(), parts.end(), [](const auto& p) { return p.empty(); }))
-    throw bad("empty component in the dotted key");
-  Value value = parse_override_value(spec, spec.substr(eq + 1));
-
-  Value* node = &root;
-  std::size_t i = 0;
-  if (parts[0] == "run") {
-    // run.NAME.key: select the [[run]] whose name is NAME.
-    if (parts.size() < 3) throw bad("a run key is written run.NAME.key=value");
-    Value* runs = root.as_table().count("run") ? &root.as_table().at("run") : nullptr;
-    Value* found = nullptr;
-    if (runs && runs->is_array())
-      for (auto& r : runs->as_array())
-        if (r.is_table() && r.as_table().count("name") && r.as_table().at("name").is_string() &&
-            r.as_table().at("name").as_string().str == parts[1])
-          found = &r;
-    if (!found) throw bad(fmt::format("no [[run]] named \"{}\"", printable(parts[1])));
-    node = found;
-    i = 2;
-  }
-  for (; i + 1 < parts.size(); ++i) {
-    auto& t = node->as_table();
-    auto it = t.find(parts[i]);
-    if (it == t.end()) it = t.emplace(parts[i], Value(toml::table{})).first;
-    if (!it->second.is_table()) throw bad(fmt::format("\"{}\" is not a table", printable(parts[i])));
-    node = &it->second;
-  }
-  node->as_table()[parts.back()] = std::move(value);
-}
 
 // ---- validation -----------------------------------------------------------
 

@@ -38,6 +38,12 @@ std::string where(const std::string& file, const Value& v);
 // "an integer", "a string", ...
 std::string type_name(const Value& v);
 
+// Applies one `--set dotted.key=value` to the parsed document: run.NAME.key
+// selects the [[run]] named NAME; missing tables are created; the value is a
+// TOML literal, or else a string, located as "--set SPEC" for messages.
+// ConfigError naming `file` and the override when it cannot be applied.
+void apply_override(Value& root, const std::string& file, const std::string& spec);
+
 // The first `limit` bytes of the file at `path`; nullopt when it cannot be opened.
 std::optional<std::string> read_at_most(const std::string& path, std::size_t limit);
 
