@@ -120,6 +120,11 @@ struct TuneCandidate {
   double mfu = 0.0;
 
   int ranks() const { return pipeline_size * data_parallel * tensor_parallel; }
+  int global_batch() const { return data_parallel * micro_batch_size * num_microbatches; }
+  // The same p, d and t (the schedule and the rest may differ).
+  bool same_layout(const TuneCandidate& o) const {
+    return pipeline_size == o.pipeline_size && data_parallel == o.data_parallel && tensor_parallel == o.tensor_parallel;
+  }
   // "p 32 x d 2 x t 2" ("p 48" without replicas or tensor ranks).
   std::string layout() const;
 
