@@ -1,0 +1,224 @@
+// The cuda backend's backward (backend_cuda.hpp): recomputation, B (the
+// input gradients, or the whole backward without a split), W (the weight
+// gradients from the stash) — piece for piece the cpu backend's
+// (backend_cpu.cpp), in the same order of operations. The llama block's
+// backward is in backend_cuda_llama.cpp.
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "cuda_backend.hpp"
+#include "pipebench/backends/cuda_check.hpp"
+#include "pipebench/backends/gemm_layout.hpp"
+
+namespace pipebench::gpu {
+
+// Recomputation, at the start of B (inside its events): the chunk's forward
+// again from its kept input into the slab; the output goes to the workspace
+// (the tensor sent at F may still be in flight), the head's losses are F's.
+void CudaBackend::recompute_forward(Chunk& c, int mb) {
+  const std::byte* kept = c.kept.get(mb);
+  if (c.embedding()) copy_on_device(tokens_at(c, mb), kept, c.kept.bytes());
+  forward_pieces(c, mb, c.embedding() ? nullptr : kept, c.head() ? nullptr : workspace_ping());
+  c.kept.release(mb);
+}
+
+// B: the pieces from the last to the first, each handing its input gradient
+// to the one before it through the workspace's ping-pong buffers; with a
+// split backward each also fills its part of the micro-batch's stash, and
+// the activations stay until W.
+void CudaBackend::backward(int /*step*/, int mb, int ci) {
+  Chunk& c = chunk(ci);
+  const Pass pass = spec_.split_backward ? Pass::input : Pass::full;
+  std::byte* stash = pass == Pass::input ? c.stash.acquire(mb) : nullptr;
+  if (spec_.recompute) {
+    --live_;  // held as its input until now; acquire_slab counts it again
+    acquire_slab(c, mb);
+    if (c.head()) upload_tokens(mb, targets_at(c, mb), true);
+  }
+  upload_staged(c, ActionKind::B);
+  if (c.embedding() && pass == Pass::full) upload_embedding_order(mb);
+  start_action();
+  if (spec_.recompute) recompute_forward(c, mb);
+  backward_pieces(c, mb, pass, stash);
+  finish_action();
+  if (pass == Pass::full) release_slab(c, mb);
+}
+
+void CudaBackend::backward_pieces(Chunk& c, int mb, Pass pass, std::byte* stash) {
+  std::byte* ping = workspace_ping();
+  std::byte* pong = ping + tokens_ * job_.model.hidden * e_;
+  const std::byte* dy = c.sends ? c.recv_next.data() : nullptr;  // the head starts from the loss
+  std::int64_t offset = 0;
+  for (const Piece& p : c.pieces) offset += stash_elements(p);
+  for (std::size_t k = c.pieces.size(); k-- > 0;) {
+    const Piece& p = c.pieces[k];
+    offset -= stash_elements(p);
+    std::byte* dx = nullptr;
+    if (p.kind != PieceKind::embedding) {
+      if (k == 0) dx = c.receives ? c.send_prev[static_cast<std::size_t>(mb)].data() : nullptr;
+      else dx = (dy == ping) ? pong : ping;
+    }
+    backward_piece(c, p, mb, dy, dx, pass, stash ? stash + offset * e_ : nullptr);
+    dy = dx;
+  }
+}
+
+// W: every piece's weight gradients from the stash B left, then the
+// micro-batch's activations and stash are released.
+void CudaBackend::weight_grad(int /*step*/, int mb, int ci) {
+  Chunk& c = chunk(ci);
+  std::byte* stash = spec_.split_backward ? c.stash.get(mb) : nullptr;
+  if (!stash) throw Error(fmt::format("cuda backend: W of micro-batch {} (chunk {}) without its B", mb, ci));
+  if (c.embedding()) upload_embedding_order(mb);
+  start_action();
+  std::int64_t offset = 0;
+  for (const Piece& p : c.pieces) {
+    backward_piece(c, p, mb, nullptr, nullptr, Pass::weight, stash + offset * e_);
+    offset += stash_elements(p);
+  }
+  finish_action();
+  c.stash.release(mb);
+  release_slab(c, mb);
+}
+
+// The backward of one piece in `pass` (Pass): `st` is this piece's part of
+// the stash. The input and weight parts are the same launches either way, so
+// a split backward gives the full one's bits.
+void CudaBackend::backward_piece(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass,
+                                 std::byte* st) {
+  switch (p.kind) {
+    case PieceKind::llama: backward_llama(c, p, mb, dy, dx, pass, st); break;
+    case PieceKind::embedding: {
+      const int s = job_.model.seq_len, h = job_.model.hidden;
+      float* dwpe = p.tensors.size() > 1 ? g(p, 1) : nullptr;  // llama: no position table
+      if (pass == Pass::input) copy_on_device(st, dy, static_cast<std::uint64_t>(tokens_ * h * e_));
+      else gpu::embedding_backward(dt_, pass == Pass::weight ? st : dy, embedding_order_, g(p, 0), dwpe,
+                                   static_cast<int>(tokens_), s, h, stream_);  // upload_embedding_order()
+      break;
+    }
+    case PieceKind::gpt: backward_gpt(c, p, mb, dy, dx, pass, st); break;
+    case PieceKind::mlp: backward_mlp(c, p, mb, dy, dx, pass, st); break;
+    case PieceKind::head: backward_head(c, p, mb, dx, pass, st); break;
+  }
+}
+
+void CudaBackend::backward_gpt(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass,
+                               std::byte* st) {
+  const ModelSpec& ms = job_.model;
+  const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len;
+  const std::int64_t Th = std::int64_t{T} * h, Tf = std::int64_t{T} * f;
+  const auto Th_bytes = static_cast<std::uint64_t>(Th * e_);
+  const GptActs a(T, h, f, static_cast<int>(e_));
+  auto A = [&](std::int64_t elements) { return act(c, mb, p, elements); };
+  auto S = [&](std::int64_t elements) { return stat(c, mb, p, elements); };
+  // Output gradients: in the stash (split) or the temporaries (dgelu, dh,
+  // dx2, dqkv, …; see temporaries()), at element offsets.
+  std::byte* ws = temporaries();
+  const bool split = pass != Pass::full, full = pass == Pass::full;
+  auto at = [&](std::byte* base, std::int64_t elements) { return base + elements * e_; };
+  std::byte* d_fc2 = split ? st : const_cast<std::byte*>(dy);
+  std::byte* d_fc1 = split ? at(st, Th) : ws;
+  std::byte* d_ln2 = split ? at(st, Th + Tf) : at(ws, Tf);
+  std::byte* d_proj = split ? at(st, 2 * Th + Tf) : at(ws, Tf + Th);
+  std::byte* d_qkv = split ? at(st, 3 * Th + Tf) : at(ws, Tf + 2 * Th);
+  std::byte* d_ln1 = split ? at(st, 6 * Th + Tf) : at(ws, Tf);
+  std::byte* d_attn = at(ws, Tf);  // no weights: never stashed
+  std::byte* scratch = score_scratch();
+  if (pass == Pass::weight) {
+    linear_backward_weight(A(a.gelu), d_fc2, g(p, 10), g(p, 11), T, f, h);
+    linear_backward_weight(A(a.ln2), d_fc1, g(p, 8), g(p, 9), T, h, f);
+    gpu::layernorm_backward_weight(dt_, d_ln2, A(a.x2), S(a.mean2), S(a.rstd2), g(p, 6), g(p, 7), T, h, stream_);
+    linear_backward_weight(A(a.attn), d_proj, g(p, 4), g(p, 5), T, h, h);
+    linear_backward_weight(A(a.ln1), d_qkv, g(p, 2), g(p, 3), T, h, 3 * h);
+    gpu::layernorm_backward_weight(dt_, d_ln1, A(a.x), S(a.mean1), S(a.rstd1), g(p, 0), g(p, 1), T, h, stream_);
+    return;
+  }
+  if (split) copy_on_device(d_fc2, dy, Th_bytes);
+  if (full) linear_backward_weight(A(a.gelu), d_fc2, g(p, 10), g(p, 11), T, f, h);
+  linear_backward_input(w(p, 10), d_fc2, d_fc1, T, f, h, false);
+  gpu::gelu_backward(dt_, A(a.pre), d_fc1, d_fc1, Tf, stream_);
+  if (full) linear_backward_weight(A(a.ln2), d_fc1, g(p, 8), g(p, 9), T, h, f);
+  linear_backward_input(w(p, 8), d_fc1, d_ln2, T, h, f, false);
+  copy_on_device(d_proj, dy, Th_bytes);
+  if (full) gpu::layernorm_backward_weight(dt_, d_ln2, A(a.x2), S(a.mean2), S(a.rstd2), g(p, 6), g(p, 7), T, h, stream_);
+  gpu::layernorm_backward_input(dt_, d_ln2, A(a.x2), w(p, 6), S(a.mean2), S(a.rstd2), d_proj, T, h, stream_);
+  if (full) linear_backward_weight(A(a.attn), d_proj, g(p, 4), g(p, 5), T, h, h);
+  linear_backward_input(w(p, 4), d_proj, d_attn, T, h, h, false);
+  // Attention backward per sequence, all heads at once (cpu_kernels attention_backward).
+  const gemm::Attention att(s, h, ms.heads);
+  for (int bi = 0; bi < spec_.micro_batch_size; ++bi) {
+    const std::int64_t base = std::int64_t{bi} * s * 3 * h;
+    const std::byte* q = A(a.qkv + base);
+    const std::byte* k = q + h * e_;
+    const std::byte* v = q + 2 * h * e_;
+    std::byte* dq = at(d_qkv, base);
+    const std::byte* P = A(a.probs + bi * att.heads * att.ss());
+    const std::byte* dO = at(d_attn, std::int64_t{bi} * s * h);
+    gemm(att.dv(), P, dO, dq + 2 * h * e_);
+    gemm(att.dp(), dO, v, scratch);
+    gpu::causal_softmax_backward(dt_, P, scratch, s, att.heads, stream_);
+    gemm(att.dq(), scratch, k, dq);
+    gemm(att.dk(), scratch, q, dq + h * e_);
+  }
+  if (full) linear_backward_weight(A(a.ln1), d_qkv, g(p, 2), g(p, 3), T, h, 3 * h);
+  linear_backward_input(w(p, 2), d_qkv, d_ln1, T, h, 3 * h, false);
+  copy_on_device(dx, d_proj, Th_bytes);
+  if (full) gpu::layernorm_backward_weight(dt_, d_ln1, A(a.x), S(a.mean1), S(a.rstd1), g(p, 0), g(p, 1), T, h, stream_);
+  gpu::layernorm_backward_input(dt_, d_ln1, A(a.x), w(p, 0), S(a.mean1), S(a.rstd1), dx, T, h, stream_);
+}
+
+void CudaBackend::backward_mlp(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass,
+                               std::byte* st) {
+  const int T = static_cast<int>(tokens_), h = job_.model.hidden, f = job_.model.ffn_hidden;
+  const std::int64_t Th = std::int64_t{T} * h;
+  const std::byte* x = act(c, mb, p, 0);
+  const std::byte* pre = act(c, mb, p, Th);
+  const std::byte* gl = act(c, mb, p, Th + std::int64_t{T} * f);
+  const bool split = pass != Pass::full;
+  std::byte* d_fc2 = split ? st : const_cast<std::byte*>(dy);
+  std::byte* d_fc1 = split ? st + Th * e_ : temporaries();
+  if (pass == Pass::weight) {
+    linear_backward_weight(gl, d_fc2, g(p, 2), g(p, 3), T, f, h);
+    linear_backward_weight(x, d_fc1, g(p, 0), g(p, 1), T, h, f);
+    return;
+  }
+  if (split) copy_on_device(d_fc2, dy, static_cast<std::uint64_t>(Th * e_));
+  if (!split) linear_backward_weight(gl, d_fc2, g(p, 2), g(p, 3), T, f, h);
+  linear_backward_input(w(p, 2), d_fc2, d_fc1, T, f, h, false);
+  gpu::gelu_backward(dt_, pre, d_fc1, d_fc1, std::int64_t{T} * f, stream_);
+  copy_on_device(dx, dy, static_cast<std::uint64_t>(Th * e_));
+  if (!split) linear_backward_weight(x, d_fc1, g(p, 0), g(p, 1), T, h, f);
+  linear_backward_input(w(p, 0), d_fc1, dx, T, h, f, true);
+}
+
+void CudaBackend::backward_head(const Chunk& c, const Piece& p, int mb, std::byte* dx, Pass pass, std::byte* st) {
+  const int T = static_cast<int>(tokens_), h = job_.model.hidden, V = job_.model.vocab;
+  const HeadActs a = head_acts();
+  const std::size_t lm = llama() ? 1 : 2;  // llama: RMSNorm [h], then the LM head
+  auto A = [&](std::int64_t elements) { return act(c, mb, p, elements); };
+  auto S = [&](std::int64_t elements) { return stat(c, mb, p, elements); };
+  auto norm_weight_grad = [&](const std::byte* d_ln) {
+    if (llama()) gpu::rmsnorm_backward_weight(dt_, d_ln, A(a.x), S(a.rstd), g(p, 0), T, h, stream_);
+    else gpu::layernorm_backward_weight(dt_, d_ln, A(a.x), S(a.mean), S(a.rstd), g(p, 0), g(p, 1), T, h, stream_);
+  };
+  std::byte* probs = A(a.probs);  // becomes d(logits) in place, kept in the slab until W
+  std::byte* d_ln = pass == Pass::full ? temporaries() + std::int64_t{T} * job_.model.ffn_hidden * e_ : st;
+  if (pass == Pass::weight) {
+    linear_backward_weight(A(a.ln), probs, g(p, lm), nullptr, T, h, V);
+    norm_weight_grad(d_ln);
+    return;
+  }
+  // d(step loss)/d(logits): the step loss is the mean over micro-batches of
+  // the mean over tokens (fp16: not divided, see grad_unscale_).
+  const float scale = dt_ == DType::fp16 ? 1.0f : 1.0f / (static_cast<float>(T) * static_cast<float>(spec_.step_microbatches()));
+  gpu::softmax_crossentropy_backward(dt_, probs, reinterpret_cast<const std::int32_t*>(A(a.targets)), T, V, scale, stream_);
+  if (pass == Pass::full) linear_backward_weight(A(a.ln), probs, g(p, lm), nullptr, T, h, V);
+  linear_backward_input(w(p, lm), probs, d_ln, T, h, V, false);
+  cuda_check(cudaMemsetAsync(dx, 0, static_cast<std::size_t>(std::int64_t{T} * h * e_), stream_), kWho, "memset");
+  if (pass == Pass::full) norm_weight_grad(d_ln);
+  if (llama()) gpu::rmsnorm_backward_input(dt_, d_ln, A(a.x), w(p, 0), S(a.rstd), dx, T, h, stream_);
+  else gpu::layernorm_backward_input(dt_, d_ln, A(a.x), w(p, 0), S(a.mean), S(a.rstd), dx, T, h, stream_);
+}
+
+}  // namespace pipebench::gpu
