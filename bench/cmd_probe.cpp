@@ -74,9 +74,10 @@ Handler add_probe_command(CLI::App& app) {
       "probe", "Find the largest micro_batch_size a run fits, by bisection over short trial runs (seed 000)");
   cmd->add_option("job", opts->probe.job_path, "workload file (jobs/*.toml)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--run", opts->probe.run_name, "the run whose micro_batch_size is probed")->required();
-  cmd->add_option("--lo", opts->probe.lo, "a micro-batch size expected to fit (default 1)")->check(CLI::PositiveNumber);
-  cmd->add_option("--hi", opts->probe.hi, "an upper bound to try (default 256)")->check(CLI::PositiveNumber);
-  cmd->add_option("--steps", opts->probe.steps, "counted steps per trial (default 3)")->check(CLI::PositiveNumber);
+  cmd->add_option("--lo", opts->probe.lo, "a micro-batch size expected to fit (default 1)")
+      ->check(CLI::Range(1, kMaxMicroBatchSize));
+  cmd->add_option("--hi", opts->probe.hi, "an upper bound to try (default 256)")->check(CLI::Range(1, kMaxMicroBatchSize));
+  cmd->add_option("--steps", opts->probe.steps, "counted steps per trial (default 3)")->check(CLI::Range(1, kMaxSteps));
   cmd->add_option("--trial-timeout", opts->probe.trial_timeout_s, "seconds before a trial is killed (default 900)")
       ->check(CLI::Validator(
           [](const std::string& v) -> std::string {

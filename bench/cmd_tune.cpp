@@ -8,6 +8,7 @@
 // --confirm two probe trials around the predicted limit, with --verify the
 // written workload run for the seed's short steps and reported.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cerrno>
 #include <cstdio>
@@ -324,8 +325,10 @@ Handler add_tune_command(CLI::App& app) {
       ->check(CLI::Range(1, kMaxTensorParallel));
   cmd->add_option("--optimizer-sharding", o->shardings, "optimizer sharding of layouts with replicas: none, zero1 (repeatable; default: the template run's)")
       ->check(CLI::IsMember({"none", "zero1"}));
-  cmd->add_option("--global-batch", o->tune.global_batch, "samples per step; num_microbatches = B / (d x micro_batch_size)")->check(CLI::PositiveNumber);
-  cmd->add_option("--num-microbatches", o->tune.num_microbatches, "micro-batches per step and replica, the same for every candidate")->check(CLI::PositiveNumber);
+  cmd->add_option("--global-batch", o->tune.global_batch, "samples per step; num_microbatches = B / (d x micro_batch_size)")
+      ->check(CLI::Range(1, INT_MAX));
+  cmd->add_option("--num-microbatches", o->tune.num_microbatches, "micro-batches per step and replica, the same for every candidate")
+      ->check(CLI::Range(1, kMaxMicrobatches));
   cmd->add_option("--bubble-target", o->tune.bubble_target,
                   "without --global-batch/--num-microbatches: the smallest m whose closed-form bubble is at most X (default 0.10)")
       ->check(CLI::Range(0.001, 0.999));
@@ -337,14 +340,15 @@ Handler add_tune_command(CLI::App& app) {
   cmd->add_option("--set", o->overrides, "override a key of JOB before tuning: dotted.key=value (repeatable)");
   cmd->add_option("--format", o->format, "text: the ranked table; json: every candidate (docs/tune.md)")
       ->check(CLI::IsMember({"text", "json"}));
-  cmd->add_option("--top", o->top, "fitting candidates shown (default 15)")->check(CLI::PositiveNumber);
+  cmd->add_option("--top", o->top, "fitting candidates shown (default 15)")->check(CLI::Range(1, INT_MAX));
   cmd->add_option("-o,--output", o->output, "the workload file written (default: <job>_tuned.toml)");
   cmd->add_flag("--confirm", o->confirm, "probe the chosen run at the predicted limit and one above (2 trials; bisection if they disagree)");
   cmd->add_flag("--verify", o->verify, "run the written workload for --steps counted steps and write its report with decisions");
   cmd->add_option("--steps", o->steps, "--verify: counted steps per run (default 30, seed 000's 30-50)")->check(CLI::Range(1, kMaxSteps - 100));
   cmd->add_option("--launcher", o->launcher, "--confirm/--verify: command prefix; {ranks} becomes the ranks needed (default \"mpirun -np {ranks}\")");
   cmd->add_option("--results", o->results_dir, "--confirm/--verify: results folder (default: results)");
-  cmd->add_option("--trial-timeout", o->trial_timeout_s, "--confirm: seconds before a trial is killed (default 900)")->check(CLI::PositiveNumber);
+  cmd->add_option("--trial-timeout", o->trial_timeout_s, "--confirm: seconds before a trial is killed (default 900)")
+      ->check(CLI::Range(1.0, 7.0 * 24 * 3600));
   return [o]() -> int {
     if (o->tune.max_ranks < 1 && o->gpus < 1) throw ConfigError("tune: give --ranks N or --gpus N");
     if (o->gpus_per_node > 0) o->overrides.push_back(fmt::format("device.ranks_per_node={}", o->gpus_per_node));

@@ -173,6 +173,32 @@ TEST_CASE("tune: with a global batch and replicas, d x mbs x m is the global bat
     if (c.data_parallel > 1) CHECK_THAT(c.why_not, Catch::Contains("is not a multiple of"));
 }
 
+// Found by hand: --global-batch 2147483647 tried micro-batch 1, i.e. a
+// schedule of 2^31 micro-batches, and died of std::bad_alloc.
+TEST_CASE("tune: a global batch beyond the micro-batch limit starts at the smallest usable micro-batch", "[tune]") {
+  Job job = small_gpt();
+  TuneOptions o;
+  o.max_ranks = 4;
+  o.global_batch = 1 << 30;  // at most 65536 micro-batches: micro-batches of 16384 samples and more
+  for (const auto& c : tune(job, o).candidates) {
+    CHECK_FALSE(c.fits);
+    if (c.why_not.find("multiple of") == std::string::npos)
+      CHECK_THAT(c.why_not, Catch::Contains("needs a micro-batch of at least"));
+  }
+  o.global_batch = 2147483647;  // prime: no micro-batch divides it
+  CHECK_NOTHROW(tune(job, o));
+  job.device.memory_capacity_bytes = std::int64_t{1} << 50;
+  o.global_batch = 1 << 22;  // micro-batch >= 64 with one replica
+  const TuneResult r = tune(job, o);
+  REQUIRE(r.best());
+  for (const auto& c : r.candidates) {
+    if (!c.fits) continue;
+    CHECK(c.global_batch() == o.global_batch);
+    CHECK(c.num_microbatches <= kMaxMicrobatches);
+    CHECK(c.micro_batch_size >= (1 << 22) / c.data_parallel / kMaxMicrobatches);
+  }
+}
+
 TEST_CASE("tune: --data-parallel restricts the replica counts; the idle ranks are explained", "[tune]") {
   const Job job = small_gpt();
   TuneOptions o;

@@ -198,13 +198,26 @@ class CandidateSearch {
       return n;
     };
     const auto m_of = [per_replica, usable_from](int b) { return usable_from((per_replica + b - 1) / b); };
-    const int fit = largest(m_of);
+    // The smallest b whose m is within the limits (a schedule of more
+    // micro-batches is never built).
+    const int max_m = max_microbatches(p, v);
+    const std::int64_t first = (std::int64_t{per_replica} + max_m - 1) / max_m;
+    if (first > kTuneMaxMicroBatch || m_of(static_cast<int>(first)) > max_m)
+      return skip(fmt::format("global batch {} over {} replicas needs a micro-batch above {} (at most {} micro-batches "
+                              "with {} x {} chunks)",
+                              G, d, std::min<std::int64_t>(first, kTuneMaxMicroBatch), max_m, p, v));
+    const int b_min = static_cast<int>(first);
+    const int fit = largest(m_of, 1.0, b_min);
+    if (fit == 0 && b_min > 1)
+      return skip(fmt::format("global batch {} over {} replicas needs a micro-batch of at least {} (at most {} "
+                              "micro-batches), which does not fit",
+                              G, d, b_min, max_m));
     if (fit == 0) {
       int m = std::min(per_replica, max_microbatches(p, v));
       while (m > 1 && !schedule_microbatch_problem(kind, p, m).empty()) --m;
       return not_fitting(std::max(m, usable_from(1)));
     }
-    for (int b = std::min(with_margin(recommended_micro_batch(fit), m_of), per_replica); b >= 1; --b) {
+    for (int b = std::min(with_margin(recommended_micro_batch(fit), m_of, b_min), per_replica); b >= b_min; --b) {
       if (per_replica % b != 0 || !valid_m(c_.schedule, p, v, per_replica / b)) continue;
       const int m = per_replica / b;
       return finish(b, m, largest([m](int) { return m; }));
@@ -248,12 +261,15 @@ class CandidateSearch {
     }
   }
 
-  // The largest b in [1, kTuneMaxMicroBatch] that fits with m = m_of(b)
-  // (doubling, then bisection; memory grows with b); 0 when 1 does not fit.
-  int largest(const std::function<int(int)>& m_of, double fraction = 1.0) {
-    if (!fits(1, m_of(1), fraction)) return 0;
-    int lo = 1;
-    while (lo < kTuneMaxMicroBatch && fits(2 * lo, m_of(2 * lo), fraction)) lo *= 2;
+  // The largest b in [first, kTuneMaxMicroBatch] that fits with m = m_of(b)
+  // (doubling, then bisection; memory grows with b); 0 when `first` does not
+  // fit. `first` > 1 where a smaller b would need more micro-batches than
+  // the workload limits allow (a large global batch).
+  int largest(const std::function<int(int)>& m_of, double fraction = 1.0, int first = 1) {
+    if (!fits(first, m_of(first), fraction)) return 0;
+    int lo = first;
+    while (lo < kTuneMaxMicroBatch && fits(std::min(2 * lo, kTuneMaxMicroBatch), m_of(std::min(2 * lo, kTuneMaxMicroBatch)), fraction))
+      lo = std::min(2 * lo, kTuneMaxMicroBatch);
     if (lo >= kTuneMaxMicroBatch) return kTuneMaxMicroBatch;
     int hi = 2 * lo;  // does not fit
     while (lo + 1 < hi) {
@@ -266,8 +282,8 @@ class CandidateSearch {
   // Seed 000's verdict wants every peak below kMemoryWarnFraction of the
   // capacity: the recommendation, lowered to the largest micro-batch that
   // keeps that margin where one does (else unchanged: margin = false).
-  int with_margin(int recommended, const std::function<int(int)>& m_of) {
-    const int below = largest(m_of, kMemoryWarnFraction);
+  int with_margin(int recommended, const std::function<int(int)>& m_of, int first = 1) {
+    const int below = largest(m_of, kMemoryWarnFraction, first);
     return below > 0 ? std::min(recommended, below) : recommended;
   }
 
@@ -426,8 +442,9 @@ void check_options(const TuneOptions& o) {
       throw ConfigError(fmt::format("tune: --tensor-parallel {} is outside [1, --ranks {}]", t, o.max_ranks));
   if (o.global_batch > 0 && o.num_microbatches > 0)
     throw ConfigError("tune: give --global-batch or --num-microbatches, not both");
-  if (o.global_batch < 0 || o.num_microbatches < 0 || o.num_microbatches > kMaxMicrobatches)
-    throw ConfigError("tune: --global-batch and --num-microbatches must be positive");
+  if (o.global_batch < 0) throw ConfigError(fmt::format("tune: --global-batch must be positive (got {})", o.global_batch));
+  if (o.num_microbatches < 0 || o.num_microbatches > kMaxMicrobatches)
+    throw ConfigError(fmt::format("tune: --num-microbatches must be in [1, {}] (got {})", kMaxMicrobatches, o.num_microbatches));
   if (!(o.bubble_target > 0.0 && o.bubble_target < 1.0))
     throw ConfigError(fmt::format("tune: --bubble-target must be in (0, 1) (got {})", o.bubble_target));
   for (ScheduleKind k : o.schedules)
