@@ -102,14 +102,14 @@ Handler add_report_command(CLI::App& app) {
   cmd->add_option("--history", opts->report.history, "more results files or folders, for trends only (repeatable)");
   RegressionRule& rule = opts->report.rule;
   cmd->add_option("--threshold", rule.threshold, "relative median step-time change that counts (default 0.05)")
-      ->check(CLI::Range(0.0, 10.0));
-  cmd->add_option("--alpha", rule.alpha, "Mann-Whitney p-value below which a change is significant (default 0.01)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(number_in(0.0, 10.0));
+  cmd->add_option("--alpha", rule.alpha, "Mann-Whitney p-value below which a change is significant (default 0.01; 0 would never flag one)")
+      ->check(number_in(0.0, 1.0, true));
   cmd->add_option("--min-history", rule.min_history, "earlier files a series needs before any verdict (default 3)")
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--noise-k", rule.noise_k,
                   "a change must exceed K x the night-to-night spread of the history's medians (default 3)")
-      ->check(CLI::Range(0.0, 100.0));
+      ->check(number_in(0.0, 100.0));
   cmd->add_flag("--fail-on-regression", opts->fail_on_regression, "exit 6 when any run regressed (nightly jobs)");
   cmd->add_flag("--fail-on-failure", opts->fail_on_failure,
                 "exit 5 when any run of a job failed or an --expect job has no results (checked before regressions)");

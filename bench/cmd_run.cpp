@@ -14,22 +14,6 @@
 namespace pipebench::cli {
 
 namespace {
-CLI::Validator name_validator(const char* what, const char* name) {
-  return CLI::Validator(
-      [what](const std::string& s) -> std::string {
-        const bool ok = !s.empty() && s.size() <= 128 && s[0] != '.' &&
-                        s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
-                            std::string::npos;
-        return ok ? "" : fmt::format("{}: letters, digits, '.', '_', '-', not starting with '.' (at most 128)", what);
-      },
-      name);
-}
-}  // namespace
-
-CLI::Validator label_validator() { return name_validator("a label is one folder name", "LABEL"); }
-CLI::Validator system_name_validator() { return name_validator("a system name", "SYSTEM"); }
-
-namespace {
 struct RunCmdOptions {
   std::string job_path;
   std::vector<std::string> overrides;

@@ -331,7 +331,7 @@ Handler add_tune_command(CLI::App& app) {
       ->check(CLI::Range(1, kMaxMicrobatches));
   cmd->add_option("--bubble-target", o->tune.bubble_target,
                   "without --global-batch/--num-microbatches: the smallest m whose closed-form bubble is at most X (default 0.10)")
-      ->check(CLI::Range(0.001, 0.999));
+      ->check(number_in(0.001, 0.999));
   cmd->add_option("--schedule", o->schedules, "schedules to compare (repeatable; default: the template run's)")
       ->check(CLI::IsMember(builtin_schedule_names()));
   cmd->add_option("--partition", o->partitions, "partition rules to compare: first, last, balanced (repeatable; default: the template run's)")
@@ -348,7 +348,7 @@ Handler add_tune_command(CLI::App& app) {
   cmd->add_option("--launcher", o->launcher, "--confirm/--verify: command prefix; {ranks} becomes the ranks needed (default \"mpirun -np {ranks}\")");
   cmd->add_option("--results", o->results_dir, "--confirm/--verify: results folder (default: results)");
   cmd->add_option("--trial-timeout", o->trial_timeout_s, "--confirm: seconds before a trial is killed (default 900)")
-      ->check(CLI::Range(1.0, 7.0 * 24 * 3600));
+      ->check(number_in(1.0, 7.0 * 24 * 3600));
   return [o]() -> int {
     if (o->tune.max_ranks < 1 && o->gpus < 1) throw ConfigError("tune: give --ranks N or --gpus N");
     if (o->gpus_per_node > 0) o->overrides.push_back(fmt::format("device.ranks_per_node={}", o->gpus_per_node));

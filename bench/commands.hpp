@@ -39,6 +39,9 @@ Handler add_compare_command(CLI::App& app);
 CLI::Validator label_validator();
 // --system: a references.toml system name (letters, digits, '.', '_', '-').
 CLI::Validator system_name_validator();
+// A finite number in [lo, hi] ((lo, hi] when lo_open): unlike CLI::Range it
+// refuses nan, which passes every comparison.
+CLI::Validator number_in(double lo, double hi, bool lo_open = false);
 
 // Whether the references file at `path` ("" = none given) parses; prints
 // "pipebench: invalid references file: FILE:LINE: ..." when it does not.

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <iostream>
+#include <sstream>
 #include <string>
 
 #include <fmt/format.h>
@@ -102,7 +104,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
+    // CLI11 quotes the offending argument as given: its message goes out
+    // through printable() so that an ESC or a stray byte is shown, not sent.
+    std::ostringstream message;
+    const int rc = app.exit(e, std::cout, message);
+    std::fputs(printable(message.str(), true).c_str(), stderr);
     return rc == 0 ? kOk : kUsageError;
   }
   const bool with_mpi = app.got_subcommand("run") || app.got_subcommand("rerun");

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fuzzing `pipebench plan`, `report` and `compare` with mutated inputs (issues 13, 34).
 
-From a fixed seed, makes three kinds of cases:
+From a fixed seed, makes five kinds of cases:
   toml  mutated workloads (jobs/*.toml and tests/data/*/*.toml): values replaced by
         hostile ones (huge and negative integers, literals beyond int64 and double,
         NaN, control characters, deep nesting, long arrays), lines deleted, duplicated,
@@ -21,6 +21,9 @@ From a fixed seed, makes three kinds of cases:
         by arrays / wrong types / hostile strings / extreme numbers, datasets emptied,
         reshaped, retyped or declared huge, objects deleted, run groups renamed, the
         stored job_toml replaced by a mutated workload;
+  cli   every numeric option of report, compare, trace and tune given a hostile value (0, -1,
+        past int32 and int64, 1e400, nan, inf, text, hex, spaces): refused with a message, or
+        accepted; a non-finite number accepted is a failure (nan passes CLI::Range);
 and runs `pipebench plan` (toml, set, csv) or `pipebench report` / `pipebench compare` (h5: every
 third file as compare's reference, every third as its candidate beside an intact file) on each with a
 timeout. Every case ends in exactly one outcome:
@@ -41,7 +44,7 @@ steps on the job's backend, sim or cpu): a schedule the validator accepted must 
 deadlock or record a failure; one that does not is kept like a crash.
 
 Usage: fuzz.py PIPEBENCH REPO OUT --good FILE.h5 [--good ...] [--seed N]
-               [--toml N] [--set N] [--csv N] [--h5 N] [--timeout S] [--jobs N] [--name NAME]
+               [--toml N] [--set N] [--csv N] [--h5 N] [--cli N] [--timeout S] [--jobs N] [--name NAME]
                [--run-accepted N] [--run-timeout S]
 Prints one line of figures per kind and writes OUT/figures.json.
 """
@@ -298,6 +301,48 @@ def csv_cases(pipebench, repo, n, rng, out):
     return cases
 
 
+# ---- numeric command-line options ----------------------------------------------------
+
+# Every numeric option of the commands that run without MPI, with what it needs around it
+# (GOOD: an intact results file; OUT: a fresh output path). probe and run launch ranks: their
+# numeric options share the same validators (cli_validators.cpp, CLI::Range on integers).
+CLI_OPTIONS = [
+    (["report", "GOOD", "-o", "OUT"], ["--threshold", "--alpha", "--min-history", "--noise-k"]),
+    (["compare", "GOOD", "GOOD", "-o", "OUT"], ["--tolerance"]),
+    (["trace", "GOOD", "-o", "OUT.json"], ["--step"]),
+    (["tune", "jobs/default.toml", "--ranks", "4", "-o", "OUT.toml"],
+     ["--global-batch", "--num-microbatches", "--bubble-target", "--top", "--virtual-stages", "--data-parallel",
+      "--tensor-parallel", "--trial-timeout", "--steps"]),
+    (["tune", "jobs/default.toml", "-o", "OUT.toml"], ["--ranks", "--gpus"]),
+    (["tune", "jobs/default.toml", "--gpus", "4", "-o", "OUT.toml"], ["--gpus-per-node"]),
+]
+CLI_VALUES = ["0", "-1", "1", "2", "0.5", "0.01", "2147483647", "2147483648", "9223372036854775808", "1e400", "-1e400",
+              "nan", "NaN", "inf", "-inf", "1e-400", "", "abc", "0x10", " 5", "5 ", "1_000", "5%", "\x1b[31m", "all",
+              "99999999999999999999"]
+NON_FINITE = {"1e400", "-1e400", "nan", "NaN", "inf", "-inf"}
+
+
+def cli_cases(repo, goods, n, rng, out):
+    """Up to n (command, option, value) cases of the cross product, in a seeded order."""
+    every = [(base, opt, value) for base, opts in CLI_OPTIONS for opt in opts for value in CLI_VALUES]
+    rng.shuffle(every)
+    cases = []
+    for k, (base, opt, value) in enumerate(every[:n]):
+        dest = os.path.join(out, f"cli_{k}")
+        args = []
+        for a in base:
+            if a == "GOOD":
+                a = goods[k % len(goods)]
+            elif a.startswith("OUT"):
+                a = dest + a[3:]
+            elif a.startswith("jobs/"):
+                a = os.path.join(repo, a)
+            args.append(a)
+        value = value.replace("\\x1b", "\x1b")
+        cases.append(("cli", f"cli_{k}", args + [opt, value], []))
+    return cases
+
+
 # ---- HDF5 results files ----------------------------------------------------------
 
 def hdf5_objects(f):
@@ -460,6 +505,11 @@ def judge_exit(kind, rc, stdout, stderr, report_dir):
         # report: every input skipped; compare: the reference unreadable.
         ok = rc == 1 and ("skipped" in low or "no readable" in low or "cannot read the reference" in low)
         return ("error", "") if ok else ("unclear", f"exit {rc}")
+    if kind == "cli":  # tune's exit 5 is an answer: nothing fits
+        if rc == 5 and "nothing fits" in stdout.decode("utf-8", "replace") + text:
+            return "accepted", ""
+        ok = rc in (2, 3) and text.strip()  # CLI11's "--opt: ..." or pipebench's message
+        return ("error", "") if ok else ("unclear", f"exit {rc}")
     if rc in (2, 3, 4) and "pipebench" in text and text.strip():
         return "error", ""
     return "unclear", f"exit {rc}"
@@ -473,13 +523,15 @@ def strip_sanitizer(stderr):
 
 def run_case(pipebench, case, timeout, env):
     kind, name, args, _ = case
-    report_dir = args[args.index("-o") + 1] if kind == "h5" else None
+    report_dir = args[args.index("-o") + 1] if kind in ("h5", "cli") else None
     start = time.monotonic()
     try:
         p = subprocess.run([pipebench] + args, capture_output=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired as e:
         return case, "hang", f"still running after {timeout} s", (e.stderr or b"")[-20000:], time.monotonic() - start, False
     outcome, why, library = judge(kind, p.returncode, p.stdout, p.stderr, report_dir)
+    if kind == "cli" and outcome == "accepted" and args[-1] in NON_FINITE:  # nan passes CLI::Range's comparisons
+        outcome, why = "unclear", f"{args[-2]} {args[-1]} was accepted"
     if report_dir and outcome in ("accepted", "error"):
         shutil.rmtree(report_dir, ignore_errors=True)
     return case, outcome, why, p.stderr[-20000:], time.monotonic() - start, library
@@ -548,6 +600,8 @@ def main():
     ap.add_argument("--set", type=int, default=120, dest="sets")
     ap.add_argument("--csv", type=int, default=120)
     ap.add_argument("--h5", type=int, default=110)
+    ap.add_argument("--cli", type=int, default=120,
+                    help=f"numeric command-line option cases (at most the {len(CLI_VALUES) * sum(len(o) for _, o in CLI_OPTIONS)} of the cross product)")
     ap.add_argument("--run-accepted", type=int, default=0, metavar="N",
                     help="also run the first N accepted csv cases under mpirun: each must complete")
     ap.add_argument("--run-timeout", type=float, default=120.0)
@@ -561,7 +615,8 @@ def main():
     os.makedirs(cases_dir)
     rng = random.Random(a.seed)
     cases = toml_cases(a.repo, a.toml, rng, cases_dir) + set_cases(a.repo, a.sets, rng) + \
-        csv_cases(a.pipebench, a.repo, a.csv, rng, cases_dir) + h5_cases(a.good, a.h5, rng, cases_dir)
+        csv_cases(a.pipebench, a.repo, a.csv, rng, cases_dir) + h5_cases(a.good, a.h5, rng, cases_dir) + \
+        cli_cases(a.repo, a.good, a.cli, rng, cases_dir)
     env = dict(os.environ)
     env.setdefault("ASAN_OPTIONS", "detect_leaks=0")  # Open MPI's and HDF5's allocations at exit are not ours
 
@@ -574,7 +629,7 @@ def main():
 
     figures = {"name": a.name, "seed": a.seed, "elapsed_s": round(elapsed, 1), "kinds": {}}
     failed = 0
-    for kind in ("toml", "set", "csv", "h5"):
+    for kind in ("toml", "set", "csv", "h5", "cli"):
         mine = [r for r in results if r[0][0] == kind]
         counts = {o: sum(1 for r in mine if r[1] == o) for o in ("accepted", "error", "crash", "hang", "unclear")}
         counts["cases"] = len(mine)
