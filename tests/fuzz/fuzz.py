@@ -39,9 +39,13 @@ timeout. Every case ends in exactly one outcome:
 Crashes, hangs and unclear outcomes fail the run; each is kept under
 OUT/failures/<case>/ with its input and a `repro.sh`.
 
-With --run-accepted N, the first N accepted csv cases are also run under mpirun (2 counted
-steps on the job's backend, sim or cpu): a schedule the validator accepted must complete, never
-deadlock or record a failure; one that does not is kept like a crash.
+With --run-accepted N, the first N accepted csv cases and the first N accepted toml cases that
+can run here (cpu or sim, at most 8 ranks) are also run under mpirun: a schedule the validator
+accepted must complete (2 counted steps), never deadlock or record a failure; a workload (1
+counted step) must write its results file with every run as the plan's memory says: out of
+memory exactly where the plan's peak is above memory_capacity (nan and timeout failures, from a
+mutated learning rate or step timeout, pass; an `error` does not). One that does not is kept
+like a crash.
 
 Usage: fuzz.py PIPEBENCH REPO OUT --good FILE.h5 [--good ...] [--seed N]
                [--toml N] [--set N] [--csv N] [--h5 N] [--cli N] [--timeout S] [--jobs N] [--name NAME]
@@ -61,6 +65,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 
 import h5py
 import numpy as np
@@ -550,42 +555,93 @@ def keep_failure(out, pipebench, case, outcome, why, stderr):
         f.write(stderr)
 
 
+def launch(cmd, timeout, env):
+    """(exit code, stderr) of cmd in its own process group; exit None when it was still running at the
+    timeout (the whole group is then killed: mpirun and every rank it started)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    try:
+        _, stderr = p.communicate(timeout=timeout)
+        return p.returncode, stderr[-20000:]
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        _, stderr = p.communicate()
+        return None, stderr[-20000:]
+
+
+def runnable_workload(path, plan, max_ranks=8):
+    """Whether an accepted workload can run here: a cpu or sim backend, at most max_ranks."""
+    try:
+        with open(path, "rb") as f:
+            backend = tomllib.load(f).get("device", {}).get("backend", "cpu")
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, AttributeError, ValueError):
+        return False  # toml11 took what Python's parser does not: leave it to plan
+    return backend in ("cpu", "sim") and max(r["ranks"] for r in plan["runs"]) <= max_ranks
+
+
+def memory_verdicts_disagree(plan, results_dir):
+    """The runs whose outcome contradicts the plan's memory: predicted above the capacity but not
+    failed out of memory, or out of memory though predicted to fit ("" when none)."""
+    files = glob.glob(os.path.join(results_dir, "**", "*.h5"), recursive=True)
+    if len(files) != 1:
+        return f"{len(files)} results files written"
+    text = lambda v: v.decode() if isinstance(v, bytes) else str(v)
+    wrong = []
+    with h5py.File(files[0], "r") as f:
+        for r in plan["runs"]:
+            g = f["runs"].get(r["name"])
+            if g is None:
+                wrong.append(f"{r['name']}: not in the results file")
+                continue
+            status, kind = text(g.attrs["status"]), text(g.attrs.get("failure_kind", ""))
+            if status == "skipped" or (status == "failed" and kind != "oom" and kind != "error"):
+                continue  # nan, timeout: a mutated learning rate or step_timeout_s, not memory
+            peak = max(stage["capacity_fraction"] for stage in r["memory"])
+            oom = status == "failed" and kind == "oom"
+            if (peak > 1.0) != oom or kind == "error":
+                wrong.append(f"{r['name']}: plan peak {peak:.4f} of capacity, run {status} {kind}: "
+                             f"{text(g.attrs.get('failure_message', ''))[:300]}")
+    return "; ".join(wrong)
+
+
 def run_accepted(pipebench, results, n, out, timeout, env):
-    """Runs the first n accepted csv cases under mpirun (2 counted steps, no warm-up): a schedule the
-    validator accepts must run to the end on its backend, never deadlock or fail. Returns
-    (figures, failures) with failures as (case, outcome, why, stderr)."""
+    """Runs the first n accepted csv and the first n accepted toml cases that can run here under
+    mpirun (up to 8 ranks, cpu or sim). A schedule the validator accepted must run to the end (2
+    counted steps, no warm-up), never deadlock or fail; a workload (1 counted step) must end with
+    a results file whose every run agrees with the plan's memory: out of memory exactly where the
+    plan's peak is above the capacity. Returns (figures, failures), failures as
+    (case, outcome, why, stderr)."""
     mpirun = shutil.which("mpirun")
-    picked = [r[0] for r in results if r[0][0] == "csv" and r[1] == "accepted"][:n]
-    figures = {"cases": len(picked), "ran": 0, "failed": 0, "hang": 0}
-    failures = []
-    if not picked:
-        return figures, failures
-    if mpirun is None:
-        raise SystemExit("fuzz.py: --run-accepted needs mpirun on PATH")
+    figures, failures = {}, []
     env = dict(env, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    for kind, name, args, inputs in picked:
-        plan_args = [a for a in args if a not in ("--export-schedule", "csv", "csv-comms", "--format", "json")]
-        plan = subprocess.run([pipebench] + plan_args + ["--format", "json"], capture_output=True, text=True, env=env)
-        ranks = json.loads(plan.stdout)["runs"][0]["ranks"]
-        results_dir = os.path.join(out, "cases", name + ".results")
-        run_args = ["run"] + plan_args[1:] + ["-n", "2", "-w", "0", "-o", results_dir]
-        cmd = [mpirun, "-np", str(ranks), "--oversubscribe", pipebench] + run_args
-        case = ("csv-run", name + "-run", cmd[1:], inputs)
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True)
-        try:
-            _, stderr = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)  # mpirun and every rank it started
-            _, stderr = p.communicate()
-            figures["hang"] += 1
-            failures.append((case, "hang", f"still running after {timeout} s", stderr[-20000:]))
-            continue
-        if p.returncode != 0:
-            figures["failed"] += 1
-            failures.append((case, "run failed", f"exit {p.returncode}", stderr[-20000:]))
-            continue
-        figures["ran"] += 1
-        shutil.rmtree(results_dir, ignore_errors=True)
+    for want in ("csv", "toml"):
+        fig = figures[want] = {"cases": 0, "ran": 0, "failed": 0, "hang": 0}
+        for kind, name, args, inputs in (r[0] for r in results if r[0][0] == want and r[1] == "accepted"):
+            if fig["cases"] == n:
+                break
+            plan_args = [a for a in args if a not in ("--export-schedule", "csv", "csv-comms", "--format", "json")]
+            plan = json.loads(subprocess.run([pipebench] + plan_args + ["--format", "json"], capture_output=True,
+                                             text=True, env=env).stdout)
+            if want == "toml" and not runnable_workload(inputs[0], plan):
+                continue
+            if mpirun is None:
+                raise SystemExit("fuzz.py: --run-accepted needs mpirun on PATH")
+            fig["cases"] += 1
+            results_dir = os.path.join(out, "cases", name + ".results")
+            steps = ["-n", "2"] if want == "csv" else ["-n", "1"]
+            ranks = max(r["ranks"] for r in plan["runs"])
+            cmd = [mpirun, "-np", str(ranks), "--oversubscribe", pipebench, "run"] + plan_args[1:] + steps + \
+                ["-w", "0", "-o", results_dir]
+            case = (want + "-run", name + "-run", cmd[1:], inputs)
+            rc, stderr = launch(cmd, timeout, env)
+            why = f"still running after {timeout} s" if rc is None else \
+                (f"exit {rc}" if rc != 0 else "") if want == "csv" else \
+                (f"exit {rc}" if rc not in (0, 5, 8) else memory_verdicts_disagree(plan, results_dir))
+            if why:
+                fig["hang" if rc is None else "failed"] += 1
+                failures.append((case, "hang" if rc is None else "run failed", why, stderr))
+                continue
+            fig["ran"] += 1
+            shutil.rmtree(results_dir, ignore_errors=True)
     return figures, failures
 
 
@@ -603,7 +659,7 @@ def main():
     ap.add_argument("--cli", type=int, default=120,
                     help=f"numeric command-line option cases (at most the {len(CLI_VALUES) * sum(len(o) for _, o in CLI_OPTIONS)} of the cross product)")
     ap.add_argument("--run-accepted", type=int, default=0, metavar="N",
-                    help="also run the first N accepted csv cases under mpirun: each must complete")
+                    help="also run the first N accepted csv and toml cases under mpirun: each must run as planned")
     ap.add_argument("--run-timeout", type=float, default=120.0)
     ap.add_argument("--timeout", type=float, default=30.0)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
@@ -653,8 +709,11 @@ def main():
         ran, run_failures = run_accepted(a.pipebench, results, a.run_accepted, a.out, a.run_timeout, env)
         ran["elapsed_s"] = round(time.monotonic() - start, 1)
         figures["run_accepted"] = ran
-        print(f"fuzz[{a.name}] accepted csv cases run under mpirun: {ran['cases']}: {ran['ran']} completed, "
-              f"{ran['failed']} failed, {ran['hang']} hangs ({ran['elapsed_s']} s)")
+        for kind in ("csv", "toml"):
+            r = ran[kind]
+            print(f"fuzz[{a.name}] accepted {kind} cases run under mpirun: {r['cases']}: {r['ran']} as planned, "
+                  f"{r['failed']} failed, {r['hang']} hangs")
+        print(f"fuzz[{a.name}] runs took {ran['elapsed_s']} s")
         for case, outcome, why, stderr in run_failures:
             failed += 1
             keep_failure(a.out, shutil.which("mpirun"), case, outcome, why, stderr)
