@@ -633,9 +633,12 @@ def run_accepted(pipebench, results, n, out, timeout, env):
                 ["-w", "0", "-o", results_dir]
             case = (want + "-run", name + "-run", cmd[1:], inputs)
             rc, stderr = launch(cmd, timeout, env)
-            why = f"still running after {timeout} s" if rc is None else \
-                (f"exit {rc}" if rc != 0 else "") if want == "csv" else \
-                (f"exit {rc}" if rc not in (0, 5, 8) else memory_verdicts_disagree(plan, results_dir))
+            if rc is None:
+                why = f"still running after {timeout} s"
+            elif want == "csv":
+                why = f"exit {rc}" if rc != 0 else ""
+            else:  # 5: a run failed (judged against the plan below), 8: ranks idled
+                why = f"exit {rc}" if rc not in (0, 5, 8) else memory_verdicts_disagree(plan, results_dir)
             if why:
                 fig["hang" if rc is None else "failed"] += 1
                 failures.append((case, "hang" if rc is None else "run failed", why, stderr))
