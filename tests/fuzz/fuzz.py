@@ -579,8 +579,10 @@ def runnable_workload(path, plan, max_ranks=8):
 
 
 def memory_verdicts_disagree(plan, results_dir):
-    """The runs whose outcome contradicts the plan's memory: predicted above the capacity but not
-    failed out of memory, or out of memory though predicted to fit ("" when none)."""
+    """The runs whose outcome contradicts the plan's memory ("" when none): predicted above the
+    capacity but not failed out of memory, out of memory though predicted to fit, or completed with
+    a rank's measured peak not its stage's planned bytes (planner = measured to the byte on cpu and
+    sim; docs/parallel.md)."""
     files = glob.glob(os.path.join(results_dir, "**", "*.h5"), recursive=True)
     if len(files) != 1:
         return f"{len(files)} results files written"
@@ -600,6 +602,14 @@ def memory_verdicts_disagree(plan, results_dir):
             if (peak > 1.0) != oom or kind == "error":
                 wrong.append(f"{r['name']}: plan peak {peak:.4f} of capacity, run {status} {kind}: "
                              f"{text(g.attrs.get('failure_message', ''))[:300]}")
+            elif status == "ok":
+                measured = g["peak_mem_bytes"][:]
+                stage = g["pipeline_rank"][:] if "pipeline_rank" in g else range(len(measured))
+                planned = {s_["stage"]: s_["total_bytes"] for s_ in r["memory"]}
+                off = [(k, int(m), planned.get(int(st))) for k, (m, st) in enumerate(zip(measured, stage))
+                       if int(m) != planned.get(int(st))]
+                if off:
+                    wrong.append(f"{r['name']}: (rank, measured, planned) peak bytes {off[:4]}")
     return "; ".join(wrong)
 
 
