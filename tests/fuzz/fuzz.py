@@ -44,8 +44,10 @@ can run here (cpu or sim, at most 8 ranks) are also run under mpirun: a schedule
 accepted must complete (2 counted steps), never deadlock or record a failure; a workload (1
 counted step) must write its results file with every run as the plan's memory says: out of
 memory exactly where the plan's peak is above memory_capacity (nan and timeout failures, from a
-mutated learning rate or step timeout, pass; an `error` does not). One that does not is kept
-like a crash.
+mutated learning rate or step timeout, pass; an `error` does not), every completed run at its
+planned peak bytes on every rank, and a sim workload (run on the virtual clock without jitter)
+with every run completed at the plan's timeline (tests/mpi/check_virtual_clock.py: bubble, busy
+time, step time, synchronisation). One that does not is kept like a crash.
 
 Usage: fuzz.py PIPEBENCH REPO OUT --good FILE.h5 [--good ...] [--seed N]
                [--toml N] [--set N] [--csv N] [--h5 N] [--cli N] [--timeout S] [--jobs N] [--name NAME]
@@ -568,14 +570,49 @@ def launch(cmd, timeout, env):
         return None, stderr[-20000:]
 
 
-def runnable_workload(path, plan, max_ranks=8):
-    """Whether an accepted workload can run here: a cpu or sim backend, at most max_ranks."""
+def workload_device(path):
+    """The accepted workload's [device] table (None when Python's TOML parser cannot read what toml11
+    took: such a case is left to plan)."""
     try:
         with open(path, "rb") as f:
-            backend = tomllib.load(f).get("device", {}).get("backend", "cpu")
+            device = tomllib.load(f).get("device", {})
+        return device if isinstance(device, dict) else None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError, AttributeError, ValueError):
-        return False  # toml11 took what Python's parser does not: leave it to plan
-    return backend in ("cpu", "sim") and max(r["ranks"] for r in plan["runs"]) <= max_ranks
+        return None
+
+
+# What an accepted workload may cost to be run here: runs (each builds its model), and on the cpu
+# backend the planned FLOPs of one step over every run and rank (jobs/default.toml: 1e11, ~3 s).
+MAX_RUNS, MAX_CPU_FLOPS = 16, 1e12
+
+
+def affordable(device, plan):
+    """Whether an accepted workload can run here within the run timeout: cpu or sim, at most 8 ranks,
+    MAX_RUNS runs and (cpu) MAX_CPU_FLOPS per step; sim runs on the virtual clock, at any speed."""
+    backend = device.get("backend", "cpu") if device is not None else None
+    runs = plan["runs"]
+    if backend not in ("cpu", "sim") or len(runs) > MAX_RUNS or max(r["ranks"] for r in runs) > 8:
+        return False
+    if backend == "sim":
+        return True
+    flops_per_s = device.get("sim_flops_per_s", 2e12)  # the planner's busy times are at this speed
+    if "preset" in device or not isinstance(flops_per_s, (int, float)):
+        return False
+    return sum(sum(r["simulated"]["busy_s"]) * r["ranks"] / r["pipeline_size"] for r in runs) * flops_per_s <= MAX_CPU_FLOPS
+
+
+# A sim workload runs on the virtual clock without jitter: no sleeping (a mutated sim_flops_per_s
+# cannot make it run for hours), and its timeline is then the plan's (check_virtual_clock.py).
+SIM_EXACT = ["--set", "device.sim_clock=virtual", "--set", "device.sim_jitter=0"]
+
+
+def timeline_disagrees(pipebench, repo, path, results_dir):
+    """check_virtual_clock.py's problems with a sim run against the plan ("" when none)."""
+    files = glob.glob(os.path.join(results_dir, "**", "*.h5"), recursive=True)
+    check = os.path.join(repo, "tests", "mpi", "check_virtual_clock.py")
+    p = subprocess.run([sys.executable, check, pipebench, path, *SIM_EXACT, files[0]], capture_output=True, text=True)
+    return "; ".join(l for l in p.stdout.splitlines() if l.startswith("FAIL"))[:1500] or \
+        (f"check_virtual_clock.py exit {p.returncode}: {p.stderr[-300:]}" if p.returncode else "")
 
 
 def memory_verdicts_disagree(plan, results_dir):
@@ -613,12 +650,13 @@ def memory_verdicts_disagree(plan, results_dir):
     return "; ".join(wrong)
 
 
-def run_accepted(pipebench, results, n, out, timeout, env):
+def run_accepted(pipebench, repo, results, n, out, timeout, env):
     """Runs the first n accepted csv and the first n accepted toml cases that can run here under
-    mpirun (up to 8 ranks, cpu or sim). A schedule the validator accepted must run to the end (2
-    counted steps, no warm-up), never deadlock or fail; a workload (1 counted step) must end with
-    a results file whose every run agrees with the plan's memory: out of memory exactly where the
-    plan's peak is above the capacity. Returns (figures, failures), failures as
+    mpirun (affordable()). A schedule the validator accepted must run to the end (2 counted steps,
+    no warm-up), never deadlock or fail; a workload (1 counted step) must end with
+    a results file whose every run agrees with the plan's memory (out of memory exactly where the
+    plan's peak is above the capacity, else at its planned bytes) and, on the sim backend's
+    virtual clock, with the plan's timeline. Returns (figures, failures), failures as
     (case, outcome, why, stderr)."""
     mpirun = shutil.which("mpirun")
     figures, failures = {}, []
@@ -629,9 +667,13 @@ def run_accepted(pipebench, results, n, out, timeout, env):
             if fig["cases"] == n:
                 break
             plan_args = [a for a in args if a not in ("--export-schedule", "csv", "csv-comms", "--format", "json")]
+            device = workload_device(inputs[0]) if want == "toml" else None
+            backend = device.get("backend", "cpu") if device is not None else None
+            if backend == "sim":
+                plan_args += SIM_EXACT
             plan = json.loads(subprocess.run([pipebench] + plan_args + ["--format", "json"], capture_output=True,
                                              text=True, env=env).stdout)
-            if want == "toml" and not runnable_workload(inputs[0], plan):
+            if want == "toml" and not affordable(device, plan):
                 continue
             if mpirun is None:
                 raise SystemExit("fuzz.py: --run-accepted needs mpirun on PATH")
@@ -649,6 +691,8 @@ def run_accepted(pipebench, results, n, out, timeout, env):
                 why = f"exit {rc}" if rc != 0 else ""
             else:  # 5: a run failed (judged against the plan below), 8: ranks idled
                 why = f"exit {rc}" if rc not in (0, 5, 8) else memory_verdicts_disagree(plan, results_dir)
+                if not why and backend == "sim" and rc != 5:  # every run completed: its timeline too
+                    why = timeline_disagrees(pipebench, repo, inputs[0], results_dir)
             if why:
                 fig["hang" if rc is None else "failed"] += 1
                 failures.append((case, "hang" if rc is None else "run failed", why, stderr))
@@ -719,7 +763,7 @@ def main():
             print(f"FAIL {case[1]}: {outcome}: {why}: {stderr.decode('utf-8', 'replace').strip()[-400:]}")
     if a.run_accepted:
         start = time.monotonic()
-        ran, run_failures = run_accepted(a.pipebench, results, a.run_accepted, a.out, a.run_timeout, env)
+        ran, run_failures = run_accepted(a.pipebench, a.repo, results, a.run_accepted, a.out, a.run_timeout, env)
         ran["elapsed_s"] = round(time.monotonic() - start, 1)
         figures["run_accepted"] = ran
         for kind in ("csv", "toml"):
