@@ -512,8 +512,9 @@ def judge_exit(kind, rc, stdout, stderr, report_dir):
         # report: every input skipped; compare: the reference unreadable.
         ok = rc == 1 and ("skipped" in low or "no readable" in low or "cannot read the reference" in low)
         return ("error", "") if ok else ("unclear", f"exit {rc}")
-    if kind == "cli":  # tune's exit 5 is an answer: nothing fits
-        if rc == 5 and "nothing fits" in stdout.decode("utf-8", "replace") + text:
+    if kind == "cli":  # tune's exit 5 is an answer: nothing fits, or no layout is usable
+        answer = stdout.decode("utf-8", "replace") + text
+        if rc == 5 and ("nothing fits" in answer or "is usable with these options" in answer):
             return "accepted", ""
         ok = rc in (2, 3) and text.strip()  # CLI11's "--opt: ..." or pipebench's message
         return ("error", "") if ok else ("unclear", f"exit {rc}")

@@ -306,6 +306,22 @@ TEST_CASE("tune: nothing fits says what to change and writes nothing", "[tune]")
   CHECK_THROWS_AS(tuned_workload(job, r), ConfigError);
 }
 
+// It once also said "nothing fits ...: more ranks, a smaller model" when no
+// candidate's memory had been judged at all.
+TEST_CASE("tune: when every candidate is skipped by the options, the answer says so, not memory", "[tune]") {
+  const Job job = small_gpt();
+  TuneOptions o;
+  o.max_ranks = 4;
+  o.data_parallel = {2};
+  o.global_batch = 7;  // no micro-batch of 2 replicas splits 7 samples
+  const TuneResult r = tune(job, o);
+  REQUIRE(r.best() == nullptr);
+  const std::string answer = tune_answer_line(r);
+  CHECK_THAT(answer, Catch::Contains("no layout on up to 4 ranks is usable with these options"));
+  CHECK_THAT(answer, Catch::Contains("is not a multiple of 2 replicas"));
+  CHECK_THAT(answer, !Catch::Contains("memory_capacity"));
+}
+
 TEST_CASE("tune: options that cannot be met are refused", "[tune]") {
   const Job job = small_gpt();
   TuneOptions o;

@@ -197,7 +197,9 @@ class CandidateSearch {
       while (!schedule_microbatch_problem(kind, p, n).empty()) ++n;
       return n;
     };
-    const auto m_of = [per_replica, usable_from](int b) { return usable_from((per_replica + b - 1) / b); };
+    const auto m_of = [per_replica, usable_from](int b) {  // 64-bit: G near INT_MAX (fuzz.py, UBSan)
+      return usable_from(static_cast<int>((std::int64_t{per_replica} + b - 1) / b));
+    };
     // The smallest b whose m is within the limits (a schedule of more
     // micro-batches is never built).
     const int max_m = max_microbatches(p, v);
