@@ -53,6 +53,14 @@ TEST_CASE("JsonWriter: nesting, commas, escaping, non-finite numbers", "[json]")
   CHECK(w.str() == R"({"a":1,"s":"q\"\\\n\u0001<","x":0.5,"nan":null,"v":[1,2],"o":{},"e":[],"t":true})");
 }
 
+TEST_CASE("printable_excerpt: long fields cut at a character, their length said", "[units]") {
+  CHECK(printable_excerpt("short") == "short");
+  CHECK(printable_excerpt(std::string(100000, 'x')) == std::string(80, 'x') + "... (100000 bytes)");
+  // "ü" is two bytes: a cut at byte 3 of "abü..." falls inside it and moves before it.
+  CHECK(printable_excerpt("ab\xc3\xbc\xc3\xbc", 3) == "ab... (6 bytes)");
+  CHECK(printable_excerpt("a\x1b[31mbcdef", 4) == "a\\x1b[3... (11 bytes)");
+}
+
 TEST_CASE("printable: control characters escaped, text and UTF-8 kept", "[units]") {
   CHECK(printable("plain ünïcode-ok") == "plain ünïcode-ok");
   CHECK(printable(std::string("a\x1b[31mb\0c", 9)) == "a\\x1b[31mb\\x00c");

@@ -143,4 +143,11 @@ std::string printable(std::string_view text, bool keep_newlines) {
   return out;
 }
 
+std::string printable_excerpt(std::string_view text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return printable(text);
+  std::size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80) --cut;  // a continuation byte
+  return fmt::format("{}... ({} bytes)", printable(text.substr(0, cut)), text.size());
+}
+
 }  // namespace pipebench

@@ -68,7 +68,7 @@ int parse_number(std::string_view digits, std::string_view what, std::string_vie
   int out = 0;
   if (digits.size() > 9)
     throw ScheduleError(fmt::format("{}: \"{}\": {} number {} is out of range (at most 999999999)", where,
-                                    printable(std::string(text)), what, printable(std::string(digits))));
+                                    printable_excerpt(text), what, printable_excerpt(digits)));
   std::from_chars(digits.data(), digits.data() + digits.size(), out);
   return out;
 }
@@ -82,7 +82,7 @@ Cell parse_cell(std::string_view text, const std::string& where) {
   if (i == 0 || i >= text.size())
     throw ScheduleError(fmt::format("{}: \"{}\" is not an action (expected STAGE KIND MICROBATCH, e.g. 0F3, 1I0, 2W5, "
                                     "1SEND_F0)",
-                                    where, printable(std::string(text))));
+                                    where, printable_excerpt(text)));
   c.stage = parse_number(text.substr(0, i), "stage", text, where);
   const std::string_view rest = text.substr(i);
   const std::string_view name = rest.substr(0, rest.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ_"));
@@ -91,18 +91,18 @@ Cell parse_cell(std::string_view text, const std::string& where) {
     if (name == csv::kind_name(static_cast<CellKind>(k))) c.kind = static_cast<CellKind>(k), known = true;
   if (!known && name == csv::kOverlapName)
     throw ScheduleError(fmt::format("{}: \"{}\": {} pairs two actions, written (FORWARD;BACKWARD){}, e.g. (0F4;3B2){}",
-                                    where, printable(std::string(text)), csv::kOverlapName, csv::kOverlapName,
+                                    where, printable_excerpt(text), csv::kOverlapName, csv::kOverlapName,
                                     csv::kOverlapName));
   if (!known)
     throw ScheduleError(fmt::format("{}: \"{}\": unknown action kind '{}' (expected F, B, I or W; with communication "
                                     "SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD)",
-                                    where, printable(std::string(text)), printable(std::string(name))));
+                                    where, printable_excerpt(text), printable_excerpt(name)));
   const std::string_view digits = rest.substr(name.size());
   if (!csv::has_microbatch(c.kind)) {
     if (!digits.empty())
-      throw ScheduleError(fmt::format("{}: \"{}\": {} takes no micro-batch", where, printable(std::string(text)), name));
+      throw ScheduleError(fmt::format("{}: \"{}\": {} takes no micro-batch", where, printable_excerpt(text), name));
   } else if (!all_digits(digits)) {
-    throw ScheduleError(fmt::format("{}: \"{}\" has no micro-batch number", where, printable(std::string(text))));
+    throw ScheduleError(fmt::format("{}: \"{}\" has no micro-batch number", where, printable_excerpt(text)));
   } else {
     c.microbatch = parse_number(digits, "micro-batch", text, where);
   }
@@ -121,12 +121,12 @@ void parse_unit(std::string_view text, const std::string& where, std::vector<Cel
   if (close == std::string_view::npos || text.substr(close + 1) != csv::kOverlapName || semicolon > close)
     throw ScheduleError(fmt::format("{}: \"{}\" is not an overlapped action (expected (FORWARD;BACKWARD){}, e.g. "
                                     "(0F4;3B2){})",
-                                    where, printable(std::string(text)), csv::kOverlapName, csv::kOverlapName));
+                                    where, printable_excerpt(text), csv::kOverlapName, csv::kOverlapName));
   Cell f = parse_cell(trim(text.substr(1, semicolon - 1)), where);
   const Cell b = parse_cell(trim(text.substr(semicolon + 1, close - semicolon - 1)), where);
   if (f.kind != CellKind::F || (b.kind != CellKind::B && b.kind != CellKind::I))
     throw ScheduleError(fmt::format("{}: \"{}\": {} overlaps a forward (F) with the backward (B or I) after it", where,
-                                    printable(std::string(text)), csv::kOverlapName));
+                                    printable_excerpt(text), csv::kOverlapName));
   f.overlaps_next = true;
   row.push_back(f);
   row.push_back(b);

@@ -1,6 +1,7 @@
 // Byte sizes as written in workload files ("4GiB", "512MB", "1.5 GiB", 1024).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -39,5 +40,10 @@ std::string group_digits(std::int64_t value);
 // consumer. Well-formed UTF-8 ("ünï") is kept. `keep_newlines`: a multi-line
 // message keeps its '\n'.
 std::string printable(std::string_view text, bool keep_newlines = false);
+
+// printable() of at most the first `max_bytes` of `text` (cut before a
+// UTF-8 sequence, never inside one), with "... (N bytes)" when it was longer:
+// for quoting an input's field in a message (a 100,000-character CSV cell).
+std::string printable_excerpt(std::string_view text, std::size_t max_bytes = 80);
 
 }  // namespace pipebench
