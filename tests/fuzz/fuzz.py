@@ -106,6 +106,15 @@ def hostile_value(rng):
     return rng.choice(VALUES)
 
 
+def flip_bits(text, rng):
+    """1-8 random bits of the text's bytes flipped (undecodable bytes kept as surrogates)."""
+    b = bytearray(text.encode("utf-8", "surrogateescape"))
+    for _ in range(rng.randint(1, 8)):
+        if b:
+            b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+    return b.decode("utf-8", "surrogateescape")
+
+
 # ---- TOML workloads ------------------------------------------------------------
 
 KEY_LINE = re.compile(r"^(\s*[A-Za-z_\"][^=]*=\s*)(.*)$")
@@ -141,14 +150,10 @@ def mutate_toml(text, rng):
                       for k in range(n)]
             lines = (text + "\n" + "\n".join(blocks)).split("\n")
         elif op == 8:
-            b = bytearray(text.encode("utf-8", "surrogateescape"))
-            for _ in range(rng.randint(1, 8)):
-                if b:
-                    b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
-            text = b.decode("utf-8", "surrogateescape")
+            text = flip_bits(text, rng)
             continue
         elif op == 9:
-            text = text[: rng.randrange(len(text) + 1)]
+            text = text[: rng.randrange(len(text) + 1)]  # truncated
             continue
         else:
             i = rng.randrange(len(lines) + 1)
@@ -247,14 +252,10 @@ def mutate_csv(text, rng):
             else:
                 rows[i], rows[k] = rows[k], rows[i]
         elif op == 8:
-            b = bytearray(text.encode("utf-8", "surrogateescape"))
-            for _ in range(rng.randint(1, 8)):
-                if b:
-                    b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
-            text = b.decode("utf-8", "surrogateescape")
+            text = flip_bits(text, rng)
             continue
         elif op == 9:
-            text = text[: rng.randrange(len(text) + 1)]
+            text = text[: rng.randrange(len(text) + 1)]  # truncated
             continue
         elif op == 10:
             text = rng.choice(["\ufeff" + text, text.replace("\n", "\r\n"), "# a comment\n" + text, text + "\n\n",
