@@ -270,10 +270,10 @@ class CandidateSearch {
   int largest(const std::function<int(int)>& m_of, double fraction = 1.0, int first = 1) {
     if (!fits(first, m_of(first), fraction)) return 0;
     int lo = first;
-    while (lo < kTuneMaxMicroBatch && fits(std::min(2 * lo, kTuneMaxMicroBatch), m_of(std::min(2 * lo, kTuneMaxMicroBatch)), fraction))
-      lo = std::min(2 * lo, kTuneMaxMicroBatch);
+    const auto doubled = [](int b) { return std::min(2 * b, kTuneMaxMicroBatch); };
+    while (lo < kTuneMaxMicroBatch && fits(doubled(lo), m_of(doubled(lo)), fraction)) lo = doubled(lo);
     if (lo >= kTuneMaxMicroBatch) return kTuneMaxMicroBatch;
-    int hi = 2 * lo;  // does not fit
+    int hi = doubled(lo);  // does not fit
     while (lo + 1 < hi) {
       const int mid = lo + (hi - lo) / 2;
       (fits(mid, m_of(mid), fraction) ? lo : hi) = mid;
