@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <unistd.h>  // getpid
 
@@ -34,6 +35,21 @@
 namespace pipebench::cli {
 
 namespace {
+
+// A search past kQuietS prints how far it is on stderr, every kEveryS (a
+// large global batch builds schedules of thousands of micro-batches per
+// candidate): the table and the header's count and time stay on stdout.
+std::function<void(std::size_t, std::size_t)> search_progress(std::chrono::steady_clock::time_point started) {
+  constexpr double kQuietS = 2.0, kEveryS = 5.0;
+  auto next = std::make_shared<double>(kQuietS);
+  return [started, next](std::size_t judged, std::size_t total) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (s < *next || judged == total) return;
+    *next = s + kEveryS;
+    fmt::print(stderr, "tune: {} of {} candidates judged ({:.0f} s)\n", judged, total, s);
+    std::fflush(stderr);
+  };
+}
 
 struct TuneCmdOptions {
   std::string job_path;
@@ -360,6 +376,7 @@ Handler add_tune_command(CLI::App& app) {
     o->tune.shardings = parse_shardings(o->shardings);
     o->tune.recompute = parse_recompute(o->recompute);
     for (const auto& v : o->sequence_parallel) o->tune.sequence_parallel.push_back(v == "on");
+    o->tune.progress = search_progress(started);
     const TuneResult result = tune(job, o->tune);
     const double search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const bool text = o->format == "text";

@@ -199,6 +199,28 @@ TEST_CASE("tune: a global batch beyond the micro-batch limit starts at the small
   }
 }
 
+// A long search (a large global batch: schedules of thousands of
+// micro-batches) said nothing for 40 s; `pipebench tune` prints progress from
+// this callback.
+TEST_CASE("tune: progress is reported once per candidate of the search space, up to its size", "[tune]") {
+  const Job job = small_gpt();
+  TuneOptions o;
+  o.max_ranks = 4;
+  o.global_batch = 48;
+  std::vector<std::size_t> judged;
+  std::size_t total = 0;
+  o.progress = [&](std::size_t n, std::size_t of) {
+    judged.push_back(n);
+    total = of;
+  };
+  const TuneResult r = tune(job, o);
+  REQUIRE(!judged.empty());
+  CHECK(judged.size() == total);
+  CHECK(judged.back() == total);
+  for (std::size_t i = 0; i < judged.size(); ++i) CHECK(judged[i] == i + 1);
+  CHECK(r.candidates.size() <= total);  // two rules giving one split are one candidate
+}
+
 TEST_CASE("tune: --data-parallel restricts the replica counts; the idle ranks are explained", "[tune]") {
   const Job job = small_gpt();
   TuneOptions o;

@@ -644,8 +644,11 @@ TuneResult tune(const Job& job, const TuneOptions& options) {
   std::map<MissKey, TuneCandidate> unsharded_misses;
   // Two rules giving the same split are one candidate (the first rule's).
   std::set<std::tuple<int, int, int, int, int, int, bool, int, int, std::vector<int>>> seen;
-  for (const TuneCandidate& c : search_space(job, like, options)) {
+  const std::vector<TuneCandidate> space = search_space(job, like, options);
+  std::size_t judged = 0;
+  for (const TuneCandidate& c : space) {
     TuneCandidate e = evaluate(job, like, options, c, cache, unsharded_misses);
+    if (options.progress) options.progress(++judged, space.size());
     if (!e.layers_per_stage.empty() &&
         !seen.emplace(e.pipeline_size, e.data_parallel, e.tensor_parallel, static_cast<int>(e.sharding),
                       static_cast<int>(e.schedule), e.virtual_stages_per_rank, e.sequence_parallel,

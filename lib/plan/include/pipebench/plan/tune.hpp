@@ -13,7 +13,9 @@
 // for the written run when the planner's model matches the backend.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,6 +70,10 @@ struct TuneOptions {
   // dividing N and d = N / (p·t) (skipped, said so, where d does not
   // divide the global batch). Else every d with p·d·t <= N.
   bool all_ranks = false;
+  // Called after each candidate of the search space is judged, with how many
+  // are judged and of how many (`pipebench tune` prints progress from it on a
+  // long search); empty: not called.
+  std::function<void(std::size_t judged, std::size_t total)> progress;
 };
 
 struct TuneCandidate {
