@@ -58,13 +58,11 @@ namespace {
 // to_text write, without a format string to parse per action (the plan's
 // JSON prints every action of every rank).
 void append_action(std::string& out, const Action& a) {
-  char buf[32];
-  char* at = buf;
-  if (a.chunk != 0) at = std::to_chars(at, buf + sizeof buf, a.chunk).ptr;
-  *at++ = kind_letter(a.kind);
-  at = std::to_chars(at, buf + sizeof buf, a.microbatch).ptr;
-  if (a.overlaps_next) *at++ = '+';
-  out.append(buf, at);
+  char num[16];  // an int's digits (GCC's -Wstringop-overflow doubted one shared buffer)
+  if (a.chunk != 0) out.append(num, std::to_chars(num, num + sizeof num, a.chunk).ptr);
+  out.push_back(kind_letter(a.kind));
+  out.append(num, std::to_chars(num, num + sizeof num, a.microbatch).ptr);
+  if (a.overlaps_next) out.push_back('+');
 }
 }  // namespace
 
@@ -181,6 +179,7 @@ Schedule make_interleaved_1f1b(int p, int m, int v) {
   auto backward = [&](int k) { return Action{ActionKind::B, k / group * p + k % p, v - 1 - k % group / p}; };
   for (int r = 0; r < p; ++r) {
     auto& rank = s.actions[static_cast<std::size_t>(r)];
+    rank.reserve(2 * static_cast<std::size_t>(total));
     // One chunk is Megatron's non-interleaved path: plain 1F1B.
     const int warmup = std::min(v == 1 ? p - r - 1 : 2 * (p - r - 1) + (v - 1) * p, total);
     for (int k = 0; k < warmup; ++k) rank.push_back(forward(k));
