@@ -346,6 +346,18 @@ const RunResult* find_run(const JobResult& jr, const std::string& name) {
   return nullptr;
 }
 
+// Why `cand` is the reference's own measurement — the same launch's
+// results_id (the file again, a copy or a link) or the same bytes — or "".
+// Every figure of it then agrees with the reference and proves nothing.
+std::string same_measurement(const FileView& ref, const FileView& cand) {
+  const std::string id = attr(ref.result.root_attrs, "results_id");
+  if (!id.empty() && id == attr(cand.result.root_attrs, "results_id"))
+    return fmt::format("the candidate is the reference's own measurement (results_id {}), not a reproduction of it", id);
+  if (!ref.sha256.empty() && ref.sha256 == cand.sha256)
+    return fmt::format("the candidate is a byte copy of the reference (sha256 {}), not a reproduction of it", ref.sha256);
+  return "";
+}
+
 CandidateComparison compare_file(const FileView& ref, FileView cand, const CompareOptions& o, const References* refs) {
   CandidateComparison c;
   c.file = std::move(cand);
@@ -356,6 +368,11 @@ CandidateComparison compare_file(const FileView& ref, FileView cand, const Compa
     if (!find_run(ref.result, r.spec.name)) c.runs.push_back(compare_run(ref, nullptr, c.file, &r, o, refs));
   if (report_detail::job_name(ref) != report_detail::job_name(c.file))
     for (auto& run : c.runs) run.reasons.push_back("the files are of different jobs");
+  if (const std::string same = same_measurement(ref, c.file); !same.empty())
+    for (auto& run : c.runs) {
+      run.verdict = kNotApplicable;
+      run.reasons.insert(run.reasons.begin(), same);
+    }
   for (const auto& run : c.runs) verdicts.push_back(run.verdict);
   c.verdict = worst_verdict(verdicts);
   return c;

@@ -216,6 +216,25 @@ def scenario_sim():
     compare(ref, edge, args=["--fail-on-difference"], expect=0)  # inconclusive is not a difference
     compare(ref, slow, args=["--fail-on-difference"], expect=9)
     compare(ref, edge, args=["--tolerance", "10%", "--fail-on-difference"], expect=0)
+    # The reference given again, or a copy of it, reproduces nothing (it said
+    # "reproduced": every figure of a file agrees with itself).
+    copy = os.path.join(OUT, "copy_of_ref.h5")
+    shutil.copyfile(ref, copy)
+    for cand, what in ((ref, "the reference itself"), (copy, "a byte copy of it")):
+        doc, p = compare(ref, cand)
+        r = run_of(doc, 0, "pipe")
+        check(doc["verdict"] == "not applicable" and r["verdict"] == "not applicable"
+              and "not a reproduction" in r["reasons"][0], f"{what} as the candidate: not applicable ({r['reasons'][:1]})")
+        check(p.stdout.splitlines()[-2].startswith("compare: not applicable"), f"{what}: the console says so")
+    # A file older than results_id: the same bytes tell.
+    old, old_copy = os.path.join(OUT, "no_id.h5"), os.path.join(OUT, "no_id_copy.h5")
+    shutil.copyfile(ref, old)
+    with h5py.File(old, "r+") as f:
+        del f.attrs["results_id"]
+    shutil.copyfile(old, old_copy)
+    doc, _ = compare(old, old_copy)
+    r = run_of(doc, 0, "pipe")
+    check(r["verdict"] == "not applicable" and "byte copy" in r["reasons"][0], f"no results_id, a byte copy: {r['reasons'][:1]}")
 
 
 def write_refs(text):
