@@ -98,24 +98,36 @@ std::string p_ranges(std::vector<int> ps) {
 
 void print_table(const Job& job, const TuneResult& r, int top) {
   const auto cap = static_cast<double>(job.device.memory_capacity_bytes);
-  fmt::print("  {:>3} {:>7} {:>5} {:<24} {:<9} {:<22} {:>7} {:>5} {:>6} {:>18} {:>7} {:>11} {:>10} {:>10} {:>10}\n", "#",
-             "layout", "ranks", "schedule", "partition", "layers per stage", "max mbs", "mbs", "m", "peak memory (cap)",
-             "bubble", "step time", "dp exposed", "samples/s", "per rank");
-  int shown = 0, more = 0;
+  std::vector<const TuneCandidate*> rows;
+  int more = 0;
   std::vector<int> not_fitting;
   for (const auto& c : r.candidates) {
     if (!c.fits) {
       if (!c.peak_bytes.empty()) not_fitting.push_back(c.pipeline_size);  // else skipped, listed below
-      continue;
-    }
-    if (shown == top) {
+    } else if (static_cast<int>(rows.size()) == top) {
       ++more;
-      continue;
+    } else {
+      rows.push_back(&c);
     }
+  }
+  // The layout and schedule columns as wide as their widest row ("interleaved-1f1b v4 zero1 rc-sel
+  // sp" overran 24; fold_sizes keeps the layers within 22).
+  std::size_t layout_w = 7, sched_w = 24;
+  for (const TuneCandidate* c : rows) {
+    layout_w = std::max(layout_w, layout_text(*c).size());
+    sched_w = std::max(sched_w, schedule_text(*c).size());
+  }
+  fmt::print("  {:>3} {:>{}} {:>5} {:<{}} {:<9} {:<22} {:>7} {:>5} {:>6} {:>18} {:>7} {:>11} {:>10} {:>10} {:>10}\n", "#",
+             "layout", layout_w, "ranks", "schedule", sched_w, "partition", "layers per stage", "max mbs", "mbs", "m",
+             "peak memory (cap)", "bubble", "step time", "dp exposed", "samples/s", "per rank");
+  int shown = 0;
+  for (const TuneCandidate* row : rows) {
+    const TuneCandidate& c = *row;
     ++shown;
     const double peak = c.peak_bytes.empty() ? 0.0 : static_cast<double>(*std::max_element(c.peak_bytes.begin(), c.peak_bytes.end()));
-    fmt::print("  {:>3} {:>7} {:>5} {:<24} {:<9} {:<22} {:>7} {:>5} {:>6} {:>18} {:>6.1f}% {:>11} {:>10} {:>10.4g} {:>10.4g}\n",
-               shown, layout_text(c), c.ranks(), schedule_text(c), to_string(c.partition), fold_sizes(c.layers_per_stage),
+    fmt::print("  {:>3} {:>{}} {:>5} {:<{}} {:<9} {:<22} {:>7} {:>5} {:>6} {:>18} {:>6.1f}% {:>11} {:>10} {:>10.4g} {:>10.4g}\n",
+               shown, layout_text(c), layout_w, c.ranks(), schedule_text(c), sched_w, to_string(c.partition),
+               fold_sizes(c.layers_per_stage),
                c.max_micro_batch >= kTuneMaxMicroBatch ? fmt::format(">={}", c.max_micro_batch) : std::to_string(c.max_micro_batch),
                c.micro_batch_size, c.num_microbatches, fmt::format("{} ({:.0f}%{})", format_bytes(peak), 100.0 * peak / cap, c.margin ? "" : "!"),
                100.0 * c.bubble, format_seconds(c.step_time_s), c.data_parallel > 1 ? format_seconds(c.grad_sync_exposed_s) : "-",
