@@ -92,6 +92,28 @@ class FitCache {
             fraction};
   }
   std::map<Key, bool> answers;
+
+  // The schedule of `r`'s kind, mode, p, v and m. Kept for one (kind, mode,
+  // p, v) at a time: the candidates of such a group (partition rules,
+  // recomputation, sequence parallelism, search_space's inner loops) probe
+  // the same micro-batch counts, and a new group frees the last one's
+  // (65,536 micro-batches on 64 stages are 8 M actions).
+  const Schedule& schedule(const RunSpec& r) {
+    const auto group = std::make_tuple(r.schedule, r.mode, r.pipeline_size, r.virtual_stages_per_rank);
+    if (group != group_) {
+      schedules_.clear();
+      group_ = group;
+    }
+    const int m = r.num_microbatches;
+    auto it = schedules_.find(m);
+    if (it == schedules_.end())
+      it = schedules_.emplace(m, make_schedule(r.schedule, r.mode, r.pipeline_size, m, r.virtual_stages_per_rank)).first;
+    return it->second;
+  }
+
+ private:
+  std::tuple<ScheduleKind, RunMode, int, int> group_{ScheduleKind::one_f_one_b, RunMode::train, 0, 0};
+  std::map<int, Schedule> schedules_;
 };
 
 int chunks_for(ScheduleKind kind, const RunSpec& like) {
@@ -244,13 +266,7 @@ class CandidateSearch {
     return cache_.answers[key] = fits_unchecked(r, fraction);
   }
 
-  const Schedule& schedule_for(const RunSpec& r) {
-    const int m = r.num_microbatches;
-    auto it = schedules_.find(m);
-    if (it == schedules_.end())
-      it = schedules_.emplace(m, make_schedule(r.schedule, r.mode, r.pipeline_size, m, r.virtual_stages_per_rank)).first;
-    return it->second;
-  }
+  const Schedule& schedule_for(const RunSpec& r) { return cache_.schedule(r); }
 
   bool fits_unchecked(const RunSpec& r, double fraction) {
     try {
@@ -345,7 +361,6 @@ class CandidateSearch {
   const TuneOptions& o_;
   TuneCandidate c_;
   FitCache& cache_;
-  std::map<int, Schedule> schedules_;
 };
 
 // The ranking (docs/tune.md): fitting with the memory margin, fitting
