@@ -155,7 +155,7 @@ TEST_CASE("time model: the planner's costs are the terms plus the collectives; t
   }
   // AdamW with fp16 storage: 38 bytes per parameter streamed, one kernel.
   const StagePlan& sp = plan.stages[0];
-  CHECK(sp.optimizer_s == Approx(38.0 * sp.cost.params / (2039e9 * 0.85) + 5e-6));
+  CHECK(sp.optimizer_s == Approx(38.0 * static_cast<double>(sp.cost.params) / (2039e9 * 0.85) + 5e-6));
   // The iteration: the makespan, then (after the global gradient norm) the longest optimizer step.
   CHECK(plan.iteration_s == Approx(plan.step_s + std::max(plan.stages[0].optimizer_s, plan.stages[1].optimizer_s)));
   CHECK(plan.iteration_s > plan.step_s);

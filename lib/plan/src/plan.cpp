@@ -290,13 +290,20 @@ RunPlan plan_run(const Job& job, const RunSpec& run) {
   }
 }
 
-StageMemory plan_memory(const Job& job, const RunSpec& run, const Schedule& schedule, const Partition& partition) {
+ScheduleLiveness::ScheduleLiveness(const Schedule& schedule)
+    : peak_live(peak_live_activations(schedule)), split(schedule.split_backward()) {}
+
+StageMemory plan_memory(const Job& job, const RunSpec& run, const Schedule& schedule, const Partition& partition,
+                        const ScheduleLiveness& liveness) {
   try {
-    return plan_memory_unchecked(job, run, schedule, partition, peak_live_activations(schedule),
-                                 schedule.split_backward());
+    return plan_memory_unchecked(job, run, schedule, partition, liveness.peak_live, liveness.split);
   } catch (const ArithmeticOverflow&) {
     throw too_large(job, run);
   }
+}
+
+StageMemory plan_memory(const Job& job, const RunSpec& run, const Schedule& schedule, const Partition& partition) {
+  return plan_memory(job, run, schedule, partition, ScheduleLiveness(schedule));
 }
 
 JobPlan plan_job(const Job& job, const std::vector<std::string>& run_names) {

@@ -98,7 +98,13 @@ class FitCache {
   // recomputation, sequence parallelism, search_space's inner loops) probe
   // the same micro-batch counts, and a new group frees the last one's
   // (65,536 micro-batches on 64 stages are 8 M actions).
-  const Schedule& schedule(const RunSpec& r) {
+  // With its liveness (plan_memory's passes that do not depend on the sizes).
+  struct Built {
+    Schedule schedule;
+    ScheduleLiveness liveness;
+    explicit Built(Schedule s) : schedule(std::move(s)), liveness(schedule) {}
+  };
+  const Built& schedule(const RunSpec& r) {
     const auto group = std::make_tuple(r.schedule, r.mode, r.pipeline_size, r.virtual_stages_per_rank);
     if (group != group_) {
       schedules_.clear();
@@ -113,7 +119,7 @@ class FitCache {
 
  private:
   std::tuple<ScheduleKind, RunMode, int, int> group_{ScheduleKind::one_f_one_b, RunMode::train, 0, 0};
-  std::map<int, Schedule> schedules_;
+  std::map<int, Built> schedules_;
 };
 
 int chunks_for(ScheduleKind kind, const RunSpec& like) {
@@ -194,7 +200,8 @@ class CandidateSearch {
     // Its memory alone (no simulation: most candidates of a large search miss).
     const RunSpec r = run_at(1, m);
     const Partition partition = make_partition(model_, r);
-    const StageMemory mem = plan_memory(job_, r, schedule_for(r), partition);
+    const FitCache::Built& built = cache_.schedule(r);
+    const StageMemory mem = plan_memory(job_, r, built.schedule, partition, built.liveness);
     double worst = 0.0;
     for (const auto& s : mem.stages) {
       c_.peak_bytes.push_back(s.total_bytes);
@@ -266,11 +273,11 @@ class CandidateSearch {
     return cache_.answers[key] = fits_unchecked(r, fraction);
   }
 
-  const Schedule& schedule_for(const RunSpec& r) { return cache_.schedule(r); }
 
   bool fits_unchecked(const RunSpec& r, double fraction) {
     try {
-      const StageMemory mem = plan_memory(job_, r, schedule_for(r), make_partition(model_, r));
+      const FitCache::Built& built = cache_.schedule(r);
+      const StageMemory mem = plan_memory(job_, r, built.schedule, make_partition(model_, r), built.liveness);
       return std::all_of(mem.stages.begin(), mem.stages.end(), [&](const StagePlan& s) {
         return static_cast<double>(s.total_bytes) <= fraction * static_cast<double>(job_.device.memory_capacity_bytes);
       });

@@ -212,6 +212,17 @@ struct StageMemory {
 };
 StageMemory plan_memory(const Job& job, const RunSpec& run, const Schedule& schedule, const Partition& partition);
 
+// What plan_memory reads of a schedule beside its per-size peaks, each a pass
+// over every action: a caller probing one schedule at many sizes (tune) keeps
+// them.
+struct ScheduleLiveness {
+  std::vector<int> peak_live;  // peak_live_activations(schedule)
+  bool split = false;          // schedule.split_backward()
+  explicit ScheduleLiveness(const Schedule& schedule);
+};
+StageMemory plan_memory(const Job& job, const RunSpec& run, const Schedule& schedule, const Partition& partition,
+                        const ScheduleLiveness& liveness);
+
 // Plans the selected runs (all when `run_names` is empty); throws
 // ConfigError for a name that is not a run of the job.
 JobPlan plan_job(const Job& job, const std::vector<std::string>& run_names = {});
