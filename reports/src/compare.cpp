@@ -12,6 +12,7 @@
 
 #include "pipebench/core/config.hpp"
 #include "pipebench/core/error.hpp"
+#include "pipebench/core/units.hpp"
 #include "pipebench/core/workload_identity.hpp"
 #include "pipebench/plan/memory.hpp"
 #include "pipebench/results/metrics.hpp"
@@ -92,8 +93,8 @@ std::vector<FigureVerdict> performance(const RunResult& ref, const RunResult& ca
   mem.ratio = {r, r, r};
   mem.verdict = judge_ratio(mem.ratio, tolerance);
   mem.evidence = std::isnan(r) ? "no memory recorded"
-                               : fmt::format("candidate / reference {:.6g} (exact: the tracker counts bytes; {:+} B)", r,
-                                             static_cast<long long>(mem.candidate - mem.reference));
+                               : fmt::format("candidate / reference {:.6g} (exact: the tracker counts bytes; {})", r,
+                                             format_byte_change(ref.peak_mem_max_bytes, cand.peak_mem_max_bytes));
   out.push_back(mem);
   return out;
 }
@@ -146,9 +147,8 @@ ExactCheck memory_check(const RunResult& ref, const RunResult& cand, std::vector
   } else {
     const MemoryDifference& d = diffs.front();
     c.verdict = kNotReproduced;
-    c.evidence = fmt::format("{} (rank, category) peaks differ; first: rank {} {} {} B -> {} B ({:+} B)", diffs.size(), d.rank,
-                             d.category, d.reference, d.candidate,
-                             static_cast<long long>(d.candidate) - static_cast<long long>(d.reference));
+    c.evidence = fmt::format("{} (rank, category) peaks differ; first: rank {} {} {} B -> {} B ({})", diffs.size(), d.rank,
+                             d.category, d.reference, d.candidate, format_byte_change(d.reference, d.candidate));
   }
   return c;
 }

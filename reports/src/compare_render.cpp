@@ -96,7 +96,7 @@ Table memory_table(const RunComparison& r) {
   for (std::size_t i = 0; i < r.memory.size() && i < kShown; ++i) {
     const MemoryDifference& m = r.memory[i];
     t.rows.push_back({std::to_string(m.rank), m.category, fmt::format("{} B", m.reference), fmt::format("{} B", m.candidate),
-                      fmt::format("{:+} B", static_cast<long long>(m.candidate) - static_cast<long long>(m.reference))});
+                      format_byte_change(m.reference, m.candidate)});
     t.classes.push_back("differs");
   }
   if (r.memory.size() > kShown) t.rows.push_back({"...", fmt::format("{} more", r.memory.size() - kShown), "", "", ""});

@@ -338,7 +338,7 @@ std::string root_attr(const FileView& f, const char* name, const std::string& fa
 // parent), which a results file read without its events never needs.
 std::string crash_check(const std::string& path) {
   constexpr double kReadTimeoutS = 60.0;
-  constexpr rlim_t kReadMemoryBytes = rlim_t{4} << 30;
+  [[maybe_unused]] constexpr rlim_t kReadMemoryBytes = rlim_t{4} << 30;  // not under ASan (below)
   constexpr int kRefused = 3;  // the child's exit code when the reader threw
   int fds[2];
   if (pipe(fds) != 0) return "";  // cannot isolate: read in-process

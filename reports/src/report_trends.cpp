@@ -71,8 +71,8 @@ void memory_alerts(Trend& t, const TrendPoint& prev, const TrendPoint& last) {
   const auto alert = [&](std::string what, double before, double after) {
     (after > before ? t.memory_increased : t.memory_decreased) = true;
     // Byte-exact: a 4 KiB growth of a 2.83 MiB peak reads the same in MiB.
-    t.alerts.push_back(fmt::format("memory change: {} {} → {} ({:+d} B, {:+.1f}%)", what, format_bytes(before),
-                                   format_bytes(after), static_cast<std::int64_t>(after) - static_cast<std::int64_t>(before),
+    t.alerts.push_back(fmt::format("memory change: {} {} → {} ({}, {:+.1f}%)", what, format_bytes(before),
+                                   format_bytes(after), format_byte_change(before, after),
                                    100.0 * (after - before) / std::max(1.0, before)));
   };
   if (last.peak_mem_per_rank.size() != prev.peak_mem_per_rank.size()) {

@@ -41,6 +41,21 @@ TEST_CASE("format helpers", "[units]") {
   CHECK(group_digits(999) == "999");
 }
 
+// fuzz.py (UBSan): compare printed a memory difference as
+// (long long)candidate - (long long)reference, which overflows for a
+// damaged file's 2^63-byte peak.
+TEST_CASE("format_byte_change: exact and signed over the whole uint64 range", "[units]") {
+  CHECK(format_byte_change(std::uint64_t{700}, std::uint64_t{4796}) == "+4096 B");
+  CHECK(format_byte_change(std::uint64_t{4796}, std::uint64_t{700}) == "-4096 B");
+  CHECK(format_byte_change(std::uint64_t{5}, std::uint64_t{5}) == "+0 B");
+  CHECK(format_byte_change(std::uint64_t{146944}, std::uint64_t{1} << 63) == "+9223372036854628864 B");
+  CHECK(format_byte_change(std::uint64_t{0}, ~std::uint64_t{0}) == "+18446744073709551615 B");
+  CHECK(format_byte_change(~std::uint64_t{0}, std::uint64_t{0}) == "-18446744073709551615 B");
+  CHECK(format_byte_change(2893824.0, 2897920.0) == "+4096 B");
+  CHECK(format_byte_change(0.0, 1.8446744073709552e19) == "+1.84e+19 B");  // 2^64: not a uint64
+  CHECK(format_byte_change(-1.0, 5.0) == "+6 B");
+}
+
 TEST_CASE("JsonWriter: nesting, commas, escaping, non-finite numbers", "[json]") {
   JsonWriter w(0);
   w.begin_object();

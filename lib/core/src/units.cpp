@@ -59,6 +59,17 @@ std::string format_bytes(double bytes) {
   return format_scaled(bytes, 1024.0, kNames);
 }
 
+std::string format_byte_change(std::uint64_t before, std::uint64_t after) {
+  return after >= before ? fmt::format("+{} B", after - before) : fmt::format("-{} B", before - after);
+}
+
+std::string format_byte_change(double before, double after) {
+  const auto whole = [](double x) { return x >= 0.0 && x < 18446744073709551616.0 && std::floor(x) == x; };
+  if (whole(before) && whole(after))
+    return format_byte_change(static_cast<std::uint64_t>(before), static_cast<std::uint64_t>(after));
+  return fmt::format("{:+.3g} B", after - before);
+}
+
 std::string format_count(double count) {
   static constexpr std::array<const char*, 6> kNames{"", " K", " M", " G", " T", " P"};
   return format_scaled(count, 1000.0, kNames);

@@ -18,6 +18,14 @@ std::optional<std::uint64_t> parse_bytes(std::string_view text);
 // "1.50 GiB"-style rendering with binary units, for tables.
 std::string format_bytes(double bytes);
 
+// A change of a byte count, exact and signed: "+4096 B", "-512 B", "+0 B".
+// The double form (trend points) takes the exact path for whole counts in
+// [0, 2^64) and writes anything else (a damaged file's value) as "+1.8e+19 B";
+// neither converts out of range (a subtraction of two uint64 cast to signed
+// overflowed on a fuzzed file).
+std::string format_byte_change(std::uint64_t before, std::uint64_t after);
+std::string format_byte_change(double before, double after);
+
 // Engineering rendering of a count ("1.23 G", "456.0 M") for parameters and FLOPs.
 std::string format_count(double count);
 
