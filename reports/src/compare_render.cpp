@@ -104,7 +104,11 @@ Table memory_table(const RunComparison& r) {
 }
 
 std::string value_text(double v, const std::string& unit) {
-  if (unit == "B") return std::isnan(v) ? "-" : fmt::format("{} ({})", format_bytes(v), group_digits(static_cast<std::int64_t>(v)));
+  if (unit == "B") {  // the exact count beside, where it is one (a damaged file's 2^63 is not an int64)
+    if (std::isnan(v)) return "-";
+    const bool count = v >= 0.0 && v < 9.2e18 && std::floor(v) == v;
+    return count ? fmt::format("{} ({})", format_bytes(v), group_digits(static_cast<std::int64_t>(v))) : format_bytes(v);
+  }
   if (unit == "samples/s") return std::isnan(v) ? "-" : fmt::format("{:.4g} samples/s", v);
   return format_value(v, unit);
 }
