@@ -117,9 +117,10 @@ void print_table(const Job& job, const TuneResult& r, int top) {
     layout_w = std::max(layout_w, layout_text(*c).size());
     sched_w = std::max(sched_w, schedule_text(*c).size());
   }
-  fmt::print("  {:>3} {:>{}} {:>5} {:<{}} {:<9} {:<22} {:>7} {:>5} {:>6} {:>18} {:>7} {:>11} {:>10} {:>10} {:>10}\n", "#",
-             "layout", layout_w, "ranks", "schedule", sched_w, "partition", "layers per stage", "max mbs", "mbs", "m",
-             "peak memory (cap)", "bubble", "step time", "dp exposed", "samples/s", "per rank");
+  if (!rows.empty())  // else the lines below say why nothing fits
+    fmt::print("  {:>3} {:>{}} {:>5} {:<{}} {:<9} {:<22} {:>7} {:>5} {:>6} {:>18} {:>7} {:>11} {:>10} {:>10} {:>10}\n", "#",
+               "layout", layout_w, "ranks", "schedule", sched_w, "partition", "layers per stage", "max mbs", "mbs", "m",
+               "peak memory (cap)", "bubble", "step time", "dp exposed", "samples/s", "per rank");
   int shown = 0;
   for (const TuneCandidate* row : rows) {
     const TuneCandidate& c = *row;
@@ -173,6 +174,8 @@ void print_table(const Job& job, const TuneResult& r, int top) {
 
 // With a device preset: the first candidates' steps by term (docs/time-model.md).
 void print_terms(const TuneResult& r, int top) {
+  if (std::none_of(r.candidates.begin(), r.candidates.end(), [](const TuneCandidate& c) { return c.fits && c.terms; }))
+    return;  // nothing fits: no table under the heading
   fmt::print("\n  the busiest rank's step by term (time model; docs/time-model.md):\n");
   fmt::print("  {:>3} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7}\n", "#", "step", "compute", "tp comm",
              "dp exposed", "optimizer", "bubble+wait", "pp sends", "MFU");
