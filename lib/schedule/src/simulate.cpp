@@ -113,9 +113,14 @@ std::vector<std::int64_t> peak_recompute_activation_bytes(const Schedule& s, con
   if (kept.size() != V || full.size() != V)
     throw ScheduleError(fmt::format("peak_recompute_activation_bytes: sizes for {} virtual stages, schedule has {}",
                                     kept.size(), V));
-  if (s.split_backward()) throw ScheduleError("recomputation with a split backward (W actions) is not supported");
+  const auto split = [] { return ScheduleError("recomputation with a split backward (W actions) is not supported"); };
   std::vector<std::int64_t> peaks(static_cast<std::size_t>(s.num_ranks), 0);
-  if (!s.retains_activations) return peaks;
+  if (!s.retains_activations) {
+    if (s.split_backward()) throw split();
+    return peaks;
+  }
+  // The W check in the same pass (a separate split_backward() pass cost a
+  // third of a large tune search).
   for (std::size_t r = 0; r < s.actions.size(); ++r) {
     std::int64_t live = 0;
     for (const auto& a : s.actions[r]) {
@@ -123,9 +128,11 @@ std::vector<std::int64_t> peak_recompute_activation_bytes(const Schedule& s, con
       if (a.kind == ActionKind::F) {
         peaks[r] = std::max(peaks[r], live + kept[v] + full[v]);
         live += kept[v];
-      } else {
+      } else if (a.kind == ActionKind::B) {
         peaks[r] = std::max(peaks[r], live + full[v]);
         live -= kept[v];
+      } else {
+        throw split();
       }
     }
   }

@@ -10,9 +10,13 @@ namespace pipebench {
 
 namespace {
 
-// Per chunk, the index of its last gradient action on `rank` (-1: none).
-std::vector<int> last_gradient_actions(const Schedule& s, int rank) {
-  const ActionKind last_kind = s.split_backward() ? ActionKind::W : ActionKind::B;
+// A chunk's last gradient action: W with a split backward, else B.
+ActionKind last_gradient_kind(const Schedule& s) { return s.split_backward() ? ActionKind::W : ActionKind::B; }
+
+// Per chunk, the index of its last `last_kind` action on `rank` (-1: none).
+// The kind is the caller's, found once: split_backward() per rank made a
+// tune search quadratic in the ranks (a third of `tune --ranks 4096`).
+std::vector<int> last_gradient_actions(const Schedule& s, int rank, ActionKind last_kind) {
   std::vector<int> last(static_cast<std::size_t>(s.chunks_per_rank), -1);
   const auto& actions = s.actions[static_cast<std::size_t>(rank)];
   for (std::size_t i = 0; i < actions.size(); ++i) {
@@ -32,8 +36,9 @@ SyncSchedule make_sync_schedule(const Schedule& s, bool overlap) {
     return sync;
   }
   sync.reduce.resize(static_cast<std::size_t>(s.num_ranks));
+  const ActionKind last_kind = last_gradient_kind(s);
   for (int r = 0; r < s.num_ranks; ++r) {
-    const std::vector<int> last = last_gradient_actions(s, r);
+    const std::vector<int> last = last_gradient_actions(s, r, last_kind);
     const int end = static_cast<int>(s.actions[static_cast<std::size_t>(r)].size()) - 1;
     auto& out = sync.reduce[static_cast<std::size_t>(r)];
     for (int c = 0; c < s.chunks_per_rank; ++c) out.push_back({c, overlap ? last[static_cast<std::size_t>(c)] : end});
@@ -47,10 +52,11 @@ std::vector<std::string> check_sync_schedule(const Schedule& s, const SyncSchedu
   std::vector<std::string> bad;
   if (sync.reduce.size() != static_cast<std::size_t>(s.num_ranks))
     return {fmt::format("{} reduce-grad lists for {} ranks", sync.reduce.size(), s.num_ranks)};
+  const ActionKind last_kind = last_gradient_kind(s);
   for (int r = 0; r < s.num_ranks; ++r) {
     const auto& actions = s.actions[static_cast<std::size_t>(r)];
     const int n = static_cast<int>(actions.size());
-    const std::vector<int> last = last_gradient_actions(s, r);
+    const std::vector<int> last = last_gradient_actions(s, r, last_kind);
     std::vector<int> seen(static_cast<std::size_t>(s.chunks_per_rank), 0);
     int prev = -1;
     for (const ReduceGrad& g : sync.reduce[static_cast<std::size_t>(r)]) {
