@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <cstring>
@@ -276,7 +277,34 @@ void rewrite_run_attr(const std::string& path, const char* name, const char* val
   H5Gclose(g);
   H5Fclose(f);
 }
+
+// Replaces the integer attribute `name` of runs/p with a 64-bit `value`.
+void rewrite_run_int_attr(const std::string& path, const char* name, std::int64_t value) {
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  REQUIRE(f >= 0);
+  const hid_t g = H5Gopen2(f, "runs/p", H5P_DEFAULT);
+  REQUIRE(H5Adelete(g, name) >= 0);
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t a = H5Acreate2(g, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+  REQUIRE(H5Awrite(a, H5T_NATIVE_INT64, &value) >= 0);
+  H5Aclose(a);
+  H5Sclose(space);
+  H5Gclose(g);
+  H5Fclose(f);
+}
 }  // namespace
+
+// An int64 attribute was narrowed to int: pipeline_size 2^32 + p read as p
+// and passed every shape check.
+TEST_CASE("results: an integer attribute beyond 32 bits is a damaged file, not narrowed", "[results]") {
+  const fs::path dir = temp_dir();
+  const std::string path = write_results((dir / "r.h5").string(), sample());
+  const int p = read_results(path).runs.at(0).spec.pipeline_size;
+  const std::int64_t bad = (std::int64_t{1} << 32) + p;
+  rewrite_run_int_attr(path, "pipeline_size", bad);
+  CHECK_THROWS_WITH(read_results(path), Catch::Contains(fmt::format("pipeline_size: {} is beyond a 32-bit integer", bad)));
+  fs::remove_all(dir);
+}
 
 TEST_CASE("results: an unknown value in a file is quoted with its control characters escaped", "[results]") {
   const fs::path dir = temp_dir();

@@ -172,6 +172,15 @@ T read_attr_scalar(hid_t obj, const char* name) {
   return v;
 }
 
+// An integer attribute the reader keeps as an int: one beyond int's range is
+// a damaged file (narrowed, 2^32 + 2 stages read as 2 and passed every check).
+int read_attr_int(hid_t obj, const char* name) {
+  const auto v = read_attr_scalar<std::int64_t>(obj, name);
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+    throw ResultsError(fmt::format("attribute {}: {} is beyond a 32-bit integer (a damaged file)", name, v));
+  return static_cast<int>(v);
+}
+
 template <typename T>
 std::vector<T> read_attr_array(hid_t obj, const char* name) {
   std::size_t n = 0;
@@ -378,14 +387,14 @@ std::size_t read_events(hid_t g, const RunResult& r, const EventTake& take, std:
 // parallelism: the defaults (one replica).
 void read_data_parallel_attrs(hid_t g, const std::string& name, RunSpec& spec) {
   if (!has_attr(g, "data_parallel")) return;
-  spec.data_parallel = static_cast<int>(read_attr_scalar<std::int64_t>(g, "data_parallel"));
+  spec.data_parallel = read_attr_int(g, "data_parallel");
   if (spec.data_parallel < 1 || spec.data_parallel > kMaxDataParallel)
     throw ResultsError(fmt::format("run {}: data_parallel {} outside the workload limits", name, spec.data_parallel));
   spec.optimizer_sharding = parse_enum(read_attr_string(g, "optimizer_sharding"), {OptimizerSharding::none, OptimizerSharding::zero1});
   spec.grad_sync = parse_enum(read_attr_string(g, "grad_sync"), {GradSync::after_flush, GradSync::overlap});
   spec.rank_order = parse_enum(read_attr_string(g, "rank_order"), {RankOrder::tp_dp_pp, RankOrder::tp_pp_dp});
   if (has_attr(g, "tensor_parallel")) {
-    spec.tensor_parallel = static_cast<int>(read_attr_scalar<std::int64_t>(g, "tensor_parallel"));
+    spec.tensor_parallel = read_attr_int(g, "tensor_parallel");
     if (spec.tensor_parallel < 1 || spec.tensor_parallel > kMaxTensorParallel)
       throw ResultsError(fmt::format("run {}: tensor_parallel {} outside the workload limits", name, spec.tensor_parallel));
     spec.sequence_parallel = read_attr_scalar<std::int64_t>(g, "sequence_parallel") != 0;
@@ -404,22 +413,22 @@ RunResult read_run(hid_t runs, const std::string& name, bool keep_events) {
                               : parse_enum(fk, {FailureKind::oom, FailureKind::nan, FailureKind::timeout, FailureKind::error,
                                               FailureKind::interrupted, FailureKind::environment});
   r.failure_message = read_attr_string(g, "failure_message");
-  r.failing_rank = static_cast<int>(read_attr_scalar<std::int64_t>(g, "failing_rank"));
+  r.failing_rank = read_attr_int(g, "failing_rank");
   r.spec.mode = parse_enum(read_attr_string(g, "mode"), {RunMode::train, RunMode::inference});
-  r.spec.pipeline_size = static_cast<int>(read_attr_scalar<std::int64_t>(g, "pipeline_size"));
-  r.spec.micro_batch_size = static_cast<int>(read_attr_scalar<std::int64_t>(g, "micro_batch_size"));
-  r.spec.num_microbatches = static_cast<int>(read_attr_scalar<std::int64_t>(g, "num_microbatches"));
+  r.spec.pipeline_size = read_attr_int(g, "pipeline_size");
+  r.spec.micro_batch_size = read_attr_int(g, "micro_batch_size");
+  r.spec.num_microbatches = read_attr_int(g, "num_microbatches");
   r.schedule_name = read_attr_string(g, "schedule");
   if (has_attr(g, "virtual_stages_per_rank"))  // absent in files written before chunked schedules: 1
-    r.spec.virtual_stages_per_rank = static_cast<int>(read_attr_scalar<std::int64_t>(g, "virtual_stages_per_rank"));
+    r.spec.virtual_stages_per_rank = read_attr_int(g, "virtual_stages_per_rank");
   read_data_parallel_attrs(g, name, r.spec);
   r.layers_per_stage = read_attr_array<int>(g, "layers_per_stage");
   r.stage_rank = read_stage_rank(g, r.layers_per_stage.size());
-  r.spec.layers_per_stage_origin = static_cast<int>(read_attr_scalar<std::int64_t>(g, "layers_per_stage_origin"));
+  r.spec.layers_per_stage_origin = read_attr_int(g, "layers_per_stage_origin");
   r.backend = parse_enum(read_attr_string(g, "backend"), {BackendKind::cpu, BackendKind::sim, BackendKind::cuda});
   r.dtype = parse_enum(read_attr_string(g, "dtype"), {DType::fp32, DType::bf16, DType::fp16});
-  r.warmup = static_cast<int>(read_attr_scalar<std::int64_t>(g, "warmup"));
-  r.repeats = static_cast<int>(read_attr_scalar<std::int64_t>(g, "repeats"));
+  r.warmup = read_attr_int(g, "warmup");
+  r.repeats = read_attr_int(g, "repeats");
   r.baseline = read_attr_string(g, "baseline");
   r.spec.baseline = r.baseline;
   r.speedup = r.speedup_low = r.speedup_high = std::numeric_limits<double>::quiet_NaN();
@@ -508,16 +517,16 @@ ProbeResult read_probe(hid_t file) {
   ProbeResult p;
   p.options.run_name = read_attr_string(g, "run");
   // "ranks"; files from before tensor parallelism wrote it as "pipeline_size".
-  p.options.ranks = static_cast<int>(read_attr_scalar<std::int64_t>(g, has_attr(g, "ranks") ? "ranks" : "pipeline_size"));
-  p.options.lo = static_cast<int>(read_attr_scalar<std::int64_t>(g, "lo"));
-  p.options.hi = static_cast<int>(read_attr_scalar<std::int64_t>(g, "hi"));
+  p.options.ranks = read_attr_int(g, has_attr(g, "ranks") ? "ranks" : "pipeline_size");
+  p.options.lo = read_attr_int(g, "lo");
+  p.options.hi = read_attr_int(g, "hi");
   if (has_attr(g, "predicted"))  // absent in files written before `tune --confirm`: 0
-    p.options.predicted = static_cast<int>(read_attr_scalar<std::int64_t>(g, "predicted"));
-  p.options.steps = static_cast<int>(read_attr_scalar<std::int64_t>(g, "steps"));
+    p.options.predicted = read_attr_int(g, "predicted");
+  p.options.steps = read_attr_int(g, "steps");
   p.options.trial_timeout_s = read_attr_scalar<double>(g, "trial_timeout_s");
   p.options.launcher = read_attr_string(g, "launcher");
-  p.max_micro_batch = static_cast<int>(read_attr_scalar<std::int64_t>(g, "max_micro_batch"));
-  p.recommended_micro_batch = static_cast<int>(read_attr_scalar<std::int64_t>(g, "recommended_micro_batch"));
+  p.max_micro_batch = read_attr_int(g, "max_micro_batch");
+  p.recommended_micro_batch = read_attr_int(g, "recommended_micro_batch");
   p.stop_reason = read_attr_string(g, "stop_reason");
   const auto mbs = read_dataset<std::int64_t>(g, "micro_batch_size");
   const auto outcome = read_dataset_strings(g, "outcome");
