@@ -27,6 +27,7 @@
 #include "pipebench/parallel/rank_grid.hpp"
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/results/results.hpp"
+#include "pipebench/schedule/send_slots.hpp"
 
 using namespace pipebench;
 
@@ -140,6 +141,7 @@ void check_ok_run(const Job& job, const RunPlan& plan, const RunResult& r) {
   const ModelDesc model(job.model, plan.storage_dtype, tensor_split(plan.run));
   const StateBytes per = state_bytes_per_param(job.train.optimizer, plan.storage_dtype);
   const auto boundary = static_cast<std::uint64_t>(model.boundary_bytes(plan.run.micro_batch_size));
+  const std::vector<RankSendSlots> send_pools = send_slot_pools(plan.schedule);
   for (int rank = 0; rank < ranks; ++rank) {
     const auto R = static_cast<std::size_t>(rank);
     const auto S = static_cast<std::size_t>(r.pipeline_rank.at(R));  // its stage
@@ -161,15 +163,17 @@ void check_ok_run(const Job& job, const RunPlan& plan, const RunResult& r) {
               who + " peak activation bytes");
     expect_eq(cat(MemCategory::comm), static_cast<std::uint64_t>(sp.comm_bytes), who + " peak comm bytes");
     expect_eq(cat(MemCategory::workspace), static_cast<std::uint64_t>(sp.workspace_bytes), who + " peak workspace bytes");
-    const auto m = static_cast<std::uint64_t>(plan.run.num_microbatches);
-    // Per chunk: a receive buffer (+ one gradient send buffer per
-    // micro-batch) from the previous virtual stage, one send buffer per
-    // micro-batch (+ a gradient receive buffer) to the next.
+    // Per chunk: a receive buffer from the previous virtual stage (+ in
+    // training a gradient receive buffer from the next), and the send pools
+    // of schedule/send_slots.hpp: as many buffers as sends in flight at once.
     std::uint64_t buffers = 0;
     const int V = plan.schedule.num_virtual_stages();
+    const RankSendSlots& pools = send_pools.at(S);
     for (int c = 0; c < plan.schedule.chunks_per_rank; ++c) {
       const int v = plan.schedule.virtual_stage(static_cast<int>(S), c);
-      buffers += (v > 0 ? (train ? m + 1 : 1) : 0) + (v + 1 < V ? (train ? m + 1 : m) : 0);
+      const auto C = static_cast<std::size_t>(c);
+      buffers += (v > 0 ? 1u : 0u) + (v + 1 < V && train ? 1u : 0u);
+      buffers += static_cast<std::uint64_t>(pools.f_pool.at(C) + pools.b_pool.at(C));
     }
     expect_eq(static_cast<std::uint64_t>(sp.comm_bytes), buffers * boundary, who + " planned comm bytes");
     expect_eq(r.peak_live_activations.at(R), train ? live : 1, who + " peak live activations");

@@ -444,7 +444,7 @@ TEST_CASE("cpu memory: exactly the model description's bytes", "[cpu][memory]") 
   CHECK(mem.current(MemCategory::params) == static_cast<std::uint64_t>(4 * c.params));
   CHECK(mem.current(MemCategory::grads) == static_cast<std::uint64_t>(4 * c.params));
   CHECK(mem.current(MemCategory::optimizer) == static_cast<std::uint64_t>(8 * c.params));
-  CHECK(mem.current(MemCategory::comm) == static_cast<std::uint64_t>(model.comm_bytes(2, 3, false, true, true)));
+  CHECK(mem.current(MemCategory::comm) == static_cast<std::uint64_t>(model.comm_bytes(2, 3, 3, false, true, true)));
   be.begin_step(0, 1e300);
   be.forward(0, 0, 0);
   be.forward(0, 1, 0);

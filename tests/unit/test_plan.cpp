@@ -65,8 +65,11 @@ TEST_CASE("memory estimate: params, grads, AdamW state, activations at the sched
     CHECK(sp.activation_bytes_per_microbatch == c.activation_bytes);
     CHECK(sp.peak_live_activations == std::min(4 - s, 6));
     CHECK(sp.activations_peak_bytes == sp.peak_live_activations * c.activation_bytes);
-    // comm: (m + 1) boundary tensors per neighbour, boundary = 2*32*64*4 bytes
-    CHECK(sp.comm_bytes == (s == 0 || s == 3 ? 1 : 2) * 7 * 16384);
+    // comm, boundary = 2*32*64*4 bytes: a receive buffer per neighbour, and
+    // 1F1B's send buffers (send_slots.hpp): p - s activations, p - s + 1
+    // gradients — not m each
+    const int tensors = (s > 0 ? 1 + (4 - s + 1) : 0) + (s < 3 ? 1 + (4 - s) : 0);
+    CHECK(sp.comm_bytes == tensors * 16384);
     // cpu backend (the default): its backward workspace, tokens*(f + 7h) + s^2 floats
     CHECK(sp.workspace_bytes == 4 * (2 * 32 * (256 + 7 * 64) + 32 * 32));
     CHECK(sp.total_bytes == 16 * c.params + sp.activations_peak_bytes + sp.comm_bytes + sp.workspace_bytes);
@@ -97,7 +100,8 @@ TEST_CASE("memory estimate on the cuda backend: bf16 state bytes and its workspa
     CHECK(sp.params_bytes == 2 * c.params);
     CHECK(sp.grads_bytes == 4 * c.params);       // accumulated in fp32
     CHECK(sp.optimizer_bytes == 12 * c.params);  // fp32 master + AdamW m, v
-    CHECK(sp.comm_bytes == (s == 0 || s == 3 ? 1 : 2) * 7 * 8192);  // boundary 2*32*64*2 bytes
+    const int tensors = (s > 0 ? 1 + (4 - s + 1) : 0) + (s < 3 ? 1 + (4 - s) : 0);  // as above
+    CHECK(sp.comm_bytes == tensors * 8192);                                          // boundary 2*32*64*2 bytes
     // norm partials (2 KiB) + fp32 token losses + the embedding's int32 token
     // order 4*(3*tokens + 4) + bf16 temporaries tokens*(f + 7h) + heads*s^2
     CHECK(sp.workspace_bytes == 2048 + 4 * 64 + 4 * (3 * 64 + 4) + 2 * (64 * (256 + 7 * 64) + 4 * 32 * 32));

@@ -48,6 +48,7 @@ struct CountingTransport final : pipebench::Transport {
     ++recvs;
     return {};
   }
+  void complete_send(int, const pipebench::BoundaryKey&) override {}
   void complete_sends() override { ++completes; }
   void abandon() override {}
 };

@@ -36,6 +36,7 @@ StageSpec stage_spec(const RunPlan& plan, int rank, int replica, bool transport_
   spec.transport_uses_device_memory = transport_uses_device_memory;
   spec.split_backward = sched.split_backward();
   spec.recompute = plan.run.mode == RunMode::train && plan.run.recompute == Recompute::full;
+  spec.send_slots = send_slots(sched, rank);
   return spec;
 }
 

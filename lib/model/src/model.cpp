@@ -298,9 +298,10 @@ std::int64_t ModelDesc::workspace_bytes(BackendKind backend, int b, bool train) 
   return 0;
 }
 
-std::int64_t ModelDesc::comm_bytes(int b, int m, bool has_prev, bool has_next, bool train) const {
-  const std::int64_t per_prev = train ? std::int64_t{m} + 1 : 1;
-  const std::int64_t per_next = train ? std::int64_t{m} + 1 : m;
+std::int64_t ModelDesc::comm_bytes(int b, int prev_send_slots, int next_send_slots, bool has_prev, bool has_next,
+                                   bool train) const {
+  const std::int64_t per_prev = 1 + (train ? std::int64_t{prev_send_slots} : 0);
+  const std::int64_t per_next = (train ? 1 : 0) + std::int64_t{next_send_slots};
   return (I(boundary_bytes(b)) * ((has_prev ? per_prev : 0) + (has_next ? per_next : 0))).value();
 }
 

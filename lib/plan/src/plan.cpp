@@ -173,15 +173,17 @@ ConfigError too_large(const Job& job, const RunSpec& run) {
       job.source_path, run.source_line, run.name, keys));
 }
 
-// `peak_live` and `split`: peak_live_activations(sched) and
-// sched.split_backward(), where the caller has them (each a pass over every action).
+// `peak_live`, `split` and `send_pools`: peak_live_activations(sched),
+// sched.split_backward() and send_slot_pools(sched), where the caller has them
+// (each a pass over every action).
 StageMemory plan_memory_unchecked(const Job& job, const RunSpec& run, const Schedule& sched, const Partition& partition,
-                                  const std::vector<int>& peak_live, bool split) {
+                                  const std::vector<int>& peak_live, bool split,
+                                  const std::vector<RankSendSlots>& send_pools) {
   StageMemory out;
   const DType dtype = storage_dtype(job);
   const ModelDesc model(job.model, dtype, tensor_split(run));
   const bool train = run.mode == RunMode::train;
-  const int p = run.pipeline_size, m = run.num_microbatches, b = run.micro_batch_size;
+  const int p = run.pipeline_size, b = run.micro_batch_size;
 
   std::vector<Cost>& chunk_cost = out.stage_costs;
   std::vector<std::int64_t> chunk_activation_bytes, chunk_stash_bytes;
@@ -217,7 +219,9 @@ StageMemory plan_memory_unchecked(const Job& job, const RunSpec& run, const Sche
       sp.cost += chunk_cost[static_cast<std::size_t>(v)];
       // Every chunk boundary has its buffers, also between two chunks of one
       // rank (the V's turn): the executor copies between them.
-      comm = comm + model.comm_bytes(b, m, v > 0, v + 1 < V, train);
+      const RankSendSlots& slots = send_pools[s];
+      comm = comm + model.comm_bytes(b, slots.b_pool[static_cast<std::size_t>(c)], slots.f_pool[static_cast<std::size_t>(c)],
+                                     v > 0, v + 1 < V, train);
     }
     const CheckedInt params = sp.cost.params;
     sp.params_bytes = (params * per_param.params).value();
@@ -266,7 +270,8 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
   auto [unit, simulated] = validate_and_simulate(plan.schedule, plan.costs, grid);
   plan.unit = std::move(unit);
   plan.simulated = std::move(simulated);
-  StageMemory memory = plan_memory_unchecked(job, run, plan.schedule, plan.partition, plan.unit.peak_live_activations, split);
+  StageMemory memory = plan_memory_unchecked(job, run, plan.schedule, plan.partition, plan.unit.peak_live_activations, split,
+                                              send_slot_pools(plan.schedule));
   plan.stage_costs = std::move(memory.stage_costs);
   plan.stages = std::move(memory.stages);
   plan.warnings = std::move(memory.warnings);
@@ -291,12 +296,15 @@ RunPlan plan_run(const Job& job, const RunSpec& run) {
 }
 
 ScheduleLiveness::ScheduleLiveness(const Schedule& schedule)
-    : peak_live(peak_live_activations(schedule)), split(schedule.split_backward()) {}
+    : peak_live(peak_live_activations(schedule)),
+      split(schedule.split_backward()),
+      send_pools(send_slot_pools(schedule)) {}
 
 StageMemory plan_memory(const Job& job, const RunSpec& run, const Schedule& schedule, const Partition& partition,
                         const ScheduleLiveness& liveness) {
   try {
-    return plan_memory_unchecked(job, run, schedule, partition, liveness.peak_live, liveness.split);
+    return plan_memory_unchecked(job, run, schedule, partition, liveness.peak_live, liveness.split,
+                                 liveness.send_pools);
   } catch (const ArithmeticOverflow&) {
     throw too_large(job, run);
   }

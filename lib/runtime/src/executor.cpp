@@ -11,6 +11,7 @@
 #include "pipebench/core/clock.hpp"
 #include "pipebench/core/error.hpp"
 #include "pipebench/runtime/grad_sync.hpp"
+#include "pipebench/schedule/send_slots.hpp"
 
 namespace pipebench {
 
@@ -81,9 +82,9 @@ SyncPlan plan_sync(const RunPlan& plan, int rank, GradientSync* sync) {
 class StepRun {
  public:
   StepRun(const Job& job, const RunPlan& plan, RunComm& comm, Backend& backend, Transport& transport,
-          const ExecOptions& opt, const SyncPlan& sync, int step)
+          const ExecOptions& opt, const SyncPlan& sync, const RankSendSlots& send_slots, int step)
       : job_(job), plan_(plan), sched_(plan.schedule), comm_(comm), backend_(backend), transport_(transport),
-        clock_(backend.clock()), opt_(opt), sync_(sync), step_(step), rank_(comm.rank()),
+        clock_(backend.clock()), opt_(opt), sync_(sync), send_slots_(send_slots), step_(step), rank_(comm.rank()),
         V_(plan.schedule.num_virtual_stages()) {}
 
   void run(RankRecord& rec) {
@@ -91,7 +92,7 @@ class StepRun {
     const auto& actions = sched_.actions[static_cast<std::size_t>(rank_)];
     for (std::size_t i = 0; i < actions.size();) {
       const std::size_t n = unit_size(actions, i);
-      execute(&actions[i], n, rec.events);
+      execute(actions, i, n, rec.events);
       for (const std::size_t end = i + n; i < end; ++i)
         if (sync_.overlap) {
           for (int chunk : sync_.launches_after[i]) sync_.sync->launch(chunk);
@@ -182,8 +183,11 @@ class StepRun {
   // one action that is receive, compute, send; an overlapped forward-backward
   // receives both inputs first and sends both outputs last. Appends an event
   // per action; the unit's receive waits all end at its first compute's
-  // start, so they are recorded on that event (EventRecord::wait_s).
-  void execute(const Action* unit, std::size_t n, std::vector<EventRecord>& events) {
+  // start, so they are recorded on that event (EventRecord::wait_s). After
+  // the receives, the sends whose buffers this unit frees are completed
+  // (send_slots.hpp: they have arrived, so this does not wait on a peer).
+  void execute(const std::vector<Action>& actions, std::size_t at, std::size_t n, std::vector<EventRecord>& events) {
+    const Action* unit = &actions[at];
     const std::size_t first = events.size();
     for (std::size_t k = 0; k < n; ++k) {
       const Action& a = unit[k];
@@ -194,6 +198,8 @@ class StepRun {
       events.push_back(EventRecord{step_, rank_, a.kind, a.microbatch, a.chunk, 0.0, 0.0});
       events[first].wait_s += waited;
     }
+    for (const SendRelease& r : send_slots_.releases[at])
+      if (r.peer >= 0) transport_.complete_send(r.peer, {r.kind, step_, r.microbatch, r.chunk});
     for (std::size_t k = 0; k < n; ++k) compute(unit[k], events[first + k]);
     for (std::size_t k = 0; k < n; ++k) {
       const Action& a = unit[k];
@@ -352,6 +358,7 @@ class StepRun {
   RunClock& clock_;
   const ExecOptions& opt_;
   const SyncPlan& sync_;
+  const RankSendSlots& send_slots_;
   const int step_, rank_, V_;
   double t0_ = 0.0;       // the step's start on the run's clock: records are relative to it
   double wall_t0_ = 0.0;  // the same on the wall clock: the step timeout counts from it
@@ -391,7 +398,7 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
                    job.device.backend == BackendKind::sim, spec.shard_optimizer, spec.num_chunks());
     const SyncPlan sync_plan = plan_sync(plan, comm.rank(), sync ? &*sync : nullptr);
     if (!opt.dry_run)
-      for (int step = 0; step < steps; ++step) StepRun(job, plan, comm, backend, transport, opt, sync_plan, step).run(rec);
+      for (int step = 0; step < steps; ++step) StepRun(job, plan, comm, backend, transport, opt, sync_plan, spec.send_slots, step).run(rec);
   } catch (const PeerAbortedError& e) {
     rec.failure = FailureKind::error;  // replaced by the origin's kind when gathered
     rec.failure_message = e.what();

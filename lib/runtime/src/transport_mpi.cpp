@@ -43,6 +43,7 @@ int MpiTransport::tag(const BoundaryKey& key, int part) const {
 void MpiTransport::begin_step(double step_start_s) {
   step_start_s_ = step_start_s;
   headers_.clear();
+  send_requests_.clear();
 }
 
 void MpiTransport::send(int peer, const BoundaryKey& key, const Buffer& buf) {
@@ -50,6 +51,7 @@ void MpiTransport::send(int peer, const BoundaryKey& key, const Buffer& buf) {
   headers_.push_back(Header{key.step, static_cast<std::int32_t>(key.kind), key.microbatch, key.chunk,
                             buf.logical_bytes, now - step_start_s_, now});
   MPI_Request req;
+  const std::size_t first = sends_.size();
   PIPEBENCH_MPI_CHECK(MPI_Isend(&headers_.back(), sizeof(Header), MPI_BYTE, peer, tag(key, 0), comm_.comm(), &req));
   sends_.push_back(req);
   for (const auto& [offset, size] : message_parts(buf.bytes, max_part_)) {
@@ -57,6 +59,7 @@ void MpiTransport::send(int peer, const BoundaryKey& key, const Buffer& buf) {
                                   comm_.comm(), &req));
     sends_.push_back(req);
   }
+  send_requests_[tag(key, 0)] = {first, sends_.size()};
 }
 
 RecvTiming MpiTransport::recv(int peer, const BoundaryKey& key, const Buffer& buf) {
@@ -96,9 +99,18 @@ RecvTiming MpiTransport::recv(int peer, const BoundaryKey& key, const Buffer& bu
   return {end - start, end - ready};
 }
 
+void MpiTransport::complete_send(int peer, const BoundaryKey& key) {
+  const auto it = send_requests_.find(tag(key, 0));
+  if (it == send_requests_.end())
+    throw Error(fmt::format("MPI transport: no send of {}{} (chunk {}) to rank {} in step {} to complete",
+                            letter(static_cast<int>(key.kind)), key.microbatch, key.chunk, peer, key.step));
+  for (std::size_t i = it->second.first; i < it->second.second; ++i) comm_.wait(sends_[i], "a boundary send to complete");
+}
+
 void MpiTransport::complete_sends() {
   for (auto& req : sends_) comm_.wait(req, "a boundary send to complete");
   sends_.clear();
+  send_requests_.clear();
 }
 
 void MpiTransport::abandon() {
@@ -112,6 +124,7 @@ void MpiTransport::abandon() {
     }
   }
   sends_.clear();
+  send_requests_.clear();
   // A freed send may still read its header: hand the headers to a vector
   // that is deliberately never destroyed (at most one per failed run).
   if (in_flight) new std::vector<Header>(std::move(headers_));

@@ -118,6 +118,13 @@ class NcclTransport final : public Transport {
     return {end - start, end - ready};
   }
 
+  // The header's MPI send; the payload needs no wait: the executor frees a
+  // send buffer only after receiving a tensor the peer sent once its
+  // receive of this one had completed (its recv() waits for the pair's
+  // event before the peer computes anything from it), so the ncclSend has
+  // read the buffer by then.
+  void complete_send(int peer, const BoundaryKey& key) override { headers_.complete_send(peer, key); }
+
   // Every group posted (a schedule's last group may hold only sends), then
   // each pair's stream drained.
   void complete_sends() override {

@@ -64,10 +64,12 @@ void CpuBackend::build(const StageSpec& spec) {
     const bool has_prev = spec.receives(ci), has_next = spec.sends(ci);
     if (has_prev) c.recv_prev = TrackedArray<float>(memory_, MemCategory::comm, boundary, "activation receive buffer");
     if (has_next && train) c.recv_next = TrackedArray<float>(memory_, MemCategory::comm, boundary, "gradient receive buffer");
-    for (std::size_t i = 0; i < m; ++i) {
-      if (has_next) c.send_next.emplace_back(memory_, MemCategory::comm, boundary, "activation send buffer");
-      if (has_prev && train) c.send_prev.emplace_back(memory_, MemCategory::comm, boundary, "gradient send buffer");
-    }
+    if (has_next)
+      for (int i = 0; i < spec.send_pool(ActionKind::F, ci); ++i)
+        c.send_next.emplace_back(memory_, MemCategory::comm, boundary, "activation send buffer");
+    if (has_prev && train)
+      for (int i = 0; i < spec.send_pool(ActionKind::B, ci); ++i)
+        c.send_prev.emplace_back(memory_, MemCategory::comm, boundary, "gradient send buffer");
     c.slab_bytes = static_cast<std::uint64_t>(layout.activation_bytes);
     c.slabs.resize(m);
     c.stash.resize(m);
@@ -236,7 +238,7 @@ void CpuBackend::forward(int /*step*/, int mb, int chunk) {
   acquire_slab(c, mb);
   const bool embedding = c.pieces.front().kind == PieceKind::embedding;
   const float* in = embedding ? nullptr : c.recv_prev.data();
-  forward_pieces(c, mb, in, spec_.sends(chunk) ? c.send_next[static_cast<std::size_t>(mb)].data() : nullptr);
+  forward_pieces(c, mb, in, spec_.sends(chunk) ? c.send_next[spec_.send_slot(ActionKind::F, mb, chunk)].data() : nullptr);
   if (kept) {
     // Keep the chunk's input (the token ids for the embedding), drop the rest.
     const void* input = embedding ? static_cast<const void*>(act(c, mb, c.pieces.front(), 0)) : in;
@@ -447,7 +449,7 @@ void CpuBackend::backward(int /*step*/, int mb, int chunk) {
     offset -= stash_floats(p);
     float* dx = nullptr;
     if (p.kind != PieceKind::embedding) {
-      if (k == 0) dx = has_prev ? c.send_prev[static_cast<std::size_t>(mb)].data() : nullptr;
+      if (k == 0) dx = has_prev ? c.send_prev[spec_.send_slot(ActionKind::B, mb, chunk)].data() : nullptr;
       else dx = (dy == ping) ? pong : ping;
     }
     backward_piece(c, p, mb, dy, dx, pass, stash ? stash + offset : nullptr);
@@ -554,7 +556,7 @@ Buffer CpuBackend::recv_buffer(ActionKind kind, int /*mb*/, int chunk) {
 
 Buffer CpuBackend::send_buffer(ActionKind kind, int mb, int chunk) {
   Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
-  TrackedArray<float>& b = (kind == ActionKind::F ? c.send_next : c.send_prev)[static_cast<std::size_t>(mb)];
+  TrackedArray<float>& b = (kind == ActionKind::F ? c.send_next : c.send_prev).at(spec_.send_slot(kind, mb, chunk));
   return {b.data(), static_cast<std::size_t>(b.bytes()), b.bytes()};
 }
 

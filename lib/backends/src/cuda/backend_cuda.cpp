@@ -228,10 +228,12 @@ void CudaBackend::build_chunk(Chunk& c, int ci, const ModelDesc& model) {
   c.sends = spec_.sends(ci);
   if (c.receives) c.recv_prev = DeviceBuffer(memory_, MemCategory::comm, boundary, "activation receive buffer");
   if (c.sends && train) c.recv_next = DeviceBuffer(memory_, MemCategory::comm, boundary, "gradient receive buffer");
-  for (int i = 0; i < m; ++i) {
-    if (c.sends) c.send_next.emplace_back(memory_, MemCategory::comm, boundary, "activation send buffer");
-    if (c.receives && train) c.send_prev.emplace_back(memory_, MemCategory::comm, boundary, "gradient send buffer");
-  }
+  if (c.sends)
+    for (int i = 0; i < spec_.send_pool(ActionKind::F, ci); ++i)
+      c.send_next.emplace_back(memory_, MemCategory::comm, boundary, "activation send buffer");
+  if (c.receives && train)
+    for (int i = 0; i < spec_.send_pool(ActionKind::B, ci); ++i)
+      c.send_prev.emplace_back(memory_, MemCategory::comm, boundary, "gradient send buffer");
   if (!spec_.transport_uses_device_memory) {
     if (c.recv_prev.bytes()) c.host_recv_prev.emplace(boundary);
     if (c.recv_next.bytes()) c.host_recv_next.emplace(boundary);
@@ -470,7 +472,7 @@ void CudaBackend::forward(int /*step*/, int mb, int ci) {
   if (c.head()) upload_tokens(mb, targets_at(c, mb), true);
   start_action();
   const std::byte* in = c.embedding() ? nullptr : c.recv_prev.data();
-  forward_pieces(c, mb, in, c.sends ? c.send_next[static_cast<std::size_t>(mb)].data() : nullptr);
+  forward_pieces(c, mb, in, c.sends ? c.send_next[spec_.send_slot(ActionKind::F, mb, ci)].data() : nullptr);
   if (kept) copy_on_device(kept, c.embedding() ? reinterpret_cast<const std::byte*>(tokens_at(c, mb)) : in, c.kept.bytes());
   finish_action();
   if (c.head()) read_loss(mb);
@@ -575,9 +577,10 @@ Buffer CudaBackend::recv_buffer(ActionKind kind, int /*mb*/, int ci) {
 Buffer CudaBackend::send_buffer(ActionKind kind, int mb, int ci) {
   Chunk& c = chunk(ci);
   const bool fwd = kind == ActionKind::F;
-  DeviceBuffer& b = (fwd ? c.send_next : c.send_prev).at(static_cast<std::size_t>(mb));
+  const std::size_t slot = spec_.send_slot(kind, mb, ci);
+  DeviceBuffer& b = (fwd ? c.send_next : c.send_prev).at(slot);
   if (!spec_.transport_uses_device_memory) {
-    HostBuffer& hb = (fwd ? c.host_send_next : c.host_send_prev).at(static_cast<std::size_t>(mb));
+    HostBuffer& hb = (fwd ? c.host_send_next : c.host_send_prev).at(slot);
     cuda_check(cudaMemcpy(hb.data(), b.data(), b.bytes(), cudaMemcpyDeviceToHost), kWho, "staging a boundary tensor");
     return {hb.data(), hb.bytes(), hb.bytes()};
   }
@@ -590,7 +593,7 @@ void CudaBackend::hand_over(ActionKind kind, int mb, int from_chunk, int to_chun
   const bool fwd = kind == ActionKind::F;
   const Chunk& from = chunk(from_chunk);
   Chunk& to = chunk(to_chunk);
-  const DeviceBuffer& src = (fwd ? from.send_next : from.send_prev).at(static_cast<std::size_t>(mb));
+  const DeviceBuffer& src = (fwd ? from.send_next : from.send_prev).at(spec_.send_slot(kind, mb, from_chunk));
   const DeviceBuffer& dst = fwd ? to.recv_prev : to.recv_next;
   copy_on_device(dst.data(), src.data(), dst.bytes());
   (fwd ? to.staged_prev : to.staged_next) = false;

@@ -40,12 +40,12 @@ void CudaBackend::backward(int /*step*/, int mb, int ci) {
   if (c.embedding() && pass == Pass::full) upload_embedding_order(mb);
   start_action();
   if (spec_.recompute) recompute_forward(c, mb);
-  backward_pieces(c, mb, pass, stash);
+  backward_pieces(c, ci, mb, pass, stash);
   finish_action();
   if (pass == Pass::full) release_slab(c, mb);
 }
 
-void CudaBackend::backward_pieces(Chunk& c, int mb, Pass pass, std::byte* stash) {
+void CudaBackend::backward_pieces(Chunk& c, int ci, int mb, Pass pass, std::byte* stash) {
   std::byte* ping = workspace_ping();
   std::byte* pong = ping + tokens_ * job_.model.hidden * e_;
   const std::byte* dy = c.sends ? c.recv_next.data() : nullptr;  // the head starts from the loss
@@ -56,7 +56,7 @@ void CudaBackend::backward_pieces(Chunk& c, int mb, Pass pass, std::byte* stash)
     offset -= stash_elements(p);
     std::byte* dx = nullptr;
     if (p.kind != PieceKind::embedding) {
-      if (k == 0) dx = c.receives ? c.send_prev[static_cast<std::size_t>(mb)].data() : nullptr;
+      if (k == 0) dx = c.receives ? c.send_prev[spec_.send_slot(ActionKind::B, mb, ci)].data() : nullptr;
       else dx = (dy == ping) ? pong : ping;
     }
     backward_piece(c, p, mb, dy, dx, pass, stash ? stash + offset * e_ : nullptr);

@@ -70,12 +70,12 @@ class CudaBackend final : public Backend {
     bool receives = false, sends = false;  // from / to a neighbouring virtual stage
     std::int64_t grad_begin = 0, grad_count = 0;  // its fp32 gradients: elements of grads_
     DeviceBuffer recv_prev, recv_next;
-    std::vector<DeviceBuffer> send_prev, send_next;  // per micro-batch
+    std::vector<DeviceBuffer> send_prev, send_next;  // per slot (StageSpec::send_slot)
     // Host staging for a transport that moves host memory (MPI). A receive
     // buffer handed to the transport (recv_buffer) is marked staged and
     // uploaded before the action that reads it.
     std::optional<HostBuffer> host_recv_prev, host_recv_next;
-    std::vector<HostBuffer> host_send_prev, host_send_next;  // per micro-batch
+    std::vector<HostBuffer> host_send_prev, host_send_next;  // per slot
     bool staged_prev = false, staged_next = false;
     SlotPool slabs;  // activations, from F to B (to W with a split backward)
     SlotPool stash;  // split backward: output gradients from B to W (split_stash_elements)
@@ -150,7 +150,7 @@ class CudaBackend final : public Backend {
   void forward_piece(const Chunk& c, const Piece& p, int mb, const std::byte* in, std::byte* out);
   void forward_pieces(const Chunk& c, int mb, const std::byte* in, std::byte* last_out);
   void recompute_forward(Chunk& c, int mb);
-  void backward_pieces(Chunk& c, int mb, Pass pass, std::byte* stash);
+  void backward_pieces(Chunk& c, int ci, int mb, Pass pass, std::byte* stash);
   void backward_piece(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass, std::byte* st);
   void backward_gpt(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass, std::byte* st);
   // The llama block (backend_cuda_llama.cpp).

@@ -38,7 +38,8 @@ void SimBackend::build(const StageSpec& spec) {
                        static_cast<std::uint64_t>(cost.params) * static_cast<std::uint64_t>(per.grads),
                        static_cast<std::uint64_t>(cost.params) * static_cast<std::uint64_t>(per.params)});
     comm += static_cast<std::uint64_t>(
-        model.comm_bytes(spec.micro_batch_size, spec.num_microbatches, spec.receives(c), spec.sends(c), train));
+        model.comm_bytes(spec.micro_batch_size, spec.send_pool(ActionKind::B, c), spec.send_pool(ActionKind::F, c),
+                         spec.receives(c), spec.sends(c), train));
   }
   layers_ = {spec.chunks.front().first_layer, spec.chunks.back().last_layer()};
   boundary_bytes_ = static_cast<std::uint64_t>(model.boundary_bytes(spec.micro_batch_size));

@@ -26,6 +26,7 @@
 #include "pipebench/plan/partition.hpp"
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/schedule/schedule.hpp"
+#include "pipebench/schedule/send_slots.hpp"
 
 namespace pipebench {
 
@@ -74,6 +75,9 @@ struct StageSpec {
   // The transport reads and writes device memory itself (NCCL). When false,
   // a device backend hands the transport host copies of its boundary tensors.
   bool transport_uses_device_memory = false;
+  // The send buffers and their reuse (schedule/send_slots.hpp). Left empty
+  // (tests building one_chunk specs): one send buffer per micro-batch.
+  RankSendSlots send_slots;
 
   int num_chunks() const { return static_cast<int>(chunks.size()); }
   // The micro-batch of the step's data that this replica's micro-batch `mb` is.
@@ -92,6 +96,15 @@ struct StageSpec {
   // goes through the boundary buffers, copied by the executor).
   bool receives(int c) const { return chunk_stage[static_cast<std::size_t>(c)] > 0; }
   bool sends(int c) const { return chunk_stage[static_cast<std::size_t>(c)] + 1 < num_virtual_stages; }
+  // Chunk c's send buffers of activations (F) or gradients (B), and the one
+  // the send of (kind, mb, c) uses.
+  int send_pool(ActionKind kind, int c) const {
+    if (send_slots.f_pool.empty()) return num_microbatches;
+    return (kind == ActionKind::F ? send_slots.f_pool : send_slots.b_pool)[static_cast<std::size_t>(c)];
+  }
+  std::size_t send_slot(ActionKind kind, int mb, int c) const {
+    return static_cast<std::size_t>(send_slots.f_slot.empty() ? mb : send_slots.slot(kind, mb, c));
+  }
 };
 
 // A chunk's flat fp32 buffer as the data-parallel synchronisation sees it:

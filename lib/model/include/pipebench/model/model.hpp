@@ -147,14 +147,15 @@ class ModelDesc {
   // The whole model's (not a rank's: no tensor split, no vocabulary padding).
   std::int64_t total_params() const;
 
-  // Communication buffers a stage holds (the runner's design, docs/runner.md):
-  // per neighbouring stage one receive buffer, and one send buffer per
-  // micro-batch (sends complete at the end of the step). Training: a stage
-  // with a previous stage receives activations and sends gradients back; with
-  // a next stage it sends activations and receives gradients: m + 1 boundary
-  // tensors per neighbour. Inference: 1 (receive) from the previous stage,
-  // m (send) to the next.
-  std::int64_t comm_bytes(int micro_batch, int num_microbatches, bool has_prev, bool has_next, bool train) const;
+  // Communication buffers of one chunk (the runner's design, docs/runner.md,
+  // "Boundary buffers"): with a previous stage one activation receive buffer
+  // and, training, `prev_send_slots` gradient send buffers; with a next stage,
+  // training, one gradient receive buffer and `next_send_slots` activation
+  // send buffers (inference: the send buffers only). The slot counts are the
+  // schedule's (schedule/send_slots.hpp: a send buffer is reused once the
+  // rank knows its tensor arrived).
+  std::int64_t comm_bytes(int micro_batch, int prev_send_slots, int next_send_slots, bool has_prev, bool has_next,
+                          bool train) const;
 
   // The cpu backend's backward temporaries (training only), allocated once
   // per stage: tokens·(ffn_hidden + 7·hidden) + seq_len² elements (gradients

@@ -16,6 +16,7 @@
 #include "pipebench/parallel/collectives.hpp"
 #include "pipebench/plan/partition.hpp"
 #include "pipebench/schedule/schedule.hpp"
+#include "pipebench/schedule/send_slots.hpp"
 #include "pipebench/schedule/simulate.hpp"
 #include "pipebench/schedule/sync_actions.hpp"
 
@@ -68,7 +69,7 @@ struct StagePlan {
   // order and each chunk's bytes per micro-batch. Inference: one
   // micro-batch's bytes (an upper bound of the forward working set).
   std::int64_t activations_peak_bytes = 0;
-  std::int64_t comm_bytes = 0;              // boundary buffers (ModelDesc::comm_bytes)
+  std::int64_t comm_bytes = 0;              // boundary buffers (ModelDesc::comm_bytes, send_slots.hpp)
   std::int64_t workspace_bytes = 0;         // ModelDesc::workspace_bytes of the backend (sim: 0)
   std::int64_t total_bytes = 0;             // params + grads + optimizer + activations + comm + workspace
   double capacity_fraction = 0.0;           // total / memory_capacity
@@ -218,6 +219,7 @@ StageMemory plan_memory(const Job& job, const RunSpec& run, const Schedule& sche
 struct ScheduleLiveness {
   std::vector<int> peak_live;  // peak_live_activations(schedule)
   bool split = false;          // schedule.split_backward()
+  std::vector<RankSendSlots> send_pools;  // send_slot_pools(schedule): the comm buffers
   explicit ScheduleLiveness(const Schedule& schedule);
 };
 StageMemory plan_memory(const Job& job, const RunSpec& run, const Schedule& schedule, const Partition& partition,

@@ -35,6 +35,11 @@ class Transport {
   // Blocks until the tensor `key` from `peer` is in `buf`. Verifies that
   // what arrived is what was expected.
   virtual RecvTiming recv(int peer, const BoundaryKey& key, const Buffer& buf) = 0;
+  // Waits for the send of `key` to `peer` made this step, whose buffer is
+  // then free for another tensor. The executor calls it only where the rank
+  // knows the tensor arrived (schedule/send_slots.hpp), so it does not wait
+  // on the peer.
+  virtual void complete_send(int peer, const BoundaryKey& key) = 0;
   // Waits for every send of this step.
   virtual void complete_sends() = 0;
   // After a failure: drops pending sends (receives never outlive recv()).

@@ -26,6 +26,7 @@ class CheckedTransport final : public Transport {
   void begin_step(double step_start_s) override;
   void send(int peer, const BoundaryKey& key, const Buffer& buf) override;
   RecvTiming recv(int peer, const BoundaryKey& key, const Buffer& buf) override;
+  void complete_send(int peer, const BoundaryKey& key) override { inner_->complete_send(peer, key); }
   void complete_sends() override;
   void abandon() override { inner_->abandon(); }
 

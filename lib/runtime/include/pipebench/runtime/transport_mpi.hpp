@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -60,6 +61,7 @@ class MpiTransport final : public Transport {
   void begin_step(double step_start_s) override;
   void send(int peer, const BoundaryKey& key, const Buffer& buf) override;
   RecvTiming recv(int peer, const BoundaryKey& key, const Buffer& buf) override;
+  void complete_send(int peer, const BoundaryKey& key) override;
   void complete_sends() override;
   void abandon() override;
 
@@ -87,6 +89,9 @@ class MpiTransport final : public Transport {
   std::size_t max_part_;
   double step_start_s_ = 0.0;
   std::vector<MPI_Request> sends_;
+  // A send's requests in sends_ (its header's, then its parts'): [begin, end),
+  // by the send's header tag (unique in a step).
+  std::unordered_map<int, std::pair<std::size_t, std::size_t>> send_requests_;
   std::vector<Header> headers_;  // kept alive until complete_sends(); reserved so never reallocated mid-step
 };
 
