@@ -63,7 +63,8 @@ namespace {
 
 // Every action of the schedule once, unit by unit, in a random order that
 // respects the executor's dependencies (schedule.hpp). At each unit, after
-// its receives, every send it releases must already have been received.
+// its receives, every send it releases must already have been received, and
+// no send may take a slot whose tensor has not been released.
 // Returns "" or what went wrong.
 std::string random_execution(const Schedule& s, std::mt19937& rng) {
   const int p = s.num_ranks, m = s.num_microbatches, V = s.num_virtual_stages();
@@ -74,6 +75,8 @@ std::string random_execution(const Schedule& s, std::mt19937& rng) {
   // received[kind][sender v * m + mb]: the tensor the sender's action made has arrived.
   std::vector<char> got_f(done_f.size(), 0), got_b(done_f.size(), 0);
   std::vector<std::size_t> next(static_cast<std::size_t>(p), 0);
+  // The slots holding a tensor not yet released: (rank, kind, chunk, slot).
+  std::set<std::tuple<int, int, int, int>> occupied;
   const auto ready = [&](const Action& a, int r) {
     const int v = s.virtual_stage(r, a.chunk);
     switch (a.kind) {
@@ -112,6 +115,7 @@ std::string random_execution(const Schedule& s, std::mt19937& rng) {
       if (!arrived)
         return "rank " + std::to_string(r) + " frees the buffer of " + to_string(Action(rel.kind, rel.microbatch, rel.chunk)) +
                " at " + to_string(list[k]) + " before it arrived";
+      occupied.erase({r, static_cast<int>(rel.kind), rel.chunk, slots[static_cast<std::size_t>(r)].slot(rel.kind, rel.microbatch, rel.chunk)});
     }
     for (std::size_t i = k; i < k + n; ++i) {
       const Action& a = list[i];
@@ -125,6 +129,9 @@ std::string random_execution(const Schedule& s, std::mt19937& rng) {
       const int slot = mine.slot(a.kind, a.microbatch, a.chunk);
       const int pool = (a.kind == ActionKind::F ? mine.f_pool : mine.b_pool)[static_cast<std::size_t>(a.chunk)];
       if (slot < 0 || slot >= pool) return "rank " + std::to_string(r) + ": " + to_string(a) + " has no slot in its pool";
+      if (!occupied.insert({r, static_cast<int>(a.kind), a.chunk, slot}).second)
+        return "rank " + std::to_string(r) + ": " + to_string(a) + " sends from slot " + std::to_string(slot) +
+               ", which still holds an unreleased tensor";
     }
     next[static_cast<std::size_t>(r)] = k + n;
   }
