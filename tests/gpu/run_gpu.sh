@@ -14,8 +14,10 @@
 #                  of two chunks per pair)
 #   np4_nccl       4 ranks on 4 GPUs with NCCL, 1F1B and eager 1F1B on 4 stages: the grouped
 #                  transfers of the middle ranks (skipped with fewer than 4 GPUs)
-#   np4_nccl_dp    2 stages x 2 replicas on 4 GPUs: each pipeline its own NCCL communicator, the
-#                  gradients host-staged over MPI (skipped with fewer than 4 GPUs)
+#   np2_nccl_dp    2 replicas of one stage on 2 GPUs: the gradients all-reduced over the data
+#                  group's NCCL communicator in device memory (skipped with fewer than 2 GPUs)
+#   np4_nccl_dp    2 stages x 2 replicas on 4 GPUs: each pipeline its own NCCL communicator, each
+#                  stage's data group its own, the reduction overlapped (skipped with fewer than 4 GPUs)
 #   refuse_shared  2 ranks made to share GPU 0 with NCCL: exit 7 and a message that says how to launch
 # Exits 77 (skipped) when no usable GPU is visible.
 set -uo pipefail
@@ -62,6 +64,10 @@ case $mode in
     need_gpus 2 "the nccl transport"
     exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" "$outdir" 0 --run single --run interleaved \
       --run zb_h1 --run zb_v --run recompute -- RUNS=5 LOSS_REL=1e-4 ;;
+  np2_nccl_dp)
+    need_gpus 2 "2 replicas reducing over NCCL"
+    exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" "$outdir" 0 --run single --run dp2 -- \
+      RUNS=2 LOSS_REL=1e-4 ;;
   np4_nccl_dp)
     need_gpus 4 "2 stages x 2 replicas over NCCL"
     exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 4 "$job" "$outdir" 0 --run single --run pp2_dp2_overlap -- \

@@ -79,6 +79,18 @@ GpuBinding bind_gpus(MPI_Comm world) {
   return b;
 }
 
+bool run_uses_nccl(const RunSpec& run, TransportKind transport) {
+  if (transport != TransportKind::nccl) return false;
+  return run.pipeline_size > 1 || (run.data_parallel > 1 && run.mode == RunMode::train);
+}
+
+int ranks_needing_own_gpu(const JobPlan& plan, TransportKind transport, int world_size) {
+  int widest = 0;
+  for (const RunPlan& rp : plan.runs)
+    if (rp.run.ranks() <= world_size && run_uses_nccl(rp.run, transport)) widest = std::max(widest, rp.run.ranks());
+  return widest;
+}
+
 void require_one_gpu_per_rank(const GpuBinding& b, int ranks) {
   for (int i = 0; i < ranks; ++i)
     for (int j = i + 1; j < ranks; ++j) {
@@ -86,8 +98,8 @@ void require_one_gpu_per_rank(const GpuBinding& b, int ranks) {
       if (b.hosts[ui] != b.hosts[uj] || b.gpus[ui].uuid != b.gpus[uj].uuid) continue;
       throw DeviceUnavailableError(fmt::format(
           "ranks {} and {} on {} share GPU {} ({}, {}) and the nccl transport needs one GPU per rank: launch one rank "
-          "per GPU (srun --gpus-per-task=1, or mpirun -np <GPUs per node> per node), or move boundary tensors "
-          "through host memory with --set device.transport=mpi",
+          "per GPU (srun --gpus-per-task=1, or mpirun -np <GPUs per node> per node), or move boundary tensors and "
+          "gradients through host memory with --set device.transport=mpi",
           i, j, b.hosts[ui], b.gpus[ui].ordinal, b.gpus[ui].name, b.gpus[ui].uuid));
     }
 }

@@ -10,6 +10,7 @@
 
 #include "pipebench/core/clock.hpp"
 #include "pipebench/core/error.hpp"
+#include "pipebench/runtime/data_group_nccl.hpp"
 #include "pipebench/runtime/grad_sync.hpp"
 #include "pipebench/schedule/send_slots.hpp"
 
@@ -380,9 +381,15 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
   rec.memory_capacity_bytes = backend.memory().capacity();  // cuda: min(memory_capacity, the device)
   const int steps = job.train.warmup + job.train.repeats;
   std::optional<GradientSync> sync;
+  std::unique_ptr<DeviceAllReduce> data_group_nccl;
   try {
     StageSpec spec = stage_spec(plan, comm.rank(), comm.replica(), opt.transport_uses_device_memory, comm.tensor_rank());
     spec.tensor_link = parallel::tensor_group_link(job.device, plan.run, comm.run_rank());
+    const bool replicated = comm.replicas() > 1 && plan.run.mode == RunMode::train;
+    spec.gradients_in_device_memory = replicated && opt.data_group_nccl;
+    // Before the build, which may fail on one rank (out of memory) while its
+    // replicas would wait in NCCL's initialisation, which polls nothing.
+    if (spec.gradients_in_device_memory) data_group_nccl = make_nccl_all_reduce(comm);
     const int first = spec.chunks.front().first_layer, last = spec.chunks.back().last_layer();
     backend.build(spec);
     const auto built = backend.built_layers();
@@ -392,10 +399,10 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
     if (built.first != first || built.second != last)
       throw Error(fmt::format("rank {} built layers {}-{} but the plan gives it {}-{}", comm.rank(), built.first,
                               built.second, first, last));
-    if (comm.replicas() > 1 && plan.run.mode == RunMode::train)
+    if (replicated)
       sync.emplace(comm, backend, backend.clock(), job.device,
                    parallel::data_group_link(job.device, plan.run, comm.run_rank()),
-                   job.device.backend == BackendKind::sim, spec.shard_optimizer, spec.num_chunks());
+                   job.device.backend == BackendKind::sim, spec.shard_optimizer, spec.num_chunks(), data_group_nccl.get());
     const SyncPlan sync_plan = plan_sync(plan, comm.rank(), sync ? &*sync : nullptr);
     if (!opt.dry_run)
       for (int step = 0; step < steps; ++step) StepRun(job, plan, comm, backend, transport, opt, sync_plan, spec.send_slots, step).run(rec);

@@ -12,9 +12,11 @@ namespace pipebench {
 
 GradientSync::GradientSync(RunComm& comm, Backend& backend, RunClock& clock, const DeviceSpec& device,
                            parallel::Link link, bool modelled,
-                           bool sharded, int chunks)
-    : comm_(comm), backend_(backend), clock_(clock), sim_load_(device.sim_load), link_(link), modelled_(modelled),
-      sharded_(sharded) {
+                           bool sharded, int chunks, DeviceAllReduce* on_device)
+    : comm_(comm), backend_(backend), device_(on_device), clock_(clock), sim_load_(device.sim_load), link_(link),
+      modelled_(modelled), sharded_(sharded) {
+  if (device_ && (modelled_ || sharded_))
+    throw ConfigError("the gradient synchronisation reduces over NCCL only the plain (unsharded) gradients of a device");
   if (!sharded_ || modelled_) return;
   // Where each chunk starts in the rank's concatenated parameters (parallel/shards.hpp).
   std::int64_t base = 0;
@@ -76,6 +78,10 @@ void GradientSync::launch(int chunk) {
     b.kind = kind;
     b.logical_bytes = static_cast<std::uint64_t>(n) * sizeof(float);
     b.data = g.data + off;
+    if (device_) {
+      device_->post(b.data, static_cast<std::size_t>(n));
+      continue;
+    }
     if (!sharded_) {
       PIPEBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, b.data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_.data(), &b.req));
       continue;
@@ -96,6 +102,11 @@ void GradientSync::progress() {
 }
 
 void GradientSync::abandon() {
+  if (device_) {
+    device_->abandon();  // NCCL: the communicator aborted, its kernels end; nothing more writes the gradients
+    buckets_.clear();
+    return;
+  }
   bool pending = false;
   for (Bucket& b : buckets_) {
     if (b.req == MPI_REQUEST_NULL) continue;
@@ -113,6 +124,7 @@ double GradientSync::wait_all(const char* what) {
   const double start = clock_.now();
   parallel::LinkChain chain;  // modelled: the buckets one after another on the link, into the step
   const int q = comm_.replica();
+  if (device_ && !buckets_.empty()) comm_.wait_for([&] { return device_->done(); }, what);
   for (Bucket& b : buckets_) {
     if (b.req != MPI_REQUEST_NULL) comm_.wait(b.req, what);
     if (modelled_) {

@@ -348,12 +348,10 @@ GpuBinding bind_devices(const Job& job, const JobPlan& plan, TransportKind trans
     return gpus;
   }
   gpus = bind_gpus(MPI_COMM_WORLD);
-  if (transport_kind == TransportKind::nccl) {
-    int widest = 1;
-    for (const RunPlan& rp : plan.runs)
-      if (rp.run.pipeline_size <= world_size) widest = std::max(widest, rp.run.pipeline_size);
-    require_one_gpu_per_rank(gpus, widest);
-  }
+  // Every rank of a run that uses NCCL: its pipelines and its data groups
+  // are NCCL communicators (counting only the stages let two replicas'
+  // pipelines share a GPU, which NCCL refuses at its initialisation).
+  require_one_gpu_per_rank(gpus, ranks_needing_own_gpu(plan, transport_kind, world_size));
   return gpus;
 }
 
@@ -505,10 +503,11 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
   auto backend = make_backend(job, ctx.world_rank);
   MpiTensorGroup tensor_group(rc);
   if (rp.run.tensor_parallel > 1) backend->set_tensor_group(&tensor_group);
-  const bool nccl = ctx.transport_kind == TransportKind::nccl && p > 1;
-  const std::unique_ptr<Transport> transport = make_transport(job, rp, rc, backend->clock(), nccl);
+  const bool nccl = run_uses_nccl(rp.run, ctx.transport_kind), nccl_transport = nccl && p > 1;
+  const std::unique_ptr<Transport> transport = make_transport(job, rp, rc, backend->clock(), nccl_transport);
   ExecOptions eo;
-  eo.transport_uses_device_memory = nccl;
+  eo.transport_uses_device_memory = nccl_transport;
+  eo.data_group_nccl = nccl && rp.run.data_parallel > 1 && rp.run.mode == RunMode::train;
   eo.dry_run = ctx.options.dry_run;
   eo.fault = ctx.fault;
   const int total_steps = job.train.warmup + job.train.repeats;

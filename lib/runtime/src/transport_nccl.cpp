@@ -15,17 +15,13 @@
 #include "pipebench/core/clock.hpp"
 #include "pipebench/runtime/transport_mpi.hpp"
 #include "pipebench/schedule/p2p_groups.hpp"
+#include "nccl_check.hpp"
 
 namespace pipebench {
 
 namespace {
 
 constexpr const char* kWho = "nccl transport";
-
-void nccl_check(ncclResult_t rc, const char* what) {
-  if (rc != ncclSuccess && rc != ncclInProgress)
-    throw Error(fmt::format("NCCL {}: {} ({})", what, ncclGetErrorString(rc), static_cast<int>(rc)));
-}
 
 // One neighbour pair: a two-rank communicator (0 = the lower rank) and its
 // stream, on which the pair's groups run in order.

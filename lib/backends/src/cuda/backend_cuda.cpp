@@ -174,7 +174,9 @@ void CudaBackend::build(const StageSpec& spec) {
     if (spec.shard_optimizer)
       throw ConfigError("cuda backend: optimizer_sharding = \"zero1\" is not executed on the cuda backend yet "
                         "(docs/cuda-backend.md); plain data parallelism is");
-    for (const Chunk& c : chunks_) host_grads_.emplace_back(static_cast<std::size_t>(c.grad_count) * 4);
+    sync_grads_ = true;
+    if (!spec.gradients_in_device_memory)
+      for (const Chunk& c : chunks_) host_grads_.emplace_back(static_cast<std::size_t>(c.grad_count) * 4);
   }
   const int m = spec.num_microbatches;
   for (int ci = 0; ci < spec.num_chunks(); ++ci) {
@@ -527,11 +529,17 @@ void CudaBackend::optimizer_step(int /*step*/, double grad_scale) {
   note_device_memory();
 }
 
-// The chunk's gradients, final once its last backward was queued: copied to
-// its host staging after the stream's work so far (so after that backward).
+// The chunk's gradients, final once its last backward was queued: after the
+// stream's work so far (so after that backward), in place on the device for
+// NCCL, or copied to the chunk's host staging.
 FlatRegion CudaBackend::gradients(int ci) {
-  if (host_grads_.empty()) return Backend::gradients(ci);  // no replicas: throws
+  if (!sync_grads_) return Backend::gradients(ci);  // no replicas: throws
   const Chunk& c = chunk(ci);
+  if (host_grads_.empty()) {
+    cuda_check(cudaStreamSynchronize(stream_), kWho, "the gradients for the data-parallel reduction");
+    return {reinterpret_cast<float*>(grads_.data()) + c.grad_begin, static_cast<std::size_t>(c.grad_count),
+            static_cast<std::uint64_t>(c.grad_count) * 4};
+  }
   HostBuffer& h = host_grads_.at(static_cast<std::size_t>(ci));
   cuda_check(cudaMemcpyAsync(h.data(), reinterpret_cast<float*>(grads_.data()) + c.grad_begin, h.bytes(),
                              cudaMemcpyDeviceToHost, stream_),

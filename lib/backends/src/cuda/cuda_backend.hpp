@@ -41,9 +41,10 @@ class CudaBackend final : public Backend {
   double loss(int microbatch) const override { return loss_[static_cast<std::size_t>(microbatch)]; }
   void grad_sq_norm_by_piece(std::vector<double>& per_piece) const override;
   void optimizer_step(int step, double grad_scale) override;
-  // Data parallelism, host-staged (docs/cuda-backend.md): the chunk's fp32
-  // gradients copied to pinned host memory for the MPI collective, and the
-  // sums copied back before the gradient norm.
+  // Data parallelism (docs/cuda-backend.md): the chunk's fp32 gradients in
+  // place on the device for NCCL (spec.gradients_in_device_memory), or
+  // host-staged — copied to pinned host memory for the MPI collective, and
+  // the sums copied back before the gradient norm.
   FlatRegion gradients(int chunk) override;
   void gradients_synchronised() override;
   void abandon_gradients() override;
@@ -189,8 +190,10 @@ class CudaBackend final : public Backend {
   double grad_unscale_ = 1.0;
   DeviceBuffer params_, grads_, master_, adam_m_, adam_v_, workspace_;
   DeviceBuffer rope_;  // llama: the rotary table, fp32 (cpu::rope_table), counted as workspace
-  // Data parallelism: each chunk's gradients in pinned host memory (not
+  // Data parallelism: whether gradients() hands them out (replicas,
+  // training); host-staged, each chunk's gradients in pinned host memory (not
   // device memory: outside the tracker), and the chunks handed out this step.
+  bool sync_grads_ = false;
   std::vector<HostBuffer> host_grads_;
   std::vector<int> staged_grads_;
   std::vector<double> loss_;

@@ -75,6 +75,11 @@ struct StageSpec {
   // The transport reads and writes device memory itself (NCCL). When false,
   // a device backend hands the transport host copies of its boundary tensors.
   bool transport_uses_device_memory = false;
+  // The data-parallel synchronisation reads and writes device memory itself
+  // (NCCL over the data group, runtime/data_group_nccl.hpp): gradients()
+  // hands out the device's own buffer. When false, a device backend hands
+  // it host copies (pinned staging, summed over MPI).
+  bool gradients_in_device_memory = false;
   // The send buffers and their reuse (schedule/send_slots.hpp). Left empty
   // (tests building one_chunk specs): one send buffer per micro-batch.
   RankSendSlots send_slots;
@@ -109,7 +114,8 @@ struct StageSpec {
 
 // A chunk's flat fp32 buffer as the data-parallel synchronisation sees it:
 // its accumulated gradients (summed over the replicas in place), or with
-// ZeRO-1 its parameters (all-gathered): `count` elements at `data`; `data`
+// ZeRO-1 its parameters (all-gathered): `count` elements at `data` (host
+// memory; device memory where StageSpec::gradients_in_device_memory); `data`
 // null and `count` 0 where the backend models them (sim). `logical_bytes`:
 // their size in the model's dtype for it, what a collective moves.
 struct FlatRegion {

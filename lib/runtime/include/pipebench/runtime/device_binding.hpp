@@ -11,6 +11,8 @@
 #include <mpi.h>
 
 #include "pipebench/backends/cuda_device.hpp"
+#include "pipebench/core/job.hpp"
+#include "pipebench/plan/plan.hpp"
 
 namespace pipebench {
 
@@ -24,6 +26,17 @@ struct GpuBinding {
 // rank's choice. When any rank cannot use a GPU, every rank throws the same
 // DeviceUnavailableError (naming the first such rank and why).
 GpuBinding bind_gpus(MPI_Comm world);
+
+// Whether `run` (of a job whose resolved transport is `transport`) puts
+// device memory into NCCL communicators: its pipeline's transfers (more
+// than one stage) or its data-parallel group's gradient reduction
+// (training replicas, runtime/data_group_nccl.hpp).
+bool run_uses_nccl(const RunSpec& run, TransportKind transport);
+
+// World ranks [0, n) must each have a GPU of their own, n the most ranks of
+// any run of `plan` that uses NCCL and fits in `world_size` ranks (every
+// run uses world ranks 0 .. its ranks() - 1): 0 when none does.
+int ranks_needing_own_gpu(const JobPlan& plan, TransportKind transport, int world_size);
 
 // Throws DeviceUnavailableError when two of world ranks [0, ranks) use one GPU
 // (same host and UUID): NCCL cannot put one device in a communicator twice.

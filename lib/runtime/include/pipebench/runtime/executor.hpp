@@ -54,6 +54,9 @@ struct StepProgress {
 struct ExecOptions {
   bool dry_run = false;  // build and check only
   bool transport_uses_device_memory = false;  // StageSpec::transport_uses_device_memory
+  // Training with replicas: the data group reduces over NCCL on device
+  // memory (StageSpec::gradients_in_device_memory, runtime/data_group_nccl.hpp).
+  bool data_group_nccl = false;
   FaultInjection fault;
   std::function<void(const StepProgress&)> on_step;  // called on run rank 0
   // Set on every rank of the run, or on none (a collective): after every

@@ -14,6 +14,12 @@
 // run's clock — the same instant on every replica, on the wall clock (slept)
 // or the virtual one; the planner's plan_grad_sync, to the second.
 //
+// A backend whose gradients are in device memory with one GPU per rank
+// (cuda with the nccl transport, StageSpec::gradients_in_device_memory)
+// hands them to `device` instead (runtime/data_group_nccl.hpp): the same
+// buckets, each an ncclAllReduce in place, completed when the group's stream
+// has run them (polled like every other wait).
+//
 // ZeRO-1 (optimizer_sharding = "zero1", `sharded`): each bucket is
 // reduce-scattered instead (MPI_Ireduce_scatter in place, each replica's sum
 // moved to its shard's place; parallel/shards.hpp), the backend steps its
@@ -36,6 +42,7 @@
 #include "pipebench/core/clock.hpp"
 #include "pipebench/parallel/collectives.hpp"
 #include "pipebench/parallel/shards.hpp"
+#include "pipebench/runtime/data_group_nccl.hpp"
 #include "pipebench/runtime/mpi_comm.hpp"
 
 namespace pipebench {
@@ -45,8 +52,10 @@ class GradientSync {
   // `modelled`: the backend holds no gradients (sim); `link` (the data
   // group's, parallel::data_group_link) then times the buckets, × the
   // device's sim_load. `sharded`: ZeRO-1 over the rank's `chunks` chunks.
+  // `on_device` (not owned; null: MPI on host memory): the NCCL group the
+  // buckets are reduced by; not with `modelled` or `sharded`.
   GradientSync(RunComm& comm, Backend& backend, RunClock& clock, const DeviceSpec& device, parallel::Link link,
-               bool modelled, bool sharded = false, int chunks = 1);
+               bool modelled, bool sharded = false, int chunks = 1, DeviceAllReduce* on_device = nullptr);
 
   // Per step, before the first launch: the step's start on the run's clock.
   void begin_step(double t0);
@@ -63,7 +72,8 @@ class GradientSync {
   // After a failure: collectives still pending cannot be cancelled and may
   // yet write into their buffers, so those buffers are never freed: the
   // buckets (a modelled one's launch time) and the backend's gradients
-  // (Backend::abandon_gradients).
+  // (Backend::abandon_gradients). Over NCCL the communicator is aborted
+  // instead (its kernels end).
   void abandon();
 
   // Of the step: from the first launch to the last bucket's end, and the
@@ -87,6 +97,7 @@ class GradientSync {
   double wait_all(const char* what);
   RunComm& comm_;
   Backend& backend_;
+  DeviceAllReduce* device_ = nullptr;
   RunClock& clock_;
   double sim_load_ = 1.0;
   parallel::Link link_;

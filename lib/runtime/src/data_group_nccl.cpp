@@ -1,0 +1,80 @@
+#include "pipebench/runtime/data_group_nccl.hpp"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include "pipebench/backends/cuda_check.hpp"
+#include "nccl_check.hpp"
+
+namespace pipebench {
+
+namespace {
+
+constexpr const char* kWho = "nccl data-parallel group";
+
+class NcclAllReduce final : public DeviceAllReduce {
+ public:
+  explicit NcclAllReduce(RunComm& comm) {
+    ncclUniqueId id{};
+    if (comm.replica() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    PIPEBENCH_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm.data()));
+    nccl_check(ncclCommInitRank(&comm_, comm.replicas(), id, comm.replica()), "ncclCommInitRank (data-parallel group)");
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), kWho, "cudaStreamCreate");
+    cuda_check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), kWho, "cudaEventCreate");
+  }
+
+  ~NcclAllReduce() override { release(false); }
+
+  // The gradients are final when posted: the backend's gradients() has
+  // synchronised its stream after the chunk's last backward.
+  void post(float* data, std::size_t count) override {
+    nccl_check(ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce");
+    cuda_check(cudaEventRecord(done_, stream_), kWho, "cudaEventRecord");
+    posted_ = true;
+  }
+
+  bool done() override {
+    if (!posted_) return true;
+    const cudaError_t rc = cudaEventQuery(done_);
+    if (rc == cudaSuccess) return true;
+    if (rc != cudaErrorNotReady) cuda_check(rc, kWho, "a gradient all-reduce");
+    ncclResult_t state = ncclSuccess;
+    nccl_check(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
+    if (state != ncclSuccess && state != ncclInProgress)
+      throw Error(fmt::format("NCCL reported an asynchronous error during the gradient all-reduce of the "
+                              "data-parallel group: {}",
+                              ncclGetErrorString(state)));
+    return false;
+  }
+
+  void abandon() override { release(true); }
+
+ private:
+  void release(bool abort) {
+    if (comm_) {
+      if (abort) ncclCommAbort(comm_);
+      else {
+        cudaStreamSynchronize(stream_);
+        ncclCommDestroy(comm_);
+      }
+    }
+    comm_ = nullptr;
+    if (done_) cudaEventDestroy(done_);
+    done_ = nullptr;
+    if (stream_) cudaStreamDestroy(stream_);
+    stream_ = nullptr;
+    posted_ = false;
+  }
+
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t done_ = nullptr;  // after the latest posted reduction (the stream runs them in order)
+  bool posted_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceAllReduce> make_nccl_all_reduce(RunComm& comm) { return std::make_unique<NcclAllReduce>(comm); }
+
+}  // namespace pipebench
