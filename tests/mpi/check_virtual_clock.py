@@ -24,6 +24,8 @@ overrides), the planner's cost-weighted simulation:
     all-reduce time and its exposed part equal the plan's for its stage
     (relative 1e-3), and the plan's reductions end where the closed form
     max_k (t_k + sum_{j>=k} s_j) says (launch t_k, ring time s_k alone);
+    the recorded `node` of each rank puts a stage's data group on more than
+    one node exactly where the plan reduces it over the inter-node link;
   * with tensor ranks, every rank (stage s, tensor rank i) has stage s's
     busy time, and its time in tensor-parallel collectives per step is the
     plan's per micro-batch (`tensor_comm`) times the micro-batches.
@@ -65,6 +67,22 @@ def check_grad_sync(name, r, counted, stage, planned):
               f"planned {want.min():.6f}..{want.max():.6f} s")
         if not np.allclose(got, np.broadcast_to(want, got.shape), rtol=1e-3, atol=1e-9):
             problems.append(f"{name}: {key} per rank {got[0].tolist()} != planned {want.tolist()}")
+    return problems
+
+
+def check_nodes(name, r, stage, planned):
+    """The recorded node of each rank (the modelled machine's, on sim): a stage's data group spans
+    nodes exactly where the plan reduced it over the inter-node link."""
+    if "node" not in r:
+        return [f"{name}: no per-rank node dataset"]
+    node = np.asarray(r["node"])
+    problems = []
+    for s, g in enumerate(planned):
+        spans = len(set(node[stage == s].tolist())) > 1
+        if spans != bool(g["inter_node"]):
+            problems.append(f"{name}: stage {s}'s ranks are on nodes {sorted(set(node[stage == s].tolist()))} but "
+                            f"the plan says inter_node {g['inter_node']}")
+    print(f"{name:16s} nodes: {node.tolist()}")
     return problems
 
 
@@ -141,6 +159,7 @@ def main():
                 problems.append(f"{name}: step times {step.tolist()} != the planned iteration {sim['iteration_s']}")
             if d > 1:
                 problems += check_grad_sync(name, r, counted, stage, sim["grad_sync"])
+                problems += check_nodes(name, r, stage, sim["grad_sync"])
             if name in tensor:
                 problems += check_tensor_comm(name, r, counted, stage, tensor[name])
             if np.ptp(step) > 1e-9 * step.max():

@@ -378,3 +378,19 @@ TEST_CASE("rolling_mean: trailing means, fewer values at the start", "[metrics]"
   CHECK(rolling_mean({2, 4, 6, 8, 10, 12}, 3) == std::vector<double>{2, 3, 4, 6, 8, 10});
   CHECK(rolling_mean({1, 2}, 5) == std::vector<double>{1, 1.5});
 }
+
+// The node each rank ran on (issue 36): on sim the modelled machine's
+// (device.ranks_per_node, the links' choice), whatever hosts the launch had;
+// on cpu the real hosts, numbered in rank order.
+TEST_CASE("rank_nodes: the modelled node on sim, the real host elsewhere", "[metrics]") {
+  Job job = parse_job(kJob, "m.toml");
+  RunSpec run = job.runs[1];
+  run.data_parallel = 3;  // 6 ranks
+  const std::vector<std::string> hosts{"b", "b", "a", "a", "b", "c"};
+  job.device.ranks_per_node = 4;
+  CHECK(rank_nodes(job, plan_run(job, run), hosts) == std::vector<int>{0, 0, 0, 0, 1, 1});
+  job.device.ranks_per_node = 0;  // unset: the run on one node
+  CHECK(rank_nodes(job, plan_run(job, run), hosts) == std::vector<int>{0, 0, 0, 0, 0, 0});
+  job.device.backend = BackendKind::cpu;
+  CHECK(rank_nodes(job, plan_run(job, run), hosts) == std::vector<int>{0, 0, 1, 1, 0, 2});
+}

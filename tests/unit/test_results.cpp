@@ -530,3 +530,25 @@ TEST_CASE("default results path: results/<job>/[<label>/]<stamp>-<id>.h5", "[res
         "results/default/20261129T104001Z-123.h5");
   CHECK(default_results_path("out", "j", "nightly", "20261129T104001Z", "9") == "out/j/nightly/20261129T104001Z-9.h5");
 }
+
+// The rank grid's node per rank (issue 36): written with the coordinates,
+// read back, and a node outside the run's ranks is a damaged file.
+TEST_CASE("results: each rank's node round trips; one outside the run is a damaged file", "[results]") {
+  const fs::path dir = temp_dir();
+  JobResult jr = sample();
+  RunResult& r = jr.runs[0];
+  r.spec.pipeline_size = 1;
+  r.spec.data_parallel = 2;  // the two records are replicas 0 and 1 of one stage
+  r.layers_per_stage = {4};
+  r.stage_layers = {{0, 3}, {0, 3}};
+  r.pipeline_rank = {0, 0};
+  r.data_rank = {0, 1};
+  r.tensor_rank = {0, 0};
+  r.node = {0, 1};
+  const std::string path = write_results((dir / "r.h5").string(), jr);
+  CHECK(read_results(path).runs.at(0).node == std::vector<int>{0, 1});
+  r.node = {0, 2};
+  const std::string damaged = write_results((dir / "d.h5").string(), jr);
+  CHECK_THROWS_WITH(read_results(damaged), Catch::Contains("rank 1 is on node 2, outside the run's 2 ranks"));
+  fs::remove_all(dir);
+}

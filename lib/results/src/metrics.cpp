@@ -10,6 +10,7 @@
 
 #include "pipebench/core/units.hpp"
 #include "pipebench/parallel/collectives.hpp"
+#include "pipebench/parallel/rank_grid.hpp"
 #include "pipebench/results/robust_stats.hpp"
 #include "pipebench/core/workload_identity.hpp"
 
@@ -400,11 +401,28 @@ RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<Ra
   return assemble_run(job, plan, ranks, digest, std::move(events));
 }
 
+std::vector<int> rank_nodes(const Job& job, const RunPlan& plan, const std::vector<std::string>& hosts) {
+  std::vector<int> node;
+  if (job.device.backend == BackendKind::sim) {
+    const parallel::RankGrid grid = parallel::run_grid(plan.run, job.device);
+    for (std::size_t i = 0; i < hosts.size(); ++i) node.push_back(grid.node(static_cast<int>(i)));
+    return node;
+  }
+  std::vector<std::string> seen;
+  for (const std::string& h : hosts) {
+    const auto at = std::find(seen.begin(), seen.end(), h);
+    node.push_back(static_cast<int>(at - seen.begin()));
+    if (at == seen.end()) seen.push_back(h);
+  }
+  return node;
+}
+
 RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<RankRecord>& ranks,
                        const EventDigest& digest, std::vector<EventRecord> events) {
   RunResult r = base_result(job, plan);
   add_failure(r, ranks);
   add_rank_figures(r, ranks);
+  if (plan.run.data_parallel > 1 || plan.run.tensor_parallel > 1) r.node = rank_nodes(job, plan, r.hostnames);
   r.events = std::move(events);
   const std::size_t steps = add_step_figures(r, job, plan, ranks);
   if (plan.run.mode == RunMode::inference && steps > 0) r.microbatch_latency_s = digest.microbatch_latency(steps);

@@ -272,6 +272,10 @@ void check_shapes(const RunResult& r) {
                                     r.peak_live_activations.size(), r.stage_layers.size(),
                                     r.pipeline_rank.size(), r.data_rank.size(), r.tensor_rank.size()};
   if (!r.grad_sync_bytes.empty()) per_rank.push_back(r.grad_sync_bytes.size());
+  if (!r.node.empty()) per_rank.push_back(r.node.size());
+  for (std::size_t i = 0; i < r.node.size(); ++i)
+    if (r.node[i] < 0 || static_cast<std::size_t>(r.node[i]) >= r.node.size())
+      throw bad(fmt::format("rank {} is on node {}, outside the run's {} ranks", i, r.node[i], r.node.size()));
   for (std::size_t i = 0; i < r.pipeline_rank.size() && i < r.data_rank.size(); ++i)
     if (r.pipeline_rank[i] < 0 || r.pipeline_rank[i] >= p || r.data_rank[i] < 0 || r.data_rank[i] >= r.spec.data_parallel)
       throw bad(fmt::format("rank {} is stage {} of replica {}, outside {} stages x {} replicas", i, r.pipeline_rank[i],
@@ -308,6 +312,7 @@ void read_rank_grid(hid_t g, RunResult& r) {
       r.data_rank.push_back(0);
     }
   }
+  if (has("node")) r.node = read_dataset<int>(g, "node");
   if (has("tensor_rank")) r.tensor_rank = read_dataset<int>(g, "tensor_rank");
   else r.tensor_rank.assign(r.pipeline_rank.size(), 0);
   if (has("tensor_comm_s")) r.tensor_comm_s = read_dataset_2d<double>(g, "tensor_comm_s");

@@ -306,6 +306,7 @@ void write_rank_grid(hid_t g, const RunResult& r, std::size_t P) {
   if (r.spec.data_parallel > 1 || r.spec.tensor_parallel > 1) {
     dataset_1d(g, "pipeline_rank", r.pipeline_rank);
     dataset_1d(g, "data_rank", r.data_rank);
+    if (!r.node.empty()) dataset_1d(g, "node", r.node);
   }
   if (r.spec.data_parallel <= 1) return;
   if (!r.grad_sync_bytes.empty()) dataset_1d(g, "grad_sync_bytes", r.grad_sync_bytes);

@@ -96,6 +96,12 @@ SimCosts measured_costs(const Schedule& s, const std::vector<EventRecord>& event
 
 // Builds the RunResult of one executed (possibly failed) run. `ranks` holds
 // one record per run rank, in rank order; their events are the run's.
+// The node of each run rank: on the sim backend the modelled machine's
+// (parallel::run_grid: device.ranks_per_node ranks per node), by which its
+// links were chosen; on the cpu and cuda backends the real one, the ranks'
+// distinct `hosts` numbered in rank order.
+std::vector<int> rank_nodes(const Job& job, const RunPlan& plan, const std::vector<std::string>& hosts);
+
 RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<RankRecord>& ranks);
 // The same with the run's events digested apart from the records (whose own
 // events are then ignored): `events` is what the result keeps (moved in;

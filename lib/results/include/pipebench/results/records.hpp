@@ -135,6 +135,9 @@ struct RunResult {
   // and tensor rank (parallel/rank_grid.hpp); files without replicas or
   // tensor ranks: i, 0 and 0.
   std::vector<int> pipeline_rank, data_rank, tensor_rank;
+  // [ranks]: the node each rank ran on (rank_nodes in metrics.hpp); empty in
+  // files without replicas or tensor ranks, and in older files.
+  std::vector<int> node;
   std::vector<std::uint64_t> grad_sync_bytes;  // [ranks] reduced per step by its group; empty without replicas
   // The record of run rank (stage `stage`, replica 0, tensor rank 0); stage itself when absent.
   std::size_t rank_index(int stage) const;
