@@ -1,7 +1,6 @@
 #include "pipebench/runtime/data_group_nccl.hpp"
 
 #include <cuda_runtime.h>
-#include <fmt/format.h>
 #include <nccl.h>
 
 #include "pipebench/backends/cuda_check.hpp"
@@ -36,16 +35,9 @@ class NcclAllReduce final : public DeviceAllReduce {
 
   bool done() override {
     if (!posted_) return true;
-    const cudaError_t rc = cudaEventQuery(done_);
-    if (rc == cudaSuccess) return true;
-    if (rc != cudaErrorNotReady) cuda_check(rc, kWho, "a gradient all-reduce");
-    ncclResult_t state = ncclSuccess;
-    nccl_check(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
-    if (state != ncclSuccess && state != ncclInProgress)
-      throw Error(fmt::format("NCCL reported an asynchronous error during the gradient all-reduce of the "
-                              "data-parallel group: {}",
-                              ncclGetErrorString(state)));
-    return false;
+    if (!nccl_event_passed(done_, comm_, "the gradient all-reduce of the data-parallel group")) return false;
+    cuda_check(cudaEventQuery(done_), kWho, "a gradient all-reduce");
+    return true;
   }
 
   void abandon() override { release(true); }

@@ -170,15 +170,7 @@ class NcclTransport final : public Transport {
   // Whether the pair's event has passed; an asynchronous NCCL error (a peer
   // gone, a network failure) ends the wait as an error, after which
   // abandon() aborts the communicators, instead of a wait until the timeout.
-  static bool pair_done(const Pair& pr, const char* what) {
-    if (cudaEventQuery(pr.done) != cudaErrorNotReady) return true;
-    ncclResult_t state = ncclSuccess;
-    nccl_check(ncclCommGetAsyncError(pr.comm, &state), "ncclCommGetAsyncError");
-    if (state != ncclSuccess && state != ncclInProgress)
-      throw Error(fmt::format("NCCL reported an asynchronous error while waiting for {}: {}", what,
-                              ncclGetErrorString(state)));
-    return false;
-  }
+  static bool pair_done(const Pair& pr, const char* what) { return nccl_event_passed(pr.done, pr.comm, what); }
 
   void release(bool abort) {
     for (auto& [peer, pr] : pairs_) {
