@@ -2,6 +2,9 @@
 // same workload, with exact quantities only (never times):
 //   verify_results FILE JOB.toml WORLD [RUN=STATUS[:KIND]]... [RUNS=N] [EXACT_LOSS]
 //                  [LOSS0=RUN:OTHER]... [SAME_LOSS=RUN:OTHER]... [LOSS_FALLS=RUN:RATIO] [LOSS_REL=X]
+//                  [SET=KEY=VALUE]...
+// SET: the job as `pipebench run --set KEY=VALUE` ran it (the plan checked
+// against is that job's: another backend's memory, another vocabulary).
 // For every run: its status (default: ok, or skipped when it needs more than
 // WORLD ranks) and failure kind; for ok runs, every rank's events are exactly
 // its schedule's actions, step after step; peak activation bytes are the
@@ -194,14 +197,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   const JobResult jr = read_results(argv[1]);
-  const Job job = load_job(argv[2]);
+  std::vector<std::string> overrides;
+  for (int i = 4; i < argc; ++i)
+    if (std::string(argv[i]).rfind("SET=", 0) == 0) overrides.emplace_back(argv[i] + 4);
+  const Job job = load_job(argv[2], overrides);
   const int world = std::stoi(argv[3]);
   std::map<std::string, std::string> expected;
   for (int i = 4; i < argc; ++i) {
     const std::string a = argv[i];
     const auto eq = a.find('=');
     if (eq == std::string::npos) expected[a] = "";
-    else if (a.rfind("LOSS", 0) != 0) expected[a.substr(0, eq)] = a.substr(eq + 1);
+    else if (a.rfind("LOSS", 0) != 0 && a.rfind("SET=", 0) != 0) expected[a.substr(0, eq)] = a.substr(eq + 1);
   }
   std::size_t runs_expected = job.runs.size();  // all, unless RUNS=N (a --run selection)
   if (expected.count("RUNS")) runs_expected = std::stoul(expected["RUNS"]);

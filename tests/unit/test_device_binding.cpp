@@ -1,6 +1,7 @@
 // Which ranks must each have a GPU of their own (runtime/device_binding.hpp):
 // every rank of a cuda run that puts device memory into an NCCL communicator
-// — its pipelines (the nccl transport) and its data-parallel groups (the
+// — its pipelines (the nccl transport), its tensor groups (the layers'
+// sums, runtime/tensor_group_nccl.hpp) and its data-parallel groups (the
 // gradient all-reduce over NCCL, runtime/data_group_nccl.hpp). The check once
 // counted pipeline stages only, so a 2-stage x 2-replica run on 2 GPUs passed
 // it with each replica's pipeline on one GPU, which NCCL refuses.
@@ -73,6 +74,14 @@ TEST_CASE("device binding: a run uses NCCL for its pipeline or, training, for it
   RunSpec inference = job.runs[1];
   inference.mode = RunMode::inference;  // replicas, but no gradients to reduce
   CHECK_FALSE(run_uses_nccl(inference, TransportKind::nccl));
+  // One stage split over 2 tensor ranks: the layers' sums go over NCCL, in
+  // inference too (runtime/tensor_group_nccl.hpp).
+  RunSpec tensor = job.runs[0];
+  tensor.tensor_parallel = 2;
+  CHECK(run_uses_nccl(tensor, TransportKind::nccl));
+  tensor.mode = RunMode::inference;
+  CHECK(run_uses_nccl(tensor, TransportKind::nccl));
+  CHECK_FALSE(run_uses_nccl(tensor, TransportKind::mpi));
 }
 
 TEST_CASE("device binding: every rank of the widest NCCL run that fits needs its own GPU", "[device_binding]") {

@@ -244,7 +244,7 @@ std::int64_t ModelDesc::rope_table_bytes() const {
 // Per token, the backward's temporaries both real backends allocate: gpt
 // dgelu [f], dh, dx2, q/k/v [3h], two ping-pong gradients [h] (f + 7h);
 // llama du [f], dW1|dW3 [2f], dnorm, dx2, dattn [h], dqkv [h + 2kv], two
-// ping-pong gradients [h] (3f + 6h + 2kv). Tensor-parallel (cpu): f, the
+// ping-pong gradients [h] (3f + 6h + 2kv). Tensor-parallel: f, the
 // attention's h and kv are the rank's 1/t (gpt f/t + 4h + 3h/t, llama
 // 3f/t + 4h + 2h/t + 2kv/t).
 static I backward_temporaries_per_token(const ModelSpec& m, int t) {
@@ -274,14 +274,22 @@ std::int64_t ModelDesc::cpu_workspace_bytes(int b, bool train) const {
   return bytes.value();
 }
 
+// The cuda backend's (cuda_backend.hpp, "Workspace layout"): the norm
+// slots, fp32 token losses, the embedding's token order (train), the rotary
+// table; tensor-parallel (also in inference) an fp32 [T, h] buffer for the
+// group's sums and the cross-entropy's three fp32 statistics per token.
 std::int64_t ModelDesc::cuda_workspace_bytes(int b, bool train) const {
-  const I s = spec_.seq_len, a = spec_.heads;
+  const int t = split_.degree;
+  const I s = spec_.seq_len, at = spec_.heads / t;
   const I tokens = I(b) * s;
-  // ... with one s x s score matrix per head.
-  const I temporaries =
-      train ? I(dtype_bytes(dtype_)) * (tokens * backward_temporaries_per_token(spec_, 1) + a * s * s) : I(0);
-  return (temporaries + I(rope_table_bytes()) + I(4) * tokens + (train ? I(cuda_embedding_order_bytes(b)) : I(0)) +
-          kCudaNormSlotsBytes)
+  const I e = dtype_bytes(dtype_);
+  // ... the temporaries with one s x s score matrix per head of the rank and,
+  // with selective recomputation, the probabilities of the micro-batch's.
+  I temporaries = train ? e * (tokens * backward_temporaries_per_token(spec_, t) + at * s * s) : I(0);
+  if (train && split_.selective_recompute) temporaries = temporaries + e * I(b) * at * s * s;
+  const I tensor = t > 1 ? I(4) * tokens * spec_.hidden + I(12) * tokens : I(0);
+  return (temporaries + tensor + I(rope_table_bytes()) + I(4) * tokens +
+          (train ? I(cuda_embedding_order_bytes(b)) : I(0)) + kCudaNormSlotsBytes)
       .value();
 }
 

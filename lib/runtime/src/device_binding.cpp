@@ -81,7 +81,7 @@ GpuBinding bind_gpus(MPI_Comm world) {
 
 bool run_uses_nccl(const RunSpec& run, TransportKind transport) {
   if (transport != TransportKind::nccl) return false;
-  return run.pipeline_size > 1 || (run.data_parallel > 1 && run.mode == RunMode::train);
+  return run.pipeline_size > 1 || run.tensor_parallel > 1 || (run.data_parallel > 1 && run.mode == RunMode::train);
 }
 
 int ranks_needing_own_gpu(const JobPlan& plan, TransportKind transport, int world_size) {

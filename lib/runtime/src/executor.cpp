@@ -12,6 +12,7 @@
 #include "pipebench/core/error.hpp"
 #include "pipebench/runtime/data_group_nccl.hpp"
 #include "pipebench/runtime/grad_sync.hpp"
+#include "pipebench/runtime/tensor_group_nccl.hpp"
 #include "pipebench/schedule/send_slots.hpp"
 
 namespace pipebench {
@@ -382,6 +383,7 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
   const int steps = job.train.warmup + job.train.repeats;
   std::optional<GradientSync> sync;
   std::unique_ptr<DeviceAllReduce> data_group_nccl;
+  std::unique_ptr<NcclTensorGroup> tensor_group_nccl;
   try {
     StageSpec spec = stage_spec(plan, comm.rank(), comm.replica(), opt.transport_uses_device_memory, comm.tensor_rank());
     spec.tensor_link = parallel::tensor_group_link(job.device, plan.run, comm.run_rank());
@@ -390,6 +392,10 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
     // Before the build, which may fail on one rank (out of memory) while its
     // replicas would wait in NCCL's initialisation, which polls nothing.
     if (spec.gradients_in_device_memory) data_group_nccl = make_nccl_all_reduce(comm);
+    if (opt.tensor_group_nccl && comm.tensor_size() > 1) {
+      tensor_group_nccl = make_nccl_tensor_group(comm);
+      backend.set_device_tensor_group(tensor_group_nccl.get());
+    }
     const int first = spec.chunks.front().first_layer, last = spec.chunks.back().last_layer();
     backend.build(spec);
     const auto built = backend.built_layers();
@@ -411,12 +417,14 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
     rec.failure_message = e.what();
     transport.abandon();
     if (sync) sync->abandon();
+    if (tensor_group_nccl) tensor_group_nccl->abandon();
   } catch (const std::exception& e) {
     rec.failure = classify(e);
     rec.failure_is_origin = true;
     rec.failure_message = e.what();
     transport.abandon();
     if (sync) sync->abandon();
+    if (tensor_group_nccl) tensor_group_nccl->abandon();
     comm.notify_abort();
   }
   if (rec.failure != FailureKind::none) comm.keep_groups();
@@ -428,6 +436,7 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
   rec.peak_live_activations = backend.peak_live_activations();
   rec.device_used_before_bytes = backend.device_used_before_bytes();
   rec.device_used_peak_bytes = backend.device_used_peak_bytes();
+  backend.set_device_tensor_group(nullptr);  // the group ends with this run
   return rec;
 }
 

@@ -508,6 +508,7 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
   ExecOptions eo;
   eo.transport_uses_device_memory = nccl_transport;
   eo.data_group_nccl = nccl && rp.run.data_parallel > 1 && rp.run.mode == RunMode::train;
+  eo.tensor_group_nccl = nccl && rp.run.tensor_parallel > 1;
   eo.dry_run = ctx.options.dry_run;
   eo.fault = ctx.fault;
   const int total_steps = job.train.warmup + job.train.repeats;

@@ -94,20 +94,23 @@ namespace {
 
 // The fp32 norm statistics and the head's int32 targets sit among fp16/bf16
 // activations in the slab: each must be 4-byte aligned.
-void check_slab_alignment(const std::vector<PieceLayout>& pieces, const ModelSpec& ms, std::int64_t tokens, DType dt) {
+// Tensor-parallel: the rank's widths (t = tensor_parallel).
+void check_slab_alignment(const std::vector<PieceLayout>& pieces, const ModelSpec& ms, std::int64_t tokens, DType dt,
+                          int t) {
   const int e = dtype_bytes(dt);
   const bool rms = ms.kind == ModelKind::llama;
-  const std::int64_t kv = std::int64_t{ms.kv_heads} * (ms.hidden / ms.heads);
+  const std::int64_t kv = std::int64_t{ms.kv_heads / t} * (ms.hidden / ms.heads), ht = ms.hidden / t;
+  const std::int64_t ft = ms.ffn_hidden / t, vocab = padded_vocab(ms, t) / t;
   for (const PieceLayout& p : pieces) {
     std::vector<std::pair<const char*, std::int64_t>> at;
     if (p.kind == PieceKind::gpt) {
-      const GptActs a(tokens, ms.hidden, ms.ffn_hidden, e);
+      const GptActs a(tokens, ms.hidden, ft, e, ht);
       at = {{"LayerNorm statistics", a.mean1}, {"LayerNorm statistics", a.mean2}};
     } else if (p.kind == PieceKind::llama) {
-      const LlamaActs a(tokens, ms.hidden, kv, ms.ffn_hidden, e);
+      const LlamaActs a(tokens, ms.hidden, kv, ft, e, ht);
       at = {{"RMSNorm statistics", a.rrms1}, {"RMSNorm statistics", a.rrms2}};
     } else if (p.kind == PieceKind::head) {
-      const HeadActs a(tokens, ms.hidden, ms.vocab, e, rms);
+      const HeadActs a(tokens, ms.hidden, vocab, e, rms);
       at = {{rms ? "RMSNorm statistics" : "LayerNorm statistics", a.mean}, {"targets", a.targets}};
     }
     for (const auto& [what, elements] : at)
@@ -123,11 +126,12 @@ void check_slab_alignment(const std::vector<PieceLayout>& pieces, const ModelSpe
 void CudaBackend::build(const StageSpec& spec) {
   // The runner skips these runs with the reason (core/job.hpp not_executed); a
   // caller that builds one anyway must not get the unsplit model's figures.
-  if (spec.tensor.degree > 1 || spec.tensor.selective_recompute)
-    throw ConfigError("cuda backend: tensor parallelism and selective recomputation are not executed yet");
+  if (spec.tensor.sequence_parallel)
+    throw ConfigError("cuda backend: sequence parallelism is not executed yet");
   spec_ = spec;
   dt_ = spec.dtype;
   e_ = dtype_bytes(dt_);
+  set_tensor_widths(spec);
   // bf16/fp16 GEMMs on tensor cores, but their reductions in fp32, as the
   // docs promise: cuBLAS's default would allow reduced-precision reductions.
   if (dt_ != DType::fp32)
@@ -135,7 +139,7 @@ void CudaBackend::build(const StageSpec& spec) {
                                                                       CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
                  "cublasSetMathMode");
   const ModelSpec& ms = job_.model;
-  const ModelDesc model(ms, dt_);
+  const ModelDesc model(ms, dt_, spec.tensor);
   const int b = spec.micro_batch_size;
   tokens_ = std::int64_t{b} * ms.seq_len;
   const bool train = spec.mode == RunMode::train;
@@ -146,8 +150,9 @@ void CudaBackend::build(const StageSpec& spec) {
   std::vector<std::int64_t> slab_bytes;
   num_params_ = 0;
   for (int ci = 0; ci < spec.num_chunks(); ++ci) {
-    const StageLayout layout = stage_layout(ms, dt_, spec.chunks[static_cast<std::size_t>(ci)], b, "cuda");
-    check_slab_alignment(layout.pieces, ms, tokens_, dt_);
+    const StageLayout layout =
+        stage_layout(ms, dt_, spec.chunks[static_cast<std::size_t>(ci)], b, "cuda", spec.tensor, spec.tensor_rank);
+    check_slab_alignment(layout.pieces, ms, tokens_, dt_, tp_);
     Chunk& c = chunk(ci);
     c.pieces = layout.pieces;
     for (Piece& p : c.pieces)
@@ -198,6 +203,9 @@ void CudaBackend::build(const StageSpec& spec) {
   }
   loss_.assign(static_cast<std::size_t>(m), 0.0);
   host_losses_.assign(static_cast<std::size_t>(tokens_), 0.0f);
+  // The host-staged sums' copy: a [T,h] sum, the cross-entropy's 2T.
+  if (tp_ > 1 && !device_tensor_)
+    tp_host_.emplace(static_cast<std::size_t>(std::max(tokens_ * ms.hidden, 2 * tokens_)) * sizeof(float));
 
   // Initial weights: the cpu backend's values (seed, piece, tensor, element),
   // rounded to the storage dtype; the fp32 master keeps them exactly.
@@ -217,6 +225,22 @@ void CudaBackend::build(const StageSpec& spec) {
                      kWho, "uploading master weights");
       }
   cuda_check(cudaDeviceSynchronize(), kWho, "build");
+}
+
+// The rank's share of the layers (cuda_backend.hpp, "Tensor parallelism").
+void CudaBackend::set_tensor_widths(const StageSpec& spec) {
+  const ModelSpec& ms = job_.model;
+  tp_ = std::max(1, spec.tensor.degree);
+  if (tp_ > 1 && (!tensor_ || tensor_->size() != tp_ || tensor_->rank() != spec.tensor_rank))
+    throw Error(fmt::format("cuda backend: tensor_parallel = {} needs its tensor group (set_tensor_group) before build", tp_));
+  ht_ = ms.hidden / tp_;
+  ft_ = ms.ffn_hidden / tp_;
+  at_ = ms.heads / tp_;
+  kvheads_t_ = ms.kv_heads / tp_;
+  kvt_ = std::int64_t{kvheads_t_} * (ms.hidden / ms.heads);
+  vocab_local_ = padded_vocab(ms, tp_) / tp_;
+  vocab_first_ = static_cast<int>(spec.tensor_rank * vocab_local_);
+  vocab_valid_ = static_cast<int>(std::clamp<std::int64_t>(ms.vocab - vocab_first_, 0, vocab_local_));
 }
 
 // Chunk ci's boundary buffers (ModelDesc::comm_bytes: one receive buffer per
@@ -323,19 +347,22 @@ void CudaBackend::upload_staged(Chunk& c, ActionKind kind) {
 // The embedding backward's segments (kernels.hpp EmbeddingOrder): the
 // micro-batch's positions sorted by (token id, position), the start of each
 // token's run and its id, uploaded to the workspace before the backward.
+// Tensor-parallel: the positions of the rank's vocabulary rows only, the
+// segments' rows counted from its first.
 void CudaBackend::upload_embedding_order(int mb) {
   std::vector<std::int32_t> tok, tgt;
   synthetic_batch(job_.model, step_, spec_.data_microbatch(mb), spec_.micro_batch_size, tok, tgt);
-  const auto T = static_cast<std::int32_t>(tok.size());
-  std::vector<std::int32_t> ints(static_cast<std::size_t>(3 * T + 1));
+  std::vector<std::int32_t> ints(3 * tok.size() + 1);
   std::int32_t* order = ints.data();
-  for (std::int32_t i = 0; i < T; ++i) order[i] = i;
+  std::int32_t T = 0;
+  for (std::size_t i = 0; i < tok.size(); ++i)
+    if (tok[i] >= vocab_first_ && tok[i] - vocab_first_ < vocab_local_) order[T++] = static_cast<std::int32_t>(i);
   std::stable_sort(order, order + T, [&](std::int32_t x, std::int32_t y) { return tok[x] < tok[y]; });
   std::vector<std::int32_t> seg, seg_token;
   for (std::int32_t k = 0; k < T; ++k)
     if (k == 0 || tok[order[k]] != tok[order[k - 1]]) {
       seg.push_back(k);
-      seg_token.push_back(tok[order[k]]);
+      seg_token.push_back(tok[order[k]] - vocab_first_);
     }
   const auto U = static_cast<std::int32_t>(seg_token.size());
   seg.push_back(T);
@@ -360,9 +387,12 @@ void CudaBackend::read_loss(int mb) {
   loss_[static_cast<std::size_t>(mb)] = sum / static_cast<double>(tokens_);
 }
 
+// Tensor-parallel: the rank's heads and columns (widths ht_, ft_, its
+// vocabulary part); row-parallel outputs through row_parallel_out.
 void CudaBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const std::byte* in, std::byte* out) {
   const ModelSpec& ms = job_.model;
-  const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, V = ms.vocab;
+  const int T = static_cast<int>(tokens_), h = ms.hidden, f = static_cast<int>(ft_), s = ms.seq_len;
+  const int ht = static_cast<int>(ht_), V = static_cast<int>(vocab_local_);
   const int B = spec_.micro_batch_size;
   const std::uint64_t Th_bytes = static_cast<std::uint64_t>(tokens_ * h * e_);
   auto A = [&](std::int64_t elements) { return act(c, mb, p, elements); };
@@ -376,33 +406,32 @@ void CudaBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const st
     case PieceKind::embedding: {
       const auto* tokens = reinterpret_cast<const std::int32_t*>(A(0));  // uploaded (or recomputation's kept copy)
       const void* wpe = p.tensors.size() > 1 ? w(p, 1) : nullptr;      // llama: no position table
-      gpu::embedding_forward(dt_, tokens, w(p, 0), wpe, out, T, s, h, stream_);
+      embedding_out(tokens, w(p, 0), wpe, out);
       break;
     }
     case PieceKind::gpt: {
-      const GptActs a(T, h, f, static_cast<int>(e_));
+      const GptActs a(T, h, f, static_cast<int>(e_), ht);
       std::byte* x = A(a.x);
       gpu::layernorm_forward(dt_, x, w(p, 0), w(p, 1), A(a.ln1), S(a.mean1), S(a.rstd1), T, h, stream_);
-      linear_forward(A(a.ln1), w(p, 2), w(p, 3), A(a.qkv), T, h, 3 * h, false);
-      // Attention, per sequence: scores = Q·Kᵀ/√d for all heads at once, causal softmax, out = P·V.
-      const gemm::Attention at(s, h, ms.heads);
+      linear_forward(A(a.ln1), w(p, 2), w(p, 3), A(a.qkv), T, h, 3 * ht, false);
+      // Attention, per sequence: scores = Q·Kᵀ/√d for all the rank's heads at once, causal softmax, out = P·V.
+      const gemm::Attention at(s, ht, at_);
+      std::byte* probs = attention_probs(c, mb, p, a.probs);
       for (int bi = 0; bi < B; ++bi) {
-        const std::byte* q = A(a.qkv + std::int64_t{bi} * s * 3 * h);
-        gemm(at.scores(), q, q + h * e_, A(a.probs + bi * at.heads * at.ss()));
+        const std::byte* q = A(a.qkv + std::int64_t{bi} * s * 3 * ht);
+        gemm(at.scores(), q, q + ht * e_, probs + bi * at.heads * at.ss() * e_);
       }
-      gpu::causal_softmax(dt_, A(a.probs), s, std::int64_t{B} * at.heads, stream_);
+      gpu::causal_softmax(dt_, probs, s, std::int64_t{B} * at.heads, stream_);
       for (int bi = 0; bi < B; ++bi) {
-        const std::byte* q = A(a.qkv + std::int64_t{bi} * s * 3 * h);
-        gemm(at.values(), A(a.probs + bi * at.heads * at.ss()), q + 2 * h * e_, A(a.attn + std::int64_t{bi} * s * h));
+        const std::byte* q = A(a.qkv + std::int64_t{bi} * s * 3 * ht);
+        gemm(at.values(), probs + bi * at.heads * at.ss() * e_, q + 2 * ht * e_, A(a.attn + std::int64_t{bi} * s * ht));
       }
       std::byte* x2 = A(a.x2);
-      copy_on_device(x2, x, Th_bytes);
-      linear_forward(A(a.attn), w(p, 4), w(p, 5), x2, T, h, h, true);
+      row_parallel_out(A(a.attn), w(p, 4), w(p, 5), x, x2, ht);
       gpu::layernorm_forward(dt_, x2, w(p, 6), w(p, 7), A(a.ln2), S(a.mean2), S(a.rstd2), T, h, stream_);
       linear_forward(A(a.ln2), w(p, 8), w(p, 9), A(a.pre), T, h, f, false);
       gpu::gelu_forward(dt_, A(a.pre), A(a.gelu), std::int64_t{T} * f, stream_);
-      copy_on_device(out, x2, Th_bytes);
-      linear_forward(A(a.gelu), w(p, 10), w(p, 11), out, T, f, h, true);
+      row_parallel_out(A(a.gelu), w(p, 10), w(p, 11), x2, out, f);
       break;
     }
     case PieceKind::mlp: {
@@ -411,8 +440,7 @@ void CudaBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const st
       std::byte* gl = A(std::int64_t{T} * h + std::int64_t{T} * f);
       linear_forward(x, w(p, 0), w(p, 1), pre, T, h, f, false);
       gpu::gelu_forward(dt_, pre, gl, std::int64_t{T} * f, stream_);
-      copy_on_device(out, x, Th_bytes);
-      linear_forward(gl, w(p, 2), w(p, 3), out, T, f, h, true);
+      row_parallel_out(gl, w(p, 2), w(p, 3), x, out, f);
       break;
     }
     case PieceKind::head: {
@@ -423,8 +451,7 @@ void CudaBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const st
         gpu::layernorm_forward(dt_, A(a.x), w(p, 0), w(p, 1), A(a.ln), S(a.mean), S(a.rstd), T, h, stream_);
       std::byte* probs = A(a.probs);
       linear_forward(A(a.ln), w(p, llama() ? 1 : 2), nullptr, probs, T, h, V, false);
-      const auto* targets = reinterpret_cast<const std::int32_t*>(A(a.targets));  // uploaded
-      gpu::softmax_crossentropy_forward(dt_, probs, targets, token_losses(), T, V, stream_);  // read_loss()
+      head_loss(probs, reinterpret_cast<const std::int32_t*>(A(a.targets)));  // targets uploaded; read_loss()
       break;
     }
   }
@@ -453,8 +480,11 @@ void CudaBackend::release_slab(Chunk& c, int mb) {
 
 void CudaBackend::start_action() { cuda_check(cudaEventRecord(ev_start_, stream_), kWho, "cudaEventRecord"); }
 
+// With NCCL tensor collectives in the action, a peer that is gone would
+// hold them (and the event) forever: the group's wait polls for it.
 void CudaBackend::finish_action() {
   cuda_check(cudaEventRecord(ev_end_, stream_), kWho, "cudaEventRecord");
+  if (device_tensor_) device_tensor_->wait(ev_end_, "an action's tensor-parallel collectives");
   cuda_check(cudaEventSynchronize(ev_end_), kWho, "an action on the device");
   float ms = 0.0f;
   cuda_check(cudaEventElapsedTime(&ms, ev_start_, ev_end_), kWho, "cudaEventElapsedTime");
@@ -485,21 +515,27 @@ void CudaBackend::forward(int /*step*/, int mb, int ci) {
   if (spec_.mode == RunMode::inference) release_slab(c, mb);
 }
 
+// Tensor-parallel: each piece's sum over the group, a tensor every rank
+// holds whole (`shared`) counted on the lead rank only.
 void CudaBackend::grad_sq_norm_by_piece(std::vector<double>& per_piece) const {
   double* partials = norm_partials();
   std::vector<double> host(gpu::kSumSquaresSlots);
+  std::vector<double> mine(per_piece.size(), 0.0);
   for (const Chunk& c : chunks_)
     for (const Piece& p : c.pieces) {
       cuda_check(cudaMemsetAsync(partials, 0, sizeof(double) * host.size(), stream_), kWho, "memset");
       for (std::size_t t = 0; t < p.tensors.size(); ++t)
-        gpu::sum_squares_accumulate(g(p, t), p.tensors[t].size, partials, stream_);
+        if (!p.tensors[t].shared || spec_.tensor_rank == 0)
+          gpu::sum_squares_accumulate(g(p, t), p.tensors[t].size, partials, stream_);
       cuda_check(cudaMemcpyAsync(host.data(), partials, sizeof(double) * host.size(), cudaMemcpyDeviceToHost, stream_),
                  kWho, "reading gradient norms");
       cuda_check(cudaStreamSynchronize(stream_), kWho, "reading gradient norms");
       double sum = 0.0;
       for (double x : host) sum += x;
-      per_piece.at(static_cast<std::size_t>(p.id)) += sum * grad_unscale_ * grad_unscale_;
+      mine.at(static_cast<std::size_t>(p.id)) += sum * grad_unscale_ * grad_unscale_;
     }
+  if (tp_ > 1) tensor_->sum(mine.data(), static_cast<std::int64_t>(mine.size()));
+  for (std::size_t i = 0; i < mine.size(); ++i) per_piece[i] += mine[i];
 }
 
 void CudaBackend::note_device_memory() const {

@@ -103,13 +103,18 @@ void CudaBackend::backward_piece(const Chunk& c, const Piece& p, int mb, const s
   }
 }
 
+// Tensor-parallel: as the cpu backend's backward_gpt — qkv, proj's input,
+// fc1 and fc2's input are the rank's columns; the input gradients at ln2's
+// and ln1's outputs are sums over the group (column_input_grad, in B; W has
+// no collective).
 void CudaBackend::backward_gpt(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass,
                                std::byte* st) {
   const ModelSpec& ms = job_.model;
-  const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len;
-  const std::int64_t Th = std::int64_t{T} * h, Tf = std::int64_t{T} * f;
+  const int T = static_cast<int>(tokens_), h = ms.hidden, f = static_cast<int>(ft_), s = ms.seq_len;
+  const int ht = static_cast<int>(ht_);
+  const std::int64_t Th = std::int64_t{T} * h, Tf = std::int64_t{T} * f, Tht = std::int64_t{T} * ht;
   const auto Th_bytes = static_cast<std::uint64_t>(Th * e_);
-  const GptActs a(T, h, f, static_cast<int>(e_));
+  const GptActs a(T, h, f, static_cast<int>(e_), ht);
   auto A = [&](std::int64_t elements) { return act(c, mb, p, elements); };
   auto S = [&](std::int64_t elements) { return stat(c, mb, p, elements); };
   // Output gradients: in the stash (split) or the temporaries (dgelu, dh,
@@ -122,15 +127,15 @@ void CudaBackend::backward_gpt(const Chunk& c, const Piece& p, int mb, const std
   std::byte* d_ln2 = split ? at(st, Th + Tf) : at(ws, Tf);
   std::byte* d_proj = split ? at(st, 2 * Th + Tf) : at(ws, Tf + Th);
   std::byte* d_qkv = split ? at(st, 3 * Th + Tf) : at(ws, Tf + 2 * Th);
-  std::byte* d_ln1 = split ? at(st, 6 * Th + Tf) : at(ws, Tf);
+  std::byte* d_ln1 = split ? at(st, 3 * Th + Tf + 3 * Tht) : at(ws, Tf);
   std::byte* d_attn = at(ws, Tf);  // no weights: never stashed
   std::byte* scratch = score_scratch();
   if (pass == Pass::weight) {
     linear_backward_weight(A(a.gelu), d_fc2, g(p, 10), g(p, 11), T, f, h);
     linear_backward_weight(A(a.ln2), d_fc1, g(p, 8), g(p, 9), T, h, f);
     gpu::layernorm_backward_weight(dt_, d_ln2, A(a.x2), S(a.mean2), S(a.rstd2), g(p, 6), g(p, 7), T, h, stream_);
-    linear_backward_weight(A(a.attn), d_proj, g(p, 4), g(p, 5), T, h, h);
-    linear_backward_weight(A(a.ln1), d_qkv, g(p, 2), g(p, 3), T, h, 3 * h);
+    linear_backward_weight(A(a.attn), d_proj, g(p, 4), g(p, 5), T, ht, h);
+    linear_backward_weight(A(a.ln1), d_qkv, g(p, 2), g(p, 3), T, h, 3 * ht);
     gpu::layernorm_backward_weight(dt_, d_ln1, A(a.x), S(a.mean1), S(a.rstd1), g(p, 0), g(p, 1), T, h, stream_);
     return;
   }
@@ -139,30 +144,32 @@ void CudaBackend::backward_gpt(const Chunk& c, const Piece& p, int mb, const std
   linear_backward_input(w(p, 10), d_fc2, d_fc1, T, f, h, false);
   gpu::gelu_backward(dt_, A(a.pre), d_fc1, d_fc1, Tf, stream_);
   if (full) linear_backward_weight(A(a.ln2), d_fc1, g(p, 8), g(p, 9), T, h, f);
-  linear_backward_input(w(p, 8), d_fc1, d_ln2, T, h, f, false);
+  column_input_grad(w(p, 8), d_fc1, d_ln2, f, false);
   copy_on_device(d_proj, dy, Th_bytes);
   if (full) gpu::layernorm_backward_weight(dt_, d_ln2, A(a.x2), S(a.mean2), S(a.rstd2), g(p, 6), g(p, 7), T, h, stream_);
   gpu::layernorm_backward_input(dt_, d_ln2, A(a.x2), w(p, 6), S(a.mean2), S(a.rstd2), d_proj, T, h, stream_);
-  if (full) linear_backward_weight(A(a.attn), d_proj, g(p, 4), g(p, 5), T, h, h);
-  linear_backward_input(w(p, 4), d_proj, d_attn, T, h, h, false);
-  // Attention backward per sequence, all heads at once (cpu_kernels attention_backward).
-  const gemm::Attention att(s, h, ms.heads);
+  if (full) linear_backward_weight(A(a.attn), d_proj, g(p, 4), g(p, 5), T, ht, h);
+  linear_backward_input(w(p, 4), d_proj, d_attn, T, ht, h, false);
+  // Attention backward per sequence, all the rank's heads at once (cpu_kernels attention_backward).
+  if (selective()) attention_probs_again(A(a.qkv));
+  const std::byte* probs = attention_probs(c, mb, p, a.probs);
+  const gemm::Attention att(s, ht, at_);
   for (int bi = 0; bi < spec_.micro_batch_size; ++bi) {
-    const std::int64_t base = std::int64_t{bi} * s * 3 * h;
+    const std::int64_t base = std::int64_t{bi} * s * 3 * ht;
     const std::byte* q = A(a.qkv + base);
-    const std::byte* k = q + h * e_;
-    const std::byte* v = q + 2 * h * e_;
+    const std::byte* k = q + ht * e_;
+    const std::byte* v = q + 2 * ht * e_;
     std::byte* dq = at(d_qkv, base);
-    const std::byte* P = A(a.probs + bi * att.heads * att.ss());
-    const std::byte* dO = at(d_attn, std::int64_t{bi} * s * h);
-    gemm(att.dv(), P, dO, dq + 2 * h * e_);
+    const std::byte* P = probs + bi * att.heads * att.ss() * e_;
+    const std::byte* dO = at(d_attn, std::int64_t{bi} * s * ht);
+    gemm(att.dv(), P, dO, dq + 2 * ht * e_);
     gemm(att.dp(), dO, v, scratch);
     gpu::causal_softmax_backward(dt_, P, scratch, s, att.heads, stream_);
     gemm(att.dq(), scratch, k, dq);
-    gemm(att.dk(), scratch, q, dq + h * e_);
+    gemm(att.dk(), scratch, q, dq + ht * e_);
   }
-  if (full) linear_backward_weight(A(a.ln1), d_qkv, g(p, 2), g(p, 3), T, h, 3 * h);
-  linear_backward_input(w(p, 2), d_qkv, d_ln1, T, h, 3 * h, false);
+  if (full) linear_backward_weight(A(a.ln1), d_qkv, g(p, 2), g(p, 3), T, h, 3 * ht);
+  column_input_grad(w(p, 2), d_qkv, d_ln1, 3 * ht, false);
   copy_on_device(dx, d_proj, Th_bytes);
   if (full) gpu::layernorm_backward_weight(dt_, d_ln1, A(a.x), S(a.mean1), S(a.rstd1), g(p, 0), g(p, 1), T, h, stream_);
   gpu::layernorm_backward_input(dt_, d_ln1, A(a.x), w(p, 0), S(a.mean1), S(a.rstd1), dx, T, h, stream_);
@@ -170,7 +177,7 @@ void CudaBackend::backward_gpt(const Chunk& c, const Piece& p, int mb, const std
 
 void CudaBackend::backward_mlp(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass,
                                std::byte* st) {
-  const int T = static_cast<int>(tokens_), h = job_.model.hidden, f = job_.model.ffn_hidden;
+  const int T = static_cast<int>(tokens_), h = job_.model.hidden, f = static_cast<int>(ft_);
   const std::int64_t Th = std::int64_t{T} * h;
   const std::byte* x = act(c, mb, p, 0);
   const std::byte* pre = act(c, mb, p, Th);
@@ -189,11 +196,11 @@ void CudaBackend::backward_mlp(const Chunk& c, const Piece& p, int mb, const std
   gpu::gelu_backward(dt_, pre, d_fc1, d_fc1, std::int64_t{T} * f, stream_);
   copy_on_device(dx, dy, static_cast<std::uint64_t>(Th * e_));
   if (!split) linear_backward_weight(x, d_fc1, g(p, 0), g(p, 1), T, h, f);
-  linear_backward_input(w(p, 0), d_fc1, dx, T, h, f, true);
+  column_input_grad(w(p, 0), d_fc1, dx, f, true);  // the residual's gradient, dy, added
 }
 
 void CudaBackend::backward_head(const Chunk& c, const Piece& p, int mb, std::byte* dx, Pass pass, std::byte* st) {
-  const int T = static_cast<int>(tokens_), h = job_.model.hidden, V = job_.model.vocab;
+  const int T = static_cast<int>(tokens_), h = job_.model.hidden, V = static_cast<int>(vocab_local_);
   const HeadActs a = head_acts();
   const std::size_t lm = llama() ? 1 : 2;  // llama: RMSNorm [h], then the LM head
   auto A = [&](std::int64_t elements) { return act(c, mb, p, elements); };
@@ -203,7 +210,7 @@ void CudaBackend::backward_head(const Chunk& c, const Piece& p, int mb, std::byt
     else gpu::layernorm_backward_weight(dt_, d_ln, A(a.x), S(a.mean), S(a.rstd), g(p, 0), g(p, 1), T, h, stream_);
   };
   std::byte* probs = A(a.probs);  // becomes d(logits) in place, kept in the slab until W
-  std::byte* d_ln = pass == Pass::full ? temporaries() + std::int64_t{T} * job_.model.ffn_hidden * e_ : st;
+  std::byte* d_ln = pass == Pass::full ? temporaries() + std::int64_t{T} * ft_ * e_ : st;
   if (pass == Pass::weight) {
     linear_backward_weight(A(a.ln), probs, g(p, lm), nullptr, T, h, V);
     norm_weight_grad(d_ln);
@@ -212,9 +219,10 @@ void CudaBackend::backward_head(const Chunk& c, const Piece& p, int mb, std::byt
   // d(step loss)/d(logits): the step loss is the mean over micro-batches of
   // the mean over tokens (fp16: not divided, see grad_unscale_).
   const float scale = dt_ == DType::fp16 ? 1.0f : 1.0f / (static_cast<float>(T) * static_cast<float>(spec_.step_microbatches()));
-  gpu::softmax_crossentropy_backward(dt_, probs, reinterpret_cast<const std::int32_t*>(A(a.targets)), T, V, scale, stream_);
+  gpu::softmax_crossentropy_backward(dt_, probs, reinterpret_cast<const std::int32_t*>(A(a.targets)), T, V, scale, stream_,
+                                     vocab_first_);
   if (pass == Pass::full) linear_backward_weight(A(a.ln), probs, g(p, lm), nullptr, T, h, V);
-  linear_backward_input(w(p, lm), probs, d_ln, T, h, V, false);
+  column_input_grad(w(p, lm), probs, d_ln, V, false);  // the vocabulary parts' sum
   cuda_check(cudaMemsetAsync(dx, 0, static_cast<std::size_t>(std::int64_t{T} * h * e_), stream_), kWho, "memset");
   if (pass == Pass::full) norm_weight_grad(d_ln);
   if (llama()) gpu::rmsnorm_backward_input(dt_, d_ln, A(a.x), w(p, 0), S(a.rstd), dx, T, h, stream_);

@@ -6,7 +6,10 @@
 // (LlamaActs, in elements of the storage dtype), the same split-backward
 // stash order (split_stash_elements), the attention as gemm::GroupedAttention's
 // products (K/V broadcast over a group's query heads), the norms and RoPE in
-// kernels_llama.cu.
+// kernels_llama.cu. Tensor-parallel: the rank's query heads with their K/V
+// heads, its W1|W3 columns and W2 rows (widths ht_, kvt_, ft_); o's and W2's
+// outputs and the gradients at the norms' outputs summed over the group
+// (backend_cuda_tensor.cpp), as the cpu backend's backend_cpu_llama.cpp.
 #include <cuda_runtime.h>
 
 #include "cuda_backend.hpp"
@@ -15,11 +18,10 @@ namespace pipebench::gpu {
 
 void CudaBackend::forward_llama(const Chunk& c, const Piece& p, int mb, std::byte* out) {
   const ModelSpec& ms = job_.model;
-  const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, d = h / ms.heads;
-  const int kv = static_cast<int>(kv_width()), ldq = h + 2 * kv, B = spec_.micro_batch_size;
+  const int T = static_cast<int>(tokens_), h = ms.hidden, f = static_cast<int>(ft_), s = ms.seq_len, d = h / ms.heads;
+  const int ht = static_cast<int>(ht_), kv = static_cast<int>(kv_width()), ldq = ht + 2 * kv, B = spec_.micro_batch_size;
   const auto eps = static_cast<float>(ms.norm_eps);
-  const auto Th_bytes = static_cast<std::uint64_t>(tokens_ * h * e_);
-  const LlamaActs a(T, h, kv, f, static_cast<int>(e_));
+  const LlamaActs a(T, h, kv, f, static_cast<int>(e_), ht);
   auto A = [&](std::int64_t elements) { return act(c, mb, p, elements); };
   auto S = [&](std::int64_t elements) { return stat(c, mb, p, elements); };
   const auto* rope = reinterpret_cast<const float*>(rope_.data());
@@ -27,30 +29,29 @@ void CudaBackend::forward_llama(const Chunk& c, const Piece& p, int mb, std::byt
   std::byte* qkv = A(a.qkv);
   gpu::rmsnorm_forward(dt_, x, w(p, 0), A(a.n1), S(a.rrms1), T, h, eps, stream_);
   linear_forward(A(a.n1), w(p, 1), nullptr, qkv, T, h, ldq, false);
-  gpu::rope_apply(dt_, qkv, rope, T, s, ms.heads, d, ldq, false, stream_);
-  gpu::rope_apply(dt_, qkv + h * e_, rope, T, s, ms.kv_heads, d, ldq, false, stream_);
+  gpu::rope_apply(dt_, qkv, rope, T, s, at_, d, ldq, false, stream_);
+  gpu::rope_apply(dt_, qkv + ht * e_, rope, T, s, kvheads_t_, d, ldq, false, stream_);
   // Per sequence and K/V group: the group's scores, then one causal softmax
   // over every head, then the group's P·V.
-  const gemm::GroupedAttention at(s, h, ms.heads, ms.kv_heads);
+  const gemm::GroupedAttention at(s, ht, at_, kvheads_t_);
+  std::byte* all_probs = attention_probs(c, mb, p, a.probs);
   auto seq = [&](int bi) { return A(a.qkv + std::int64_t{bi} * s * ldq); };
-  auto probs = [&](int bi, int head) { return A(a.probs + (std::int64_t{bi} * ms.heads + head) * at.ss()); };
+  auto probs = [&](int bi, int head) { return all_probs + (std::int64_t{bi} * at_ + head) * at.ss() * e_; };
   for (int bi = 0; bi < B; ++bi)
-    for (int grp = 0; grp < ms.kv_heads; ++grp)
+    for (int grp = 0; grp < kvheads_t_; ++grp)
       gemm(at.scores(), seq(bi) + at.q_offset(grp * at.group) * e_, seq(bi) + at.k_offset(grp) * e_,
            probs(bi, grp * at.group));
-  gpu::causal_softmax(dt_, A(a.probs), s, std::int64_t{B} * ms.heads, stream_);
+  gpu::causal_softmax(dt_, all_probs, s, std::int64_t{B} * at_, stream_);
   for (int bi = 0; bi < B; ++bi)
-    for (int grp = 0; grp < ms.kv_heads; ++grp)
+    for (int grp = 0; grp < kvheads_t_; ++grp)
       gemm(at.values(), probs(bi, grp * at.group), seq(bi) + at.v_offset(grp) * e_,
-           A(a.attn + std::int64_t{bi} * s * h + at.q_offset(grp * at.group)));
+           A(a.attn + std::int64_t{bi} * s * ht + at.q_offset(grp * at.group)));
   std::byte* x2 = A(a.x2);
-  copy_on_device(x2, x, Th_bytes);
-  linear_forward(A(a.attn), w(p, 2), nullptr, x2, T, h, h, true);
+  row_parallel_out(A(a.attn), w(p, 2), nullptr, x, x2, ht);
   gpu::rmsnorm_forward(dt_, x2, w(p, 3), A(a.n2), S(a.rrms2), T, h, eps, stream_);
   linear_forward(A(a.n2), w(p, 4), nullptr, A(a.pre13), T, h, 2 * f, false);
   gpu::swiglu_forward(dt_, A(a.pre13), A(a.u), T, f, stream_);
-  copy_on_device(out, x2, Th_bytes);
-  linear_forward(A(a.u), w(p, 5), nullptr, out, T, f, h, true);
+  row_parallel_out(A(a.u), w(p, 5), nullptr, x2, out, f);
 }
 
 // As backward_gpt: Pass::full computes input and weight gradients now;
@@ -60,11 +61,12 @@ void CudaBackend::forward_llama(const Chunk& c, const Piece& p, int mb, std::byt
 void CudaBackend::backward_llama(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass,
                                  std::byte* st) {
   const ModelSpec& ms = job_.model;
-  const int T = static_cast<int>(tokens_), h = ms.hidden, f = ms.ffn_hidden, s = ms.seq_len, d = h / ms.heads;
-  const int kv = static_cast<int>(kv_width()), ldq = h + 2 * kv;
+  const int T = static_cast<int>(tokens_), h = ms.hidden, f = static_cast<int>(ft_), s = ms.seq_len, d = h / ms.heads;
+  const int ht = static_cast<int>(ht_), kv = static_cast<int>(kv_width()), ldq = ht + 2 * kv;
   const std::int64_t Th = std::int64_t{T} * h, Tf = std::int64_t{T} * f, Tq = std::int64_t{T} * ldq;
+  const std::int64_t Tht = std::int64_t{T} * ht;
   const auto Th_bytes = static_cast<std::uint64_t>(Th * e_);
-  const LlamaActs a(T, h, kv, f, static_cast<int>(e_));
+  const LlamaActs a(T, h, kv, f, static_cast<int>(e_), ht);
   auto A = [&](std::int64_t elements) { return act(c, mb, p, elements); };
   auto S = [&](std::int64_t elements) { return stat(c, mb, p, elements); };
   auto at = [&](std::byte* base, std::int64_t elements) { return base + elements * e_; };
@@ -75,7 +77,7 @@ void CudaBackend::backward_llama(const Chunk& c, const Piece& p, int mb, const s
   std::byte* d_13 = split ? at(st, Th) : at(ws, Tf);
   std::byte* d_n2 = split ? at(st, Th + 2 * Tf) : at(ws, 3 * Tf);
   std::byte* d_x2 = split ? at(st, 2 * Th + 2 * Tf) : at(ws, 3 * Tf + Th);
-  std::byte* d_qkv = split ? at(st, 3 * Th + 2 * Tf) : at(ws, 3 * Tf + 3 * Th);
+  std::byte* d_qkv = split ? at(st, 3 * Th + 2 * Tf) : at(ws, 3 * Tf + 2 * Th + Tht);
   std::byte* d_n1 = split ? at(st, 3 * Th + 2 * Tf + Tq) : at(ws, 3 * Tf);  // full: d_n2's place, free by then
   std::byte* d_u = ws;                                                       // no weights: never stashed
   std::byte* d_attn = at(ws, 3 * Tf + 2 * Th);
@@ -83,7 +85,7 @@ void CudaBackend::backward_llama(const Chunk& c, const Piece& p, int mb, const s
     linear_backward_weight(A(a.u), d_w2, g(p, 5), nullptr, T, f, h);
     linear_backward_weight(A(a.n2), d_13, g(p, 4), nullptr, T, h, 2 * f);
     gpu::rmsnorm_backward_weight(dt_, d_n2, A(a.x2), S(a.rrms2), g(p, 3), T, h, stream_);
-    linear_backward_weight(A(a.attn), d_x2, g(p, 2), nullptr, T, h, h);
+    linear_backward_weight(A(a.attn), d_x2, g(p, 2), nullptr, T, ht, h);
     linear_backward_weight(A(a.n1), d_qkv, g(p, 1), nullptr, T, h, ldq);
     gpu::rmsnorm_backward_weight(dt_, d_n1, A(a.x), S(a.rrms1), g(p, 0), T, h, stream_);
     return;
@@ -93,24 +95,26 @@ void CudaBackend::backward_llama(const Chunk& c, const Piece& p, int mb, const s
   linear_backward_input(w(p, 5), d_w2, d_u, T, f, h, false);
   gpu::swiglu_backward(dt_, A(a.pre13), d_u, d_13, T, f, stream_);
   if (full) linear_backward_weight(A(a.n2), d_13, g(p, 4), nullptr, T, h, 2 * f);
-  linear_backward_input(w(p, 4), d_13, d_n2, T, h, 2 * f, false);
+  column_input_grad(w(p, 4), d_13, d_n2, 2 * f, false);
   copy_on_device(d_x2, dy, Th_bytes);
   if (full) gpu::rmsnorm_backward_weight(dt_, d_n2, A(a.x2), S(a.rrms2), g(p, 3), T, h, stream_);
   gpu::rmsnorm_backward_input(dt_, d_n2, A(a.x2), w(p, 3), S(a.rrms2), d_x2, T, h, stream_);
-  if (full) linear_backward_weight(A(a.attn), d_x2, g(p, 2), nullptr, T, h, h);
-  linear_backward_input(w(p, 2), d_x2, d_attn, T, h, h, false);
+  if (full) linear_backward_weight(A(a.attn), d_x2, g(p, 2), nullptr, T, ht, h);
+  linear_backward_input(w(p, 2), d_x2, d_attn, T, ht, h, false);
   // Attention backward per sequence and K/V group (gemm::GroupedAttention):
   // dP, dS through the softmax, dQ for the group at once; dV and dK summed
   // over the group's query heads in head order.
-  const gemm::GroupedAttention ga(s, h, ms.heads, ms.kv_heads);
+  if (selective()) attention_probs_again(A(a.qkv));
+  const std::byte* all_probs = attention_probs(c, mb, p, a.probs);
+  const gemm::GroupedAttention ga(s, ht, at_, kvheads_t_);
   std::byte* dP = score_scratch();
   for (int bi = 0; bi < spec_.micro_batch_size; ++bi) {
     const std::int64_t base = std::int64_t{bi} * s * ldq;
     const std::byte* q = A(a.qkv + base);
     std::byte* dq = at(d_qkv, base);
-    const std::byte* P = A(a.probs + std::int64_t{bi} * ms.heads * ga.ss());
-    const std::byte* dO = at(d_attn, std::int64_t{bi} * s * h);
-    for (int grp = 0; grp < ms.kv_heads; ++grp) {
+    const std::byte* P = all_probs + std::int64_t{bi} * at_ * ga.ss() * e_;
+    const std::byte* dO = at(d_attn, std::int64_t{bi} * s * ht);
+    for (int grp = 0; grp < kvheads_t_; ++grp) {
       const int first = grp * ga.group;
       std::byte* dS = at(dP, first * ga.ss());
       gemm(ga.dp(), dO + ga.q_offset(first) * e_, q + ga.v_offset(grp) * e_, dS);
@@ -124,10 +128,10 @@ void CudaBackend::backward_llama(const Chunk& c, const Piece& p, int mb, const s
   }
   // RoPE's backward: the inverse rotation of the gradients at q and k.
   const auto* rope = reinterpret_cast<const float*>(rope_.data());
-  gpu::rope_apply(dt_, d_qkv, rope, T, s, ms.heads, d, ldq, true, stream_);
-  gpu::rope_apply(dt_, d_qkv + h * e_, rope, T, s, ms.kv_heads, d, ldq, true, stream_);
+  gpu::rope_apply(dt_, d_qkv, rope, T, s, at_, d, ldq, true, stream_);
+  gpu::rope_apply(dt_, d_qkv + ht * e_, rope, T, s, kvheads_t_, d, ldq, true, stream_);
   if (full) linear_backward_weight(A(a.n1), d_qkv, g(p, 1), nullptr, T, h, ldq);
-  linear_backward_input(w(p, 1), d_qkv, d_n1, T, h, ldq, false);
+  column_input_grad(w(p, 1), d_qkv, d_n1, ldq, false);
   copy_on_device(dx, d_x2, Th_bytes);
   if (full) gpu::rmsnorm_backward_weight(dt_, d_n1, A(a.x), S(a.rrms1), g(p, 0), T, h, stream_);
   gpu::rmsnorm_backward_input(dt_, d_n1, A(a.x), w(p, 0), S(a.rrms1), dx, T, h, stream_);

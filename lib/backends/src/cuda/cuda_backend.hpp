@@ -1,7 +1,8 @@
 // The cuda backend's class (make_cuda_backend, backend_cuda.hpp), shared by
 // its sources: backend_cuda.cpp (build, the actions, the embedding, gpt/mlp
-// blocks and the head) and backend_cuda_llama.cpp (the llama block). Internal
-// to lib/backends/src/cuda.
+// blocks and the head), backend_cuda_backward.cpp, backend_cuda_llama.cpp
+// (the llama block) and backend_cuda_tensor.cpp (tensor parallelism's
+// collectives and split layers). Internal to lib/backends/src/cuda.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,9 @@ class CudaBackend final : public Backend {
   void build(const StageSpec& spec) override;
   std::pair<int, int> built_layers() const override { return layers_; }
   std::int64_t built_params() const override { return num_params_; }
+  void set_tensor_group(TensorGroup* group) override { tensor_ = group; }
+  void set_device_tensor_group(DeviceTensorGroup* group) override { device_tensor_ = group; }
+  double take_tensor_comm_s() override;
   void begin_step(int step, double /*deadline_s*/) override {
     step_ = step;
     note_device_memory();
@@ -90,6 +94,7 @@ class CudaBackend final : public Backend {
   enum class Pass { full, input, weight };
 
   static std::uint64_t device_capacity(const Job& job);
+  void set_tensor_widths(const StageSpec& spec);
   void build_chunk(Chunk& c, int ci, const ModelDesc& model);
   Chunk& chunk(int c) { return chunks_.at(static_cast<std::size_t>(c)); }
   std::byte* act(const Chunk& c, int mb, const Piece& p, std::int64_t elements) const {
@@ -105,21 +110,22 @@ class CudaBackend final : public Backend {
   }
   std::int32_t* tokens_at(const Chunk& c, int mb) const { return reinterpret_cast<std::int32_t*>(act(c, mb, c.pieces.front(), 0)); }
   bool llama() const { return job_.model.kind == ModelKind::llama; }
-  // The head's slab offsets (llama: one RMSNorm statistic).
-  HeadActs head_acts() const { return {tokens_, job_.model.hidden, job_.model.vocab, static_cast<int>(e_), llama()}; }
+  // The head's slab offsets (llama: one RMSNorm statistic), of the rank's vocabulary columns.
+  HeadActs head_acts() const { return {tokens_, job_.model.hidden, vocab_local_, static_cast<int>(e_), llama()}; }
   std::int32_t* targets_at(const Chunk& c, int mb) const {
     return reinterpret_cast<std::int32_t*>(act(c, mb, c.pieces.back(), head_acts().targets));
   }
-  // llama: the K/V width kv_heads·h/heads (q, k, v rows are h + 2·kv_width_).
-  std::int64_t kv_width() const {
-    return std::int64_t{job_.model.kv_heads} * (job_.model.hidden / job_.model.heads);
-  }
+  // llama: the rank's K/V width kv_heads/t · h/heads (q, k, v rows are h/t + 2·kv_width()).
+  std::int64_t kv_width() const { return kvt_; }
   std::int64_t stash_elements(const Piece& p) const {
-    return split_stash_elements(p.kind, tokens_, job_.model.hidden, job_.model.ffn_hidden, kv_width());
+    return split_stash_elements(p.kind, tokens_, job_.model.hidden, ft_, kvt_, ht_);
   }
   // Workspace layout (ModelDesc::cuda_workspace_bytes): norm partial sums,
-  // per-token losses, then the backward's temporaries (aligned: cudaMalloc
-  // returns 256-byte-aligned memory and the first two parts are multiples of 4).
+  // per-token losses, the embedding's token order (train), with t > 1 the
+  // fp32 [T,h] buffer of the group's sums and the cross-entropy's 3T fp32
+  // statistics (tp_sum_buffer, tp_stats), then the backward's temporaries
+  // (aligned: cudaMalloc returns 256-byte-aligned memory and the parts
+  // before them are multiples of 4 bytes).
   double* norm_partials() const { return reinterpret_cast<double*>(workspace_.data()); }
   float* token_losses() const { return reinterpret_cast<float*>(workspace_.data() + ModelDesc::kCudaNormSlotsBytes); }
   std::int32_t* embedding_order_ints() const {
@@ -130,15 +136,35 @@ class CudaBackend final : public Backend {
   // dx2, dattn [T,h], dqkv [T,h+2kv]), then two ping-pong gradients [T,h]
   // (pieces hand their input gradients through them; a recomputed forward
   // writes its output there), then the heads' score matrices.
+  // Tensor-parallel: the rank's widths (gpt dgelu [T,f/t], dh, dx2 [T,h],
+  // dqkv [T,3h/t]; llama du [T,f/t], dW1|dW3 [T,2f/t], dnorm, dx2 [T,h],
+  // dattn [T,h/t], dqkv [T,(h+2kv)/t]), and the score matrices of its heads.
+  float* tp_sum_buffer() const {
+    return reinterpret_cast<float*>(workspace_.data() + ModelDesc::kCudaNormSlotsBytes + 4 * tokens_ + embedding_order_bytes_);
+  }
+  float* tp_stats() const { return tp_sum_buffer() + tokens_ * job_.model.hidden; }
+  std::int64_t tp_workspace_bytes() const { return tp_ > 1 ? 4 * tokens_ * job_.model.hidden + 12 * tokens_ : 0; }
   std::byte* temporaries() const {
-    return workspace_.data() + ModelDesc::kCudaNormSlotsBytes + 4 * tokens_ + embedding_order_bytes_;
+    return workspace_.data() + ModelDesc::kCudaNormSlotsBytes + 4 * tokens_ + embedding_order_bytes_ + tp_workspace_bytes();
   }
   std::int64_t block_temporaries() const {  // elements before the ping-pong gradients
-    const std::int64_t h = job_.model.hidden, f = job_.model.ffn_hidden;
-    return llama() ? tokens_ * (3 * f + 4 * h + 2 * kv_width()) : tokens_ * (f + 5 * h);
+    const std::int64_t h = job_.model.hidden;
+    return llama() ? tokens_ * (3 * ft_ + 2 * h + 2 * ht_ + 2 * kvt_) : tokens_ * (ft_ + 2 * h + 3 * ht_);
   }
   std::byte* workspace_ping() const { return temporaries() + block_temporaries() * e_; }
   std::byte* score_scratch() const { return workspace_ping() + 2 * tokens_ * job_.model.hidden * e_; }
+  // Selective recomputation: the attention probabilities of the micro-batch
+  // being computed, [B, heads/t, s, s], after the score scratch — made at F
+  // and again at B, never kept.
+  std::byte* selective_probs() const {
+    const std::int64_t s = job_.model.seq_len;
+    return score_scratch() + std::int64_t{at_} * s * s * e_;
+  }
+  bool selective() const { return spec_.tensor.selective_recompute; }
+  // Where a block's probabilities are: at slab element `slab_offset`, or (selective) the workspace.
+  std::byte* attention_probs(const Chunk& c, int mb, const Piece& p, std::int64_t slab_offset) const {
+    return selective() ? selective_probs() : act(c, mb, p, slab_offset);
+  }
   void copy_on_device(void* dst, const void* src, std::uint64_t bytes) const;
 
   // Runs the row-major product `g` (gemm_layout.hpp) through cuBLAS; C in
@@ -167,6 +193,30 @@ class CudaBackend final : public Backend {
   void read_loss(int mb);
   void start_action();
   void finish_action();
+
+  // Tensor parallelism (backend_cuda_tensor.cpp; docs/tensor-parallel.md).
+  // Column-parallel layers (qkv / W1|W3, fc1, the LM head) hold the rank's
+  // output columns, row-parallel ones (proj / o, fc2 / W2) its input rows;
+  // a row-parallel output and a column-parallel input gradient are partial
+  // products, written in fp32 to tp_sum_buffer(), summed over the group in
+  // fp32 and then rounded to the storage dtype with the bias and residual
+  // (every rank holds those whole). At t = 1 both helpers are the unsplit
+  // layers' launches, bit for bit. The group's sums run over NCCL on the
+  // device (device_tensor_) or, without it, on a pinned host copy over the
+  // MPI group (tensor_).
+  void tp_sum(float* data, std::int64_t n);
+  void tp_max(float* data, std::int64_t n);
+  // y [T,h] = Σ_group in·W (+ b) + residual; `in` [T, in_dim] the rank's columns.
+  void row_parallel_out(const void* in, const void* W, const void* b, const void* residual, void* y, int in_dim);
+  // dst [T,h] = Σ_group d·Wᵀ (+ dst's own values when `accumulate`); `d` [T, out_dim].
+  void column_input_grad(const void* W, const void* d, void* dst, int out_dim, bool accumulate);
+  // The head's token losses (token_losses()) and probabilities in place of
+  // the logits of the rank's vocabulary columns.
+  void head_loss(void* logits, const std::int32_t* targets);
+  // The embedding's output for the rank's vocabulary rows, summed over the group.
+  void embedding_out(const std::int32_t* tokens, const void* wte, const void* wpe, void* out);
+  // Selective recomputation: the block's attention probabilities again, into selective_probs().
+  void attention_probs_again(const std::byte* qkv);
 
   const Job& job_;
   MemoryTracker memory_;
@@ -205,6 +255,15 @@ class CudaBackend final : public Backend {
   gpu::EmbeddingOrder embedding_order_;
   int optimizer_steps_ = 0, step_ = 0;
   int live_ = 0, peak_live_ = 0;
+  // Tensor parallelism: the groups (not owned), this rank's widths h/t, f/t,
+  // kv/t, heads/t, kv_heads/t and vocabulary columns (the padded
+  // vocabulary's 1/t from vocab_first_, vocab_valid_ of them real); at t = 1
+  // the whole model's. tp_host_: the host-staged sums' pinned copy.
+  TensorGroup* tensor_ = nullptr;
+  DeviceTensorGroup* device_tensor_ = nullptr;
+  int tp_ = 1, at_ = 0, kvheads_t_ = 0, vocab_first_ = 0, vocab_valid_ = 0;
+  std::int64_t ht_ = 0, ft_ = 0, kvt_ = 0, vocab_local_ = 0;
+  std::optional<HostBuffer> tp_host_;
 };
 
 }  // namespace pipebench::gpu

@@ -231,9 +231,9 @@ __global__ void softmax_crossentropy_forward_k(T* logits, const std::int32_t* ta
 }
 
 template <typename T>
-__global__ void softmax_crossentropy_backward_k(T* probs, const std::int32_t* targets, int V, float scale) {
+__global__ void softmax_crossentropy_backward_k(T* probs, const std::int32_t* targets, int V, float scale, int first) {
   T* row = probs + std::int64_t{blockIdx.x} * V;
-  const int target = targets[blockIdx.x];
+  const int target = targets[blockIdx.x] - first;
   for (int v = threadIdx.x; v < V; v += blockDim.x)
     row[v] = from_f<T>((to_f(row[v]) - (v == target ? 1.0f : 0.0f)) * scale);
 }
@@ -393,10 +393,11 @@ void softmax_crossentropy_forward(DType dt, void* logits, const std::int32_t* ta
 }
 
 void softmax_crossentropy_backward(DType dt, void* probs, const std::int32_t* targets, int T_, int V, float scale,
-                                   cudaStream_t st) {
+                                   cudaStream_t st, int first) {
   dispatch(dt, [&](auto t) {
     using T = decltype(t);
-    softmax_crossentropy_backward_k<T><<<static_cast<unsigned>(T_), kThreads, 0, st>>>(as<T>(probs), targets, V, scale);
+    softmax_crossentropy_backward_k<T><<<static_cast<unsigned>(T_), kThreads, 0, st>>>(as<T>(probs), targets, V, scale,
+                                                                                       first);
   });
   check_launch("softmax_crossentropy_backward");
 }

@@ -70,9 +70,11 @@ void causal_softmax_backward(DType dt, const void* probs, void* dp, int s, std::
 // −log p[target] computed from the fp32 softmax.
 void softmax_crossentropy_forward(DType dt, void* logits, const std::int32_t* targets, float* losses, int T, int V,
                                   cudaStream_t stream);
-// probs become (probs − onehot(target))·scale in place.
+// probs become (probs − onehot(target))·scale in place. Tensor-parallel:
+// `probs` holds vocabulary columns first .. first + V - 1 (a target outside
+// them subtracts nothing).
 void softmax_crossentropy_backward(DType dt, void* probs, const std::int32_t* targets, int T, int V, float scale,
-                                   cudaStream_t stream);
+                                   cudaStream_t stream, int first = 0);
 
 // AdamW / SGD on n parameters with gradients times grad_scale. `master` is
 // the fp32 master copy for bf16/fp16 (the update runs on it and p gets its
@@ -104,6 +106,34 @@ void rope_apply(DType dt, void* x, const float* table, int T, int s, int heads, 
 // dpre[T, 2f] (overwritten) from du.
 void swiglu_forward(DType dt, const void* pre, void* u, int T, int f, cudaStream_t stream);
 void swiglu_backward(DType dt, const void* pre, const void* du, void* dpre, int T, int f, cudaStream_t stream);
+
+// ---- tensor parallelism (kernels_tensor.cu; docs/tensor-parallel.md). The
+// group's collectives run between them, on fp32 buffers, by the backend. ----
+
+// A rank's fp32 part of the embedding's output: out[b·s + t] = wte[token −
+// first] where rows first .. first + rows − 1 hold the token, else 0, plus
+// wpe[t] when wpe is given (the lead rank's position table; null: none).
+// Summed over the group it is embedding_forward's value.
+void embedding_forward_partial(DType dt, const std::int32_t* tokens, const void* wte, const void* wpe, float* out,
+                               int T, int s, int C, int first, int rows, cudaStream_t stream);
+// y[t, c] = sum[t, c] (+ residual[t, c]) (+ bias[c]) in the storage dtype:
+// a row-parallel layer's output, or a column-parallel layer's input
+// gradient, after the group's fp32 sum. bias / residual may be null;
+// residual may be y.
+void sum_to_storage(DType dt, const float* sum, const void* bias, const void* residual, void* y, int T, int C,
+                    cudaStream_t stream);
+// The cross-entropy over a vocabulary split by columns, the logits never
+// gathered (cpu_kernels.hpp vocab_parallel_*). Each rank holds logits[T, V]
+// of columns first .. first + V − 1, `valid` of them real (the rest padding):
+// 1. row_max[t] = the max of the rank's real columns; the group's max next;
+// 2. sum_target[2t] = Σ exp(x − max), sum_target[2t + 1] = the target's
+//    x − max where the rank holds it, else 0; the group's sums next;
+// 3. logits become probabilities (padding 0), losses[t] = log Σ − (x_target − max).
+void vocab_parallel_row_max(DType dt, const void* logits, float* row_max, int T, int V, int valid, cudaStream_t stream);
+void vocab_parallel_sums(DType dt, const void* logits, const float* row_max, const std::int32_t* targets, int first,
+                         float* sum_target, int T, int V, int valid, cudaStream_t stream);
+void vocab_parallel_finish(DType dt, void* logits, const float* row_max, const float* sum_target, float* losses, int T,
+                           int V, int valid, cudaStream_t stream);
 
 // partials[k] += Σ x² over a fixed k-th share of the fp32 gradients x,
 // k < kSumSquaresSlots, in double; the host sums the slots in order.

@@ -145,8 +145,11 @@ class Backend {
   // parallelism keeps it (not owned); the others model the collectives
   // (sim) or refuse the run (runner.cpp's not_executed).
   virtual void set_tensor_group(TensorGroup* /*group*/) {}
+  // The cuda backend with NCCL: the same group on device memory, before
+  // build (null: its layers reduce host-staged copies over the group above).
+  virtual void set_device_tensor_group(DeviceTensorGroup* /*group*/) {}
   // The seconds spent in tensor-parallel collectives since the last call
-  // (the executor takes it once per step): measured (cpu) or modelled (sim).
+  // (the executor takes it once per step): measured (cpu, cuda) or modelled (sim).
   virtual double take_tensor_comm_s() { return 0.0; }
   // The layers actually built, 0-based inclusive, and their parameter count.
   virtual std::pair<int, int> built_layers() const = 0;

@@ -31,4 +31,24 @@ class TensorGroup {
   virtual double take_seconds() = 0;
 };
 
+// The same group's collectives on device memory (the cuda backend over
+// NCCL, runtime/tensor_group_nccl.hpp): each enqueued on `stream` (a
+// cudaStream_t) after the work already queued there and before what comes
+// next, returning at once. Only the reductions the cuda backend needs: its
+// layers sum (and the cross-entropy takes the max of) fp32 buffers.
+class DeviceTensorGroup {
+ public:
+  virtual ~DeviceTensorGroup() = default;
+  virtual void sum(float* data, std::int64_t n, void* stream) = 0;
+  virtual void max(float* data, std::int64_t n, void* stream) = 0;
+  // Waits until `event` (a cudaEvent_t recorded on the stream after the
+  // collectives) has passed, polling the run's aborts and deadline and the
+  // communicator's asynchronous errors: a peer that is gone ends the wait
+  // as an error, never a hang.
+  virtual void wait(void* event, const char* what) = 0;
+  // The device time of the collectives enqueued since the last call (their
+  // events have passed: a step's actions are finished when it is asked).
+  virtual double take_seconds() = 0;
+};
+
 }  // namespace pipebench

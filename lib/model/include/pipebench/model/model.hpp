@@ -178,7 +178,11 @@ class ModelDesc {
   // embedding backward's token order (cuda_embedding_order_bytes) and the
   // cpu backend's temporaries with one attention score matrix per head
   // (gpt tokens·(ffn_hidden + 7·hidden), llama tokens·(3·ffn_hidden +
-  // 6·hidden + 2·kv), + heads·seq_len² elements).
+  // 6·hidden + 2·kv), + heads·seq_len² elements). Tensor-parallel: the
+  // rank's widths and heads; with selective recomputation the attention
+  // probabilities of the micro-batch's heads of the rank (b·heads/t·seq_len²
+  // elements); with t > 1, also in inference, an fp32 [tokens, hidden]
+  // buffer for the group's sums and 12·tokens bytes of cross-entropy statistics.
   static constexpr std::int64_t kCudaNormSlotsBytes = 256 * 8;
   std::int64_t cuda_workspace_bytes(int micro_batch, bool train) const;
   // int32: the positions sorted by token id, the segment starts and the

@@ -29,8 +29,9 @@ GpuBinding bind_gpus(MPI_Comm world);
 
 // Whether `run` (of a job whose resolved transport is `transport`) puts
 // device memory into NCCL communicators: its pipeline's transfers (more
-// than one stage) or its data-parallel group's gradient reduction
-// (training replicas, runtime/data_group_nccl.hpp).
+// than one stage), its tensor group's sums (tensor_parallel > 1,
+// runtime/tensor_group_nccl.hpp) or its data-parallel group's gradient
+// reduction (training replicas, runtime/data_group_nccl.hpp).
 bool run_uses_nccl(const RunSpec& run, TransportKind transport);
 
 // World ranks [0, n) must each have a GPU of their own, n the most ranks of

@@ -57,6 +57,9 @@ struct ExecOptions {
   // Training with replicas: the data group reduces over NCCL on device
   // memory (StageSpec::gradients_in_device_memory, runtime/data_group_nccl.hpp).
   bool data_group_nccl = false;
+  // Tensor parallelism on the cuda backend: the layers' sums over NCCL on
+  // device memory (runtime/tensor_group_nccl.hpp); else host-staged over MPI.
+  bool tensor_group_nccl = false;
   FaultInjection fault;
   std::function<void(const StepProgress&)> on_step;  // called on run rank 0
   // Set on every rank of the run, or on none (a collective): after every

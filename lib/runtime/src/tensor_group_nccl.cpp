@@ -1,0 +1,103 @@
+#include "pipebench/runtime/tensor_group_nccl.hpp"
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "nccl_check.hpp"
+#include "pipebench/backends/cuda_check.hpp"
+
+namespace pipebench {
+
+namespace {
+
+constexpr const char* kWho = "nccl tensor-parallel group";
+
+class NcclTensorGroupImpl final : public NcclTensorGroup {
+ public:
+  explicit NcclTensorGroupImpl(RunComm& comm) : run_(comm) {
+    ncclUniqueId id{};
+    if (comm.tensor_rank() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    PIPEBENCH_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm.tensor()));
+    nccl_check(ncclCommInitRank(&comm_, comm.tensor_size(), id, comm.tensor_rank()),
+               "ncclCommInitRank (tensor-parallel group)");
+  }
+
+  ~NcclTensorGroupImpl() override { release(false); }
+
+  void sum(float* data, std::int64_t n, void* stream) override { reduce(data, n, ncclSum, stream); }
+  void max(float* data, std::int64_t n, void* stream) override { reduce(data, n, ncclMax, stream); }
+
+  void wait(void* event, const char* what) override {
+    auto* ev = static_cast<cudaEvent_t>(event);
+    run_.wait_for([&] { return nccl_event_passed(ev, comm_, what); }, what);
+  }
+
+  // Called at the end of a step, after its actions' events: every timed
+  // collective has finished.
+  double take_seconds() override {
+    double s = 0.0;
+    for (std::size_t i = 0; i < used_; ++i) {
+      float ms = 0.0f;
+      cuda_check(cudaEventElapsedTime(&ms, timers_[i].first, timers_[i].second), kWho, "cudaEventElapsedTime");
+      s += static_cast<double>(ms) * 1e-3;
+    }
+    used_ = 0;
+    return s;
+  }
+
+  void abandon() override { release(true); }
+
+ private:
+  void reduce(float* data, std::int64_t n, ncclRedOp_t op, void* stream) {
+    if (!comm_) throw Error("the tensor-parallel group's NCCL communicator was abandoned after a failure");
+    auto* st = static_cast<cudaStream_t>(stream);
+    const std::pair<cudaEvent_t, cudaEvent_t>& timer = next_timer();
+    cuda_check(cudaEventRecord(timer.first, st), kWho, "cudaEventRecord");
+    nccl_check(ncclAllReduce(data, data, static_cast<std::size_t>(n), ncclFloat32, op, comm_, st),
+               "ncclAllReduce (tensor-parallel group)");
+    cuda_check(cudaEventRecord(timer.second, st), kWho, "cudaEventRecord");
+  }
+
+  const std::pair<cudaEvent_t, cudaEvent_t>& next_timer() {
+    if (used_ == timers_.size()) {
+      std::pair<cudaEvent_t, cudaEvent_t> t{nullptr, nullptr};
+      cuda_check(cudaEventCreate(&t.first), kWho, "cudaEventCreate");
+      cuda_check(cudaEventCreate(&t.second), kWho, "cudaEventCreate");
+      timers_.push_back(t);
+    }
+    return timers_[used_++];
+  }
+
+  void release(bool abort) {
+    if (comm_) {
+      if (abort) ncclCommAbort(comm_);
+      else ncclCommDestroy(comm_);
+    }
+    comm_ = nullptr;
+    if (!abort) {  // an aborted group's events may still be waited on by the backend's stream
+      for (auto& [a, b] : timers_) {
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+      }
+      timers_.clear();
+    }
+    used_ = 0;
+  }
+
+  RunComm& run_;
+  ncclComm_t comm_ = nullptr;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> timers_;  // reused every step
+  std::size_t used_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<NcclTensorGroup> make_nccl_tensor_group(RunComm& comm) {
+  return std::make_unique<NcclTensorGroupImpl>(comm);
+}
+
+}  // namespace pipebench
