@@ -187,4 +187,20 @@ TEST_CASE("llama: the cpu and cuda workspaces, rotary table included", "[llama]"
   CHECK(g.rope_table_bytes() == 0);
   CHECK(g.cuda_workspace_bytes(2, true) ==
         ModelDesc::kCudaNormSlotsBytes + 4 * T + g.cuda_embedding_order_bytes(2) + 4 * (T * (f + 7 * h) + heads * s * s));
+
+  // Tensor-parallel on cuda (cuda_backend.hpp's layout): the rank's widths
+  // (f/t, h/t, kv/t) and score matrices of its heads, an fp32 [T, h] buffer
+  // for the group's sums and 3 fp32 statistics a token (also in inference);
+  // selective recomputation adds the micro-batch's probabilities of its heads.
+  for (const DType dt : {DType::fp32, DType::bf16}) {
+    const std::int64_t e = dtype_bytes(dt), rope = 4 * s * d, t = 2, ft = f / t, ht = h / t, kvt = kv / t;
+    const std::int64_t temps = T * (3 * ft + 4 * h + 2 * ht + 2 * kvt), tensor = 4 * T * h + 12 * T;
+    const std::int64_t fixed = ModelDesc::kCudaNormSlotsBytes + 4 * T;
+    const ModelDesc m(job.model, dt, {2, false, false, true});
+    CHECK(m.cuda_workspace_bytes(2, false) == rope + fixed + tensor);
+    const std::int64_t train = rope + fixed + tensor + m.cuda_embedding_order_bytes(2) + e * (temps + heads / t * s * s);
+    CHECK(m.cuda_workspace_bytes(2, true) == train);
+    const ModelDesc sel(job.model, dt, {2, false, true, true});
+    CHECK(sel.cuda_workspace_bytes(2, true) == train + e * b * heads / t * s * s);
+  }
 }
