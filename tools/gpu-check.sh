@@ -13,9 +13,10 @@
 #   schedules-2ranks-1gpu  interleaved, ZB-H1, ZB-V, looped BFS, interleaved ZB, DualPipeV, recomputation: whole runs vs the baseline
 #   llama-2ranks-1gpu      the llama block (tests/data/gpu/tiny_llama.toml): 1F1B, ZB-V, recomputation vs the baseline
 #   dp-4ranks-1gpu         data parallelism, gradients host-staged over MPI: 1 x 2 and 2 x 2 vs the baseline
-#   tp-4ranks-1gpu         tensor parallelism (sums host-staged over MPI): gpt t 2, selective, p 2 x t 2 with
-#                          interleaved, ZB-H1 and full recomputation; llama t 2 (vocabulary 300: both ranks hold
-#                          real columns) and p 2 x t 2 ZB-V; all vs the baseline, selective bit for bit
+#   tp-4ranks-1gpu         tensor parallelism (collectives host-staged over MPI): gpt t 2, selective, sequence
+#                          parallel, p 2 x t 2 with interleaved, ZB-H1 (selective + sequence parallel) and full
+#                          recomputation; llama t 2 (vocabulary 300: both ranks hold real columns) and p 2 x t 2
+#                          ZB-V with sequence parallelism; all vs the baseline, selective bit for bit
 #   gemm          cuBLAS TFLOP/s at the 350M GPT's shapes, random inputs
 #   torch-gemm    PyTorch matmul at the same shapes: the reference
 #   baseline-1gpu jobs/gpu/gpt_350m_cuda.toml, 1 rank (bf16 350M GPT)
@@ -107,9 +108,9 @@ step dp-4ranks-1gpu 90 bash -c 'env CUDA_VISIBLE_DEVICES=0 mpirun -np 4 -x CUDA_
 # Tensor parallelism: each stage's layers split over 2 tensor ranks, all on the one GPU (sums host-staged).
 step tp-4ranks-1gpu 120 bash -c 'set -e; run() { env CUDA_VISIBLE_DEVICES=0 mpirun -np 4 -x CUDA_VISIBLE_DEVICES \
   -x LD_LIBRARY_PATH -x PIPEBENCH_SOURCE_DIR pipebench run "$@" --set device.transport=mpi; }
-  run tests/data/gpu/tiny.toml --run single --run tp2 --run tp2_selective --run pp2_tp2 --run pp2_tp2_zb_selective \
-    --run pp2_tp2_recompute -o "$1/gpt"
-  verify_results "$(find "$1/gpt" -name "*.h5" | head -1)" tests/data/gpu/tiny.toml 4 RUNS=6 LOSS_REL=1e-4 \
+  run tests/data/gpu/tiny.toml --run single --run tp2 --run tp2_selective --run tp2_sp --run pp2_tp2 \
+    --run pp2_tp2_zb_selective --run pp2_tp2_recompute -o "$1/gpt"
+  verify_results "$(find "$1/gpt" -name "*.h5" | head -1)" tests/data/gpu/tiny.toml 4 RUNS=7 LOSS_REL=1e-4 \
     SAME_LOSS=tp2_selective:tp2
   run tests/data/gpu/tiny_llama.toml --run single --run tp2 --run tp2_selective --run pp2_tp2_zb_v \
     --set model.vocab=300 -o "$1/llama"

@@ -19,8 +19,9 @@
 #   np4_nccl_dp    2 stages x 2 replicas on 4 GPUs: each pipeline its own NCCL communicator, each
 #                  stage's data group its own, the reduction overlapped (skipped with fewer than 4 GPUs)
 #   np4_tp         tensor parallelism (issue 37) on GPU 0, the layers' sums host-staged over MPI:
-#                  t 2 (and selective recomputation, bit for bit the plain run), p 2 x t 2
-#                  interleaved, ZB-H1 with selective, 1F1B with full recomputation; losses
+#                  t 2 (and selective recomputation, bit for bit the plain run; sequence
+#                  parallelism), p 2 x t 2 interleaved, ZB-H1 with selective and sequence
+#                  parallelism, 1F1B with full recomputation; losses
 #                  within 1e-4 of the baseline's
 #   np2_nccl_tp    t 2 on 2 GPUs, the sums over the tensor group's NCCL communicator (skipped
 #                  with fewer than 2 GPUs)
@@ -85,12 +86,12 @@ case $mode in
       --run four_stage_eager -- RUNS=3 LOSS_REL=1e-4 ;;
   np4_tp)
     CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 4 "$job" \
-      "$outdir" 0 --run single --run tp2 --run tp2_selective --run pp2_tp2 --run pp2_tp2_zb_selective \
-      --run pp2_tp2_recompute --set device.transport=mpi -- RUNS=6 LOSS_REL=1e-4 SAME_LOSS=tp2_selective:tp2 ;;
+      "$outdir" 0 --run single --run tp2 --run tp2_selective --run tp2_sp --run pp2_tp2 --run pp2_tp2_zb_selective \
+      --run pp2_tp2_recompute --set device.transport=mpi -- RUNS=7 LOSS_REL=1e-4 SAME_LOSS=tp2_selective:tp2 ;;
   np2_nccl_tp)
     need_gpus 2 "2 tensor ranks summing over NCCL"
     exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" "$outdir" 0 --run single --run tp2 \
-      --run tp2_selective -- RUNS=3 LOSS_REL=1e-4 SAME_LOSS=tp2_selective:tp2 ;;
+      --run tp2_selective --run tp2_sp -- RUNS=4 LOSS_REL=1e-4 SAME_LOSS=tp2_selective:tp2 ;;
   np4_nccl_tp)
     need_gpus 4 "2 stages x 2 tensor ranks over NCCL"
     exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 4 "$job" "$outdir" 0 --run single --run pp2_tp2 \

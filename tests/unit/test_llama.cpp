@@ -202,5 +202,9 @@ TEST_CASE("llama: the cpu and cuda workspaces, rotary table included", "[llama]"
     CHECK(m.cuda_workspace_bytes(2, true) == train);
     const ModelDesc sel(job.model, dt, {2, false, true, true});
     CHECK(sel.cuda_workspace_bytes(2, true) == train + e * b * heads / t * s * s);
+    // Sequence parallelism: a gathered [T, h] of the storage dtype besides.
+    const ModelDesc sp(job.model, dt, {2, true, false, true});
+    CHECK(sp.cuda_workspace_bytes(2, true) == train + e * T * h);
+    CHECK(sp.cuda_workspace_bytes(2, false) == rope + fixed + tensor + e * T * h);
   }
 }

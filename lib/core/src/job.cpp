@@ -130,11 +130,6 @@ std::string not_executed(const RunSpec& run, BackendKind backend, const ModelSpe
     return fmt::format("model.dropout = {:g}: the {} backend has no dropout kernels yet (the sim backend and the planner "
                        "model dropout's memory and time)",
                        model.dropout, to_string(backend));
-  if (run.tensor_parallel > 1 && run.sequence_parallel && backend == BackendKind::cuda)
-    return fmt::format("tensor_parallel = {} with sequence_parallel = true: the cuda backend does not split the sequence "
-                       "yet (it runs tensor parallelism without it; the cpu backend executes sequence parallelism, the "
-                       "sim backend models it)",
-                       run.tensor_parallel);
   if (run.data_parallel <= 1) return "";
   if (backend == BackendKind::cuda && run.optimizer_sharding == OptimizerSharding::zero1 && run.mode == RunMode::train)
     return fmt::format("data_parallel = {} with optimizer_sharding = \"zero1\": the cuda backend does not shard its optimizer "

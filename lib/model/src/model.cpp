@@ -277,7 +277,9 @@ std::int64_t ModelDesc::cpu_workspace_bytes(int b, bool train) const {
 // The cuda backend's (cuda_backend.hpp, "Workspace layout"): the norm
 // slots, fp32 token losses, the embedding's token order (train), the rotary
 // table; tensor-parallel (also in inference) an fp32 [T, h] buffer for the
-// group's sums and the cross-entropy's three fp32 statistics per token.
+// group's sums and the cross-entropy's three fp32 statistics per token, and
+// with sequence parallelism a [T, h] buffer of the storage dtype for the
+// gathered inputs of the parallel regions.
 std::int64_t ModelDesc::cuda_workspace_bytes(int b, bool train) const {
   const int t = split_.degree;
   const I s = spec_.seq_len, at = spec_.heads / t;
@@ -287,7 +289,8 @@ std::int64_t ModelDesc::cuda_workspace_bytes(int b, bool train) const {
   // with selective recomputation, the probabilities of the micro-batch's.
   I temporaries = train ? e * (tokens * backward_temporaries_per_token(spec_, t) + at * s * s) : I(0);
   if (train && split_.selective_recompute) temporaries = temporaries + e * I(b) * at * s * s;
-  const I tensor = t > 1 ? I(4) * tokens * spec_.hidden + I(12) * tokens : I(0);
+  I tensor = t > 1 ? I(4) * tokens * spec_.hidden + I(12) * tokens : I(0);
+  if (split_.sequence_parallel) tensor = tensor + e * tokens * spec_.hidden;  // a gathered [T, h] of the storage dtype
   return (temporaries + tensor + I(rope_table_bytes()) + I(4) * tokens +
           (train ? I(cuda_embedding_order_bytes(b)) : I(0)) + kCudaNormSlotsBytes)
       .value();

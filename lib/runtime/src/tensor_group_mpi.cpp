@@ -40,11 +40,17 @@ int mpi_count(std::int64_t n) {
 }
 }  // namespace
 
-void MpiTensorGroup::all_gather(const float* part, float* whole, std::int64_t n) {
+void MpiTensorGroup::gather(const void* part, void* whole, std::int64_t n, MPI_Datatype type) {
   const double start = now_s();
   MPI_Request req = MPI_REQUEST_NULL;
-  PIPEBENCH_MPI_CHECK(MPI_Iallgather(part, mpi_count(n), MPI_FLOAT, whole, mpi_count(n), MPI_FLOAT, comm_.tensor(), &req));
+  PIPEBENCH_MPI_CHECK(MPI_Iallgather(part, mpi_count(n), type, whole, mpi_count(n), type, comm_.tensor(), &req));
   finish(req, start, "a sequence-parallel all-gather");
+}
+
+void MpiTensorGroup::all_gather(const float* part, float* whole, std::int64_t n) { gather(part, whole, n, MPI_FLOAT); }
+
+void MpiTensorGroup::all_gather_bytes(const void* part, void* whole, std::int64_t bytes) {
+  gather(part, whole, bytes, MPI_BYTE);
 }
 
 void MpiTensorGroup::reduce_scatter(const float* whole, float* part, std::int64_t n) {

@@ -31,6 +31,20 @@ class NcclTensorGroupImpl final : public NcclTensorGroup {
   void sum(float* data, std::int64_t n, void* stream) override { reduce(data, n, ncclSum, stream); }
   void max(float* data, std::int64_t n, void* stream) override { reduce(data, n, ncclMax, stream); }
 
+  void all_gather(const void* part, void* whole, std::int64_t bytes, void* stream) override {
+    timed(stream, [&](cudaStream_t st) {
+      nccl_check(ncclAllGather(part, whole, static_cast<std::size_t>(bytes), ncclUint8, comm_, st),
+                 "ncclAllGather (tensor-parallel group)");
+    });
+  }
+
+  void reduce_scatter(const float* whole, float* part, std::int64_t n, void* stream) override {
+    timed(stream, [&](cudaStream_t st) {
+      nccl_check(ncclReduceScatter(whole, part, static_cast<std::size_t>(n), ncclFloat32, ncclSum, comm_, st),
+                 "ncclReduceScatter (tensor-parallel group)");
+    });
+  }
+
   void wait(void* event, const char* what) override {
     auto* ev = static_cast<cudaEvent_t>(event);
     run_.wait_for([&] { return nccl_event_passed(ev, comm_, what); }, what);
@@ -53,12 +67,20 @@ class NcclTensorGroupImpl final : public NcclTensorGroup {
 
  private:
   void reduce(float* data, std::int64_t n, ncclRedOp_t op, void* stream) {
+    timed(stream, [&](cudaStream_t st) {
+      nccl_check(ncclAllReduce(data, data, static_cast<std::size_t>(n), ncclFloat32, op, comm_, st),
+                 "ncclAllReduce (tensor-parallel group)");
+    });
+  }
+
+  // `call` enqueued on `stream` between the two events of a timer.
+  template <typename Call>
+  void timed(void* stream, Call call) {
     if (!comm_) throw Error("the tensor-parallel group's NCCL communicator was abandoned after a failure");
     auto* st = static_cast<cudaStream_t>(stream);
     const std::pair<cudaEvent_t, cudaEvent_t>& timer = next_timer();
     cuda_check(cudaEventRecord(timer.first, st), kWho, "cudaEventRecord");
-    nccl_check(ncclAllReduce(data, data, static_cast<std::size_t>(n), ncclFloat32, op, comm_, st),
-               "ncclAllReduce (tensor-parallel group)");
+    call(st);
     cuda_check(cudaEventRecord(timer.second, st), kWho, "cudaEventRecord");
   }
 

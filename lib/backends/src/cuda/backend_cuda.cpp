@@ -94,9 +94,9 @@ namespace {
 
 // The fp32 norm statistics and the head's int32 targets sit among fp16/bf16
 // activations in the slab: each must be 4-byte aligned.
-// Tensor-parallel: the rank's widths (t = tensor_parallel).
+// Tensor-parallel: the rank's widths (t = tensor_parallel), `Ts` the tokens of the norms' regions.
 void check_slab_alignment(const std::vector<PieceLayout>& pieces, const ModelSpec& ms, std::int64_t tokens, DType dt,
-                          int t) {
+                          int t, std::int64_t Ts) {
   const int e = dtype_bytes(dt);
   const bool rms = ms.kind == ModelKind::llama;
   const std::int64_t kv = std::int64_t{ms.kv_heads / t} * (ms.hidden / ms.heads), ht = ms.hidden / t;
@@ -104,13 +104,13 @@ void check_slab_alignment(const std::vector<PieceLayout>& pieces, const ModelSpe
   for (const PieceLayout& p : pieces) {
     std::vector<std::pair<const char*, std::int64_t>> at;
     if (p.kind == PieceKind::gpt) {
-      const GptActs a(tokens, ms.hidden, ft, e, ht);
+      const GptActs a(tokens, ms.hidden, ft, e, ht, Ts);
       at = {{"LayerNorm statistics", a.mean1}, {"LayerNorm statistics", a.mean2}};
     } else if (p.kind == PieceKind::llama) {
-      const LlamaActs a(tokens, ms.hidden, kv, ft, e, ht);
+      const LlamaActs a(tokens, ms.hidden, kv, ft, e, ht, Ts);
       at = {{"RMSNorm statistics", a.rrms1}, {"RMSNorm statistics", a.rrms2}};
     } else if (p.kind == PieceKind::head) {
-      const HeadActs a(tokens, ms.hidden, vocab, e, rms);
+      const HeadActs a(tokens, ms.hidden, vocab, e, rms, Ts);
       at = {{rms ? "RMSNorm statistics" : "LayerNorm statistics", a.mean}, {"targets", a.targets}};
     }
     for (const auto& [what, elements] : at)
@@ -124,10 +124,6 @@ void check_slab_alignment(const std::vector<PieceLayout>& pieces, const ModelSpe
 }  // namespace
 
 void CudaBackend::build(const StageSpec& spec) {
-  // The runner skips these runs with the reason (core/job.hpp not_executed); a
-  // caller that builds one anyway must not get the unsplit model's figures.
-  if (spec.tensor.sequence_parallel)
-    throw ConfigError("cuda backend: sequence parallelism is not executed yet");
   spec_ = spec;
   dt_ = spec.dtype;
   e_ = dtype_bytes(dt_);
@@ -152,7 +148,7 @@ void CudaBackend::build(const StageSpec& spec) {
   for (int ci = 0; ci < spec.num_chunks(); ++ci) {
     const StageLayout layout =
         stage_layout(ms, dt_, spec.chunks[static_cast<std::size_t>(ci)], b, "cuda", spec.tensor, spec.tensor_rank);
-    check_slab_alignment(layout.pieces, ms, tokens_, dt_, tp_);
+    check_slab_alignment(layout.pieces, ms, tokens_, dt_, tp_, ts_);
     Chunk& c = chunk(ci);
     c.pieces = layout.pieces;
     for (Piece& p : c.pieces)
@@ -203,9 +199,13 @@ void CudaBackend::build(const StageSpec& spec) {
   }
   loss_.assign(static_cast<std::size_t>(m), 0.0);
   host_losses_.assign(static_cast<std::size_t>(tokens_), 0.0f);
-  // The host-staged sums' copy: a [T,h] sum, the cross-entropy's 2T.
-  if (tp_ > 1 && !device_tensor_)
-    tp_host_.emplace(static_cast<std::size_t>(std::max(tokens_ * ms.hidden, 2 * tokens_)) * sizeof(float));
+  // The host-staged collectives' copies: a [T,h] fp32 sum (and, sequence
+  // parallel, the rank's rows of one, or a gather's part and whole), the
+  // cross-entropy's 2T.
+  if (tp_ > 1 && !device_tensor_) {
+    const std::int64_t floats = std::max(tokens_ * ms.hidden * (sequence_parallel() ? 2 : 1), 2 * tokens_);
+    tp_host_.emplace(static_cast<std::size_t>(floats) * sizeof(float));
+  }
 
   // Initial weights: the cpu backend's values (seed, piece, tensor, element),
   // rounded to the storage dtype; the fp32 master keeps them exactly.
@@ -241,6 +241,7 @@ void CudaBackend::set_tensor_widths(const StageSpec& spec) {
   vocab_local_ = padded_vocab(ms, tp_) / tp_;
   vocab_first_ = static_cast<int>(spec.tensor_rank * vocab_local_);
   vocab_valid_ = static_cast<int>(std::clamp<std::int64_t>(ms.vocab - vocab_first_, 0, vocab_local_));
+  ts_ = ModelDesc(ms, spec.dtype, spec.tensor).region_tokens(spec.micro_batch_size);
 }
 
 // Chunk ci's boundary buffers (ModelDesc::comm_bytes: one receive buffer per
@@ -393,14 +394,13 @@ void CudaBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const st
   const ModelSpec& ms = job_.model;
   const int T = static_cast<int>(tokens_), h = ms.hidden, f = static_cast<int>(ft_), s = ms.seq_len;
   const int ht = static_cast<int>(ht_), V = static_cast<int>(vocab_local_);
-  const int B = spec_.micro_batch_size;
-  const std::uint64_t Th_bytes = static_cast<std::uint64_t>(tokens_ * h * e_);
+  const int B = spec_.micro_batch_size, Ts = static_cast<int>(ts_);
   auto A = [&](std::int64_t elements) { return act(c, mb, p, elements); };
   auto S = [&](std::int64_t elements) { return stat(c, mb, p, elements); };
   // Every piece but the embedding keeps its input at the start of its slab
   // region; only a chunk's first piece gets it from elsewhere (the receive
-  // buffer, or a kept input).
-  if (p.kind != PieceKind::embedding && in != A(0)) copy_on_device(A(0), in, Th_bytes);
+  // buffer, or a kept input): the rank's Ts tokens.
+  if (p.kind != PieceKind::embedding && in != A(0)) copy_on_device(A(0), in, static_cast<std::uint64_t>(ts_ * h * e_));
   switch (p.kind) {
     case PieceKind::llama: forward_llama(c, p, mb, out); break;
     case PieceKind::embedding: {
@@ -410,10 +410,10 @@ void CudaBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const st
       break;
     }
     case PieceKind::gpt: {
-      const GptActs a(T, h, f, static_cast<int>(e_), ht);
+      const GptActs a(T, h, f, static_cast<int>(e_), ht, Ts);
       std::byte* x = A(a.x);
-      gpu::layernorm_forward(dt_, x, w(p, 0), w(p, 1), A(a.ln1), S(a.mean1), S(a.rstd1), T, h, stream_);
-      linear_forward(A(a.ln1), w(p, 2), w(p, 3), A(a.qkv), T, h, 3 * ht, false);
+      gpu::layernorm_forward(dt_, x, w(p, 0), w(p, 1), A(a.ln1), S(a.mean1), S(a.rstd1), Ts, h, stream_);
+      linear_forward(gathered(A(a.ln1)), w(p, 2), w(p, 3), A(a.qkv), T, h, 3 * ht, false);
       // Attention, per sequence: scores = Q·Kᵀ/√d for all the rank's heads at once, causal softmax, out = P·V.
       const gemm::Attention at(s, ht, at_);
       std::byte* probs = attention_probs(c, mb, p, a.probs);
@@ -428,17 +428,17 @@ void CudaBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const st
       }
       std::byte* x2 = A(a.x2);
       row_parallel_out(A(a.attn), w(p, 4), w(p, 5), x, x2, ht);
-      gpu::layernorm_forward(dt_, x2, w(p, 6), w(p, 7), A(a.ln2), S(a.mean2), S(a.rstd2), T, h, stream_);
-      linear_forward(A(a.ln2), w(p, 8), w(p, 9), A(a.pre), T, h, f, false);
+      gpu::layernorm_forward(dt_, x2, w(p, 6), w(p, 7), A(a.ln2), S(a.mean2), S(a.rstd2), Ts, h, stream_);
+      linear_forward(gathered(A(a.ln2)), w(p, 8), w(p, 9), A(a.pre), T, h, f, false);
       gpu::gelu_forward(dt_, A(a.pre), A(a.gelu), std::int64_t{T} * f, stream_);
       row_parallel_out(A(a.gelu), w(p, 10), w(p, 11), x2, out, f);
       break;
     }
     case PieceKind::mlp: {
       std::byte* x = A(0);
-      std::byte* pre = A(std::int64_t{T} * h);
-      std::byte* gl = A(std::int64_t{T} * h + std::int64_t{T} * f);
-      linear_forward(x, w(p, 0), w(p, 1), pre, T, h, f, false);
+      std::byte* pre = A(std::int64_t{Ts} * h);
+      std::byte* gl = A(std::int64_t{Ts} * h + std::int64_t{T} * f);
+      linear_forward(gathered(x), w(p, 0), w(p, 1), pre, T, h, f, false);
       gpu::gelu_forward(dt_, pre, gl, std::int64_t{T} * f, stream_);
       row_parallel_out(gl, w(p, 2), w(p, 3), x, out, f);
       break;
@@ -446,11 +446,11 @@ void CudaBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const st
     case PieceKind::head: {
       const HeadActs a = head_acts();  // llama: RMSNorm [h] and the LM head at tensor 1
       if (llama())
-        gpu::rmsnorm_forward(dt_, A(a.x), w(p, 0), A(a.ln), S(a.rstd), T, h, static_cast<float>(ms.norm_eps), stream_);
+        gpu::rmsnorm_forward(dt_, A(a.x), w(p, 0), A(a.ln), S(a.rstd), Ts, h, static_cast<float>(ms.norm_eps), stream_);
       else
-        gpu::layernorm_forward(dt_, A(a.x), w(p, 0), w(p, 1), A(a.ln), S(a.mean), S(a.rstd), T, h, stream_);
+        gpu::layernorm_forward(dt_, A(a.x), w(p, 0), w(p, 1), A(a.ln), S(a.mean), S(a.rstd), Ts, h, stream_);
       std::byte* probs = A(a.probs);
-      linear_forward(A(a.ln), w(p, llama() ? 1 : 2), nullptr, probs, T, h, V, false);
+      linear_forward(gathered(A(a.ln)), w(p, llama() ? 1 : 2), nullptr, probs, T, h, V, false);
       head_loss(probs, reinterpret_cast<const std::int32_t*>(A(a.targets)));  // targets uploaded; read_loss()
       break;
     }

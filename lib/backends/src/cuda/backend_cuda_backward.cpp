@@ -41,6 +41,7 @@ void CudaBackend::backward(int /*step*/, int mb, int ci) {
   start_action();
   if (spec_.recompute) recompute_forward(c, mb);
   backward_pieces(c, ci, mb, pass, stash);
+  if (pass == Pass::full) backward_done(c);  // inside the action: its collectives are the action's
   finish_action();
   if (pass == Pass::full) release_slab(c, mb);
 }
@@ -77,6 +78,7 @@ void CudaBackend::weight_grad(int /*step*/, int mb, int ci) {
     backward_piece(c, p, mb, nullptr, nullptr, Pass::weight, stash + offset * e_);
     offset += stash_elements(p);
   }
+  backward_done(c);
   finish_action();
   c.stash.release(mb);
   release_slab(c, mb);
@@ -92,8 +94,9 @@ void CudaBackend::backward_piece(const Chunk& c, const Piece& p, int mb, const s
     case PieceKind::embedding: {
       const int s = job_.model.seq_len, h = job_.model.hidden;
       float* dwpe = p.tensors.size() > 1 ? g(p, 1) : nullptr;  // llama: no position table
-      if (pass == Pass::input) copy_on_device(st, dy, static_cast<std::uint64_t>(tokens_ * h * e_));
-      else gpu::embedding_backward(dt_, pass == Pass::weight ? st : dy, embedding_order_, g(p, 0), dwpe,
+      // Sequence parallelism: the rank's tokens kept, the whole output gradient gathered.
+      if (pass == Pass::input) copy_on_device(st, dy, static_cast<std::uint64_t>(ts_ * h * e_));
+      else gpu::embedding_backward(dt_, gathered(pass == Pass::weight ? st : dy), embedding_order_, g(p, 0), dwpe,
                                    static_cast<int>(tokens_), s, h, stream_);  // upload_embedding_order()
       break;
     }
@@ -105,51 +108,58 @@ void CudaBackend::backward_piece(const Chunk& c, const Piece& p, int mb, const s
 
 // Tensor-parallel: as the cpu backend's backward_gpt — qkv, proj's input,
 // fc1 and fc2's input are the rank's columns; the input gradients at ln2's
-// and ln1's outputs are sums over the group (column_input_grad, in B; W has
-// no collective).
+// and ln1's outputs are sums over the group (column_input_grad, in B). With
+// sequence parallelism dy, x, x2, the norms and their gradients are the
+// rank's Ts tokens; fc2's and proj's output gradients are gathered whole
+// (and kept so for W), and W gathers the norms' outputs again.
 void CudaBackend::backward_gpt(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass,
                                std::byte* st) {
   const ModelSpec& ms = job_.model;
   const int T = static_cast<int>(tokens_), h = ms.hidden, f = static_cast<int>(ft_), s = ms.seq_len;
-  const int ht = static_cast<int>(ht_);
+  const int ht = static_cast<int>(ht_), Ts = static_cast<int>(ts_);
   const std::int64_t Th = std::int64_t{T} * h, Tf = std::int64_t{T} * f, Tht = std::int64_t{T} * ht;
-  const auto Th_bytes = static_cast<std::uint64_t>(Th * e_);
-  const GptActs a(T, h, f, static_cast<int>(e_), ht);
+  const std::int64_t Tsh = std::int64_t{Ts} * h;
+  const auto Tsh_bytes = static_cast<std::uint64_t>(Tsh * e_);
+  const GptActs a(T, h, f, static_cast<int>(e_), ht, Ts);
   auto A = [&](std::int64_t elements) { return act(c, mb, p, elements); };
   auto S = [&](std::int64_t elements) { return stat(c, mb, p, elements); };
   // Output gradients: in the stash (split) or the temporaries (dgelu, dh,
   // dx2, dqkv, …; see temporaries()), at element offsets.
   std::byte* ws = temporaries();
-  const bool split = pass != Pass::full, full = pass == Pass::full;
+  const bool split = pass != Pass::full, full = pass == Pass::full, sp = sequence_parallel();
   auto at = [&](std::byte* base, std::int64_t elements) { return base + elements * e_; };
-  std::byte* d_fc2 = split ? st : const_cast<std::byte*>(dy);
+  std::byte* d_fc2 = split ? st : nullptr;  // full: dy, gathered
   std::byte* d_fc1 = split ? at(st, Th) : ws;
   std::byte* d_ln2 = split ? at(st, Th + Tf) : at(ws, Tf);
-  std::byte* d_proj = split ? at(st, 2 * Th + Tf) : at(ws, Tf + Th);
-  std::byte* d_qkv = split ? at(st, 3 * Th + Tf) : at(ws, Tf + 2 * Th);
-  std::byte* d_ln1 = split ? at(st, 3 * Th + Tf + 3 * Tht) : at(ws, Tf);
+  // proj's output gradient: the rank's tokens (d_proj), and whole (d_proj_all; the same buffer without sequence parallelism).
+  std::byte* d_proj = split && !sp ? at(st, Th + Tf + Tsh) : at(ws, Tf + Th);
+  std::byte* d_proj_all = split ? at(st, Th + Tf + Tsh) : sp ? sp_gathered() : d_proj;
+  std::byte* d_qkv = split ? at(st, 2 * Th + Tf + Tsh) : at(ws, Tf + 2 * Th);
+  std::byte* d_ln1 = split ? at(st, 2 * Th + Tf + Tsh + 3 * Tht) : at(ws, Tf);
   std::byte* d_attn = at(ws, Tf);  // no weights: never stashed
   std::byte* scratch = score_scratch();
   if (pass == Pass::weight) {
     linear_backward_weight(A(a.gelu), d_fc2, g(p, 10), g(p, 11), T, f, h);
-    linear_backward_weight(A(a.ln2), d_fc1, g(p, 8), g(p, 9), T, h, f);
-    gpu::layernorm_backward_weight(dt_, d_ln2, A(a.x2), S(a.mean2), S(a.rstd2), g(p, 6), g(p, 7), T, h, stream_);
-    linear_backward_weight(A(a.attn), d_proj, g(p, 4), g(p, 5), T, ht, h);
-    linear_backward_weight(A(a.ln1), d_qkv, g(p, 2), g(p, 3), T, h, 3 * ht);
-    gpu::layernorm_backward_weight(dt_, d_ln1, A(a.x), S(a.mean1), S(a.rstd1), g(p, 0), g(p, 1), T, h, stream_);
+    linear_backward_weight(gathered(A(a.ln2)), d_fc1, g(p, 8), g(p, 9), T, h, f);
+    gpu::layernorm_backward_weight(dt_, d_ln2, A(a.x2), S(a.mean2), S(a.rstd2), g(p, 6), g(p, 7), Ts, h, stream_);
+    linear_backward_weight(A(a.attn), d_proj_all, g(p, 4), g(p, 5), T, ht, h);
+    linear_backward_weight(gathered(A(a.ln1)), d_qkv, g(p, 2), g(p, 3), T, h, 3 * ht);
+    gpu::layernorm_backward_weight(dt_, d_ln1, A(a.x), S(a.mean1), S(a.rstd1), g(p, 0), g(p, 1), Ts, h, stream_);
     return;
   }
-  if (split) copy_on_device(d_fc2, dy, Th_bytes);
-  if (full) linear_backward_weight(A(a.gelu), d_fc2, g(p, 10), g(p, 11), T, f, h);
-  linear_backward_input(w(p, 10), d_fc2, d_fc1, T, f, h, false);
+  if (split) gather_into(dy, d_fc2);
+  const void* fc2_out = split ? d_fc2 : gathered(dy);
+  if (full) linear_backward_weight(A(a.gelu), fc2_out, g(p, 10), g(p, 11), T, f, h);
+  linear_backward_input(w(p, 10), fc2_out, d_fc1, T, f, h, false);
   gpu::gelu_backward(dt_, A(a.pre), d_fc1, d_fc1, Tf, stream_);
-  if (full) linear_backward_weight(A(a.ln2), d_fc1, g(p, 8), g(p, 9), T, h, f);
+  if (full) linear_backward_weight(gathered(A(a.ln2)), d_fc1, g(p, 8), g(p, 9), T, h, f);
   column_input_grad(w(p, 8), d_fc1, d_ln2, f, false);
-  copy_on_device(d_proj, dy, Th_bytes);
-  if (full) gpu::layernorm_backward_weight(dt_, d_ln2, A(a.x2), S(a.mean2), S(a.rstd2), g(p, 6), g(p, 7), T, h, stream_);
-  gpu::layernorm_backward_input(dt_, d_ln2, A(a.x2), w(p, 6), S(a.mean2), S(a.rstd2), d_proj, T, h, stream_);
-  if (full) linear_backward_weight(A(a.attn), d_proj, g(p, 4), g(p, 5), T, ht, h);
-  linear_backward_input(w(p, 4), d_proj, d_attn, T, ht, h, false);
+  copy_on_device(d_proj, dy, Tsh_bytes);
+  if (full) gpu::layernorm_backward_weight(dt_, d_ln2, A(a.x2), S(a.mean2), S(a.rstd2), g(p, 6), g(p, 7), Ts, h, stream_);
+  gpu::layernorm_backward_input(dt_, d_ln2, A(a.x2), w(p, 6), S(a.mean2), S(a.rstd2), d_proj, Ts, h, stream_);
+  if (d_proj_all != d_proj) gather_into(d_proj, d_proj_all);
+  if (full) linear_backward_weight(A(a.attn), d_proj_all, g(p, 4), g(p, 5), T, ht, h);
+  linear_backward_input(w(p, 4), d_proj_all, d_attn, T, ht, h, false);
   // Attention backward per sequence, all the rank's heads at once (cpu_kernels attention_backward).
   if (selective()) attention_probs_again(A(a.qkv));
   const std::byte* probs = attention_probs(c, mb, p, a.probs);
@@ -168,51 +178,55 @@ void CudaBackend::backward_gpt(const Chunk& c, const Piece& p, int mb, const std
     gemm(att.dq(), scratch, k, dq);
     gemm(att.dk(), scratch, q, dq + ht * e_);
   }
-  if (full) linear_backward_weight(A(a.ln1), d_qkv, g(p, 2), g(p, 3), T, h, 3 * ht);
+  if (full) linear_backward_weight(gathered(A(a.ln1)), d_qkv, g(p, 2), g(p, 3), T, h, 3 * ht);
   column_input_grad(w(p, 2), d_qkv, d_ln1, 3 * ht, false);
-  copy_on_device(dx, d_proj, Th_bytes);
-  if (full) gpu::layernorm_backward_weight(dt_, d_ln1, A(a.x), S(a.mean1), S(a.rstd1), g(p, 0), g(p, 1), T, h, stream_);
-  gpu::layernorm_backward_input(dt_, d_ln1, A(a.x), w(p, 0), S(a.mean1), S(a.rstd1), dx, T, h, stream_);
+  copy_on_device(dx, d_proj, Tsh_bytes);
+  if (full) gpu::layernorm_backward_weight(dt_, d_ln1, A(a.x), S(a.mean1), S(a.rstd1), g(p, 0), g(p, 1), Ts, h, stream_);
+  gpu::layernorm_backward_input(dt_, d_ln1, A(a.x), w(p, 0), S(a.mean1), S(a.rstd1), dx, Ts, h, stream_);
 }
 
 void CudaBackend::backward_mlp(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass,
                                std::byte* st) {
   const int T = static_cast<int>(tokens_), h = job_.model.hidden, f = static_cast<int>(ft_);
-  const std::int64_t Th = std::int64_t{T} * h;
-  const std::byte* x = act(c, mb, p, 0);
-  const std::byte* pre = act(c, mb, p, Th);
-  const std::byte* gl = act(c, mb, p, Th + std::int64_t{T} * f);
+  const std::int64_t Th = std::int64_t{T} * h, Tsh = ts_ * h;
+  const std::byte* x = act(c, mb, p, 0);  // the rank's Ts tokens (sequence parallelism)
+  const std::byte* pre = act(c, mb, p, Tsh);
+  const std::byte* gl = act(c, mb, p, Tsh + std::int64_t{T} * f);
   const bool split = pass != Pass::full;
-  std::byte* d_fc2 = split ? st : const_cast<std::byte*>(dy);
+  std::byte* d_fc2 = split ? st : nullptr;  // full: dy, gathered
   std::byte* d_fc1 = split ? st + Th * e_ : temporaries();
   if (pass == Pass::weight) {
     linear_backward_weight(gl, d_fc2, g(p, 2), g(p, 3), T, f, h);
-    linear_backward_weight(x, d_fc1, g(p, 0), g(p, 1), T, h, f);
+    linear_backward_weight(gathered(x), d_fc1, g(p, 0), g(p, 1), T, h, f);
     return;
   }
-  if (split) copy_on_device(d_fc2, dy, static_cast<std::uint64_t>(Th * e_));
-  if (!split) linear_backward_weight(gl, d_fc2, g(p, 2), g(p, 3), T, f, h);
-  linear_backward_input(w(p, 2), d_fc2, d_fc1, T, f, h, false);
+  if (split) gather_into(dy, d_fc2);
+  const void* fc2_out = split ? d_fc2 : gathered(dy);
+  if (!split) linear_backward_weight(gl, fc2_out, g(p, 2), g(p, 3), T, f, h);
+  linear_backward_input(w(p, 2), fc2_out, d_fc1, T, f, h, false);
   gpu::gelu_backward(dt_, pre, d_fc1, d_fc1, std::int64_t{T} * f, stream_);
-  copy_on_device(dx, dy, static_cast<std::uint64_t>(Th * e_));
-  if (!split) linear_backward_weight(x, d_fc1, g(p, 0), g(p, 1), T, h, f);
+  copy_on_device(dx, dy, static_cast<std::uint64_t>(Tsh * e_));
+  if (!split) linear_backward_weight(gathered(x), d_fc1, g(p, 0), g(p, 1), T, h, f);
   column_input_grad(w(p, 0), d_fc1, dx, f, true);  // the residual's gradient, dy, added
 }
 
+// Sequence parallelism: x, the norm and its gradient the rank's Ts tokens,
+// the LM head reading the norm's output gathered whole.
 void CudaBackend::backward_head(const Chunk& c, const Piece& p, int mb, std::byte* dx, Pass pass, std::byte* st) {
   const int T = static_cast<int>(tokens_), h = job_.model.hidden, V = static_cast<int>(vocab_local_);
+  const int Ts = static_cast<int>(ts_);
   const HeadActs a = head_acts();
   const std::size_t lm = llama() ? 1 : 2;  // llama: RMSNorm [h], then the LM head
   auto A = [&](std::int64_t elements) { return act(c, mb, p, elements); };
   auto S = [&](std::int64_t elements) { return stat(c, mb, p, elements); };
   auto norm_weight_grad = [&](const std::byte* d_ln) {
-    if (llama()) gpu::rmsnorm_backward_weight(dt_, d_ln, A(a.x), S(a.rstd), g(p, 0), T, h, stream_);
-    else gpu::layernorm_backward_weight(dt_, d_ln, A(a.x), S(a.mean), S(a.rstd), g(p, 0), g(p, 1), T, h, stream_);
+    if (llama()) gpu::rmsnorm_backward_weight(dt_, d_ln, A(a.x), S(a.rstd), g(p, 0), Ts, h, stream_);
+    else gpu::layernorm_backward_weight(dt_, d_ln, A(a.x), S(a.mean), S(a.rstd), g(p, 0), g(p, 1), Ts, h, stream_);
   };
   std::byte* probs = A(a.probs);  // becomes d(logits) in place, kept in the slab until W
   std::byte* d_ln = pass == Pass::full ? temporaries() + std::int64_t{T} * ft_ * e_ : st;
   if (pass == Pass::weight) {
-    linear_backward_weight(A(a.ln), probs, g(p, lm), nullptr, T, h, V);
+    linear_backward_weight(gathered(A(a.ln)), probs, g(p, lm), nullptr, T, h, V);
     norm_weight_grad(d_ln);
     return;
   }
@@ -221,12 +235,12 @@ void CudaBackend::backward_head(const Chunk& c, const Piece& p, int mb, std::byt
   const float scale = dt_ == DType::fp16 ? 1.0f : 1.0f / (static_cast<float>(T) * static_cast<float>(spec_.step_microbatches()));
   gpu::softmax_crossentropy_backward(dt_, probs, reinterpret_cast<const std::int32_t*>(A(a.targets)), T, V, scale, stream_,
                                      vocab_first_);
-  if (pass == Pass::full) linear_backward_weight(A(a.ln), probs, g(p, lm), nullptr, T, h, V);
+  if (pass == Pass::full) linear_backward_weight(gathered(A(a.ln)), probs, g(p, lm), nullptr, T, h, V);
   column_input_grad(w(p, lm), probs, d_ln, V, false);  // the vocabulary parts' sum
-  cuda_check(cudaMemsetAsync(dx, 0, static_cast<std::size_t>(std::int64_t{T} * h * e_), stream_), kWho, "memset");
+  cuda_check(cudaMemsetAsync(dx, 0, static_cast<std::size_t>(std::int64_t{Ts} * h * e_), stream_), kWho, "memset");
   if (pass == Pass::full) norm_weight_grad(d_ln);
-  if (llama()) gpu::rmsnorm_backward_input(dt_, d_ln, A(a.x), w(p, 0), S(a.rstd), dx, T, h, stream_);
-  else gpu::layernorm_backward_input(dt_, d_ln, A(a.x), w(p, 0), S(a.mean), S(a.rstd), dx, T, h, stream_);
+  if (llama()) gpu::rmsnorm_backward_input(dt_, d_ln, A(a.x), w(p, 0), S(a.rstd), dx, Ts, h, stream_);
+  else gpu::layernorm_backward_input(dt_, d_ln, A(a.x), w(p, 0), S(a.mean), S(a.rstd), dx, Ts, h, stream_);
 }
 
 }  // namespace pipebench::gpu

@@ -1,8 +1,9 @@
 // The cuda backend's tensor parallelism (cuda_backend.hpp, "Tensor
-// parallelism"; docs/tensor-parallel.md): the group's fp32 sums over NCCL or
-// host-staged over MPI, the row-parallel outputs and column-parallel input
-// gradients built on them, the vocabulary-parallel embedding and
-// cross-entropy, and selective recomputation's probabilities. The cpu
+// parallelism"; docs/tensor-parallel.md): the group's fp32 sums and
+// sequence-parallel gathers and reduce-scatters over NCCL or host-staged over
+// MPI, the row-parallel outputs and column-parallel input gradients built on
+// them, the vocabulary-parallel embedding and cross-entropy, and selective
+// recomputation's probabilities. The cpu
 // backend's backend_cpu_tensor.cpp is the reference; unlike it, the partial
 // products are summed in fp32 whatever the storage dtype (and only then
 // rounded), and at t = 1 every helper launches exactly the unsplit layers.
@@ -52,6 +53,53 @@ void CudaBackend::tp_max(float* data, std::int64_t n) {
          [&](float* h, std::int64_t k) { tensor_->max(h, k); });
 }
 
+float* CudaBackend::summed_rows(float* whole) {
+  const std::int64_t h = job_.model.hidden;
+  if (!sequence_parallel()) {
+    tp_sum(whole, tokens_ * h);
+    return whole;
+  }
+  // In place: the rank's rows are where its part of the sum belongs.
+  float* part = whole + spec_.tensor_rank * ts_ * h;
+  if (device_tensor_) {
+    device_tensor_->reduce_scatter(whole, part, ts_ * h, stream_);
+    return part;
+  }
+  const auto whole_bytes = static_cast<std::size_t>(tokens_ * h) * sizeof(float);
+  auto* host_whole = static_cast<float*>(tp_host_->data());
+  float* host_part = host_whole + tokens_ * h;
+  const char* what = "a host-staged sequence-parallel reduce-scatter";
+  cuda_check(cudaMemcpyAsync(host_whole, whole, whole_bytes, cudaMemcpyDeviceToHost, stream_), kWho, what);
+  cuda_check(cudaStreamSynchronize(stream_), kWho, what);
+  tensor_->reduce_scatter(host_whole, host_part, ts_ * h);
+  cuda_check(cudaMemcpyAsync(part, host_part, static_cast<std::size_t>(ts_ * h) * sizeof(float), cudaMemcpyHostToDevice,
+                             stream_),
+             kWho, what);
+  return part;
+}
+
+const void* CudaBackend::gathered(const void* part) {
+  if (!sequence_parallel()) return part;
+  gather_into(part, sp_gathered());
+  return sp_gathered();
+}
+
+void CudaBackend::gather_into(const void* part, void* whole) {
+  const std::int64_t part_bytes = ts_ * job_.model.hidden * e_;
+  if (!sequence_parallel()) return copy_on_device(whole, part, static_cast<std::uint64_t>(part_bytes));
+  if (device_tensor_) return device_tensor_->all_gather(part, whole, part_bytes, stream_);
+  auto* host_part = static_cast<std::byte*>(tp_host_->data());
+  std::byte* host_whole = host_part + part_bytes;
+  const char* what = "a host-staged sequence-parallel all-gather";
+  cuda_check(cudaMemcpyAsync(host_part, part, static_cast<std::size_t>(part_bytes), cudaMemcpyDeviceToHost, stream_),
+             kWho, what);
+  cuda_check(cudaStreamSynchronize(stream_), kWho, what);
+  tensor_->all_gather_bytes(host_part, host_whole, part_bytes);
+  cuda_check(cudaMemcpyAsync(whole, host_whole, static_cast<std::size_t>(part_bytes * tp_), cudaMemcpyHostToDevice,
+                             stream_),
+             kWho, what);
+}
+
 void CudaBackend::row_parallel_out(const void* in, const void* W, const void* b, const void* residual, void* y,
                                    int in_dim) {
   const int T = static_cast<int>(tokens_), h = job_.model.hidden;
@@ -62,8 +110,7 @@ void CudaBackend::row_parallel_out(const void* in, const void* W, const void* b,
   }
   float* sum = tp_sum_buffer();
   gemm(gemm::linear_forward(T, in_dim, h, false), in, W, sum, true);
-  tp_sum(sum, tokens_ * h);
-  gpu::sum_to_storage(dt_, sum, b, residual, y, T, h, stream_);
+  gpu::sum_to_storage(dt_, summed_rows(sum), b, residual, y, static_cast<int>(ts_), h, stream_);
 }
 
 void CudaBackend::column_input_grad(const void* W, const void* d, void* dst, int out_dim, bool accumulate) {
@@ -71,8 +118,17 @@ void CudaBackend::column_input_grad(const void* W, const void* d, void* dst, int
   if (tp_ == 1) return linear_backward_input(W, d, dst, T, h, out_dim, accumulate);
   float* sum = tp_sum_buffer();
   gemm(gemm::linear_input_grad(T, h, out_dim, false), d, W, sum, true);
-  tp_sum(sum, tokens_ * h);
-  gpu::sum_to_storage(dt_, sum, nullptr, accumulate ? dst : nullptr, dst, T, h, stream_);
+  gpu::sum_to_storage(dt_, summed_rows(sum), nullptr, accumulate ? dst : nullptr, dst, static_cast<int>(ts_), h, stream_);
+}
+
+// The norms' gradients are sums over the rank's tokens only with sequence
+// parallelism (TensorSlot::sequence_partial): once the step's last backward
+// of the chunk is queued, their sums over the group.
+void CudaBackend::backward_done(Chunk& c) {
+  if (!sequence_parallel() || ++c.backwards_done < spec_.num_microbatches) return;
+  for (const Piece& p : c.pieces)
+    for (std::size_t t = 0; t < p.tensors.size(); ++t)
+      if (p.tensors[t].sequence_partial) tp_sum(g(p, t), p.tensors[t].size);
 }
 
 void CudaBackend::head_loss(void* logits, const std::int32_t* targets) {
@@ -94,8 +150,7 @@ void CudaBackend::embedding_out(const std::int32_t* tokens, const void* wte, con
   float* sum = tp_sum_buffer();
   gpu::embedding_forward_partial(dt_, tokens, wte, spec_.tensor_rank == 0 ? wpe : nullptr, sum, T, s, h, vocab_first_,
                                  static_cast<int>(vocab_local_), stream_);
-  tp_sum(sum, tokens_ * h);
-  gpu::sum_to_storage(dt_, sum, nullptr, nullptr, out, T, h, stream_);
+  gpu::sum_to_storage(dt_, summed_rows(sum), nullptr, nullptr, out, static_cast<int>(ts_), h, stream_);
 }
 
 // The forward's scores and causal softmax of the rank's heads, as

@@ -37,6 +37,7 @@ class CudaBackend final : public Backend {
   double take_tensor_comm_s() override;
   void begin_step(int step, double /*deadline_s*/) override {
     step_ = step;
+    for (Chunk& c : chunks_) c.backwards_done = 0;
     note_device_memory();
   }
   void forward(int step, int microbatch, int chunk) override;
@@ -85,6 +86,7 @@ class CudaBackend final : public Backend {
     SlotPool slabs;  // activations, from F to B (to W with a split backward)
     SlotPool stash;  // split backward: output gradients from B to W (split_stash_elements)
     SlotPool kept;   // recomputation: the chunk's input from F to B
+    int backwards_done = 0;  // the step's backwards finished so far (B, or W with a split backward)
     bool embedding() const { return pieces.front().kind == PieceKind::embedding; }
     bool head() const { return pieces.back().kind == PieceKind::head; }
   };
@@ -111,19 +113,20 @@ class CudaBackend final : public Backend {
   std::int32_t* tokens_at(const Chunk& c, int mb) const { return reinterpret_cast<std::int32_t*>(act(c, mb, c.pieces.front(), 0)); }
   bool llama() const { return job_.model.kind == ModelKind::llama; }
   // The head's slab offsets (llama: one RMSNorm statistic), of the rank's vocabulary columns.
-  HeadActs head_acts() const { return {tokens_, job_.model.hidden, vocab_local_, static_cast<int>(e_), llama()}; }
+  HeadActs head_acts() const { return {tokens_, job_.model.hidden, vocab_local_, static_cast<int>(e_), llama(), ts_}; }
   std::int32_t* targets_at(const Chunk& c, int mb) const {
     return reinterpret_cast<std::int32_t*>(act(c, mb, c.pieces.back(), head_acts().targets));
   }
   // llama: the rank's K/V width kv_heads/t · h/heads (q, k, v rows are h/t + 2·kv_width()).
   std::int64_t kv_width() const { return kvt_; }
   std::int64_t stash_elements(const Piece& p) const {
-    return split_stash_elements(p.kind, tokens_, job_.model.hidden, ft_, kvt_, ht_);
+    return split_stash_elements(p.kind, tokens_, job_.model.hidden, ft_, kvt_, ht_, ts_);
   }
   // Workspace layout (ModelDesc::cuda_workspace_bytes): norm partial sums,
   // per-token losses, the embedding's token order (train), with t > 1 the
   // fp32 [T,h] buffer of the group's sums and the cross-entropy's 3T fp32
-  // statistics (tp_sum_buffer, tp_stats), then the backward's temporaries
+  // statistics (tp_sum_buffer, tp_stats), with sequence parallelism a
+  // [T,h] buffer of the storage dtype (sp_gathered), then the backward's temporaries
   // (aligned: cudaMalloc returns 256-byte-aligned memory and the parts
   // before them are multiples of 4 bytes).
   double* norm_partials() const { return reinterpret_cast<double*>(workspace_.data()); }
@@ -143,7 +146,12 @@ class CudaBackend final : public Backend {
     return reinterpret_cast<float*>(workspace_.data() + ModelDesc::kCudaNormSlotsBytes + 4 * tokens_ + embedding_order_bytes_);
   }
   float* tp_stats() const { return tp_sum_buffer() + tokens_ * job_.model.hidden; }
-  std::int64_t tp_workspace_bytes() const { return tp_ > 1 ? 4 * tokens_ * job_.model.hidden + 12 * tokens_ : 0; }
+  std::byte* sp_gathered() const { return reinterpret_cast<std::byte*>(tp_stats() + 3 * tokens_); }
+  std::int64_t tp_workspace_bytes() const {
+    if (tp_ == 1) return 0;
+    const std::int64_t Th = tokens_ * job_.model.hidden;
+    return 4 * Th + 12 * tokens_ + (sequence_parallel() ? e_ * Th : 0);
+  }
   std::byte* temporaries() const {
     return workspace_.data() + ModelDesc::kCudaNormSlotsBytes + 4 * tokens_ + embedding_order_bytes_ + tp_workspace_bytes();
   }
@@ -199,17 +207,32 @@ class CudaBackend final : public Backend {
   // output columns, row-parallel ones (proj / o, fc2 / W2) its input rows;
   // a row-parallel output and a column-parallel input gradient are partial
   // products, written in fp32 to tp_sum_buffer(), summed over the group in
-  // fp32 and then rounded to the storage dtype with the bias and residual
-  // (every rank holds those whole). At t = 1 both helpers are the unsplit
-  // layers' launches, bit for bit. The group's sums run over NCCL on the
-  // device (device_tensor_) or, without it, on a pinned host copy over the
-  // MPI group (tensor_).
+  // fp32 (reduce-scattered to the rank's ts_ tokens with sequence
+  // parallelism) and then rounded to the storage dtype with the bias and
+  // residual (every rank holds those whole). With sequence parallelism x,
+  // x2, the norms and their gradients are the rank's ts_ tokens, and a
+  // column-parallel layer reads its input gathered whole. At t = 1 every
+  // helper is the unsplit layers' launches, bit for bit. The group's
+  // collectives run over NCCL on the device (device_tensor_) or, without
+  // it, on pinned host copies over the MPI group (tensor_).
+  bool sequence_parallel() const { return spec_.tensor.sequence_parallel; }
   void tp_sum(float* data, std::int64_t n);
   void tp_max(float* data, std::int64_t n);
-  // y [T,h] = Σ_group in·W (+ b) + residual; `in` [T, in_dim] the rank's columns.
+  // fp32 `whole` [T,h], each rank's partial sum: summed over the group in
+  // place, or reduce-scattered (sequence parallelism); the rank's rows of the sum.
+  float* summed_rows(float* whole);
+  // The rank's [ts_, h] `part` gathered whole into sp_gathered() (returned),
+  // or `part` itself without sequence parallelism.
+  const void* gathered(const void* part);
+  // The same into `whole` (a copy without sequence parallelism).
+  void gather_into(const void* part, void* whole);
+  // y [ts_,h] = Σ_group in·W (+ b) + residual; `in` [T, in_dim] the rank's columns.
   void row_parallel_out(const void* in, const void* W, const void* b, const void* residual, void* y, int in_dim);
-  // dst [T,h] = Σ_group d·Wᵀ (+ dst's own values when `accumulate`); `d` [T, out_dim].
+  // dst [ts_,h] = Σ_group d·Wᵀ (+ dst's own values when `accumulate`); `d` [T, out_dim].
   void column_input_grad(const void* W, const void* d, void* dst, int out_dim, bool accumulate);
+  // After a chunk's backward of one micro-batch: at the step's last, with
+  // sequence parallelism, the norms' token-partial gradients summed over the group.
+  void backward_done(Chunk& c);
   // The head's token losses (token_losses()) and probabilities in place of
   // the logits of the rank's vocabulary columns.
   void head_loss(void* logits, const std::int32_t* targets);
@@ -263,6 +286,7 @@ class CudaBackend final : public Backend {
   DeviceTensorGroup* device_tensor_ = nullptr;
   int tp_ = 1, at_ = 0, kvheads_t_ = 0, vocab_first_ = 0, vocab_valid_ = 0;
   std::int64_t ht_ = 0, ft_ = 0, kvt_ = 0, vocab_local_ = 0;
+  std::int64_t ts_ = 0;  // the tokens of the norms' regions: T, or T/t with sequence parallelism
   std::optional<HostBuffer> tp_host_;
 };
 

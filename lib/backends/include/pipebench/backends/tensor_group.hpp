@@ -26,6 +26,9 @@ class TensorGroup {
   // sum of every rank's `whole`.
   virtual void all_gather(const float* part, float* whole, std::int64_t n) = 0;
   virtual void reduce_scatter(const float* whole, float* part, std::int64_t n) = 0;
+  // The same gather of `bytes` bytes a rank (the cuda backend's storage
+  // dtype, host-staged).
+  virtual void all_gather_bytes(const void* part, void* whole, std::int64_t bytes) = 0;
   // Seconds spent in the group's collectives since the last call (a
   // step's figure: the executor takes it at the end of each step).
   virtual double take_seconds() = 0;
@@ -34,13 +37,19 @@ class TensorGroup {
 // The same group's collectives on device memory (the cuda backend over
 // NCCL, runtime/tensor_group_nccl.hpp): each enqueued on `stream` (a
 // cudaStream_t) after the work already queued there and before what comes
-// next, returning at once. Only the reductions the cuda backend needs: its
-// layers sum (and the cross-entropy takes the max of) fp32 buffers.
+// next, returning at once. The cuda backend's layers sum (and the
+// cross-entropy takes the max of) fp32 buffers, and gather the storage dtype.
 class DeviceTensorGroup {
  public:
   virtual ~DeviceTensorGroup() = default;
   virtual void sum(float* data, std::int64_t n, void* stream) = 0;
   virtual void max(float* data, std::int64_t n, void* stream) = 0;
+  // Sequence parallelism (TensorGroup's): `whole` = every rank's `bytes`
+  // bytes of `part` in rank order; `part` [n] = rank rank()'s n elements
+  // of the sum of every rank's fp32 `whole` [size()·n] (in place when
+  // `part` == whole + rank()·n).
+  virtual void all_gather(const void* part, void* whole, std::int64_t bytes, void* stream) = 0;
+  virtual void reduce_scatter(const float* whole, float* part, std::int64_t n, void* stream) = 0;
   // Waits until `event` (a cudaEvent_t recorded on the stream after the
   // collectives) has passed, polling the run's aborts and deadline and the
   // communicator's asynchronous errors: a peer that is gone ends the wait

@@ -182,7 +182,9 @@ class ModelDesc {
   // rank's widths and heads; with selective recomputation the attention
   // probabilities of the micro-batch's heads of the rank (b·heads/t·seq_len²
   // elements); with t > 1, also in inference, an fp32 [tokens, hidden]
-  // buffer for the group's sums and 12·tokens bytes of cross-entropy statistics.
+  // buffer for the group's sums and 12·tokens bytes of cross-entropy
+  // statistics, and with sequence parallelism a [tokens, hidden] buffer of
+  // the storage dtype (the parallel regions' gathered inputs).
   static constexpr std::int64_t kCudaNormSlotsBytes = 256 * 8;
   std::int64_t cuda_workspace_bytes(int micro_batch, bool train) const;
   // int32: the positions sorted by token id, the segment starts and the

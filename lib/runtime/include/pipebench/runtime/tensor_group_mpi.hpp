@@ -26,12 +26,14 @@ class MpiTensorGroup final : public TensorGroup {
   void max(float* data, std::int64_t n) override { reduce(data, n, MPI_FLOAT, MPI_MAX); }
   void all_gather(const float* part, float* whole, std::int64_t n) override;
   void reduce_scatter(const float* whole, float* part, std::int64_t n) override;
+  void all_gather_bytes(const void* part, void* whole, std::int64_t bytes) override;
   double take_seconds() override;
   // Whether a collective was left unfinished by a failure.
   bool pending() const { return pending_; }
 
  private:
   void reduce(void* data, std::int64_t n, MPI_Datatype type, MPI_Op op);
+  void gather(const void* part, void* whole, std::int64_t n, MPI_Datatype type);
   // Waits for `req` (posted on the tensor communicator), counting its time from `start`.
   void finish(MPI_Request& req, double start, const char* what);
   RunComm& comm_;
