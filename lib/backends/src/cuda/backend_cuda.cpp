@@ -207,8 +207,14 @@ void CudaBackend::build(const StageSpec& spec) {
     tp_host_.emplace(static_cast<std::size_t>(floats) * sizeof(float));
   }
 
-  // Initial weights: the cpu backend's values (seed, piece, tensor, element),
-  // rounded to the storage dtype; the fp32 master keeps them exactly.
+  upload_initial_weights();
+  cuda_check(cudaDeviceSynchronize(), kWho, "build");
+}
+
+// Initial weights: the cpu backend's values (seed, piece, tensor, element),
+// rounded to the storage dtype; the fp32 master keeps them exactly.
+void CudaBackend::upload_initial_weights() {
+  const ModelSpec& ms = job_.model;
   std::vector<float> host;
   std::vector<std::byte> rounded;
   for (const Chunk& c : chunks_)
@@ -224,7 +230,6 @@ void CudaBackend::build(const StageSpec& spec) {
           cuda_check(cudaMemcpy(master_.data() + tt.offset * 4, host.data(), host.size() * 4, cudaMemcpyHostToDevice),
                      kWho, "uploading master weights");
       }
-  cuda_check(cudaDeviceSynchronize(), kWho, "build");
 }
 
 // The rank's share of the layers (cuda_backend.hpp, "Tensor parallelism").

@@ -97,6 +97,7 @@ class CudaBackend final : public Backend {
 
   static std::uint64_t device_capacity(const Job& job);
   void set_tensor_widths(const StageSpec& spec);
+  void upload_initial_weights();
   void build_chunk(Chunk& c, int ci, const ModelDesc& model);
   Chunk& chunk(int c) { return chunks_.at(static_cast<std::size_t>(c)); }
   std::byte* act(const Chunk& c, int mb, const Piece& p, std::int64_t elements) const {
