@@ -29,6 +29,18 @@ TIME_ROWS = [
     ("22B, t 8, p 1, SP + selective", "jobs/korthikanti/gpt_22b_sim.toml", "tp8_sp_selective", 1.10, "Table 5"),
     ("175B, t 8, p 8, v 3, full recomputation", "jobs/korthikanti/gpt_175b_sim.toml", "tp8_full", 18.13, "Table 5"),
     ("175B, t 8, p 8, v 3, SP + selective", "jobs/korthikanti/gpt_175b_sim.toml", "tp8_sp_selective", 13.75, "Table 5"),
+    # The paper's larger two models. Their layouts (one replica, micro-batch 1,
+    # as many micro-batches as GPUs; 530B interleaved v = 3, 1T plain 1F1B) are
+    # those of Calculon's validation configurations (calculon-ai/calculon,
+    # validation/530B_*.json and 1T_*.json), which quote the same Table 5 times.
+    ("530B, t 8, p 35, v 3, full recomputation", "jobs/korthikanti/gpt_530b_sim.toml", "tp8_full", 49.05,
+     "Table 5; layout as Calculon's validation"),
+    ("530B, t 8, p 35, v 3, SP + selective", "jobs/korthikanti/gpt_530b_sim.toml", "tp8_sp_selective", 37.83,
+     "Table 5; layout as Calculon's validation"),
+    ("1T, t 8, p 64, full recomputation", "jobs/korthikanti/gpt_1t_sim.toml", "tp8_pp64_full", 94.42,
+     "Table 5; layout as Calculon's validation"),
+    ("1T, t 8, p 64, SP + selective", "jobs/korthikanti/gpt_1t_sim.toml", "tp8_pp64_sp_selective", 71.49,
+     "Table 5; layout as Calculon's validation"),
 ]
 MEMORY_ROWS = [
     # (label, job, run, quantity, published GiB, where)
