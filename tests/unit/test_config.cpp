@@ -128,6 +128,22 @@ TEST_CASE("overrides (--set) apply to any key before validation and are recorded
   CHECK_THAT(job.effective_toml, Catch::Contains("hidden = 128"));
 }
 
+// The effective TOML (kept in every results file, re-read by report, rerun
+// and compare) wrote floats with 17 digits: "learning_rate =
+// 0.10000000000000001" in tuned workloads and compare's key table. Now the
+// fewest digits that read back as the same double.
+TEST_CASE("the effective TOML writes floats short and reads them back exactly", "[config][override]") {
+  const Job short_floats = parse_job(kBase, "w.toml", {"train.learning_rate=0.1", "train.grad_clip=2.5"});
+  CHECK_THAT(short_floats.effective_toml, Catch::Contains("learning_rate = 0.1\n"));
+  CHECK_THAT(short_floats.effective_toml, Catch::Contains("grad_clip = 2.5\n"));
+  // 0.1 + 0.2 needs all 17 digits: the document gets them, and the values survive.
+  const Job exact = parse_job(kBase, "w.toml", {"train.learning_rate=0.30000000000000004", "train.grad_clip=0.1"});
+  const Job again = parse_job(exact.effective_toml, "again.toml");
+  CHECK(again.train.learning_rate == 0.1 + 0.2);
+  CHECK(again.train.grad_clip == 0.1);
+  CHECK(again.effective_toml == exact.effective_toml);
+}
+
 TEST_CASE("override errors name the override", "[config][override]") {
   CHECK_THAT(error_of(kBase, {"model.hidden=0"}),
              Catch::Contains("w.toml (--set model.hidden=0): model.hidden: expected a positive integer >= 1, got 0"));

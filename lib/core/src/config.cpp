@@ -31,6 +31,7 @@ namespace {
 
 using toml_source::apply_override;
 using toml_source::check_toml_bounds;
+using toml_source::format_toml;
 using toml_source::integer_literal_fits;
 using toml_source::literal;
 using toml_source::kMaxTomlBytes;
@@ -538,7 +539,7 @@ Job build_job(Value root, const std::string& file, const std::vector<std::string
   for (std::size_t i = 0; i < job.runs.size(); ++i)
     if (job.runs[i].schedule == ScheduleKind::file) run_tables[i].as_table()["schedule_csv"] = job.runs[i].schedule_csv;
 
-  job.effective_toml = toml::format(root, 0);  // width 0: tables as [sections], never inline
+  job.effective_toml = format_toml(root);
   return job;
 }
 
@@ -580,7 +581,7 @@ void flatten(const Value& v, const std::string& key, std::map<std::string, std::
     return;
   }
   std::string text;
-  for (const char c : toml::format(v, 0)) text += c == '\n' ? ' ' : c;
+  for (const char c : format_toml(v)) text += c == '\n' ? ' ' : c;
   while (!text.empty() && text.back() == ' ') text.pop_back();
   out[key] = text;
 }
@@ -599,7 +600,7 @@ std::string job_toml_without_runs(const Job& job, const std::string& name, const
   header = toml::table{};
   header.as_table()["name"] = name;
   header.as_table()["description"] = description;
-  return toml::format(root, 0);
+  return format_toml(root);
 }
 
 }  // namespace pipebench

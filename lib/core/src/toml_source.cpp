@@ -1,6 +1,10 @@
 #include "toml_source.hpp"
 
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -58,6 +62,26 @@ Value parse_toml(const std::string& text, const std::string& name) {
     throw ConfigError(fmt::format("{}: TOML syntax error:\n{}", printable(name), printable(e.what(), true)));
   }
 }
+
+namespace {
+// The fewest significant digits with which every float under `v` reads back
+// exactly (%.*g is what toml11's serializer writes).
+int round_trip_digits(const Value& v, int digits) {
+  if (v.is_table())
+    for (const auto& [k, sub] : v.as_table()) digits = round_trip_digits(sub, digits);
+  else if (v.is_array())
+    for (const auto& sub : v.as_array()) digits = round_trip_digits(sub, digits);
+  else if (v.is_floating() && std::isfinite(v.as_floating()))
+    for (const double x = v.as_floating(); digits < std::numeric_limits<double>::max_digits10; ++digits) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+      if (std::strtod(buf, nullptr) == x) break;
+    }
+  return digits;
+}
+}  // namespace
+
+std::string format_toml(const Value& v) { return toml::format(v, 0, round_trip_digits(v, 1)); }
 
 // "<file>:<line>" for values from the file, "<file> (--set k=v)" for overrides.
 std::string where(const std::string& file, const Value& v) {

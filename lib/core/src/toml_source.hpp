@@ -32,6 +32,12 @@ void check_toml_bounds(const std::string& text, const std::string& name);
 // ConfigError "<name>: TOML syntax error: ..." or one naming the bound exceeded.
 Value parse_toml(const std::string& text, const std::string& name);
 
+// The document as TOML text, tables as [sections] (never inline), every float
+// with the fewest significant digits (one count for the whole document) that
+// still read back as the same double: `dropout = 0.1`, not toml11's default
+// 17 digits (`0.10000000000000001`), and parse_toml(format_toml(v)) == v.
+std::string format_toml(const Value& v);
+
 // "<file>:<line>" for values from the file, "<file> (--set k=v)" for overrides.
 std::string where(const std::string& file, const Value& v);
 
