@@ -19,6 +19,9 @@
 #include <functional>
 #include <memory>
 #include <set>
+#if defined(__GLIBC__)
+#include <malloc.h>  // mallopt
+#endif
 #include <unistd.h>  // getpid
 
 #include <fmt/format.h>
@@ -47,7 +50,7 @@ std::function<void(std::size_t, std::size_t)> search_progress(std::chrono::stead
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (s < *next || judged == total) return;
     *next = s + kEveryS;
-    fmt::print(stderr, "tune: {} of {} candidates judged ({:.0f} s)\n", judged, total, s);
+    fmt::print(stderr, "tune: {} of {} combinations searched ({:.0f} s)\n", judged, total, s);
     std::fflush(stderr);
   };
 }
@@ -205,10 +208,13 @@ void print_answer(const TuneCmdOptions& o, const Job& job, const TuneResult& res
                                  ? fmt::format(" x t tensor ranks (t in {})", fmt::join(degrees, ","))
                                  : "";
   fmt::print("pipebench tune: job \"{}\" (template run \"{}\"), {} {} ranks as p stages x d replicas{}, {}, "
-             "memory_capacity {}, planner's memory model ({} backend){}; {} candidates judged in {:.2f} s, {} fit\n\n",
+             "memory_capacity {}, planner's memory model ({} backend){}; {} candidates judged{} in {:.2f} s, {} fit\n\n",
              job.name, result.template_run.name, o.tune.all_ranks ? "all" : "up to", o.tune.max_ranks, tensor, batch,
              format_bytes(static_cast<double>(job.device.memory_capacity_bytes)), to_string(job.device.backend),
              job.device.preset ? fmt::format(", time model {}", job.device.preset->name) : "", result.candidates.size(),
+             result.searched > result.candidates.size()
+                 ? fmt::format(" ({} combinations searched, partition rules giving one split merged)", result.searched)
+                 : "",
              search_s, fitting);
   print_table(job, result, o.top);
   if (job.device.preset) print_terms(result, std::min(o.top, 5));
@@ -397,6 +403,13 @@ Handler add_tune_command(CLI::App& app) {
     o->tune.recompute = parse_recompute(o->recompute);
     for (const auto& v : o->sequence_parallel) o->tune.sequence_parallel.push_back(v == "on");
     o->tune.progress = search_progress(started);
+    // The search builds and frees schedules of up to millions of actions per
+    // candidate: kept in the heap, their pages are reused, not faulted in
+    // (and zeroed by the kernel) again for every one.
+#if defined(__GLIBC__)
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
     const TuneResult result = tune(job, o->tune);
     const double search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const bool text = o->format == "text";

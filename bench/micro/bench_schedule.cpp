@@ -1,7 +1,7 @@
 // Cost of the planner's schedule machinery: generation, validation (which
 // includes a unit-cost simulation for deadlock detection) and simulation, for
 // p from 4 to 1024 stages and m up to 1024 micro-batches; and a whole `plan`
-// of 8 to 1024 stages. Items processed = schedule actions: time per item
+// of 8 to 1024 stages; every rank's send-buffer pools. Items processed = schedule actions: time per item
 // should stay flat as p grows (the simulator is linear in the actions).
 #include <cstdio>
 #include <string>
@@ -13,6 +13,7 @@
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/plan/plan_format.hpp"
 #include "pipebench/schedule/schedule.hpp"
+#include "pipebench/schedule/send_slots.hpp"
 #include "pipebench/schedule/simulate.hpp"
 #include "pipebench/schedule/validate.hpp"
 
@@ -99,6 +100,29 @@ BENCHMARK(BM_PlanWholeRun)
     ->Args({1024, 4096, 1})
     ->Args({64, 1024, 2})
     ->Args({1024, 1024, 2})
+    ->Unit(benchmark::kMillisecond);
+
+// Every rank's send-buffer pools (send_slot_pools): what plan_memory charges
+// and `tune` computes for each schedule it probes (the 1T search on 3072 GPUs
+// builds thousands: interleaved p 32, v 4, m 256 is one of them). Items =
+// schedule actions; arguments p, m, v (v = 1: 1f1b).
+void BM_SendSlotPools(benchmark::State& state) {
+  const int p = static_cast<int>(state.range(0)), m = static_cast<int>(state.range(1)),
+            v = static_cast<int>(state.range(2));
+  const auto s = pipebench::make_schedule(v > 1 ? ScheduleKind::interleaved_one_f_one_b : ScheduleKind::one_f_one_b,
+                                          pipebench::RunMode::train, p, m, v);
+  for (auto _ : state) {
+    const auto pools = pipebench::send_slot_pools(s);
+    benchmark::DoNotOptimize(pools.data());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * s.total_actions()));
+}
+BENCHMARK(BM_SendSlotPools)
+    ->Name("send_slot_pools")
+    ->Args({8, 64, 1})
+    ->Args({64, 512, 1})
+    ->Args({32, 256, 4})
+    ->Args({64, 1024, 2})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

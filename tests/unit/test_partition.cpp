@@ -86,6 +86,22 @@ TEST_CASE("split_balanced: uniform layers give the even split; heavy ends get fe
   CHECK(split_balanced(std::vector<double>(4, 1.0), 4, 5.0, 5.0) == std::vector<int>{1, 1, 1, 1});
 }
 
+// tune asks for the same balanced split at every size it probes: the cache
+// must answer exactly what split_balanced does, for every argument it keys on.
+TEST_CASE("BalancedSplits: split_balanced's answer for each argument, computed once", "[partition]") {
+  BalancedSplits splits;
+  const std::vector<double> ten(10, 1.0);
+  const std::vector<int>& a = splits.get(ten, 2, 0.0, 2.0);
+  CHECK(a == split_balanced(ten, 2, 0.0, 2.0));
+  CHECK(&splits.get(ten, 2, 0.0, 2.0) == &a);  // the kept answer
+  CHECK(splits.get(ten, 2, 2.0, 0.0) == split_balanced(ten, 2, 2.0, 0.0));
+  CHECK(splits.get(ten, 3, 0.0, 100.0) == std::vector<int>{5, 4, 1});
+  std::vector<double> heavy = ten;
+  heavy[9] = 3.0;
+  CHECK(splits.get(heavy, 2, 0.0, 2.0) == split_balanced(heavy, 2, 0.0, 2.0));
+  CHECK(splits.get(heavy, 2, 0.0, 2.0) != a);
+}
+
 TEST_CASE("make_partition: explicit layers_per_stage, contiguous ranges, embedding and head", "[partition]") {
   ModelSpec m;
   m.layers = 10;

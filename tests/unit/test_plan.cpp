@@ -135,6 +135,27 @@ TEST_CASE("cost-weighted simulation uses FLOPs at sim_flops_per_s and the link m
   CHECK(rp.simulated.makespan > 0.0);
 }
 
+// tune plans a fitting layout with the schedule it already built for the
+// memory probe: the plan must be the one plan_run builds itself.
+TEST_CASE("plan_run with the schedule and liveness given is the plan it builds", "[plan]") {
+  const Job job = parse_job(kJob, "t.toml");
+  for (const char* name : {"pipe", "fill", "serve"}) {
+    const RunSpec& run = *job.find_run(name);
+    const Schedule schedule = run_schedule(run);
+    const ScheduleLiveness liveness(schedule);
+    const RunPlan own = plan_run(job, run), given = plan_run(job, run, schedule, liveness);
+    INFO(name);
+    CHECK(given.iteration_s == own.iteration_s);
+    CHECK(given.simulated.makespan == own.simulated.makespan);
+    CHECK(given.schedule.actions == own.schedule.actions);
+    REQUIRE(given.stages.size() == own.stages.size());
+    for (std::size_t s = 0; s < own.stages.size(); ++s) {
+      CHECK(given.stages[s].total_bytes == own.stages[s].total_bytes);
+      CHECK(given.stages[s].comm_bytes == own.stages[s].comm_bytes);
+    }
+  }
+}
+
 TEST_CASE("plan_job rejects unknown run names", "[plan]") {
   const Job job = parse_job(kJob, "p.toml");
   CHECK_THROWS_AS(plan_job(job, {"nope"}), ConfigError);

@@ -239,6 +239,8 @@ TEST_CASE("tune: progress is reported once per candidate of the search space, up
   CHECK(judged.back() == total);
   for (std::size_t i = 0; i < judged.size(); ++i) CHECK(judged[i] == i + 1);
   CHECK(r.candidates.size() <= total);  // two rules giving one split are one candidate
+  // The header reports both counts: the progress line's total is the result's.
+  CHECK(r.searched == total);
 }
 
 TEST_CASE("tune: --data-parallel restricts the replica counts; the idle ranks are explained", "[tune]") {

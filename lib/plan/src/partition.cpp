@@ -94,7 +94,15 @@ Partition partition_from_sizes(const std::vector<int>& layers_per_stage) {
   return p;
 }
 
-Partition make_partition(const ModelDesc& model, const RunSpec& run) {
+const std::vector<int>& BalancedSplits::get(const std::vector<double>& layer_cost, int stages, double first_extra,
+                                            double last_extra) {
+  auto key = std::make_tuple(layer_cost, stages, first_extra, last_extra);
+  if (const auto it = known_.find(key); it != known_.end()) return it->second;
+  std::vector<int> sizes = split_balanced(layer_cost, stages, first_extra, last_extra);
+  return known_.emplace(std::move(key), std::move(sizes)).first->second;
+}
+
+Partition make_partition(const ModelDesc& model, const RunSpec& run, BalancedSplits* splits) {
   const int L = model.spec().layers, P = run.model_stages();
   std::vector<int> sizes;
   if (!run.layers_per_stage.empty()) {
@@ -106,7 +114,8 @@ Partition make_partition(const ModelDesc& model, const RunSpec& run) {
     };
     const int b = run.micro_batch_size;
     const std::vector<double> layer(static_cast<std::size_t>(L), weight(model.block(b)));
-    sizes = split_balanced(layer, P, weight(model.embedding(b)), weight(model.head(b)));
+    const double first = weight(model.embedding(b)), last = weight(model.head(b));
+    sizes = splits ? splits->get(layer, P, first, last) : split_balanced(layer, P, first, last);
   } else {
     sizes = split_even(L, P, run.remainder);
   }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -249,12 +251,14 @@ StageMemory plan_memory_unchecked(const Job& job, const RunSpec& run, const Sche
 }
 
 
-RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
+// `built`: the run's schedule and its liveness where the caller has them.
+RunPlan plan_run_unchecked(const Job& job, const RunSpec& run,
+                           std::optional<std::pair<const Schedule*, const ScheduleLiveness*>> built = std::nullopt) {
   RunPlan plan;
   plan.run = run;
   plan.storage_dtype = storage_dtype(job);
   const ModelDesc model(job.model, plan.storage_dtype, tensor_split(run));
-  plan.schedule = run_schedule(run);
+  plan.schedule = built ? *built->first : run_schedule(run);
   plan.partition = make_partition(model, run);
   if (run.model_stages() > 1) plan.partition_alternatives = partition_alternatives(model, run);
   plan.bubble_analytic = analytic_bubble(plan.schedule);
@@ -271,7 +275,7 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
   plan.unit = std::move(unit);
   plan.simulated = std::move(simulated);
   StageMemory memory = plan_memory_unchecked(job, run, plan.schedule, plan.partition, plan.unit.peak_live_activations, split,
-                                              send_slot_pools(plan.schedule));
+                                              built ? built->second->send_pools : send_slot_pools(plan.schedule));
   plan.stage_costs = std::move(memory.stage_costs);
   plan.stages = std::move(memory.stages);
   plan.warnings = std::move(memory.warnings);
@@ -290,6 +294,14 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run) {
 RunPlan plan_run(const Job& job, const RunSpec& run) {
   try {
     return plan_run_unchecked(job, run);
+  } catch (const ArithmeticOverflow&) {
+    throw too_large(job, run);
+  }
+}
+
+RunPlan plan_run(const Job& job, const RunSpec& run, const Schedule& schedule, const ScheduleLiveness& liveness) {
+  try {
+    return plan_run_unchecked(job, run, std::make_pair(&schedule, &liveness));
   } catch (const ArithmeticOverflow&) {
     throw too_large(job, run);
   }

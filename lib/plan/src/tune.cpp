@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include <fmt/format.h>
@@ -92,6 +93,7 @@ class FitCache {
             fraction};
   }
   std::map<Key, bool> answers;
+  BalancedSplits splits;  // `balanced` partitions, probed again at each size and d
 
   // The schedule of `r`'s kind, mode, p, v and m. Kept for one (kind, mode,
   // p, v) at a time: the candidates of such a group (partition rules,
@@ -199,7 +201,7 @@ class CandidateSearch {
     c_.micro_batch_size = 1;
     // Its memory alone (no simulation: most candidates of a large search miss).
     const RunSpec r = run_at(1, m);
-    const Partition partition = make_partition(model_, r);
+    const Partition partition = make_partition(model_, r, &cache_.splits);
     const FitCache::Built& built = cache_.schedule(r);
     const StageMemory mem = plan_memory(job_, r, built.schedule, partition, built.liveness);
     double worst = 0.0;
@@ -277,7 +279,7 @@ class CandidateSearch {
   bool fits_unchecked(const RunSpec& r, double fraction) {
     try {
       const FitCache::Built& built = cache_.schedule(r);
-      const StageMemory mem = plan_memory(job_, r, built.schedule, make_partition(model_, r), built.liveness);
+      const StageMemory mem = plan_memory(job_, r, built.schedule, make_partition(model_, r, &cache_.splits), built.liveness);
       return std::all_of(mem.stages.begin(), mem.stages.end(), [&](const StagePlan& s) {
         return static_cast<double>(s.total_bytes) <= fraction * static_cast<double>(job_.device.memory_capacity_bytes);
       });
@@ -316,7 +318,9 @@ class CandidateSearch {
     c_.micro_batch_size = b;
     c_.num_microbatches = m;
     c_.max_micro_batch = max;
-    const RunPlan plan = plan_run(job_, run_at(b, m));
+    const RunSpec r = run_at(b, m);
+    const FitCache::Built& built = cache_.schedule(r);
+    const RunPlan plan = plan_run(job_, r, built.schedule, built.liveness);
     c_.fits = true;
     for (const auto& st : plan.partition.stages) c_.layers_per_stage.push_back(st.num_layers);
     for (const auto& s : plan.stages) {
@@ -667,10 +671,27 @@ TuneResult tune(const Job& job, const TuneOptions& options) {
   // Two rules giving the same split are one candidate (the first rule's).
   std::set<std::tuple<int, int, int, int, int, int, bool, int, int, std::vector<int>>> seen;
   const std::vector<TuneCandidate> space = search_space(job, like, options);
+  result.searched = space.size();
+  // Judged one schedule group (kind, p, v) at a time, each group's candidates
+  // in search order: FitCache keeps one group's schedules, and search_space
+  // varies t, d and the sharding outside the schedule, so in search order the
+  // same schedules were built again for every t, d and sharding. Every cache
+  // is exact, so the verdicts do not depend on the order; the result keeps
+  // the search order.
+  std::vector<std::size_t> order(space.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  const auto group = [&](std::size_t i) {
+    return std::make_tuple(static_cast<int>(space[i].schedule), space[i].pipeline_size,
+                           space[i].virtual_stages_per_rank);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return group(a) < group(b); });
+  std::vector<TuneCandidate> judged_in_order(space.size());
   std::size_t judged = 0;
-  for (const TuneCandidate& c : space) {
-    TuneCandidate e = evaluate(job, like, options, c, cache, unsharded_misses);
+  for (const std::size_t i : order) {
+    judged_in_order[i] = evaluate(job, like, options, space[i], cache, unsharded_misses);
     if (options.progress) options.progress(++judged, space.size());
+  }
+  for (TuneCandidate& e : judged_in_order) {
     if (!e.layers_per_stage.empty() &&
         !seen.emplace(e.pipeline_size, e.data_parallel, e.tensor_parallel, static_cast<int>(e.sharding),
                       static_cast<int>(e.schedule), e.virtual_stages_per_rank, e.sequence_parallel,

@@ -1,7 +1,7 @@
 #include "pipebench/schedule/send_slots.hpp"
 
 #include <algorithm>
-#include <set>
+#include <functional>
 #include <utility>
 
 namespace pipebench {
@@ -47,7 +47,16 @@ class SlotPlanner {
         const int dest = s.rank_of(to_v);
         if (dest == q) continue;
         const int at = position(dest, a.kind, a.microbatch, s.chunk_of(to_v));
-        if (at >= 0) sends_to(q, dest).emplace_back(static_cast<int>(i), at);
+        if (at >= 0) sends_to(q, dest).sends.emplace_back(static_cast<int>(i), at);
+      }
+      // For each action index, the first of those sends issued there or later.
+      for (auto& [dest, to] : sends_to_[static_cast<std::size_t>(q)]) {
+        to.from.assign(list.size() + 1, static_cast<int>(to.sends.size()));
+        std::size_t k = to.sends.size();
+        for (std::size_t i = list.size(); i-- > 0;) {
+          if (k > 0 && to.sends[k - 1].first == static_cast<int>(i)) --k;
+          to.from[i] = static_cast<int>(k);
+        }
       }
     }
   }
@@ -63,13 +72,23 @@ class SlotPlanner {
       out.b_slot = out.f_slot;
       out.releases.resize(list.size());
     }
-    // [unit start] -> the slots freed there: (pool, slot)
-    std::vector<std::vector<std::pair<int, int>>> freed(list.size());
-    std::vector<std::set<int>> free_slots(2 * C);  // pool = 2 chunk + (B ? 1 : 0)
+    // Slots waiting for their release unit, chained per unit start (flat
+    // arrays: no allocation per action), and each pool's free slots as a
+    // min-heap (the lowest is taken).
+    struct Pending {
+      int pool, slot, next;
+    };
+    std::vector<Pending> pending;
+    std::vector<int> first_pending(list.size(), -1);  // [unit start] -> index in pending
+    std::vector<std::vector<int>> free_slots(2 * C);  // pool = 2 chunk + (B ? 1 : 0)
     std::vector<int> used(2 * C, 0);
     for (std::size_t i = 0; i < list.size();) {
       const std::size_t n = unit_size(list, i);
-      for (const auto& [pool, slot] : freed[i]) free_slots[static_cast<std::size_t>(pool)].insert(slot);
+      for (int e = first_pending[i]; e >= 0; e = pending[static_cast<std::size_t>(e)].next) {
+        auto& pool_free = free_slots[static_cast<std::size_t>(pending[static_cast<std::size_t>(e)].pool)];
+        pool_free.push_back(pending[static_cast<std::size_t>(e)].slot);
+        std::push_heap(pool_free.begin(), pool_free.end(), std::greater<>{});
+      }
       for (std::size_t k = 0; k < n; ++k) {
         const Action& a = list[i + k];
         const int to_v = target(r, a);
@@ -80,13 +99,15 @@ class SlotPlanner {
         if (pool_free.empty()) {
           slot = used[static_cast<std::size_t>(pool)]++;
         } else {
-          slot = *pool_free.begin();
-          pool_free.erase(pool_free.begin());
+          std::pop_heap(pool_free.begin(), pool_free.end(), std::greater<>{});
+          slot = pool_free.back();
+          pool_free.pop_back();
         }
         const int dest = s_.rank_of(to_v);
         const int at = release_unit(r, a, to_v, static_cast<int>(i));
         if (at != kNever) {
-          freed[static_cast<std::size_t>(at)].emplace_back(pool, slot);
+          pending.push_back(Pending{pool, slot, first_pending[static_cast<std::size_t>(at)]});
+          first_pending[static_cast<std::size_t>(at)] = static_cast<int>(pending.size()) - 1;
           if (detail)
             out.releases[static_cast<std::size_t>(at)].push_back(
                 SendRelease{a.kind, a.microbatch, a.chunk, dest == r ? -1 : dest});
@@ -124,14 +145,19 @@ class SlotPlanner {
 
   int unit_of(int r, int index) const { return unit_start_[static_cast<std::size_t>(r)][static_cast<std::size_t>(index)]; }
 
-  std::vector<std::pair<int, int>>& sends_to(int q, int dest) {
-    for (auto& [d, list] : sends_to_[static_cast<std::size_t>(q)])
-      if (d == dest) return list;
-    return sends_to_[static_cast<std::size_t>(q)].emplace_back(dest, std::vector<std::pair<int, int>>{}).second;
+  // Rank q's sends to one other rank.
+  struct SendsTo {
+    std::vector<std::pair<int, int>> sends;  // (action index on q, receiving action index on dest), in issue order
+    std::vector<int> from;                   // [action index i on q] -> the first of `sends` issued at i or later
+  };
+  SendsTo& sends_to(int q, int dest) {
+    for (auto& [d, to] : sends_to_[static_cast<std::size_t>(q)])
+      if (d == dest) return to;
+    return sends_to_[static_cast<std::size_t>(q)].emplace_back(dest, SendsTo{}).second;
   }
-  const std::vector<std::pair<int, int>>* sends_to(int q, int dest) const {
-    for (const auto& [d, list] : sends_to_[static_cast<std::size_t>(q)])
-      if (d == dest) return &list;
+  const SendsTo* sends_to(int q, int dest) const {
+    for (const auto& [d, to] : sends_to_[static_cast<std::size_t>(q)])
+      if (d == dest) return &to;
     return nullptr;
   }
 
@@ -149,11 +175,10 @@ class SlotPlanner {
       // q's B(v-1, mb) received the gradient; the first tensor q sends to r
       // from that unit on proves it arrived.
       const int got = position(dest, ActionKind::B, a.microbatch, to_chunk);
-      const auto* sends = got < 0 ? nullptr : sends_to(dest, r);
-      if (sends) {
-        const int from = unit_of(dest, got);
-        const auto it = std::lower_bound(sends->begin(), sends->end(), std::pair<int, int>{from, -1});
-        if (it != sends->end()) at = it->second;
+      const SendsTo* to = got < 0 ? nullptr : sends_to(dest, r);
+      if (to) {
+        const auto k = static_cast<std::size_t>(to->from[static_cast<std::size_t>(unit_of(dest, got))]);
+        if (k < to->sends.size()) at = to->sends[k].second;
       }
     }
     if (at < 0) return kNever;
@@ -165,8 +190,7 @@ class SlotPlanner {
   const int p_, m_, C_, V_;
   std::vector<std::vector<int>> f_at_, b_at_;  // [rank][chunk * m + mb] -> action index
   std::vector<std::vector<int>> unit_start_;   // [rank][action index] -> its unit's first index
-  // [rank q] -> (dest, [(action index on q, receiving action index on dest)])
-  std::vector<std::vector<std::pair<int, std::vector<std::pair<int, int>>>>> sends_to_;
+  std::vector<std::vector<std::pair<int, SendsTo>>> sends_to_;  // [rank q] -> (dest, its sends there)
 };
 
 }  // namespace

@@ -5,7 +5,9 @@
 // embedding, the last stage the head (with one stage, both).
 #pragma once
 
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "pipebench/core/job.hpp"
@@ -40,12 +42,24 @@ std::vector<int> split_even(int layers, int stages, Remainder where);
 std::vector<int> split_balanced(const std::vector<double>& layer_cost, int stages,
                                 double first_extra, double last_extra);
 
+// split_balanced's answers kept by their exact arguments, for a caller that
+// asks for the same split many times (tune: every layout is probed at several
+// micro-batch sizes, fractions of the capacity and replica counts).
+class BalancedSplits {
+ public:
+  const std::vector<int>& get(const std::vector<double>& layer_cost, int stages, double first_extra,
+                              double last_extra);
+
+ private:
+  std::map<std::tuple<std::vector<double>, int, double, double>, std::vector<int>> known_;
+};
+
 // The run's partition into run.model_stages() contiguous pieces (one per
 // virtual stage: pipeline_size x virtual_stages_per_rank), from its explicit
 // layers_per_stage, else its remainder rule.
 // `balanced` weighs pieces by forward+backward FLOPs or by parameters
-// (run.balance_by), using `model`.
-Partition make_partition(const ModelDesc& model, const RunSpec& run);
+// (run.balance_by), using `model`; through `splits` when given.
+Partition make_partition(const ModelDesc& model, const RunSpec& run, BalancedSplits* splits = nullptr);
 
 Partition partition_from_sizes(const std::vector<int>& layers_per_stage);
 

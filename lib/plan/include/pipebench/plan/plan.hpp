@@ -225,6 +225,11 @@ struct ScheduleLiveness {
 StageMemory plan_memory(const Job& job, const RunSpec& run, const Schedule& schedule, const Partition& partition,
                         const ScheduleLiveness& liveness);
 
+// plan_run for a run whose schedule (run_schedule(run)) the caller has built,
+// with its liveness: the same plan without building either again (tune plans
+// each fitting layout at a size whose schedule it already probed).
+RunPlan plan_run(const Job& job, const RunSpec& run, const Schedule& schedule, const ScheduleLiveness& liveness);
+
 // Plans the selected runs (all when `run_names` is empty); throws
 // ConfigError for a name that is not a run of the job.
 JobPlan plan_job(const Job& job, const std::vector<std::string>& run_names = {});

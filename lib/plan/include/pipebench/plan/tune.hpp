@@ -145,6 +145,9 @@ struct TuneResult {
   // kTuneThroughputTie of the best fewest ranks first; ties: fewer ranks,
   // then lower peak); then the ones that do not fit, by p and d.
   std::vector<TuneCandidate> candidates;
+  // Combinations of layout, schedule and partition rule searched: more than
+  // candidates.size() where two rules gave one split (merged into one).
+  std::size_t searched = 0;
   int smallest_fitting_p = 0;           // 0: nothing fits within max_ranks
   // When the chosen layout leaves ranks of N idle: how many and why (the
   // layouts on more ranks do not fit, lose the memory margin, or are
