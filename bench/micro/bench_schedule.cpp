@@ -1,8 +1,9 @@
 // Cost of the planner's schedule machinery: generation, validation (which
 // includes a unit-cost simulation for deadlock detection) and simulation, for
 // p from 4 to 1024 stages and m up to 1024 micro-batches; and a whole `plan`
-// of 8 to 1024 stages; every rank's send-buffer pools. Items processed = schedule actions: time per item
-// should stay flat as p grows (the simulator is linear in the actions).
+// of 8 to 1024 stages; every rank's send-buffer pools. Items processed =
+// schedule actions: time per item should stay flat as p grows (the simulator
+// is linear in the actions).
 #include <cstdio>
 #include <string>
 

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <optional>
-#include <utility>
 
 #include <fmt/format.h>
 
@@ -251,14 +249,15 @@ StageMemory plan_memory_unchecked(const Job& job, const RunSpec& run, const Sche
 }
 
 
-// `built`: the run's schedule and its liveness where the caller has them.
-RunPlan plan_run_unchecked(const Job& job, const RunSpec& run,
-                           std::optional<std::pair<const Schedule*, const ScheduleLiveness*>> built = std::nullopt) {
+// `schedule`, `liveness`: the run's schedule and its liveness where the
+// caller has them (both or neither).
+RunPlan plan_run_unchecked(const Job& job, const RunSpec& run, const Schedule* schedule = nullptr,
+                           const ScheduleLiveness* liveness = nullptr) {
   RunPlan plan;
   plan.run = run;
   plan.storage_dtype = storage_dtype(job);
   const ModelDesc model(job.model, plan.storage_dtype, tensor_split(run));
-  plan.schedule = built ? *built->first : run_schedule(run);
+  plan.schedule = schedule ? *schedule : run_schedule(run);
   plan.partition = make_partition(model, run);
   if (run.model_stages() > 1) plan.partition_alternatives = partition_alternatives(model, run);
   plan.bubble_analytic = analytic_bubble(plan.schedule);
@@ -275,7 +274,7 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run,
   plan.unit = std::move(unit);
   plan.simulated = std::move(simulated);
   StageMemory memory = plan_memory_unchecked(job, run, plan.schedule, plan.partition, plan.unit.peak_live_activations, split,
-                                              built ? built->second->send_pools : send_slot_pools(plan.schedule));
+                                              liveness ? liveness->send_pools : send_slot_pools(plan.schedule));
   plan.stage_costs = std::move(memory.stage_costs);
   plan.stages = std::move(memory.stages);
   plan.warnings = std::move(memory.warnings);
@@ -301,7 +300,7 @@ RunPlan plan_run(const Job& job, const RunSpec& run) {
 
 RunPlan plan_run(const Job& job, const RunSpec& run, const Schedule& schedule, const ScheduleLiveness& liveness) {
   try {
-    return plan_run_unchecked(job, run, std::make_pair(&schedule, &liveness));
+    return plan_run_unchecked(job, run, &schedule, &liveness);
   } catch (const ArithmeticOverflow&) {
     throw too_large(job, run);
   }
