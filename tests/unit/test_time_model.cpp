@@ -121,6 +121,34 @@ TEST_CASE("GEMM model: efficiency table, wave quantization, memory roofline", "[
   const double bytes = 2.0 * (n * 16 + 16 * n + n * n);
   CHECK(tm.gemm_s(n, n, 16) == Approx(bytes / (2039e9 * 0.85)));
   CHECK(tm.gemm_s(0, n, n) == 0.0);
+  // A weight gradient accumulates into its fp32 gradient (beta = 1): the
+  // output is read and written, 8 bytes an element, whatever the dtype.
+  const double accumulated = 2.0 * (n * 16 + 16 * n) + 8.0 * n * n;
+  CHECK(tm.gemm_s(n, n, 16, 1.0, TimeModel::Output::accumulated_fp32) == Approx(accumulated / (2039e9 * 0.85)));
+  CHECK(TimeModel(a100, DType::fp32).gemm_s(n, n, 16, 1.0, TimeModel::Output::accumulated_fp32) ==
+        Approx((4.0 * (n * 16 + 16 * n) + 8.0 * n * n) / (2039e9 * 0.85)));
+  // Compute-bound, the output's traffic changes nothing.
+  CHECK(tm.gemm_s(n, n, n, 1.0, TimeModel::Output::accumulated_fp32) == tm.gemm_s(n, n, n));
+}
+
+TEST_CASE("time model: a weight gradient pass pays for its fp32 accumulation where memory-bound", "[time_model]") {
+  // A block whose W GEMMs have few tokens (K = T = 64) is bound by the fp32
+  // gradient's read and write: W's GEMM time is the bytes of
+  // 2·(in·T + T·out) + 8·in·out per linear layer at the achievable bandwidth.
+  const DevicePreset& a100 = *find_device_preset("a100-80gb");
+  const TimeModel tm(a100, DType::bf16);
+  ModelSpec s;
+  s.kind = ModelKind::mlp;
+  s.hidden = 4096;
+  s.ffn_hidden = 16384;
+  s.layers = 1;
+  s.seq_len = 64;
+  s.vocab = 1024;
+  const ModelDesc model(s, DType::bf16, TensorSplit{1, false, false});
+  const PieceTime t = tm.block(model, 1);
+  const double T = 64, h = 4096, f = 16384;
+  const double expected = tm.stream_s(2.0 * (h * T + T * f) + 8.0 * h * f) + tm.stream_s(2.0 * (f * T + T * h) + 8.0 * f * h);
+  CHECK(t.weight_grad.gemm_s == Approx(expected).epsilon(1e-12));
 }
 
 TEST_CASE("time model: every piece's GEMM FLOPs are its Cost's", "[time_model]") {

@@ -53,12 +53,13 @@ double TimeModel::wave_efficiency(double tiles) const {
   return tiles / (std::ceil(tiles / sms) * sms);
 }
 
-double TimeModel::gemm_s(double m, double n, double k, double batch) const {
+double TimeModel::gemm_s(double m, double n, double k, double batch, Output output) const {
   if (m <= 0.0 || n <= 0.0 || k <= 0.0 || batch <= 0.0) return 0.0;
   const double flops = 2.0 * m * n * k * batch;
   const double tiles = std::ceil(m / kTileM) * std::ceil(n / kTileN) * batch;
   const double compute = flops / (peak_flops() * k_efficiency(k) * wave_efficiency(tiles));
-  const double bytes = static_cast<double>(dtype_bytes(dtype_)) * (m * k + k * n + m * n) * batch;
+  const double e = dtype_bytes(dtype_), out = output == Output::written ? e : 8.0;
+  const double bytes = (e * (m * k + k * n) + out * m * n) * batch;
   return std::max(compute, stream_s(bytes));
 }
 
@@ -66,8 +67,8 @@ double TimeModel::stream_s(double bytes) const {
   return bytes / (preset_.hbm_bytes_per_s * preset_.hbm_efficiency);
 }
 
-void TimeModel::add_gemm(PassTime& p, double m, double n, double k, double batch) const {
-  p.gemm_s += gemm_s(m, n, k, batch);
+void TimeModel::add_gemm(PassTime& p, double m, double n, double k, Output output) const {
+  p.gemm_s += gemm_s(m, n, k, 1.0, output);
   p.launch_s += preset_.kernel_launch_s;
   ++p.kernels;
 }
@@ -96,11 +97,12 @@ PieceTime TimeModel::embedding(const ModelDesc& model, int b) const {
 }
 
 // A linear layer of `in` x `out` (the rank's share) on `rows` tokens: its
-// forward, its input gradient (B) and its weight gradient (W).
+// forward, its input gradient (B) and its weight gradient (W, added to the
+// fp32 gradient of the earlier micro-batches).
 void TimeModel::add_linear(PieceTime& t, double rows, double in, double out) const {
   add_gemm(t.forward, rows, out, in);
   add_gemm(t.input_grad, rows, in, out);
-  add_gemm(t.weight_grad, in, out, rows);
+  add_gemm(t.weight_grad, in, out, rows, Output::accumulated_fp32);
 }
 
 // Per pass, the GEMMs of the rank's columns (model.hpp's shapes) and the

@@ -53,9 +53,14 @@ class TimeModel {
   // The fraction of the SMs the last wave of `tiles` output tiles keeps
   // busy, averaged over the waves: tiles / (waves · SMs).
   double wave_efficiency(double tiles) const;
+  // How a GEMM's output meets memory: written once in the dtype, or — a
+  // weight gradient — accumulated into the fp32 gradient (beta = 1: read
+  // and written, 8 bytes an element), as pipebench's cuda backend and
+  // Megatron-LM's fused gradient accumulation do.
+  enum class Output { written, accumulated_fp32 };
   // `batch` GEMMs of [m, k] x [k, n] (2·m·n·k FLOPs each): the slower of the
   // compute time and the time to stream the three matrices.
-  double gemm_s(double m, double n, double k, double batch = 1.0) const;
+  double gemm_s(double m, double n, double k, double batch = 1.0, Output output = Output::written) const;
   // Streaming `bytes` through memory (read + written) at the achievable bandwidth.
   double stream_s(double bytes) const;
 
@@ -78,7 +83,7 @@ class TimeModel {
  private:
   const DevicePreset& preset_;
   DType dtype_;
-  void add_gemm(PassTime& p, double m, double n, double k, double batch = 1.0) const;
+  void add_gemm(PassTime& p, double m, double n, double k, Output output = Output::written) const;
   void add_attention(PassTime& p, double m, double n, double k, double batch) const;
   void add_stream(PassTime& p, double bytes, int kernels) const;
   void add_linear(PieceTime& t, double rows, double in, double out) const;
