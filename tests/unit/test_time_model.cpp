@@ -151,6 +151,59 @@ TEST_CASE("time model: a weight gradient pass pays for its fp32 accumulation whe
   CHECK(t.weight_grad.gemm_s == Approx(expected).epsilon(1e-12));
 }
 
+TEST_CASE("time model: the element-wise term by kernel, each its bytes, summing to the term", "[time_model]") {
+  const DevicePreset& a100 = *find_device_preset("a100-80gb");
+  const TimeModel tm(a100, DType::fp16);
+  const double e = 2, b = 2, s = 64, T = b * s, h = 256, f = 512, t = 4, heads = 8.0 / t;
+  const double scores = b * heads * s * s;
+  auto bytes = [&](double x) { return tm.stream_s(e * x); };
+  auto sum_is_total = [](const PassTime& p) {
+    double sum = 0.0;
+    for (double x : p.streams) sum += x;
+    CHECK(sum == Approx(p.elementwise_s).epsilon(1e-12));
+  };
+  SECTION("gpt with sequence parallelism: the norms and residuals on T/t tokens, the rest on the rank's heads and columns") {
+    const ModelDesc model(spec(ModelKind::gpt), DType::fp16, TensorSplit{4, true, true});
+    const PieceTime blk = tm.block(model, 2);
+    const double Ts = T / t;
+    CHECK(blk.forward.stream(Stream::norms) == Approx(bytes(2 * 2 * Ts * h)));
+    CHECK(blk.forward.stream(Stream::residual) == Approx(bytes(2 * 3 * Ts * h)));
+    CHECK(blk.forward.stream(Stream::softmax) == Approx(bytes(2 * scores)));
+    CHECK(blk.forward.stream(Stream::activation) == Approx(bytes(2 * T * f / t)));
+    CHECK(blk.input_grad.stream(Stream::norms) == Approx(bytes(2 * 3 * Ts * h)));
+    CHECK(blk.input_grad.stream(Stream::activation) == Approx(bytes(3 * T * f / t)));
+    CHECK(blk.forward.stream(Stream::rope) == 0.0);
+    CHECK(blk.forward.stream(Stream::dropout) == 0.0);  // no model.dropout
+    // Selective recomputation runs the softmax again, nothing else memory-bound.
+    CHECK(blk.recompute.elementwise_s == blk.recompute.stream(Stream::softmax));
+    CHECK(blk.recompute.stream(Stream::softmax) == Approx(bytes(2 * scores)));
+    for (const PassTime* p : {&blk.forward, &blk.input_grad, &blk.recompute}) sum_is_total(*p);
+    const PieceTime head = tm.head(model, 2);
+    CHECK(head.forward.stream(Stream::norms) == Approx(bytes(2 * Ts * h)));
+    // The vocabulary padded as Megatron-LM pads it (1000 -> 1024 at t = 4), each rank a quarter.
+    CHECK(head.forward.stream(Stream::cross_entropy) == Approx(bytes(3 * T * padded_vocab(spec(ModelKind::gpt), 4) / t)));
+    CHECK(tm.embedding(model, 2).weight_grad.stream(Stream::embedding) == Approx(bytes(3 * T * h)));
+  }
+  SECTION("llama: RoPE on q and k; SwiGLU reads two inputs") {
+    const ModelDesc model(spec(ModelKind::llama), DType::fp16, TensorSplit{1, false, false});
+    const PieceTime blk = tm.block(model, 2);
+    const double kv = 4 * (h / 8);  // 4 K/V heads of 32
+    CHECK(blk.forward.stream(Stream::rope) == Approx(bytes(2 * T * (h + kv))));
+    CHECK(blk.forward.stream(Stream::activation) == Approx(bytes(3 * T * f)));
+    CHECK(blk.input_grad.stream(Stream::activation) == Approx(bytes(5 * T * f)));
+    sum_is_total(blk.forward);
+    sum_is_total(blk.input_grad);
+  }
+  SECTION("a pass scaled n times scales every kernel") {
+    const ModelDesc model(spec(ModelKind::gpt), DType::fp16, TensorSplit{1, false, false});
+    PassTime p = tm.block(model, 2).forward;
+    const double norms = p.stream(Stream::norms);
+    p *= 3.0;
+    CHECK(p.stream(Stream::norms) == Approx(3 * norms));
+    sum_is_total(p);
+  }
+}
+
 TEST_CASE("time model: every piece's GEMM FLOPs are its Cost's", "[time_model]") {
   const TimeModel tm(kIdealDevice, DType::fp16);
   for (ModelKind kind : {ModelKind::gpt, ModelKind::llama, ModelKind::mlp})

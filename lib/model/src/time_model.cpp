@@ -12,12 +12,37 @@ constexpr double kTileM = 256.0, kTileN = 128.0;
 double d(std::int64_t x) { return static_cast<double>(x); }
 }  // namespace
 
+std::string_view to_string(Stream s) {
+  switch (s) {
+    case Stream::norms: return "norms";
+    case Stream::softmax: return "softmax";
+    case Stream::activation: return "activation";
+    case Stream::residual: return "residual";
+    case Stream::dropout: return "dropout";
+    case Stream::rope: return "rope";
+    case Stream::embedding: return "embedding";
+    case Stream::cross_entropy: return "cross_entropy";
+  }
+  return "?";
+}
+
 PassTime& PassTime::operator+=(const PassTime& o) {
   gemm_s += o.gemm_s;
   attention_s += o.attention_s;
   elementwise_s += o.elementwise_s;
+  for (std::size_t i = 0; i < kStreams; ++i) streams[i] += o.streams[i];
   launch_s += o.launch_s;
   kernels += o.kernels;
+  return *this;
+}
+
+PassTime& PassTime::operator*=(double n) {
+  gemm_s *= n;
+  attention_s *= n;
+  elementwise_s *= n;
+  for (double& x : streams) x *= n;
+  launch_s *= n;
+  kernels = static_cast<int>(kernels * n);
   return *this;
 }
 
@@ -79,8 +104,10 @@ void TimeModel::add_attention(PassTime& p, double m, double n, double k, double 
   ++p.kernels;
 }
 
-void TimeModel::add_stream(PassTime& p, double bytes, int kernels) const {
-  p.elementwise_s += stream_s(bytes);
+void TimeModel::add_stream(PassTime& p, Stream what, double bytes, int kernels) const {
+  const double seconds = stream_s(bytes);
+  p.elementwise_s += seconds;
+  p.streams[static_cast<std::size_t>(what)] += seconds;
   p.launch_s += kernels * preset_.kernel_launch_s;
   p.kernels += kernels;
 }
@@ -91,8 +118,8 @@ PieceTime TimeModel::embedding(const ModelDesc& model, int b) const {
   const ModelSpec& s = model.spec();
   const double e = dtype_bytes(model.dtype()), T = d(std::int64_t{b} * s.seq_len), h = s.hidden;
   PieceTime t;
-  add_stream(t.forward, e * (s.kind == ModelKind::llama ? 2.0 : 3.0) * T * h, 1);
-  add_stream(t.weight_grad, e * 3.0 * T * h, 1);
+  add_stream(t.forward, Stream::embedding, e * (s.kind == ModelKind::llama ? 2.0 : 3.0) * T * h, 1);
+  add_stream(t.weight_grad, Stream::embedding, e * 3.0 * T * h, 1);
   return t;
 }
 
@@ -119,8 +146,10 @@ PieceTime TimeModel::block(const ModelDesc& model, int b) const {
   if (s.kind == ModelKind::mlp) {
     lin(h, ft);
     lin(ft, h);
-    add_stream(t.forward, e * (2.0 * T * ft + 3.0 * Ts * h), 2);  // GELU, residual
-    add_stream(t.input_grad, e * (3.0 * T * ft + 3.0 * Ts * h), 2);
+    add_stream(t.forward, Stream::activation, e * 2.0 * T * ft, 1);  // GELU
+    add_stream(t.forward, Stream::residual, e * 3.0 * Ts * h, 1);
+    add_stream(t.input_grad, Stream::activation, e * 3.0 * T * ft, 1);
+    add_stream(t.input_grad, Stream::residual, e * 3.0 * Ts * h, 1);
     return t;
   }
   const bool llama = s.kind == ModelKind::llama;
@@ -147,12 +176,19 @@ PieceTime TimeModel::block(const ModelDesc& model, int b) const {
   // (gpt GELU: read, write; llama SwiGLU: read 2, write 1), llama's RoPE on q
   // and k. The backward: 3 per norm, softmax and GELU (its input, the
   // output gradient, the input gradient), 5 for SwiGLU, 3 per residual.
-  const double rope = llama ? 2.0 * T * (ht + kvt) : 0.0;
-  add_stream(t.forward, e * (2.0 * 2.0 * Ts * h + 2.0 * 3.0 * Ts * h + 2.0 * scores + (llama ? 3.0 : 2.0) * T * ft + rope),
-             llama ? 7 : 6);
-  add_stream(t.input_grad,
-             e * (2.0 * 3.0 * Ts * h + 2.0 * 3.0 * Ts * h + 3.0 * scores + (llama ? 5.0 : 3.0) * T * ft + rope),
-             llama ? 7 : 6);
+  add_stream(t.forward, Stream::norms, e * 2.0 * 2.0 * Ts * h, 2);
+  add_stream(t.forward, Stream::residual, e * 2.0 * 3.0 * Ts * h, 2);
+  add_stream(t.forward, Stream::softmax, e * 2.0 * scores, 1);
+  add_stream(t.forward, Stream::activation, e * (llama ? 3.0 : 2.0) * T * ft, 1);
+  add_stream(t.input_grad, Stream::norms, e * 2.0 * 3.0 * Ts * h, 2);
+  add_stream(t.input_grad, Stream::residual, e * 2.0 * 3.0 * Ts * h, 2);
+  add_stream(t.input_grad, Stream::softmax, e * 3.0 * scores, 1);
+  add_stream(t.input_grad, Stream::activation, e * (llama ? 5.0 : 3.0) * T * ft, 1);
+  if (llama) {
+    const double rope = e * 2.0 * T * (ht + kvt);
+    add_stream(t.forward, Stream::rope, rope, 1);
+    add_stream(t.input_grad, Stream::rope, rope, 1);
+  }
   // Dropout (gpt, training): the attention dropout reads the probabilities
   // and writes its output and a 1-byte mask, its backward reads the output
   // gradient and the mask and writes the probabilities' gradient, (2e + 1)
@@ -161,13 +197,14 @@ PieceTime TimeModel::block(const ModelDesc& model, int b) const {
   const bool dropout = model.dropout() && !llama;
   const double attention_dropout = dropout ? (2.0 * e + 1.0) * scores : 0.0;
   if (dropout) {
-    add_stream(t.forward, attention_dropout + 2.0 * Ts * h, 1);
-    add_stream(t.input_grad, attention_dropout + 2.0 * Ts * h, 1);
+    add_stream(t.forward, Stream::dropout, attention_dropout + 2.0 * Ts * h, 1);
+    add_stream(t.input_grad, Stream::dropout, attention_dropout + 2.0 * Ts * h, 1);
   }
   if (model.split().selective_recompute) {
     add_attention(t.recompute, seq, seq, dh, batch);
     add_attention(t.recompute, seq, dh, seq, batch);
-    add_stream(t.recompute, e * 2.0 * scores + attention_dropout, dropout ? 2 : 1);
+    add_stream(t.recompute, Stream::softmax, e * 2.0 * scores, 1);
+    if (dropout) add_stream(t.recompute, Stream::dropout, attention_dropout, 1);
   }
   return t;
 }
@@ -184,8 +221,10 @@ PieceTime TimeModel::head(const ModelDesc& model, int b) const {
   const double v = d(padded_vocab(s, tp) / tp);
   PieceTime t;
   add_linear(t, T, h, v);
-  add_stream(t.forward, e * (2.0 * Ts * h + 3.0 * T * v), 3);
-  add_stream(t.input_grad, e * (3.0 * Ts * h + 2.0 * T * v), 2);
+  add_stream(t.forward, Stream::norms, e * 2.0 * Ts * h, 1);
+  add_stream(t.forward, Stream::cross_entropy, e * 3.0 * T * v, 2);
+  add_stream(t.input_grad, Stream::norms, e * 3.0 * Ts * h, 1);
+  add_stream(t.input_grad, Stream::cross_entropy, e * 2.0 * T * v, 1);
   return t;
 }
 

@@ -1,5 +1,7 @@
 #include "pipebench/plan/time_breakdown.hpp"
 
+#include <array>
+
 #include <fmt/format.h>
 
 #include "pipebench/core/error.hpp"
@@ -9,26 +11,35 @@ namespace pipebench {
 
 namespace {
 
-PassTime scaled(PassTime p, double n) {
-  p.gemm_s *= n;
-  p.attention_s *= n;
-  p.elementwise_s *= n;
-  p.launch_s *= n;
-  p.kernels = static_cast<int>(p.kernels * n);
-  return p;
-}
+PassTime scaled(PassTime p, double n) { return p *= n; }
+
+constexpr std::array<Stream, kStreams> kEveryStream = {Stream::norms,    Stream::softmax,   Stream::activation,
+                                                       Stream::residual, Stream::dropout,   Stream::rope,
+                                                       Stream::embedding, Stream::cross_entropy};
 
 void pass_json(JsonWriter& w, std::string_view name, const PassTime& p) {
   w.key(name).begin_object();
   w.field("gemm_s", p.gemm_s).field("attention_s", p.attention_s).field("elementwise_s", p.elementwise_s);
+  w.key("elementwise").begin_object();
+  for (Stream s : kEveryStream) w.field(fmt::format("{}_s", to_string(s)), p.stream(s));
+  w.end_object();
   w.field("launch_s", p.launch_s).field("kernels", p.kernels).field("total_s", p.total());
   w.end_object();
 }
 
+// "norms 1.2 ms, softmax 0.3 ms, ...": the element-wise kernels that cost anything.
+std::string streams_text(const PassTime& p) {
+  std::string out;
+  for (Stream s : kEveryStream)
+    if (p.stream(s) > 0.0) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", to_string(s), format_seconds(p.stream(s)));
+  return out;
+}
+
 std::string pass_text(const PassTime& p) {
-  return fmt::format("{} (gemm {}, attention {}, element-wise {}, launch {})", format_seconds(p.total()),
+  const std::string streams = streams_text(p);
+  return fmt::format("{} (gemm {}, attention {}, element-wise {}{}, launch {})", format_seconds(p.total()),
                      format_seconds(p.gemm_s), format_seconds(p.attention_s), format_seconds(p.elementwise_s),
-                     format_seconds(p.launch_s));
+                     streams.empty() ? "" : " [" + streams + "]", format_seconds(p.launch_s));
 }
 
 }  // namespace

@@ -13,22 +13,38 @@
 // here equal its Cost's, term for term (tests/unit/test_time_model.cpp).
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <string_view>
 
 #include "pipebench/core/device_preset.hpp"
 #include "pipebench/model/model.hpp"
 
 namespace pipebench {
 
+// The memory-bound kernels by what they do (docs/time-model.md,
+// "Element-wise traffic"): LayerNorm / RMSNorm, the attention softmax, the
+// MLP's activation (GELU, SwiGLU), the residual adds (with the hidden
+// dropouts fused in), the attention dropout and the hidden dropouts' masks,
+// RoPE, the embedding's gather and scatter-add, the head's cross-entropy.
+enum class Stream { norms, softmax, activation, residual, dropout, rope, embedding, cross_entropy };
+inline constexpr std::size_t kStreams = 8;
+// "norms", "softmax", ... (the JSON names, less their "_s").
+std::string_view to_string(Stream s);
+
 // One pass of a piece, by term, in seconds.
 struct PassTime {
   double gemm_s = 0.0;         // the linear layers (QKV, projections, MLP, LM head)
   double attention_s = 0.0;    // the attention core's batched GEMMs (QKᵀ, ·V and their gradients)
-  double elementwise_s = 0.0;  // memory-bound kernels
+  double elementwise_s = 0.0;  // memory-bound kernels: the sum of `streams`
+  std::array<double, kStreams> streams{};  // elementwise_s by Stream
   double launch_s = 0.0;       // kernels × the preset's launch cost
   int kernels = 0;
   double total() const { return gemm_s + attention_s + elementwise_s + launch_s; }
+  double stream(Stream s) const { return streams[static_cast<std::size_t>(s)]; }
   PassTime& operator+=(const PassTime& o);
+  // Every term (and the kernel count) times `n`: a pass run n times.
+  PassTime& operator*=(double n);
 };
 
 // A piece's passes: the forward (F), the input gradients (B), the weight
@@ -85,7 +101,7 @@ class TimeModel {
   DType dtype_;
   void add_gemm(PassTime& p, double m, double n, double k, Output output = Output::written) const;
   void add_attention(PassTime& p, double m, double n, double k, double batch) const;
-  void add_stream(PassTime& p, double bytes, int kernels) const;
+  void add_stream(PassTime& p, Stream what, double bytes, int kernels) const;
   void add_linear(PieceTime& t, double rows, double in, double out) const;
 };
 
