@@ -344,6 +344,23 @@ int verify(std::FILE* log, const TuneCmdOptions& o, const Job& tuned, const std:
   for (const auto& f : data.files)
     for (const auto& v : f.runs)
       fmt::print(log, "  {:<28} {:<14} {}\n", v.run->spec.name, v.run->decision, decision_headline(*v.run));
+  // How right the prediction was: each measured run's plan beside it (one
+  // file, one job: one basis for its step times).
+  for (const auto& f : data.files) {
+    bool header = false;
+    for (const auto& v : f.runs) {
+      if (!v.prediction) continue;
+      if (!header)
+        fmt::print(log, "\nverify: the plan beside the measurement (the step predicted from {})\n  {:<28} {:<26} {:>12} {:>12}  {}\n",
+                   v.prediction->basis, "run", "figure", "planned", "measured", "error of the plan");
+      header = true;
+      std::string name = v.run->spec.name;
+      for (const auto& cells : prediction_cells(*v.prediction)) {
+        fmt::print(log, "  {:<28} {:<26} {:>12} {:>12}  {}\n", name, cells[0], cells[1], cells[2], cells[3]);
+        name.clear();
+      }
+    }
+  }
   fmt::print(log, "report: {}\n", (out / "index.html").string());
   return pr.exit_code;
 }

@@ -59,6 +59,27 @@ std::optional<RunPlan> plan_of(const FileView& f, const RunResult& r) {
   }
 }
 
+std::optional<Prediction> prediction_of(const FileView& f, const RunResult& r, const std::optional<RunPlan>& plan) {
+  if (!plan || !f.job || r.status != RunStatus::ok || counted_steps(r).empty() || !plan_matches(*plan, r))
+    return std::nullopt;
+  const DeviceSpec& device = f.job->device;
+  Prediction p;
+  if (device.preset)
+    p.basis = fmt::format("the hardware time model of {} (docs/time-model.md)", device.preset->name);
+  else if (r.backend == BackendKind::sim)
+    p.basis = fmt::format("the sim backend's modelled speed, device.sim_flops_per_s = {:.3g} FLOP/s", device.sim_flops_per_s);
+  else
+    p.basis = fmt::format("device.sim_flops_per_s = {:.3g} FLOP/s, a modelled speed, not this machine's: the step's "
+                          "error measures that figure (a GPU: set [device] preset for its time model)",
+                          device.sim_flops_per_s);
+  std::int64_t peak = 0;
+  for (const StagePlan& sp : plan->stages) peak = std::max(peak, sp.total_bytes);
+  p.rows.push_back({"step time (median)", "s", plan->iteration_s, r.step_time.median});
+  p.rows.push_back({"peak memory, largest rank", "bytes", static_cast<double>(peak), static_cast<double>(r.peak_mem_max_bytes)});
+  if (r.spec.pipeline_size > 1) p.rows.push_back({"bubble", "fraction", plan->simulated.bubble, r.bubble_measured_median});
+  return p;
+}
+
 bool plan_matches(const RunPlan& plan, const RunResult& r) {
   return plan.schedule.num_ranks == r.spec.pipeline_size && plan.schedule.num_microbatches == r.spec.num_microbatches &&
          plan.schedule.chunks_per_rank == r.spec.virtual_stages_per_rank;
@@ -368,3 +389,17 @@ std::string html_page_start(const std::string& title, const std::string& heading
 }
 
 }  // namespace pipebench::report_detail
+
+namespace pipebench {
+
+std::vector<std::vector<std::string>> prediction_cells(const Prediction& p) {
+  using report_detail::format_delta;
+  using report_detail::format_value;
+  std::vector<std::vector<std::string>> rows;
+  for (const PredictionRow& row : p.rows)
+    rows.push_back({row.metric, format_value(row.planned, row.unit), format_value(row.measured, row.unit),
+                    format_delta(row.measured, row.planned, row.unit)});
+  return rows;
+}
+
+}  // namespace pipebench

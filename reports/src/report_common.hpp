@@ -37,6 +37,10 @@ std::string attr(const std::map<std::string, std::string>& m, const char* key);
 // table, schedule); null when the workload could not be parsed. Computed
 // once per run at load: RunView::plan.
 std::optional<RunPlan> plan_of(const FileView& f, const RunResult& r);
+// The plan's prediction beside the run's measurement (RunView::prediction);
+// null for a run that was not measured (not ok, no counted step) or whose
+// plan is not the schedule it ran.
+std::optional<Prediction> prediction_of(const FileView& f, const RunResult& r, const std::optional<RunPlan>& plan);
 // Whether `plan`'s schedule is the one the run ran (ranks, micro-batches,
 // chunks): the charts that replay it need that.
 bool plan_matches(const RunPlan& plan, const RunResult& r);

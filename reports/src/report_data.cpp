@@ -547,6 +547,7 @@ ReportData load_report(const ReportOptions& options) {
     for (const auto& r : f.result.runs) {
       f.runs.push_back(derive(f, r));
       f.runs.back().plan = report_detail::plan_of(f, r);
+      f.runs.back().prediction = report_detail::prediction_of(f, r, f.runs.back().plan);
       chart_events(f, r, f.runs.back());
     }
     for (auto& v : f.runs) {

@@ -264,6 +264,11 @@ std::string run_section(const FileView& f, const RunView& v) {
     s += "</ul>";
   }
   s += "</div>";
+  if (v.prediction) {
+    s += fmt::format("<p>The plan beside the measurement (the step predicted from {}):</p>", html_escape(v.prediction->basis));
+    s += table({"figure", "planned", "measured", "error of the plan"}, prediction_cells(*v.prediction), {},
+               {false, true, true, true});
+  }
   // The schedule as planned from the file's workload (any schedule, a file
   // schedule included); without it the charts that need it are left out.
   const auto& plan = v.plan;

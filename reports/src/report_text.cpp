@@ -80,6 +80,9 @@ std::string render_markdown(const ReportData& d) {
         s += "\n";
       }
       s += "\n";
+      if (v.prediction)
+        s += "The plan beside the measurement (the step predicted from " + md_text(v.prediction->basis) + "):\n\n" +
+             md_table({"figure", "planned", "measured", "error of the plan"}, prediction_cells(*v.prediction));
       if (const auto& plan = v.plan) s += md_table(partition_table_header(*plan), partition_table_rows(*plan));
     }
   }
@@ -215,6 +218,16 @@ std::string render_summary_json(const ReportData& d) {
       w.field("decision", r.decision).array("decision_reasons", r.decision_reasons).array("advice", v.advice);
       w.field("speedup", r.speedup).field("speedup_low", r.speedup_low).field("speedup_high", r.speedup_high);
       w.field("speedup_per_sample", r.speedup_per_sample);
+      w.key("prediction");
+      if (v.prediction) {
+        w.begin_object().field("basis", v.prediction->basis).key("rows").begin_array();
+        for (const PredictionRow& row : v.prediction->rows)
+          w.begin_object().field("metric", row.metric).field("unit", row.unit).field("planned", row.planned)
+              .field("measured", row.measured).end_object();
+        w.end_array().end_object();
+      } else {
+        w.null();
+      }
       seed004_record(w, f, v);
       if (const Trend* t = trend_for(d, f, r)) {
         w.key("trend").begin_object();

@@ -42,6 +42,7 @@ def attr(g, k):
 
 records = {(os.path.realpath(r["file"]), r["run"]): r for r in summary["runs"]}
 checked_rows = 0
+checked_predictions = 0
 for path in sorted(glob.glob(os.path.join(inputs, "**", "*.h5"), recursive=True)):
     if path.endswith("truncated.h5"):
         continue
@@ -57,6 +58,28 @@ for path in sorted(glob.glob(os.path.join(inputs, "**", "*.h5"), recursive=True)
                               ("bubble_analytic", "bubble_analytic"), ("peak_mem_max_bytes", "peak_mem_max_bytes")]:
                 a, b = rec[key], float(g.attrs[hkey])
                 check((a is None and math.isnan(b)) or (a is not None and a == b), f"{name}: {key} {a} != {b}")
+            # The plan beside the measurement: every measured run; the planner's
+            # memory is what the sim and cpu backends' trackers record, exactly.
+            pred = rec.get("prediction", "absent")
+            measured = attr(g, "status") == "ok" and not math.isnan(float(g.attrs["step_time_median_s"]))
+            if not measured:
+                check(pred is None, f"{name}: an unmeasured run has no prediction ({pred})")
+            else:
+                check(isinstance(pred, dict), f"{name}: no prediction in summary.json")
+                if isinstance(pred, dict):
+                    rows = {row["metric"]: row for row in pred["rows"]}
+                    step, mem = rows.get("step time (median)"), rows.get("peak memory, largest rank")
+                    check(step is not None and step["measured"] == rec["step_time_median_s"] and step["planned"] > 0,
+                          f"{name}: prediction step row {step}")
+                    check(mem is not None and mem["planned"] == mem["measured"] == rec["peak_mem_max_bytes"],
+                          f"{name}: planned peak memory is not the measured one: {mem}")
+                    backend = attr(g, "backend")
+                    want_basis = "sim backend's modelled speed" if backend == "sim" else "not this machine's"
+                    check(want_basis in pred["basis"], f"{name}: prediction basis {pred['basis']!r} for backend {backend}")
+                    check(("bubble" in rows) == (int(g.attrs["pipeline_size"]) > 1), f"{name}: bubble row iff p > 1")
+                    check(re.search(r"\| peak memory, largest rank \| ([^|]+) \| \1 \| \+0\.0% \|", md) is not None,
+                          f"{name}: the prediction table's memory row not in report.md")
+                    checked_predictions += 1
             base = attr(g, "baseline")
             if base and attr(g, "status") == "ok" and attr(f["runs"][base], "status") == "ok":
                 # The Markdown comparison table: "| step time (median) | <baseline> | <pipeline> | Δ |"
@@ -70,6 +93,7 @@ for path in sorted(glob.glob(os.path.join(inputs, "**", "*.h5"), recursive=True)
                 check(want_b in md, f"{name}: comparison row {want_b!r} not in report.md")
                 checked_rows += 1
 check(checked_rows >= 3, f"only {checked_rows} comparison tables checked")
+check(checked_predictions >= 8, f"only {checked_predictions} predictions checked")
 
 # Failed runs are listed with their kind, in every output.
 oom = [r for r in summary["runs"] if r["run"] == "oom"]

@@ -39,6 +39,30 @@ struct ComparisonRow {
   std::string note;       // e.g. which stage
 };
 
+// The planner's prediction of a run — its plan recomputed from the recorded
+// workload — beside what the run measured: how right the plan was.
+struct PredictionRow {
+  std::string metric;
+  std::string unit;  // as ComparisonRow's ("s", "bytes", "fraction")
+  double planned = 0.0;
+  double measured = 0.0;
+};
+struct Prediction {
+  // What the step time was predicted from: a device preset's time model, or
+  // device.sim_flops_per_s (said to be a modelled speed where the run did
+  // not run on the sim backend).
+  std::string basis;
+  // Step time (RunPlan::iteration_s / the median counted step), the largest
+  // rank's peak memory (the plan's total / the tracker's peak) and the
+  // bubble (the cost-weighted simulation / the measured median).
+  std::vector<PredictionRow> rows;
+};
+
+// A prediction's rows as text cells — figure, planned, measured, the plan's
+// error against the measurement ("-3.9%"; a bubble in points) — as the
+// report and `tune --verify` print them.
+std::vector<std::vector<std::string>> prediction_cells(const Prediction& p);
+
 struct RunView {
   const RunResult* run = nullptr;
   const RunResult* baseline = nullptr;    // same file; null if none
@@ -53,6 +77,8 @@ struct RunView {
   // The run's plan recomputed from the file's recorded workload (partition
   // table, schedule), once; empty when the workload could not be parsed.
   std::optional<RunPlan> plan;
+  // An ok run with counted steps and a plan matching it (prediction_of).
+  std::optional<Prediction> prediction;
   // From the run's events, streamed from its file at load (the report keeps
   // no run's events): those of gantt_step, and — with a plan that matches the
   // run — the per-action medians the simulated chart uses (EventDigest).
