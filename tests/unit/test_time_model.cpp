@@ -137,13 +137,9 @@ TEST_CASE("time model: a weight gradient pass pays for its fp32 accumulation whe
   // 2·(in·T + T·out) + 8·in·out per linear layer at the achievable bandwidth.
   const DevicePreset& a100 = *find_device_preset("a100-80gb");
   const TimeModel tm(a100, DType::bf16);
-  ModelSpec s;
-  s.kind = ModelKind::mlp;
+  ModelSpec s = spec(ModelKind::mlp);
   s.hidden = 4096;
-  s.ffn_hidden = 16384;
-  s.layers = 1;
-  s.seq_len = 64;
-  s.vocab = 1024;
+  s.ffn_hidden = 16384;  // seq_len 64
   const ModelDesc model(s, DType::bf16, TensorSplit{1, false, false});
   const PieceTime t = tm.block(model, 1);
   const double T = 64, h = 4096, f = 16384;
