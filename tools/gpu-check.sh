@@ -19,7 +19,8 @@
 #                          ZB-V with sequence parallelism; all vs the baseline, selective bit for bit
 #   gemm          cuBLAS TFLOP/s at the 350M GPT's shapes, random inputs
 #   torch-gemm    PyTorch matmul at the same shapes: the reference
-#   baseline-1gpu jobs/gpu/gpt_350m_cuda.toml, 1 rank (bf16 350M GPT)
+#   baseline-1gpu jobs/gpu/gpt_350m_cuda.toml, 1 rank (bf16 350M GPT), with the GPU's
+#                 device preset: the report's time-model step beside the measured one
 #   torch-gpt     PyTorch bf16 training step of the same GPT: the peer
 #   pipeline-2ranks-1gpu  its 2-stage 1F1B as 2 ranks on GPU 0 over MPI
 #   sanitizer     compute-sanitizer memcheck on the smallest cross-check
@@ -86,6 +87,15 @@ pipebench --version > "$out/version.txt" 2>&1; head -3 "$out/version.txt"
 shapes=(4096 3072 1024 4096 4096 1024 4096 50304 1024 4096 4096 4096)
 gpt=(--hidden 1024 --layers 24 --heads 16 --ffn 4096 --seq 1024 --vocab 50304 --mbs 4 --m 4 --dtype bf16)
 job=jobs/gpu/gpt_350m_cuda.toml
+# The GPU's device preset, so that the baseline's report sets the hardware time model's step
+# beside the measured one (its "plan beside the measurement", docs/reports.md): how right the
+# time model is on this GPU. The preset changes no execution (the cuda backend ignores it).
+case "$(head -1 "$out/gpu.txt")" in
+  *H200*) preset=(--set device.preset=h200-141gb) ;;
+  *H100*) preset=(--set device.preset=h100-80gb) ;;
+  *A100*80GB*) preset=(--set device.preset=a100-80gb) ;;
+  *) preset=() ;;
+esac
 step gpu-tests 180 gpu_tests
 step sticky-error 30 gpu_sticky_error
 # Interleaved 1F1B, ZB-H1, ZB-V, looped BFS, interleaved ZB, DualPipeV and recomputation as whole runs: 2 ranks on GPU 0 over MPI,
@@ -118,7 +128,7 @@ step tp-4ranks-1gpu 120 bash -c 'set -e; run() { env CUDA_VISIBLE_DEVICES=0 mpir
     SAME_LOSS=tp2_selective:tp2 SET=model.vocab=300' _ "$out/tp"
 step gemm 60 bench_cuda_gemm "${shapes[@]}"
 step torch-gemm 90 env -u LD_LIBRARY_PATH python3 tools/torch_reference.py gemm "${shapes[@]}"
-step baseline-1gpu 150 pipebench run "$job" --run baseline -o "$out/results"
+step baseline-1gpu 150 pipebench run "$job" --run baseline "${preset[@]}" -o "$out/results"
 step torch-gpt 120 env -u LD_LIBRARY_PATH python3 tools/torch_reference.py gpt "${gpt[@]}"
 step pipeline-2ranks-1gpu 180 env CUDA_VISIBLE_DEVICES=0 mpirun -np 2 -x CUDA_VISIBLE_DEVICES -x LD_LIBRARY_PATH \
   -x PIPEBENCH_SOURCE_DIR pipebench run "$job" --run pp2 --set device.transport=mpi -o "$out/results"
@@ -159,7 +169,7 @@ summary = os.path.join(out, "report", "summary.json")
 if os.path.exists(summary):
     for r in json.load(open(summary))["runs"]:
         runs[r["run"]] = {k: r.get(k) for k in ("status", "failure_kind", "step_time_median_s", "bubble_measured",
-                                               "peak_mem_max_bytes", "decision")}
+                                               "peak_mem_max_bytes", "decision", "prediction")}
 torch_gpt = last_json("torch-gpt.log") or {}
 base = runs.get("baseline", {}).get("step_time_median_s")
 peer = torch_gpt.get("gpt_step_time_median_s")
@@ -170,10 +180,15 @@ result = {
     "gemm_tflops": gemm, "runs": runs,
     "torch_gpt_step_time_median_s": peer,
     "baseline_vs_torch_step_ratio": base / peer if base and peer else None,
+    # The time model's step over the measured one, minus 1 (with the GPU's preset; null without).
+    "time_model_step_error": next((row["planned"] / row["measured"] - 1
+                                   for row in ((runs.get("baseline") or {}).get("prediction") or {}).get("rows", [])
+                                   if row["metric"] == "step time (median)" and row["measured"]
+                                   and "time model" in runs["baseline"]["prediction"]["basis"]), None),
     "sanitizer": [l for l in text("sanitizer.log").splitlines() if "ERROR SUMMARY" in l or "error" in l.lower()][-5:],
 }
 json.dump(result, open(os.path.join(out, "summary.json"), "w"), indent=1)
-print(json.dumps({k: result[k] for k in ("passed", "baseline_vs_torch_step_ratio")}))
+print(json.dumps({k: result[k] for k in ("passed", "baseline_vs_torch_step_ratio", "time_model_step_error")}))
 PY
 
 echo
