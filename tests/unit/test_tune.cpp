@@ -595,6 +595,28 @@ TEST_CASE("tune: sequence parallelism is part of a fit's identity (a cached answ
   CHECK(with->max_micro_batch > without->max_micro_batch);
 }
 
+TEST_CASE("tune --gpus: with no baseline that fits, the note says the chosen run is the runners-up's", "[tune]") {
+  // The 22B fits on no rank alone nor on 2 stages without tensor ranks; the
+  // answer (p 2 x t 4) is the written runners-up's baseline, and the only
+  // warnings loading the file gives are about that pipelined baseline.
+  const Job job = korthikanti_22b();
+  TuneOptions o = all_of_8_gpus();
+  o.global_batch = 4;
+  const TuneResult r = tune(job, o);
+  REQUIRE(r.best());
+  REQUIRE(r.best()->ranks() == 8);
+  CHECK_FALSE(r.baseline);
+  CHECK(r.baseline_note == fmt::format("the model fits on no single rank, nor on a pipeline of up to {} stages without "
+                                       "replicas or tensor ranks: the runners-up take the chosen run as their baseline",
+                                       r.best()->pipeline_size));
+  const TunedWorkload w = tuned_workload(job, r);
+  CHECK(w.baseline_note == r.baseline_note);
+  const Job written = parse_job(w.toml, "tuned.toml");
+  REQUIRE(written.runs.size() >= 2);
+  for (std::size_t i = 1; i < written.runs.size(); ++i) CHECK(written.runs[i].baseline == written.runs[0].name);
+  for (const std::string& warning : written.warnings) CHECK_THAT(warning, Catch::EndsWith(", not a single-stage baseline"));
+}
+
 TEST_CASE("tune --gpus: when nothing fits on all N ranks the answer says so and points to --ranks", "[tune]") {
   TuneOptions o;
   o.max_ranks = 8;

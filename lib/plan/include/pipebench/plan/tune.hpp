@@ -155,7 +155,8 @@ struct TuneResult {
   std::string idle_note;
   // The chosen run's baseline at its global batch: one rank where that fits,
   // else the smallest fitting pipeline (baseline_note says so); empty when
-  // the chosen run is itself single-stage or nothing fits.
+  // the chosen run is itself single-stage or nothing fits (baseline_note
+  // then says that the chosen run is the runners-up's baseline).
   std::optional<TuneCandidate> baseline;
   std::string baseline_note;
   // The next candidates of the ranking with other layouts (p, d),
