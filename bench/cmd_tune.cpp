@@ -365,108 +365,115 @@ int verify(std::FILE* log, const TuneCmdOptions& o, const Job& tuned, const std:
   return pr.exit_code;
 }
 
-}  // namespace
-
-Handler add_tune_command(CLI::App& app) {
-  auto o = std::make_shared<TuneCmdOptions>();
+void add_tune_options(CLI::App& app, TuneCmdOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "tune", "Seed 000's procedure from the planner: stages, split and micro-batch for up to N ranks, ranked; "
               "writes a ready workload (no MPI needed; --confirm and --verify launch runs)");
-  cmd->add_option("job", o->job_path, "workload file (jobs/*.toml): its model, train and device tables")->required()->check(CLI::ExistingFile);
-  auto* ranks = cmd->add_option("--ranks", o->tune.max_ranks, "ranks (GPUs) available: every p stages x d replicas x t tensor ranks with p x d x t <= N is tried")->check(CLI::Range(1, kMaxRanks));
-  auto* gpus = cmd->add_option("--gpus", o->gpus,
+  cmd->add_option("job", o.job_path, "workload file (jobs/*.toml): its model, train and device tables")->required()->check(CLI::ExistingFile);
+  auto* ranks = cmd->add_option("--ranks", o.tune.max_ranks, "ranks (GPUs) available: every p stages x d replicas x t tensor ranks with p x d x t <= N is tried")->check(CLI::Range(1, kMaxRanks));
+  auto* gpus = cmd->add_option("--gpus", o.gpus,
                   "the layout question: GPUs to lay out, all of them (p x d x t = N); searches every recomputation, "
                   "sequence parallelism, ZeRO-1, 1f1b and interleaved-1f1b (v 2-4) unless narrowed (docs/tune.md)")
                   ->check(CLI::Range(1, kMaxRanks));
   ranks->excludes(gpus);
-  cmd->add_option("--gpus-per-node", o->gpus_per_node, "GPUs per node (device.ranks_per_node): t stays within a node")
+  cmd->add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node (device.ranks_per_node): t stays within a node")
       ->check(CLI::Range(1, 1024));
-  cmd->add_option("--recompute", o->recompute, "recomputation modes to try: none, selective, full (repeatable; default: the template's)")
+  cmd->add_option("--recompute", o.recompute, "recomputation modes to try: none, selective, full (repeatable; default: the template's)")
       ->check(CLI::IsMember({"none", "selective", "full"}));
-  cmd->add_option("--sequence-parallel", o->sequence_parallel, "sequence parallelism with t > 1: on, off (repeatable; default: the template's)")
+  cmd->add_option("--sequence-parallel", o.sequence_parallel, "sequence parallelism with t > 1: on, off (repeatable; default: the template's)")
       ->check(CLI::IsMember({"on", "off"}));
-  cmd->add_option("--virtual-stages", o->tune.virtual_stages, "chunks per rank to try with interleaved-1f1b, looped-bfs, interleaved-zb (repeatable; default: the template's, else 2)")
+  cmd->add_option("--virtual-stages", o.tune.virtual_stages, "chunks per rank to try with interleaved-1f1b, looped-bfs, interleaved-zb (repeatable; default: the template's, else 2)")
       ->check(CLI::Range(2, 64));
-  cmd->add_option("--data-parallel", o->tune.data_parallel, "replica counts to try (repeatable; default: every d with p x d <= N)")
+  cmd->add_option("--data-parallel", o.tune.data_parallel, "replica counts to try (repeatable; default: every d with p x d <= N)")
       ->check(CLI::Range(1, kMaxPipelineSize));
-  cmd->add_option("--tensor-parallel", o->tune.tensor_parallel,
+  cmd->add_option("--tensor-parallel", o.tune.tensor_parallel,
                   "tensor-parallel degrees to try (repeatable; default: the template's, and with device.ranks_per_node "
                   "= G every t <= G the model allows)")
       ->check(CLI::Range(1, kMaxTensorParallel));
-  cmd->add_option("--optimizer-sharding", o->shardings, "optimizer sharding of layouts with replicas: none, zero1 (repeatable; default: the template run's)")
+  cmd->add_option("--optimizer-sharding", o.shardings, "optimizer sharding of layouts with replicas: none, zero1 (repeatable; default: the template run's)")
       ->check(CLI::IsMember({"none", "zero1"}));
-  cmd->add_option("--global-batch", o->tune.global_batch, "samples per step; num_microbatches = B / (d x micro_batch_size)")
+  cmd->add_option("--global-batch", o.tune.global_batch, "samples per step; num_microbatches = B / (d x micro_batch_size)")
       ->check(CLI::Range(1, INT_MAX));
-  cmd->add_option("--num-microbatches", o->tune.num_microbatches, "micro-batches per step and replica, the same for every candidate")
+  cmd->add_option("--num-microbatches", o.tune.num_microbatches, "micro-batches per step and replica, the same for every candidate")
       ->check(CLI::Range(1, kMaxMicrobatches));
-  cmd->add_option("--bubble-target", o->tune.bubble_target,
+  cmd->add_option("--bubble-target", o.tune.bubble_target,
                   "without --global-batch/--num-microbatches: the smallest m whose closed-form bubble is at most X (default 0.10)")
       ->check(number_in(0.001, 0.999));
-  cmd->add_option("--schedule", o->schedules, "schedules to compare (repeatable; default: the template run's)")
+  cmd->add_option("--schedule", o.schedules, "schedules to compare (repeatable; default: the template run's)")
       ->check(CLI::IsMember(builtin_schedule_names()));
-  cmd->add_option("--partition", o->partitions, "partition rules to compare: first, last, balanced (repeatable; default: the template run's)")
+  cmd->add_option("--partition", o.partitions, "partition rules to compare: first, last, balanced (repeatable; default: the template run's)")
       ->check(CLI::IsMember({"first", "last", "balanced"}));
-  cmd->add_option("--run", o->tune.template_run, "the run whose schedule, partition rule and mode are the template (default: the first multi-stage training run)");
-  cmd->add_option("--set", o->overrides, "override a key of JOB before tuning: dotted.key=value (repeatable)");
-  cmd->add_option("--format", o->format, "text: the ranked table; json: every candidate (docs/tune.md)")
+  cmd->add_option("--run", o.tune.template_run, "the run whose schedule, partition rule and mode are the template (default: the first multi-stage training run)");
+  cmd->add_option("--set", o.overrides, "override a key of JOB before tuning: dotted.key=value (repeatable)");
+  cmd->add_option("--format", o.format, "text: the ranked table; json: every candidate (docs/tune.md)")
       ->check(CLI::IsMember({"text", "json"}));
-  cmd->add_option("--top", o->top, "fitting candidates shown (default 15)")->check(CLI::Range(1, INT_MAX));
-  cmd->add_option("-o,--output", o->output, "the workload file written (default: <job>_tuned.toml)");
-  cmd->add_flag("--confirm", o->confirm, "probe the chosen run at the predicted limit and one above (2 trials; bisection if they disagree)");
-  cmd->add_flag("--verify", o->verify, "run the written workload for --steps counted steps and write its report with decisions");
-  cmd->add_option("--steps", o->steps, "--verify: counted steps per run (default 30, seed 000's 30-50)")->check(CLI::Range(1, kMaxSteps - 100));
-  cmd->add_option("--launcher", o->launcher, "--confirm/--verify: command prefix; {ranks} becomes the ranks needed (default \"mpirun -np {ranks}\")");
-  cmd->add_option("--results", o->results_dir, "--confirm/--verify: results folder (default: results)");
-  cmd->add_option("--trial-timeout", o->trial_timeout_s, "--confirm: seconds before a trial is killed (default 900)")
+  cmd->add_option("--top", o.top, "fitting candidates shown (default 15)")->check(CLI::Range(1, INT_MAX));
+  cmd->add_option("-o,--output", o.output, "the workload file written (default: <job>_tuned.toml)");
+  cmd->add_flag("--confirm", o.confirm, "probe the chosen run at the predicted limit and one above (2 trials; bisection if they disagree)");
+  cmd->add_flag("--verify", o.verify, "run the written workload for --steps counted steps and write its report with decisions");
+  cmd->add_option("--steps", o.steps, "--verify: counted steps per run (default 30, seed 000's 30-50)")->check(CLI::Range(1, kMaxSteps - 100));
+  cmd->add_option("--launcher", o.launcher, "--confirm/--verify: command prefix; {ranks} becomes the ranks needed (default \"mpirun -np {ranks}\")");
+  cmd->add_option("--results", o.results_dir, "--confirm/--verify: results folder (default: results)");
+  cmd->add_option("--trial-timeout", o.trial_timeout_s, "--confirm: seconds before a trial is killed (default 900)")
       ->check(number_in(1.0, 7.0 * 24 * 3600));
-  return [o]() -> int {
-    if (o->tune.max_ranks < 1 && o->gpus < 1) throw ConfigError("tune: give --ranks N or --gpus N");
-    if (o->gpus_per_node > 0) o->overrides.push_back(fmt::format("device.ranks_per_node={}", o->gpus_per_node));
-    if (o->gpus > 0) layout_question_defaults(*o);
-    const auto started = std::chrono::steady_clock::now();
-    const Job job = load_job(o->job_path, o->overrides);
-    o->tune.schedules = parse_schedules(o->schedules);
-    o->tune.partitions = parse_partitions(o->partitions);
-    o->tune.shardings = parse_shardings(o->shardings);
-    o->tune.recompute = parse_recompute(o->recompute);
-    for (const auto& v : o->sequence_parallel) o->tune.sequence_parallel.push_back(v == "on");
-    o->tune.progress = search_progress(started);
-    keep_freed_pages();
-    const TuneResult result = tune(job, o->tune);
-    const double search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    const bool text = o->format == "text";
-    if (text) print_answer(*o, job, result, search_s);
-    if (!result.best()) {
-      if (!text) fmt::print("{}", format_tune_json(job, result, TunedWorkload{}, ""));
-      return kRunFailed;
-    }
-    const TuneCandidate& best = *result.best();
-    const TunedWorkload w = tuned_workload(job, result);
-    const std::string path = o->output.empty() ? w.job_name + ".toml" : o->output;
-    write_output_file(path, {o->job_path}, [&](std::FILE* out) {
-      if (std::fwrite(w.toml.data(), 1, w.toml.size(), out) != w.toml.size()) throw std::runtime_error(std::strerror(errno));
-    });
-    const Job tuned = load_job(path);  // what `pipebench run` will read: it must accept it
-    if (!text) {
-      fmt::print("{}", format_tune_json(job, result, w, path));
-    } else {
-      if (!w.baseline_note.empty()) fmt::print("baseline: {}\n", w.baseline_note);
-      std::string names;
-      for (const auto& n : w.run_names) names += (names.empty() ? "" : ", ") + n;
-      fmt::print("workload: {} (runs: {}; launch with {} ranks: mpirun -np {} pipebench run {})\n", path, names,
-                 w.ranks_needed, w.ranks_needed, path);
-      // A pipelined baseline is tune's own choice, said on the baseline line.
-      for (const auto& warning : tuned.warnings)
-        if (w.baseline_note.empty() || !warning.ends_with(", not a single-stage baseline"))
-          fmt::print("  note: {}\n", warning);
-    }
-    std::fflush(stdout);
-    int rc = static_cast<int>(kOk);
-    std::FILE* log = text ? stdout : stderr;  // JSON keeps stdout to itself
-    if (o->confirm) rc = confirm(log, *o, tuned, path, best, w.run_names.front());
-    if (o->verify && rc == kOk) rc = verify(log, *o, tuned, path, w.ranks_needed);
-    return rc;
-  };
+}
+
+int run_tune(TuneCmdOptions& o) {
+  if (o.tune.max_ranks < 1 && o.gpus < 1) throw ConfigError("tune: give --ranks N or --gpus N");
+  if (o.gpus_per_node > 0) o.overrides.push_back(fmt::format("device.ranks_per_node={}", o.gpus_per_node));
+  if (o.gpus > 0) layout_question_defaults(o);
+  const auto started = std::chrono::steady_clock::now();
+  const Job job = load_job(o.job_path, o.overrides);
+  o.tune.schedules = parse_schedules(o.schedules);
+  o.tune.partitions = parse_partitions(o.partitions);
+  o.tune.shardings = parse_shardings(o.shardings);
+  o.tune.recompute = parse_recompute(o.recompute);
+  for (const auto& v : o.sequence_parallel) o.tune.sequence_parallel.push_back(v == "on");
+  o.tune.progress = search_progress(started);
+  keep_freed_pages();
+  const TuneResult result = tune(job, o.tune);
+  const double search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const bool text = o.format == "text";
+  if (text) print_answer(o, job, result, search_s);
+  if (!result.best()) {
+    if (!text) fmt::print("{}", format_tune_json(job, result, TunedWorkload{}, ""));
+    return kRunFailed;
+  }
+  const TuneCandidate& best = *result.best();
+  const TunedWorkload w = tuned_workload(job, result);
+  const std::string path = o.output.empty() ? w.job_name + ".toml" : o.output;
+  write_output_file(path, {o.job_path}, [&](std::FILE* out) {
+    if (std::fwrite(w.toml.data(), 1, w.toml.size(), out) != w.toml.size()) throw std::runtime_error(std::strerror(errno));
+  });
+  const Job tuned = load_job(path);  // what `pipebench run` will read: it must accept it
+  if (!text) {
+    fmt::print("{}", format_tune_json(job, result, w, path));
+  } else {
+    if (!w.baseline_note.empty()) fmt::print("baseline: {}\n", w.baseline_note);
+    std::string names;
+    for (const auto& n : w.run_names) names += (names.empty() ? "" : ", ") + n;
+    fmt::print("workload: {} (runs: {}; launch with {} ranks: mpirun -np {} pipebench run {})\n", path, names,
+               w.ranks_needed, w.ranks_needed, path);
+    // A pipelined baseline is tune's own choice, said on the baseline line.
+    for (const auto& warning : tuned.warnings)
+      if (w.baseline_note.empty() || !warning.ends_with(", not a single-stage baseline"))
+        fmt::print("  note: {}\n", warning);
+  }
+  std::fflush(stdout);
+  int rc = static_cast<int>(kOk);
+  std::FILE* log = text ? stdout : stderr;  // JSON keeps stdout to itself
+  if (o.confirm) rc = confirm(log, o, tuned, path, best, w.run_names.front());
+  if (o.verify && rc == kOk) rc = verify(log, o, tuned, path, w.ranks_needed);
+  return rc;
+}
+
+}  // namespace
+
+
+Handler add_tune_command(CLI::App& app) {
+  auto o = std::make_shared<TuneCmdOptions>();
+  add_tune_options(app, *o);
+  return [o]() -> int { return run_tune(*o); };
 }
 
 }  // namespace pipebench::cli
