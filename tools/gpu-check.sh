@@ -27,7 +27,7 @@
 #   sanitizer-schedules  the same on the split backward and recomputation check
 #   gemm-k-sweep  cuBLAS TFLOP/s of 8192 x 8192 x K GEMMs, K = 32 ... 8192: the
 #                 measurement the time model's efficiency table should be
-#                 calibrated from (docs/time-model.md, "GEMM efficiency")
+#                 calibrated from, beside the time model (docs/time-model.md, "Calibrating the GEMM table")
 # Writes OUT/summary.json (steps with verdict and seconds; GEMM TFLOP/s beside
 # torch's; step times beside torch's; cross-check and sanitizer lines) and one
 # log per step (each at most 16 MiB), all in OUT itself.
@@ -87,15 +87,6 @@ pipebench --version > "$out/version.txt" 2>&1; head -3 "$out/version.txt"
 shapes=(4096 3072 1024 4096 4096 1024 4096 50304 1024 4096 4096 4096)
 gpt=(--hidden 1024 --layers 24 --heads 16 --ffn 4096 --seq 1024 --vocab 50304 --mbs 4 --m 4 --dtype bf16)
 job=jobs/gpu/gpt_350m_cuda.toml
-# The GPU's device preset, so that the baseline's report sets the hardware time model's step
-# beside the measured one (its "plan beside the measurement", docs/reports.md): how right the
-# time model is on this GPU. The preset changes no execution (the cuda backend ignores it).
-case "$(head -1 "$out/gpu.txt")" in
-  *H200*) preset=(--set device.preset=h200-141gb) ;;
-  *H100*) preset=(--set device.preset=h100-80gb) ;;
-  *A100*80GB*) preset=(--set device.preset=a100-80gb) ;;
-  *) preset=() ;;
-esac
 step gpu-tests 180 gpu_tests
 step sticky-error 30 gpu_sticky_error
 # Interleaved 1F1B, ZB-H1, ZB-V, looped BFS, interleaved ZB, DualPipeV and recomputation as whole runs: 2 ranks on GPU 0 over MPI,
@@ -127,6 +118,13 @@ step tp-4ranks-1gpu 120 bash -c 'set -e; run() { env CUDA_VISIBLE_DEVICES=0 mpir
   verify_results "$(find "$1/llama" -name "*.h5" | head -1)" tests/data/gpu/tiny_llama.toml 4 RUNS=4 LOSS_REL=1e-4 \
     SAME_LOSS=tp2_selective:tp2 SET=model.vocab=300' _ "$out/tp"
 step gemm 60 bench_cuda_gemm "${shapes[@]}"
+# The GPU's device preset (bench_cuda_gemm names it: core/device_preset.hpp's
+# device_preset_for_gpu), so that the baseline's report sets the hardware time model's step
+# beside the measured one (its "plan beside the measurement", docs/reports.md): how right the
+# time model is on this GPU. The preset changes no execution (the cuda backend ignores it).
+preset_name=$(sed -n 's/^time model: \([a-z0-9-]*\), .*/\1/p' "$out/gemm.log" | head -1)
+preset=()
+[[ -n $preset_name ]] && preset=(--set "device.preset=$preset_name")
 step torch-gemm 90 env -u LD_LIBRARY_PATH python3 tools/torch_reference.py gemm "${shapes[@]}"
 step baseline-1gpu 150 pipebench run "$job" --run baseline "${preset[@]}" -o "$out/results"
 step torch-gpt 120 env -u LD_LIBRARY_PATH python3 tools/torch_reference.py gpt "${gpt[@]}"
@@ -164,6 +162,14 @@ for g, t in zip(gemm, torch_gemm):
     for k in ("fp32", "bf16", "fp16"):
         g[f"torch_{k}"] = t.get(k)
         g[f"ratio_{k}"] = g[k] / t[k] if t.get(k) else None
+def model_lines(name):  # bench_cuda_gemm's `model` lines: each GEMM beside the time model
+    num = lambda x: None if x == "-" else float(x)
+    keys = ("dtype", "M", "N", "K", "measured_ms", "model_ms", "model_over_measured", "side", "table_e",
+            "measured_e", "bandwidth_fraction")
+    return [dict(zip(keys, (f[0], *map(float, f[1:7]), f[7], float(f[8]), num(f[9]), num(f[10]))))
+            for f in (line.split()[1:] for line in text(name).splitlines() if line.startswith("model "))
+            if len(f) == len(keys)]
+k_sweep = model_lines("gemm-k-sweep.log")
 runs = {}
 summary = os.path.join(out, "report", "summary.json")
 if os.path.exists(summary):
@@ -178,6 +184,11 @@ result = {
     "steps": steps, "passed": all(s["verdict"] == "PASS" for s in steps),
     "cross_check": [l for l in text("gpu-tests.log").splitlines() if re.search(r"loss|norm|passed|failed|SKIP", l)][-20:],
     "gemm_tflops": gemm, "runs": runs,
+    # The time model beside each GEMM (bench_cuda_gemm's preset), and the K sweep's bf16 e(K):
+    # the efficiency table measured where the model's compute side applies (docs/time-model.md).
+    "gemm_model": model_lines("gemm.log"), "gemm_k_sweep_model": k_sweep,
+    "gemm_efficiency_measured": {int(r["K"]): r["measured_e"] for r in k_sweep
+                                 if r["dtype"] == "bf16" and r["side"] == "compute"},
     "torch_gpt_step_time_median_s": peer,
     "baseline_vs_torch_step_ratio": base / peer if base and peer else None,
     # The time model's step over the measured one, minus 1 (with the GPU's preset; null without).

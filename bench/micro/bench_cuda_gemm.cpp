@@ -7,11 +7,25 @@
 // seed): all-zero inputs run ~13% faster on an H200 and would inflate the
 // reference. The math modes are the backend's: fp32 pedantic (no TF32),
 // bf16/fp16 with fp32 reductions.
-//   bench_cuda_gemm [M N K]...     (default: 4096 4096 4096)
+//
+// Then, where the GPU is one a device preset describes (or --preset NAME),
+// each measurement beside the hardware time model's prediction, one `model`
+// line per shape and dtype (TimeModel::calibrate_gemm): the side of the
+// roofline the model takes, the efficiency table's e(K) and — on the compute
+// side — the e(K) the measurement gives, or — on the memory side — the share
+// of the peak bandwidth it implies (docs/time-model.md, "Calibrating the GEMM
+// table"; tools/gpu-check.sh collects these lines into its summary.json).
+//   bench_cuda_gemm [--preset NAME] [M N K]...     (default: 4096 4096 4096)
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 #include <vector>
+
+#include "pipebench/core/device_preset.hpp"
+#include "pipebench/model/time_model.hpp"
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -92,24 +106,71 @@ double tflops(cublasHandle_t h, cudaDataType_t type, int M, int N, int K) {
   return 2.0 * M * N * K / median_s / 1e12;
 }
 
+// The model's lines for one dtype's measurements (TFLOP/s per shape).
+void print_model(const pipebench::DevicePreset& preset, pipebench::DType dtype, const char* name,
+                 const std::vector<int>& shapes, const std::vector<double>& tflops_measured) {
+  const pipebench::TimeModel tm(preset, dtype);
+  for (std::size_t i = 0; i < tflops_measured.size(); ++i) {
+    const double M = shapes[3 * i], N = shapes[3 * i + 1], K = shapes[3 * i + 2];
+    const double measured_s = 2.0 * M * N * K / (tflops_measured[i] * 1e12);
+    const auto c = tm.calibrate_gemm(M, N, K, measured_s);
+    const auto or_dash = [](double x) {
+      char text[32] = "-";
+      if (!std::isnan(x)) std::snprintf(text, sizeof text, "%.3f", x);
+      return std::string(text);
+    };
+    std::printf("model %5s %6.0f %6.0f %6.0f %12.4f %10.4f %10.3f %7s %8.3f %12s %10s\n", name, M, N, K, measured_s * 1e3,
+                c.model_s * 1e3, c.model_s / measured_s, c.compute_bound ? "compute" : "memory", c.table_efficiency,
+                or_dash(c.efficiency).c_str(), or_dash(c.bandwidth_fraction).c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int> shapes;
-  for (int i = 1; i < argc; ++i) shapes.push_back(std::atoi(argv[i]));
+  const char* preset_name = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--preset") == 0 && i + 1 < argc)
+      preset_name = argv[++i];
+    else
+      shapes.push_back(std::atoi(argv[i]));
+  }
   if (shapes.empty() || shapes.size() % 3 != 0) shapes = {4096, 4096, 4096};
   cudaDeviceProp prop{};
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  const pipebench::DevicePreset* preset =
+      preset_name ? pipebench::find_device_preset(preset_name) : pipebench::device_preset_for_gpu(prop.name);
+  if (preset_name && !preset) {
+    std::fprintf(stderr, "bench_cuda_gemm: no device preset %s (docs/time-model.md)\n", preset_name);
+    return 2;
+  }
   cublasHandle_t h;
   CHECK_CUBLAS(cublasCreate(&h));
   std::printf("GEMM TFLOP/s on %s (cublasGemmEx, fp32 accumulation, median of 20)\n", prop.name);
   std::printf("%6s %6s %6s %10s %10s %10s %12s %12s\n", "M", "N", "K", "fp32", "bf16", "fp16", "bf16/fp32", "fp16/fp32");
+  std::vector<double> f32s, b16s, h16s;
   for (std::size_t i = 0; i < shapes.size(); i += 3) {
     const int M = shapes[i], N = shapes[i + 1], K = shapes[i + 2];
     const double f32 = tflops(h, CUDA_R_32F, M, N, K), b16 = tflops(h, CUDA_R_16BF, M, N, K),
                  h16 = tflops(h, CUDA_R_16F, M, N, K);
     std::printf("%6d %6d %6d %10.1f %10.1f %10.1f %12.2f %12.2f\n", M, N, K, f32, b16, h16, b16 / f32, h16 / f32);
+    f32s.push_back(f32);
+    b16s.push_back(b16);
+    h16s.push_back(h16);
   }
   cublasDestroy(h);
+  if (!preset) {
+    std::printf("time model: no device preset describes %s (give --preset NAME to compare with one)\n", prop.name);
+    return 0;
+  }
+  std::printf("time model: %.*s, %d SMs (this GPU: %d)%s\n", static_cast<int>(preset->name.size()), preset->name.data(),
+              preset->sms, prop.multiProcessorCount,
+              preset->sms == prop.multiProcessorCount ? "" : " -- not the preset's part: the lines compare, not calibrate");
+  std::printf("%5s %5s %6s %6s %6s %12s %10s %10s %7s %8s %12s %10s\n", "", "dtype", "M", "N", "K", "measured_ms",
+              "model_ms", "model/meas", "side", "e(K)", "e(K) here", "bandwidth");
+  print_model(*preset, pipebench::DType::fp32, "fp32", shapes, f32s);
+  print_model(*preset, pipebench::DType::bf16, "bf16", shapes, b16s);
+  print_model(*preset, pipebench::DType::fp16, "fp16", shapes, h16s);
   return 0;
 }

@@ -131,6 +131,44 @@ TEST_CASE("GEMM model: efficiency table, wave quantization, memory roofline", "[
   CHECK(tm.gemm_s(n, n, n, 1.0, TimeModel::Output::accumulated_fp32) == tm.gemm_s(n, n, n));
 }
 
+TEST_CASE("GEMM calibration: a measured GEMM gives e(K) where compute-bound, the bandwidth where not", "[time_model]") {
+  const DevicePreset& h200 = *find_device_preset("h200-141gb");
+  const TimeModel tm(h200, DType::bf16);
+  const double n = 8192, waves = tm.wave_efficiency((n / 256) * (n / 128));
+  REQUIRE(waves == Approx(2048.0 / (16 * 132)));
+  // The model's own time gives back its table; 10% slower, e(K) 10% lower.
+  const auto own = tm.calibrate_gemm(n, n, 4096, tm.gemm_s(n, n, 4096));
+  CHECK(own.compute_bound);
+  CHECK(own.efficiency == Approx(0.85).epsilon(1e-12));
+  CHECK(own.table_efficiency == Approx(0.85));
+  CHECK(std::isnan(own.bandwidth_fraction));
+  const double flops = 2 * n * n * 1024;
+  const auto slower = tm.calibrate_gemm(n, n, 1024, 1.1 * tm.gemm_s(n, n, 1024));
+  CHECK(slower.efficiency == Approx(0.83 / 1.1).epsilon(1e-12));
+  CHECK(slower.efficiency == Approx(flops / (989.4e12 * waves * slower.model_s * 1.1)));
+  // K = 128 on an H200 is memory-bound in the model whatever e(K) is (a GEMM
+  // does fewer than K FLOPs a byte; the ridge is ~240 e(K) here): even a
+  // measurement slower than the memory side calibrates the bandwidth, not e(K).
+  const double bytes = 2.0 * (n * 128 + 128 * n + n * n);
+  const auto low = tm.calibrate_gemm(n, n, 128, bytes / (0.8 * 4800e9));
+  CHECK_FALSE(low.compute_bound);
+  CHECK(std::isnan(low.efficiency));
+  CHECK(low.bandwidth_fraction == Approx(0.8));
+  CHECK(low.memory_s == Approx(bytes / (0.85 * 4800e9)));
+  CHECK(low.model_s == Approx(low.memory_s));
+  CHECK(low.compute_s < low.memory_s);
+  CHECK(own.model_s == Approx(own.compute_s));
+}
+
+TEST_CASE("device presets by GPU name: the SXM parts only", "[time_model]") {
+  CHECK(device_preset_for_gpu("NVIDIA H200") == find_device_preset("h200-141gb"));
+  CHECK(device_preset_for_gpu("NVIDIA H100 80GB HBM3") == find_device_preset("h100-80gb"));
+  CHECK(device_preset_for_gpu("NVIDIA A100-SXM4-80GB") == find_device_preset("a100-80gb"));
+  for (const char* other : {"NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200 NVL", "NVIDIA GH200 480GB",
+                            "NVIDIA A100 80GB PCIe", "NVIDIA A100-SXM4-40GB", "Tesla V100-SXM2-32GB", ""})
+    CHECK(device_preset_for_gpu(other) == nullptr);
+}
+
 TEST_CASE("time model: a weight gradient pass pays for its fp32 accumulation where memory-bound", "[time_model]") {
   // A block whose W GEMMs have few tokens (K = T = 64) is bound by the fp32
   // gradient's read and write: W's GEMM time is the bytes of

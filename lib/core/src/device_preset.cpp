@@ -36,4 +36,13 @@ const DevicePreset* find_device_preset(std::string_view name) {
   return nullptr;
 }
 
+const DevicePreset* device_preset_for_gpu(std::string_view gpu_name) {
+  const auto has = [&](std::string_view part) { return gpu_name.find(part) != std::string_view::npos; };
+  if (has("PCIe") || has("NVL") || has("GH200")) return nullptr;
+  if (has("H200")) return find_device_preset("h200-141gb");
+  if (has("H100") && has("HBM3")) return find_device_preset("h100-80gb");  // "NVIDIA H100 80GB HBM3": the SXM5 part
+  if (has("A100-SXM4-80GB")) return find_device_preset("a100-80gb");
+  return nullptr;
+}
+
 }  // namespace pipebench

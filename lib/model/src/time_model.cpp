@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace pipebench {
 
@@ -80,12 +81,30 @@ double TimeModel::wave_efficiency(double tiles) const {
 
 double TimeModel::gemm_s(double m, double n, double k, double batch, Output output) const {
   if (m <= 0.0 || n <= 0.0 || k <= 0.0 || batch <= 0.0) return 0.0;
-  const double flops = 2.0 * m * n * k * batch;
-  const double tiles = std::ceil(m / kTileM) * std::ceil(n / kTileN) * batch;
-  const double compute = flops / (peak_flops() * k_efficiency(k) * wave_efficiency(tiles));
+  const double compute = 2.0 * m * n * k * batch / (peak_flops() * k_efficiency(k) * gemm_waves(m, n, batch));
+  return std::max(compute, stream_s(gemm_bytes(m, n, k, batch, output)));
+}
+
+double TimeModel::gemm_waves(double m, double n, double batch) const {
+  return wave_efficiency(std::ceil(m / kTileM) * std::ceil(n / kTileN) * batch);
+}
+
+double TimeModel::gemm_bytes(double m, double n, double k, double batch, Output output) const {
   const double e = dtype_bytes(dtype_), out = output == Output::written ? e : 8.0;
-  const double bytes = (e * (m * k + k * n) + out * m * n) * batch;
-  return std::max(compute, stream_s(bytes));
+  return (e * (m * k + k * n) + out * m * n) * batch;
+}
+
+TimeModel::GemmCalibration TimeModel::calibrate_gemm(double m, double n, double k, double measured_s) const {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), bytes = gemm_bytes(m, n, k, 1.0, Output::written);
+  const double flops = 2.0 * m * n * k, waves = gemm_waves(m, n, 1.0);
+  GemmCalibration c{gemm_s(m, n, k), flops / (peak_flops() * k_efficiency(k) * waves), stream_s(bytes), k_efficiency(k),
+                    false, nan, nan};
+  c.compute_bound = c.compute_s >= c.memory_s;
+  if (c.compute_bound)
+    c.efficiency = flops / (peak_flops() * waves * measured_s);
+  else
+    c.bandwidth_fraction = bytes / (measured_s * preset_.hbm_bytes_per_s);
+  return c;
 }
 
 double TimeModel::stream_s(double bytes) const {

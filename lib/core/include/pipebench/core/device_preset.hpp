@@ -51,5 +51,10 @@ struct DevicePreset {
 std::span<const DevicePreset> device_presets();
 // The preset called `name`, or nullptr.
 const DevicePreset* find_device_preset(std::string_view name);
+// The preset of a GPU by the name CUDA and nvidia-smi give it ("NVIDIA H200",
+// "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"), or nullptr: only the SXM
+// parts the presets describe, not the PCIe and NVL cards (fewer SMs, lower
+// clocks or power). bench_cuda_gemm also checks the SM count.
+const DevicePreset* device_preset_for_gpu(std::string_view gpu_name);
 
 }  // namespace pipebench

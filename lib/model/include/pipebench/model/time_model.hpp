@@ -80,6 +80,26 @@ class TimeModel {
   // Streaming `bytes` through memory (read + written) at the achievable bandwidth.
   double stream_s(double bytes) const;
 
+  // One measured GEMM (bench_cuda_gemm: [m, k] x [k, n], output written in
+  // the dtype) against this model: the calibration of the preset's
+  // efficiency table (docs/time-model.md, "Calibrating the GEMM table").
+  struct GemmCalibration {
+    double model_s;              // gemm_s: what the model predicts, the slower of
+    double compute_s;            //   its compute side (the table's e(K), the waves)
+    double memory_s;             //   and its memory side (the three matrices at the achievable bandwidth)
+    double table_efficiency;     // k_efficiency(k)
+    // The side the model takes is the figure the measurement calibrates. The
+    // compute side: `efficiency`, the e(K) with which the model gives the
+    // measured time, FLOPs / (peak · waves · measured). The memory side (a
+    // GEMM does fewer than K FLOPs a byte, so a short K is always here):
+    // `bandwidth_fraction`, the share of the peak bandwidth the measured time
+    // implies, beside the preset's achievable fraction; e(K) plays no part.
+    bool compute_bound;
+    double efficiency;           // NaN where memory-bound
+    double bandwidth_fraction;   // NaN where compute-bound
+  };
+  GemmCalibration calibrate_gemm(double m, double n, double k, double measured_s) const;
+
   PieceTime embedding(const ModelDesc& model, int micro_batch) const;
   PieceTime block(const ModelDesc& model, int micro_batch) const;
   PieceTime head(const ModelDesc& model, int micro_batch) const;
@@ -99,6 +119,9 @@ class TimeModel {
  private:
   const DevicePreset& preset_;
   DType dtype_;
+  // A GEMM's wave quantization (output tiles of 256 x 128) and the bytes of its three matrices.
+  double gemm_waves(double m, double n, double batch) const;
+  double gemm_bytes(double m, double n, double k, double batch, Output output) const;
   void add_gemm(PassTime& p, double m, double n, double k, Output output = Output::written) const;
   void add_attention(PassTime& p, double m, double n, double k, double batch) const;
   void add_stream(PassTime& p, Stream what, double bytes, int kernels) const;
