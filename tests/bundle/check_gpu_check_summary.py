@@ -3,15 +3,17 @@
 run is scarce, so the summary it writes is checked here. The `model` lines are
 written with the format string read from bench_cuda_gemm.cpp itself, so a
 change to the program's output that the summary no longer reads fails here.
+The logs go to a temporary folder, not the build tree: report.summary_schema
+validates every summary.json under build/tests as a report's, and these are not.
 
-Usage: check_gpu_check_summary.py SRC OUTDIR
+Usage: check_gpu_check_summary.py SRC
 """
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
+import tempfile
 
 
 def model_format(src):
@@ -23,8 +25,11 @@ def model_format(src):
 
 
 def main():
-    src, out = sys.argv[1:3]
-    shutil.rmtree(out, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="gpu_check_summary.") as out:
+        return check(sys.argv[1], out)
+
+
+def check(src, out):
     os.makedirs(os.path.join(out, "report"))
     fmt = model_format(src)
 
