@@ -122,6 +122,22 @@ TEST_CASE("capacity: above 90% a stage is flagged", "[plan]") {
   CHECK(plan_job(parse_job(kJob, "p.toml"), {"pipe"}).runs[0].warnings.empty());
 }
 
+TEST_CASE("capacity: full recomputation over several layers says it holds the whole chunk", "[plan]") {
+  // 8 layers on 4 stages: 2 a chunk. Without recomputation, and with a single
+  // layer a chunk, the warning has no such note.
+  const Job full = parse_job(kJob, "p.toml", {"device.memory_capacity=2MiB", "run.pipe.recompute=\"full\""});
+  const JobPlan plan = plan_job(full, {"pipe"});
+  REQUIRE_FALSE(plan.runs[0].warnings.empty());
+  CHECK_THAT(plan.runs[0].warnings[0], Catch::Contains("it will not fit; recompute = \"full\" recomputes a whole chunk "
+                                                       "(2 layers) at once"));
+  const Job plain = parse_job(kJob, "p.toml", {"device.memory_capacity=2MiB"});
+  CHECK_THAT(plan_job(plain, {"pipe"}).runs[0].warnings[0], !Catch::Contains("recomputes a whole chunk"));
+  const Job one = parse_job(kJob, "p.toml",
+                            {"device.memory_capacity=1MiB", "run.pipe.recompute=\"full\"", "model.layers=4"});
+  REQUIRE_FALSE(plan_job(one, {"pipe"}).runs[0].warnings.empty());
+  CHECK_THAT(plan_job(one, {"pipe"}).runs[0].warnings[0], !Catch::Contains("recomputes a whole chunk"));
+}
+
 TEST_CASE("cost-weighted simulation uses FLOPs at sim_flops_per_s and the link model", "[plan]") {
   const Job job = parse_job(kJob, "p.toml", {"device.sim_flops_per_s=1e9", "device.sim_link_latency_us=10",
                                              "device.sim_link_gbps=8"});

@@ -173,6 +173,20 @@ ConfigError too_large(const Job& job, const RunSpec& run) {
       job.source_path, run.source_line, run.name, keys));
 }
 
+// The capacity warning's note on `recompute = "full"` over several layers:
+// pipebench recomputes a chunk, holding all of its layers' activations while
+// it runs the forward again, where per-layer checkpointing (Megatron-LM's
+// --recompute-method uniform) holds one layer's (docs/model.md).
+std::string chunk_recompute_note(const RunSpec& run, const StagePlan& sp) {
+  if (run.mode != RunMode::train || run.recompute != Recompute::full) return "";
+  int layers = 0;
+  for (const StageRange& chunk : sp.chunks) layers = std::max(layers, chunk.num_layers);
+  if (layers < 2) return "";
+  return fmt::format("; recompute = \"full\" recomputes a whole chunk ({} layers) at once, holding all of its "
+                     "activations, where per-layer checkpointing (Megatron-LM) holds one layer's (docs/model.md)",
+                     layers);
+}
+
 // `peak_live`, `split` and `send_pools`: peak_live_activations(sched),
 // sched.split_backward() and send_slot_pools(sched), where the caller has them
 // (each a pass over every action).
@@ -239,10 +253,10 @@ StageMemory plan_memory_unchecked(const Job& job, const RunSpec& run, const Sche
     sp.optimizer_s = train ? optimizer_seconds(job, dtype, optimizer_shard_params(run, sp.cost.params)) : 0.0;
     if (sp.capacity_fraction > kMemoryWarnFraction)
       out.warnings.push_back(fmt::format(
-          "run {} stage {}: estimated {} is {:.0f}% of memory_capacity {} (above {:.0f}%){}", run.name, r,
+          "run {} stage {}: estimated {} is {:.0f}% of memory_capacity {} (above {:.0f}%){}{}", run.name, r,
           format_bytes(static_cast<double>(sp.total_bytes)), 100.0 * sp.capacity_fraction,
           format_bytes(capacity), 100.0 * kMemoryWarnFraction,
-          sp.capacity_fraction > 1.0 ? ": it will not fit" : ""));
+          sp.capacity_fraction > 1.0 ? ": it will not fit" : "", chunk_recompute_note(run, sp)));
     out.stages.push_back(sp);
   }
   return out;
