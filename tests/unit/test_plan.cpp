@@ -1,5 +1,6 @@
 // The planner: memory estimates equal the model formulas times the schedule's
 // peaks, capacity warnings, bubbles, and the JSON document's contract.
+#include <algorithm>
 #include <string>
 
 #include <catch2/catch.hpp>
@@ -7,6 +8,7 @@
 #include "pipebench/core/checked.hpp"
 #include "pipebench/core/config.hpp"
 #include "pipebench/core/error.hpp"
+#include "pipebench/model/model.hpp"
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/plan/plan_format.hpp"
 
@@ -89,6 +91,31 @@ TEST_CASE("memory estimate: params, grads, AdamW state, activations at the sched
   CHECK(plan.runs[3].unit.makespan == 7.0);
 }
 
+TEST_CASE("full recomputation: every piece's input kept, one piece's activations held", "[plan]") {
+  // Megatron-LM's per-layer checkpoints (docs/model.md). 8 layers on 4
+  // stages of 1F1B, 6 micro-batches: rank s holds up to 4 - s micro-batches
+  // as their kept inputs, and one piece runs on top of them.
+  const Job job = parse_job(kJob, "p.toml", {"run.pipe.recompute=\"full\""});
+  const ModelDesc model(job.model, DType::fp32);
+  const std::int64_t boundary = 2 * 32 * 64 * 4, tokens = 2 * 32;
+  const std::int64_t block = model.block(2).activation_bytes;
+  CHECK(model.recompute_kept_bytes(2, 2, false, false) == 2 * boundary);
+  CHECK(model.recompute_kept_bytes(2, 2, true, false) == 4 * tokens + 2 * boundary);
+  CHECK(model.recompute_kept_bytes(2, 2, false, true) == 3 * boundary);
+  CHECK(model.recompute_piece_bytes(2, 2, false, false) == block);
+  CHECK(model.recompute_piece_bytes(2, 2, false, true) == std::max(block, model.head(2).activation_bytes));
+  CHECK(model.recompute_piece_bytes(2, 0, true, false) == model.embedding(2).activation_bytes);
+  const RunPlan pipe = plan_job(job, {"pipe"}).runs.at(0);
+  REQUIRE(pipe.stages.size() == 4);
+  for (int s = 0; s < 4; ++s) {
+    const StagePlan& sp = pipe.stages[static_cast<std::size_t>(s)];
+    const std::int64_t kept = model.recompute_kept_bytes(2, 2, s == 0, s == 3);
+    const std::int64_t piece = model.recompute_piece_bytes(2, 2, s == 0, s == 3);
+    CHECK(sp.activations_peak_bytes == (4 - s) * kept + piece);
+    CHECK(piece < model.stage(2, 2, s == 0, s == 3).activation_bytes);  // never the chunk's whole
+  }
+}
+
 TEST_CASE("memory estimate on the cuda backend: bf16 state bytes and its workspace", "[plan]") {
   const Job job = parse_job(kJob, "p.toml", {"device.backend=\"cuda\"", "model.dtype=\"bf16\""});
   const JobPlan plan = plan_job(job, {"pipe", "serve"});
@@ -120,22 +147,6 @@ TEST_CASE("capacity: above 90% a stage is flagged", "[plan]") {
   CHECK_THAT(plan.runs[0].warnings[0], Catch::Contains("run pipe stage 0") && Catch::Contains("it will not fit"));
   CHECK(plan.runs[0].stages[0].capacity_fraction > 1.0);
   CHECK(plan_job(parse_job(kJob, "p.toml"), {"pipe"}).runs[0].warnings.empty());
-}
-
-TEST_CASE("capacity: full recomputation over several layers says it holds the whole chunk", "[plan]") {
-  // 8 layers on 4 stages: 2 a chunk. Without recomputation, and with a single
-  // layer a chunk, the warning has no such note.
-  const Job full = parse_job(kJob, "p.toml", {"device.memory_capacity=2MiB", "run.pipe.recompute=\"full\""});
-  const JobPlan plan = plan_job(full, {"pipe"});
-  REQUIRE_FALSE(plan.runs[0].warnings.empty());
-  CHECK_THAT(plan.runs[0].warnings[0], Catch::Contains("it will not fit; recompute = \"full\" recomputes a whole chunk "
-                                                       "(2 layers) at once"));
-  const Job plain = parse_job(kJob, "p.toml", {"device.memory_capacity=2MiB"});
-  CHECK_THAT(plan_job(plain, {"pipe"}).runs[0].warnings[0], !Catch::Contains("recomputes a whole chunk"));
-  const Job one = parse_job(kJob, "p.toml",
-                            {"device.memory_capacity=1MiB", "run.pipe.recompute=\"full\"", "model.layers=4"});
-  REQUIRE_FALSE(plan_job(one, {"pipe"}).runs[0].warnings.empty());
-  CHECK_THAT(plan_job(one, {"pipe"}).runs[0].warnings[0], !Catch::Contains("recomputes a whole chunk"));
 }
 
 TEST_CASE("cost-weighted simulation uses FLOPs at sim_flops_per_s and the link model", "[plan]") {

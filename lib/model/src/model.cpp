@@ -1,5 +1,7 @@
 #include "pipebench/model/model.hpp"
 
+#include <algorithm>
+
 namespace pipebench {
 
 namespace {
@@ -222,9 +224,17 @@ Cost ModelDesc::stage(int b, int num_layers, bool has_embedding, bool has_head) 
   return total;
 }
 
-std::int64_t ModelDesc::recompute_kept_bytes(int b, bool has_embedding) const {
-  if (has_embedding) return (I(b) * spec_.seq_len * kTokenIdBytes).value();
-  return boundary_bytes(b);
+std::int64_t ModelDesc::recompute_kept_bytes(int b, int num_layers, bool has_embedding, bool has_head) const {
+  I kept = I(num_layers + (has_head ? 1 : 0)) * boundary_bytes(b);
+  if (has_embedding) kept = kept + I(b) * spec_.seq_len * kTokenIdBytes;
+  return kept.value();
+}
+
+std::int64_t ModelDesc::recompute_piece_bytes(int b, int num_layers, bool has_embedding, bool has_head) const {
+  std::int64_t piece = num_layers > 0 ? block(b).activation_bytes : 0;
+  if (has_embedding) piece = std::max(piece, embedding(b).activation_bytes);
+  if (has_head) piece = std::max(piece, head(b).activation_bytes);
+  return piece;
 }
 
 std::int64_t ModelDesc::boundary_bytes(int b) const {

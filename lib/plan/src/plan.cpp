@@ -173,20 +173,6 @@ ConfigError too_large(const Job& job, const RunSpec& run) {
       job.source_path, run.source_line, run.name, keys));
 }
 
-// The capacity warning's note on `recompute = "full"` over several layers:
-// pipebench recomputes a chunk, holding all of its layers' activations while
-// it runs the forward again, where per-layer checkpointing (Megatron-LM's
-// --recompute-method uniform) holds one layer's (docs/model.md).
-std::string chunk_recompute_note(const RunSpec& run, const StagePlan& sp) {
-  if (run.mode != RunMode::train || run.recompute != Recompute::full) return "";
-  int layers = 0;
-  for (const StageRange& chunk : sp.chunks) layers = std::max(layers, chunk.num_layers);
-  if (layers < 2) return "";
-  return fmt::format("; recompute = \"full\" recomputes a whole chunk ({} layers) at once, holding all of its "
-                     "activations, where per-layer checkpointing (Megatron-LM) holds one layer's (docs/model.md)",
-                     layers);
-}
-
 // `peak_live`, `split` and `send_pools`: peak_live_activations(sched),
 // sched.split_backward() and send_slot_pools(sched), where the caller has them
 // (each a pass over every action).
@@ -212,9 +198,12 @@ StageMemory plan_memory_unchecked(const Job& job, const RunSpec& run, const Sche
       throw ConfigError(fmt::format("{}:{}: run.{}.recompute: \"full\" with a split-backward schedule (W actions) is not "
                                     "supported",
                                     job.source_path, run.source_line, run.name));
-    std::vector<std::int64_t> kept;
-    for (const StageRange& range : partition.stages) kept.push_back(model.recompute_kept_bytes(b, range.has_embedding));
-    peak_bytes = peak_recompute_activation_bytes(sched, kept, chunk_activation_bytes);
+    std::vector<std::int64_t> kept, piece;
+    for (const StageRange& r : partition.stages) {
+      kept.push_back(model.recompute_kept_bytes(b, r.num_layers, r.has_embedding, r.has_head));
+      piece.push_back(model.recompute_piece_bytes(b, r.num_layers, r.has_embedding, r.has_head));
+    }
+    peak_bytes = peak_recompute_activation_bytes(sched, kept, piece);
   } else {
     peak_bytes = peak_live_activation_bytes(sched, chunk_activation_bytes,
                                             split ? chunk_stash_bytes : std::vector<std::int64_t>{});
@@ -253,10 +242,10 @@ StageMemory plan_memory_unchecked(const Job& job, const RunSpec& run, const Sche
     sp.optimizer_s = train ? optimizer_seconds(job, dtype, optimizer_shard_params(run, sp.cost.params)) : 0.0;
     if (sp.capacity_fraction > kMemoryWarnFraction)
       out.warnings.push_back(fmt::format(
-          "run {} stage {}: estimated {} is {:.0f}% of memory_capacity {} (above {:.0f}%){}{}", run.name, r,
+          "run {} stage {}: estimated {} is {:.0f}% of memory_capacity {} (above {:.0f}%){}", run.name, r,
           format_bytes(static_cast<double>(sp.total_bytes)), 100.0 * sp.capacity_fraction,
           format_bytes(capacity), 100.0 * kMemoryWarnFraction,
-          sp.capacity_fraction > 1.0 ? ": it will not fit" : "", chunk_recompute_note(run, sp)));
+          sp.capacity_fraction > 1.0 ? ": it will not fit" : ""));
     out.stages.push_back(sp);
   }
   return out;

@@ -74,9 +74,8 @@ void CpuBackend::build(const StageSpec& spec) {
     c.slabs.resize(m);
     c.stash.resize(m);
     for (const Piece& p : c.pieces) c.stash_floats += stash_floats(p);
+    if (spec.recompute && train) build_checkpoints(c, layout, model, spec.chunks[static_cast<std::size_t>(ci)]);
     c.kept.resize(m);
-    c.kept_bytes = static_cast<std::size_t>(
-        model.recompute_kept_bytes(b, spec.chunks[static_cast<std::size_t>(ci)].has_embedding));
     // Initial weights: a function of (seed, piece, tensor, element) only.
     for (const Piece& p : c.pieces)
       for (std::size_t t = 0; t < p.tensors.size(); ++t) initial_values(ms, p, t, c.params.data() + p.tensors[t].offset);
@@ -119,7 +118,32 @@ void CpuBackend::begin_step(int step, double /*deadline_s*/) {
 }
 
 float* CpuBackend::act(const Chunk& c, int mb, const Piece& p, std::int64_t float_offset) const {
-  return reinterpret_cast<float*>(c.slabs[static_cast<std::size_t>(mb)].get() + p.act_offset) + float_offset;
+  const std::int64_t piece = c.checkpointed ? 0 : p.act_offset;
+  return reinterpret_cast<float*>(c.slabs[static_cast<std::size_t>(mb)].get() + piece) + float_offset;
+}
+
+// Recomputation's sizes: the slab one piece's activations (the largest's),
+// the kept inputs one after another — the token ids for the embedding, the
+// rank's Ts x h for a block or the head — as the planner counts them.
+void CpuBackend::build_checkpoints(Chunk& c, const StageLayout& layout, const ModelDesc& model, const StageRange& range) {
+  const int b = spec_.micro_batch_size;
+  std::int64_t largest = 0;
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < c.pieces.size(); ++i) {
+    const std::int64_t end = i + 1 < c.pieces.size() ? c.pieces[i + 1].act_offset : layout.activation_bytes;
+    largest = std::max(largest, end - c.pieces[i].act_offset);
+    c.kept_offsets.push_back(kept);
+    kept += c.pieces[i].kind == PieceKind::embedding ? static_cast<std::size_t>(tokens_) * sizeof(std::int32_t)
+                                                      : static_cast<std::size_t>(ts_ * job_.model.hidden) * sizeof(float);
+  }
+  const std::int64_t planned = model.recompute_piece_bytes(b, range.num_layers, range.has_embedding, range.has_head);
+  const std::int64_t planned_kept = model.recompute_kept_bytes(b, range.num_layers, range.has_embedding, range.has_head);
+  if (largest != planned || static_cast<std::int64_t>(kept) != planned_kept)
+    throw Error(fmt::format("cpu backend: recomputation sizes {} / {} bytes differ from the model's {} / {} (a bug)",
+                            largest, kept, planned, planned_kept));
+  c.checkpointed = true;
+  c.slab_bytes = static_cast<std::uint64_t>(largest);
+  c.kept_bytes = kept;
 }
 
 // Where piece i keeps its input x (the previous piece writes it there).
@@ -232,19 +256,34 @@ void CpuBackend::forward_pieces(Chunk& c, int mb, const float* in, float* last_o
   }
 }
 
+// With recomputation one piece after another in the slab's one-piece space,
+// each piece's input kept as it runs, its output through the workspace.
+void CpuBackend::forward_checkpointed(Chunk& c, int mb, const float* in, float* last_out) {
+  std::byte* kept = c.kept[static_cast<std::size_t>(mb)].get();
+  for (std::size_t i = 0; i < c.pieces.size(); ++i) {
+    const Piece& p = c.pieces[i];
+    float* out = i + 1 < c.pieces.size() ? workspace_ping() : last_out;
+    forward_piece(c, p, mb, in, out);
+    // Its input, at the start of its activations (the embedding: the token ids).
+    const std::size_t end = i + 1 < c.pieces.size() ? c.kept_offsets[i + 1] : c.kept_bytes;
+    std::memcpy(kept + c.kept_offsets[i], act(c, mb, p, 0), end - c.kept_offsets[i]);
+    in = out;
+  }
+}
+
 void CpuBackend::forward(int /*step*/, int mb, int chunk) {
   Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
-  std::byte* kept = spec_.recompute ? acquire_kept(c, mb) : nullptr;
+  std::byte* kept = c.checkpointed ? acquire_kept(c, mb) : nullptr;
   acquire_slab(c, mb);
   const bool embedding = c.pieces.front().kind == PieceKind::embedding;
   const float* in = embedding ? nullptr : c.recv_prev.data();
-  forward_pieces(c, mb, in, spec_.sends(chunk) ? c.send_next[spec_.send_slot(ActionKind::F, mb, chunk)].data() : nullptr);
+  float* out = spec_.sends(chunk) ? c.send_next[spec_.send_slot(ActionKind::F, mb, chunk)].data() : nullptr;
   if (kept) {
-    // Keep the chunk's input (the token ids for the embedding), drop the rest.
-    const void* input = embedding ? static_cast<const void*>(act(c, mb, c.pieces.front(), 0)) : in;
-    std::memcpy(kept, input, c.kept_bytes);
-    release_slab(c, mb);
-    ++live_;  // the micro-batch is still held, as its input
+    forward_checkpointed(c, mb, in, out);
+    release_slab(c, mb);  // kept: the pieces' inputs only
+    ++live_;              // the micro-batch is still held, as its inputs
+  } else {
+    forward_pieces(c, mb, in, out);
   }
   if (spec_.mode == RunMode::inference) {
     if (keep_probs_ && c.pieces.back().kind == PieceKind::head) {
@@ -255,19 +294,6 @@ void CpuBackend::forward(int /*step*/, int mb, int chunk) {
     }
     release_slab(c, mb);
   }
-}
-
-// Recomputation, at the start of B: the chunk's forward again from its kept
-// input, into a fresh slab; the output tensor goes to scratch (the one sent
-// at F may still be in flight), the head's loss is the same as at F.
-void CpuBackend::recompute_forward(Chunk& c, int mb) {
-  std::byte* kept = c.kept[static_cast<std::size_t>(mb)].get();
-  --live_;  // acquire_slab counts it again
-  acquire_slab(c, mb);
-  const bool embedding = c.pieces.front().kind == PieceKind::embedding;
-  forward_pieces(c, mb, embedding ? nullptr : reinterpret_cast<const float*>(kept),
-                 c.pieces.back().kind == PieceKind::head ? nullptr : workspace_ping());
-  memory_.release(MemCategory::activations, c.kept_bytes);
 }
 
 std::byte* CpuBackend::acquire_kept(Chunk& c, int mb) {
@@ -439,7 +465,11 @@ void CpuBackend::backward(int /*step*/, int mb, int chunk) {
   const bool has_next = spec_.sends(chunk), has_prev = spec_.receives(chunk);
   const Pass pass = spec_.split_backward ? Pass::input : Pass::full;
   float* stash = pass == Pass::input ? acquire_stash(c, mb) : nullptr;
-  if (spec_.recompute) recompute_forward(c, mb);
+  const std::byte* kept = c.checkpointed ? c.kept[static_cast<std::size_t>(mb)].get() : nullptr;
+  if (kept) {
+    --live_;  // held as its inputs until now; acquire_slab counts it again
+    acquire_slab(c, mb);
+  }
   float* ping = workspace_ping();
   float* pong = ping + tokens_ * job_.model.hidden;
   const float* dy = has_next ? c.recv_next.data() : nullptr;  // the head starts from the loss
@@ -447,6 +477,13 @@ void CpuBackend::backward(int /*step*/, int mb, int chunk) {
   for (std::size_t k = c.pieces.size(); k-- > 0;) {
     const Piece& p = c.pieces[k];
     offset -= stash_floats(p);
+    if (kept) {
+      // Recomputation: the piece's forward again from its kept input (the
+      // embedding makes its token ids again); its output goes to whichever
+      // ping-pong buffer dy is not in (the one this piece's dx then takes).
+      const float* in = p.kind == PieceKind::embedding ? nullptr : reinterpret_cast<const float*>(kept + c.kept_offsets[k]);
+      forward_piece(c, p, mb, in, p.kind == PieceKind::head ? nullptr : (dy == ping ? pong : ping));
+    }
     float* dx = nullptr;
     if (p.kind != PieceKind::embedding) {
       if (k == 0) dx = has_prev ? c.send_prev[spec_.send_slot(ActionKind::B, mb, chunk)].data() : nullptr;
@@ -455,6 +492,7 @@ void CpuBackend::backward(int /*step*/, int mb, int chunk) {
     backward_piece(c, p, mb, dy, dx, pass, stash ? stash + offset : nullptr);
     dy = dx;
   }
+  if (kept) memory_.release(MemCategory::activations, c.kept_bytes);
   if (pass == Pass::full) {
     release_slab(c, mb);
     backward_done(c);

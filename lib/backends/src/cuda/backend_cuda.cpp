@@ -156,7 +156,9 @@ void CudaBackend::build(const StageSpec& spec) {
     c.grad_begin = num_params_;
     c.grad_count = layout.params;
     num_params_ += layout.params;
-    slab_bytes.push_back(layout.activation_bytes);
+    slab_bytes.push_back(spec.recompute && train
+                             ? build_checkpoints(c, layout, model, spec.chunks[static_cast<std::size_t>(ci)])
+                             : layout.activation_bytes);
   }
   if (train) embedding_order_bytes_ = model.cuda_embedding_order_bytes(b);
 
@@ -278,9 +280,36 @@ void CudaBackend::build_chunk(Chunk& c, int ci, const ModelDesc& model) {
     c.stash = SlotPool(memory_, static_cast<std::uint64_t>(elements * e_), m,
                        "output gradients of micro-batch {} kept for its weight gradient");
   }
-  if (spec_.recompute)
-    c.kept = SlotPool(memory_, static_cast<std::uint64_t>(model.recompute_kept_bytes(b, c.embedding())), m,
-                      "input of micro-batch {} kept to recompute it");
+  if (c.checkpointed) {
+    const StageRange& r = spec_.chunks[static_cast<std::size_t>(ci)];
+    c.kept = SlotPool(memory_,
+                      static_cast<std::uint64_t>(model.recompute_kept_bytes(b, r.num_layers, r.has_embedding, r.has_head)),
+                      m, "inputs of micro-batch {} kept to recompute it");
+  }
+}
+
+// Recomputation's sizes, as the planner counts them: the slab one piece's
+// activations (the largest's; returned), the kept inputs one after another —
+// the token ids for the embedding, the rank's Ts x h for a block or the head.
+std::int64_t CudaBackend::build_checkpoints(Chunk& c, const StageLayout& layout, const ModelDesc& model,
+                                            const StageRange& range) {
+  const int b = spec_.micro_batch_size;
+  std::int64_t largest = 0;
+  std::uint64_t kept = 0;
+  for (std::size_t i = 0; i < c.pieces.size(); ++i) {
+    const std::int64_t end = i + 1 < c.pieces.size() ? c.pieces[i + 1].act_offset : layout.activation_bytes;
+    largest = std::max(largest, end - c.pieces[i].act_offset);
+    c.kept_offsets.push_back(kept);
+    kept += c.pieces[i].kind == PieceKind::embedding ? static_cast<std::uint64_t>(tokens_) * 4
+                                                      : static_cast<std::uint64_t>(ts_ * job_.model.hidden * e_);
+  }
+  const std::int64_t planned = model.recompute_piece_bytes(b, range.num_layers, range.has_embedding, range.has_head);
+  const std::int64_t planned_kept = model.recompute_kept_bytes(b, range.num_layers, range.has_embedding, range.has_head);
+  if (largest != planned || static_cast<std::int64_t>(kept) != planned_kept)
+    throw Error(fmt::format("cuda backend: recomputation sizes {} / {} bytes differ from the model's {} / {} (a bug)",
+                            largest, kept, planned, planned_kept));
+  c.checkpointed = true;
+  return largest;
 }
 
 void CudaBackend::copy_on_device(void* dst, const void* src, std::uint64_t bytes) const {
@@ -472,6 +501,22 @@ void CudaBackend::forward_pieces(const Chunk& c, int mb, const std::byte* in, st
   }
 }
 
+// With recomputation one piece after another in the slab's one-piece space,
+// each piece's input kept as it runs (the embedding's: the token ids), its
+// output through the workspace. The head's targets go to the device as the
+// head runs (the pieces before it use the same space).
+void CudaBackend::forward_checkpointed(Chunk& c, int mb, const std::byte* in, std::byte* last_out) {
+  std::byte* kept = c.kept.get(mb);
+  for (std::size_t i = 0; i < c.pieces.size(); ++i) {
+    const Piece& p = c.pieces[i];
+    if (p.kind == PieceKind::head) upload_tokens(mb, targets_at(c, mb), true);
+    std::byte* out = i + 1 < c.pieces.size() ? workspace_ping() : last_out;
+    forward_piece(c, p, mb, in, out);
+    copy_on_device(kept + c.kept_offsets[i], act(c, mb, p, 0), kept_size(c, i));
+    in = out;
+  }
+}
+
 void CudaBackend::acquire_slab(Chunk& c, int mb) {
   if (c.slabs.get(mb)) --live_;  // a forward again without backward: acquire releases it
   c.slabs.acquire(mb);
@@ -503,14 +548,15 @@ void CudaBackend::finish_action() {
 void CudaBackend::forward(int /*step*/, int mb, int ci) {
   Chunk& c = chunk(ci);
   acquire_slab(c, mb);
-  std::byte* kept = spec_.recompute ? c.kept.acquire(mb) : nullptr;
+  std::byte* kept = c.checkpointed ? c.kept.acquire(mb) : nullptr;
   upload_staged(c, ActionKind::F);
   if (c.embedding()) upload_tokens(mb, tokens_at(c, mb), false);
-  if (c.head()) upload_tokens(mb, targets_at(c, mb), true);
+  if (c.head() && !kept) upload_tokens(mb, targets_at(c, mb), true);  // checkpointed: as the head runs
   start_action();
   const std::byte* in = c.embedding() ? nullptr : c.recv_prev.data();
-  forward_pieces(c, mb, in, c.sends ? c.send_next[spec_.send_slot(ActionKind::F, mb, ci)].data() : nullptr);
-  if (kept) copy_on_device(kept, c.embedding() ? reinterpret_cast<const std::byte*>(tokens_at(c, mb)) : in, c.kept.bytes());
+  std::byte* out = c.sends ? c.send_next[spec_.send_slot(ActionKind::F, mb, ci)].data() : nullptr;
+  if (kept) forward_checkpointed(c, mb, in, out);
+  else forward_pieces(c, mb, in, out);
   finish_action();
   if (c.head()) read_loss(mb);
   if (kept) {

@@ -13,16 +13,6 @@
 
 namespace pipebench::gpu {
 
-// Recomputation, at the start of B (inside its events): the chunk's forward
-// again from its kept input into the slab; the output goes to the workspace
-// (the tensor sent at F may still be in flight), the head's losses are F's.
-void CudaBackend::recompute_forward(Chunk& c, int mb) {
-  const std::byte* kept = c.kept.get(mb);
-  if (c.embedding()) copy_on_device(tokens_at(c, mb), kept, c.kept.bytes());
-  forward_pieces(c, mb, c.embedding() ? nullptr : kept, c.head() ? nullptr : workspace_ping());
-  c.kept.release(mb);
-}
-
 // B: the pieces from the last to the first, each handing its input gradient
 // to the one before it through the workspace's ping-pong buffers; with a
 // split backward each also fills its part of the micro-batch's stash, and
@@ -31,18 +21,18 @@ void CudaBackend::backward(int /*step*/, int mb, int ci) {
   Chunk& c = chunk(ci);
   const Pass pass = spec_.split_backward ? Pass::input : Pass::full;
   std::byte* stash = pass == Pass::input ? c.stash.acquire(mb) : nullptr;
-  if (spec_.recompute) {
-    --live_;  // held as its input until now; acquire_slab counts it again
+  if (c.checkpointed) {
+    --live_;  // held as its inputs until now; acquire_slab counts it again
     acquire_slab(c, mb);
-    if (c.head()) upload_tokens(mb, targets_at(c, mb), true);
+    if (c.head()) upload_tokens(mb, targets_at(c, mb), true);  // the head runs first
   }
   upload_staged(c, ActionKind::B);
   if (c.embedding() && pass == Pass::full) upload_embedding_order(mb);
   start_action();
-  if (spec_.recompute) recompute_forward(c, mb);
   backward_pieces(c, ci, mb, pass, stash);
   if (pass == Pass::full) backward_done(c);  // inside the action: its collectives are the action's
   finish_action();
+  if (c.checkpointed) c.kept.release(mb);
   if (pass == Pass::full) release_slab(c, mb);
 }
 
@@ -55,6 +45,15 @@ void CudaBackend::backward_pieces(Chunk& c, int ci, int mb, Pass pass, std::byte
   for (std::size_t k = c.pieces.size(); k-- > 0;) {
     const Piece& p = c.pieces[k];
     offset -= stash_elements(p);
+    if (c.checkpointed) {
+      // Recomputation: the piece's forward again from its kept input (the
+      // embedding's token ids back at the slab's start); its output goes to
+      // whichever ping-pong buffer dy is not in (the one its dx then takes).
+      const std::byte* kept = c.kept.get(mb) + c.kept_offsets[k];
+      if (p.kind == PieceKind::embedding) copy_on_device(tokens_at(c, mb), kept, kept_size(c, k));
+      forward_piece(c, p, mb, p.kind == PieceKind::embedding ? nullptr : kept,
+                    p.kind == PieceKind::head ? nullptr : (dy == ping ? pong : ping));
+    }
     std::byte* dx = nullptr;
     if (p.kind != PieceKind::embedding) {
       if (k == 0) dx = c.receives ? c.send_prev[spec_.send_slot(ActionKind::B, mb, ci)].data() : nullptr;

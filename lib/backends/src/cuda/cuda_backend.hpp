@@ -85,7 +85,12 @@ class CudaBackend final : public Backend {
     bool staged_prev = false, staged_next = false;
     SlotPool slabs;  // activations, from F to B (to W with a split backward)
     SlotPool stash;  // split backward: output gradients from B to W (split_stash_elements)
-    SlotPool kept;   // recomputation: the chunk's input from F to B
+    // Recomputation (docs/model.md), one piece a checkpoint: every piece's
+    // input from F to B (piece i's at kept_offsets[i]); the slab holds one
+    // piece's activations at a time (`checkpointed`: each at its start).
+    SlotPool kept;
+    bool checkpointed = false;
+    std::vector<std::uint64_t> kept_offsets;
     int backwards_done = 0;  // the step's backwards finished so far (B, or W with a split backward)
     bool embedding() const { return pieces.front().kind == PieceKind::embedding; }
     bool head() const { return pieces.back().kind == PieceKind::head; }
@@ -101,7 +106,7 @@ class CudaBackend final : public Backend {
   void build_chunk(Chunk& c, int ci, const ModelDesc& model);
   Chunk& chunk(int c) { return chunks_.at(static_cast<std::size_t>(c)); }
   std::byte* act(const Chunk& c, int mb, const Piece& p, std::int64_t elements) const {
-    return c.slabs.get(mb) + p.act_offset + elements * e_;
+    return c.slabs.get(mb) + (c.checkpointed ? 0 : p.act_offset) + elements * e_;
   }
   std::byte* elem(const DeviceBuffer& b, std::int64_t elements) const { return b.data() + elements * e_; }
   void* w(const Piece& p, std::size_t t) const { return elem(params_, p.tensors[t].offset); }
@@ -185,7 +190,11 @@ class CudaBackend final : public Backend {
   void linear_backward_input(const void* W, const void* dy, void* dx, int T, int in, int out, bool accumulate) const;
   void forward_piece(const Chunk& c, const Piece& p, int mb, const std::byte* in, std::byte* out);
   void forward_pieces(const Chunk& c, int mb, const std::byte* in, std::byte* last_out);
-  void recompute_forward(Chunk& c, int mb);
+  void forward_checkpointed(Chunk& c, int mb, const std::byte* in, std::byte* last_out);
+  std::int64_t build_checkpoints(Chunk& c, const StageLayout& layout, const ModelDesc& model, const StageRange& range);
+  std::uint64_t kept_size(const Chunk& c, std::size_t i) const {
+    return (i + 1 < c.kept_offsets.size() ? c.kept_offsets[i + 1] : c.kept.bytes()) - c.kept_offsets[i];
+  }
   void backward_pieces(Chunk& c, int ci, int mb, Pass pass, std::byte* stash);
   void backward_piece(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass, std::byte* st);
   void backward_gpt(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass, std::byte* st);

@@ -34,7 +34,10 @@ void SimBackend::build(const StageSpec& spec) {
     chunks_.push_back({action_seconds(job_, model, spec.micro_batch_size, r, spec.tensor_link, spec.split_backward),
                        static_cast<std::uint64_t>(cost.activation_bytes),
                        static_cast<std::uint64_t>(cost.split_stash_bytes),
-                       static_cast<std::uint64_t>(model.recompute_kept_bytes(spec.micro_batch_size, r.has_embedding)),
+                       static_cast<std::uint64_t>(
+                           model.recompute_kept_bytes(spec.micro_batch_size, r.num_layers, r.has_embedding, r.has_head)),
+                       static_cast<std::uint64_t>(
+                           model.recompute_piece_bytes(spec.micro_batch_size, r.num_layers, r.has_embedding, r.has_head)),
                        static_cast<std::uint64_t>(cost.params) * static_cast<std::uint64_t>(per.grads),
                        static_cast<std::uint64_t>(cost.params) * static_cast<std::uint64_t>(per.params)});
     comm += static_cast<std::uint64_t>(
@@ -97,8 +100,8 @@ int action_id(int kind, int chunk) { return kind + 4 * chunk; }
 
 void SimBackend::forward(int /*step*/, int microbatch, int chunk) {
   const Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
-  if (spec_.recompute) memory_.reserve(MemCategory::activations, c.kept_bytes, "recomputation input");
-  memory_.reserve(MemCategory::activations, c.activation_bytes, [&] {
+  if (spec_.recompute) memory_.reserve(MemCategory::activations, c.kept_bytes, "recomputation inputs");
+  memory_.reserve(MemCategory::activations, c.held_bytes(spec_.recompute), [&] {
     return chunk == 0 ? fmt::format("activations of micro-batch {}", microbatch)
                       : fmt::format("activations of micro-batch {} (chunk {})", microbatch, chunk);
   });
@@ -106,12 +109,13 @@ void SimBackend::forward(int /*step*/, int microbatch, int chunk) {
   peak_live_ = std::max(peak_live_, live_);
   busy_for(c.seconds.forward, "forward", microbatch, action_id(0, chunk));
   count_tensor_comm(c.seconds.forward_comm);
-  if (spec_.recompute) memory_.release(MemCategory::activations, c.activation_bytes);  // kept: the input only
+  // Kept: the pieces' inputs only.
+  if (spec_.recompute) memory_.release(MemCategory::activations, c.held_bytes(true));
   if (spec_.mode == RunMode::inference) release_activation(chunk);
 }
 
 void SimBackend::release_activation(int chunk) {
-  memory_.release(MemCategory::activations, chunks_.at(static_cast<std::size_t>(chunk)).activation_bytes);
+  memory_.release(MemCategory::activations, chunks_.at(static_cast<std::size_t>(chunk)).held_bytes(spec_.recompute));
   --live_;
 }
 
@@ -126,7 +130,7 @@ void SimBackend::backward(int /*step*/, int microbatch, int chunk) {
     return;
   }
   if (spec_.recompute) {
-    memory_.reserve(MemCategory::activations, c.activation_bytes,
+    memory_.reserve(MemCategory::activations, c.held_bytes(true),
                     [&] { return fmt::format("recomputed activations of micro-batch {}", microbatch); });
     busy_for(c.seconds.forward + c.seconds.backward, "backward (with recomputation)", microbatch, action_id(1, chunk));
     count_tensor_comm(c.seconds.forward_comm + c.seconds.backward_comm);

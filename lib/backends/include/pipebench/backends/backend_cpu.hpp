@@ -93,8 +93,13 @@ class CpuBackend final : public Backend {
     // allocated; tracked from B to W), stash_floats of them.
     std::int64_t stash_floats = 0;
     std::vector<std::unique_ptr<float[]>> stash;
-    // Recomputation: per micro-batch, the chunk's input kept from F to B.
+    // Recomputation (docs/model.md), one piece a checkpoint: per micro-batch
+    // every piece's input kept from F to B (piece i's at kept_offsets[i]),
+    // and the slab holds one piece's activations at a time (`checkpointed`:
+    // every piece's at the slab's start).
+    bool checkpointed = false;
     std::size_t kept_bytes = 0;
+    std::vector<std::size_t> kept_offsets;
     std::vector<std::unique_ptr<std::byte[]>> kept;
     // The step's backwards finished so far (B, or W with a split backward).
     int backwards_done = 0;
@@ -103,7 +108,8 @@ class CpuBackend final : public Backend {
   float* act(const Chunk& c, int mb, const Piece& p, std::int64_t float_offset) const;
   void forward_piece(const Chunk& c, const Piece& p, int mb, const float* in, float* out);
   void forward_pieces(Chunk& c, int mb, const float* in, float* last_out);
-  void recompute_forward(Chunk& c, int mb);
+  void forward_checkpointed(Chunk& c, int mb, const float* in, float* last_out);
+  void build_checkpoints(Chunk& c, const StageLayout& layout, const ModelDesc& model, const StageRange& range);
   std::byte* acquire_kept(Chunk& c, int mb);
   // The backward workspace's two ping-pong gradients [T,h] (after dgelu
   // [T,f], dh, dx2 and dqkv [T,3h]; see build): pieces hand their input

@@ -12,9 +12,10 @@
 // backward(mb), or, when the schedule splits the backward (B and W then take
 // half the backward time each), B reserves the output gradients W needs
 // (Cost::split_stash_bytes) and weight_grad(mb) releases both; inference
-// releases them at the end of forward(mb). With recomputation, forward keeps
-// only the chunk's input (ModelDesc::recompute_kept_bytes) after it runs, and
-// backward holds the activations again while it runs forward + backward.
+// releases them at the end of forward(mb). With recomputation, forward holds
+// one piece's activations at a time (ModelDesc::recompute_piece_bytes) and
+// keeps only the pieces' inputs (ModelDesc::recompute_kept_bytes) after it
+// runs; backward holds one piece's again while it runs forward + backward.
 #pragma once
 
 #include "pipebench/backends/backend.hpp"
@@ -65,9 +66,12 @@ class SimBackend final : public Backend {
     ActionSeconds seconds;
     std::uint64_t activation_bytes = 0;
     std::uint64_t stash_bytes = 0;  // split backward: kept from B to W
-    std::uint64_t kept_bytes = 0;   // recomputation: the chunk's input, kept from F to B
+    std::uint64_t kept_bytes = 0;   // recomputation: the pieces' inputs, kept from F to B
+    std::uint64_t piece_bytes = 0;  // recomputation: the largest piece's activations
     std::uint64_t grad_bytes = 0;   // the chunk's gradients (training)
     std::uint64_t param_bytes = 0;  // its parameters (ZeRO-1's all-gather)
+    // The activations a running micro-batch holds: one piece's with recomputation.
+    std::uint64_t held_bytes(bool recompute) const { return recompute ? piece_bytes : activation_bytes; }
   };
   // Modelled seconds in tensor-parallel collectives since the last take (× sim_load).
   void count_tensor_comm(double seconds) { tensor_comm_s_ += seconds * job_.device.sim_load; }

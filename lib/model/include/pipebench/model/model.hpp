@@ -139,10 +139,16 @@ class ModelDesc {
   // tensor to its counterpart on the next stage).
   std::int64_t boundary_bytes(int micro_batch) const;
 
-  // Full activation recomputation: what a chunk keeps per micro-batch from F
-  // to B instead of its activations: its input (the token ids for the chunk
-  // holding the embedding, else one boundary tensor).
-  std::int64_t recompute_kept_bytes(int micro_batch, bool has_embedding) const;
+  // Full activation recomputation, one piece a checkpoint (Megatron-LM's
+  // per-layer checkpoints; docs/model.md): what a chunk keeps per micro-batch
+  // from F to B instead of its activations — every piece's input: the token
+  // ids for the embedding, one boundary-sized tensor (the rank's region
+  // tokens) for each block and for the head.
+  std::int64_t recompute_kept_bytes(int micro_batch, int num_layers, bool has_embedding, bool has_head) const;
+  // ... and the activations of the one piece that runs at a time, while F
+  // runs it and while B recomputes it and runs its backward: the chunk's
+  // largest piece's (the backends' recomputation slab).
+  std::int64_t recompute_piece_bytes(int micro_batch, int num_layers, bool has_embedding, bool has_head) const;
 
   // The whole model's (not a rank's: no tensor split, no vocabulary padding).
   std::int64_t total_params() const;
