@@ -543,8 +543,8 @@ void CudaBackend::finish_action() {
 
 // F: what it reads from the host first (the staged activation, the tokens,
 // the targets), then the pieces between the action's events. With
-// recomputation the chunk's input is kept (the token ids for the embedding)
-// and the slab goes at the end: the micro-batch is still held, as its input.
+// recomputation every piece's input is kept (forward_checkpointed) and the
+// slab goes at the end: the micro-batch is still held, as its inputs.
 void CudaBackend::forward(int /*step*/, int mb, int ci) {
   Chunk& c = chunk(ci);
   acquire_slab(c, mb);

@@ -69,8 +69,9 @@ struct StageSpec {
   RunMode mode = RunMode::train;
   DType dtype = DType::fp32;    // storage dtype
   bool split_backward = false;  // the schedule has W actions: B is input-grad only
-  // Full activation recomputation (training): F keeps only each chunk's input
-  // per micro-batch; B runs the chunk's forward again before its backward.
+  // Full activation recomputation (training), one piece a checkpoint: F keeps
+  // only each piece's input per micro-batch; B runs each piece's forward
+  // again before its backward (docs/model.md).
   bool recompute = false;
   // The transport reads and writes device memory itself (NCCL). When false,
   // a device backend hands the transport host copies of its boundary tensors.

@@ -205,8 +205,9 @@ struct RunSpec {
   std::string schedule_file;           // schedule = "file:PATH": PATH as written (relative to the workload's folder)
   std::string schedule_csv;            // the file schedule's text (schedule_csv.hpp has the format)
   RunMode mode = RunMode::train;
-  // full: each chunk keeps only its input per micro-batch and recomputes its
-  // forward in B (activation checkpointing); selective: the blocks drop the
+  // full: each piece (layer) keeps only its input per micro-batch and B
+  // recomputes its forward before its backward (Megatron-LM's per-layer
+  // activation checkpointing); selective: the blocks drop the
   // attention probabilities at F and recompute the attention core (QKᵀ,
   // softmax) in B (Korthikanti et al. 2022); none: they keep the activations.
   Recompute recompute = Recompute::none;

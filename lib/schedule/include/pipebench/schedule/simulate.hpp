@@ -80,10 +80,11 @@ std::vector<int> peak_live_activations(const Schedule& s);
 std::vector<std::int64_t> peak_live_activation_bytes(const Schedule& s, const std::vector<std::int64_t>& bytes,
                                                      const std::vector<std::int64_t>& stash = {});
 
-// The same with full activation recomputation (no W): F holds the stage's
-// full activations `full[v]` while it runs and then keeps only `kept[v]` (its
-// input); B holds `full[v]` again while it recomputes and runs, then releases
-// the kept bytes too. Per rank, the most bytes held at once.
+// The same with full activation recomputation (no W): F holds `full[v]` on
+// top of `kept[v]` while it runs (the planner: the largest piece's
+// activations, one piece a checkpoint) and then keeps only `kept[v]` (the
+// pieces' inputs); B holds `full[v]` again while it recomputes and runs, then
+// releases the kept bytes too. Per rank, the most bytes held at once.
 std::vector<std::int64_t> peak_recompute_activation_bytes(const Schedule& s, const std::vector<std::int64_t>& kept,
                                                           const std::vector<std::int64_t>& full);
 
