@@ -74,7 +74,12 @@ void CpuBackend::build(const StageSpec& spec) {
     c.slabs.resize(m);
     c.stash.resize(m);
     for (const Piece& p : c.pieces) c.stash_floats += stash_floats(p);
-    if (spec.recompute && train) build_checkpoints(c, layout, model, spec.chunks[static_cast<std::size_t>(ci)]);
+    if (spec.recompute && train) {  // one piece a checkpoint (stage_layout.hpp)
+      c.checkpointed = true;
+      c.slab_bytes = static_cast<std::uint64_t>(layout.largest_piece_bytes);
+      c.kept_bytes = static_cast<std::size_t>(layout.kept_bytes);
+      c.kept_offsets.assign(layout.kept_offsets.begin(), layout.kept_offsets.end());
+    }
     c.kept.resize(m);
     // Initial weights: a function of (seed, piece, tensor, element) only.
     for (const Piece& p : c.pieces)
@@ -120,30 +125,6 @@ void CpuBackend::begin_step(int step, double /*deadline_s*/) {
 float* CpuBackend::act(const Chunk& c, int mb, const Piece& p, std::int64_t float_offset) const {
   const std::int64_t piece = c.checkpointed ? 0 : p.act_offset;
   return reinterpret_cast<float*>(c.slabs[static_cast<std::size_t>(mb)].get() + piece) + float_offset;
-}
-
-// Recomputation's sizes: the slab one piece's activations (the largest's),
-// the kept inputs one after another — the token ids for the embedding, the
-// rank's Ts x h for a block or the head — as the planner counts them.
-void CpuBackend::build_checkpoints(Chunk& c, const StageLayout& layout, const ModelDesc& model, const StageRange& range) {
-  const int b = spec_.micro_batch_size;
-  std::int64_t largest = 0;
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < c.pieces.size(); ++i) {
-    const std::int64_t end = i + 1 < c.pieces.size() ? c.pieces[i + 1].act_offset : layout.activation_bytes;
-    largest = std::max(largest, end - c.pieces[i].act_offset);
-    c.kept_offsets.push_back(kept);
-    kept += c.pieces[i].kind == PieceKind::embedding ? static_cast<std::size_t>(tokens_) * sizeof(std::int32_t)
-                                                      : static_cast<std::size_t>(ts_ * job_.model.hidden) * sizeof(float);
-  }
-  const std::int64_t planned = model.recompute_piece_bytes(b, range.num_layers, range.has_embedding, range.has_head);
-  const std::int64_t planned_kept = model.recompute_kept_bytes(b, range.num_layers, range.has_embedding, range.has_head);
-  if (largest != planned || static_cast<std::int64_t>(kept) != planned_kept)
-    throw Error(fmt::format("cpu backend: recomputation sizes {} / {} bytes differ from the model's {} / {} (a bug)",
-                            largest, kept, planned, planned_kept));
-  c.checkpointed = true;
-  c.slab_bytes = static_cast<std::uint64_t>(largest);
-  c.kept_bytes = kept;
 }
 
 // Where piece i keeps its input x (the previous piece writes it there).

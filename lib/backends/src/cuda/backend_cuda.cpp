@@ -143,7 +143,7 @@ void CudaBackend::build(const StageSpec& spec) {
   if (dt_ == DType::fp16) grad_unscale_ = 1.0 / (static_cast<double>(tokens_) * spec.step_microbatches());
   // The chunks' tensor tables, one after the other in the flat buffers.
   chunks_.resize(static_cast<std::size_t>(spec.num_chunks()));
-  std::vector<std::int64_t> slab_bytes;
+  std::vector<std::int64_t> slab_bytes, kept_bytes;
   num_params_ = 0;
   for (int ci = 0; ci < spec.num_chunks(); ++ci) {
     const StageLayout layout =
@@ -156,9 +156,10 @@ void CudaBackend::build(const StageSpec& spec) {
     c.grad_begin = num_params_;
     c.grad_count = layout.params;
     num_params_ += layout.params;
-    slab_bytes.push_back(spec.recompute && train
-                             ? build_checkpoints(c, layout, model, spec.chunks[static_cast<std::size_t>(ci)])
-                             : layout.activation_bytes);
+    c.checkpointed = spec.recompute && train;  // one piece a checkpoint (stage_layout.hpp)
+    if (c.checkpointed) c.kept_offsets.assign(layout.kept_offsets.begin(), layout.kept_offsets.end());
+    slab_bytes.push_back(c.checkpointed ? layout.largest_piece_bytes : layout.activation_bytes);
+    kept_bytes.push_back(layout.kept_bytes);
   }
   if (train) embedding_order_bytes_ = model.cuda_embedding_order_bytes(b);
 
@@ -185,6 +186,9 @@ void CudaBackend::build(const StageSpec& spec) {
   for (int ci = 0; ci < spec.num_chunks(); ++ci) {
     Chunk& c = chunk(ci);
     build_chunk(c, ci, model);
+    if (c.checkpointed)
+      c.kept = SlotPool(memory_, static_cast<std::uint64_t>(kept_bytes[static_cast<std::size_t>(ci)]), m,
+                        "inputs of micro-batch {} kept to recompute it");
     c.slabs = SlotPool(memory_, static_cast<std::uint64_t>(slab_bytes[static_cast<std::size_t>(ci)]), m,
                        "activations of micro-batch {}");
   }
@@ -253,7 +257,7 @@ void CudaBackend::set_tensor_widths(const StageSpec& spec) {
 
 // Chunk ci's boundary buffers (ModelDesc::comm_bytes: one receive buffer per
 // neighbour, one send buffer per micro-batch, also between two chunks of this
-// rank), their host staging, and the stash / kept-input pools.
+// rank), their host staging, and the stash pool (the kept-input pool: build).
 void CudaBackend::build_chunk(Chunk& c, int ci, const ModelDesc& model) {
   const bool train = spec_.mode == RunMode::train;
   const int b = spec_.micro_batch_size, m = spec_.num_microbatches;
@@ -280,36 +284,6 @@ void CudaBackend::build_chunk(Chunk& c, int ci, const ModelDesc& model) {
     c.stash = SlotPool(memory_, static_cast<std::uint64_t>(elements * e_), m,
                        "output gradients of micro-batch {} kept for its weight gradient");
   }
-  if (c.checkpointed) {
-    const StageRange& r = spec_.chunks[static_cast<std::size_t>(ci)];
-    c.kept = SlotPool(memory_,
-                      static_cast<std::uint64_t>(model.recompute_kept_bytes(b, r.num_layers, r.has_embedding, r.has_head)),
-                      m, "inputs of micro-batch {} kept to recompute it");
-  }
-}
-
-// Recomputation's sizes, as the planner counts them: the slab one piece's
-// activations (the largest's; returned), the kept inputs one after another —
-// the token ids for the embedding, the rank's Ts x h for a block or the head.
-std::int64_t CudaBackend::build_checkpoints(Chunk& c, const StageLayout& layout, const ModelDesc& model,
-                                            const StageRange& range) {
-  const int b = spec_.micro_batch_size;
-  std::int64_t largest = 0;
-  std::uint64_t kept = 0;
-  for (std::size_t i = 0; i < c.pieces.size(); ++i) {
-    const std::int64_t end = i + 1 < c.pieces.size() ? c.pieces[i + 1].act_offset : layout.activation_bytes;
-    largest = std::max(largest, end - c.pieces[i].act_offset);
-    c.kept_offsets.push_back(kept);
-    kept += c.pieces[i].kind == PieceKind::embedding ? static_cast<std::uint64_t>(tokens_) * 4
-                                                      : static_cast<std::uint64_t>(ts_ * job_.model.hidden * e_);
-  }
-  const std::int64_t planned = model.recompute_piece_bytes(b, range.num_layers, range.has_embedding, range.has_head);
-  const std::int64_t planned_kept = model.recompute_kept_bytes(b, range.num_layers, range.has_embedding, range.has_head);
-  if (largest != planned || static_cast<std::int64_t>(kept) != planned_kept)
-    throw Error(fmt::format("cuda backend: recomputation sizes {} / {} bytes differ from the model's {} / {} (a bug)",
-                            largest, kept, planned, planned_kept));
-  c.checkpointed = true;
-  return largest;
 }
 
 void CudaBackend::copy_on_device(void* dst, const void* src, std::uint64_t bytes) const {

@@ -90,7 +90,7 @@ class CudaBackend final : public Backend {
     // piece's activations at a time (`checkpointed`: each at its start).
     SlotPool kept;
     bool checkpointed = false;
-    std::vector<std::uint64_t> kept_offsets;
+    std::vector<std::uint64_t> kept_offsets;  // StageLayout::kept_offsets
     int backwards_done = 0;  // the step's backwards finished so far (B, or W with a split backward)
     bool embedding() const { return pieces.front().kind == PieceKind::embedding; }
     bool head() const { return pieces.back().kind == PieceKind::head; }
@@ -191,7 +191,6 @@ class CudaBackend final : public Backend {
   void forward_piece(const Chunk& c, const Piece& p, int mb, const std::byte* in, std::byte* out);
   void forward_pieces(const Chunk& c, int mb, const std::byte* in, std::byte* last_out);
   void forward_checkpointed(Chunk& c, int mb, const std::byte* in, std::byte* last_out);
-  std::int64_t build_checkpoints(Chunk& c, const StageLayout& layout, const ModelDesc& model, const StageRange& range);
   std::uint64_t kept_size(const Chunk& c, std::size_t i) const {
     return (i + 1 < c.kept_offsets.size() ? c.kept_offsets[i + 1] : c.kept.bytes()) - c.kept_offsets[i];
   }

@@ -109,7 +109,6 @@ class CpuBackend final : public Backend {
   void forward_piece(const Chunk& c, const Piece& p, int mb, const float* in, float* out);
   void forward_pieces(Chunk& c, int mb, const float* in, float* last_out);
   void forward_checkpointed(Chunk& c, int mb, const float* in, float* last_out);
-  void build_checkpoints(Chunk& c, const StageLayout& layout, const ModelDesc& model, const StageRange& range);
   std::byte* acquire_kept(Chunk& c, int mb);
   // The backward workspace's two ping-pong gradients [T,h] (after dgelu
   // [T,f], dh, dx2 and dqkv [T,3h]; see build): pieces hand their input

@@ -57,6 +57,14 @@ struct StageLayout {
   std::vector<PieceLayout> pieces;
   std::int64_t params = 0;            // elements
   std::int64_t activation_bytes = 0;  // one micro-batch's slab
+  // Full recomputation, one piece a checkpoint (docs/model.md): the slab is
+  // the largest piece's activations, and a micro-batch keeps every piece's
+  // input one after another — the token ids for the embedding, the rank's
+  // region of a boundary tensor for a block or the head — piece i's at
+  // kept_offsets[i] (ModelDesc::recompute_piece_bytes / recompute_kept_bytes).
+  std::int64_t largest_piece_bytes = 0;
+  std::int64_t kept_bytes = 0;
+  std::vector<std::int64_t> kept_offsets;
 };
 
 // The layout of the stage holding `range`, activations in `dtype`; with a
