@@ -456,6 +456,36 @@ TEST_CASE("cpu memory: exactly the model description's bytes", "[cpu][memory]") 
   CHECK(be.peak_live_activations() == 2);
 }
 
+TEST_CASE("cpu full recomputation, one piece a checkpoint: a plain run's bits, the kept inputs and one piece held",
+          "[cpu][memory]") {
+  for (const char* kind : {"gpt", "llama"}) {
+    INFO(kind);
+    const Job job = tiny_job(kind);
+    const ModelDesc model(job.model, DType::fp32);
+    auto run = [&](bool recompute, std::vector<float>& grads) {
+      CpuBackend be(job, 0);
+      StageSpec s = stage(0, 1, 0, 2, true, true);  // embedding, 2 blocks, head
+      s.recompute = recompute;
+      be.build(s);
+      be.begin_step(0, 1e300);
+      be.forward(0, 0, 0);
+      const std::uint64_t after_forward = be.memory().current(MemCategory::activations);
+      be.backward(0, 0, 0);
+      CHECK(be.memory().current(MemCategory::activations) == 0);
+      grads.assign(be.grads(), be.grads() + be.built_params());
+      return std::pair{after_forward, be.memory().peak(MemCategory::activations)};
+    };
+    std::vector<float> plain, again;
+    const auto [plain_held, plain_peak] = run(false, plain);
+    const auto [kept, peak] = run(true, again);
+    CHECK(again == plain);  // the recomputed forward is the same arithmetic
+    CHECK(plain_held == static_cast<std::uint64_t>(model.stage(2, 2, true, true).activation_bytes));
+    CHECK(kept == static_cast<std::uint64_t>(model.recompute_kept_bytes(2, 2, true, true)));
+    CHECK(peak == kept + static_cast<std::uint64_t>(model.recompute_piece_bytes(2, 2, true, true)));
+    CHECK(peak < plain_peak);
+  }
+}
+
 TEST_CASE("inference logits equal the training forward's, pipelined or not", "[cpu]") {
   const Job job = tiny_job("gpt");
   const std::size_t n = 2 * 4 * 11;  // tokens x vocab

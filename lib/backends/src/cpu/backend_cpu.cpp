@@ -288,7 +288,7 @@ std::byte* CpuBackend::acquire_kept(Chunk& c, int mb) {
 const float* CpuBackend::probs(int mb) const {
   const Chunk& c = chunks_.back();
   const Piece& p = c.pieces.back();
-  if (p.kind != PieceKind::head) return nullptr;
+  if (p.kind != PieceKind::head || c.checkpointed) return nullptr;  // checkpointed: the slab holds one piece
   if (spec_.mode == RunMode::inference)
     return static_cast<std::size_t>(mb) < kept_probs_.size() ? kept_probs_[static_cast<std::size_t>(mb)].data() : nullptr;
   if (!c.slabs[static_cast<std::size_t>(mb)]) return nullptr;
