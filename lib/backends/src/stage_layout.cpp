@@ -155,17 +155,18 @@ StageLayout stage_layout(const ModelSpec& ms, DType dtype, const StageRange& ran
     throw Error(fmt::format("{} backend: tensor table ({} params, {} activation bytes) disagrees with the model "
                             "description ({}, {})",
                             backend, out.params, out.activation_bytes, expected.params, expected.activation_bytes));
+  out.kept_offsets.push_back(0);
   for (const PieceLayout& p : out.pieces) {
     out.largest_piece_bytes = std::max(out.largest_piece_bytes, p.act_bytes);
-    out.kept_offsets.push_back(out.kept_bytes);
-    out.kept_bytes += p.kind == PieceKind::embedding ? std::int64_t{b} * s * 4 : model.boundary_bytes(b);
+    out.kept_offsets.push_back(out.kept_offsets.back() +
+                               (p.kind == PieceKind::embedding ? std::int64_t{b} * s * 4 : model.boundary_bytes(b)));
   }
   const std::int64_t piece = model.recompute_piece_bytes(b, range.num_layers, range.has_embedding, range.has_head);
   const std::int64_t kept = model.recompute_kept_bytes(b, range.num_layers, range.has_embedding, range.has_head);
-  if (out.largest_piece_bytes != piece || out.kept_bytes != kept)
+  if (out.largest_piece_bytes != piece || out.kept_offsets.back() != kept)
     throw Error(fmt::format("{} backend: recomputation's piece and kept bytes ({}, {}) disagree with the model "
                             "description ({}, {})",
-                            backend, out.largest_piece_bytes, out.kept_bytes, piece, kept));
+                            backend, out.largest_piece_bytes, out.kept_offsets.back(), piece, kept));
   return out;
 }
 

@@ -97,8 +97,8 @@ double TimeModel::gemm_bytes(double m, double n, double k, double batch, Output 
 TimeModel::GemmCalibration TimeModel::calibrate_gemm(double m, double n, double k, double measured_s) const {
   const double nan = std::numeric_limits<double>::quiet_NaN(), bytes = gemm_bytes(m, n, k, 1.0, Output::written);
   const double flops = 2.0 * m * n * k, waves = gemm_waves(m, n, 1.0);
-  GemmCalibration c{gemm_s(m, n, k), flops / (peak_flops() * k_efficiency(k) * waves), stream_s(bytes), k_efficiency(k),
-                    false, nan, nan};
+  GemmCalibration c{0.0, flops / (peak_flops() * k_efficiency(k) * waves), stream_s(bytes), k_efficiency(k), false, nan, nan};
+  c.model_s = std::max(c.compute_s, c.memory_s);  // gemm_s's
   c.compute_bound = c.compute_s >= c.memory_s;
   if (c.compute_bound)
     c.efficiency = flops / (peak_flops() * waves * measured_s);

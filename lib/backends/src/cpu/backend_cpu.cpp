@@ -77,7 +77,6 @@ void CpuBackend::build(const StageSpec& spec) {
     if (spec.recompute && train) {  // one piece a checkpoint (stage_layout.hpp)
       c.checkpointed = true;
       c.slab_bytes = static_cast<std::uint64_t>(layout.largest_piece_bytes);
-      c.kept_bytes = static_cast<std::size_t>(layout.kept_bytes);
       c.kept_offsets.assign(layout.kept_offsets.begin(), layout.kept_offsets.end());
     }
     c.kept.resize(m);
@@ -246,8 +245,7 @@ void CpuBackend::forward_checkpointed(Chunk& c, int mb, const float* in, float* 
     float* out = i + 1 < c.pieces.size() ? workspace_ping() : last_out;
     forward_piece(c, p, mb, in, out);
     // Its input, at the start of its activations (the embedding: the token ids).
-    const std::size_t end = i + 1 < c.pieces.size() ? c.kept_offsets[i + 1] : c.kept_bytes;
-    std::memcpy(kept + c.kept_offsets[i], act(c, mb, p, 0), end - c.kept_offsets[i]);
+    std::memcpy(kept + c.kept_offsets[i], act(c, mb, p, 0), c.kept_offsets[i + 1] - c.kept_offsets[i]);
     in = out;
   }
 }
@@ -279,9 +277,9 @@ void CpuBackend::forward(int /*step*/, int mb, int chunk) {
 
 std::byte* CpuBackend::acquire_kept(Chunk& c, int mb) {
   auto& slot = c.kept[static_cast<std::size_t>(mb)];
-  memory_.reserve(MemCategory::activations, c.kept_bytes,
+  memory_.reserve(MemCategory::activations, c.kept_bytes(),
                   [&] { return fmt::format("input of micro-batch {} kept to recompute it", mb); });
-  if (!slot) slot.reset(new std::byte[c.kept_bytes]);
+  if (!slot) slot.reset(new std::byte[c.kept_bytes()]);
   return slot.get();
 }
 
@@ -473,7 +471,7 @@ void CpuBackend::backward(int /*step*/, int mb, int chunk) {
     backward_piece(c, p, mb, dy, dx, pass, stash ? stash + offset : nullptr);
     dy = dx;
   }
-  if (kept) memory_.release(MemCategory::activations, c.kept_bytes);
+  if (kept) memory_.release(MemCategory::activations, c.kept_bytes());
   if (pass == Pass::full) {
     release_slab(c, mb);
     backward_done(c);

@@ -143,7 +143,7 @@ void CudaBackend::build(const StageSpec& spec) {
   if (dt_ == DType::fp16) grad_unscale_ = 1.0 / (static_cast<double>(tokens_) * spec.step_microbatches());
   // The chunks' tensor tables, one after the other in the flat buffers.
   chunks_.resize(static_cast<std::size_t>(spec.num_chunks()));
-  std::vector<std::int64_t> slab_bytes, kept_bytes;
+  std::vector<std::int64_t> slab_bytes;
   num_params_ = 0;
   for (int ci = 0; ci < spec.num_chunks(); ++ci) {
     const StageLayout layout =
@@ -159,7 +159,6 @@ void CudaBackend::build(const StageSpec& spec) {
     c.checkpointed = spec.recompute && train;  // one piece a checkpoint (stage_layout.hpp)
     if (c.checkpointed) c.kept_offsets.assign(layout.kept_offsets.begin(), layout.kept_offsets.end());
     slab_bytes.push_back(c.checkpointed ? layout.largest_piece_bytes : layout.activation_bytes);
-    kept_bytes.push_back(layout.kept_bytes);
   }
   if (train) embedding_order_bytes_ = model.cuda_embedding_order_bytes(b);
 
@@ -187,8 +186,7 @@ void CudaBackend::build(const StageSpec& spec) {
     Chunk& c = chunk(ci);
     build_chunk(c, ci, model);
     if (c.checkpointed)
-      c.kept = SlotPool(memory_, static_cast<std::uint64_t>(kept_bytes[static_cast<std::size_t>(ci)]), m,
-                        "inputs of micro-batch {} kept to recompute it");
+      c.kept = SlotPool(memory_, c.kept_offsets.back(), m, "inputs of micro-batch {} kept to recompute it");
     c.slabs = SlotPool(memory_, static_cast<std::uint64_t>(slab_bytes[static_cast<std::size_t>(ci)]), m,
                        "activations of micro-batch {}");
   }

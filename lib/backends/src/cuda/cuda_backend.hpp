@@ -86,7 +86,7 @@ class CudaBackend final : public Backend {
     SlotPool slabs;  // activations, from F to B (to W with a split backward)
     SlotPool stash;  // split backward: output gradients from B to W (split_stash_elements)
     // Recomputation (docs/model.md), one piece a checkpoint: every piece's
-    // input from F to B (piece i's at kept_offsets[i]); the slab holds one
+    // input from F to B (piece i's from kept_offsets[i]); the slab holds one
     // piece's activations at a time (`checkpointed`: each at its start).
     SlotPool kept;
     bool checkpointed = false;
@@ -191,9 +191,7 @@ class CudaBackend final : public Backend {
   void forward_piece(const Chunk& c, const Piece& p, int mb, const std::byte* in, std::byte* out);
   void forward_pieces(const Chunk& c, int mb, const std::byte* in, std::byte* last_out);
   void forward_checkpointed(Chunk& c, int mb, const std::byte* in, std::byte* last_out);
-  std::uint64_t kept_size(const Chunk& c, std::size_t i) const {
-    return (i + 1 < c.kept_offsets.size() ? c.kept_offsets[i + 1] : c.kept.bytes()) - c.kept_offsets[i];
-  }
+  static std::uint64_t kept_size(const Chunk& c, std::size_t i) { return c.kept_offsets[i + 1] - c.kept_offsets[i]; }
   void backward_pieces(Chunk& c, int ci, int mb, Pass pass, std::byte* stash);
   void backward_piece(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass, std::byte* st);
   void backward_gpt(const Chunk& c, const Piece& p, int mb, const std::byte* dy, std::byte* dx, Pass pass, std::byte* st);

@@ -94,12 +94,12 @@ class CpuBackend final : public Backend {
     std::int64_t stash_floats = 0;
     std::vector<std::unique_ptr<float[]>> stash;
     // Recomputation (docs/model.md), one piece a checkpoint: per micro-batch
-    // every piece's input kept from F to B (piece i's at kept_offsets[i]),
-    // and the slab holds one piece's activations at a time (`checkpointed`:
-    // every piece's at the slab's start).
+    // every piece's input kept from F to B (piece i's in [kept_offsets[i],
+    // kept_offsets[i + 1]): StageLayout's), and the slab holds one piece's
+    // activations at a time (`checkpointed`: every piece's at the slab's start).
     bool checkpointed = false;
-    std::size_t kept_bytes = 0;
     std::vector<std::size_t> kept_offsets;
+    std::size_t kept_bytes() const { return kept_offsets.empty() ? 0 : kept_offsets.back(); }
     std::vector<std::unique_ptr<std::byte[]>> kept;
     // The step's backwards finished so far (B, or W with a split backward).
     int backwards_done = 0;

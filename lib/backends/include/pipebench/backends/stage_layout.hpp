@@ -60,11 +60,11 @@ struct StageLayout {
   // Full recomputation, one piece a checkpoint (docs/model.md): the slab is
   // the largest piece's activations, and a micro-batch keeps every piece's
   // input one after another — the token ids for the embedding, the rank's
-  // region of a boundary tensor for a block or the head — piece i's at
-  // kept_offsets[i] (ModelDesc::recompute_piece_bytes / recompute_kept_bytes).
+  // region of a boundary tensor for a block or the head — piece i's in
+  // [kept_offsets[i], kept_offsets[i + 1]), the last entry the whole
+  // (ModelDesc::recompute_piece_bytes / recompute_kept_bytes).
   std::int64_t largest_piece_bytes = 0;
-  std::int64_t kept_bytes = 0;
-  std::vector<std::int64_t> kept_offsets;
+  std::vector<std::int64_t> kept_offsets;  // pieces.size() + 1
 };
 
 // The layout of the stage holding `range`, activations in `dtype`; with a
