@@ -6,7 +6,7 @@ runs it on fixed logs.
 
 Usage: gpu_check_summary.py OUT
 """
-import glob, json, os, re, sys
+import json, os, re, sys
 out = sys.argv[1]
 def text(name):
     p = os.path.join(out, name)

@@ -71,20 +71,19 @@ TABLE1_ROWS = [
 
 
 def table1_model(job):
+    """The job's (s, l, h, V): sequence, layers, hidden, vocabulary."""
     model = tomllib.loads((ROOT / job).read_text())["model"]
     return model["seq_len"], model["layers"], model["hidden"], model["vocab"]
 
 
-def eq2_params(job):
+def eq2_params(s, l, h, v):
     """Narayanan et al.'s Eq. 2: 12·l·h²·(1 + 13/12h + (V + s)/12lh) parameters."""
-    s, l, h, v = table1_model(job)
     return 12 * l * h * h * (1 + 13 / (12 * h) + (v + s) / (12 * l * h))
 
 
-def eq3_flops(job, batch):
+def eq3_flops(batch, s, l, h, v):
     """Narayanan et al.'s Eq. 3: 96·B·s·l·h²·(1 + s/6h + V/16lh), the FLOPs of
     an iteration with full recomputation (the LM head's not recomputed)."""
-    s, l, h, v = table1_model(job)
     return 96 * batch * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
 
 
@@ -94,10 +93,11 @@ def table1_time_rows():
     digits the table prints (a wrong hidden size or layer count fails here)."""
     rows = []
     for label, job, billions, gpus, batch, tflops in TABLE1_ROWS:
-        decimals = len(billions.partition(".")[2])
-        if round(eq2_params(job) / 1e9, decimals) != float(billions):
-            sys.exit(f"{job}: {eq2_params(job) / 1e9:.3f} billion parameters by Eq. 2, Table 1 says {billions}")
-        seconds = eq3_flops(job, batch) / (gpus * tflops * 1e12)
+        shape = table1_model(job)
+        params = eq2_params(*shape)
+        if round(params / 1e9, len(billions.partition(".")[2])) != float(billions):
+            sys.exit(f"{job}: {params / 1e9:.3f} billion parameters by Eq. 2, Table 1 says {billions}")
+        seconds = eq3_flops(batch, *shape) / (gpus * tflops * 1e12)
         rows.append((label, job, "table1", seconds, f"Table 1: {tflops} teraFLOP/s per GPU on {gpus} GPUs, "
                      f"global batch {batch}; time by its Eq. 3", NARAYANAN))
     return rows
