@@ -44,6 +44,7 @@ if os.path.exists(summary):
 torch_gpt = last_json("torch-gpt.log") or {}
 base = runs.get("baseline", {}).get("step_time_median_s")
 peer = torch_gpt.get("gpt_step_time_median_s")
+measured_e = {int(r["K"]): r["measured_e"] for r in k_sweep if r["dtype"] == "bf16" and r["side"] == "compute"}
 result = {
     "gpu": text("gpu.txt").strip(), "version": text("version.txt").strip().splitlines()[:1],
     "steps": steps, "passed": all(s["verdict"] == "PASS" for s in steps),
@@ -52,8 +53,11 @@ result = {
     # The time model beside each GEMM (bench_cuda_gemm's preset), and the K sweep's bf16 e(K):
     # the efficiency table measured where the model's compute side applies (docs/time-model.md).
     "gemm_model": model_lines("gemm.log"), "gemm_k_sweep_model": k_sweep,
-    "gemm_efficiency_measured": {int(r["K"]): r["measured_e"] for r in k_sweep
-                                 if r["dtype"] == "bf16" and r["side"] == "compute"},
+    "gemm_efficiency_measured": measured_e,
+    # The same points as the [device] key that puts them in place of the preset's table
+    # (docs/time-model.md, "Your own figures"); null when the sweep had none.
+    "gemm_efficiency_toml": ("gemm_efficiency = [" + ", ".join(f"[{k}, {min(e, 1.0):.3f}]" for k, e in sorted(measured_e.items()))
+                             + "]") if measured_e else None,
     "torch_gpt_step_time_median_s": peer,
     "baseline_vs_torch_step_ratio": base / peer if base and peer else None,
     # The time model's step over the measured one, minus 1 (with the GPU's preset; null without).

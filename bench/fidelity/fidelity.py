@@ -12,7 +12,13 @@ Narayanan et al. 2021's Table 1 gives achieved teraFLOP/s per GPU, not times:
 its rows' published time is the paper's own FLOP count (its Eq. 3, which
 counts the recomputed forward) over the GPUs' aggregate FLOP/s.
 
-Without --write/--check the table is printed. --check exits 1 when the file
+The sensitivity table beside it: every time row's error again with one of the
+device's figures 10% less favourable (the GEMM efficiency table, the streaming
+bandwidth, the launch cost, the intra- and inter-node links; `--set` of the
+workload's own-figure keys, docs/time-model.md "Your own figures"), to show
+which figure each row's error rests on. Nothing is chosen from it.
+
+Without --write/--check both are printed. --check exits 1 when the file
 differs from what the planner predicts now (the test `bench.fidelity`).
 """
 import json
@@ -117,12 +123,43 @@ MEMORY_ROWS = [
 ]
 
 
-def plan(pipebench, job, cache={}):
-    if job not in cache:
-        out = subprocess.run([pipebench, "plan", str(ROOT / job), "--format", "json"], check=True,
+def plan(pipebench, job, overrides=(), cache={}):
+    key = (job, tuple(overrides))
+    if key not in cache:
+        sets = [a for o in overrides for a in ("--set", o)]
+        out = subprocess.run([pipebench, "plan", str(ROOT / job), "--format", "json", *sets], check=True,
                              capture_output=True, text=True).stdout
-        cache[job] = {r["name"]: r for r in json.loads(out)["runs"]}
-    return cache[job]
+        cache[key] = {r["name"]: r for r in json.loads(out)["runs"]}
+    return cache[key]
+
+
+# Each figure 10% less favourable, the others the preset's: (column, overrides from the run's `device`
+# figures and the job's links as planned).
+SLOWER = 0.9
+
+
+def sensitivity_variants(device, links):
+    table = ", ".join(f"[{k:g}, {e * SLOWER:.6g}]" for k, e in device["gemm_efficiency"])
+    return [
+        ("GEMM e × 0.9", [f"device.gemm_efficiency=[{table}]"]),
+        ("memory bandwidth × 0.9", [f"device.hbm_efficiency={device['hbm_efficiency'] * SLOWER:.6g}"]),
+        ("launch cost × 1.1", [f"device.kernel_launch_us={device['kernel_launch_us'] / SLOWER:.6g}"]),
+        ("NVLink × 0.9", [f"device.sim_link_gbps={links['sim_link_gbps'] * SLOWER:.6g}"]),
+        ("InfiniBand × 0.9", [f"device.sim_inter_node_gbps={links['sim_inter_node_gbps'] * SLOWER:.6g}"]),
+    ]
+
+
+def job_links(job):
+    """The links the preset gives (none of the shipped jobs sets its own)."""
+    device = tomllib.loads((ROOT / job).read_text()).get("device", {})
+    if "sim_link_gbps" in device or "sim_inter_node_gbps" in device:
+        sys.exit(f"{job}: sets its own links; the sensitivity table reads the preset's")
+    preset = {"a100-80gb": (200e9, 23e9)}[device["preset"]]  # docs/time-model.md, "Presets"
+    return {"sim_link_gbps": preset[0] * 8e-9, "sim_inter_node_gbps": preset[1] * 8e-9}
+
+
+def all_time_rows():
+    return [r + (PAPER,) for r in TIME_ROWS] + table1_time_rows()
 
 
 def memory_gib(run, quantity):
@@ -135,7 +172,7 @@ def memory_gib(run, quantity):
 def table(pipebench):
     lines = ["| row | source | published | predicted | error |", "|---|---|---:|---:|---:|"]
     time_errors, memory_errors = {PAPER: [], NARAYANAN: []}, []
-    for label, job, name, published, where, paper in [r + (PAPER,) for r in TIME_ROWS] + table1_time_rows():
+    for label, job, name, published, where, paper in all_time_rows():
         run = plan(pipebench, job)[name]
         predicted = run["simulated"]["iteration_s"]
         err = (predicted - published) / published
@@ -161,7 +198,37 @@ def table(pipebench):
     return "\n".join(lines) + "\n"
 
 
+def sensitivity(pipebench):
+    """Every time row's error with each figure 10% less favourable in turn."""
+    columns, rows, errors = None, [], {}
+    for label, job, name, published, _, paper in all_time_rows():
+        run = plan(pipebench, job)[name]
+        variants = sensitivity_variants(run["time_model"]["device"], job_links(job))
+        columns = columns or [c for c, _ in variants]
+        base = (run["simulated"]["iteration_s"] - published) / published
+        cells = [base]
+        for column, overrides in variants:
+            predicted = plan(pipebench, job, overrides)[name]["simulated"]["iteration_s"]
+            cells.append((predicted - published) / published)
+        for i, e in enumerate(cells):
+            errors.setdefault((paper, i), []).append(abs(e))
+        rows.append(f"| {label} | " + " | ".join(f"{100 * e:+.1f}%" for e in cells) + " |")
+    head = "| time row | as predicted | " + " | ".join(columns) + " |"
+    lines = [head, "|---|" + "---:|" * (len(columns) + 1)] + rows
+    for paper, who in ((PAPER, "Korthikanti et al."), (NARAYANAN, "Narayanan et al.")):
+        mean = [100 * sum(errors[(paper, i)]) / len(errors[(paper, i)]) for i in range(len(columns) + 1)]
+        lines.append(f"| average absolute error, {who} | " + " | ".join(f"{m:.1f}%" for m in mean) + " |")
+    return "\n".join(lines) + "\n"
+
+
 BEGIN, END = "<!-- fidelity table: begin -->\n", "<!-- fidelity table: end -->\n"
+SENS_BEGIN, SENS_END = "<!-- fidelity sensitivity: begin -->\n", "<!-- fidelity sensitivity: end -->\n"
+
+
+def between(doc, begin, end, text):
+    head, rest = doc.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return head + begin + text + end + tail
 
 
 def main():
@@ -169,20 +236,18 @@ def main():
     if not args or args[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if args else 2
-    text = table(args[0])
+    text, sens = table(args[0]), sensitivity(args[0])
     if len(args) == 1:
-        sys.stdout.write(text)
+        sys.stdout.write(text + "\n" + sens)
         return 0
     mode, path = args[1], Path(args[2])
     doc = path.read_text()
-    head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    new = head + BEGIN + text + END + tail
+    new = between(between(doc, BEGIN, END, text), SENS_BEGIN, SENS_END, sens)
     if mode == "--write":
         path.write_text(new)
         return 0
     if new != doc:
-        print(f"{path} is out of date: bench/fidelity/fidelity.py PIPEBENCH --write {path}\nnow:\n{text}")
+        print(f"{path} is out of date: bench/fidelity/fidelity.py PIPEBENCH --write {path}\nnow:\n{text}\n{sens}")
         return 1
     print(text)
     return 0

@@ -66,6 +66,7 @@ def check(src, out):
     expect = {
         "passed": False,  # the sanitizer step failed
         "gemm_efficiency_measured": {"4096": 0.967},  # bf16 compute-side points only (JSON keys are strings)
+        "gemm_efficiency_toml": "gemm_efficiency = [[4096, 0.967]]",  # pasted under [device], it replaces the table
         "baseline_vs_torch_step_ratio": 1.25,
         "time_model_step_error": 0.25,
     }

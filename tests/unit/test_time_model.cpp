@@ -348,3 +348,55 @@ TEST_CASE("model.dropout: gpt only, below 1, in the fingerprint when set; the re
   CHECK(dropped.costs.backward[0] > plain.costs.backward[0]);
   CHECK(dropped.stages[0].activation_bytes_per_microbatch > plain.stages[0].activation_bytes_per_microbatch);
 }
+
+TEST_CASE("[device] gemm_efficiency, hbm_efficiency, kernel_launch_us: your own figures in place of the preset's",
+          "[time_model]") {
+  const Job preset = parse_job(kJob, "w.toml");
+  const auto with = [](const std::string& keys) {
+    return parse_job(testing::replaced(kJob, "preset = \"a100-80gb\"", "preset = \"a100-80gb\"\n" + keys), "w.toml");
+  };
+  // bench_cuda_gemm's measured points, as tools/gpu_check_summary.py writes them, replace the table.
+  const Job own = with("gemm_efficiency = [[256, 0.5], [4096, 0.6]]\nhbm_efficiency = 0.7\nkernel_launch_us = 8");
+  REQUIRE(own.device.gemm_efficiency.size() == 2);
+  const DevicePreset d = device_model(own.device);
+  CHECK(d.name == "a100-80gb");
+  CHECK(d.hbm_efficiency == 0.7);
+  CHECK(d.kernel_launch_s == Approx(8e-6));
+  CHECK(d.matrix_flops_16bit == 312e12);  // the rest is the preset's
+  const TimeModel tm(d, DType::fp16), base(device_model(preset.device), DType::fp16);
+  CHECK(tm.k_efficiency(4096) == Approx(0.6));
+  CHECK(tm.k_efficiency(1024) == Approx(0.5 + (2.0 / 4.0) * 0.1));  // log2 interpolation
+  CHECK(tm.k_efficiency(16) == Approx(0.5));                        // clamped
+  const double n = 8192;
+  CHECK(tm.gemm_s(n, n, n) == Approx(base.gemm_s(n, n, n) * 0.85 / 0.6));
+  CHECK(tm.stream_s(1e9) == Approx(base.stream_s(1e9) * 0.85 / 0.7));
+  // The plan times with them: every action slower than with the preset's figures.
+  const RunPlan a = plan_run(preset, preset.runs[0]), b = plan_run(own, own.runs[0]);
+  for (std::size_t v = 0; v < a.costs.forward.size(); ++v) CHECK(b.costs.forward[v] > a.costs.forward[v]);
+  // Part of the workload's identity when set (they change every modelled time), absent otherwise.
+  const auto keys = workload_keys(own, own.runs[0]);
+  CHECK(keys.at("device.gemm_efficiency") == "[[256, 0.5], [4096, 0.59999999999999998]]");
+  CHECK(keys.at("device.hbm_efficiency") == "0.69999999999999996");
+  CHECK(keys.at("device.kernel_launch_us") == "8");
+  for (const char* k : {"device.gemm_efficiency", "device.hbm_efficiency", "device.kernel_launch_us"})
+    CHECK(workload_keys(preset, preset.runs[0]).count(k) == 0);
+  // Refused, each with the reason.
+  const std::vector<std::pair<std::string, std::string>> bad{
+      {"gemm_efficiency = [[4096, 0.6], [256, 0.5]]", "K must ascend"},
+      {"gemm_efficiency = [[256, 1.2]]", "outside (0, 1]"},
+      {"gemm_efficiency = [[256, 0]]", "outside (0, 1]"},
+      {"gemm_efficiency = [[0.5, 0.7]]", "outside 1 to 1e9"},
+      {"gemm_efficiency = [256, 0.7]", "expected a [K, efficiency] pair"},
+      {"gemm_efficiency = [[256, \"0.7\"]]", "expected two numbers"},
+      {"gemm_efficiency = []", "expected 1 to 64"},
+      {"hbm_efficiency = 1.5", "at most 1"},
+      {"hbm_efficiency = 0", "> 0"},
+      {"kernel_launch_us = -1", ">= 0"},
+  };
+  for (const auto& [keys_text, why] : bad) {
+    CAPTURE(keys_text);
+    CHECK_THROWS_WITH(with(keys_text), Catch::Contains(why));
+  }
+  CHECK_THROWS_WITH(parse_job(testing::replaced(kJob, "preset = \"a100-80gb\"", "hbm_efficiency = 0.8"), "w.toml"),
+                    Catch::Contains("needs [device] preset"));
+}

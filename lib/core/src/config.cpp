@@ -156,6 +156,38 @@ void apply_preset_defaults(DeviceSpec& d) {
   d.sim_inter_node_gbps = p.inter_node.bus_bytes_per_s * 8e-9;
 }
 
+// `[device] gemm_efficiency = [[K, e], ...]`: a workload's own GEMM
+// efficiency table (docs/time-model.md, "Your own figures").
+std::vector<GemmEfficiencyPoint> read_gemm_efficiency(TableReader& r, const Value& v) {
+  constexpr std::string_view key = "gemm_efficiency";
+  constexpr std::size_t kMaxPoints = 64;
+  const auto bad = [&](std::string_view why) { r.fail_at(v, key, why); };
+  if (!v.is_array() || v.as_array().empty() || v.as_array().size() > kMaxPoints)
+    bad(fmt::format("expected 1 to {} [K, efficiency] pairs, such as [[256, 0.70], [4096, 0.82]], got {}", kMaxPoints,
+                    v.is_array() ? fmt::format("{} of them", v.as_array().size()) : std::string(type_name(v))));
+  const auto number = [](const Value& x) -> std::optional<double> {
+    if (x.is_floating()) return x.as_floating();
+    if (x.is_integer()) return static_cast<double>(x.as_integer());
+    return std::nullopt;
+  };
+  std::vector<GemmEfficiencyPoint> table;
+  for (std::size_t i = 0; i < v.as_array().size(); ++i) {
+    const Value& e = v.as_array()[i];
+    if (!e.is_array() || e.as_array().size() != 2)
+      bad(fmt::format("entry {} is {}, expected a [K, efficiency] pair", i, literal(e)));
+    const auto k = number(e.as_array()[0]), eff = number(e.as_array()[1]);
+    if (!k || !eff || !std::isfinite(*k) || !std::isfinite(*eff))
+      bad(fmt::format("entry {} is {}, expected two numbers", i, literal(e)));
+    if (*k < 1.0 || *k > 1e9) bad(fmt::format("entry {}: K = {} is outside 1 to 1e9", i, literal(e.as_array()[0])));
+    if (!(*eff > 0.0 && *eff <= 1.0))
+      bad(fmt::format("entry {}: efficiency {} is outside (0, 1] (a share of the matrix peak)", i, literal(e.as_array()[1])));
+    if (!table.empty() && *k <= table.back().k)
+      bad(fmt::format("entry {}: K = {} does not follow K = {}; K must ascend", i, literal(e.as_array()[0]), table.back().k));
+    table.push_back({*k, *eff});
+  }
+  return table;
+}
+
 DeviceSpec read_device(TableReader& r) {
   DeviceSpec d;
   d.backend = r.choice<BackendKind>("backend", d.backend,
@@ -195,6 +227,14 @@ DeviceSpec read_device(TableReader& r) {
     if (*s < 0) r.fail_key("sim_jitter_seed", "expected a non-negative integer");
     d.sim_jitter_seed = static_cast<std::uint64_t>(*s);
   }
+  if (const Value* v = r.find("gemm_efficiency")) d.gemm_efficiency = read_gemm_efficiency(r, *v);
+  d.hbm_efficiency = r.number("hbm_efficiency", d.hbm_efficiency, 0.0, false);
+  if (d.hbm_efficiency > 1.0) r.fail_key("hbm_efficiency", "expected at most 1 (a share of the peak bandwidth)");
+  d.kernel_launch_us = r.number("kernel_launch_us", d.kernel_launch_us, 0.0, true);
+  if (d.kernel_launch_us > 1e6) r.fail_key("kernel_launch_us", "expected at most 1e6 (one second)");
+  for (std::string_view key : {"gemm_efficiency", "hbm_efficiency", "kernel_launch_us"})
+    if (!d.preset && r.find(key))
+      r.fail_key(key, "replaces a device preset's figure and needs [device] preset (\"a100-80gb\", \"h100-80gb\" or \"h200-141gb\")");
   d.sim_clock = r.choice<SimClock>("sim_clock", d.sim_clock, {{"wall", SimClock::wall}, {"virtual", SimClock::virtual_time}});
   if (d.sim_clock == SimClock::virtual_time && d.backend != BackendKind::sim)
     r.fail_key("sim_clock", fmt::format("\"virtual\" models time and needs backend = \"sim\" (the {} backend measures real time)",

@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "pipebench/core/job.hpp"
+
 namespace pipebench {
 
 namespace {
@@ -57,6 +59,14 @@ const DevicePreset* device_preset_for_gpu(std::string_view gpu_name) {
   if (has("H100") && has("HBM3")) return find_device_preset("h100-80gb");  // "NVIDIA H100 80GB HBM3": the SXM5 part
   if (has("A100-SXM4-80GB")) return find_device_preset("a100-80gb");
   return nullptr;
+}
+
+DevicePreset device_model(const DeviceSpec& spec) {
+  DevicePreset d = *spec.preset;
+  if (!spec.gemm_efficiency.empty()) d.gemm_efficiency = spec.gemm_efficiency;
+  if (spec.hbm_efficiency > 0.0) d.hbm_efficiency = spec.hbm_efficiency;
+  if (spec.kernel_launch_us >= 0.0) d.kernel_launch_s = spec.kernel_launch_us * 1e-6;
+  return d;
 }
 
 }  // namespace pipebench

@@ -52,6 +52,14 @@ WorkloadKeys workload_keys(const Job& job, const RunSpec& run) {
   k["device.memory_capacity"] = fmt::format("{}", d.memory_capacity_bytes);
   k["device.threads_per_rank"] = number(d.threads_per_rank);
   if (d.preset) k["device.preset"] = std::string(d.preset->name);  // only when set, as below
+  if (!d.gemm_efficiency.empty()) {
+    std::string table;
+    for (const GemmEfficiencyPoint& p : d.gemm_efficiency)
+      table += fmt::format("{}[{}, {}]", table.empty() ? "" : ", ", number(p.k), number(p.efficiency));
+    k["device.gemm_efficiency"] = "[" + table + "]";
+  }
+  if (d.hbm_efficiency > 0.0) k["device.hbm_efficiency"] = number(d.hbm_efficiency);
+  if (d.kernel_launch_us >= 0.0) k["device.kernel_launch_us"] = number(d.kernel_launch_us);
   k["device.sim_flops_per_s"] = number(d.sim_flops_per_s);
   k["device.sim_link_latency_us"] = number(d.sim_link_latency_us);
   k["device.sim_link_gbps"] = number(d.sim_link_gbps);

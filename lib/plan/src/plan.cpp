@@ -51,14 +51,14 @@ ActionSeconds action_seconds(const Job& job, const ModelDesc& model, int b, cons
   const int t = model.split().degree;
   if (!job.device.preset) return action_seconds(job, cost, t, link, split);
   ActionSeconds a;
-  a.terms = TimeModel(*job.device.preset, model.dtype()).stage(model, b, range.num_layers, range.has_embedding,
+  a.terms = TimeModel(device_model(job.device), model.dtype()).stage(model, b, range.num_layers, range.has_embedding,
                                                                range.has_head);
   return with_collectives(a, a.terms.forward.total(), a.terms.input_grad.total() + a.terms.recompute.total(),
                           a.terms.weight_grad.total(), cost, t, link, split);
 }
 
 double optimizer_seconds(const Job& job, DType dtype, std::int64_t params) {
-  if (job.device.preset) return TimeModel(*job.device.preset, dtype).optimizer_s(job.train.optimizer, params);
+  if (job.device.preset) return TimeModel(device_model(job.device), dtype).optimizer_s(job.train.optimizer, params);
   const double flops_per_param = job.train.optimizer == OptimizerKind::adamw ? 12.0 : 2.0;
   return flops_per_param * static_cast<double>(params) / job.device.sim_flops_per_s;
 }

@@ -48,13 +48,14 @@ TimeBreakdown time_breakdown(const Job& job, const RunPlan& plan) {
   if (!job.device.preset) throw Error("the time breakdown needs a device preset ([device] preset)");
   const RunSpec& run = plan.run;
   const ModelDesc model(job.model, plan.storage_dtype, tensor_split(run));
-  const TimeModel tm(*job.device.preset, plan.storage_dtype);
+  const DevicePreset device = device_model(job.device);
+  const TimeModel tm(device, plan.storage_dtype);
   const parallel::Link link = parallel::tensor_group_link(job.device, run, 0);
   const int b = run.micro_batch_size, t = run.tensor_parallel;
   const double m = run.num_microbatches;
   const bool train = run.mode == RunMode::train, full = train && run.recompute == Recompute::full;
   TimeBreakdown out;
-  out.preset = job.device.preset;
+  out.device = device;
   out.layer = tm.block(model, b);
   const Cost layer = model.block(b);
   for (const TensorComm& c : {layer.tp_forward, layer.tp_input_grad, layer.tp_weight_grad})
@@ -94,7 +95,7 @@ TimeBreakdown time_breakdown(const Job& job, const RunPlan& plan) {
 std::string time_breakdown_text(const TimeBreakdown& t) {
   std::string out = fmt::format("time model ({}; docs/time-model.md): one layer, one micro-batch: forward {}; input "
                                 "gradients {}; weight gradients {}",
-                                t.preset->name, pass_text(t.layer.forward), pass_text(t.layer.input_grad),
+                                t.device.name, pass_text(t.layer.forward), pass_text(t.layer.input_grad),
                                 pass_text(t.layer.weight_grad));
   if (t.layer.recompute.total() > 0.0) out += fmt::format("; recomputed attention {}", pass_text(t.layer.recompute));
   out += fmt::format("; tensor collectives {}\n", format_seconds(t.layer_tp_comm_s));
@@ -113,7 +114,18 @@ std::string time_breakdown_text(const TimeBreakdown& t) {
 
 void time_breakdown_json(JsonWriter& w, const TimeBreakdown& t) {
   w.key("time_model").begin_object();
-  w.field("preset", t.preset->name);
+  w.field("preset", t.device.name);
+  // The figures every term below is computed from (docs/time-model.md; a
+  // workload's own gemm_efficiency, hbm_efficiency and kernel_launch_us in
+  // place of the preset's).
+  w.key("device").begin_object();
+  w.field("matrix_flops_16bit", t.device.matrix_flops_16bit).field("fp32_flops", t.device.fp32_flops);
+  w.field("sms", t.device.sms).field("hbm_bytes_per_s", t.device.hbm_bytes_per_s);
+  w.field("hbm_efficiency", t.device.hbm_efficiency).field("kernel_launch_us", t.device.kernel_launch_s * 1e6);
+  w.key("gemm_efficiency").begin_array();
+  for (const GemmEfficiencyPoint& p : t.device.gemm_efficiency) w.begin_array().value(p.k).value(p.efficiency).end_array();
+  w.end_array();
+  w.end_object();
   w.key("layer").begin_object();
   pass_json(w, "forward", t.layer.forward);
   pass_json(w, "input_grad", t.layer.input_grad);

@@ -12,16 +12,9 @@
 #include <span>
 #include <string_view>
 
-namespace pipebench {
+#include "pipebench/core/gemm_efficiency.hpp"
 
-// Achievable fraction of the matrix peak of a large GEMM by the length of its
-// reduction dimension K (the compute side only: the memory roofline and the
-// wave quantization are applied on top, model/time_model.hpp). Interpolated
-// in log2(K) between points, clamped at the ends.
-struct GemmEfficiencyPoint {
-  double k;
-  double efficiency;
-};
+namespace pipebench {
 
 // A collective link level: nccl-tests' bus bandwidth per GPU (bytes/s) of a
 // large ring collective, and the fixed cost of one collective or transfer.
@@ -56,5 +49,13 @@ const DevicePreset* find_device_preset(std::string_view name);
 // parts the presets describe, not the PCIe and NVL cards (fewer SMs, lower
 // clocks or power). bench_cuda_gemm also checks the SM count.
 const DevicePreset* device_preset_for_gpu(std::string_view gpu_name);
+
+struct DeviceSpec;  // core/job.hpp
+// The device a workload's [device] table models: its preset with the figures
+// the workload measured itself in their place (gemm_efficiency,
+// hbm_efficiency, kernel_launch_us; docs/time-model.md, "Your own figures").
+// `spec.preset` must be set. The result's gemm_efficiency views
+// `spec.gemm_efficiency` when the workload gives one: valid while `spec` lives.
+DevicePreset device_model(const DeviceSpec& spec);
 
 }  // namespace pipebench

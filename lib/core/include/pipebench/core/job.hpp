@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "pipebench/core/gemm_efficiency.hpp"
+
 namespace pipebench {
 
 enum class ModelKind { gpt, mlp, llama };
@@ -125,6 +127,14 @@ struct DeviceSpec {
   // memory, GPUs per node and links are the defaults of memory_capacity,
   // ranks_per_node and the sim_link_* / sim_inter_node_* keys.
   const DevicePreset* preset = nullptr;
+  // The preset's assumed figures a workload may replace with measurements of
+  // its own cluster (docs/time-model.md, "Your own figures"; with a preset
+  // only): the GEMM efficiency table (K strictly ascending, 0 < e <= 1), the
+  // streaming kernels' share of the peak bandwidth, the launch cost per
+  // kernel. Empty / < 0: the preset's. device_model() applies them.
+  std::vector<GemmEfficiencyPoint> gemm_efficiency;
+  double hbm_efficiency = -1.0;
+  double kernel_launch_us = -1.0;
   std::uint64_t memory_capacity_bytes = 4ull << 30;
   int threads_per_rank = 1;
   double sim_flops_per_s = 2.0e12;    // sim backend / cost-weighted planner

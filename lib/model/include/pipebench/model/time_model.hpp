@@ -117,7 +117,7 @@ class TimeModel {
   static int optimizer_step_bytes(OptimizerKind optimizer, DType dtype);
 
  private:
-  const DevicePreset& preset_;
+  DevicePreset preset_;  // a copy: device_model() builds one per workload
   DType dtype_;
   // A GEMM's wave quantization (output tiles of 256 x 128) and the bytes of its three matrices.
   double gemm_waves(double m, double n, double batch) const;
