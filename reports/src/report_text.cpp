@@ -137,6 +137,7 @@ void seed004_record(JsonWriter& w, const FileView& f, const RunView& v) {
     const ModelSpec& m = f.job->model;
     w.begin_object().field("kind", std::string(to_string(m.kind))).field("hidden", m.hidden).field("layers", m.layers);
     w.field("heads", m.heads).field("ffn_hidden", m.ffn_hidden).field("seq_len", m.seq_len).field("vocab", m.vocab);
+    if (m.kind == ModelKind::llama) w.field("kv_heads", m.kv_heads);
     w.end_object();
   } else {
     w.null();
