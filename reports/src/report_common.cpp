@@ -4,10 +4,11 @@
 #include <cmath>
 
 #include <limits>
-#include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "pipebench/core/device_preset.hpp"
 #include "pipebench/core/units.hpp"
 #include "pipebench/results/metrics.hpp"
 
@@ -66,13 +67,9 @@ std::optional<Prediction> prediction_of(const FileView& f, const RunResult& r, c
   const DeviceSpec& device = f.job->device;
   Prediction p;
   if (device.preset) {
-    std::string own;  // the figures the workload measured itself (docs/time-model.md, "Your own figures")
-    for (const auto& [set, key] : {std::pair{!device.gemm_efficiency.empty(), "gemm_efficiency"},
-                                   std::pair{device.hbm_efficiency > 0.0, "hbm_efficiency"},
-                                   std::pair{device.kernel_launch_us >= 0.0, "kernel_launch_us"}})
-      if (set) own += fmt::format("{}{}", own.empty() ? "" : ", ", key);
+    const auto own = own_device_figures(device);
     p.basis = fmt::format("the hardware time model of {}{} (docs/time-model.md)", device.preset->name,
-                          own.empty() ? "" : " with the workload's own " + own);
+                          own.empty() ? "" : fmt::format(" with the workload's own {}", fmt::join(own, ", ")));
   }
   else if (r.backend == BackendKind::sim)
     p.basis = fmt::format("the sim backend's modelled speed, device.sim_flops_per_s = {:.3g} FLOP/s", device.sim_flops_per_s);

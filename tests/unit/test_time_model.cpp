@@ -380,6 +380,17 @@ TEST_CASE("[device] gemm_efficiency, hbm_efficiency, kernel_launch_us: your own 
   CHECK(keys.at("device.kernel_launch_us") == "8");
   for (const char* k : {"device.gemm_efficiency", "device.hbm_efficiency", "device.kernel_launch_us"})
     CHECK(workload_keys(preset, preset.runs[0]).count(k) == 0);
+  // Said wherever the figures are: the plan's text and JSON name whose figures they are.
+  CHECK(own_device_figures(own.device) == std::vector<std::string_view>{"gemm_efficiency", "hbm_efficiency", "kernel_launch_us"});
+  CHECK(own_device_figures(preset.device).empty());
+  CHECK_THAT(format_plan_text(plan_job(own)),
+             Catch::Contains("time model (a100-80gb with the workload's own gemm_efficiency, hbm_efficiency, kernel_launch_us;"));
+  CHECK_THAT(format_plan_text(plan_job(preset)), Catch::Contains("time model (a100-80gb;"));
+  std::string json = format_plan_json(plan_job(own));
+  std::erase_if(json, [](char c) { return c == ' ' || c == '\n'; });
+  CHECK_THAT(json,
+             Catch::Contains("\"own_figures\":[\"gemm_efficiency\",\"hbm_efficiency\",\"kernel_launch_us\"]") &&
+                 Catch::Contains("\"gemm_efficiency\":[[256,0.5],[4096,0.6]]"));
   // Refused, each with the reason.
   const std::vector<std::pair<std::string, std::string>> bad{
       {"gemm_efficiency = [[4096, 0.6], [256, 0.5]]", "K must ascend"},

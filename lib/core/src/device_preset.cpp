@@ -69,4 +69,12 @@ DevicePreset device_model(const DeviceSpec& spec) {
   return d;
 }
 
+std::vector<std::string_view> own_device_figures(const DeviceSpec& spec) {
+  std::vector<std::string_view> keys;
+  if (!spec.gemm_efficiency.empty()) keys.push_back("gemm_efficiency");
+  if (spec.hbm_efficiency > 0.0) keys.push_back("hbm_efficiency");
+  if (spec.kernel_launch_us >= 0.0) keys.push_back("kernel_launch_us");
+  return keys;
+}
+
 }  // namespace pipebench

@@ -3,6 +3,7 @@
 #include <array>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "pipebench/core/error.hpp"
 #include "pipebench/core/units.hpp"
@@ -56,6 +57,7 @@ TimeBreakdown time_breakdown(const Job& job, const RunPlan& plan) {
   const bool train = run.mode == RunMode::train, full = train && run.recompute == Recompute::full;
   TimeBreakdown out;
   out.device = device;
+  out.own_figures = own_device_figures(job.device);
   out.layer = tm.block(model, b);
   const Cost layer = model.block(b);
   for (const TensorComm& c : {layer.tp_forward, layer.tp_input_grad, layer.tp_weight_grad})
@@ -93,9 +95,10 @@ TimeBreakdown time_breakdown(const Job& job, const RunPlan& plan) {
 }
 
 std::string time_breakdown_text(const TimeBreakdown& t) {
-  std::string out = fmt::format("time model ({}; docs/time-model.md): one layer, one micro-batch: forward {}; input "
+  std::string out = fmt::format("time model ({}{}; docs/time-model.md): one layer, one micro-batch: forward {}; input "
                                 "gradients {}; weight gradients {}",
-                                t.device.name, pass_text(t.layer.forward), pass_text(t.layer.input_grad),
+                                t.device.name, t.own_figures.empty() ? "" : fmt::format(" with the workload's own {}", fmt::join(t.own_figures, ", ")),
+                                pass_text(t.layer.forward), pass_text(t.layer.input_grad),
                                 pass_text(t.layer.weight_grad));
   if (t.layer.recompute.total() > 0.0) out += fmt::format("; recomputed attention {}", pass_text(t.layer.recompute));
   out += fmt::format("; tensor collectives {}\n", format_seconds(t.layer_tp_comm_s));
@@ -122,6 +125,9 @@ void time_breakdown_json(JsonWriter& w, const TimeBreakdown& t) {
   w.field("matrix_flops_16bit", t.device.matrix_flops_16bit).field("fp32_flops", t.device.fp32_flops);
   w.field("sms", t.device.sms).field("hbm_bytes_per_s", t.device.hbm_bytes_per_s);
   w.field("hbm_efficiency", t.device.hbm_efficiency).field("kernel_launch_us", t.device.kernel_launch_s * 1e6);
+  w.key("own_figures").begin_array();
+  for (std::string_view k : t.own_figures) w.value(k);
+  w.end_array();
   w.key("gemm_efficiency").begin_array();
   for (const GemmEfficiencyPoint& p : t.device.gemm_efficiency) w.begin_array().value(p.k).value(p.efficiency).end_array();
   w.end_array();

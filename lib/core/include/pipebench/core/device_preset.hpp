@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 #include <string_view>
 
 #include "pipebench/core/gemm_efficiency.hpp"
@@ -57,5 +58,8 @@ struct DeviceSpec;  // core/job.hpp
 // `spec.preset` must be set. The result's gemm_efficiency views
 // `spec.gemm_efficiency` when the workload gives one: valid while `spec` lives.
 DevicePreset device_model(const DeviceSpec& spec);
+// The keys of those figures `spec` sets, in that order; empty when it uses
+// the preset's throughout.
+std::vector<std::string_view> own_device_figures(const DeviceSpec& spec);
 
 }  // namespace pipebench

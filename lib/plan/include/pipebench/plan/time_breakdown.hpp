@@ -30,6 +30,7 @@ struct TimeBreakdown {
   // The modelled device: the job's preset with the figures the workload set
   // in their place (device_model); its table views the job's: use while the job lives.
   DevicePreset device{};
+  std::vector<std::string_view> own_figures;  // own_device_figures(job.device): the figures the workload set itself
   PieceTime layer;               // one transformer block, one micro-batch
   double layer_tp_comm_s = 0.0;  // its tensor-parallel collectives, all passes
   double transfer_s = 0.0;       // one pipeline transfer
