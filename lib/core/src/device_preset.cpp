@@ -36,10 +36,10 @@ const std::array<DevicePreset, 3> kPresets{{
      LinkPreset{200e9, 10e-6}, LinkPreset{23e9, 20e-6}},
     {"h100-80gb", "NVIDIA H100-SXM5-80GB, DGX H100 node (8 GPUs, NVLink 4 via NVSwitch, 8x NDR 400 Gb/s)",
      MiB(81559), 8, 989.4e12, 66.9e12, 132, 3350e9, 0.85, 5e-6, kGemmEfficiencyHopper,
-     LinkPreset{360e9, 10e-6}, LinkPreset{46e9, 20e-6}},
+     LinkPreset{370e9, 10e-6}, LinkPreset{46e9, 20e-6}},
     {"h200-141gb", "NVIDIA H200-SXM-141GB, HGX H200 node (8 GPUs, NVLink 4 via NVSwitch, 8x NDR 400 Gb/s)",
      MiB(143771), 8, 989.4e12, 66.9e12, 132, 4800e9, 0.85, 5e-6, kGemmEfficiencyHopper,
-     LinkPreset{360e9, 10e-6}, LinkPreset{46e9, 20e-6}},
+     LinkPreset{370e9, 10e-6}, LinkPreset{46e9, 20e-6}},
 }};
 
 }  // namespace
