@@ -133,29 +133,20 @@ def plan(pipebench, job, overrides=(), cache={}):
     return cache[key]
 
 
-# Each figure 10% less favourable, the others the preset's: (column, overrides from the run's `device`
-# figures and the job's links as planned).
+# Each figure 10% less favourable, the others as planned: (column, overrides), from the figures the
+# run was planned with (`time_model.device` of plan --format json).
 SLOWER = 0.9
 
 
-def sensitivity_variants(device, links):
+def sensitivity_variants(device):
     table = ", ".join(f"[{k:g}, {e * SLOWER:.6g}]" for k, e in device["gemm_efficiency"])
     return [
         ("GEMM e × 0.9", [f"device.gemm_efficiency=[{table}]"]),
         ("memory bandwidth × 0.9", [f"device.hbm_efficiency={device['hbm_efficiency'] * SLOWER:.6g}"]),
         ("launch cost × 1.1", [f"device.kernel_launch_us={device['kernel_launch_us'] / SLOWER:.6g}"]),
-        ("NVLink × 0.9", [f"device.sim_link_gbps={links['sim_link_gbps'] * SLOWER:.6g}"]),
-        ("InfiniBand × 0.9", [f"device.sim_inter_node_gbps={links['sim_inter_node_gbps'] * SLOWER:.6g}"]),
+        ("NVLink × 0.9", [f"device.sim_link_gbps={device['intra_node_gbps'] * SLOWER:.6g}"]),
+        ("InfiniBand × 0.9", [f"device.sim_inter_node_gbps={device['inter_node_gbps'] * SLOWER:.6g}"]),
     ]
-
-
-def job_links(job):
-    """The links the preset gives (none of the shipped jobs sets its own)."""
-    device = tomllib.loads((ROOT / job).read_text()).get("device", {})
-    if "sim_link_gbps" in device or "sim_inter_node_gbps" in device:
-        sys.exit(f"{job}: sets its own links; the sensitivity table reads the preset's")
-    preset = {"a100-80gb": (200e9, 23e9)}[device["preset"]]  # docs/time-model.md, "Presets"
-    return {"sim_link_gbps": preset[0] * 8e-9, "sim_inter_node_gbps": preset[1] * 8e-9}
 
 
 def all_time_rows():
@@ -203,7 +194,7 @@ def sensitivity(pipebench):
     columns, rows, errors = None, [], {}
     for label, job, name, published, _, paper in all_time_rows():
         run = plan(pipebench, job)[name]
-        variants = sensitivity_variants(run["time_model"]["device"], job_links(job))
+        variants = sensitivity_variants(run["time_model"]["device"])
         columns = columns or [c for c, _ in variants]
         base = (run["simulated"]["iteration_s"] - published) / published
         cells = [base]

@@ -390,7 +390,9 @@ TEST_CASE("[device] gemm_efficiency, hbm_efficiency, kernel_launch_us: your own 
   std::erase_if(json, [](char c) { return c == ' ' || c == '\n'; });
   CHECK_THAT(json,
              Catch::Contains("\"own_figures\":[\"gemm_efficiency\",\"hbm_efficiency\",\"kernel_launch_us\"]") &&
-                 Catch::Contains("\"gemm_efficiency\":[[256,0.5],[4096,0.6]]"));
+                 Catch::Contains("\"gemm_efficiency\":[[256,0.5],[4096,0.6]]") &&
+                 Catch::Contains("\"intra_node_gbps\":1600,\"intra_node_latency_us\":10,\"inter_node_gbps\":184,"
+                                 "\"inter_node_latency_us\":20"));
   // Refused, each with the reason.
   const std::vector<std::pair<std::string, std::string>> bad{
       {"gemm_efficiency = [[4096, 0.6], [256, 0.5]]", "K must ascend"},

@@ -20,16 +20,21 @@ double bus_bandwidth(Collective c, std::uint64_t bytes, int group_size, double s
   return bus_factor(c, group_size) * static_cast<double>(bytes) / seconds;
 }
 
-namespace {
+Link intra_node_link(const DeviceSpec& device) { return {device.sim_link_latency_us * 1e-6, device.sim_link_gbps, false}; }
 
-// The sim link when `group` is on one node, else the inter-node link.
-Link link_of(const DeviceSpec& device, const RankGrid& grid, const std::vector<int>& group) {
-  Link l{device.sim_link_latency_us * 1e-6, device.sim_link_gbps, false};
-  if (grid.within_one_node(group)) return l;
+Link inter_node_link(const DeviceSpec& device) {
+  Link l = intra_node_link(device);
   l.inter_node = true;
   if (device.sim_inter_node_latency_us >= 0.0) l.latency_s = device.sim_inter_node_latency_us * 1e-6;
   if (device.sim_inter_node_gbps > 0.0) l.gbps = device.sim_inter_node_gbps;
   return l;
+}
+
+namespace {
+
+// The sim link when `group` is on one node, else the inter-node link.
+Link link_of(const DeviceSpec& device, const RankGrid& grid, const std::vector<int>& group) {
+  return grid.within_one_node(group) ? intra_node_link(device) : inter_node_link(device);
 }
 
 }  // namespace

@@ -58,6 +58,8 @@ TimeBreakdown time_breakdown(const Job& job, const RunPlan& plan) {
   TimeBreakdown out;
   out.device = device;
   out.own_figures = own_device_figures(job.device);
+  out.intra_node = parallel::intra_node_link(job.device);
+  out.inter_node = parallel::inter_node_link(job.device);
   out.layer = tm.block(model, b);
   const Cost layer = model.block(b);
   for (const TensorComm& c : {layer.tp_forward, layer.tp_input_grad, layer.tp_weight_grad})
@@ -125,6 +127,8 @@ void time_breakdown_json(JsonWriter& w, const TimeBreakdown& t) {
   w.field("matrix_flops_16bit", t.device.matrix_flops_16bit).field("fp32_flops", t.device.fp32_flops);
   w.field("sms", t.device.sms).field("hbm_bytes_per_s", t.device.hbm_bytes_per_s);
   w.field("hbm_efficiency", t.device.hbm_efficiency).field("kernel_launch_us", t.device.kernel_launch_s * 1e6);
+  w.field("intra_node_gbps", t.intra_node.gbps).field("intra_node_latency_us", t.intra_node.latency_s * 1e6);
+  w.field("inter_node_gbps", t.inter_node.gbps).field("inter_node_latency_us", t.inter_node.latency_s * 1e6);
   w.key("own_figures").begin_array();
   for (std::string_view k : t.own_figures) w.value(k);
   w.end_array();

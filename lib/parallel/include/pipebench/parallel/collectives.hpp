@@ -58,6 +58,11 @@ struct Link {
   bool inter_node = false;
 };
 
+// The modelled machine's two link levels: the sim link (within a node) and
+// the inter-node link (device.sim_inter_node_*, each the sim link's where unset).
+Link intra_node_link(const DeviceSpec& device);
+Link inter_node_link(const DeviceSpec& device);
+
 // The link the data-parallel group of run rank `rank` reduces over on the
 // modelled machine (run_grid: device.ranks_per_node): the sim link when the
 // group is on one node, the inter-node link (device.sim_inter_node_*, each

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "pipebench/core/json.hpp"
+#include "pipebench/parallel/collectives.hpp"
 #include "pipebench/plan/plan.hpp"
 
 namespace pipebench {
@@ -31,6 +32,9 @@ struct TimeBreakdown {
   // in their place (device_model); its table views the job's: use while the job lives.
   DevicePreset device{};
   std::vector<std::string_view> own_figures;  // own_device_figures(job.device): the figures the workload set itself
+  // The two link levels as the job sets them (the preset's unless its
+  // sim_link_* / sim_inter_node_* keys say otherwise).
+  parallel::Link intra_node, inter_node;
   PieceTime layer;               // one transformer block, one micro-batch
   double layer_tp_comm_s = 0.0;  // its tensor-parallel collectives, all passes
   double transfer_s = 0.0;       // one pipeline transfer
