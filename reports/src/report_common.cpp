@@ -6,7 +6,6 @@
 #include <limits>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "pipebench/core/device_preset.hpp"
 #include "pipebench/core/units.hpp"
@@ -66,11 +65,8 @@ std::optional<Prediction> prediction_of(const FileView& f, const RunResult& r, c
     return std::nullopt;
   const DeviceSpec& device = f.job->device;
   Prediction p;
-  if (device.preset) {
-    const auto own = own_device_figures(device);
-    p.basis = fmt::format("the hardware time model of {}{} (docs/time-model.md)", device.preset->name,
-                          own.empty() ? "" : fmt::format(" with the workload's own {}", fmt::join(own, ", ")));
-  }
+  if (device.preset)
+    p.basis = fmt::format("the hardware time model of {} (docs/time-model.md)", device_model_name(device));
   else if (r.backend == BackendKind::sim)
     p.basis = fmt::format("the sim backend's modelled speed, device.sim_flops_per_s = {:.3g} FLOP/s", device.sim_flops_per_s);
   else

@@ -232,9 +232,8 @@ DeviceSpec read_device(TableReader& r) {
   if (d.hbm_efficiency > 1.0) r.fail_key("hbm_efficiency", "expected at most 1 (a share of the peak bandwidth)");
   d.kernel_launch_us = r.number("kernel_launch_us", d.kernel_launch_us, 0.0, true);
   if (d.kernel_launch_us > 1e6) r.fail_key("kernel_launch_us", "expected at most 1e6 (one second)");
-  for (std::string_view key : {"gemm_efficiency", "hbm_efficiency", "kernel_launch_us"})
-    if (!d.preset && r.find(key))
-      r.fail_key(key, "replaces a device preset's figure and needs [device] preset (\"a100-80gb\", \"h100-80gb\" or \"h200-141gb\")");
+  if (const auto own = own_device_figures(d); !d.preset && !own.empty())
+    r.fail_key(own.front(), "replaces a device preset's figure and needs [device] preset (\"a100-80gb\", \"h100-80gb\" or \"h200-141gb\")");
   d.sim_clock = r.choice<SimClock>("sim_clock", d.sim_clock, {{"wall", SimClock::wall}, {"virtual", SimClock::virtual_time}});
   if (d.sim_clock == SimClock::virtual_time && d.backend != BackendKind::sim)
     r.fail_key("sim_clock", fmt::format("\"virtual\" models time and needs backend = \"sim\" (the {} backend measures real time)",

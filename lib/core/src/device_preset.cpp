@@ -77,4 +77,11 @@ std::vector<std::string_view> own_device_figures(const DeviceSpec& spec) {
   return keys;
 }
 
+std::string device_model_name(const DeviceSpec& spec) {
+  std::string name(spec.preset->name);
+  const auto own = own_device_figures(spec);
+  for (std::size_t i = 0; i < own.size(); ++i) name += (i == 0 ? " with the workload's own " : ", ") + std::string(own[i]);
+  return name;
+}
+
 }  // namespace pipebench

@@ -3,7 +3,6 @@
 #include <array>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "pipebench/core/error.hpp"
 #include "pipebench/core/units.hpp"
@@ -58,6 +57,7 @@ TimeBreakdown time_breakdown(const Job& job, const RunPlan& plan) {
   TimeBreakdown out;
   out.device = device;
   out.own_figures = own_device_figures(job.device);
+  out.name = device_model_name(job.device);
   out.intra_node = parallel::intra_node_link(job.device);
   out.inter_node = parallel::inter_node_link(job.device);
   out.layer = tm.block(model, b);
@@ -97,10 +97,9 @@ TimeBreakdown time_breakdown(const Job& job, const RunPlan& plan) {
 }
 
 std::string time_breakdown_text(const TimeBreakdown& t) {
-  std::string out = fmt::format("time model ({}{}; docs/time-model.md): one layer, one micro-batch: forward {}; input "
+  std::string out = fmt::format("time model ({}; docs/time-model.md): one layer, one micro-batch: forward {}; input "
                                 "gradients {}; weight gradients {}",
-                                t.device.name, t.own_figures.empty() ? "" : fmt::format(" with the workload's own {}", fmt::join(t.own_figures, ", ")),
-                                pass_text(t.layer.forward), pass_text(t.layer.input_grad),
+                                t.name, pass_text(t.layer.forward), pass_text(t.layer.input_grad),
                                 pass_text(t.layer.weight_grad));
   if (t.layer.recompute.total() > 0.0) out += fmt::format("; recomputed attention {}", pass_text(t.layer.recompute));
   out += fmt::format("; tensor collectives {}\n", format_seconds(t.layer_tp_comm_s));

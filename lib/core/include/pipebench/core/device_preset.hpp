@@ -10,8 +10,9 @@
 
 #include <cstdint>
 #include <span>
-#include <vector>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "pipebench/core/gemm_efficiency.hpp"
 
@@ -61,5 +62,8 @@ DevicePreset device_model(const DeviceSpec& spec);
 // The keys of those figures `spec` sets, in that order; empty when it uses
 // the preset's throughout.
 std::vector<std::string_view> own_device_figures(const DeviceSpec& spec);
+// How the plan and the report name the modelled device: the preset's name,
+// and "with the workload's own K1, K2" when own_device_figures is not empty.
+std::string device_model_name(const DeviceSpec& spec);
 
 }  // namespace pipebench

@@ -32,6 +32,7 @@ struct TimeBreakdown {
   // in their place (device_model); its table views the job's: use while the job lives.
   DevicePreset device{};
   std::vector<std::string_view> own_figures;  // own_device_figures(job.device): the figures the workload set itself
+  std::string name;                           // device_model_name(job.device)
   // The two link levels as the job sets them (the preset's unless its
   // sim_link_* / sim_inter_node_* keys say otherwise).
   parallel::Link intra_node, inter_node;
