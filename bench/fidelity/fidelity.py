@@ -18,7 +18,13 @@ bandwidth, the launch cost, the intra- and inter-node links; `--set` of the
 workload's own-figure keys, docs/time-model.md "Your own figures"), to show
 which figure each row's error rests on. Nothing is chosen from it.
 
-Without --write/--check both are printed. --check exits 1 when the file
+The layer table: Korthikanti et al.'s Table 4, one transformer layer of the
+22B model, forward and backward (collectives included, the backward with its
+recomputation), beside the plan's `time_model.layer.forward_s` /
+`backward_s`. It locates the iteration rows' error: inside the layers or
+around them. Its errors are not averaged into the iteration rows'.
+
+Without --write/--check all three are printed. --check exits 1 when the file
 differs from what the planner predicts now (the test `bench.fidelity`).
 """
 import json
@@ -109,6 +115,19 @@ def table1_time_rows():
     return rows
 
 
+# Korthikanti et al. 2022, Table 4: "Time to complete the forward and backward
+# pass of a single transformer layer of the 22B model" (the 22B of Table 3:
+# t = 8, micro-batch 4), milliseconds.
+LAYER_JOB = "jobs/korthikanti/gpt_22b_sim.toml"
+LAYER_ROWS = [
+    # (Table 4's experiment, run, forward ms, backward ms)
+    ("Baseline no recompute", "tp8_none", 7.7, 11.9),
+    ("Sequence Parallelism", "tp8_sp", 7.2, 11.8),
+    ("Baseline with recompute", "tp8_full", 7.7, 19.5),
+    ("Selective Recompute", "tp8_selective", 7.7, 13.2),
+    ("Selective + Sequence", "tp8_sp_selective", 7.2, 13.1),
+]
+
 MEMORY_ROWS = [
     # (label, job, run, quantity, published GiB, where)
     ("22B parameters + optimizer", "jobs/korthikanti/gpt_22b_sim.toml", "tp8_none", "state", 45.56, "Figure 1"),
@@ -189,6 +208,28 @@ def table(pipebench):
     return "\n".join(lines) + "\n"
 
 
+def layer_table(pipebench):
+    """Table 4's rows beside the plan's one-layer forward and backward."""
+    runs = plan(pipebench, LAYER_JOB)
+    lines = ["| Table 4 row (run) | forward: published | predicted | error | backward: published | predicted | error "
+             "| combined: published | predicted | error |", "|---|" + "---:|" * 9]
+    errors = []
+    for experiment, name, forward_ms, backward_ms in LAYER_ROWS:
+        layer = runs[name]["time_model"]["layer"]
+        cells = []
+        for published, predicted in ((forward_ms, 1e3 * layer["forward_s"]), (backward_ms, 1e3 * layer["backward_s"]),
+                                     (forward_ms + backward_ms, 1e3 * (layer["forward_s"] + layer["backward_s"]))):
+            err = (predicted - published) / published
+            errors.append(abs(err))
+            cells.append(f"{published:.1f} ms | {predicted:.2f} ms | {100 * err:+.1f}%")
+        lines.append(f"| {experiment} (`{name}`) | " + " | ".join(cells) + " |")
+    mean = lambda xs: 100 * sum(xs) / len(xs)
+    lines.append("")
+    lines.append(f"Average absolute error over the {len(LAYER_ROWS)} rows: forward {mean(errors[0::3]):.1f}%, backward "
+                 f"{mean(errors[1::3]):.1f}%, combined {mean(errors[2::3]):.1f}%.")
+    return "\n".join(lines) + "\n"
+
+
 def sensitivity(pipebench):
     """Every time row's error with each figure 10% less favourable in turn."""
     columns, rows, errors = None, [], {}
@@ -214,9 +255,12 @@ def sensitivity(pipebench):
 
 BEGIN, END = "<!-- fidelity table: begin -->\n", "<!-- fidelity table: end -->\n"
 SENS_BEGIN, SENS_END = "<!-- fidelity sensitivity: begin -->\n", "<!-- fidelity sensitivity: end -->\n"
+LAYER_BEGIN, LAYER_END = "<!-- fidelity layer: begin -->\n", "<!-- fidelity layer: end -->\n"
 
 
 def between(doc, begin, end, text):
+    if begin not in doc or end not in doc.split(begin, 1)[1]:
+        sys.exit(f"the page has no {begin.strip()} ... {end.strip()} section to write the table into")
     head, rest = doc.split(begin, 1)
     _, tail = rest.split(end, 1)
     return head + begin + text + end + tail
@@ -227,18 +271,18 @@ def main():
     if not args or args[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if args else 2
-    text, sens = table(args[0]), sensitivity(args[0])
+    text, layers, sens = table(args[0]), layer_table(args[0]), sensitivity(args[0])
     if len(args) == 1:
-        sys.stdout.write(text + "\n" + sens)
+        sys.stdout.write(text + "\n" + layers + "\n" + sens)
         return 0
     mode, path = args[1], Path(args[2])
     doc = path.read_text()
-    new = between(between(doc, BEGIN, END, text), SENS_BEGIN, SENS_END, sens)
+    new = between(between(between(doc, BEGIN, END, text), LAYER_BEGIN, LAYER_END, layers), SENS_BEGIN, SENS_END, sens)
     if mode == "--write":
         path.write_text(new)
         return 0
     if new != doc:
-        print(f"{path} is out of date: bench/fidelity/fidelity.py PIPEBENCH --write {path}\nnow:\n{text}\n{sens}")
+        print(f"{path} is out of date: bench/fidelity/fidelity.py PIPEBENCH --write {path}\nnow:\n{text}\n{layers}\n{sens}")
         return 1
     print(text)
     return 0

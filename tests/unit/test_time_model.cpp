@@ -310,6 +310,32 @@ TEST_CASE("time model: the planner's costs are the terms plus the collectives; t
   CHECK_THAT(format_plan_text(plan_job(job)), Catch::Contains("time model (a100-80gb"));
 }
 
+TEST_CASE("the block as run: forward and backward with their collectives and the run's recomputation",
+          "[time_model]") {
+  // Korthikanti et al.'s Table 4 measure (docs/fidelity.md): one layer's
+  // forward, and its backward with whatever the run recomputes.
+  const std::string tp = testing::replaced(kJob, "pipeline_size = 2", "pipeline_size = 2\ntensor_parallel = 2");
+  const auto breakdown = [&](const std::string& recompute) {
+    const Job job = parse_job(recompute.empty() ? tp : tp + "recompute = \"" + recompute + "\"\n", "w.toml");
+    return time_breakdown(job, plan_run(job, job.runs[0]));
+  };
+  const TimeBreakdown none = breakdown(""), full = breakdown("full"), selective = breakdown("selective");
+  REQUIRE(none.layer_tp_forward_s > 0.0);
+  CHECK(none.layer_tp_comm_s ==
+        Approx(none.layer_tp_forward_s + none.layer_tp_input_grad_s + none.layer_tp_weight_grad_s));
+  CHECK(none.layer_forward_s == Approx(none.layer.forward.total() + none.layer_tp_forward_s));
+  CHECK(none.layer_backward_s == Approx(none.layer.input_grad.total() + none.layer.weight_grad.total() +
+                                        none.layer_tp_input_grad_s + none.layer_tp_weight_grad_s));
+  // Full recomputation runs the forward, collectives included, again in the backward;
+  // selective only the attention core, which has no collective.
+  CHECK(full.layer_forward_s == Approx(none.layer_forward_s));
+  CHECK(full.layer_backward_s == Approx(none.layer_backward_s + none.layer_forward_s));
+  REQUIRE(selective.layer.recompute.total() > 0.0);
+  CHECK(selective.layer_backward_s == Approx(none.layer_backward_s + selective.layer.recompute.total()));
+  CHECK_THAT(format_plan_json(plan_job(parse_job(tp, "w.toml"))),
+             Catch::Contains("\"tp_comm\": {") && Catch::Contains("\"input_grad_s\":") && Catch::Contains("\"backward_s\":"));
+}
+
 TEST_CASE("pipeline transfers ride the inter-node link when a pipeline spans nodes", "[time_model]") {
   Job job = parse_job(kJob, "w.toml");
   const RunSpec& run = job.runs[0];

@@ -62,8 +62,15 @@ TimeBreakdown time_breakdown(const Job& job, const RunPlan& plan) {
   out.inter_node = parallel::inter_node_link(job.device);
   out.layer = tm.block(model, b);
   const Cost layer = model.block(b);
-  for (const TensorComm& c : {layer.tp_forward, layer.tp_input_grad, layer.tp_weight_grad})
-    out.layer_tp_comm_s += parallel::tensor_comm_s(c.calls, c.wire_bytes, t, link);
+  const auto comm_s = [&](const TensorComm& c) { return parallel::tensor_comm_s(c.calls, c.wire_bytes, t, link); };
+  out.layer_tp_forward_s = comm_s(layer.tp_forward);
+  out.layer_tp_input_grad_s = comm_s(layer.tp_input_grad);
+  out.layer_tp_weight_grad_s = comm_s(layer.tp_weight_grad);
+  out.layer_tp_comm_s = out.layer_tp_forward_s + out.layer_tp_input_grad_s + out.layer_tp_weight_grad_s;
+  out.layer_forward_s = out.layer.forward.total() + out.layer_tp_forward_s;
+  if (train)
+    out.layer_backward_s = out.layer.input_grad.total() + out.layer.weight_grad.total() + out.layer.recompute.total() +
+                           out.layer_tp_input_grad_s + out.layer_tp_weight_grad_s + (full ? out.layer_forward_s : 0.0);
   out.transfer_s = plan.costs.transfer;
   for (const StagePlan& sp : plan.stages) {
     RankStepTime r;
@@ -102,7 +109,9 @@ std::string time_breakdown_text(const TimeBreakdown& t) {
                                 t.name, pass_text(t.layer.forward), pass_text(t.layer.input_grad),
                                 pass_text(t.layer.weight_grad));
   if (t.layer.recompute.total() > 0.0) out += fmt::format("; recomputed attention {}", pass_text(t.layer.recompute));
-  out += fmt::format("; tensor collectives {}\n", format_seconds(t.layer_tp_comm_s));
+  out += fmt::format("; tensor collectives {}; the block as run, collectives included: forward {}", format_seconds(t.layer_tp_comm_s),
+                     format_seconds(t.layer_forward_s));
+  out += t.layer_backward_s > 0.0 ? fmt::format(", backward {}\n", format_seconds(t.layer_backward_s)) : "\n";
   out += fmt::format("  {:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "rank", "forward", "input grad",
                      "weight grad", "recompute", "tp comm", "pp sends", "dp exposed", "optimizer");
   for (const RankStepTime& r : t.ranks)
@@ -141,6 +150,11 @@ void time_breakdown_json(JsonWriter& w, const TimeBreakdown& t) {
   pass_json(w, "weight_grad", t.layer.weight_grad);
   pass_json(w, "recompute", t.layer.recompute);
   w.field("tp_comm_s", t.layer_tp_comm_s);
+  w.key("tp_comm").begin_object();
+  w.field("forward_s", t.layer_tp_forward_s).field("input_grad_s", t.layer_tp_input_grad_s);
+  w.field("weight_grad_s", t.layer_tp_weight_grad_s);
+  w.end_object();
+  w.field("forward_s", t.layer_forward_s).field("backward_s", t.layer_backward_s);
   w.end_object();
   w.field("transfer_s", t.transfer_s);
   w.key("ranks").begin_array();

@@ -38,6 +38,15 @@ struct TimeBreakdown {
   parallel::Link intra_node, inter_node;
   PieceTime layer;               // one transformer block, one micro-batch
   double layer_tp_comm_s = 0.0;  // its tensor-parallel collectives, all passes
+  // ... by pass: the forward's, the input-gradient pass's, the weight-gradient
+  // pass's (sequence parallelism's second all-gather of the input among them).
+  double layer_tp_forward_s = 0.0, layer_tp_input_grad_s = 0.0, layer_tp_weight_grad_s = 0.0;
+  // The block's forward and backward as the run executes them, collectives
+  // included: the backward with both gradient passes and the run's
+  // recomputation (selective: the attention core; full: the forward and its
+  // collectives again). What Korthikanti et al. 2022's Table 4 measures for
+  // one layer (docs/fidelity.md).
+  double layer_forward_s = 0.0, layer_backward_s = 0.0;
   double transfer_s = 0.0;       // one pipeline transfer
   std::vector<RankStepTime> ranks;
   double iteration_s = 0.0;      // RunPlan::iteration_s
