@@ -151,14 +151,24 @@ MEMORY_ROWS = [
 ]
 
 
-def plan(pipebench, job, overrides=(), cache={}):
+def plan_json(pipebench, job, overrides=(), cache={}):
+    """`pipebench plan JOB --format json`, once per job and overrides."""
     key = (job, tuple(overrides))
     if key not in cache:
         sets = [a for o in overrides for a in ("--set", o)]
         out = subprocess.run([pipebench, "plan", str(ROOT / job), "--format", "json", *sets], check=True,
                              capture_output=True, text=True).stdout
-        cache[key] = {r["name"]: r for r in json.loads(out)["runs"]}
+        cache[key] = json.loads(out)
     return cache[key]
+
+
+def plan(pipebench, job, overrides=()):
+    """The job's planned runs by name."""
+    return {r["name"]: r for r in plan_json(pipebench, job, overrides)["runs"]}
+
+
+def plan_model(pipebench, job):
+    return plan_json(pipebench, job)["model"]
 
 
 # Each figure 10% less favourable, the others as planned: (column, overrides), from the figures the
