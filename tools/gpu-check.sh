@@ -28,6 +28,8 @@
 #   gemm-k-sweep  cuBLAS TFLOP/s of 8192 x 8192 x K GEMMs, K = 32 ... 8192: the
 #                 measurement the time model's efficiency table should be
 #                 calibrated from, beside the time model (docs/time-model.md, "Calibrating the GEMM table")
+#   gemm-accumulate  bf16 GEMMs into fp32 written and accumulated (beta = 1) at weight-gradient
+#                 shapes (K = the tokens of a micro-batch): the preset's gemm_accumulate_serial measured
 # Writes OUT/summary.json (steps with verdict and seconds; GEMM TFLOP/s beside
 # torch's; step times beside torch's; cross-check and sanitizer lines) and one
 # log per step (each at most 16 MiB), all in OUT itself.
@@ -135,6 +137,7 @@ step sanitizer 150 compute-sanitizer --tool memcheck --error-exitcode 9 gpu_test
 step sanitizer-schedules 150 compute-sanitizer --tool memcheck --error-exitcode 9 gpu_tests \
   "cuda: split backward and recomputation repeat the plain backward"
 step gemm-k-sweep 60 bench_cuda_gemm $(for k in 32 64 128 256 512 1024 2048 4096 8192; do echo 8192 8192 $k; done)
+step gemm-accumulate 60 bench_cuda_gemm --accumulate 8192 8192 2048 8192 28672 4096 20480 10240 2048 8192 8192 8192
 if compgen -G "$out/results/*/*.h5" >/dev/null; then
   pipebench report "$out"/results/*/*.h5 -o "$out/report" > "$out/report.log" 2>&1 || true
 fi

@@ -35,6 +35,12 @@ def model_lines(name):  # bench_cuda_gemm's `model` lines: each GEMM beside the 
             for f in (line.split()[1:] for line in text(name).splitlines() if line.startswith("model "))
             if len(f) == len(keys)]
 k_sweep = model_lines("gemm-k-sweep.log")
+# bench_cuda_gemm --accumulate's lines: a weight gradient's output read, measured (docs/time-model.md, "GEMMs").
+accumulate = [dict(zip(("M", "N", "K", "written_ms", "accumulated_ms", "read_ms", "serial"),
+                       (*map(float, f[:6]), None if f[6] == "-" else float(f[6]))))
+              for f in (line.split()[1:] for line in text("gemm-accumulate.log").splitlines()
+                        if line.startswith("accumulate ")) if len(f) == 7]
+serial = [a["serial"] for a in accumulate if a["serial"] is not None]
 runs = {}
 summary = os.path.join(out, "report", "summary.json")
 if os.path.exists(summary):
@@ -58,6 +64,11 @@ result = {
     # (docs/time-model.md, "Your own figures"); null when the sweep had none.
     "gemm_efficiency_toml": ("gemm_efficiency = [" + ", ".join(f"[{k}, {min(e, 1.0):.3f}]" for k, e in sorted(measured_e.items()))
                              + "]") if measured_e else None,
+    # The accumulating GEMMs' share of the output read not hidden behind the math, and the
+    # [device] key that puts their median in place of the preset's (null without measurements).
+    "gemm_accumulate": accumulate,
+    "gemm_accumulate_serial_toml": (f"gemm_accumulate_serial = {min(max(sorted(serial)[len(serial) // 2], 0.0), 1.0):.3f}"
+                                    if serial else None),
     "torch_gpt_step_time_median_s": peer,
     "baseline_vs_torch_step_ratio": base / peer if base and peer else None,
     # The time model's step over the measured one, minus 1 (with the GPU's preset; null without).

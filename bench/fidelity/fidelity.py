@@ -15,8 +15,10 @@ counts the recomputed forward) over the GPUs' aggregate FLOP/s.
 The sensitivity table beside it: every time row's error again with one of the
 device's figures 10% less favourable (the GEMM efficiency table, the streaming
 bandwidth, the launch cost, the intra- and inter-node links; `--set` of the
-workload's own-figure keys, docs/time-model.md "Your own figures"), to show
-which figure each row's error rests on. Nothing is chosen from it.
+workload's own-figure keys, docs/time-model.md "Your own figures"), and with
+the accumulating GEMMs' output read overlapped (gemm_accumulate_serial = 0,
+the model before 2026-12-07), to show which figure each row's error rests on.
+Nothing is chosen from it.
 
 The layer table: Korthikanti et al.'s Table 4, one transformer layer of the
 22B model, forward and backward (collectives included, the backward with its
@@ -184,6 +186,9 @@ def sensitivity_variants(device):
         ("launch cost × 1.1", [f"device.kernel_launch_us={device['kernel_launch_us'] / SLOWER:.6g}"]),
         ("NVLink × 0.9", [f"device.sim_link_gbps={device['intra_node_gbps'] * SLOWER:.6g}"]),
         ("InfiniBand × 0.9", [f"device.sim_inter_node_gbps={device['inter_node_gbps'] * SLOWER:.6g}"]),
+        # Not a 10% change: the accumulating GEMMs' output read overlapped with their math,
+        # as the model had it before the A100's was made serial (docs/time-model.md, "GEMMs").
+        ("accumulate read overlapped", ["device.gemm_accumulate_serial=0"]),
     ]
 
 

@@ -15,7 +15,14 @@
 // side — the e(K) the measurement gives, or — on the memory side — the share
 // of the peak bandwidth it implies (docs/time-model.md, "Calibrating the GEMM
 // table"; tools/gpu-check.sh collects these lines into its summary.json).
-//   bench_cuda_gemm [--preset NAME] [M N K]...     (default: 4096 4096 4096)
+//
+// --accumulate measures instead what a weight gradient does: bf16 A and B,
+// the output fp32, written (beta = 0) and accumulated (beta = 1: read, then
+// written), one `accumulate` line per shape with the share of the output's
+// read (4 bytes an element at the preset's achievable bandwidth) the
+// accumulation adds to the time — the preset's gemm_accumulate_serial
+// (docs/time-model.md, "GEMMs").
+//   bench_cuda_gemm [--preset NAME] [--accumulate] [M N K]...     (default: 4096 4096 4096)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -70,25 +77,27 @@ void fill_random(void* dst, cudaDataType_t type, std::size_t n, unsigned seed) {
   }
 }
 
-double tflops(cublasHandle_t h, cudaDataType_t type, int M, int N, int K) {
-  const std::size_t esize = type == CUDA_R_32F ? 4 : 2;
+// The median seconds of C[M,N] = A·B + beta·C, A and B of `type`, C of `ctype`.
+double median_s(cublasHandle_t h, cudaDataType_t type, cudaDataType_t ctype, float beta, int M, int N, int K) {
+  const std::size_t esize = type == CUDA_R_32F ? 4 : 2, csize = ctype == CUDA_R_32F ? 4 : 2;
   void *A, *B, *C;
   CHECK_CUDA(cudaMalloc(&A, esize * M * K));
   CHECK_CUDA(cudaMalloc(&B, esize * K * N));
-  CHECK_CUDA(cudaMalloc(&C, esize * M * N));
+  CHECK_CUDA(cudaMalloc(&C, csize * M * N));
   fill_random(A, type, static_cast<std::size_t>(M) * K, 1);
   fill_random(B, type, static_cast<std::size_t>(K) * N, 2);
+  fill_random(C, ctype, static_cast<std::size_t>(M) * N, 3);
   CHECK_CUBLAS(cublasSetMathMode(h, type == CUDA_R_32F ? CUBLAS_PEDANTIC_MATH
                                                        : static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
                                                                                    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f;
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
   std::vector<float> ms;
   for (int i = 0; i < 23; ++i) {
     CHECK_CUDA(cudaEventRecord(e0));
-    CHECK_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, type, N, A, type, K, &beta, C, type, N,
+    CHECK_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B, type, N, A, type, K, &beta, C, ctype, N,
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     CHECK_CUDA(cudaEventRecord(e1));
     CHECK_CUDA(cudaEventSynchronize(e1));
@@ -97,13 +106,34 @@ double tflops(cublasHandle_t h, cudaDataType_t type, int M, int N, int K) {
     if (i >= 3) ms.push_back(t);
   }
   std::sort(ms.begin(), ms.end());
-  const double median_s = ms[ms.size() / 2] * 1e-3;
+  const double seconds = ms[ms.size() / 2] * 1e-3;
   cudaFree(A);
   cudaFree(B);
   cudaFree(C);
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  return 2.0 * M * N * K / median_s / 1e12;
+  return seconds;
+}
+
+double tflops(cublasHandle_t h, cudaDataType_t type, int M, int N, int K) {
+  return 2.0 * M * N * K / median_s(h, type, type, 0.0f, M, N, K) / 1e12;
+}
+
+// --accumulate: each shape's bf16 GEMM into an fp32 output, written and
+// accumulated, and the share of the output's modelled read the difference is.
+void accumulate_table(cublasHandle_t h, const pipebench::DevicePreset* preset, const std::vector<int>& shapes) {
+  std::printf("%10s %6s %6s %6s %12s %12s %12s %8s\n", "", "M", "N", "K", "written_ms", "accum_ms", "read_ms",
+              "serial");
+  for (std::size_t i = 0; i < shapes.size(); i += 3) {
+    const int M = shapes[i], N = shapes[i + 1], K = shapes[i + 2];
+    const double written = median_s(h, CUDA_R_16BF, CUDA_R_32F, 0.0f, M, N, K);
+    const double accumulated = median_s(h, CUDA_R_16BF, CUDA_R_32F, 1.0f, M, N, K);
+    const double read = preset ? pipebench::TimeModel(*preset, pipebench::DType::bf16).stream_s(4.0 * M * N) : 0.0;
+    char serial[32] = "-";
+    if (preset) std::snprintf(serial, sizeof serial, "%.3f", (accumulated - written) / read);
+    std::printf("accumulate %6d %6d %6d %12.4f %12.4f %12.4f %8s\n", M, N, K, written * 1e3, accumulated * 1e3,
+                read * 1e3, serial);
+  }
 }
 
 // The model's lines for one dtype's measurements (TFLOP/s per shape).
@@ -130,9 +160,12 @@ void print_model(const pipebench::DevicePreset& preset, pipebench::DType dtype, 
 int main(int argc, char** argv) {
   std::vector<int> shapes;
   const char* preset_name = nullptr;
+  bool accumulate = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--preset") == 0 && i + 1 < argc)
       preset_name = argv[++i];
+    else if (std::strcmp(argv[i], "--accumulate") == 0)
+      accumulate = true;
     else
       shapes.push_back(std::atoi(argv[i]));
   }
@@ -147,6 +180,13 @@ int main(int argc, char** argv) {
   }
   cublasHandle_t h;
   CHECK_CUBLAS(cublasCreate(&h));
+  if (accumulate) {
+    std::printf("bf16 GEMM into fp32 on %s, written (beta 0) and accumulated (beta 1), median of 20; model: %s\n",
+                prop.name, preset ? std::string(preset->name).c_str() : "none (give --preset NAME)");
+    accumulate_table(h, preset, shapes);
+    cublasDestroy(h);
+    return 0;
+  }
   std::printf("GEMM TFLOP/s on %s (cublasGemmEx, fp32 accumulation, median of 20)\n", prop.name);
   std::printf("%6s %6s %6s %10s %10s %10s %12s %12s\n", "M", "N", "K", "fp32", "bf16", "fp16", "bf16/fp32", "fp16/fp32");
   std::vector<double> f32s, b16s, h16s;

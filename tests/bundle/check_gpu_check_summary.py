@@ -16,12 +16,16 @@ import sys
 import tempfile
 
 
-def model_format(src):
+def line_format(src, word):
     code = open(os.path.join(src, "bench/micro/bench_cuda_gemm.cpp")).read()
-    m = re.search(r'std::printf\("(model [^"]*)\\n"', code)
+    m = re.search(r'std::printf\("(' + word + r' [^"]*)\\n"', code)
     if not m:
-        sys.exit("FAIL: no `model` line format in bench_cuda_gemm.cpp")
+        sys.exit(f"FAIL: no `{word}` line format in bench_cuda_gemm.cpp")
     return m.group(1)
+
+
+def model_format(src):
+    return line_format(src, "model")
 
 
 def main():
@@ -48,6 +52,11 @@ def check(src, out):
           + fmt % ("bf16", 8192, 8192, 4096, 0.6000, 0.6830, 1.138, "compute", 0.850, "0.967", "-") + "\n"
           + fmt % ("fp16", 8192, 8192, 4096, 0.6100, 0.6830, 1.120, "compute", 0.850, "0.951", "-") + "\n"
           + fmt % ("fp32", 8192, 8192, 4096, 9.0000, 8.5000, 0.944, "compute", 0.850, "0.803", "-") + "\n")
+    acc = line_format(src, "accumulate")
+    write("gemm-accumulate.log", "bf16 GEMM into fp32 on NVIDIA H200, written (beta 0) and accumulated (beta 1)\n"
+          + acc % (8192, 8192, 2048, 0.50, 0.56, 0.05, "1.200") + "\n"
+          + acc % (8192, 8192, 8192, 1.90, 1.92, 0.05, "0.400") + "\n"
+          + acc % (20480, 10240, 2048, 2.40, 2.49, 0.10, "0.950") + "\n")
     write("torch-gemm.log", 'noise\n{"gemm_tflops": [{"fp32": 40.0, "bf16": 500.0, "fp16": 0}]}\n')
     write("torch-gpt.log", '{"gpt_step_time_median_s": 0.2}\n')
     write("gpu.txt", "NVIDIA H200, 570.00, 143771 MiB, 9.0\n")
@@ -67,6 +76,7 @@ def check(src, out):
         "passed": False,  # the sanitizer step failed
         "gemm_efficiency_measured": {"4096": 0.967},  # bf16 compute-side points only (JSON keys are strings)
         "gemm_efficiency_toml": "gemm_efficiency = [[4096, 0.967]]",  # pasted under [device], it replaces the table
+        "gemm_accumulate_serial_toml": "gemm_accumulate_serial = 0.950",  # the median of the three
         "baseline_vs_torch_step_ratio": 1.25,
         "time_model_step_error": 0.25,
     }
@@ -88,6 +98,9 @@ def check(src, out):
         problems.append(f"gemm_k_sweep_model: {sweep}")
     elif sweep[0]["measured_e"] is not None or sweep[0]["bandwidth_fraction"] != 0.7 or sweep[1]["measured_e"] != 0.967:
         problems.append(f"gemm_k_sweep_model's figures: {sweep[:2]}")
+    if [(a["M"], a["K"], a["serial"]) for a in s["gemm_accumulate"]] != [(8192.0, 2048.0, 1.2), (8192.0, 8192.0, 0.4),
+                                                                      (20480.0, 2048.0, 0.95)]:
+        problems.append(f"gemm_accumulate: {s['gemm_accumulate']}")
     if len(s["gemm_model"]) != 1 or s["gemm_model"][0]["model_over_measured"] != 0.932:
         problems.append(f"gemm_model: {s['gemm_model']}")
     for p_ in problems:

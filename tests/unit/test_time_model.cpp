@@ -47,7 +47,7 @@ num_microbatches = 4
 // A device on which every GEMM runs at its peak and memory is free: the GEMM
 // terms are then FLOPs / peak exactly.
 constexpr std::array<GemmEfficiencyPoint, 2> kIdeal{{{1, 1.0}, {1 << 20, 1.0}}};
-const DevicePreset kIdealDevice{"ideal", "", 1ull << 40, 8, 1e15, 1e15, 1, 1e30, 1.0, 0.0, kIdeal,
+const DevicePreset kIdealDevice{"ideal", "", 1ull << 40, 8, 1e15, 1e15, 1, 1e30, 1.0, 0.0, kIdeal, 0.0,
                                 LinkPreset{1e11, 1e-5}, LinkPreset{1e10, 2e-5}};
 
 ModelSpec spec(ModelKind kind) {
@@ -125,10 +125,24 @@ TEST_CASE("GEMM model: efficiency table, wave quantization, memory roofline", "[
   // output is read and written, 8 bytes an element, whatever the dtype.
   const double accumulated = 2.0 * (n * 16 + 16 * n) + 8.0 * n * n;
   CHECK(tm.gemm_s(n, n, 16, 1.0, TimeModel::Output::accumulated_fp32) == Approx(accumulated / (2039e9 * 0.85)));
-  CHECK(TimeModel(a100, DType::fp32).gemm_s(n, n, 16, 1.0, TimeModel::Output::accumulated_fp32) ==
-        Approx((4.0 * (n * 16 + 16 * n) + 8.0 * n * n) / (2039e9 * 0.85)));
-  // Compute-bound, the output's traffic changes nothing.
-  CHECK(tm.gemm_s(n, n, n, 1.0, TimeModel::Output::accumulated_fp32) == tm.gemm_s(n, n, n));
+  // Compute-bound, the A100 still reads the output after the mainloop
+  // (gemm_accumulate_serial = 1): 4 bytes an element added to the compute.
+  CHECK(a100.gemm_accumulate_serial == 1.0);
+  CHECK(tm.gemm_s(n, n, n, 1.0, TimeModel::Output::accumulated_fp32) ==
+        Approx(tm.gemm_s(n, n, n) + 4.0 * n * n / (2039e9 * 0.85)));
+  // fp32 on CUDA cores at K = 16 is compute-bound: its compute, then the read.
+  const TimeModel fp32(a100, DType::fp32);
+  const double fp32_compute = 2 * n * n * 16 / (19.5e12 * 0.40 * tm.wave_efficiency(tiles));
+  REQUIRE(fp32_compute > (4.0 * (n * 16 + 16 * n) + 4.0 * n * n) / (2039e9 * 0.85));
+  CHECK(fp32.gemm_s(n, n, 16, 1.0, TimeModel::Output::accumulated_fp32) ==
+        Approx(fp32_compute + 4.0 * n * n / (2039e9 * 0.85)));
+  // Where the read overlaps the math (the Hopper presets: 0), compute-bound,
+  // the output's traffic changes nothing; memory-bound, all of it streams.
+  const DevicePreset& h100 = *find_device_preset("h100-80gb");
+  REQUIRE(h100.gemm_accumulate_serial == 0.0);
+  const TimeModel hopper(h100, DType::fp16);
+  CHECK(hopper.gemm_s(n, n, n, 1.0, TimeModel::Output::accumulated_fp32) == hopper.gemm_s(n, n, n));
+  CHECK(hopper.gemm_s(n, n, 16, 1.0, TimeModel::Output::accumulated_fp32) == Approx(accumulated / (3350e9 * 0.85)));
 }
 
 TEST_CASE("GEMM calibration: a measured GEMM gives e(K) where compute-bound, the bandwidth where not", "[time_model]") {
@@ -437,5 +451,37 @@ TEST_CASE("[device] gemm_efficiency, hbm_efficiency, kernel_launch_us: your own 
     CHECK_THROWS_WITH(with(keys_text), Catch::Contains(why));
   }
   CHECK_THROWS_WITH(parse_job(testing::replaced(kJob, "preset = \"a100-80gb\"", "hbm_efficiency = 0.8"), "w.toml"),
+                    Catch::Contains("needs [device] preset"));
+}
+
+TEST_CASE("[device] gemm_accumulate_serial: the accumulating GEMMs' output read, a workload's own figure",
+          "[time_model]") {
+  const auto with = [](const std::string& keys) {
+    return parse_job(testing::replaced(kJob, "preset = \"a100-80gb\"", "preset = \"a100-80gb\"\n" + keys), "w.toml");
+  };
+  const Job preset = with(""), overlapped = with("gemm_accumulate_serial = 0"), half = with("gemm_accumulate_serial = 0.5");
+  CHECK(device_model(preset.device).gemm_accumulate_serial == 1.0);
+  CHECK(device_model(half.device).gemm_accumulate_serial == 0.5);
+  const TimeModel a(device_model(preset.device), DType::fp16), none(device_model(overlapped.device), DType::fp16),
+      mid(device_model(half.device), DType::fp16);
+  // A compute-bound weight gradient: the read's time in full, in half, not at all.
+  const double n = 8192, read = a.stream_s(4.0 * n * n);
+  const auto w = [n](const TimeModel& tm) { return tm.gemm_s(n, n, n, 1.0, TimeModel::Output::accumulated_fp32); };
+  CHECK(w(none) == Approx(a.gemm_s(n, n, n)));
+  CHECK(w(mid) == Approx(a.gemm_s(n, n, n) + 0.5 * read));
+  CHECK(w(a) == Approx(a.gemm_s(n, n, n) + read));
+  // The plan's weight-gradient actions follow it; the other passes do not.
+  const RunPlan p0 = plan_run(overlapped, overlapped.runs[0]), p1 = plan_run(preset, preset.runs[0]);
+  CHECK(p1.costs.forward == p0.costs.forward);
+  CHECK(p1.costs.backward[0] > p0.costs.backward[0]);
+  CHECK(own_device_figures(overlapped.device) == std::vector<std::string_view>{"gemm_accumulate_serial"});
+  CHECK(workload_keys(half, half.runs[0]).at("device.gemm_accumulate_serial") == "0.5");
+  CHECK(workload_keys(preset, preset.runs[0]).count("device.gemm_accumulate_serial") == 0);
+  std::string json = format_plan_json(plan_job(half));
+  std::erase_if(json, [](char c) { return c == ' ' || c == '\n'; });
+  CHECK_THAT(json, Catch::Contains("\"gemm_accumulate_serial\":0.5"));
+  CHECK_THROWS_WITH(with("gemm_accumulate_serial = 1.5"), Catch::Contains("at most 1"));
+  CHECK_THROWS_WITH(with("gemm_accumulate_serial = -0.1"), Catch::Contains(">= 0"));
+  CHECK_THROWS_WITH(parse_job(testing::replaced(kJob, "preset = \"a100-80gb\"", "gemm_accumulate_serial = 1"), "w.toml"),
                     Catch::Contains("needs [device] preset"));
 }

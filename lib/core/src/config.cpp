@@ -232,6 +232,9 @@ DeviceSpec read_device(TableReader& r) {
   if (d.hbm_efficiency > 1.0) r.fail_key("hbm_efficiency", "expected at most 1 (a share of the peak bandwidth)");
   d.kernel_launch_us = r.number("kernel_launch_us", d.kernel_launch_us, 0.0, true);
   if (d.kernel_launch_us > 1e6) r.fail_key("kernel_launch_us", "expected at most 1e6 (one second)");
+  d.gemm_accumulate_serial = r.number("gemm_accumulate_serial", d.gemm_accumulate_serial, 0.0, true);
+  if (d.gemm_accumulate_serial > 1.0)
+    r.fail_key("gemm_accumulate_serial", "expected at most 1 (a share of the accumulating GEMMs' output read)");
   if (const auto own = own_device_figures(d); !d.preset && !own.empty())
     r.fail_key(own.front(), "replaces a device preset's figure and needs [device] preset (\"a100-80gb\", \"h100-80gb\" or \"h200-141gb\")");
   d.sim_clock = r.choice<SimClock>("sim_clock", d.sim_clock, {{"wall", SimClock::wall}, {"virtual", SimClock::virtual_time}});

@@ -32,13 +32,13 @@ constexpr std::uint64_t MiB(std::uint64_t n) { return n << 20; }
 // Figures and sources: docs/time-model.md, "Presets".
 const std::array<DevicePreset, 3> kPresets{{
     {"a100-80gb", "NVIDIA A100-SXM4-80GB, DGX A100 node (8 GPUs, NVLink 3 via NVSwitch, 8x HDR 200 Gb/s)",
-     MiB(81920), 8, 312e12, 19.5e12, 108, 2039e9, 0.85, 5e-6, kGemmEfficiencyA100,
+     MiB(81920), 8, 312e12, 19.5e12, 108, 2039e9, 0.85, 5e-6, kGemmEfficiencyA100, 1.0,
      LinkPreset{200e9, 10e-6}, LinkPreset{23e9, 20e-6}},
     {"h100-80gb", "NVIDIA H100-SXM5-80GB, DGX H100 node (8 GPUs, NVLink 4 via NVSwitch, 8x NDR 400 Gb/s)",
-     MiB(81559), 8, 989.4e12, 66.9e12, 132, 3350e9, 0.85, 5e-6, kGemmEfficiencyHopper,
+     MiB(81559), 8, 989.4e12, 66.9e12, 132, 3350e9, 0.85, 5e-6, kGemmEfficiencyHopper, 0.0,
      LinkPreset{370e9, 10e-6}, LinkPreset{46e9, 20e-6}},
     {"h200-141gb", "NVIDIA H200-SXM-141GB, HGX H200 node (8 GPUs, NVLink 4 via NVSwitch, 8x NDR 400 Gb/s)",
-     MiB(143771), 8, 989.4e12, 66.9e12, 132, 4800e9, 0.85, 5e-6, kGemmEfficiencyHopper,
+     MiB(143771), 8, 989.4e12, 66.9e12, 132, 4800e9, 0.85, 5e-6, kGemmEfficiencyHopper, 0.0,
      LinkPreset{370e9, 10e-6}, LinkPreset{46e9, 20e-6}},
 }};
 
@@ -66,6 +66,7 @@ DevicePreset device_model(const DeviceSpec& spec) {
   if (!spec.gemm_efficiency.empty()) d.gemm_efficiency = spec.gemm_efficiency;
   if (spec.hbm_efficiency > 0.0) d.hbm_efficiency = spec.hbm_efficiency;
   if (spec.kernel_launch_us >= 0.0) d.kernel_launch_s = spec.kernel_launch_us * 1e-6;
+  if (spec.gemm_accumulate_serial >= 0.0) d.gemm_accumulate_serial = spec.gemm_accumulate_serial;
   return d;
 }
 
@@ -74,6 +75,7 @@ std::vector<std::string_view> own_device_figures(const DeviceSpec& spec) {
   if (!spec.gemm_efficiency.empty()) keys.push_back("gemm_efficiency");
   if (spec.hbm_efficiency > 0.0) keys.push_back("hbm_efficiency");
   if (spec.kernel_launch_us >= 0.0) keys.push_back("kernel_launch_us");
+  if (spec.gemm_accumulate_serial >= 0.0) keys.push_back("gemm_accumulate_serial");
   return keys;
 }
 

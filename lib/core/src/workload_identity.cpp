@@ -60,6 +60,7 @@ WorkloadKeys workload_keys(const Job& job, const RunSpec& run) {
   }
   if (d.hbm_efficiency > 0.0) k["device.hbm_efficiency"] = number(d.hbm_efficiency);
   if (d.kernel_launch_us >= 0.0) k["device.kernel_launch_us"] = number(d.kernel_launch_us);
+  if (d.gemm_accumulate_serial >= 0.0) k["device.gemm_accumulate_serial"] = number(d.gemm_accumulate_serial);
   k["device.sim_flops_per_s"] = number(d.sim_flops_per_s);
   k["device.sim_link_latency_us"] = number(d.sim_link_latency_us);
   k["device.sim_link_gbps"] = number(d.sim_link_gbps);

@@ -82,7 +82,10 @@ double TimeModel::wave_efficiency(double tiles) const {
 double TimeModel::gemm_s(double m, double n, double k, double batch, Output output) const {
   if (m <= 0.0 || n <= 0.0 || k <= 0.0 || batch <= 0.0) return 0.0;
   const double compute = 2.0 * m * n * k * batch / (peak_flops() * k_efficiency(k) * gemm_waves(m, n, batch));
-  return std::max(compute, stream_s(gemm_bytes(m, n, k, batch, output)));
+  // An accumulating GEMM reads its fp32 output before adding to it; the share
+  // of that read the kernel makes after its mainloop is not overlapped.
+  const double serial = output == Output::accumulated_fp32 ? 4.0 * m * n * batch * preset_.gemm_accumulate_serial : 0.0;
+  return std::max(compute, stream_s(gemm_bytes(m, n, k, batch, output) - serial)) + stream_s(serial);
 }
 
 double TimeModel::gemm_waves(double m, double n, double batch) const {

@@ -135,6 +135,7 @@ void time_breakdown_json(JsonWriter& w, const TimeBreakdown& t) {
   w.field("matrix_flops_16bit", t.device.matrix_flops_16bit).field("fp32_flops", t.device.fp32_flops);
   w.field("sms", t.device.sms).field("hbm_bytes_per_s", t.device.hbm_bytes_per_s);
   w.field("hbm_efficiency", t.device.hbm_efficiency).field("kernel_launch_us", t.device.kernel_launch_s * 1e6);
+  w.field("gemm_accumulate_serial", t.device.gemm_accumulate_serial);
   w.field("intra_node_gbps", t.intra_node.gbps).field("intra_node_latency_us", t.intra_node.latency_s * 1e6);
   w.field("inter_node_gbps", t.inter_node.gbps).field("inter_node_latency_us", t.inter_node.latency_s * 1e6);
   w.key("own_figures").begin_array();

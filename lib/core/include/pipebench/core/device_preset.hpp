@@ -38,6 +38,12 @@ struct DevicePreset {
   double hbm_efficiency;         // the fraction streaming kernels reach
   double kernel_launch_s;        // fixed cost per kernel
   std::span<const GemmEfficiencyPoint> gemm_efficiency;
+  // The share of an accumulating GEMM's read of its output (beta = 1: the
+  // fp32 weight-gradient accumulation, 4 bytes an element) that is not hidden
+  // behind its math: 1 where the kernel reads it in an epilogue after the
+  // mainloop, the tensor cores idle (Ampere's non-persistent GEMM kernels),
+  // 0 where the read overlaps the math (docs/time-model.md, "GEMMs").
+  double gemm_accumulate_serial;
   LinkPreset intra_node;         // NVLink / NVSwitch
   LinkPreset inter_node;         // one InfiniBand rail per GPU
 };

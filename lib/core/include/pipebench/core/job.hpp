@@ -131,10 +131,12 @@ struct DeviceSpec {
   // its own cluster (docs/time-model.md, "Your own figures"; with a preset
   // only): the GEMM efficiency table (K strictly ascending, 0 < e <= 1), the
   // streaming kernels' share of the peak bandwidth, the launch cost per
-  // kernel. Empty / < 0: the preset's. device_model() applies them.
+  // kernel, the share of an accumulating GEMM's output read not hidden behind
+  // its math (0..1). Empty / < 0: the preset's. device_model() applies them.
   std::vector<GemmEfficiencyPoint> gemm_efficiency;
   double hbm_efficiency = -1.0;
   double kernel_launch_us = -1.0;
+  double gemm_accumulate_serial = -1.0;
   std::uint64_t memory_capacity_bytes = 4ull << 30;
   int threads_per_rank = 1;
   double sim_flops_per_s = 2.0e12;    // sim backend / cost-weighted planner

@@ -75,7 +75,9 @@ class TimeModel {
   // Megatron-LM's fused gradient accumulation do.
   enum class Output { written, accumulated_fp32 };
   // `batch` GEMMs of [m, k] x [k, n] (2·m·n·k FLOPs each): the slower of the
-  // compute time and the time to stream the three matrices.
+  // compute time and the time to stream the three matrices — less, for an
+  // accumulating GEMM, the preset's gemm_accumulate_serial share of its
+  // output's read, which is added after (docs/time-model.md, "GEMMs").
   double gemm_s(double m, double n, double k, double batch = 1.0, Output output = Output::written) const;
   // Streaming `bytes` through memory (read + written) at the achievable bandwidth.
   double stream_s(double bytes) const;
