@@ -470,6 +470,16 @@ TEST_CASE("[device] gemm_accumulate_serial: the accumulating GEMMs' output read,
   CHECK(w(none) == Approx(a.gemm_s(n, n, n)));
   CHECK(w(mid) == Approx(a.gemm_s(n, n, n) + 0.5 * read));
   CHECK(w(a) == Approx(a.gemm_s(n, n, n) + read));
+  // A pass reports the read as its own part of gemm_s: the weight gradients only.
+  const ModelDesc model(preset.model, DType::fp16, tensor_split(preset.runs[0]));
+  const PieceTime b1 = a.block(model, 2), b0 = none.block(model, 2);
+  const double h = 256, f = 1024;  // kJob's QKV, projection, fc1, fc2: h x 3h, h x h, h x f, f x h
+  CHECK(b1.weight_grad.accumulate_read_s == Approx(a.stream_s(4.0 * (3 * h * h + h * h + 2 * h * f))));
+  CHECK(b1.weight_grad.gemm_s - b0.weight_grad.gemm_s == Approx(b1.weight_grad.accumulate_read_s));
+  CHECK(b0.weight_grad.accumulate_read_s == 0.0);
+  CHECK(b1.forward.accumulate_read_s == 0.0);
+  CHECK(b1.input_grad.accumulate_read_s == 0.0);
+  CHECK_THAT(format_plan_text(plan_job(preset)), Catch::Contains("[accumulate read "));
   // The plan's weight-gradient actions follow it; the other passes do not.
   const RunPlan p0 = plan_run(overlapped, overlapped.runs[0]), p1 = plan_run(preset, preset.runs[0]);
   CHECK(p1.costs.forward == p0.costs.forward);
@@ -479,7 +489,7 @@ TEST_CASE("[device] gemm_accumulate_serial: the accumulating GEMMs' output read,
   CHECK(workload_keys(preset, preset.runs[0]).count("device.gemm_accumulate_serial") == 0);
   std::string json = format_plan_json(plan_job(half));
   std::erase_if(json, [](char c) { return c == ' ' || c == '\n'; });
-  CHECK_THAT(json, Catch::Contains("\"gemm_accumulate_serial\":0.5"));
+  CHECK_THAT(json, Catch::Contains("\"gemm_accumulate_serial\":0.5") && Catch::Contains("\"gemm_accumulate_read_s\":"));
   CHECK_THROWS_WITH(with("gemm_accumulate_serial = 1.5"), Catch::Contains("at most 1"));
   CHECK_THROWS_WITH(with("gemm_accumulate_serial = -0.1"), Catch::Contains(">= 0"));
   CHECK_THROWS_WITH(parse_job(testing::replaced(kJob, "preset = \"a100-80gb\"", "gemm_accumulate_serial = 1"), "w.toml"),

@@ -29,6 +29,7 @@ std::string_view to_string(Stream s) {
 
 PassTime& PassTime::operator+=(const PassTime& o) {
   gemm_s += o.gemm_s;
+  accumulate_read_s += o.accumulate_read_s;
   attention_s += o.attention_s;
   elementwise_s += o.elementwise_s;
   for (std::size_t i = 0; i < kStreams; ++i) streams[i] += o.streams[i];
@@ -39,6 +40,7 @@ PassTime& PassTime::operator+=(const PassTime& o) {
 
 PassTime& PassTime::operator*=(double n) {
   gemm_s *= n;
+  accumulate_read_s *= n;
   attention_s *= n;
   elementwise_s *= n;
   for (double& x : streams) x *= n;
@@ -84,8 +86,13 @@ double TimeModel::gemm_s(double m, double n, double k, double batch, Output outp
   const double compute = 2.0 * m * n * k * batch / (peak_flops() * k_efficiency(k) * gemm_waves(m, n, batch));
   // An accumulating GEMM reads its fp32 output before adding to it; the share
   // of that read the kernel makes after its mainloop is not overlapped.
-  const double serial = output == Output::accumulated_fp32 ? 4.0 * m * n * batch * preset_.gemm_accumulate_serial : 0.0;
-  return std::max(compute, stream_s(gemm_bytes(m, n, k, batch, output) - serial)) + stream_s(serial);
+  const double serial = accumulate_read_s(m, n, batch, output);
+  return std::max(compute, stream_s(gemm_bytes(m, n, k, batch, output)) - serial) + serial;
+}
+
+double TimeModel::accumulate_read_s(double m, double n, double batch, Output output) const {
+  if (output != Output::accumulated_fp32 || m <= 0.0 || n <= 0.0 || batch <= 0.0) return 0.0;
+  return stream_s(4.0 * m * n * batch * preset_.gemm_accumulate_serial);
 }
 
 double TimeModel::gemm_waves(double m, double n, double batch) const {
@@ -116,6 +123,7 @@ double TimeModel::stream_s(double bytes) const {
 
 void TimeModel::add_gemm(PassTime& p, double m, double n, double k, Output output) const {
   p.gemm_s += gemm_s(m, n, k, 1.0, output);
+  p.accumulate_read_s += accumulate_read_s(m, n, 1.0, output);
   p.launch_s += preset_.kernel_launch_s;
   ++p.kernels;
 }

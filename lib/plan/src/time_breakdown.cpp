@@ -19,7 +19,8 @@ constexpr std::array<Stream, kStreams> kEveryStream = {Stream::norms,    Stream:
 
 void pass_json(JsonWriter& w, std::string_view name, const PassTime& p) {
   w.key(name).begin_object();
-  w.field("gemm_s", p.gemm_s).field("attention_s", p.attention_s).field("elementwise_s", p.elementwise_s);
+  w.field("gemm_s", p.gemm_s).field("gemm_accumulate_read_s", p.accumulate_read_s);
+  w.field("attention_s", p.attention_s).field("elementwise_s", p.elementwise_s);
   w.key("elementwise").begin_object();
   for (Stream s : kEveryStream) w.field(fmt::format("{}_s", to_string(s)), p.stream(s));
   w.end_object();
@@ -37,8 +38,10 @@ std::string streams_text(const PassTime& p) {
 
 std::string pass_text(const PassTime& p) {
   const std::string streams = streams_text(p);
-  return fmt::format("{} (gemm {}, attention {}, element-wise {}{}, launch {})", format_seconds(p.total()),
-                     format_seconds(p.gemm_s), format_seconds(p.attention_s), format_seconds(p.elementwise_s),
+  const std::string read =
+      p.accumulate_read_s > 0.0 ? fmt::format(" [accumulate read {}]", format_seconds(p.accumulate_read_s)) : "";
+  return fmt::format("{} (gemm {}{}, attention {}, element-wise {}{}, launch {})", format_seconds(p.total()),
+                     format_seconds(p.gemm_s), read, format_seconds(p.attention_s), format_seconds(p.elementwise_s),
                      streams.empty() ? "" : " [" + streams + "]", format_seconds(p.launch_s));
 }
 

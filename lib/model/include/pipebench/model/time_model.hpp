@@ -35,6 +35,7 @@ std::string_view to_string(Stream s);
 // One pass of a piece, by term, in seconds.
 struct PassTime {
   double gemm_s = 0.0;         // the linear layers (QKV, projections, MLP, LM head)
+  double accumulate_read_s = 0.0;  // of gemm_s: the weight gradients' output read not overlapped (gemm_accumulate_serial)
   double attention_s = 0.0;    // the attention core's batched GEMMs (QKᵀ, ·V and their gradients)
   double elementwise_s = 0.0;  // memory-bound kernels: the sum of `streams`
   std::array<double, kStreams> streams{};  // elementwise_s by Stream
@@ -81,6 +82,9 @@ class TimeModel {
   double gemm_s(double m, double n, double k, double batch = 1.0, Output output = Output::written) const;
   // Streaming `bytes` through memory (read + written) at the achievable bandwidth.
   double stream_s(double bytes) const;
+  // Of gemm_s: the part an accumulating GEMM's output read adds after the
+  // math (the preset's gemm_accumulate_serial share of it); 0 for a written output.
+  double accumulate_read_s(double m, double n, double batch, Output output) const;
 
   // One measured GEMM (bench_cuda_gemm: [m, k] x [k, n], output written in
   // the dtype) against this model: the calibration of the preset's
