@@ -98,59 +98,61 @@ def megatron_order(p, v, m, r):
     return items
 
 
+def run_in_order(order, advance, what):
+    """Each rank's items in order: advance(r, item) moves rank r past `item`
+    and returns True, or returns False while it waits; until no rank moves.
+    Exits naming `what` if a rank is left waiting (a deadlock)."""
+    pos, moved = [0] * len(order), True
+    while moved:
+        moved = False
+        for r, items in enumerate(order):
+            while pos[r] < len(items) and advance(r, items[pos[r]]):
+                pos[r] += 1
+                moved = True
+    if any(pos[r] < len(items) for r, items in enumerate(order)):
+        sys.exit(f"{what} deadlocked")
+
+
 def replay_async(p, v, m, forward, backward, transfer):
     """pipebench's execution: computes in Megatron's order, sends never block."""
     last = p * v - 1
-    order = [[it for it in megatron_order(p, v, m, r) if it[0] != "comm"] for r in range(p)]
-    end, pos, clock = {}, [0] * p, [0.0] * p
-    moved = True
-    while moved:
-        moved = False
-        for r in range(p):
-            while pos[r] < len(order[r]):
-                kind, s, j = order[r][pos[r]]
-                if kind == "F":
-                    dep, hop = (("F", s - 1, j), transfer) if s > 0 else (None, 0.0)
-                else:
-                    dep, hop = (("B", s + 1, j), transfer) if s < last else (("F", s, j), 0.0)
-                if dep is not None and dep not in end:
-                    break
-                start = max(clock[r], end[dep] + hop if dep else 0.0)
-                clock[r] = start + (forward if kind == "F" else backward)[s]
-                end[(kind, s, j)] = clock[r]
-                pos[r] += 1
-                moved = True
-    if any(pos[r] < len(order[r]) for r in range(p)):
-        sys.exit(f"p {p}, v {v}, m {m}: the replay deadlocked")
+    end, clock = {}, [0.0] * p
+
+    def advance(r, item):
+        kind, s, j = item
+        if kind == "F":
+            dep, hop = (("F", s - 1, j), transfer) if s > 0 else (None, 0.0)
+        else:
+            dep, hop = (("B", s + 1, j), transfer) if s < last else (("F", s, j), 0.0)
+        if dep is not None and dep not in end:
+            return False
+        start = max(clock[r], end[dep] + hop if dep else 0.0)
+        clock[r] = start + (forward if kind == "F" else backward)[s]
+        end[item] = clock[r]
+        return True
+
+    run_in_order([[it for it in megatron_order(p, v, m, r) if it[0] != "comm"] for r in range(p)], advance,
+                 f"p {p}, v {v}, m {m}: the replay")
     return max(clock)
 
 
 def replay_megatron(p, v, m, forward, backward, transfer):
     """Megatron's execution: batched calls that wait for every send and receive."""
-    order = [megatron_order(p, v, m, r) for r in range(p)]
-    posted, pos, clock = {}, [0] * p, [0.0] * p
-    moved = True
-    while moved:
-        moved = False
-        for r in range(p):
-            while pos[r] < len(order[r]):
-                item = order[r][pos[r]]
-                if item[0] != "comm":
-                    clock[r] += (forward if item[0] == "F" else backward)[item[1]]
-                    pos[r] += 1
-                    moved = True
-                    continue
-                for op, tensor in item[1]:
-                    posted.setdefault((op, tensor), clock[r])
-                peers = [posted.get(("recv" if op == "send" else "send", tensor)) for op, tensor in item[1]]
-                if None in peers:
-                    break
-                clock[r] = max([clock[r]] + [max(posted[(op, t)], peer) + transfer
-                                             for (op, t), peer in zip(item[1], peers)])
-                pos[r] += 1
-                moved = True
-    if any(pos[r] < len(order[r]) for r in range(p)):
-        sys.exit(f"p {p}, v {v}, m {m}: Megatron's pattern deadlocked")
+    posted, clock = {}, [0.0] * p
+
+    def advance(r, item):
+        if item[0] != "comm":
+            clock[r] += (forward if item[0] == "F" else backward)[item[1]]
+            return True
+        for op, tensor in item[1]:
+            posted.setdefault((op, tensor), clock[r])
+        peers = [posted.get(("recv" if op == "send" else "send", tensor)) for op, tensor in item[1]]
+        if None in peers:
+            return False
+        clock[r] = max([clock[r]] + [max(posted[(op, t)], peer) + transfer for (op, t), peer in zip(item[1], peers)])
+        return True
+
+    run_in_order([megatron_order(p, v, m, r) for r in range(p)], advance, f"p {p}, v {v}, m {m}: Megatron's pattern")
     return max(clock)
 
 
