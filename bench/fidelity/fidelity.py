@@ -196,6 +196,11 @@ def all_time_rows():
     return [r + (PAPER,) for r in TIME_ROWS] + [r + (KORTHIKANTI_DP,) for r in TIME_ROWS_DP] + table1_time_rows()
 
 
+def mean(errors):
+    """The average of relative errors, in percent."""
+    return 100 * sum(errors) / len(errors)
+
+
 def memory_gib(run, quantity):
     rows = run["memory"]
     if quantity == "state":
@@ -221,7 +226,6 @@ def table(pipebench):
         memory_errors.append(abs(err))
         lines.append(f"| {label} (`{job.removeprefix('jobs/')}` run `{name}`) | {PAPER}, {where} | {published:.2f} GiB "
                      f"| {predicted:.2f} GiB | {100 * err:+.1f}% |")
-    mean = lambda xs: 100 * sum(xs) / len(xs)
     lines.append("")
     every = [e for errors in time_errors.values() for e in errors]
     lines.append(f"Average absolute error: time per iteration {mean(time_errors[PAPER]):.1f}% over Korthikanti et "
@@ -248,7 +252,6 @@ def layer_table(pipebench):
             errors.append(abs(err))
             cells.append(f"{published:.1f} ms | {predicted:.2f} ms | {100 * err:+.1f}%")
         lines.append(f"| {experiment} (`{name}`) | " + " | ".join(cells) + " |")
-    mean = lambda xs: 100 * sum(xs) / len(xs)
     lines.append("")
     lines.append(f"Average absolute error over the {len(LAYER_ROWS)} rows: forward {mean(errors[0::3]):.1f}%, backward "
                  f"{mean(errors[1::3]):.1f}%, combined {mean(errors[2::3]):.1f}%.")
@@ -273,8 +276,8 @@ def sensitivity(pipebench):
     head = "| time row | as predicted | " + " | ".join(columns) + " |"
     lines = [head, "|---|" + "---:|" * (len(columns) + 1)] + rows
     for paper, who in ((PAPER, "Korthikanti et al."), (NARAYANAN, "Narayanan et al.")):
-        mean = [100 * sum(errors[(paper, i)]) / len(errors[(paper, i)]) for i in range(len(columns) + 1)]
-        lines.append(f"| average absolute error, {who} | " + " | ".join(f"{m:.1f}%" for m in mean) + " |")
+        means = [mean(errors[(paper, i)]) for i in range(len(columns) + 1)]
+        lines.append(f"| average absolute error, {who} | " + " | ".join(f"{m:.1f}%" for m in means) + " |")
     return "\n".join(lines) + "\n"
 
 
