@@ -628,3 +628,25 @@ TEST_CASE("tune --gpus: when nothing fits on all N ranks the answer says so and 
   CHECK_THAT(tune_answer_line(r), Catch::Contains("nothing fits on all 8 ranks") && Catch::Contains("--ranks 8 also searches"));
   CHECK_THROWS_WITH(tuned_workload(job, r), Catch::Contains("no workload written"));
 }
+
+// It once said "nothing fits ... a larger memory_capacity" on all N ranks when
+// no candidate's memory had been judged, and "--ranks 1 also searches layouts
+// on fewer" for one GPU.
+TEST_CASE("tune --gpus: options no layout meets are named, and one GPU is not sent to --ranks 1", "[tune]") {
+  TuneOptions o;
+  o.max_ranks = 4;
+  o.all_ranks = true;
+  o.global_batch = 3;  // 4 ranks hold 2 or 4 replicas, or one pipeline of 4 stages that 3 micro-batches cannot use
+  o.data_parallel = {2, 4};
+  const TuneResult skipped = tune(small_gpt(), o);
+  REQUIRE_FALSE(skipped.best());
+  CHECK_THAT(tune_answer_line(skipped), Catch::StartsWith("no layout on all 4 ranks is usable with these options") &&
+                                            !Catch::Contains("memory_capacity"));
+  o = TuneOptions{};
+  o.max_ranks = 1;
+  o.all_ranks = true;
+  Job job = small_gpt();
+  job.device.memory_capacity_bytes = 1 << 10;
+  const std::string one = tune_answer_line(tune(job, o));
+  CHECK_THAT(one, Catch::StartsWith("nothing fits on all 1 ranks") && !Catch::Contains("--ranks"));
+}

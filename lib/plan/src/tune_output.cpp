@@ -63,17 +63,21 @@ std::string run_name(const char* role, const TuneCandidate& c) {
 
 std::string tune_answer_line(const TuneResult& result) {
   const TuneCandidate* best = result.best();
-  if (!best && result.options.all_ranks)
-    return fmt::format("nothing fits on all {} ranks (p x d x t = {}): --ranks {} also searches layouts on fewer; "
-                       "else more ranks, a smaller model or a larger memory_capacity",
-                       result.options.max_ranks, result.options.max_ranks, result.options.max_ranks);
   // Every candidate skipped before its memory was judged (a global batch no
   // replica count divides, a schedule's micro-batch rule): memory is not why.
   const auto judged = [](const TuneCandidate& c) { return c.fits || !c.peak_bytes.empty(); };
   if (!best && !result.candidates.empty() &&
       std::none_of(result.candidates.begin(), result.candidates.end(), judged))
-    return fmt::format("no layout on up to {} ranks is usable with these options (e.g. {}: {}); change them",
-                       result.options.max_ranks, result.candidates.front().layout(), result.candidates.front().why_not);
+    return fmt::format("no layout on {} {} ranks is usable with these options (e.g. {}: {}); change them",
+                       result.options.all_ranks ? "all" : "up to", result.options.max_ranks,
+                       result.candidates.front().layout(), result.candidates.front().why_not);
+  if (!best && result.options.all_ranks)
+    return fmt::format("nothing fits on all {} ranks (p x d x t = {}): {}more ranks, a smaller model or a larger "
+                       "memory_capacity",
+                       result.options.max_ranks, result.options.max_ranks,
+                       result.options.max_ranks > 1
+                           ? fmt::format("--ranks {} also searches layouts on fewer; else ", result.options.max_ranks)
+                           : "");
   if (!best)
     return fmt::format("nothing fits on up to {} ranks: more ranks, a smaller model, recomputation or a larger "
                        "memory_capacity",
