@@ -2,6 +2,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -39,6 +40,13 @@ TEST_CASE("format helpers", "[units]") {
   CHECK(group_digits(1234567) == "1,234,567");
   CHECK(group_digits(-32256) == "-32,256");
   CHECK(group_digits(999) == "999");
+  CHECK(format_seconds(1.5) == "1.500 s");
+  CHECK(format_seconds(0.0123) == "12.300 ms");
+  CHECK(format_seconds(999999.0) == "999999.000 s");
+  // It printed 1.6e297 s as 298 digits (a sim run with sim_flops_per_s = 1e-300).
+  CHECK(format_seconds(1.6e297) == "1.6e+297 s");
+  CHECK(format_seconds(-2.5e6) == "-2.5e+06 s");
+  CHECK(format_seconds(std::numeric_limits<double>::infinity()) == "inf s");
 }
 
 // fuzz.py (UBSan): compare printed a memory difference as

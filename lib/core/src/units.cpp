@@ -77,6 +77,9 @@ std::string format_count(double count) {
 
 std::string format_seconds(double s) {
   if (std::isnan(s)) return "-";
+  // Past a million seconds (11.6 days: a degenerate figure such as
+  // sim_flops_per_s = 1e-300) in powers of ten, not hundreds of digits.
+  if (std::fabs(s) >= 1e6) return fmt::format("{:.4g} s", s);
   if (std::fabs(s) >= 1.0) return fmt::format("{:.3f} s", s);
   if (std::fabs(s) >= 1e-3) return fmt::format("{:.3f} ms", s * 1e3);
   return fmt::format("{:.1f} us", s * 1e6);
