@@ -110,6 +110,12 @@ struct FileView {
 // The figures a references.toml can name, of run `r` of file `f`.
 std::map<std::string, double> reference_figures_of(const FileView& f, const RunResult& r);
 
+// The report's next actions about run `r`'s bubble (0, 1 or 2 lines): the
+// measured bubble above the schedule simulated with the run's own action
+// times is communication or the executor; that simulation above the closed
+// form is the stages' times. Each gap counts past kBubbleGapMax.
+std::vector<std::string> bubble_advice(const RunResult& r);
+
 // "cpu | Intel(R) Xeon(R) Processor | 2 ranks[ | GPU names]": the
 // hardware a trend series and a references.toml system are matched by.
 std::string hardware_fingerprint(const JobResult& jr);
