@@ -22,7 +22,11 @@ TEST_CASE("parse_bytes: binary and decimal units, bare numbers", "[units]") {
   CHECK(parse_bytes("1024") == 1024ull);
   CHECK(parse_bytes("7B") == 7ull);
   CHECK(parse_bytes("2TiB") == 2ull << 40);
-  for (const char* bad : {"", "GiB", "4gib", "4 XB", "-1GiB", "0", "0.5B", "1.2.3MB", "4GiB extra"})
+  // "3.3GiB" was refused: 3543348019.2 bytes is not whole. Fractions of a larger unit round to the byte.
+  CHECK(parse_bytes("3.3GiB") == 3543348019ull);
+  CHECK(parse_bytes("1.2 GiB") == 1288490189ull);  // 1288490188.8
+  CHECK(parse_bytes("0.0005KiB") == 1ull);         // 0.512 bytes rounds to 1
+  for (const char* bad : {"", "GiB", "4gib", "4 XB", "-1GiB", "0", "0.5B", "7.5", "0.0001KiB", "1.2.3MB", "4GiB extra"})
     CHECK_FALSE(parse_bytes(bad).has_value());
 }
 

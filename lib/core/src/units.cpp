@@ -33,7 +33,10 @@ std::optional<std::uint64_t> parse_bytes(std::string_view text) {
   }};
   for (const auto& [name, scale] : kUnits) {
     if (unit != name) continue;
-    const double bytes = number * scale;
+    // A fraction of a larger unit ("3.3GiB": 3543348019.2 bytes) is rounded
+    // to the nearest byte; a fraction of a byte ("0.5B", "7.5") is refused.
+    double bytes = number * scale;
+    if (scale > 1.0) bytes = std::round(bytes);
     if (!(bytes >= 1.0) || bytes > 1.8e19 || bytes != std::floor(bytes)) return std::nullopt;
     return static_cast<std::uint64_t>(bytes);
   }
