@@ -1,5 +1,6 @@
 // Loading results files and deriving what the report shows.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -102,6 +103,18 @@ std::string hardware_fingerprint(const JobResult& jr) {
 
 namespace {
 
+// A label such as rank_label's at the start of a sentence.
+std::string sentence_start(std::string s) {
+  if (!s.empty()) s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
+  return s;
+}
+
+// The pipeline stage (schedule rank) of rank i of the run; files without
+// replicas or tensor ranks record i.
+int stage_of_rank(const RunResult& r, std::size_t i) {
+  return i < r.pipeline_rank.size() ? r.pipeline_rank[i] : static_cast<int>(i);
+}
+
 // Seed 000: is memory activation-bound or parameter-bound? Judged on the
 // rank with the highest peak (the one that limits the run), from its peak
 // per category, once that peak is above half the capacity: activations at
@@ -123,17 +136,18 @@ void add_memory_bound_advice(RunView& v) {
   const double act = cat(MemCategory::activations);
   const double state = cat(MemCategory::params) + cat(MemCategory::grads) + cat(MemCategory::optimizer);
   const double cap = static_cast<double>(r.memory_capacity_bytes[top]);
+  const std::string who = sentence_start(rank_label(r, top));
   if (act >= 0.5 * peak)
     v.advice.push_back(fmt::format(
-        "Stage {} peaks at {:.0f}% of capacity, {:.0f}% of it activations: memory is activation-bound; lower "
+        "{} peaks at {:.0f}% of capacity, {:.0f}% of it activations: memory is activation-bound; lower "
         "micro_batch_size, use fewer micro-batches in flight (1f1b rather than gpipe), or recompute = \"full\" "
         "(seed 000).",
-        top, 100 * peak / cap, 100 * act / peak));
+        who, 100 * peak / cap, 100 * act / peak));
   else if (state >= 0.5 * peak)
     v.advice.push_back(fmt::format(
-        "Stage {} peaks at {:.0f}% of capacity, {:.0f}% of it parameters, gradients and optimizer state: memory is "
+        "{} peaks at {:.0f}% of capacity, {:.0f}% of it parameters, gradients and optimizer state: memory is "
         "parameter-bound; more stages (pipeline_size) spread them (seed 000).",
-        top, 100 * peak / cap, 100 * state / peak));
+        who, 100 * peak / cap, 100 * state / peak));
 }
 
 }  // namespace
@@ -176,21 +190,36 @@ void add_advice(RunView& v) {
   const RunResult& r = *v.run;
   if (r.status != RunStatus::ok || r.spec.pipeline_size < 2) return;
   const std::size_t P = r.peak_mem_bytes.size();
+  // Per pipeline stage (its replicas and tensor ranks hold the same layers),
+  // the rank of it nearest to capacity.
+  const int p = r.spec.pipeline_size;
+  std::vector<int> fullest(static_cast<std::size_t>(p), -1);
+  std::vector<double> fullest_frac(static_cast<std::size_t>(p), -1.0);
+  for (std::size_t i = 0; i < P && i < r.memory_capacity_bytes.size(); ++i) {
+    const int s = stage_of_rank(r, i);
+    if (s < 0 || s >= p) continue;
+    const double frac = static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]);
+    if (frac >= fullest_frac[static_cast<std::size_t>(s)]) {  // the last, as the memory verdict names it
+      fullest_frac[static_cast<std::size_t>(s)] = frac;
+      fullest[static_cast<std::size_t>(s)] = static_cast<int>(i);
+    }
+  }
   int min_layers = std::numeric_limits<int>::max();
-  for (std::size_t s = 0; s < P; ++s) min_layers = std::min(min_layers, r.layers_on_rank(static_cast<int>(s)));
-  for (std::size_t s = 0; s < P; ++s) {
-    const double frac = static_cast<double>(r.peak_mem_bytes[s]) / static_cast<double>(r.memory_capacity_bytes[s]);
-    if (frac < kMemoryWarnFraction) continue;
-    const int layers = r.layers_on_rank(static_cast<int>(s));
+  for (int s = 0; s < p; ++s) min_layers = std::min(min_layers, r.layers_on_rank(s));
+  for (int s = 0; s < p; ++s) {
+    const double frac = fullest_frac[static_cast<std::size_t>(s)];
+    if (fullest[static_cast<std::size_t>(s)] < 0 || frac < kMemoryWarnFraction) continue;
+    const std::string who = sentence_start(rank_label(r, static_cast<std::size_t>(fullest[static_cast<std::size_t>(s)])));
+    const int layers = r.layers_on_rank(s);
     if (layers > min_layers) {
       const std::string other = s == 0 ? "last" : "first";
       v.advice.push_back(fmt::format(
-          "Stage {} took the remainder ({} layers vs {}) and peaks at {:.0f}% of capacity: move the remainder to the "
+          "{} took the remainder ({} layers vs {}) and peaks at {:.0f}% of capacity: move the remainder to the "
           "other end (remainder = \"{}\") or lower micro_batch_size (seed 000).",
-          s, layers, min_layers, 100 * frac, other));
+          who, layers, min_layers, 100 * frac, other));
     } else {
-      v.advice.push_back(fmt::format("Stage {} peaks at {:.0f}% of capacity: lower micro_batch_size or add stages (seed 000).",
-                                     s, 100 * frac));
+      v.advice.push_back(fmt::format("{} peaks at {:.0f}% of capacity: lower micro_batch_size or add stages (seed 000).",
+                                     who, 100 * frac));
     }
   }
   add_memory_bound_advice(v);
@@ -200,9 +229,10 @@ void add_advice(RunView& v) {
     const double slow = v.busy_median_s[static_cast<std::size_t>(v.slowest_stage)];
     if (mean > 0 && slow > 1.15 * mean)
       v.advice.push_back(fmt::format(
-          "Stage {} is the slowest ({} busy vs {} mean): the others wait on it; re-split (remainder = \"balanced\") or "
+          "{} is the slowest ({} busy vs {} mean): the others wait on it; re-split (remainder = \"balanced\") or "
           "move its extra layers (seed 000).",
-          v.slowest_stage, format_seconds(slow), format_seconds(mean)));
+          sentence_start(rank_label(r, static_cast<std::size_t>(v.slowest_stage))), format_seconds(slow),
+          format_seconds(mean)));
   }
   for (std::string& line : bubble_advice(r)) v.advice.push_back(std::move(line));
   if (r.bubble_analytic > 0.25 && r.spec.mode == RunMode::train)
@@ -296,7 +326,7 @@ void fill_comparison(RunView& v, const RunView& base) {
   row("throughput", "samples/s", b.throughput_samples_per_s, r.throughput_samples_per_s);
   row("tokens/s", "tokens/s", base.tokens_per_s, v.tokens_per_s);
   row("slowest stage (median busy)", "s", b.slowest_stage_median_s, r.slowest_stage_median_s,
-      v.slowest_stage >= 0 ? fmt::format("stage {}", v.slowest_stage) : "");
+      v.slowest_stage >= 0 ? rank_label(r, static_cast<std::size_t>(v.slowest_stage)) : "");
   if (r.spec.mode == RunMode::train) {
     row("gradient clipping rate (% of counted steps)", "fraction", base.clip_rate, v.clip_rate);
   } else {

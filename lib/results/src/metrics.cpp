@@ -494,18 +494,6 @@ std::string stability_check(const RunResult& r, bool& failed, bool& inconclusive
   return "stability: inconclusive — " + figures + " is too wide to tell; " + rerun(std::max(want, 2 * n));
 }
 
-// Rank i of a run: "stage S" without replicas or tensor ranks, else "rank I
-// (stage S, replica D, tensor rank T)" with the coordinates it has (a p 1 x
-// t 8 run's rank 7 is not a stage 7).
-std::string rank_label(const RunResult& r, std::size_t i) {
-  const auto at = [i](const std::vector<int>& v) { return i < v.size() ? v[i] : 0; };
-  if (r.spec.data_parallel <= 1 && r.spec.tensor_parallel <= 1) return fmt::format("stage {}", i);
-  std::string s = fmt::format("rank {} (stage {}", i, at(r.pipeline_rank));
-  if (r.spec.data_parallel > 1) s += fmt::format(", replica {}", at(r.data_rank));
-  if (r.spec.tensor_parallel > 1) s += fmt::format(", tensor rank {}", at(r.tensor_rank));
-  return s + ")";
-}
-
 // Seed 000's "peak memory below 90% of capacity on every rank".
 std::string memory_check(const RunResult& r, bool& failed) {
   std::string worst;
@@ -693,6 +681,15 @@ std::size_t RunResult::rank_index(int stage) const {
   for (std::size_t i = 0; i < pipeline_rank.size() && i < data_rank.size(); ++i)
     if (pipeline_rank[i] == stage && data_rank[i] == 0 && (i >= tensor_rank.size() || tensor_rank[i] == 0)) return i;
   return static_cast<std::size_t>(stage);
+}
+
+std::string rank_label(const RunResult& r, std::size_t i) {
+  const auto at = [i](const std::vector<int>& v) { return i < v.size() ? v[i] : 0; };
+  if (r.spec.data_parallel <= 1 && r.spec.tensor_parallel <= 1) return fmt::format("stage {}", i);
+  std::string s = fmt::format("rank {} (stage {}", i, at(r.pipeline_rank));
+  if (r.spec.data_parallel > 1) s += fmt::format(", replica {}", at(r.data_rank));
+  if (r.spec.tensor_parallel > 1) s += fmt::format(", tensor rank {}", at(r.tensor_rank));
+  return s + ")";
 }
 
 int RunResult::layers_on_rank(int rank) const {

@@ -152,6 +152,11 @@ std::string decision_headline(const RunResult& r);
 // not pass. "" for runs without a decision (baselines, skipped runs).
 std::string decision_line(const RunResult& r);
 
+// Rank i of a run as verdicts name it: "stage S" without replicas or tensor
+// ranks, else "rank I (stage S, replica D, tensor rank T)" with the
+// coordinates it has (a p 1 x t 8 run's rank 7 is not a stage 7).
+std::string rank_label(const RunResult& r, std::size_t i);
+
 // The largest peak memory / capacity over the run's ranks; NaN without ranks.
 double peak_capacity_fraction(const RunResult& r);
 
