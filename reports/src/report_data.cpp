@@ -116,7 +116,7 @@ int stage_of_rank(const RunResult& r, std::size_t i) {
 }
 
 // Seed 000: is memory activation-bound or parameter-bound? Judged on the
-// rank with the highest peak (the one that limits the run), from its peak
+// rank nearest to its capacity (the one that limits the run), from its peak
 // per category, once that peak is above half the capacity: activations at
 // least half of it -> activation-bound (fewer or smaller micro-batches,
 // recomputation); parameters, gradients and optimizer state at least half
@@ -125,8 +125,12 @@ void add_memory_bound_advice(RunView& v) {
   const RunResult& r = *v.run;
   const std::size_t P = r.peak_mem_bytes.size();
   if (P == 0 || r.memory_capacity_bytes.size() != P) return;
-  const auto top = static_cast<std::size_t>(
-      std::max_element(r.peak_mem_bytes.begin(), r.peak_mem_bytes.end()) - r.peak_mem_bytes.begin());
+  std::size_t top = 0;  // the last rank nearest to capacity, as the memory verdict names it
+  const auto frac = [&](std::size_t i) {
+    return static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]);
+  };
+  for (std::size_t i = 1; i < P; ++i)
+    if (frac(i) >= frac(top)) top = i;
   const auto peak = static_cast<double>(r.peak_mem_bytes[top]);
   if (peak < 0.5 * static_cast<double>(r.memory_capacity_bytes[top])) return;
   auto cat = [&](MemCategory c) {
