@@ -287,6 +287,12 @@ TEST_CASE("best run: the fastest feasible pipeline, ties broken by the lowest pe
   RunResult alone = run("pipe", 1.0, 0, 0, 100, "feasible");
   alone.speedup = alone.speedup_low = alone.speedup_high = std::numeric_limits<double>::quiet_NaN();
   CHECK_THAT(best_run_summary({alone}), Catch::Contains("1.000 s per step (") && Catch::Contains(" samples), no baseline, peak"));
+  CHECK_THAT(best_run_summary(runs), !Catch::Contains("slower than"));
+  // A p 2 x t 2 run at 0.41x (0.36-0.43) was printed "best" with nothing more to say.
+  RunResult slower = run("pp2_tp2", 2.28, 0.36, 0.43, 100, "inconclusive");
+  CHECK_THAT(best_run_summary({slower}), Catch::EndsWith("; slower than its baseline base: no pipelined run here beats it"));
+  slower.speedup_high = 1.02;  // the interval reaches 1: not shown slower
+  CHECK_THAT(best_run_summary({slower}), !Catch::Contains("slower than"));
 }
 
 TEST_CASE("decide: an interrupted run measured nothing and is never not_feasible", "[metrics][decide]") {

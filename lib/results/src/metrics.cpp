@@ -784,6 +784,9 @@ std::string best_run_summary(const std::vector<RunResult>& runs) {
   for (const auto* r : ties)
     if (r != best) others += fmt::format("{}{}", others.empty() ? "" : ", ", r->spec.name);
   if (!others.empty()) s += fmt::format("; tied on time with {} (overlapping intervals), chosen for the lowest peak memory", others);
+  // The best pipeline may still lose to its baseline: say so, not only "0.41x".
+  if (std::isfinite(best->speedup_high) && best->speedup_high < 1.0 && !best->baseline.empty())
+    s += fmt::format("; slower than its baseline {}: no pipelined run here beats it", best->baseline);
   return s;
 }
 

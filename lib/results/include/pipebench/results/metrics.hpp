@@ -170,7 +170,9 @@ double wait_start_s(const EventRecord& e, double prev_end_s);
 // overlap the fastest's (a tie within the measurement), the one with the
 // lowest peak memory. "" when no run qualifies. E.g. "best: one_f_one_b —
 // 2.55x (2.55-2.55), peak 147.02 MiB, inconclusive; tied on time with gpipe,
-// eager_one_f_one_b, chosen for the lowest peak memory".
+// eager_one_f_one_b, chosen for the lowest peak memory". When even that run's speedup
+// interval lies below 1, the line ends "; slower than its baseline B: no
+// pipelined run here beats it".
 std::string best_run_summary(const std::vector<RunResult>& runs);
 
 }  // namespace pipebench
