@@ -28,7 +28,7 @@ Handler add_run_command(CLI::App& app, const std::string& command_line) {
   auto opts = std::make_shared<RunCmdOptions>();
   opts->run.command_line = command_line;
   CLI::App* cmd = app.add_subcommand(
-      "run", "Run a workload under mpirun/srun (rank r = stage r) and write an HDF5 results file");
+      "run", "Run a workload under mpirun/srun (one rank per stage, replica and tensor rank) and write an HDF5 results file");
   cmd->add_option("job", opts->job_path, "workload file (jobs/*.toml)")->required()->check(CLI::ExistingFile);
   cmd->add_option("-o,--output", opts->run.output_dir, "results folder (default: results)");
   cmd->add_option("--run", opts->run.run_names, "only this run (repeatable; default: all runs)");

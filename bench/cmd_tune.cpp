@@ -367,8 +367,9 @@ int verify(std::FILE* log, const TuneCmdOptions& o, const Job& tuned, const std:
 
 void add_tune_options(CLI::App& app, TuneCmdOptions& o) {
   CLI::App* cmd = app.add_subcommand(
-      "tune", "Seed 000's procedure from the planner: stages, split and micro-batch for up to N ranks, ranked; "
-              "writes a ready workload (no MPI needed; --confirm and --verify launch runs)");
+      "tune", "Lay out N ranks or GPUs from the planner (seed 000's procedure, with the time model): stages x "
+              "replicas x tensor ranks, split, micro-batch, schedule and recomputation, ranked; writes a ready workload "
+              "(no MPI needed; --confirm and --verify launch runs)");
   cmd->add_option("job", o.job_path, "workload file (jobs/*.toml): its model, train and device tables")->required()->check(CLI::ExistingFile);
   auto* ranks = cmd->add_option("--ranks", o.tune.max_ranks, "ranks (GPUs) available: every p stages x d replicas x t tensor ranks with p x d x t <= N is tried")->check(CLI::Range(1, kMaxRanks));
   auto* gpus = cmd->add_option("--gpus", o.gpus,
