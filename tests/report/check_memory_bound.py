@@ -47,9 +47,9 @@ def main():
         problems.append("the grid run's advice does not name stage 0's fullest rank by its coordinates")
     if not any(re.match(stage0 + r" peaks at 9\d% of capacity, \d+% of it activations", a) for a in grid):
         problems.append("the grid run's activation-bound advice does not name its rank by its coordinates")
-    named = {a.split(")")[0] for a in grid if re.match(stage0, a)}
+    named = {a.split(")")[0] for a in grid if re.match(stage0 + " peaks at", a)}
     if len(named) != 1:
-        problems.append(f"the grid run's advice names different ranks for the same verdict: {sorted(named)}")
+        problems.append(f"the grid run's memory advice names different ranks for one stage: {sorted(named)}")
     if any(re.match(r"Stage \d", a) or "vs 0)" in a or "(stage 1," in a for a in grid):
         problems.append("the grid run's advice takes ranks for stages, or names stage 1 (below 90%)")
     for p in problems:
