@@ -143,6 +143,17 @@ void measured_group(TraceWriter& t, const RunResult& r, int pid, double base, st
     });
 }
 
+// The process of stage `s` of `r`: "rank S" when the run is one pipeline
+// (rank S is stage S); with replicas or tensor ranks the events are replica
+// 0's, tensor rank 0's, so "stage S = rank R (replica 0, tensor rank 0)".
+std::string stage_process(const RunResult& r, int s) {
+  if (r.spec.data_parallel <= 1 && r.spec.tensor_parallel <= 1) return fmt::format("rank {}", s);
+  std::string of;
+  if (r.spec.data_parallel > 1) of += "replica 0";
+  if (r.spec.tensor_parallel > 1) of += of.empty() ? "tensor rank 0" : ", tensor rank 0";
+  return fmt::format("stage {} = rank {} ({})", s, r.rank_index(s), of);
+}
+
 // The measured events of `r` (steps laid end to end at their measured step
 // times), on ranks pid_base + rank, streamed from the file at `path` in
 // whole (step, rank) groups; every event streamed also goes to `digest`
@@ -152,7 +163,7 @@ void measured(TraceWriter& t, const std::string& path, const RunResult& r, int p
   const int P = r.spec.pipeline_size;
   for (int rank = 0; rank < P; ++rank) {
     const int pid = pid_base + rank;
-    t.process(pid, fmt::format("{} rank {} (measured)", r.spec.name, rank), pid);
+    t.process(pid, fmt::format("{} {} (measured)", r.spec.name, stage_process(r, rank)), pid);
     t.thread(pid, kComputeTid, r.spec.mode == RunMode::train ? "compute (F, B, W; step end: reduction + optimizer)"
                                                              : "compute (F; step end: waiting for the others)");
     t.thread(pid, kCommTid, "communication (boundary receive waits; idle)");
@@ -210,7 +221,7 @@ std::optional<Schedule> run_schedule(const RunResult& r, const Job& job) {
 void simulated(TraceWriter& t, const RunResult& r, const Schedule& s, const SimCosts& costs, int pid_base) {
   const SimResult sim = simulate(s, costs);
   for (int rank = 0; rank < s.num_ranks; ++rank) {
-    t.process(pid_base + rank, fmt::format("{} rank {} (simulated: {} with measured medians)", r.spec.name, rank, s.name),
+    t.process(pid_base + rank, fmt::format("{} {} (simulated: {} with measured medians)", r.spec.name, stage_process(r, rank), s.name),
               pid_base + rank);
     t.thread(pid_base + rank, kComputeTid, "compute (simulated)");
   }
