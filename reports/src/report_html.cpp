@@ -85,6 +85,18 @@ bool gradient_sync_rows(const RunResult& r, int k, svg::Gantt& g) {
   return true;
 }
 
+// A Gantt's rows, one per pipeline stage: "rank i" when the run is one
+// pipeline (rank i is stage i), else "stage i" (replica 0's, tensor rank 0's
+// events, as the title says: gantt_whose).
+void stage_rows(const RunResult& r, svg::Gantt& g) {
+  const bool grid = r.spec.data_parallel > 1 || r.spec.tensor_parallel > 1;
+  for (int i = 0; i < r.spec.pipeline_size; ++i) g.rows.push_back(fmt::format("{} {}", grid ? "stage" : "rank", i));
+}
+std::string gantt_whose(const RunResult& r) {
+  if (r.spec.data_parallel <= 1 && r.spec.tensor_parallel <= 1) return "rank timelines";
+  return fmt::format("stage timelines: {}", r.spec.tensor_parallel > 1 ? "replica 0, tensor rank 0" : "replica 0");
+}
+
 // Measured Gantt of one counted step: compute bars, the wait for input before
 // actions that receive, idle gaps, and the end of step (gradient reduction,
 // optimizer, waiting; inference: waiting) after the last action.
@@ -93,9 +105,9 @@ std::string measured_gantt(const RunView& v, const Schedule* sched) {
   const int P = r.spec.pipeline_size, k = v.gantt_step;
   bool split = false;
   svg::Gantt g;
-  g.title = fmt::format("{}: measured step {} (rank timelines)", r.spec.name, k + 1);
+  g.title = fmt::format("{}: measured step {} ({})", r.spec.name, k + 1, gantt_whose(r));
   g.x_label = "time since the step barrier (s)";
-  for (int i = 0; i < P; ++i) g.rows.push_back(fmt::format("rank {}", i));
+  stage_rows(r, g);
   g.t_end = r.step_time_s[static_cast<std::size_t>(k)];
   // Inference has no gradients: its step ends when the others are done.
   const bool train = r.spec.mode == RunMode::train;
@@ -144,7 +156,7 @@ std::string simulated_gantt(const RunView& v, const Schedule& s) {
   svg::Gantt g;
   g.title = fmt::format("{}: {} simulated with measured medians (bubble {:.3f})", r.spec.name, s.name, sim.bubble);
   g.x_label = "simulated time (s)";
-  for (int i = 0; i < P; ++i) g.rows.push_back(fmt::format("rank {}", i));
+  stage_rows(r, g);
   g.t_end = sim.makespan;
   for (const auto& a : sim.timeline) {
     const std::string name = to_string(a.action);
