@@ -117,7 +117,8 @@ Recorded read_recorded(const std::string& path) {
   for (const auto& h : hosts) r.hosts += (r.hosts.empty() ? "" : ", ") + h;
   for (const auto& run : f.result.runs) {
     r.runs.push_back(run.spec.name);
-    r.ranks.push_back(run.status == RunStatus::skipped && run.spec.pipeline_size > r.world ? 0 : run.spec.pipeline_size);
+    // Every rank of the run (p x d x t), not only its pipeline's.
+    r.ranks.push_back(run.status == RunStatus::skipped && run.spec.ranks() > r.world ? 0 : run.spec.ranks());
   }
   if (r.runs.empty()) r.error = fmt::format("{} records no runs: nothing to rerun", printable(path));
   return r;
@@ -147,13 +148,20 @@ Refusal refusal(const Job& job, const Recorded& rec, const RerunCmdOptions& o, i
     }
     if (gpus == 0) return {"the recorded workload runs on the cuda backend and this node has no usable GPU", kDeviceUnavailable};
   }
+  // The ranks each selected run needs as it will run (a deviation may change
+  // its layout), except a run the original skipped for lack of ranks: it is
+  // skipped again.
   int needed = 0;
   std::string widest;
-  for (std::size_t i = 0; i < rec.runs.size(); ++i)
-    if (std::find(selected.begin(), selected.end(), rec.runs[i]) != selected.end() && rec.ranks[i] > needed) {
-      needed = rec.ranks[i];
+  for (std::size_t i = 0; i < rec.runs.size(); ++i) {
+    if (std::find(selected.begin(), selected.end(), rec.runs[i]) == selected.end() || rec.ranks[i] == 0) continue;
+    const RunSpec* spec = job.find_run(rec.runs[i]);
+    const int ranks = spec ? spec->ranks() : rec.ranks[i];
+    if (ranks > needed) {
+      needed = ranks;
       widest = rec.runs[i];
     }
+  }
   if (world < needed) {
     std::string rerun_args;
     for (const auto& n : o.run_names) rerun_args += " --run " + n;
@@ -204,7 +212,7 @@ Handler add_rerun_command(CLI::App& app, const std::string& command_line) {
       fmt::print("       deviations: {}\n", o->deviations.empty() ? "none" : fmt::format("--set {}", fmt::join(o->deviations, " --set ")));
     }
     RunOptions run;
-    run.run_names = o->run_names;
+    run.run_names = selected;  // the runs the file records, not every run of its workload text
     run.output_dir = o->output_dir;
     run.label = cmd->count("--label") ? o->label : rec.label;
     run.command_line = o->command_line;

@@ -250,6 +250,18 @@ def scenario_refusals():
     check(not os.path.exists(os.path.join(OUT, "np1")), "too few ranks: nothing written")
     one = rerun(ref, "np1-base", np=1, args=["--run", "base"])
     check(os.path.exists(one), "rerun --run base on 1 rank runs")
+    # A file of one run of its workload: rerun runs that run alone (it once ran every run of the recorded
+    # workload text, the ones the original never ran included).
+    sub = run("repro_sim.toml", "sub", np=1, args=["--run", "base"])
+    again = rerun(sub, "sub-again", np=1)
+    with h5py.File(again) as f:
+        check(sorted(f["runs"].keys()) == ["base"], f"rerun of a one-run file runs that run only: {sorted(f['runs'].keys())}")
+    # A run with replicas needs all its ranks, p x d, not its pipeline's p (it once started on 2 of 4).
+    dp = run("repro_sim.toml", "dp", np=4, args=["--run", "pipe", "--set", "run.pipe.data_parallel=2"])
+    p = sh(["rerun", dp, "-o", os.path.join(OUT, "dp-np2")], np=2, expect=2)
+    check("run pipe needs 4 ranks and this launch has 2: mpirun -np 4 pipebench rerun" in p.stderr,
+          f"too few ranks for p x d: {p.stderr.strip()}")
+    check(not os.path.exists(os.path.join(OUT, "dp-np2")), "too few ranks for p x d: nothing written")
     p = sh(["rerun", ref, "--run", "nope"], np=1, expect=2)
     check("has no run \"nope\" (its runs: base, pipe)" in p.stderr, f"unknown run: {p.stderr.strip()}")
     damaged = os.path.join(OUT, "damaged.h5")
