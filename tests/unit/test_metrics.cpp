@@ -293,6 +293,15 @@ TEST_CASE("best run: the fastest feasible pipeline, ties broken by the lowest pe
   CHECK_THAT(best_run_summary({slower}), Catch::EndsWith("; slower than its baseline base: no pipelined run here beats it"));
   slower.speedup_high = 1.02;  // the interval reaches 1: not shown slower
   CHECK_THAT(best_run_summary({slower}), !Catch::Contains("slower than"));
+  // A tuned p 1 x d 4 x t 2 run measured fastest was passed over for a pipelined runner-up.
+  RunResult flat = run("tuned_pp1_dp4_tp2", 0.9, 3.2, 3.4, 100, "inconclusive");
+  flat.spec.pipeline_size = 1;
+  flat.spec.data_parallel = 4;
+  flat.spec.tensor_parallel = 2;
+  CHECK_THAT(best_run_summary({flat, runs[0]}), Catch::StartsWith("best: tuned_pp1_dp4_tp2"));
+  RunResult single = flat;  // one rank: a baseline, never the answer
+  single.spec.data_parallel = single.spec.tensor_parallel = 1;
+  CHECK_THAT(best_run_summary({single, runs[0]}), Catch::StartsWith("best: gpipe"));
 }
 
 TEST_CASE("decide: an interrupted run measured nothing and is never not_feasible", "[metrics][decide]") {

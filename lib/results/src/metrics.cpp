@@ -752,7 +752,9 @@ double wait_start_s(const EventRecord& e, double prev_end_s) { return std::max(p
 std::string best_run_summary(const std::vector<RunResult>& runs) {
   std::vector<const RunResult*> candidates;
   for (const auto& r : runs)
-    if (r.status == RunStatus::ok && r.spec.mode == RunMode::train && r.spec.pipeline_size > 1 &&
+    // Every layout on more than one rank (stages, replicas or tensor ranks):
+    // a tuned p 1 x d 4 x t 2 run competes with the pipelines it was chosen over.
+    if (r.status == RunStatus::ok && r.spec.mode == RunMode::train && r.spec.ranks() > 1 &&
         r.decision != "not_feasible" && std::isfinite(r.step_time.median))
       candidates.push_back(&r);
   if (candidates.empty()) return "";

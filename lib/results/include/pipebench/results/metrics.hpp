@@ -165,8 +165,8 @@ double peak_capacity_fraction(const RunResult& r);
 // (finite) wait_s.
 double wait_start_s(const EventRecord& e, double prev_end_s);
 
-// The job's answer among its pipelined training runs that are not
-// not_feasible: the fastest, and among the runs whose speedup intervals
+// The job's answer among its training runs on more than one rank (stages,
+// replicas or tensor ranks) that are not not_feasible: the fastest, and among the runs whose speedup intervals
 // overlap the fastest's (a tie within the measurement), the one with the
 // lowest peak memory. "" when no run qualifies. E.g. "best: one_f_one_b —
 // 2.55x (2.55-2.55), peak 147.02 MiB, inconclusive; tied on time with gpipe,
