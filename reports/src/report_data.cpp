@@ -192,7 +192,8 @@ namespace {
 
 void add_advice(RunView& v) {
   const RunResult& r = *v.run;
-  if (r.status != RunStatus::ok || r.spec.pipeline_size < 2) return;
+  // Every run on more than one rank; the single-rank baseline is not judged.
+  if (r.status != RunStatus::ok || r.spec.ranks() < 2) return;
   const std::size_t P = r.peak_mem_bytes.size();
   // Per pipeline stage (its replicas and tensor ranks hold the same layers),
   // the rank of it nearest to capacity.
@@ -227,6 +228,7 @@ void add_advice(RunView& v) {
     }
   }
   add_memory_bound_advice(v);
+  if (r.spec.pipeline_size < 2) return;  // what follows is about the split and the schedule
   if (v.slowest_stage >= 0) {
     double mean = 0.0;
     for (double x : v.busy_median_s) mean += x / static_cast<double>(P);
