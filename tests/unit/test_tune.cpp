@@ -649,4 +649,12 @@ TEST_CASE("tune --gpus: options no layout meets are named, and one GPU is not se
   job.device.memory_capacity_bytes = 1 << 10;
   const std::string one = tune_answer_line(tune(job, o));
   CHECK_THAT(one, Catch::StartsWith("nothing fits on all 1 ranks") && !Catch::Contains("--ranks"));
+  // No layout at all: t = 3 divides no p x d x t = 4 (it said "nothing fits ... a larger memory_capacity").
+  o = TuneOptions{};
+  o.max_ranks = 4;
+  o.all_ranks = true;
+  o.tensor_parallel = {3};
+  const TuneResult none = tune(small_gpt(), o);
+  CHECK(none.candidates.empty());
+  CHECK(tune_answer_line(none) == "no layout p x d x t = 4 can be formed from these options (t in 3, d in any); change them");
 }

@@ -63,6 +63,13 @@ std::string run_name(const char* role, const TuneCandidate& c) {
 
 std::string tune_answer_line(const TuneResult& result) {
   const TuneCandidate* best = result.best();
+  // No layout could be formed at all (--gpus 64 --tensor-parallel 3: no p·d·3 is 64).
+  if (!best && result.candidates.empty()) {
+    const auto degrees = [](const std::vector<int>& v) { return v.empty() ? std::string("any") : fmt::format("{}", fmt::join(v, ", ")); };
+    return fmt::format("no layout p x d x t {} {} can be formed from these options (t in {}, d in {}); change them",
+                       result.options.all_ranks ? "=" : "<=", result.options.max_ranks,
+                       degrees(result.options.tensor_parallel), degrees(result.options.data_parallel));
+  }
   // Every candidate skipped before its memory was judged (a global batch no
   // replica count divides, a schedule's micro-batch rule): memory is not why.
   const auto judged = [](const TuneCandidate& c) { return c.fits || !c.peak_bytes.empty(); };
