@@ -125,12 +125,9 @@ void add_memory_bound_advice(RunView& v) {
   const RunResult& r = *v.run;
   const std::size_t P = r.peak_mem_bytes.size();
   if (P == 0 || r.memory_capacity_bytes.size() != P) return;
-  std::size_t top = 0;  // the last rank nearest to capacity, as the memory verdict names it
-  const auto frac = [&](std::size_t i) {
-    return static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]);
-  };
-  for (std::size_t i = 1; i < P; ++i)
-    if (frac(i) >= frac(top)) top = i;
+  const int fullest = fullest_rank(r);  // the rank the memory verdict names
+  if (fullest < 0) return;
+  const auto top = static_cast<std::size_t>(fullest);
   const auto peak = static_cast<double>(r.peak_mem_bytes[top]);
   if (peak < 0.5 * static_cast<double>(r.memory_capacity_bytes[top])) return;
   auto cat = [&](MemCategory c) {
@@ -203,7 +200,7 @@ void add_advice(RunView& v) {
   for (std::size_t i = 0; i < P && i < r.memory_capacity_bytes.size(); ++i) {
     const int s = stage_of_rank(r, i);
     if (s < 0 || s >= p) continue;
-    const double frac = static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]);
+    const double frac = capacity_fraction(r, i);
     if (frac >= fullest_frac[static_cast<std::size_t>(s)]) {  // the last, as the memory verdict names it
       fullest_frac[static_cast<std::size_t>(s)] = frac;
       fullest[static_cast<std::size_t>(s)] = static_cast<int>(i);

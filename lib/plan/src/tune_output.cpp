@@ -63,32 +63,34 @@ std::string run_name(const char* role, const TuneCandidate& c) {
 
 std::string tune_answer_line(const TuneResult& result) {
   const TuneCandidate* best = result.best();
-  // No layout could be formed at all (--gpus 64 --tensor-parallel 3: no p·d·3 is 64).
-  if (!best && result.candidates.empty()) {
-    const auto degrees = [](const std::vector<int>& v) { return v.empty() ? std::string("any") : fmt::format("{}", fmt::join(v, ", ")); };
-    return fmt::format("no layout p x d x t {} {} can be formed from these options (t in {}, d in {}); change them",
-                       result.options.all_ranks ? "=" : "<=", result.options.max_ranks,
-                       degrees(result.options.tensor_parallel), degrees(result.options.data_parallel));
-  }
-  // Every candidate skipped before its memory was judged (a global batch no
-  // replica count divides, a schedule's micro-batch rule): memory is not why.
-  const auto judged = [](const TuneCandidate& c) { return c.fits || !c.peak_bytes.empty(); };
-  if (!best && !result.candidates.empty() &&
-      std::none_of(result.candidates.begin(), result.candidates.end(), judged))
-    return fmt::format("no layout on {} {} ranks is usable with these options (e.g. {}: {}); change them",
-                       result.options.all_ranks ? "all" : "up to", result.options.max_ranks,
-                       result.candidates.front().layout(), result.candidates.front().why_not);
-  if (!best && result.options.all_ranks)
-    return fmt::format("nothing fits on all {} ranks (p x d x t = {}): {}more ranks, a smaller model or a larger "
-                       "memory_capacity",
-                       result.options.max_ranks, result.options.max_ranks,
-                       result.options.max_ranks > 1
-                           ? fmt::format("--ranks {} also searches layouts on fewer; else ", result.options.max_ranks)
-                           : "");
-  if (!best)
+  if (!best) {
+    // No layout could be formed at all (--gpus 64 --tensor-parallel 3: no p·d·3 is 64).
+    if (result.candidates.empty()) {
+      const auto degrees = [](const std::vector<int>& v) {
+        return v.empty() ? std::string("any") : fmt::format("{}", fmt::join(v, ", "));
+      };
+      return fmt::format("no layout p x d x t {} {} can be formed from these options (t in {}, d in {}); change them",
+                         result.options.all_ranks ? "=" : "<=", result.options.max_ranks,
+                         degrees(result.options.tensor_parallel), degrees(result.options.data_parallel));
+    }
+    // Every candidate skipped before its memory was judged (a global batch no
+    // replica count divides, a schedule's micro-batch rule): memory is not why.
+    const auto judged = [](const TuneCandidate& c) { return c.fits || !c.peak_bytes.empty(); };
+    if (std::none_of(result.candidates.begin(), result.candidates.end(), judged))
+      return fmt::format("no layout on {} {} ranks is usable with these options (e.g. {}: {}); change them",
+                         result.options.all_ranks ? "all" : "up to", result.options.max_ranks,
+                         result.candidates.front().layout(), result.candidates.front().why_not);
+    if (result.options.all_ranks)
+      return fmt::format("nothing fits on all {} ranks (p x d x t = {}): {}more ranks, a smaller model or a larger "
+                         "memory_capacity",
+                         result.options.max_ranks, result.options.max_ranks,
+                         result.options.max_ranks > 1
+                             ? fmt::format("--ranks {} also searches layouts on fewer; else ", result.options.max_ranks)
+                             : "");
     return fmt::format("nothing fits on up to {} ranks: more ranks, a smaller model, recomputation or a larger "
                        "memory_capacity",
                        result.options.max_ranks);
+  }
   // The smallest pipeline that fits, and the replicas it needed when only
   // a sharded optimizer makes it fit.
   const TuneCandidate* small = result.smallest_fitting();

@@ -498,13 +498,11 @@ std::string stability_check(const RunResult& r, bool& failed, bool& inconclusive
 std::string memory_check(const RunResult& r, bool& failed) {
   std::string worst;
   double worst_frac = 0.0;
-  for (std::size_t i = 0; i < r.peak_mem_bytes.size() && i < r.memory_capacity_bytes.size(); ++i) {
-    const double frac = static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]);
-    if (frac >= worst_frac) {
-      worst_frac = frac;
-      worst = fmt::format("{} peaks at {} ({:.0f}% of capacity)", rank_label(r, i),
-                          format_bytes(static_cast<double>(r.peak_mem_bytes[i])), 100 * frac);
-    }
+  if (const int top = fullest_rank(r); top >= 0) {
+    const auto i = static_cast<std::size_t>(top);
+    worst_frac = capacity_fraction(r, i);
+    worst = fmt::format("{} peaks at {} ({:.0f}% of capacity)", rank_label(r, i),
+                        format_bytes(static_cast<double>(r.peak_mem_bytes[i])), 100 * worst_frac);
   }
   if (r.failure_kind == FailureKind::oom) {
     failed = true;
@@ -738,10 +736,25 @@ std::string decision_line(const RunResult& r) {
   return fmt::format("decision: {} {} — {}", r.spec.name, r.decision, concerns.empty() ? std::string("-") : concerns.front());
 }
 
+double capacity_fraction(const RunResult& r, std::size_t i) {
+  return static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]);
+}
+
+int fullest_rank(const RunResult& r) {
+  int top = -1;
+  double top_frac = 0.0;
+  for (std::size_t i = 0; i < r.peak_mem_bytes.size() && i < r.memory_capacity_bytes.size(); ++i)
+    if (const double frac = capacity_fraction(r, i); frac >= top_frac) {  // never a NaN (0 / 0 in a damaged file)
+      top_frac = frac;
+      top = static_cast<int>(i);
+    }
+  return top;
+}
+
 double peak_capacity_fraction(const RunResult& r) {
   double worst = kNaN;
   for (std::size_t i = 0; i < r.peak_mem_bytes.size() && i < r.memory_capacity_bytes.size(); ++i) {
-    const double frac = static_cast<double>(r.peak_mem_bytes[i]) / static_cast<double>(r.memory_capacity_bytes[i]);
+    const double frac = capacity_fraction(r, i);
     worst = std::isnan(worst) ? frac : std::max(worst, frac);
   }
   return worst;

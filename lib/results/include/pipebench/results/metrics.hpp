@@ -157,6 +157,14 @@ std::string decision_line(const RunResult& r);
 // coordinates it has (a p 1 x t 8 run's rank 7 is not a stage 7).
 std::string rank_label(const RunResult& r, std::size_t i);
 
+// Rank i's peak memory over its capacity.
+double capacity_fraction(const RunResult& r, std::size_t i);
+
+// The rank nearest to its capacity, the last of equals: the rank the memory
+// verdict and the report's memory advice name. -1 without ranks (or with
+// no finite fraction).
+int fullest_rank(const RunResult& r);
+
 // The largest peak memory / capacity over the run's ranks; NaN without ranks.
 double peak_capacity_fraction(const RunResult& r);
 
@@ -166,13 +174,13 @@ double peak_capacity_fraction(const RunResult& r);
 double wait_start_s(const EventRecord& e, double prev_end_s);
 
 // The job's answer among its training runs on more than one rank (stages,
-// replicas or tensor ranks) that are not not_feasible: the fastest, and among the runs whose speedup intervals
-// overlap the fastest's (a tie within the measurement), the one with the
-// lowest peak memory. "" when no run qualifies. E.g. "best: one_f_one_b —
-// 2.55x (2.55-2.55), peak 147.02 MiB, inconclusive; tied on time with gpipe,
-// eager_one_f_one_b, chosen for the lowest peak memory". When even that run's speedup
-// interval lies below 1, the line ends "; slower than its baseline B: no
-// pipelined run here beats it".
+// replicas or tensor ranks) that are not not_feasible: the fastest, and
+// among the runs whose speedup intervals overlap the fastest's (a tie within
+// the measurement), the one with the lowest peak memory. "" when no run
+// qualifies. E.g. "best: one_f_one_b — 2.55x (2.55-2.55), peak 147.02 MiB,
+// inconclusive; tied on time with gpipe, eager_one_f_one_b, chosen for the
+// lowest peak memory". When even that run's speedup interval lies below 1,
+// the line ends "; slower than its baseline B: no pipelined run here beats it".
 std::string best_run_summary(const std::vector<RunResult>& runs);
 
 }  // namespace pipebench
