@@ -21,8 +21,10 @@ struct CompareCmdOptions {
   bool fail_on_difference = false;
 };
 
-// "5%" or "0.05" -> 0.05; nullopt when it is neither, or not in (0, 10].
-std::optional<double> parse_tolerance(const std::string& text) {
+// "5%" or "0.05" -> 0.05. A bare number is a fraction and at most 1: "5"
+// is almost always meant as 5%, and read as a fraction it would be ±500%.
+// Sets `why` and returns nullopt when the text is neither form or out of range.
+std::optional<double> parse_tolerance(const std::string& text, std::string& why) {
   std::string s = text;
   const bool percent = !s.empty() && s.back() == '%';
   if (percent) s.pop_back();
@@ -31,11 +33,22 @@ std::optional<double> parse_tolerance(const std::string& text) {
   try {
     v = std::stod(s, &used);
   } catch (const std::exception&) {
+    used = 0;
+  }
+  if (s.empty() || used != s.size() || !std::isfinite(v)) {
+    why = "expected a percentage in (0, 1000%] or a fraction in (0, 1] (5% or 0.05)";
     return std::nullopt;
   }
-  if (used != s.size() || !std::isfinite(v)) return std::nullopt;
+  if (!percent && v > 1) {
+    why = fmt::format("a bare number is a fraction of at most 1 ({} would be ±{:g}%): write {}% for a percentage, or a fraction "
+                      "such as 0.05", s, 100 * v, s);
+    return std::nullopt;
+  }
   if (percent) v /= 100;
-  if (v <= 0 || v > 10) return std::nullopt;
+  if (v <= 0 || v > 10) {
+    why = "expected a percentage in (0, 1000%] or a fraction in (0, 1] (5% or 0.05)";
+    return std::nullopt;
+  }
   return v;
 }
 
@@ -61,15 +74,16 @@ Handler add_compare_command(CLI::App& app) {
   cmd->add_option("candidates", o->compare.candidates, "results files that claim to reproduce it")->required();
   cmd->add_option("-o,--output", o->out_dir, "folder for index.html, report.md, compare.json, artifact.md")->required();
   cmd->add_option("--tolerance", o->tolerance,
-                  "relative band every performance ratio's 95% interval must lie in: 5% or 0.05 (default 5%)");
+                  "relative band every performance ratio's 95% interval must lie in: a percentage (5%) or a fraction of at most 1 "
+                  "(0.05); default 5%");
   cmd->add_flag("--fail-on-difference", o->fail_on_difference, "exit 9 when any run is not reproduced");
   cmd->add_option("--references", o->compare.references_path, "references.toml: per-system expected figures (docs/reproduce.md)")
       ->check(CLI::ExistingFile);
   return [o]() -> int {
-    const auto tolerance = parse_tolerance(o->tolerance);
+    std::string why;
+    const auto tolerance = parse_tolerance(o->tolerance, why);
     if (!tolerance) {
-      fmt::print(stderr, "pipebench: compare: --tolerance {}: expected a fraction or a percentage in (0, 1000%] (5% or 0.05)\n",
-                 printable(o->tolerance));
+      fmt::print(stderr, "pipebench: compare: --tolerance {}: {}\n", printable(o->tolerance), why);
       return kUsageError;
     }
     o->compare.tolerance = *tolerance;

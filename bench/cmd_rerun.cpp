@@ -18,6 +18,7 @@
 #include "commands.hpp"
 #include "pipebench/backends/cuda_device.hpp"
 #include "pipebench/core/config.hpp"
+#include "pipebench/core/posix.hpp"
 #include "pipebench/core/units.hpp"
 #include "pipebench/report/report.hpp"
 #include "pipebench/runtime/runner.hpp"
@@ -30,7 +31,7 @@ struct RerunCmdOptions {
   std::string file;
   std::vector<std::string> run_names, deviations;
   std::string output_dir = "results", label, system;
-  bool label_given = false, allow_idle_ranks = false;
+  bool label_given = false, allow_idle_ranks = false;  // label_given: --label was on the command line
   std::string command_line;
 };
 
@@ -124,6 +125,19 @@ Recorded read_recorded(const std::string& path) {
   return r;
 }
 
+// This rerun's own options, as a shell reads them: the command a refusal
+// suggests is the one the user gave, on more ranks, never a different rerun.
+std::string rerun_arguments(const RerunCmdOptions& o) {
+  std::string args = shell_quote(o.file);
+  for (const auto& n : o.run_names) args += " --run " + shell_quote(n);
+  for (const auto& d : o.deviations) args += " --set " + shell_quote(d);
+  if (o.output_dir != "results") args += " -o " + shell_quote(o.output_dir);
+  if (o.label_given) args += " --label " + shell_quote(o.label);
+  if (!o.system.empty()) args += " --system " + shell_quote(o.system);
+  if (o.allow_idle_ranks) args += " --allow-idle-ranks";
+  return args;
+}
+
 // Why the recorded workload cannot run in this launch (empty when it can), and the exit code.
 struct Refusal {
   std::string why;
@@ -162,12 +176,9 @@ Refusal refusal(const Job& job, const Recorded& rec, const RerunCmdOptions& o, i
       widest = rec.runs[i];
     }
   }
-  if (world < needed) {
-    std::string rerun_args;
-    for (const auto& n : o.run_names) rerun_args += " --run " + n;
-    return {fmt::format("run {} needs {} ranks and this launch has {}: mpirun -np {} pipebench rerun {}{}", widest, needed,
-                        world, needed, printable(o.file), rerun_args)};
-  }
+  if (world < needed)
+    return {fmt::format("run {} needs {} ranks and this launch has {}: mpirun -np {} pipebench rerun {}", widest, needed,
+                        world, needed, printable(rerun_arguments(o)))};
   return {};
 }
 
@@ -193,6 +204,7 @@ Handler add_rerun_command(CLI::App& app, const std::string& command_line) {
     int rank = 0, world = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+    o->label_given = cmd->count("--label") > 0;
     const Recorded rec = Recorded::unpack(broadcast(rank == 0 ? read_recorded(o->file).pack() : std::vector<std::string>{}));
     if (!rec.error.empty()) {
       if (rank == 0) fmt::print(stderr, "pipebench: rerun: {}\n", rec.error);
@@ -214,7 +226,7 @@ Handler add_rerun_command(CLI::App& app, const std::string& command_line) {
     RunOptions run;
     run.run_names = selected;  // the runs the file records, not every run of its workload text
     run.output_dir = o->output_dir;
-    run.label = cmd->count("--label") ? o->label : rec.label;
+    run.label = o->label_given ? o->label : rec.label;
     run.command_line = o->command_line;
     run.system = o->system;
     run.reproduces = Reproduction{rec.id, rec.sha256, o->file, o->deviations};

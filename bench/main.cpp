@@ -3,6 +3,7 @@
 // the documented exit codes (docs/cli.md) with one clear line on stderr.
 // Only `run` and `rerun` initialise MPI; `plan` works without mpirun.
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <iostream>
@@ -36,6 +37,16 @@ int world_rank() {
   MPI_Initialized(&initialized);
   if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return rank;
+}
+
+// This process's rank as its launcher numbered it, before MPI_Init: Open MPI,
+// PMIx, MPICH's PMI or Slurm's srun set it in the environment; 0 when none
+// did (a plain shell). A command line every rank parses alike is refused by
+// rank 0 alone, not once per rank.
+int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return std::atoi(v);
+  return 0;
 }
 
 // Ends MPI (if started) and returns `code`. For failures that may not have
@@ -97,7 +108,8 @@ int main(int argc, char** argv) {
       known = known || sub->get_name() == argv[1];
     }
     if (!known) {
-      fmt::print(stderr, "pipebench: unknown command \"{}\" (commands: {}; pipebench --help)\n", printable(argv[1]), names);
+      if (launcher_rank() == 0)
+        fmt::print(stderr, "pipebench: unknown command \"{}\" (commands: {}; pipebench --help)\n", printable(argv[1]), names);
       return kUsageError;
     }
   }
@@ -106,9 +118,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // CLI11 quotes the offending argument as given: its message goes out
     // through printable() so that an ESC or a stray byte is shown, not sent.
-    std::ostringstream message;
-    const int rc = app.exit(e, std::cout, message);
-    std::fputs(printable(message.str(), true).c_str(), stderr);
+    std::ostringstream out, message;
+    const int rc = app.exit(e, out, message);
+    if (launcher_rank() == 0) {
+      std::fputs(out.str().c_str(), stdout);
+      std::fputs(printable(message.str(), true).c_str(), stderr);
+    }
     return rc == 0 ? kOk : kUsageError;
   }
   const bool with_mpi = app.got_subcommand("run") || app.got_subcommand("rerun");

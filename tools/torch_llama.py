@@ -54,10 +54,13 @@ def init_normal(seed, piece, tensor, n):
 
 
 def synthetic_batch(seed, vocab, seq, step, mb, mbs):
+    """Micro-batch mb of size mbs: samples mb*mbs .. mb*mbs+mbs-1 of the step's batch
+    (model/synthetic.hpp: a token is keyed by (seed, step, sample, position))."""
     tokens = np.zeros((mbs, seq), dtype=np.int64)
     targets = np.zeros((mbs, seq), dtype=np.int64)
     for b in range(mbs):
-        key = lambda pos: mix64([K_DATA, seed, step, mb, b, pos])
+        sample = mb * mbs + b
+        key = lambda pos: mix64([K_DATA, seed, step, sample, pos])
         tok = key(0) % vocab
         for t in range(seq + 1):
             if t < seq:

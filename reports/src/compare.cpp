@@ -36,10 +36,6 @@ std::vector<double> counted(const RunResult& r, const std::vector<double>& per_s
   return out;
 }
 
-double global_batch(const RunResult& r) {
-  return static_cast<double>(r.spec.micro_batch_size) * static_cast<double>(r.spec.num_microbatches);
-}
-
 std::string percent(double tolerance) { return fmt::format("{:.3g}%", 100 * tolerance); }
 
 // A figure from per-step samples of both runs.
@@ -65,12 +61,14 @@ FigureVerdict figure_from_samples(const std::string& name, const std::string& un
   return f;
 }
 
-std::vector<FigureVerdict> performance(const RunResult& ref, const RunResult& cand, double tolerance) {
+}  // namespace
+
+std::vector<FigureVerdict> compare_performance(const RunResult& ref, const RunResult& cand, double tolerance) {
   std::vector<FigureVerdict> out;
   const auto ref_t = counted(ref, ref.step_time_s), cand_t = counted(cand, cand.step_time_s);
   out.push_back(figure_from_samples("median step time", "s", ref_t, cand_t, tolerance));
   auto per_sample = [](const RunResult& r, std::vector<double> t) {
-    for (double& x : t) x = global_batch(r) / x;
+    for (double& x : t) x = static_cast<double>(r.spec.global_batch()) / x;  // every replica's samples
     return t;
   };
   out.push_back(figure_from_samples("throughput", "samples/s", per_sample(ref, ref_t), per_sample(cand, cand_t), tolerance));
@@ -98,6 +96,8 @@ std::vector<FigureVerdict> performance(const RunResult& ref, const RunResult& ca
   out.push_back(mem);
   return out;
 }
+
+namespace {
 
 bool has_values(const std::vector<double>& v) {
   return std::any_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
@@ -252,7 +252,7 @@ RunComparison compare_run(const FileView& rf, const RunResult* ref, const FileVi
                                : ExactCheck{"gradient norm per step", kNotApplicable, "no gradients (inference or sim)", -1, 0.0});
     c.numerics.push_back(clipped_check(*ref, *cand));
     c.numerics.push_back(memory_check(*ref, *cand, c.memory));
-    c.performance = performance(*ref, *cand, o.tolerance);
+    c.performance = compare_performance(*ref, *cand, o.tolerance);
     for (const auto& n : c.numerics) {
       verdicts.push_back(n.verdict);
       if (n.verdict == kNotReproduced) c.reasons.push_back(n.what + ": " + n.evidence);

@@ -248,6 +248,10 @@ def scenario_refusals():
     p = sh(["rerun", ref, "-o", os.path.join(OUT, "np1")], np=1, expect=2)
     check("needs 2 ranks" in p.stderr and "mpirun -np 2 pipebench rerun" in p.stderr, f"too few ranks: {p.stderr.strip()}")
     check(not os.path.exists(os.path.join(OUT, "np1")), "too few ranks: nothing written")
+    # The suggested command is the one given, deviations and all (it once dropped the --set and reran something else).
+    p = sh(["rerun", ref, "--set", "train.repeats=3", "-o", os.path.join(OUT, "np1")], np=1, expect=2)
+    check(f"mpirun -np 2 pipebench rerun {ref} --set train.repeats=3 -o {os.path.join(OUT, 'np1')}" in p.stderr,
+          f"too few ranks, with a deviation: {p.stderr.strip()}")
     one = rerun(ref, "np1-base", np=1, args=["--run", "base"])
     check(os.path.exists(one), "rerun --run base on 1 rank runs")
     # A file of one run of its workload: rerun runs that run alone (it once ran every run of the recorded
@@ -262,6 +266,19 @@ def scenario_refusals():
     check("run pipe needs 4 ranks and this launch has 2: mpirun -np 4 pipebench rerun" in p.stderr,
           f"too few ranks for p x d: {p.stderr.strip()}")
     check(not os.path.exists(os.path.join(OUT, "dp-np2")), "too few ranks for p x d: nothing written")
+    # A file schedule reruns from the CSV text the results file records, not from the path: the CSV gone,
+    # the rerun still runs the measured schedule (docs/reproduce.md).
+    work = os.path.join(OUT, "file_schedule")
+    os.makedirs(work)
+    for f in ("schedules.toml", "schedule_p2_split.csv"):
+        shutil.copy(os.path.join(REPO, "tests/data/runner", f), work)
+    sh(["run", os.path.join(work, "schedules.toml"), "--run", "file2", "-o", os.path.join(work, "ref")], np=2, expect=0)
+    os.remove(os.path.join(work, "schedule_p2_split.csv"))
+    csv_rerun = rerun(only_h5(os.path.join(work, "ref")), "file_schedule_rerun", np=2)
+    with h5py.File(csv_rerun) as f:
+        status = f["runs/file2"].attrs["status"]
+        status = status.decode() if isinstance(status, bytes) else status
+        check(status == "ok" and sorted(f["runs"].keys()) == ["file2"], f"a file schedule reruns without its CSV: {status}")
     p = sh(["rerun", ref, "--run", "nope"], np=1, expect=2)
     check("has no run \"nope\" (its runs: base, pipe)" in p.stderr, f"unknown run: {p.stderr.strip()}")
     damaged = os.path.join(OUT, "damaged.h5")
@@ -297,6 +314,10 @@ def scenario_refusals():
     check("skipped" in p.stderr, "a damaged candidate: said on stderr")
     p = sh(["compare", ref, same, "-o", os.path.join(OUT, "c2"), "--tolerance", "five"], expect=2)
     check("--tolerance five" in p.stderr, f"bad tolerance: {p.stderr.strip()}")
+    # A bare number above 1 is refused (it once meant ±500%), with the percentage it was surely meant as.
+    p = sh(["compare", ref, same, "-o", os.path.join(OUT, "c2"), "--tolerance", "5"], expect=2)
+    check("a bare number is a fraction of at most 1 (5 would be ±500%): write 5%" in p.stderr, f"bare 5: {p.stderr.strip()}")
+    check(not os.path.exists(os.path.join(OUT, "c2")), "bare 5: nothing written")
 
     # references: errors with file:line, within / outside / logged / no reference.
     bad = write_refs('schema = 1\n[system.lab.repro_sim.pipe]\nstep_time_s = [1.0, -0.05, 0.05, "ms"]\n')

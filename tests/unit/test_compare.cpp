@@ -59,3 +59,29 @@ TEST_CASE("compare: per-step series bit for bit", "[reproduce]") {
     CHECK(compare_series("grad_norm", {0.0}, {-0.0}).verdict == std::string(kNotReproduced));
   }
 }
+
+// Issue 66 item 5: a p 2 x d 2 run's throughput counts every replica's
+// samples (b·m·d per step), as the HDF5 file and the console do; with a
+// different d on each side the ratio compares samples per second, not steps.
+TEST_CASE("compare: throughput counts every replica's samples", "[reproduce]") {
+  auto run = [](int d, int mbs, int m, double step_s) {
+    RunResult r;
+    r.spec.pipeline_size = 2;
+    r.spec.data_parallel = d;
+    r.spec.micro_batch_size = mbs;
+    r.spec.num_microbatches = m;
+    r.step_time_s = {step_s, step_s, step_s, step_s, step_s};
+    r.is_warmup = {1, 0, 0, 0, 0};
+    r.slowest_stage_s = r.bubble_measured = std::vector<double>(5, 0.5);
+    return r;
+  };
+  const RunResult ref = run(2, 2, 4, 0.016);  // 16 samples per step: 1000 samples/s
+  const auto figures = compare_performance(ref, ref, 0.05);
+  REQUIRE(figures.size() >= 2);
+  CHECK(figures[1].figure == "throughput");
+  CHECK(figures[1].reference == Approx(1000.0));
+  // The same 16 samples per step as 1 replica x 4 x 4 at the same step time: the same throughput.
+  const auto same = compare_performance(ref, run(1, 4, 4, 0.016), 0.05);
+  CHECK(same[1].candidate == Approx(1000.0));
+  CHECK(same[1].verdict == std::string(kReproduced));
+}

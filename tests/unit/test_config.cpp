@@ -444,3 +444,16 @@ TEST_CASE("partition names the split rule in one word", "[config]") {
   CHECK_THAT(error_of(kBase + "partition = \"even\"\n"),
              Catch::Contains("w.toml:20: run.pipe.partition: unknown value \"even\""));
 }
+
+// Issue 66 item 8: a modelled speed whose arithmetic overflows (1e-300 FLOP/s
+// printed "-nan" and "inf s" in plan) is refused with the key and the bounds.
+TEST_CASE("modelled speeds and latencies outside what any machine has are refused", "[config]") {
+  CHECK_THAT(error_of(kBase, {"device.sim_flops_per_s=1e-300"}),
+             Catch::Contains("device.sim_flops_per_s: expected at least 1 FLOP/s, got 1e-300"));
+  CHECK_THAT(error_of(kBase, {"device.sim_link_gbps=1e-300"}), Catch::Contains("device.sim_link_gbps: expected at least 1e-09 Gbit/s"));
+  CHECK_THAT(error_of(kBase, {"device.sim_inter_node_gbps=1e-30"}), Catch::Contains("device.sim_inter_node_gbps"));
+  CHECK_THAT(error_of(kBase, {"device.sim_link_latency_us=1e300"}), Catch::Contains("device.sim_link_latency_us"));
+  // Inside the bounds, and a latency of 0, are accepted as before.
+  CHECK(parse_job(kBase, "w.toml", {"device.sim_flops_per_s=1e3", "device.sim_link_latency_us=0"}).device.sim_flops_per_s == 1e3);
+  CHECK(parse_job(kBase, "w.toml", {"device.sim_flops_per_s=1e30", "device.sim_link_gbps=1e12"}).device.sim_link_gbps == 1e12);
+}

@@ -213,12 +213,26 @@ DeviceSpec read_device(TableReader& r) {
     d.memory_capacity_bytes = *bytes;
   }
   d.threads_per_rank = r.int_in_range("threads_per_rank", 1, kMaxThreadsPerRank, d.threads_per_rank);
-  d.sim_flops_per_s = r.number("sim_flops_per_s", d.sim_flops_per_s, 0.0, false);
-  d.sim_link_latency_us = r.number("sim_link_latency_us", d.sim_link_latency_us, 0.0, true);
-  d.sim_link_gbps = r.number("sim_link_gbps", d.sim_link_gbps, 0.0, false);
+  // The modelled speeds at least, and the latencies at most, what keeps every
+  // duration they give (FLOPs or bytes over a rate, sums of latencies) a
+  // finite number: 1e-300 FLOP/s once printed "-nan" and "inf s" in plan
+  // (issue 66). Any speed above is accepted (bench/whole: 1e30 for "free").
+  const auto rate = [&r](std::string_view key, double fallback, double lo, const char* unit) {
+    const double x = r.number(key, fallback, 0.0, false);
+    if (r.find(key) && x < lo) r.fail_key(key, fmt::format("expected at least {:g} {}, got {:g}", lo, unit, x));
+    return x;
+  };
+  const auto latency = [&r](std::string_view key, double fallback) {
+    const double x = r.number(key, fallback, 0.0, true);
+    if (r.find(key) && x > 1e9) r.fail_key(key, fmt::format("expected at most 1e+09 microseconds (1000 s), got {:g}", x));
+    return x;
+  };
+  d.sim_flops_per_s = rate("sim_flops_per_s", d.sim_flops_per_s, 1.0, "FLOP/s");
+  d.sim_link_latency_us = latency("sim_link_latency_us", d.sim_link_latency_us);
+  d.sim_link_gbps = rate("sim_link_gbps", d.sim_link_gbps, 1e-9, "Gbit/s (one bit per second)");
   d.ranks_per_node = r.int_in_range("ranks_per_node", 1, kMaxRanks, d.ranks_per_node);
-  d.sim_inter_node_latency_us = r.number("sim_inter_node_latency_us", d.sim_inter_node_latency_us, 0.0, true);
-  d.sim_inter_node_gbps = r.number("sim_inter_node_gbps", d.sim_inter_node_gbps, 0.0, false);
+  d.sim_inter_node_latency_us = latency("sim_inter_node_latency_us", d.sim_inter_node_latency_us);
+  d.sim_inter_node_gbps = rate("sim_inter_node_gbps", d.sim_inter_node_gbps, 1e-9, "Gbit/s (one bit per second)");
   d.sim_load = r.number("sim_load", d.sim_load, 0.0, false);
   if (d.sim_load > 1000.0) r.fail_key("sim_load", "expected at most 1000");
   d.sim_jitter = r.number("sim_jitter", d.sim_jitter, 0.0, true);

@@ -19,17 +19,17 @@ float init_normal(std::uint64_t seed, int piece, int tensor, std::uint64_t index
   return static_cast<float>(standard_normal(h1, splitmix64(h1)));
 }
 
-void synthetic_batch(const ModelSpec& model, int step, int microbatch, int micro_batch_size,
+void synthetic_batch(const ModelSpec& model, int step, std::int64_t first_sample, int count,
                      std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& targets) {
   const auto V = static_cast<std::uint64_t>(model.vocab);
   const std::size_t s = static_cast<std::size_t>(model.seq_len);
-  tokens.resize(static_cast<std::size_t>(micro_batch_size) * s);
+  tokens.resize(static_cast<std::size_t>(count) * s);
   targets.resize(tokens.size());
   auto next_of = [&](std::uint64_t tok) { return mix64({kMapDomain, model.seed, tok}) % V; };
-  for (int b = 0; b < micro_batch_size; ++b) {
+  for (int b = 0; b < count; ++b) {
+    const auto sample = static_cast<std::uint64_t>(first_sample + b);
     const auto key = [&](std::uint64_t pos) {
-      return mix64({kDataDomain, model.seed, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(microbatch),
-                    static_cast<std::uint64_t>(b), pos});
+      return mix64({kDataDomain, model.seed, static_cast<std::uint64_t>(step), sample, pos});
     };
     std::uint64_t tok = key(0) % V;
     for (std::size_t t = 0; t <= s; ++t) {

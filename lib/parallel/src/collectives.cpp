@@ -49,6 +49,15 @@ Link tensor_group_link(const DeviceSpec& device, const RunSpec& run, int rank) {
   return link_of(device, grid, grid.tensor_group(rank));
 }
 
+Link stage_tensor_link(const DeviceSpec& device, const RunSpec& run, int pipeline_rank) {
+  const RankGrid grid = run_grid(run, device);
+  for (int d = 0; d < grid.shape().data; ++d) {
+    const std::vector<int> group = grid.tensor_group(grid.rank({pipeline_rank, d, 0}));
+    if (!grid.within_one_node(group)) return inter_node_link(device);
+  }
+  return intra_node_link(device);
+}
+
 Link pipeline_link(const DeviceSpec& device, const RunSpec& run) {
   const RankGrid grid = run_grid(run, device);
   return link_of(device, grid, grid.pipeline_group(0));

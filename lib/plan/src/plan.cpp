@@ -74,10 +74,12 @@ double step_flops(const RunPlan& rp, bool hardware) {
 }
 
 SimCosts model_costs(const Job& job, const RunSpec& run, const ModelDesc& model, const Partition& partition,
-                     bool split_backward) {
+                     bool split_backward, Placement placement) {
   SimCosts c;
-  const parallel::Link link = parallel::tensor_group_link(job.device, run, 0);
-  for (const auto& st : partition.stages) {
+  for (std::size_t v = 0; v < partition.stages.size(); ++v) {
+    const StageRange& st = partition.stages[v];
+    const parallel::Link link =
+        parallel::stage_tensor_link(job.device, run, placed_rank(placement, run.pipeline_size, static_cast<int>(v)));
     const ActionSeconds a = action_seconds(job, model, run.micro_batch_size, st, link, split_backward);
     c.forward.push_back(a.forward);
     c.backward.push_back(a.backward);
@@ -265,7 +267,7 @@ RunPlan plan_run_unchecked(const Job& job, const RunSpec& run, const Schedule* s
   if (run.model_stages() > 1) plan.partition_alternatives = partition_alternatives(model, run);
   plan.bubble_analytic = analytic_bubble(plan.schedule);
   const bool split = plan.schedule.split_backward();
-  plan.costs = model_costs(job, run, model, plan.partition, split);
+  plan.costs = model_costs(job, run, model, plan.partition, split, plan.schedule.placement);
   if (run.recompute == Recompute::full)  // B runs the forward again first
     for (std::size_t v = 0; v < plan.costs.backward.size(); ++v) plan.costs.backward[v] += plan.costs.forward[v];
   // Validated, and simulated with unit costs (the validator's deadlock check)

@@ -108,27 +108,29 @@ StageTensorComm stage_tensor_comm(const Job& job, const RunPlan& rp, const paral
 
 std::string tensor_parallel_text(const Job& job, const RunPlan& rp) {
   const RunSpec& r = rp.run;
-  const parallel::Link link = parallel::tensor_group_link(job.device, r, 0);
   std::string out = fmt::format(
       "tensor parallel: {} ranks per stage{} ({} ranks in all, {}); vocabulary {} padded to {}; collectives per "
-      "micro-batch on the {} link:\n",
+      "micro-batch on the link each stage's slowest tensor group rides:\n",
       r.tensor_parallel, r.sequence_parallel ? ", sequence parallel" : "", r.ranks(), to_string(r.rank_order),
-      job.model.vocab, padded_vocab(job.model, r.tensor_parallel), link.inter_node ? "inter-node" : "intra-node");
+      job.model.vocab, padded_vocab(job.model, r.tensor_parallel));
   for (int s = 0; s < r.pipeline_size; ++s) {
+    const parallel::Link link = parallel::stage_tensor_link(job.device, r, s);
     const StageTensorComm t = stage_tensor_comm(job, rp, link, s);
-    out += fmt::format("  stage {}: forward {} calls {}, backward {} calls {}\n", s, t.forward_calls,
-                       format_seconds(t.forward_s), t.backward_calls, format_seconds(t.backward_s));
+    out += fmt::format("  stage {}: forward {} calls {}, backward {} calls {} ({})\n", s, t.forward_calls,
+                       format_seconds(t.forward_s), t.backward_calls, format_seconds(t.backward_s),
+                       link.inter_node ? "inter-node: a tensor group spans nodes" : "intra-node");
   }
   return out;
 }
 
 void tensor_parallel_json(JsonWriter& w, const Job& job, const RunPlan& rp) {
   w.field("padded_vocab", padded_vocab(job.model, rp.run.tensor_parallel));
-  const parallel::Link link = parallel::tensor_group_link(job.device, rp.run, 0);
   w.key("tensor_comm").begin_array();
   for (int s = 0; s < rp.run.pipeline_size; ++s) {
+    const parallel::Link link = parallel::stage_tensor_link(job.device, rp.run, s);
     const StageTensorComm t = stage_tensor_comm(job, rp, link, s);
-    w.begin_object().field("stage", s).field("forward_calls", t.forward_calls).field("forward_s", t.forward_s);
+    w.begin_object().field("stage", s).field("inter_node", link.inter_node);
+    w.field("forward_calls", t.forward_calls).field("forward_s", t.forward_s);
     w.field("backward_calls", t.backward_calls).field("backward_s", t.backward_s).end_object();
   }
   w.end_array();

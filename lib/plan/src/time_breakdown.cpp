@@ -53,7 +53,8 @@ TimeBreakdown time_breakdown(const Job& job, const RunPlan& plan) {
   const ModelDesc model(job.model, plan.storage_dtype, tensor_split(run));
   const DevicePreset device = device_model(job.device);
   const TimeModel tm(device, plan.storage_dtype);
-  const parallel::Link link = parallel::tensor_group_link(job.device, run, 0);
+  // The one-layer figures on stage 0's link; each rank's on its own stage's.
+  const parallel::Link link = parallel::stage_tensor_link(job.device, run, 0);
   const int b = run.micro_batch_size, t = run.tensor_parallel;
   const double m = run.num_microbatches;
   const bool train = run.mode == RunMode::train, full = train && run.recompute == Recompute::full;
@@ -79,8 +80,9 @@ TimeBreakdown time_breakdown(const Job& job, const RunPlan& plan) {
     RankStepTime r;
     r.stage = sp.stage;
     int sends = 0;
+    const parallel::Link stage_link = parallel::stage_tensor_link(job.device, run, sp.stage);
     for (const StageRange& range : sp.chunks) {
-      const ActionSeconds a = action_seconds(job, model, b, range, link, false);
+      const ActionSeconds a = action_seconds(job, model, b, range, stage_link, false);
       r.forward += scaled(a.terms.forward, m);
       r.tp_comm_s += m * (a.forward_comm + (train ? a.backward_comm : 0.0) + (full ? a.forward_comm : 0.0));
       if (train) {

@@ -31,15 +31,6 @@ std::string lower(std::string s) {
   return s;
 }
 
-std::string shell_quote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.,/=:+@%") ==
-                        std::string::npos)
-    return s;
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 // The last `lines` lines of `s` (all of it when shorter).
 std::string tail_lines(const std::string& s, std::size_t lines) {
   std::size_t start = s.size();

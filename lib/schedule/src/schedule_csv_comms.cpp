@@ -141,17 +141,29 @@ class CommsCheck {
     for (const auto& [from, to] : pairs) {
       const auto& s = sent[{from, to}];
       const auto& r = received[{from, to}];
-      for (std::size_t k = 0; k < std::max(s.size(), r.size()); ++k) {
-        if (k < s.size() && k < r.size() && s[k] == r[k]) continue;
-        if (k >= r.size())
-          errors_.push_back(fmt::format("rank {} sends {} to rank {}, which never receives it", from, describe(s[k]), to));
-        else if (k >= s.size())
-          errors_.push_back(fmt::format("rank {} receives {} from rank {}, which never sends it", to, describe(r[k]), from));
-        else
-          errors_.push_back(fmt::format("rank {} -> rank {}: transfer {} is {} on the sender but {} on the receiver "
-                                        "(NCCL matches point-to-point operations between two ranks in the order they are "
-                                        "issued)",
-                                        from, to, k + 1, describe(s[k]), describe(r[k])));
+      // First what has no partner at all (a deleted SEND or RECV cell): said
+      // as itself, not as the order mismatch it causes further on.
+      const std::multiset<Message> s_set(s.begin(), s.end()), r_set(r.begin(), r.end());
+      bool unpaired = false;
+      for (const Message& m : r)
+        if (!s_set.count(m)) {
+          errors_.push_back(fmt::format("rank {} receives {} from rank {}, which never sends it (no {} cell on rank {})", to,
+                                        describe(m), from, m.gradient ? "SEND_B" : "SEND_F", from));
+          unpaired = true;
+        }
+      for (const Message& m : s)
+        if (!r_set.count(m)) {
+          errors_.push_back(fmt::format("rank {} sends {} to rank {}, which never receives it (no {} cell on rank {})", from,
+                                        describe(m), to, m.gradient ? "RECV_B" : "RECV_F", to));
+          unpaired = true;
+        }
+      if (unpaired) continue;  // the order is judged once every transfer has its partner
+      for (std::size_t k = 0; k < s.size(); ++k) {
+        if (s[k] == r[k]) continue;
+        errors_.push_back(fmt::format("rank {} -> rank {}: transfer {} is {} on the sender but {} on the receiver "
+                                      "(NCCL matches point-to-point operations between two ranks in the order they are "
+                                      "issued)",
+                                      from, to, k + 1, describe(s[k]), describe(r[k])));
         break;  // one mismatch per pair: the rest follow from it
       }
     }

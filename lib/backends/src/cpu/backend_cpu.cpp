@@ -151,7 +151,7 @@ void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const flo
     case PieceKind::embedding: {
       auto* tokens = reinterpret_cast<std::int32_t*>(act(mb, p, 0));
       std::vector<std::int32_t> tok, tgt;
-      synthetic_batch(ms, step_, spec_.data_microbatch(mb), B, tok, tgt);
+      synthetic_batch(ms, step_, spec_.first_sample(mb), B, tok, tgt);
       std::copy(tok.begin(), tok.end(), tokens);
       // Tensor-parallel: the rank's vocabulary rows; the position table added by the lead rank.
       float* whole = sequence_parallel() ? sp_partial() : out;
@@ -194,7 +194,7 @@ void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const flo
       cpu::linear_forward(gathered(act(mb, p, a.ln)), w(rms ? 1 : 2), nullptr, probs, T, h, Vl);
       auto* targets = reinterpret_cast<std::int32_t*>(act(mb, p, a.targets));
       std::vector<std::int32_t> tok, tgt;
-      synthetic_batch(ms, step_, spec_.data_microbatch(mb), B, tok, tgt);
+      synthetic_batch(ms, step_, spec_.first_sample(mb), B, tok, tgt);
       std::copy(tgt.begin(), tgt.end(), targets);
       loss_[static_cast<std::size_t>(mb)] = tp_ == 1 ? cpu::softmax_crossentropy_forward(probs, targets, T, V)
                                                      : vocab_parallel_loss(probs, targets);

@@ -326,7 +326,7 @@ void CudaBackend::linear_backward_input(const void* W, const void* dy, void* dx,
 
 void CudaBackend::upload_tokens(int mb, std::int32_t* dst, bool targets) {
   std::vector<std::int32_t> tok, tgt;
-  synthetic_batch(job_.model, step_, spec_.data_microbatch(mb), spec_.micro_batch_size, tok, tgt);
+  synthetic_batch(job_.model, step_, spec_.first_sample(mb), spec_.micro_batch_size, tok, tgt);
   const auto& src = targets ? tgt : tok;
   // An id outside the vocabulary would index past the embedding (or the
   // logits) on the device, silently: checked here, where it is cheap.
@@ -358,7 +358,7 @@ void CudaBackend::upload_staged(Chunk& c, ActionKind kind) {
 // segments' rows counted from its first.
 void CudaBackend::upload_embedding_order(int mb) {
   std::vector<std::int32_t> tok, tgt;
-  synthetic_batch(job_.model, step_, spec_.data_microbatch(mb), spec_.micro_batch_size, tok, tgt);
+  synthetic_batch(job_.model, step_, spec_.first_sample(mb), spec_.micro_batch_size, tok, tgt);
   std::vector<std::int32_t> ints(3 * tok.size() + 1);
   std::int32_t* order = ints.data();
   std::int32_t T = 0;

@@ -69,6 +69,12 @@ struct ExactCheck {
 ExactCheck compare_series(const std::string& what, const std::vector<double>& reference,
                           const std::vector<double>& candidate);
 
+// The performance figures of one run in both files, judged against
+// `tolerance`: median step time, throughput (each side's global batch,
+// every replica's samples, per step), slowest stage, measured bubble and
+// peak memory.
+std::vector<FigureVerdict> compare_performance(const RunResult& reference, const RunResult& candidate, double tolerance);
+
 // A side-by-side row: the environment, a workload key.
 struct SideBySide {
   std::string name, reference, candidate;

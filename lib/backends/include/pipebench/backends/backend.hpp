@@ -88,6 +88,12 @@ struct StageSpec {
   int num_chunks() const { return static_cast<int>(chunks.size()); }
   // The micro-batch of the step's data that this replica's micro-batch `mb` is.
   int data_microbatch(int mb) const { return replica * num_microbatches + mb; }
+  // The global position in the step's batch of this micro-batch's first
+  // sample: the data is keyed by it (model/synthetic.hpp), so any split of one
+  // global batch over micro-batches and replicas sees the same samples.
+  std::int64_t first_sample(int mb) const {
+    return static_cast<std::int64_t>(data_microbatch(mb)) * micro_batch_size;
+  }
   // Micro-batches per optimizer step over every replica: the loss's divisor.
   int step_microbatches() const { return num_microbatches * replicas; }
   // One chunk per rank (tests, benchmarks): `range` is virtual stage `rank`

@@ -1,5 +1,5 @@
 // Small facts about the operating system that several layers need: which
-// file a path reaches, and what a signal is called.
+// file a path reaches, what a signal is called, and how a shell reads a word.
 #pragma once
 
 #include <cstdint>
@@ -17,5 +17,10 @@ FileId file_id(const std::string& path);
 // "SIGTERM", "SIGHUP", ... for the signals whose default action ends a
 // process; "a signal" for any other. Async-signal-safe (a string literal).
 const char* signal_name(int sig) noexcept;
+
+// `s` as one word of a POSIX shell command: unchanged when it holds only
+// characters no shell treats specially, else in single quotes (a ' inside
+// written '\''). The commands pipebench prints for a user to paste use it.
+std::string shell_quote(const std::string& s);
 
 }  // namespace pipebench

@@ -70,8 +70,15 @@ Link inter_node_link(const DeviceSpec& device);
 // and the sim backend.
 Link data_group_link(const DeviceSpec& device, const RunSpec& run, int rank);
 // The same for the tensor-parallel group of run rank `rank` (on one node
-// unless ranks_per_node is below tensor_parallel).
+// unless ranks_per_node is below tensor_parallel, or a group straddles a node
+// boundary: t 4 at 6 ranks per node puts replica 1's group on nodes 0 and 1).
 Link tensor_group_link(const DeviceSpec& device, const RunSpec& run, int rank);
+// The slowest link any tensor group of pipeline stage `pipeline_rank` rides,
+// over every replica: the inter-node link when one of them spans nodes. The
+// planner prices a stage's tensor collectives on it (the replicas meet at the
+// gradient synchronisation, so the step waits for the slowest one), as the
+// sim backend times each rank's on its own group's (tensor_group_link).
+Link stage_tensor_link(const DeviceSpec& device, const RunSpec& run, int pipeline_rank);
 
 // The link a run's pipeline transfers (boundary activations and their
 // gradients) ride: the sim link when run rank 0's pipeline group is on one

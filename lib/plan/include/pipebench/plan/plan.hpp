@@ -131,10 +131,12 @@ DType storage_dtype(const Job& job);
 // `split_backward`, B (input gradient) and W (weight gradient) are half the
 // backward each (as the sim backend models them), else W = 0. With a tensor
 // split (`model.split()`), each adds its collectives over the tensor group's
-// link (parallel::tensor_group_link, tensor_comm_s), and a selective
-// recomputation's attention forward is B's. `run` places the group.
+// link: the slowest any replica's group of the virtual stage's rank
+// (`placement` says which rank holds it) rides (parallel::stage_tensor_link,
+// tensor_comm_s), and a selective recomputation's attention forward is B's.
+// `run` places the groups.
 SimCosts model_costs(const Job& job, const RunSpec& run, const ModelDesc& model, const Partition& partition,
-                     bool split_backward = false);
+                     bool split_backward = false, Placement placement = Placement::looped);
 
 // The seconds of one piece-sum's work on the sim backend's model: its F, B
 // (input gradient, or the whole backward when not `split`) and W, each its

@@ -97,7 +97,9 @@ struct TuneCandidate {
   // unless the optimizer is sharded.
   int replica_max_micro_batch = 0;
   // Chosen: recommended_micro_batch(max), lowered where needed to keep the
-  // 90% margin, a divisor of the global batch if given.
+  // 90% margin. With a global batch: of the micro-batches up to that bound
+  // that divide the replica's share into a usable m, the one whose planned
+  // step is fastest (the largest of equals).
   int micro_batch_size = 0;
   int num_microbatches = 0;
   std::vector<int> layers_per_stage;    // per virtual stage
