@@ -99,6 +99,25 @@ std::vector<FigureVerdict> compare_performance(const RunResult& ref, const RunRe
 
 namespace {
 
+// When both runs ran their recorded warmup + repeats and at least one went
+// on (the stability extension), both cut to the steps both ran; returns
+// what was done ("" when nothing).
+std::string common_steps(RunResult& a, RunResult& b) {
+  const std::size_t na = a.step_time_s.size(), nb = b.step_time_s.size();
+  const auto planned = static_cast<std::size_t>(a.warmup + a.repeats);
+  if (na == nb || a.warmup != b.warmup || a.repeats != b.repeats || std::min(na, nb) < planned) return "";
+  const std::size_t n = std::min(na, nb);
+  for (RunResult* r : {&a, &b}) {
+    for (auto* v : {&r->loss, &r->grad_norm, &r->step_time_s, &r->slowest_stage_s, &r->bubble_measured})
+      if (v->size() > n) v->resize(n);
+    for (auto* v : {&r->is_warmup, &r->clipped})
+      if (v->size() > n) v->resize(n);
+  }
+  return fmt::format("the stability extension ran {} steps in the reference and {} in the candidate: every per-step check "
+                     "compares the first {}",
+                     na, nb, n);
+}
+
 bool has_values(const std::vector<double>& v) {
   return std::any_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
 }
@@ -244,6 +263,14 @@ RunComparison compare_run(const FileView& rf, const RunResult* ref, const FileVi
   if (judge_by_status(ref, cand, c)) {
     verdicts.push_back(c.verdict);
   } else {
+    // The stability extension (train.max_repeats) goes on past `repeats` as
+    // the step times, not the numbers, decide: two measurements of one
+    // workload may stop at different counts. Their numerics are compared
+    // over the steps both ran, said so; any other count difference stays one.
+    RunResult ref_steps = *ref, cand_steps = *cand;
+    const std::string cut = common_steps(ref_steps, cand_steps);
+    ref = &ref_steps;
+    cand = &cand_steps;
     const bool losses = has_values(ref->loss) || has_values(cand->loss);
     c.numerics.push_back(losses ? compare_series("loss per step", ref->loss, cand->loss)
                                 : ExactCheck{"loss per step", kNotApplicable, "no loss computed (the sim backend)", -1, 0.0});
@@ -251,6 +278,8 @@ RunComparison compare_run(const FileView& rf, const RunResult* ref, const FileVi
     c.numerics.push_back(norms ? compare_series("gradient norm per step", ref->grad_norm, cand->grad_norm)
                                : ExactCheck{"gradient norm per step", kNotApplicable, "no gradients (inference or sim)", -1, 0.0});
     c.numerics.push_back(clipped_check(*ref, *cand));
+    if (!cut.empty())
+      for (ExactCheck& n : c.numerics) n.evidence += " (" + cut + ")";
     c.numerics.push_back(memory_check(*ref, *cand, c.memory));
     c.performance = compare_performance(*ref, *cand, o.tolerance);
     for (const auto& n : c.numerics) {

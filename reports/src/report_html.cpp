@@ -434,9 +434,25 @@ std::string render_html(const ReportData& d) {
       s += "<h3>Micro-batch probe</h3><p>" + html_escape(probe_summary(*f.result.probe)) + "</p>";
       s += table(probe_header(), probe_rows(*f.result.probe), {}, {true, false, true, true, false});
     }
-    if (!f.runs.empty())
-      s += "<h3>Runs</h3>" + table(run_table_header(), rows, classes,
-                                   {false, false, false, true, true, false, true, true, true, true, true, false, false, false});
+    if (!f.runs.empty()) {
+      // A column no run fills ("-" or empty in every row: no replicas, no
+      // tensor ranks, no failure) is left out, so that the decision stays
+      // within a 1400-px window (report.chromium measures it).
+      std::vector<std::string> header = run_table_header();
+      std::vector<bool> numeric{false, false, false, true, true, false, true, true, true, true, true, false, false, false};
+      numeric.resize(header.size(), false);
+      for (std::size_t c = header.size(); c-- > 0;) {
+        const bool filled = std::any_of(rows.begin(), rows.end(), [c](const auto& row) {
+          return c < row.size() && !row[c].empty() && row[c] != "-";
+        });
+        if (filled) continue;
+        header.erase(header.begin() + static_cast<std::ptrdiff_t>(c));
+        numeric.erase(numeric.begin() + static_cast<std::ptrdiff_t>(c));
+        for (auto& row : rows)
+          if (c < row.size()) row.erase(row.begin() + static_cast<std::ptrdiff_t>(c));
+      }
+      s += "<h3 id=\"runs-" + std::to_string(&f - d.files.data()) + "\">Runs</h3>" + table(header, rows, classes, numeric);
+    }
     const std::size_t index = static_cast<std::size_t>(&f - d.files.data());
     if (const std::string trace = report_trace_name(d, index); !trace.empty())
       s += fmt::format("<p>Timeline of every measured event, with its simulation beside it: <a href=\"{0}\">{0}</a> "

@@ -2,7 +2,7 @@
 # Renders index.html in headless Chromium: the DOM after rendering must hold
 # the tables and charts; at 1400 x 900 the verdict table starts in the first
 # screen with its first row (a failure, when a run failed) visible and fits
-# the width; screenshots (first screen, whole page) are written next to the
+# the width, and so does every job's run table; screenshots (first screen, whole page) are written next to the
 # report.
 #   render_chromium.sh REPORT_DIR [--expect-failure-first]
 set -euo pipefail
@@ -32,15 +32,20 @@ probe = ("<script>(function(){var h=document.getElementById('verdicts');if(!h)re
          "var first=rows.length?rows[0]:t;var b=t.getBoundingClientRect();"
          "document.body.setAttribute('data-first-screen',[Math.round(h.getBoundingClientRect().top),"
          "Math.round(first.getBoundingClientRect().bottom),Math.round(b.right),window.innerWidth,window.innerHeight,"
-         "rows.length,rows.length?(rows[0].className||'ok'):'none'].join(' '));})();</script>")
+         "rows.length,rows.length?(rows[0].className||'ok'):'none',"
+         "Math.max(0,...Array.from(document.querySelectorAll('h3[id^=runs-]')).map(function(r){"
+         "return Math.round(r.nextElementSibling.getBoundingClientRect().right);}))].join(' '));})();</script>")
 open(sys.argv[2], "w", encoding="utf-8").write(page.replace("</body>", probe + "</body>"))
 PY
-read -r top first_bottom right width height rows first_class < <(timeout 120 "$chrome" "${flags[@]}" --window-size=1400,900 \
+read -r top first_bottom right width height rows first_class runs_right < <(timeout 120 "$chrome" "${flags[@]}" --window-size=1400,900 \
   --dump-dom "file://$dir/first-screen.html" 2>> "$dir/chromium.log" | grep -o 'data-first-screen="[^"]*"' | cut -d'"' -f2)
 echo "first screen ${width}x${height}: verdict table from y=$top, its first row ($first_class) ends at y=$first_bottom, right edge x=$right, $rows rows"
 [[ -n ${top:-} ]] || { echo "FAIL: no verdict table (#verdicts) in the page"; exit 1; }
 (( top < height && first_bottom <= height )) || { echo "FAIL: the verdict table's first row is below the first screen"; exit 1; }
 (( right <= width )) || { echo "FAIL: the verdict table is wider than a 1400 px window"; exit 1; }
+# Each job's run table too: its decision column was cut off behind a scroll bar (issue 66).
+echo "run tables: right edge x=$runs_right"
+(( runs_right <= width )) || { echo "FAIL: a run table is wider than a 1400 px window (x=$runs_right)"; exit 1; }
 if [[ ${2:-} == --expect-failure-first && $first_class != failed ]]; then
   echo "FAIL: a run failed but the first verdict row is '$first_class'"; exit 1
 fi

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "pipebench/core/config.hpp"
+#include "pipebench/core/counter_random.hpp"
 #include "pipebench/plan/partition.hpp"
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/plan/tune.hpp"
@@ -657,4 +658,98 @@ TEST_CASE("tune --gpus: options no layout meets are named, and one GPU is not se
   const TuneResult none = tune(small_gpt(), o);
   CHECK(none.candidates.empty());
   CHECK(tune_answer_line(none) == "no layout p x d x t = 4 can be formed from these options (t in 3, d in any); change them");
+}
+
+// Issue 66 item 3: at a global batch tune planned only the largest micro-batch
+// under the recommendation. Llama-3-8B on 64 H100s at B = 7 answered p 8 x t 8
+// at mbs 7 x m 1 (a bubble of 88%, 261 ms) where mbs 1 x m 7 plans at 94 ms.
+TEST_CASE("tune: at a global batch the micro-batch is searched for the fastest step", "[tune]") {
+  const Job job = load_job(std::string(PIPEBENCH_SOURCE_DIR) + "/jobs/llama3_8b_sim.toml", {"device.preset=\"h100-80gb\""});
+  TuneOptions o;
+  o.max_ranks = 64;
+  o.all_ranks = true;
+  o.global_batch = 7;
+  const TuneResult r = tune(job, o);
+  const TuneCandidate* best = r.best();
+  REQUIRE(best);
+  CHECK(best->micro_batch_size * best->num_microbatches * best->data_parallel == 7);
+  // Every layout at mbs 7 x m 1 is slower than the answer.
+  for (const TuneCandidate& c : r.candidates) {
+    if (!c.fits || c.data_parallel != 1) continue;
+    TuneCandidate at7 = c;
+    at7.micro_batch_size = 7;
+    at7.num_microbatches = 1;
+    const RunPlan p7 = plan_run(job, at7.run(r.template_run, "x"));
+    CHECK(p7.iteration_s >= best->step_time_s);
+  }
+  if (best->pipeline_size > 1) CHECK(best->num_microbatches > 1);
+}
+
+// The property behind it, over random small jobs and N: every fitting
+// candidate's predicted step is `plan` of the run it writes, and no other
+// micro-batch of the range it searched, on the same layout, schedule and
+// everything else, plans faster.
+TEST_CASE("tune property: each candidate is its run's plan, and its micro-batch the fastest searched", "[tune][property]") {
+  std::uint64_t state = 0x66;
+  const auto draw = [&state](int n) { return static_cast<int>((state = splitmix64(state)) % static_cast<std::uint64_t>(n)); };
+  int checked = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    const int heads = 2 << draw(2), layers = 2 + draw(6), seq = 16 << draw(2), vocab = 256 << draw(3);
+    const int batches[] = {4, 6, 8, 12, 16};
+    const int G = batches[draw(5)], N = 1 + draw(6);
+    const std::string text = fmt::format(R"(schema = 1
+[job]
+name = "prop"
+[model]
+kind = "gpt"
+hidden = {}
+layers = {}
+heads = {}
+seq_len = {}
+vocab = {}
+[device]
+backend = "sim"
+memory_capacity = "{}MiB"
+[[run]]
+name = "pipe"
+pipeline_size = 2
+num_microbatches = 4
+)",
+                                         16 * heads, layers, heads, seq, vocab, 8 + draw(40));
+    INFO(text << "N = " << N << ", G = " << G);
+    const Job job = parse_job(text, "prop.toml");
+    TuneOptions o;
+    o.max_ranks = N;
+    o.global_batch = G;
+    o.schedules = {ScheduleKind::one_f_one_b, ScheduleKind::gpipe};
+    TuneResult r;
+    try {
+      r = tune(job, o);
+    } catch (const ConfigError&) {
+      continue;  // options no layout can meet (a G no d divides): refused, not searched
+    }
+    for (const TuneCandidate& c : r.candidates) {
+      if (!c.fits) continue;
+      INFO(c.layout() << " mbs " << c.micro_batch_size << " x m " << c.num_microbatches);
+      const RunSpec written = c.run(r.template_run, "x");
+      CHECK(plan_run(job, written).iteration_s == c.step_time_s);
+      const int share = G / c.data_parallel;
+      REQUIRE(c.micro_batch_from >= 1);
+      for (int b = c.micro_batch_from; b <= c.micro_batch_to; ++b) {
+        if (share % b != 0 || b == c.micro_batch_size) continue;
+        TuneCandidate other = c;
+        other.micro_batch_size = b;
+        other.num_microbatches = share / b;
+        RunPlan p;
+        try {
+          p = plan_run(job, other.run(r.template_run, "x"));
+        } catch (const ConfigError&) {
+          continue;  // not a usable m for this schedule
+        }
+        CHECK(p.iteration_s >= c.step_time_s);
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked > 20);
 }

@@ -136,6 +136,13 @@ TrainSpec read_train(TableReader& r) {
   if (t.warmup + t.repeats > kMaxSteps)
     r.fail_at(*r.find(r.find("repeats") ? "repeats" : "warmup"), "repeats",
               fmt::format("warmup + repeats = {} + {} is above the limit of {} steps", t.warmup, t.repeats, kMaxSteps));
+  const int extended = t.repeats >= kStabilityMinRepeats ? std::max(t.repeats, kStabilityMaxRepeats) : t.repeats;
+  t.max_repeats = r.int_in_range("max_repeats", 1, kMaxSteps, extended);
+  if (t.max_repeats < t.repeats)
+    r.fail_key("max_repeats", fmt::format("{} is below repeats = {} (equal to repeats: no extension)", t.max_repeats, t.repeats));
+  if (t.warmup + t.max_repeats > kMaxSteps)
+    r.fail_key("max_repeats", fmt::format("warmup + max_repeats = {} + {} is above the limit of {} steps", t.warmup,
+                                          t.max_repeats, kMaxSteps));
   t.grad_clip = r.number("grad_clip", t.grad_clip, 0.0, true);
   t.step_timeout_s = r.number("step_timeout_s", t.step_timeout_s, 0.0, false);
   r.reject_unknown_keys();
@@ -367,7 +374,7 @@ void read_tensor_parallel(TableReader& r, RunSpec& run, const ModelSpec& model, 
   }
 }
 
-// `steps` = warmup + repeats (bounds the events a run records).
+// `steps` = warmup + max_repeats (bounds the events a run records).
 // `data_parallel` and its companions (docs/parallel.md): the replicas, the
 // optimizer's sharding, where the gradients are synchronised, the rank order.
 void read_data_parallel(TableReader& r, RunSpec& run, std::vector<std::string>& warnings) {
@@ -584,7 +591,7 @@ Job build_job(Value root, const std::string& file, const std::vector<std::string
     TableReader r(rv, label, file, &job.locations);
     explicit_baselines.emplace_back();
     job.runs.push_back(
-        read_run(r, job.model, job.train.warmup + job.train.repeats, job.warnings, explicit_baselines.back()));
+        read_run(r, job.model, job.train.warmup + job.train.max_repeats, job.warnings, explicit_baselines.back()));
     run_values.push_back(&rv);
   }
   link_runs(job, run_values, explicit_baselines, file);

@@ -255,9 +255,11 @@ class CandidateSearch {
     // m is planned, and the fastest step wins (ties: the larger micro-batch):
     // at a fixed global batch a smaller micro-batch means more micro-batches
     // and a smaller bubble, which may outweigh its less efficient GEMMs.
+    c_.micro_batch_from = b_min;
+    c_.micro_batch_to = std::min(with_margin(recommended_micro_batch(fit), m_of, b_min), per_replica);
     const TuneCandidate layout = c_;
     std::optional<TuneCandidate> fastest;
-    for (int b = std::min(with_margin(recommended_micro_batch(fit), m_of, b_min), per_replica); b >= b_min; --b) {
+    for (int b = layout.micro_batch_to; b >= b_min; --b) {
       if (per_replica % b != 0 || !valid_m(c_.schedule, p, v, per_replica / b)) continue;
       const int m = per_replica / b;
       const int max = largest([m](int) { return m; });

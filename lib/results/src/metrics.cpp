@@ -68,6 +68,7 @@ RunResult base_result(const Job& job, const RunPlan& plan) {
   for (int v = 0; v < plan.schedule.num_virtual_stages(); ++v) r.stage_rank.push_back(plan.schedule.rank_of(v));
   r.warmup = job.train.warmup;
   r.repeats = job.train.repeats;
+  r.max_repeats = job.train.max_repeats;
   const WorkloadKeys keys = workload_keys(job, plan.run);
   r.workload = workload_text(keys);
   r.workload_fingerprint = workload_fingerprint(keys);
@@ -425,6 +426,8 @@ RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<Ra
   if (plan.run.data_parallel > 1 || plan.run.tensor_parallel > 1) r.node = rank_nodes(job, plan, r.hostnames);
   r.events = std::move(events);
   const std::size_t steps = add_step_figures(r, job, plan, ranks);
+  const auto counted_steps = static_cast<int>(std::count(r.is_warmup.begin(), r.is_warmup.end(), 0));
+  r.repeats_extended = std::max(0, counted_steps - r.repeats);
   if (plan.run.mode == RunMode::inference && steps > 0) r.microbatch_latency_s = digest.microbatch_latency(steps);
 
   // bubble_simulated: the schedule simulated with this run's per-action
@@ -443,6 +446,39 @@ RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<Ra
 }
 
 namespace {
+constexpr int kMinStableSteps = 5;  // fewest counted steps for a stability verdict
+}  // namespace
+
+StabilityTest stability_test(const std::vector<double>& y) {
+  StabilityTest t;
+  t.steps = static_cast<int>(y.size());
+  const int n = t.steps;
+  if (n < kMinStableSteps) {
+    t.rise = t.low = t.high = std::numeric_limits<double>::quiet_NaN();
+    return t;
+  }
+  const double median = compute_stats(y).median;
+  const Interval slope = theil_sen_slope(y);
+  const double scale = static_cast<double>(n - 1) / median;
+  t.rise = slope.estimate * scale;
+  t.low = slope.low * scale;
+  t.high = slope.high * scale;
+  if (t.low > kTrendMax) {
+    t.verdict = Stability::fail;
+  } else if (t.high <= kTrendMax) {
+    t.verdict = Stability::pass;
+  } else {
+    std::vector<double> resid;  // around the fitted slope; their median absolute deviation is the noise
+    for (int i = 0; i < n; ++i) resid.push_back(y[static_cast<std::size_t>(i)] - slope.estimate * i);
+    const double mid = compute_stats(resid).median;
+    for (auto& x : resid) x = std::fabs(x - mid);
+    const double cv = 1.4826 * compute_stats(resid).median / median;
+    t.steps_wanted = static_cast<int>(std::ceil(12.0 * std::pow(1.96 * cv / kTrendMax, 2.0)));
+  }
+  return t;
+}
+
+namespace {
 
 std::vector<double> counted(const RunResult& r) {
   std::vector<double> v;
@@ -451,47 +487,36 @@ std::vector<double> counted(const RunResult& r) {
   return v;
 }
 
-// Fewest counted steps for a stability verdict, and the most a rerun is told to use.
-constexpr int kMinStableSteps = 5;
+// The most counted steps a rerun is told to use.
 constexpr int kMaxSuggestedRepeats = 1000;
 
-// Seed 000's "stable step time": the Theil-Sen slope over the counted steps,
-// as the rise over the run relative to the median, with its 95% interval.
-// pass: the interval stays below kTrendMax; fail: it lies above; else (too
-// few steps, or too noisy to tell) inconclusive, with the repeats that would
-// make the interval narrow enough: n >= 12 (1.96 cv / kTrendMax)^2, cv the
-// robust spread of the steps around the fitted line.
+// Seed 000's "stable step time" (stability_test) as a decision's reason:
+// pass, fail, or inconclusive with the repeats that would tell; a run the
+// stability extension went on with says how far.
 std::string stability_check(const RunResult& r, bool& failed, bool& inconclusive) {
-  const std::vector<double> y = counted(r);
-  const int n = static_cast<int>(y.size());
+  const StabilityTest t = stability_test(counted(r));
+  const int n = t.steps;
   auto rerun = [&](int want) {
     return fmt::format("rerun with --set train.repeats={}", std::clamp(want, std::max(n + 1, kMinStableSteps), kMaxSuggestedRepeats));
   };
+  const std::string extended =
+      r.repeats_extended > 0 ? fmt::format(" (open after {} counted steps, extended to {}: train.max_repeats)", r.repeats, n) : "";
   if (n < kMinStableSteps) {
     inconclusive = true;
     return fmt::format("stability: inconclusive — {} counted step(s), a trend needs {}; {}", n, kMinStableSteps,
                        rerun(2 * kMinStableSteps));
   }
-  const Interval slope = theil_sen_slope(y);
-  const double scale = static_cast<double>(n - 1) / r.step_time.median;
-  const double rise = slope.estimate * scale, lo = slope.low * scale, hi = slope.high * scale;
   auto pct = [](double x) { return std::isfinite(x) ? fmt::format("{:+.1f}%", 100 * x) : std::string("unbounded"); };
   const std::string figures =
-      fmt::format("step time changes {} over {} counted steps (95% interval {} to {}, Theil-Sen; limit +{:.0f}%)",
-                  pct(rise), n, pct(lo), pct(hi), 100 * kTrendMax);
-  if (lo > kTrendMax) {
+      fmt::format("step time changes {} over {} counted steps{} (95% interval {} to {}, Theil-Sen; limit +{:.0f}%)",
+                  pct(t.rise), n, extended, pct(t.low), pct(t.high), 100 * kTrendMax);
+  if (t.verdict == Stability::fail) {
     failed = true;
     return "stability: fail — " + figures + "; check stage balance before adding steps (seed 000)";
   }
-  if (hi <= kTrendMax) return "stability: pass — " + figures;
-  std::vector<double> resid;  // around the fitted slope; their median absolute deviation is the noise
-  for (int i = 0; i < n; ++i) resid.push_back(y[static_cast<std::size_t>(i)] - slope.estimate * i);
-  const double mid = compute_stats(resid).median;
-  for (auto& x : resid) x = std::fabs(x - mid);
-  const double cv = 1.4826 * compute_stats(resid).median / r.step_time.median;
+  if (t.verdict == Stability::pass) return "stability: pass — " + figures;
   inconclusive = true;
-  const int want = static_cast<int>(std::ceil(12.0 * std::pow(1.96 * cv / kTrendMax, 2.0)));
-  return "stability: inconclusive — " + figures + " is too wide to tell; " + rerun(std::max(want, 2 * n));
+  return "stability: inconclusive — " + figures + " is too wide to tell; " + rerun(std::max(t.steps_wanted, 2 * n));
 }
 
 // Seed 000's "peak memory below 90% of capacity on every rank".

@@ -249,7 +249,7 @@ void check_shapes(const RunResult& r) {
       std::int64_t{p} * m > kMaxStageMicrobatches || r.spec.micro_batch_size < 1)
     throw bad(fmt::format("pipeline_size {} / num_microbatches {} / micro_batch_size {} outside the workload limits", p, m,
                           r.spec.micro_batch_size));
-  if (r.warmup < 0 || r.repeats < 0) throw bad("negative warmup or repeats");
+  if (r.warmup < 0 || r.repeats < 0 || r.repeats_extended < 0) throw bad("negative warmup, repeats or repeats_extended");
   const int v = r.spec.virtual_stages_per_rank;
   if (v < 1 || v > kMaxVirtualStagesPerRank || std::int64_t{p} * v * m > kMaxStageMicrobatches)
     throw bad(fmt::format("virtual_stages_per_rank {} outside the workload limits", v));
@@ -434,6 +434,8 @@ RunResult read_run(hid_t runs, const std::string& name, bool keep_events) {
   r.dtype = parse_enum(read_attr_string(g, "dtype"), {DType::fp32, DType::bf16, DType::fp16});
   r.warmup = read_attr_int(g, "warmup");
   r.repeats = read_attr_int(g, "repeats");
+  r.max_repeats = has_attr(g, "max_repeats") ? read_attr_int(g, "max_repeats") : r.repeats;  // absent before the extension
+  r.repeats_extended = has_attr(g, "repeats_extended") ? read_attr_int(g, "repeats_extended") : 0;
   r.baseline = read_attr_string(g, "baseline");
   r.spec.baseline = r.baseline;
   r.speedup = r.speedup_low = r.speedup_high = std::numeric_limits<double>::quiet_NaN();

@@ -349,6 +349,8 @@ void write_run(hid_t runs, const RunResult& r, const EventStore* store) {
   attr_string(g, "dtype", std::string(to_string(r.dtype)));
   attr_scalar<std::int64_t>(g, "warmup", r.warmup);
   attr_scalar<std::int64_t>(g, "repeats", r.repeats);
+  attr_scalar<std::int64_t>(g, "max_repeats", r.max_repeats);
+  attr_scalar<std::int64_t>(g, "repeats_extended", r.repeats_extended);
   attr_string(g, "baseline", r.baseline);
   attr_scalar(g, "speedup", r.speedup);
   attr_scalar(g, "speedup_low", r.speedup_low);

@@ -10,6 +10,7 @@
 
 #include "pipebench/core/clock.hpp"
 #include "pipebench/core/error.hpp"
+#include "pipebench/results/metrics.hpp"
 #include "pipebench/runtime/data_group_nccl.hpp"
 #include "pipebench/runtime/grad_sync.hpp"
 #include "pipebench/runtime/tensor_group_nccl.hpp"
@@ -89,7 +90,8 @@ class StepRun {
         clock_(backend.clock()), opt_(opt), sync_(sync), send_slots_(send_slots), step_(step), rank_(comm.rank()),
         V_(plan.schedule.num_virtual_stages()) {}
 
-  void run(RankRecord& rec) {
+  // Returns the step's time over every rank of the run (the maximum).
+  double run(RankRecord& rec, int total_steps) {
     start();
     const auto& actions = sched_.actions[static_cast<std::size_t>(rank_)];
     for (std::size_t i = 0; i < actions.size();) {
@@ -110,9 +112,10 @@ class StepRun {
     sr_.busy_s = sr_.forward_s + sr_.backward_s + sr_.optimizer_s;
     sr_.tensor_comm_s = backend_.take_tensor_comm_s();
     sr_.end_s = clock_.now() - t0_;
-    report_progress(has_loss_here);
+    const double step_time = report_progress(has_loss_here, total_steps);
     rec.steps.push_back(sr_);
     if (opt_.on_step_events) stream_events(rec);
+    return step_time;
   }
 
  private:
@@ -336,19 +339,22 @@ class StepRun {
 
   // Progress for run rank 0: the step time (max) and loss (last stage), and
   // busy (sum), over every rank of the run.
-  void report_progress(bool has_loss_here) {
+  // Returns the step time (every rank gets the same maximum).
+  double report_progress(bool has_loss_here, int total_steps) {
     std::vector<double> maxes{sr_.end_s, has_loss_here ? sr_.loss : -std::numeric_limits<double>::infinity()};
     std::vector<double> sums{sr_.busy_s};
     comm_.allreduce(maxes, MPI_MAX, RunComm::Group::run);
     comm_.allreduce(sums, MPI_SUM, RunComm::Group::run);
-    if (comm_.run_rank() != 0 || !opt_.on_step) return;
+    if (comm_.run_rank() != 0 || !opt_.on_step) return maxes[0];
     StepProgress p;
     p.step = step_;
+    p.total_steps = total_steps;
     p.warmup = step_ < job_.train.warmup;
     p.step_time_s = maxes[0];
     p.busy_sum_s = sums[0];
     p.loss = std::isinf(maxes[1]) ? std::numeric_limits<double>::quiet_NaN() : maxes[1];
     opt_.on_step(p);
+    return maxes[0];
   }
 
   const Job& job_;
@@ -368,6 +374,26 @@ class StepRun {
   StepRecord sr_;
 };
 
+// The steps: warmup + repeats, then, for a training run whose stability
+// verdict is still open, on to warmup + max_repeats (train.max_repeats,
+// docs/runner.md "Steps"). The step times are the run's maxima, which every
+// rank holds alike: every rank decides the same.
+void run_steps(const Job& job, const RunPlan& plan, RunComm& comm, Backend& backend, Transport& transport,
+               const ExecOptions& opt, const SyncPlan& sync_plan, const RankSendSlots& send_slots, RankRecord& rec) {
+  const int warmup = job.train.warmup, planned = warmup + job.train.repeats;
+  const bool may_extend = plan.run.mode == RunMode::train && job.train.max_repeats > job.train.repeats;
+  int steps = planned;
+  std::vector<double> counted;
+  for (int step = 0; step < steps; ++step) {
+    const double t = StepRun(job, plan, comm, backend, transport, opt, sync_plan, send_slots, step).run(rec, steps);
+    if (step >= warmup) counted.push_back(t);
+    if (may_extend && step + 1 == planned && stability_test(counted).verdict == Stability::open) {
+      steps = warmup + job.train.max_repeats;
+      if (comm.run_rank() == 0 && opt.on_extend) opt.on_extend(job.train.repeats, job.train.max_repeats);
+    }
+  }
+}
+
 }  // namespace
 
 RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backend& backend, Transport& transport,
@@ -380,7 +406,6 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
   rec.hostname = host_name();
   rec.pid = static_cast<std::int64_t>(getpid());
   rec.memory_capacity_bytes = backend.memory().capacity();  // cuda: min(memory_capacity, the device)
-  const int steps = job.train.warmup + job.train.repeats;
   std::optional<GradientSync> sync;
   std::unique_ptr<DeviceAllReduce> data_group_nccl;
   std::unique_ptr<NcclTensorGroup> tensor_group_nccl;
@@ -410,8 +435,7 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
                    parallel::data_group_link(job.device, plan.run, comm.run_rank()),
                    job.device.backend == BackendKind::sim, spec.shard_optimizer, spec.num_chunks(), data_group_nccl.get());
     const SyncPlan sync_plan = plan_sync(plan, comm.rank(), sync ? &*sync : nullptr);
-    if (!opt.dry_run)
-      for (int step = 0; step < steps; ++step) StepRun(job, plan, comm, backend, transport, opt, sync_plan, spec.send_slots, step).run(rec);
+    if (!opt.dry_run) run_steps(job, plan, comm, backend, transport, opt, sync_plan, spec.send_slots, rec);
   } catch (const PeerAbortedError& e) {
     rec.failure = FailureKind::error;  // replaced by the origin's kind when gathered
     rec.failure_message = e.what();

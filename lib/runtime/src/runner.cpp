@@ -406,9 +406,13 @@ void print_job_header(const Job& job, const JobResult& jr, const GpuBinding& gpu
     if (unique_hosts.find(h) == std::string::npos) unique_hosts += (unique_hosts.empty() ? "" : ",") + h;
   fmt::print("pipebench {} run: job \"{}\" ({}){}\n", PIPEBENCH_VERSION, job.name, job.source_path,
              options.dry_run ? " [dry run]" : "");
-  fmt::print("  world {} ranks on {}; backend {}, {} thread(s) per rank; warmup {} + repeats {} steps; step timeout {} s\n",
+  fmt::print("  world {} ranks on {}; backend {}, {} thread(s) per rank; warmup {} + repeats {} steps{}; step timeout {} s\n",
              jr.hostnames.size(), unique_hosts, to_string(job.device.backend), job.device.threads_per_rank,
-             job.train.warmup, job.train.repeats, job.train.step_timeout_s);
+             job.train.warmup, job.train.repeats,
+             job.train.max_repeats > job.train.repeats
+                 ? fmt::format(" (up to {} while a training run's stability is open)", job.train.max_repeats)
+                 : "",
+             job.train.step_timeout_s);
   if (job.device.backend == BackendKind::cpu) fmt::print("  BLAS: {}\n", prov.at("blas"));
   if (!gpus.gpus.empty()) {
     fmt::print("  CUDA runtime {}, driver {}, NCCL {}; transport {}\n", prov.at("cuda_version"),
@@ -511,9 +515,10 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
   eo.tensor_group_nccl = nccl && rp.run.tensor_parallel > 1;
   eo.dry_run = ctx.options.dry_run;
   eo.fault = ctx.fault;
-  const int total_steps = job.train.warmup + job.train.repeats;
+  // The watchdog allows every step the run may take (the stability extension's too).
+  const int most_steps = job.train.warmup + job.train.max_repeats;
   const double grace = std::max(30.0, job.train.step_timeout_s);
-  watchdog.arm(now_s() + (total_steps + 1) * job.train.step_timeout_s + grace, "run " + rp.run.name);
+  watchdog.arm(now_s() + (most_steps + 1) * job.train.step_timeout_s + grace, "run " + rp.run.name);
   // The run's time left: the steps to go at the median wall time between
   // steps so far (the warm-up's first steps are often slower; the median
   // discounts them), from step 2 on without the first interval, which also
@@ -528,13 +533,19 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
     if (first_wall < 0.0) first_wall = at - last_step_at;
     else later_walls.push_back(at - last_step_at);
     last_step_at = at;
-    const int left = total_steps - (s.step + 1);
+    const int left = s.total_steps - (s.step + 1);
     const double per_step = later_walls.empty() ? first_wall : compute_stats(later_walls).median;
-    fmt::print("  [{}] step {}/{}{:<8} time {:>12}  bubble {}  loss {}{}\n", rp.run.name, s.step + 1, total_steps,
+    fmt::print("  [{}] step {}/{}{:<8} time {:>12}  bubble {}  loss {}{}\n", rp.run.name, s.step + 1, s.total_steps,
                s.warmup ? " warm-up" : "", format_seconds(s.step_time_s),
                fmt_num(s.step_time_s > 0 ? 1.0 - s.busy_sum_s / (rp.run.ranks() * s.step_time_s) : NAN),
                fmt_num(s.loss, "{:.6f}"),
                left > 0 ? fmt::format("  ETA {}", format_seconds(left * per_step)) : "");
+    std::fflush(stdout);
+  };
+  eo.on_extend = [&](int repeats, int max_repeats) {
+    fmt::print("  [{}] step time stability still open after {} counted steps: going on to {} (train.max_repeats; "
+               "--set train.max_repeats={} turns this off)\n",
+               rp.run.name, repeats, max_repeats, repeats);
     std::fflush(stdout);
   };
   // Each step's events come to rank 0 as the run goes (a rank's memory does

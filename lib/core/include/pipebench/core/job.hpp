@@ -113,6 +113,13 @@ struct TrainSpec {
   double learning_rate = 1e-3;
   int warmup = 2;            // steps run and recorded, flagged, not counted
   int repeats = 5;           // counted steps
+  // Seed 000's "30-50 short steps": a training run whose stability verdict
+  // is still open (inconclusive) after `repeats` counted steps goes on to
+  // max_repeats, and is judged again there (docs/runner.md, "Steps").
+  // Default: kStabilityMaxRepeats when repeats is at least
+  // kStabilityMinRepeats (and below it), else repeats — no extension; equal
+  // to repeats: off.
+  int max_repeats = 5;
   double grad_clip = 1.0;    // global-norm clipping threshold; 0 = off
   double step_timeout_s = 600.0;  // watchdog for one step (runner)
 };
@@ -199,7 +206,11 @@ inline constexpr int kMaxLayers = 1 << 16;
 inline constexpr int kMaxSeqLen = 1 << 20;
 inline constexpr int kMaxVocab = 1 << 24;
 inline constexpr int kMaxMicroBatchSize = 1 << 20;
-inline constexpr int kMaxSteps = 100000;  // warmup + repeats
+inline constexpr int kMaxSteps = 100000;  // warmup + max_repeats
+// Seed 000 verifies a configuration on 30-50 short steps: the stability
+// extension's default applies from 30 counted steps and goes on to 50.
+inline constexpr int kStabilityMinRepeats = 30;
+inline constexpr int kStabilityMaxRepeats = 50;
 inline constexpr int kMaxThreadsPerRank = 1024;
 inline constexpr int kMaxRuns = 1000;
 inline constexpr int kMaxVirtualStagesPerRank = 64;

@@ -102,6 +102,10 @@ struct TuneCandidate {
   // step is fastest (the largest of equals).
   int micro_batch_size = 0;
   int num_microbatches = 0;
+  // With a global batch: the micro-batches searched for the fastest step were
+  // those from micro_batch_from to micro_batch_to dividing the replica's
+  // share into a usable m (0 and 0 without a global batch).
+  int micro_batch_from = 0, micro_batch_to = 0;
   std::vector<int> layers_per_stage;    // per virtual stage
   std::vector<std::int64_t> peak_bytes; // per rank, at micro_batch_size
   double peak_fraction = 0.0;           // the largest rank's share of memory_capacity

@@ -27,6 +27,23 @@ inline constexpr double kClipRateMax = 0.5;
 // trailing mean over this many counted steps.
 inline constexpr int kRollingWindow = 5;
 
+// Seed 000's "stable step time" on a run's counted step times, in order:
+// the Theil-Sen slope as the rise over the run relative to the median, with
+// its 95% interval. pass: the interval stays at or below kTrendMax; fail: it
+// lies above; open: fewer than 5 steps, or the interval straddles the limit.
+// One rule for the decision (stability_check) and the runner's stability
+// extension (train.max_repeats: a run still open after `repeats` goes on).
+enum class Stability { pass, fail, open };
+struct StabilityTest {
+  Stability verdict = Stability::open;
+  int steps = 0;
+  double rise = 0.0, low = 0.0, high = 0.0;  // relative to the median; NaN with fewer than 5 steps
+  // Counted steps that would make an open interval narrow enough:
+  // 12 (1.96 cv / kTrendMax)^2, cv the robust spread around the fitted line.
+  int steps_wanted = 0;
+};
+StabilityTest stability_test(const std::vector<double>& counted_step_times);
+
 // Trailing means of `values` over `window` entries (fewer at the start).
 std::vector<double> rolling_mean(const std::vector<double>& values, int window);
 

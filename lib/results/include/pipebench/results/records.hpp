@@ -117,6 +117,10 @@ struct RunResult {
   // Layers the rank ran (all its chunks).
   int layers_on_rank(int rank) const;
   int warmup = 0, repeats = 0;
+  // The stability extension (train.max_repeats): its bound, and the counted
+  // steps the run went on for beyond `repeats` because its stability verdict
+  // was still open (0: none). Files written before it: max_repeats = repeats.
+  int max_repeats = 0, repeats_extended = 0;
   // What the run measures (core/workload_identity.hpp): the normalised
   // configuration as text and its fingerprint; a trend series never mixes two
   // fingerprints. Empty in files written before they were recorded.

@@ -45,6 +45,7 @@ struct FaultInjection {
 // Shown on rank 0 after every step.
 struct StepProgress {
   int step = 0;            // 0-based, warm-up included
+  int total_steps = 0;     // the steps the run will take as it stands (warmup + repeats, or + max_repeats once extended)
   bool warmup = false;
   double step_time_s = 0;  // max over ranks
   double busy_sum_s = 0;   // sum over ranks
@@ -62,6 +63,9 @@ struct ExecOptions {
   bool tensor_group_nccl = false;
   FaultInjection fault;
   std::function<void(const StepProgress&)> on_step;  // called on run rank 0
+  // Called on run rank 0 when the run goes on past `repeats` counted steps
+  // (its stability verdict still open): the counted steps it goes on to.
+  std::function<void(int repeats, int max_repeats)> on_extend;
   // Set on every rank of the run, or on none (a collective): after every
   // completed step the step's events go to run rank 0, which gets every
   // rank's through it (rank, that rank's events of the step, in order); a
@@ -71,7 +75,11 @@ struct ExecOptions {
 };
 
 // Builds the stage on this rank, checks the built layer range against the
-// plan, then runs warmup + repeats steps. Run failures are returned in the
+// plan, then runs warmup + repeats steps — and, for a training run whose
+// stability verdict (results/metrics.hpp stability_test) is still open
+// then, on to warmup + max_repeats, judged on the step times every rank of
+// the run holds alike (each step's maximum, all-reduced), so that every rank
+// decides the same without another message. Run failures are returned in the
 // record (failure, failure_message, failure_is_origin), never thrown.
 RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backend& backend, Transport& transport,
                        const ExecOptions& options);
