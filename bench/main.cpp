@@ -10,6 +10,8 @@
 #include <sstream>
 #include <string>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <mpi.h>
 
@@ -49,6 +51,18 @@ int launcher_rank() {
   return 0;
 }
 
+// OpenBLAS picks its kernels when it is loaded; one too old for this CPU
+// (cpu::better_blas_core) is replaced by starting this program again, once,
+// with OPENBLAS_CORETYPE set — before MPI_Init, so that the launcher sees
+// the same process. A user's own OPENBLAS_CORETYPE is left alone.
+void use_current_blas_kernels(char** argv) {
+  const char* core = pipebench::cpu::better_blas_core();
+  if (*core == '\0' || std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  if (setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  unsetenv("OPENBLAS_CORETYPE");  // exec failed: go on with the kernels we have
+}
+
 // Ends MPI (if started) and returns `code`. For failures that may not have
 // happened on every rank, the other ranks are aborted instead of left hanging.
 int finish(int code, bool all_ranks_agree) {
@@ -85,6 +99,7 @@ std::string version_text() {
 
 int main(int argc, char** argv) {
   using namespace pipebench;
+  use_current_blas_kernels(argv);
   CLI::App app{"pipebench " PIPEBENCH_VERSION " - benchmark suite for pipeline-parallel training", "pipebench"};
   app.set_version_flag("--version", std::function<std::string()>(version_text));
   app.require_subcommand(1);

@@ -439,7 +439,9 @@ std::string render_html(const ReportData& d) {
       // tensor ranks, no failure) is left out, so that the decision stays
       // within a 1400-px window (report.chromium measures it).
       std::vector<std::string> header = run_table_header();
-      std::vector<bool> numeric{false, false, false, true, true, false, true, true, true, true, true, false, false, false};
+      // run, status, mode | layout, micro-batch x m, global batch | schedule | the figures | speedup (words in
+      // it: may wrap), decision, failure
+      std::vector<bool> numeric{false, false, false, true, true, true, false, true, true, true, true, true, true, true, false};
       numeric.resize(header.size(), false);
       for (std::size_t c = header.size(); c-- > 0;) {
         const bool filled = std::any_of(rows.begin(), rows.end(), [c](const auto& row) {
@@ -451,7 +453,8 @@ std::string render_html(const ReportData& d) {
         for (auto& row : rows)
           if (c < row.size()) row.erase(row.begin() + static_cast<std::ptrdiff_t>(c));
       }
-      s += "<h3 id=\"runs-" + std::to_string(&f - d.files.data()) + "\">Runs</h3>" + table(header, rows, classes, numeric);
+      s += "<h3 id=\"runs-" + std::to_string(&f - d.files.data()) + "\">Runs</h3><table class=\"runs\"" +
+           table(header, rows, classes, numeric).substr(std::string("<table").size());
     }
     const std::size_t index = static_cast<std::size_t>(&f - d.files.data());
     if (const std::string trace = report_trace_name(d, index); !trace.empty())

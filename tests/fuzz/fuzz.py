@@ -93,7 +93,7 @@ VALUES = INTS + FLOATS + STRINGS + COMPOSITES
 
 KEYS = ["schema", "job.name", "job.description", "model.kind", "model.hidden", "model.layers", "model.heads",
         "model.ffn_hidden", "model.seq_len", "model.vocab", "model.dtype", "model.seed", "train.optimizer",
-        "train.learning_rate", "train.warmup", "train.repeats", "train.grad_clip", "train.step_timeout_s",
+        "train.learning_rate", "train.warmup", "train.repeats", "train.max_repeats", "train.grad_clip", "train.step_timeout_s",
         "device.backend", "device.memory_capacity", "device.threads_per_rank", "device.sim_flops_per_s",
         "device.sim_link_latency_us", "device.sim_link_gbps", "device.transport"]
 RUN_KEYS = ["name", "pipeline_size", "micro_batch_size", "num_microbatches", "schedule", "mode", "layers_per_stage",

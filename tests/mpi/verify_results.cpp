@@ -87,7 +87,11 @@ void check_replicas(const Job& job, const RunPlan& plan, const RunResult& r, int
 void check_ok_run(const Job& job, const RunPlan& plan, const RunResult& r) {
   const std::string run = r.spec.name;
   const int p = plan.run.pipeline_size;
-  const int steps = job.train.warmup + job.train.repeats;
+  // The stability extension goes on to max_repeats or not at all (train.max_repeats).
+  const int extended = job.train.max_repeats - job.train.repeats;
+  if (r.repeats_extended != 0) expect_eq(r.repeats_extended, extended, run + ": repeats_extended (all of max_repeats or none)");
+  expect_eq(r.max_repeats, job.train.max_repeats, run + ": max_repeats");
+  const int steps = job.train.warmup + job.train.repeats + r.repeats_extended;
   const bool train = plan.run.mode == RunMode::train;
   expect_eq(r.step_time_s.size(), static_cast<std::size_t>(steps), run + ": steps recorded");
   expect_eq(r.is_warmup.size(), static_cast<std::size_t>(steps), run + ": is_warmup length");

@@ -374,14 +374,16 @@ class StepRun {
   StepRecord sr_;
 };
 
-// The steps: warmup + repeats, then, for a training run whose stability
-// verdict is still open, on to warmup + max_repeats (train.max_repeats,
+// The steps: warmup + repeats, then, for a training run on more than one
+// rank whose stability verdict is still open, on to warmup + max_repeats (train.max_repeats,
 // docs/runner.md "Steps"). The step times are the run's maxima, which every
 // rank holds alike: every rank decides the same.
 void run_steps(const Job& job, const RunPlan& plan, RunComm& comm, Backend& backend, Transport& transport,
                const ExecOptions& opt, const SyncPlan& sync_plan, const RankSendSlots& send_slots, RankRecord& rec) {
   const int warmup = job.train.warmup, planned = warmup + job.train.repeats;
-  const bool may_extend = plan.run.mode == RunMode::train && job.train.max_repeats > job.train.repeats;
+  // The runs the decision judges (a single rank's is a baseline: no verdict, nothing to extend).
+  const bool may_extend =
+      plan.run.mode == RunMode::train && plan.run.ranks() > 1 && job.train.max_repeats > job.train.repeats;
   int steps = planned;
   std::vector<double> counted;
   for (int step = 0; step < steps; ++step) {

@@ -13,12 +13,25 @@
 extern "C" {
 void openblas_set_num_threads(int num_threads);
 char* openblas_get_config(void);
+char* openblas_get_corename(void);
 }
 
 namespace pipebench::cpu {
 
 void set_blas_threads(int threads) { openblas_set_num_threads(threads); }
 const char* blas_config() { return openblas_get_config(); }
+
+const char* better_blas_core() {
+  if (std::string_view(openblas_get_corename()) != "prescott" && std::string_view(openblas_get_corename()) != "Prescott")
+    return "";
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl"))
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+  return "";
+}
 
 // The portable builds of the kernels of cpu_kernels_simd.hpp.
 namespace scalar {

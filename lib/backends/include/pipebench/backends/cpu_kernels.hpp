@@ -17,6 +17,13 @@ namespace pipebench::cpu {
 void set_blas_threads(int threads);
 // OpenBLAS's build description ("OpenBLAS 0.3.21 ... Haswell MAX_THREADS=64").
 const char* blas_config();
+// The OpenBLAS kernels to ask for (OPENBLAS_CORETYPE) when the ones it chose
+// are older than this CPU: Debian 12's OpenBLAS 0.3.21 does not know CPUs
+// newer than it (Sapphire Rapids, ...) and falls back to its Prescott (SSE3)
+// kernels, 3.7x slower on the default job here. "SkylakeX" with AVX-512
+// (F, BW, DQ, VL), "Haswell" with AVX2 and FMA; "" when OpenBLAS chose
+// anything but Prescott, or the CPU has neither.
+const char* better_blas_core();
 
 // y[T,out] = x[T,in]·W[in,out] + b[out]. With accumulate, y += instead of y =.
 void linear_forward(const float* x, const float* W, const float* b, float* y, int T, int in, int out,

@@ -113,8 +113,8 @@ struct TrainSpec {
   double learning_rate = 1e-3;
   int warmup = 2;            // steps run and recorded, flagged, not counted
   int repeats = 5;           // counted steps
-  // Seed 000's "30-50 short steps": a training run whose stability verdict
-  // is still open (inconclusive) after `repeats` counted steps goes on to
+  // Seed 000's "30-50 short steps": a training run on more than one rank
+  // whose stability verdict is still open (inconclusive) after `repeats` counted steps goes on to
   // max_repeats, and is judged again there (docs/runner.md, "Steps").
   // Default: kStabilityMaxRepeats when repeats is at least
   // kStabilityMinRepeats (and below it), else repeats — no extension; equal
