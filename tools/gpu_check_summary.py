@@ -76,7 +76,9 @@ result = {
                                    for row in ((runs.get("baseline") or {}).get("prediction") or {}).get("rows", [])
                                    if row["metric"] == "step time (median)" and row["measured"]
                                    and "time model" in runs["baseline"]["prediction"]["basis"]), None),
-    "sanitizer": [l for l in text("sanitizer.log").splitlines() if "ERROR SUMMARY" in l or "error" in l.lower()][-5:],
+    # compute-sanitizer's verdict lines, per sanitizer step of the first part (tools/gpu-check.sh).
+    "sanitizer": {step: [l for l in text(f"{step}.log").splitlines() if "ERROR SUMMARY" in l or "error" in l.lower()][-5:]
+                  for step in ("memcheck-run", "initcheck", "racecheck", "memcheck-schedules")},
 }
 json.dump(result, open(os.path.join(out, "summary.json"), "w"), indent=1)
 print(json.dumps({k: result[k] for k in ("passed", "baseline_vs_torch_step_ratio", "time_model_step_error")}))

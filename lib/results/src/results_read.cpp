@@ -390,6 +390,14 @@ std::size_t read_events(hid_t g, const RunResult& r, const EventTake& take, std:
 
 // A run's replicas and their keys; absent in files written before data
 // parallelism: the defaults (one replica).
+// warmup, repeats and the stability extension's (absent before it: max_repeats = repeats, none added).
+void read_steps_attrs(hid_t g, RunResult& r) {
+  r.warmup = read_attr_int(g, "warmup");
+  r.repeats = read_attr_int(g, "repeats");
+  r.max_repeats = has_attr(g, "max_repeats") ? read_attr_int(g, "max_repeats") : r.repeats;
+  r.repeats_extended = has_attr(g, "repeats_extended") ? read_attr_int(g, "repeats_extended") : 0;
+}
+
 void read_data_parallel_attrs(hid_t g, const std::string& name, RunSpec& spec) {
   if (!has_attr(g, "data_parallel")) return;
   spec.data_parallel = read_attr_int(g, "data_parallel");
@@ -432,10 +440,7 @@ RunResult read_run(hid_t runs, const std::string& name, bool keep_events) {
   r.spec.layers_per_stage_origin = read_attr_int(g, "layers_per_stage_origin");
   r.backend = parse_enum(read_attr_string(g, "backend"), {BackendKind::cpu, BackendKind::sim, BackendKind::cuda});
   r.dtype = parse_enum(read_attr_string(g, "dtype"), {DType::fp32, DType::bf16, DType::fp16});
-  r.warmup = read_attr_int(g, "warmup");
-  r.repeats = read_attr_int(g, "repeats");
-  r.max_repeats = has_attr(g, "max_repeats") ? read_attr_int(g, "max_repeats") : r.repeats;  // absent before the extension
-  r.repeats_extended = has_attr(g, "repeats_extended") ? read_attr_int(g, "repeats_extended") : 0;
+  read_steps_attrs(g, r);
   r.baseline = read_attr_string(g, "baseline");
   r.spec.baseline = r.baseline;
   r.speedup = r.speedup_low = r.speedup_high = std::numeric_limits<double>::quiet_NaN();

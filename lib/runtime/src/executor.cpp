@@ -24,13 +24,14 @@ FaultInjection FaultInjection::from_env() {
   if (!env || !*env) return f;
   const std::string s = env;
   const auto at = s.find('@'), c1 = s.find(':', at == std::string::npos ? 0 : at), c2 = s.rfind(':');
-  auto bad = [&] { return ConfigError(fmt::format("PIPEBENCH_FAULT=\"{}\": expected KIND@RUN:RANK:STEP with KIND nan|error|sync|device", s)); };
+  auto bad = [&] { return ConfigError(fmt::format("PIPEBENCH_FAULT=\"{}\": expected KIND@RUN:RANK:STEP with KIND nan|error|sync|device|setup", s)); };
   if (at == std::string::npos || c1 == std::string::npos || c2 == c1) throw bad();
   const std::string kind = s.substr(0, at);
   if (kind == "nan") f.kind = Kind::nan;
   else if (kind == "error") f.kind = Kind::error;
   else if (kind == "sync") f.kind = Kind::sync;
   else if (kind == "device") f.kind = Kind::device;
+  else if (kind == "setup") f.kind = Kind::setup;
   else throw bad();
   f.run = s.substr(at + 1, c1 - at - 1);
   try {
@@ -411,6 +412,16 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
   std::optional<GradientSync> sync;
   std::unique_ptr<DeviceAllReduce> data_group_nccl;
   std::unique_ptr<NcclTensorGroup> tensor_group_nccl;
+  // On any failure every communicator that exists is aborted, whichever
+  // step of the set-up or the run it failed in: one destroyed instead waits
+  // for peers that have gone (issue 72: an out-of-memory build, which probe
+  // and tune trials provoke, left the data group's to ncclCommDestroy).
+  const auto abandon_all = [&] {
+    transport.abandon();
+    if (sync) sync->abandon();
+    if (data_group_nccl) data_group_nccl->abandon();  // made before the build, which may fail (idempotent)
+    if (tensor_group_nccl) tensor_group_nccl->abandon();
+  };
   try {
     StageSpec spec = stage_spec(plan, comm.rank(), comm.replica(), opt.transport_uses_device_memory, comm.tensor_rank());
     spec.tensor_link = parallel::tensor_group_link(job.device, plan.run, comm.run_rank());
@@ -441,16 +452,12 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
   } catch (const PeerAbortedError& e) {
     rec.failure = FailureKind::error;  // replaced by the origin's kind when gathered
     rec.failure_message = e.what();
-    transport.abandon();
-    if (sync) sync->abandon();
-    if (tensor_group_nccl) tensor_group_nccl->abandon();
+    abandon_all();
   } catch (const std::exception& e) {
     rec.failure = classify(e);
     rec.failure_is_origin = true;
     rec.failure_message = e.what();
-    transport.abandon();
-    if (sync) sync->abandon();
-    if (tensor_group_nccl) tensor_group_nccl->abandon();
+    abandon_all();
     comm.notify_abort();
   }
   if (rec.failure != FailureKind::none) comm.keep_groups();

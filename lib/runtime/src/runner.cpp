@@ -502,6 +502,15 @@ void checkpoint(const JobContext& ctx, JobResult& jr, const RunPlan* in_progress
 bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, Watchdog& watchdog, JobResult& jr) {
   const Job& job = ctx.job;
   const int p = rp.run.pipeline_size;
+  // The watchdog first: the set-up below (the backend, NCCL's communicators
+  // and their connections) may hang too, and a hang there must end as one
+  // in the steps does (issue 72). It allows every step the run may take
+  // (the stability extension's too), plus one for the set-up.
+  const int most_steps = job.train.warmup + job.train.max_repeats;
+  const double grace = std::max(30.0, job.train.step_timeout_s);
+  watchdog.arm(now_s() + (most_steps + 1) * job.train.step_timeout_s + grace, "run " + rp.run.name);
+  if (ctx.fault.fires(FaultInjection::Kind::setup, rp.run.name, ctx.world_rank, ctx.fault.step))
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // a set-up that never returns
   const parallel::RankGrid grid = parallel::run_grid(rp.run, job.device);
   RunComm rc(comm, grid);
   auto backend = make_backend(job, ctx.world_rank);
@@ -515,10 +524,6 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
   eo.tensor_group_nccl = nccl && rp.run.tensor_parallel > 1;
   eo.dry_run = ctx.options.dry_run;
   eo.fault = ctx.fault;
-  // The watchdog allows every step the run may take (the stability extension's too).
-  const int most_steps = job.train.warmup + job.train.max_repeats;
-  const double grace = std::max(30.0, job.train.step_timeout_s);
-  watchdog.arm(now_s() + (most_steps + 1) * job.train.step_timeout_s + grace, "run " + rp.run.name);
   // The run's time left: the steps to go at the median wall time between
   // steps so far (the warm-up's first steps are often slower; the median
   // discounts them), from step 2 on without the first interval, which also

@@ -44,41 +44,13 @@ class NcclTransport final : public Transport {
     for (std::size_t t = 0; t < plan_.transfers.size(); ++t)
       members_[static_cast<std::size_t>(plan_.group_of[t])].push_back(static_cast<int>(t));
 
-    // The pipeline's communicator: unique id from its stage 0, broadcast
-    // over the pipeline (with replicas each pipeline has its own; over the
-    // whole run, every replica joined replica 0's and NCCL saw each rank
-    // number d times).
-    ncclUniqueId id{};
-    if (comm_.rank() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    PIPEBENCH_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm_.comm()));
-    nccl_check(ncclCommInitRank(&run_comm_, comm_.size(), id, comm_.rank()), "ncclCommInitRank");
-
-    // One split per neighbour pair, in one order on every rank (collective
-    // over the run; ranks outside a pair take no part).
-    std::set<std::pair<int, int>> pairs;
-    for (const BoundaryLink& k : boundary_links(sched, train)) pairs.insert({std::min(k.src, k.dst), std::max(k.src, k.dst)});
-    for (const auto& [lo, hi] : pairs) {
-      const bool mine = comm_.rank() == lo || comm_.rank() == hi;
-      ncclComm_t c = nullptr;
-      nccl_check(ncclCommSplit(run_comm_, mine ? 0 : NCCL_SPLIT_NOCOLOR, comm_.rank() == lo ? 0 : 1, &c, nullptr),
-                 "ncclCommSplit");
-      if (!mine) continue;
-      Pair pr;
-      pr.comm = c;
-      cuda_check(cudaStreamCreateWithFlags(&pr.stream, cudaStreamNonBlocking), kWho, "cudaStreamCreate");
-      cuda_check(cudaEventCreateWithFlags(&pr.done, cudaEventDisableTiming), kWho, "cudaEventCreate");
-      pairs_[comm_.rank() == lo ? hi : lo] = pr;
-    }
-    // Connect every pair now (NCCL connects peers lazily, at their first
-    // operation): one byte from the lower rank to the higher, pairs in the
-    // same order on every rank, so the handshakes cannot wait in a cycle.
-    cuda_check(cudaMalloc(&probe_byte_, 1), kWho, "cudaMalloc (1 byte)");
-    for (const auto& [lo, hi] : pairs) {
-      if (comm_.rank() != lo && comm_.rank() != hi) continue;
-      Pair& pr = pairs_.at(comm_.rank() == lo ? hi : lo);
-      if (comm_.rank() == lo) nccl_check(ncclSend(probe_byte_, 1, ncclUint8, 1, pr.comm, pr.stream), "ncclSend");
-      else nccl_check(ncclRecv(probe_byte_, 1, ncclUint8, 0, pr.comm, pr.stream), "ncclRecv");
-      cuda_check(cudaStreamSynchronize(pr.stream), kWho, "connecting an NCCL pair");
+    // Set-up that fails half-way (a lost peer, an NCCL error) aborts what it
+    // made: a destroyed communicator would wait for peers that are gone.
+    try {
+      connect(sched, train);
+    } catch (...) {
+      release(true);
+      throw;
     }
   }
 
@@ -139,6 +111,56 @@ class NcclTransport final : public Transport {
   }
 
  private:
+  // The pipeline's communicator: unique id from its stage 0, broadcast
+  // over the pipeline (with replicas each pipeline has its own; over the
+  // whole run, every replica joined replica 0's and NCCL saw each rank
+  // number d times); one split per neighbour pair; every pair connected in
+  // both directions.
+  void connect(const Schedule& sched, bool train) {
+    ncclUniqueId id{};
+    if (comm_.rank() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    PIPEBENCH_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm_.comm()));
+    nccl_check(ncclCommInitRank(&run_comm_, comm_.size(), id, comm_.rank()), "ncclCommInitRank");
+
+    // One split per neighbour pair, in one order on every rank (collective
+    // over the run; ranks outside a pair take no part).
+    std::set<std::pair<int, int>> pairs;
+    for (const BoundaryLink& k : boundary_links(sched, train)) pairs.insert({std::min(k.src, k.dst), std::max(k.src, k.dst)});
+    for (const auto& [lo, hi] : pairs) {
+      const bool mine = comm_.rank() == lo || comm_.rank() == hi;
+      ncclComm_t c = nullptr;
+      nccl_check(ncclCommSplit(run_comm_, mine ? 0 : NCCL_SPLIT_NOCOLOR, comm_.rank() == lo ? 0 : 1, &c, nullptr),
+                 "ncclCommSplit");
+      if (!mine) continue;
+      Pair pr;
+      pr.comm = c;
+      cuda_check(cudaStreamCreateWithFlags(&pr.stream, cudaStreamNonBlocking), kWho, "cudaStreamCreate");
+      cuda_check(cudaEventCreateWithFlags(&pr.done, cudaEventDisableTiming), kWho, "cudaEventCreate");
+      pairs_[comm_.rank() == lo ? hi : lo] = pr;
+    }
+    // Connect every pair now, both ways (NCCL connects a peer lazily, at its
+    // first operation, and each direction on its own): one byte each way,
+    // send and receive in one group on both ranks of the pair, pairs in the
+    // same order on every rank, so the handshakes cannot wait in a cycle.
+    // The wait polls aborts and NCCL's asynchronous errors like every other
+    // (issue 72: one direction only left every hi -> lo path to step 0's
+    // ncclGroupEnd, a blocking bootstrap no abort reaches).
+    cuda_check(cudaMalloc(&probe_bytes_, 2), kWho, "cudaMalloc (2 bytes)");
+    auto* bytes = static_cast<unsigned char*>(probe_bytes_);
+    for (const auto& [lo, hi] : pairs) {
+      if (comm_.rank() != lo && comm_.rank() != hi) continue;
+      Pair& pr = pairs_.at(comm_.rank() == lo ? hi : lo);
+      const int other = comm_.rank() == lo ? 1 : 0;  // the peer's rank in the pair's communicator
+      nccl_check(ncclGroupStart(), "ncclGroupStart");
+      nccl_check(ncclSend(bytes, 1, ncclUint8, other, pr.comm, pr.stream), "ncclSend");
+      nccl_check(ncclRecv(bytes + 1, 1, ncclUint8, other, pr.comm, pr.stream), "ncclRecv");
+      nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+      cuda_check(cudaEventRecord(pr.done, pr.stream), kWho, "cudaEventRecord");
+      const std::string what = fmt::format("connecting the NCCL pair with rank {}", comm_.rank() == lo ? hi : lo);
+      comm_.wait_for([&] { return pair_done(pr, what.c_str()); }, what.c_str());
+    }
+  }
+
   // The call's place in the plan: the runner's CheckedTransport has checked
   // that it is the plan's next transfer.
   std::size_t expect(const Buffer& buf) {
@@ -183,8 +205,8 @@ class NcclTransport final : public Transport {
     pairs_.clear();
     if (run_comm_) abort ? ncclCommAbort(run_comm_) : ncclCommDestroy(run_comm_);
     run_comm_ = nullptr;
-    if (probe_byte_) cudaFree(probe_byte_);
-    probe_byte_ = nullptr;
+    if (probe_bytes_) cudaFree(probe_bytes_);
+    probe_bytes_ = nullptr;
   }
 
   RunComm& comm_;
@@ -197,7 +219,7 @@ class NcclTransport final : public Transport {
   int posted_ = 0;                         // the step's groups posted so far
   ncclComm_t run_comm_ = nullptr;
   std::map<int, Pair> pairs_;  // peer -> pair
-  void* probe_byte_ = nullptr;
+  void* probe_bytes_ = nullptr;  // the connecting bytes: [0] sent, [1] received
 };
 
 }  // namespace

@@ -79,6 +79,7 @@ CudaBackend::CudaBackend(const Job& job, int rank)
   cublas_check(gpu::cublas().set_math_mode(cublas_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
   cuda_check(cudaEventCreate(&ev_start_), kWho, "cudaEventCreate");
   cuda_check(cudaEventCreate(&ev_end_), kWho, "cudaEventCreate");
+  cuda_check(cudaEventCreateWithFlags(&ev_host_, cudaEventDisableTiming), kWho, "cudaEventCreate");
 }
 
 CudaBackend::~CudaBackend() {
@@ -86,6 +87,7 @@ CudaBackend::~CudaBackend() {
   chunks_.clear();  // the device blocks, before the stream and the handles go
   if (ev_start_) cudaEventDestroy(ev_start_);
   if (ev_end_) cudaEventDestroy(ev_end_);
+  if (ev_host_) cudaEventDestroy(ev_host_);
   if (cublas_) gpu::cublas().destroy(cublas_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -336,7 +338,18 @@ void CudaBackend::upload_tokens(int mb, std::int32_t* dst, bool targets) {
                               targets ? "target" : "token", i, mb, src[i], job_.model.vocab));
   cuda_check(cudaMemcpyAsync(dst, src.data(), src.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice, stream_), kWho,
              "uploading tokens");
-  cuda_check(cudaStreamSynchronize(stream_), kWho, "uploading tokens");  // `src` dies here
+  wait_for_host_copy("uploading tokens");  // `src` dies here
+}
+
+// The stream up to here (a host copy's source about to be freed) has passed.
+// Under full recomputation an upload comes mid-action, behind tensor-parallel
+// collectives already queued: the wait polls the run's aborts and NCCL's
+// errors like the action's end (issue 72: a blocking synchronise hung there
+// until the hard watchdog when a tensor peer was gone).
+void CudaBackend::wait_for_host_copy(const char* what) {
+  cuda_check(cudaEventRecord(ev_host_, stream_), kWho, "cudaEventRecord");
+  if (device_tensor_) device_tensor_->wait(ev_host_, what);
+  cuda_check(cudaEventSynchronize(ev_host_), kWho, what);
 }
 
 // A boundary tensor the MPI transport received into host staging, to the
@@ -379,7 +392,7 @@ void CudaBackend::upload_embedding_order(int mb) {
   cuda_check(cudaMemcpyAsync(dev, ints.data(), static_cast<std::size_t>(T + U + 1 + U) * sizeof(std::int32_t),
                              cudaMemcpyHostToDevice, stream_),
              kWho, "uploading the embedding's token order");
-  cuda_check(cudaStreamSynchronize(stream_), kWho, "uploading the embedding's token order");  // `ints` dies here
+  wait_for_host_copy("uploading the embedding's token order");  // `ints` dies here
   embedding_order_ = {dev, dev + T, dev + T + U + 1, U};
 }
 

@@ -205,6 +205,7 @@ class CudaBackend final : public Backend {
   void upload_tokens(int mb, std::int32_t* dst, bool targets);
   void upload_staged(Chunk& c, ActionKind kind);
   void upload_embedding_order(int mb);
+  void wait_for_host_copy(const char* what);
   void read_loss(int mb);
   void start_action();
   void finish_action();
@@ -263,6 +264,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   cudaEvent_t ev_start_ = nullptr, ev_end_ = nullptr;
+  cudaEvent_t ev_host_ = nullptr;  // a host upload's end (wait_for_host_copy)
   double last_action_s_ = -1.0;
   // fp16 keeps gradients in range with a static loss scale: d(loss)/d(logits)
   // is not divided by tokens × micro-batches; the norm and the optimizer

@@ -38,7 +38,14 @@ class DeviceBuffer {
     ptr_ = cuda_malloc_or_oom(tracker, cat, bytes, what);
     tracker_ = &tracker;
     bytes_ = bytes;
-    if (zero) cuda_check(cudaMemset(ptr_, 0, bytes), kWho, "cudaMemset");
+    // The buffer owns the allocation and the reservation from here: a failed
+    // zeroing frees both before it throws (a destructor never runs for an
+    // object whose constructor threw; issue 72).
+    if (zero)
+      if (const cudaError_t rc = cudaMemset(ptr_, 0, bytes); rc != cudaSuccess) {
+        reset();
+        cuda_check(rc, kWho, "cudaMemset");
+      }
   }
   DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {

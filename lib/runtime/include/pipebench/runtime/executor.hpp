@@ -29,8 +29,10 @@ struct FaultInjection {
   // nan, error: at STEP of RUN on RANK. sync: RANK fails at STEP just before
   // its gradient synchronisation (data parallelism: its replicas are
   // waiting in theirs). device: the device check after RUN finds RANK's
-  // device unusable, as after a sticky CUDA error (STEP unused).
-  enum class Kind { none, nan, error, sync, device };
+  // device unusable, as after a sticky CUDA error (STEP unused). setup:
+  // RANK hangs in RUN's set-up, before its transport connects (as NCCL's
+  // bootstrap can), until the run's watchdog ends the launch (STEP unused).
+  enum class Kind { none, nan, error, sync, device, setup };
   Kind kind = Kind::none;
   std::string run;
   int rank = -1;
