@@ -376,9 +376,9 @@ class StepRun {
 };
 
 // The steps: warmup + repeats, then, for a training run on more than one
-// rank whose stability verdict is still open, on to warmup + max_repeats (train.max_repeats,
-// docs/runner.md "Steps"). The step times are the run's maxima, which every
-// rank holds alike: every rank decides the same.
+// rank whose stability verdict is still open, on to warmup + max_repeats
+// (train.max_repeats, docs/runner.md "Steps"). The step times are the run's
+// maxima, which every rank holds alike: every rank decides the same.
 void run_steps(const Job& job, const RunPlan& plan, RunComm& comm, Backend& backend, Transport& transport,
                const ExecOptions& opt, const SyncPlan& sync_plan, const RankSendSlots& send_slots, RankRecord& rec) {
   const int warmup = job.train.warmup, planned = warmup + job.train.repeats;

@@ -15,10 +15,11 @@
 //   workspace: the backward's temporaries, sized once at build.
 //
 // Determinism: weights from (seed, piece, tensor, element), data from (seed,
-// step, sample's global position in the batch) (synthetic.hpp); gradients accumulate in the order the
-// schedule runs backwards, which is micro-batch order for every shipped
-// schedule; the gradient norm is reduced per piece (see
-// grad_sq_norm_by_piece) so that every split computes it bit for bit alike.
+// step, each sample's global position in the batch) (synthetic.hpp);
+// gradients accumulate in the order the schedule runs backwards, which is
+// micro-batch order for every shipped schedule but looped BFS; the gradient
+// norm is reduced per piece (see grad_sq_norm_by_piece) so that every split
+// computes it bit for bit alike.
 #pragma once
 
 #include <memory>

@@ -114,11 +114,11 @@ struct TrainSpec {
   int warmup = 2;            // steps run and recorded, flagged, not counted
   int repeats = 5;           // counted steps
   // Seed 000's "30-50 short steps": a training run on more than one rank
-  // whose stability verdict is still open (inconclusive) after `repeats` counted steps goes on to
-  // max_repeats, and is judged again there (docs/runner.md, "Steps").
-  // Default: kStabilityMaxRepeats when repeats is at least
-  // kStabilityMinRepeats (and below it), else repeats — no extension; equal
-  // to repeats: off.
+  // whose stability verdict is still open (inconclusive) after `repeats`
+  // counted steps goes on to max_repeats, and is judged again there
+  // (docs/runner.md, "Steps"). Default: kStabilityMaxRepeats when
+  // kStabilityMinRepeats <= repeats < kStabilityMaxRepeats, else repeats (no
+  // extension); equal to repeats: off.
   int max_repeats = 5;
   double grad_clip = 1.0;    // global-norm clipping threshold; 0 = off
   double step_timeout_s = 600.0;  // watchdog for one step (runner)

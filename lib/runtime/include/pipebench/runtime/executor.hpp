@@ -78,10 +78,11 @@ struct ExecOptions {
 
 // Builds the stage on this rank, checks the built layer range against the
 // plan, then runs warmup + repeats steps — and, for a training run on more
-// than one rank (one the decision judges) whose stability verdict (results/metrics.hpp stability_test) is still open
-// then, on to warmup + max_repeats, judged on the step times every rank of
-// the run holds alike (each step's maximum, all-reduced), so that every rank
-// decides the same without another message. Run failures are returned in the
+// than one rank (one the decision judges) whose stability verdict
+// (results/metrics.hpp stability_test) is still open then, on to warmup +
+// max_repeats, judged on the step times every rank of the run holds alike
+// (each step's maximum, all-reduced): every rank decides the same without
+// another message. Run failures are returned in the
 // record (failure, failure_message, failure_is_origin), never thrown.
 RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backend& backend, Transport& transport,
                        const ExecOptions& options);
