@@ -8,7 +8,7 @@
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then source "$(dirname "$0")/../scripts/lib-help.sh"; pipebench_help "$0" "$1"; fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/bootstrap.sh
+PIPEBENCH_BUILD_TARGETS=pipebench bash scripts/bootstrap.sh   # the program alone: the tests build with scripts/test.sh
 echo
 build/bench/pipebench plan jobs/default.toml
 echo

@@ -58,7 +58,7 @@ def main():
     ap.add_argument("folders", nargs="*", default=["lib", "reports", "bench"])
     args = ap.parse_args()
     if not shutil.which("ctags"):
-        print("check_function_length: ctags not found (Debian package universal-ctags; scripts/bootstrap.sh installs it)")
+        print("check_function_length: ctags not found (Debian package universal-ctags; scripts/test.sh installs it)")
         return 1
     root = args.root.resolve()
     problems, longest = [], (0, "")

@@ -86,7 +86,7 @@ def main():
     pipebench, src, out = sys.argv[1:4]
     chrome = shutil.which("chromium") or shutil.which("chromium-browser")
     if not chrome:
-        print("FAIL: chromium is not installed (scripts/bootstrap.sh installs Debian's chromium)")
+        print("FAIL: chromium is not installed (scripts/test.sh installs Debian's chromium)")
         return 1
     shutil.rmtree(out, ignore_errors=True)
     problems = []

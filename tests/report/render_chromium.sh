@@ -8,7 +8,7 @@
 set -euo pipefail
 dir=$(cd "$1" && pwd)
 chrome=$(command -v chromium || command -v chromium-browser || true)
-[[ -n $chrome ]] || { echo "FAIL: chromium is not installed (scripts/bootstrap.sh installs Debian's chromium)"; exit 1; }
+[[ -n $chrome ]] || { echo "FAIL: chromium is not installed (scripts/test.sh installs Debian's chromium)"; exit 1; }
 flags=(--headless --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-quic --no-first-run
        --disable-background-networking --disable-component-update --disable-sync --user-data-dir="$(mktemp -d)")
 timeout 120 "$chrome" "${flags[@]}" --dump-dom "file://$dir/index.html" > "$dir/dom.html" 2> "$dir/chromium.log"
