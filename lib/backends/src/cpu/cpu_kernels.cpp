@@ -22,8 +22,7 @@ void set_blas_threads(int threads) { openblas_set_num_threads(threads); }
 const char* blas_config() { return openblas_get_config(); }
 
 const char* better_blas_core() {
-  if (std::string_view(openblas_get_corename()) != "prescott" && std::string_view(openblas_get_corename()) != "Prescott")
-    return "";
+  if (const std::string_view core = openblas_get_corename(); core != "Prescott" && core != "prescott") return "";
 #if defined(__x86_64__) && defined(__GNUC__)
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512vl"))
