@@ -100,9 +100,16 @@ check_kept() {  # NAME DIR RC SUFFIX
   local name=$1 dir=$2 rc=$3 suffix=$4 files verdict
   [[ $rc == hang ]] && { row "$name" FAIL "hang: still running ${HANG_S}s after the fault"; return; }
   [[ $rc == 0 ]] && { row "$name" FAIL "exit 0 for an interrupted launch"; return; }
-  # A rank 0 killed outright leaves its name claim (NAME.h5.claim) beside the checkpoint: not a results file.
-  mapfile -t files < <(find "$dir" -name "*$suffix" ! -name '*.claim')
-  if ((${#files[@]} != 1)); then row "$name" FAIL "exit $rc; expected one *$suffix, found ${#files[@]}"; return; fi
+  # A rank 0 killed outright leaves its name claim (NAME.h5.claim) and, killed
+  # inside a checkpoint write, the half-written NAME.h5.partial.tmp beside the
+  # checkpoint: neither is a results file (report reads only .h5 and .h5.partial).
+  # Killed between publishing's link() and unlink(), NAME.h5 and NAME.h5.partial
+  # are one file under two names (one inode; report reads it once).
+  mapfile -t files < <(find "$dir" -name "*$suffix" ! -name '*.claim' ! -name '*.tmp' -printf '%i %p\n' | sort -u -k1,1 | cut -d' ' -f2-)
+  if ((${#files[@]} != 1)); then
+    row "$name" FAIL "exit $rc; expected one *$suffix, found ${#files[@]}: $(find "$dir" -name '*.h5*' -printf '%f ' )"
+    return
+  fi
   verdict=$("$py" "$here/check_interrupted.py" "${files[0]}")
   [[ $verdict == FAIL* ]] && { row "$name" FAIL "exit $rc; $verdict"; return; }
   row "$name" ok "exit $rc; ${files[0]#"$out"/} $verdict"
