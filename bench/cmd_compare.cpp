@@ -113,7 +113,7 @@ Handler add_compare_command(CLI::App& app) {
     for (const auto& c : d.candidates)
       for (const auto& r : c.runs) {
         fmt::print("  {}: {} / {}\n", r.verdict, c.file.path, r.run);
-        for (const auto& why : r.reasons) fmt::print("      {}\n", why);
+        for (const auto& reason : r.reasons) fmt::print("      {}\n", reason);
       }
     fmt::print("compare: {} (tolerance ±{:.3g}%)\ncompare: {}\n", d.verdict, 100 * d.options.tolerance,
                (dir / "index.html").string());

@@ -15,6 +15,7 @@
 #include "pipebench/report/report.hpp"
 #include "pipebench/report/trace.hpp"
 #include "pipebench/results/results.hpp"
+#include "pipebench/runtime/provenance.hpp"
 
 namespace pipebench::cli {
 
@@ -24,6 +25,7 @@ struct ReportCmdOptions {
   std::string out_dir;
   bool fail_on_regression = false;
   bool fail_on_failure = false;
+  bool no_index = false;
 };
 }  // namespace
 
@@ -115,6 +117,11 @@ Handler add_report_command(CLI::App& app) {
                 "exit 5 when any run of a job failed or an --expect job has no results (checked before regressions)");
   cmd->add_option("--expect", opts->report.expected_jobs,
                   "a job name that must have a results file among the inputs; listed as missing otherwise (repeatable)");
+  cmd->add_option("--index", opts->report.index_path,
+                  "the history index (SQLite; default: .pipebench-index.sqlite in the first --history folder); a cache: "
+                  "unchanged history files are not read again")
+      ->check(index_path_validator());
+  cmd->add_flag("--no-index", opts->no_index, "read every history file; no index is read or written");
   cmd->add_option("--references", opts->report.references_path,
                   "references.toml: judge every run against its system's expected figures (docs/reproduce.md); a "
                   "figure outside counts for --fail-on-regression")
@@ -132,7 +139,10 @@ Handler add_report_command(CLI::App& app) {
         }
     if (!references_file_ok(opts->report.references_path)) return kInvalidWorkload;
     if (!make_output_folder("report", opts->out_dir)) return kUsageError;
+    opts->report.index_writer = build_git_sha();
+    opts->report.use_index = !opts->no_index;
     const ReportData data = load_report(opts->report);
+    for (const auto& n : data.index_notes) fmt::print(stderr, "pipebench report: {}\n", n);
     for (const auto& s : data.skipped) fmt::print(stderr, "pipebench report: skipped {}: {}\n", s.path, s.reason);
     for (const auto& m : data.missing_jobs) fmt::print(stderr, "pipebench report: missing results of job {}\n", m);
     if (data.files.empty() && data.missing_jobs.empty()) throw Error("no readable results files among the inputs");

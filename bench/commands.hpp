@@ -35,6 +35,11 @@ Handler add_trace_command(CLI::App& app);
 Handler add_rerun_command(CLI::App& app, const std::string& command_line);
 Handler add_compare_command(CLI::App& app);
 
+Handler add_index_command(CLI::App& app);
+
+// --index: a path whose name ends in .sqlite (the history index; never a results file).
+CLI::Validator index_path_validator();
+
 // --label: one folder name under results/<job>/ (never a path that leaves -o).
 CLI::Validator label_validator();
 // --system: a references.toml system name (letters, digits, '.', '_', '-').

@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
   const cli::Handler trace = cli::add_trace_command(app);
   const cli::Handler rerun = cli::add_rerun_command(app, joined(argc, argv));
   const cli::Handler compare = cli::add_compare_command(app);
+  const cli::Handler index = cli::add_index_command(app);
 
   // `pipebench foo`: name the unknown command (CLI11 would only say a
   // subcommand is required).
@@ -159,6 +160,7 @@ int main(int argc, char** argv) {
                    : app.got_subcommand("probe")  ? probe()
                    : app.got_subcommand("tune")   ? tune()
                    : app.got_subcommand("trace")  ? trace()
+                   : app.got_subcommand("index")  ? index()
                                                   : plan();
     return finish(rc, true);
   } catch (const ConfigError& e) {

@@ -16,6 +16,7 @@ PACKAGES=(
   libhdf5-dev hdf5-tools   # h5dump: the README reads results files with it
   libtoml11-dev libcli11-dev libfmt-dev
   libopenblas-dev
+  libsqlite3-dev   # the report's history index (an embedded database, no server)
   libsleef-dev   # vectorised exp/tanh for the cpu backend's AVX2 kernels (the library PyTorch uses)
 )
 # What only the tests need (PIPEBENCH_TEST_PACKAGES=1, scripts/test.sh): a

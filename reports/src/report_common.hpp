@@ -27,9 +27,12 @@ std::string created_utc(const FileView& f);
 // The indices of run `r`'s counted (not warm-up) steps.
 std::vector<std::size_t> counted_steps(const RunResult& r);
 
+// What the trends read of file `f` (FileDigest): the same figures whether
+// the file is read now or its digest comes from the history index.
+FileDigest digest_of(const FileView& f);
 // The trends of `files` (the inputs) over `files` and `history`
 // (report_trends.cpp).
-std::vector<Trend> build_trends(const std::vector<FileView>& files, const std::vector<FileView>& history,
+std::vector<Trend> build_trends(const std::vector<FileView>& files, const std::vector<FileDigest>& history,
                                 const ReportOptions& options);
 std::string attr(const std::map<std::string, std::string>& m, const char* key);
 

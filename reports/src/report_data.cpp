@@ -23,6 +23,7 @@
 #include "pipebench/core/sha256.hpp"
 #include "pipebench/core/units.hpp"
 #include "pipebench/core/workload_identity.hpp"
+#include "pipebench/report/history_index.hpp"
 #include "pipebench/report/report.hpp"
 #include "pipebench/results/mann_whitney.hpp"
 #include "pipebench/results/metrics.hpp"
@@ -519,24 +520,68 @@ void describe_read_file(FileView& f) {
                                                                                    : "job");
 }
 
+// Reads the results file at `path` whole (read_one_version, then its job,
+// fingerprint and role); nullopt with `skipped` told why. With an index, the
+// file's digest is added to it when the file is the one stamped before the
+// read (a launch may checkpoint over it meanwhile): the next report that has
+// it in its history need not read it again.
+std::optional<FileView> read_file_view(const std::string& path, std::vector<SkippedFile>& skipped, ReadEvents events,
+                                       FileIds& seen, bool hash, HistoryIndex* index) {
+  const auto stamp = index ? stamp_of(path) : std::nullopt;
+  FileView f;
+  f.path = path;
+  if (const std::string why = read_one_version(f, events, seen, hash || index); !why.empty()) {
+    if (why != kReadElsewhere) skipped.push_back({path, why});
+    return std::nullopt;
+  }
+  describe_read_file(f);
+  if (index && stamp && f.path == path && stamp_of(path) == stamp)
+    index->add(path, *stamp, f.sha256, root_attr(f, "results_id", ""), report_detail::digest_of(f));
+  return f;
+}
+
 // The readable results files among `inputs` (files, folders); unreadable
 // ones go to `skipped` with the reason. A file whose job TOML does not parse
 // is kept, with job_error set. `events`: whether the runs keep their events;
 // `hash`: whether each gets its sha256.
 std::vector<FileView> load_files(const std::vector<std::string>& inputs, std::vector<SkippedFile>& skipped,
-                                 ReadEvents events, FileIds& seen, bool hash) {
+                                 ReadEvents events, FileIds& seen, bool hash, HistoryIndex* index) {
   std::vector<FileView> out;
-  for (const auto& path : expand(inputs, skipped, seen)) {
-    FileView f;
-    f.path = path;
-    if (const std::string why = read_one_version(f, events, seen, hash); !why.empty()) {
-      if (why != kReadElsewhere) skipped.push_back({path, why});
-      continue;
+  for (const auto& path : expand(inputs, skipped, seen))
+    if (auto f = read_file_view(path, skipped, events, seen, hash, index)) out.push_back(std::move(*f));
+  return out;
+}
+
+// What the trends read of the history files: each from the index where the
+// file is still the file its row was made from, else read whole (and added).
+std::vector<FileDigest> load_history(const std::vector<std::string>& inputs, HistoryIndex* index, ReportData& d,
+                                     FileIds& seen) {
+  std::vector<FileDigest> out;
+  for (const auto& path : expand(inputs, d.skipped, seen)) {
+    if (index)
+      if (auto known = index->find(path)) {
+        out.push_back(std::move(*known));
+        ++d.history_from_index;
+        continue;
+      }
+    // History files are never cited (only their figures feed the trends):
+    // hashed only for the index.
+    if (auto f = read_file_view(path, d.skipped, ReadEvents::skip, seen, false, index)) {
+      out.push_back(report_detail::digest_of(*f));
+      ++d.history_read;
     }
-    describe_read_file(f);
-    out.push_back(std::move(f));
   }
   return out;
+}
+
+// The index a report keeps of its history (ReportOptions::index_path); null without one.
+std::unique_ptr<HistoryIndex> open_history_index(const ReportOptions& options) {
+  if (!options.use_index || options.history.empty()) return nullptr;
+  std::string path = options.index_path;
+  std::error_code ec;
+  if (path.empty() && std::filesystem::is_directory(options.history.front(), ec))
+    path = (std::filesystem::path(options.history.front()) / kIndexFileName).string();
+  return path.empty() ? nullptr : std::make_unique<HistoryIndex>(path, options.index_writer);
 }
 
 // The speedups from the step times, with today's interval (files written
@@ -587,16 +632,45 @@ std::string report_trace_name(const ReportData& data, std::size_t file_index) {
   return events == 0 || events > kReportTraceEvents ? "" : fmt::format("trace-{}.json", file_index);
 }
 
+std::size_t rebuild_history_index(const std::string& dir, const std::string& index_path, const std::string& writer,
+                                  std::vector<SkippedFile>& skipped, std::vector<std::string>& notes) {
+  const std::string path = index_path.empty() ? (std::filesystem::path(dir) / kIndexFileName).string() : index_path;
+  if (!path.ends_with(".sqlite")) throw ConfigError(fmt::format("--index {}: the name must end in .sqlite", path));
+  // Made anew: a cache holds nothing the files do not.
+  std::error_code ec;  // a read-only folder: the index below says so
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix, ec);
+  HistoryIndex index(path, writer);
+  std::size_t indexed = 0;
+  if (index.usable()) {
+    FileIds seen;
+    for (const auto& file : expand({dir}, skipped, seen))
+      if (read_file_view(file, skipped, ReadEvents::skip, seen, true, &index)) ++indexed;
+    index.save();
+  }
+  notes = index.notes();
+  if (!index.usable()) throw ResultsError(notes.empty() ? "cannot open " + path : notes.back());
+  return indexed;
+}
+
 ReportData load_report(const ReportOptions& options) {
   ReportData d;
   d.options = options;
   // No run's events are held: the charts stream what they need (chart_events).
   FileIds seen;
-  d.files = load_files(options.inputs, d.skipped, ReadEvents::skip, seen, true);
-  // Trend history: step times, memory and losses; no events (a month of
-  // nightly files would otherwise hold every action they recorded).
-  // History files are never cited (only their figures feed the trends): not hashed.
-  const std::vector<FileView> history = load_files(options.history, d.skipped, ReadEvents::skip, seen, false);
+  std::unique_ptr<HistoryIndex> index = open_history_index(options);
+  if (index && !index->usable()) {
+    d.index_notes = index->notes();
+    index.reset();
+  }
+  d.files = load_files(options.inputs, d.skipped, ReadEvents::skip, seen, true, index.get());
+  // Trend history: what the trends read of each file (FileDigest); no events.
+  const std::vector<FileDigest> history = load_history(options.history, index.get(), d, seen);
+  if (index) {
+    index->save();
+    d.index_notes = index->notes();
+    d.index_notes.push_back(fmt::format("history index {}: {} history file(s) from it, {} read", index->path(),
+                                        d.history_from_index, d.history_read));
+  }
   for (const auto& name : options.expected_jobs)
     if (std::none_of(d.files.begin(), d.files.end(), [&](const FileView& f) { return job_name(f) == name; }))
       d.missing_jobs.push_back(name);

@@ -180,37 +180,51 @@ Trend trend_of(const Series& s, std::size_t judged, const ReportOptions& options
 
 }  // namespace
 
+FileDigest digest_of(const FileView& f) {
+  FileDigest d;
+  d.path = f.path;
+  d.role = f.role;
+  d.job = job_name(f);
+  d.fingerprint = f.fingerprint;
+  d.created_utc = created_utc(f);
+  if (const auto sha = f.result.root_attrs.find("git_sha"); sha != f.result.root_attrs.end()) d.git_sha = sha->second;
+  if (f.role != "job") return d;  // probe trials and summaries are never trended
+  for (const auto& r : f.result.runs) {
+    if (r.status != RunStatus::ok) continue;
+    auto [workload, workload_fp] = workload_of(f, r);
+    TrendPoint p{d.created_utc, f.path, std::move(workload), r.step_time.median, r.bubble_measured_median,
+                 static_cast<double>(r.peak_mem_max_bytes), r.peak_mem_bytes, {}, r.throughput_samples_per_s,
+                 r.slowest_stage_median_s, r.backend == BackendKind::sim ? std::vector<double>{} : r.loss, d.git_sha, false,
+                 point_identity(f, r)};
+    for (auto i : counted_steps(r)) p.counted_step_times.push_back(r.step_time_s[i]);
+    d.runs.push_back({r.spec.name, std::move(workload_fp), std::move(p)});
+  }
+  return d;
+}
+
 // Trends: every job file (inputs and history; not probe trials), grouped into
 // series by job, run, hardware and workload fingerprint; each input file's
 // point judged against the points before it. A series without an input file
 // is shown as "history only", never judged.
-std::vector<Trend> build_trends(const std::vector<FileView>& files, const std::vector<FileView>& history,
+std::vector<Trend> build_trends(const std::vector<FileView>& files, const std::vector<FileDigest>& history,
                                 const ReportOptions& options) {
   std::map<SeriesKey, Series> groups;
-  auto add_points = [&](const FileView& f, bool input) {
-    if (f.role != "job") return;
-    const std::string job = job_name(f);
-    for (const auto& r : f.result.runs) {
-      if (r.status != RunStatus::ok) continue;
-      const auto [workload, workload_fp] = workload_of(f, r);
-      Series& s = groups[{job, r.spec.name, f.fingerprint, workload_fp}];
-      s.job = job;
-      s.run = r.spec.name;
+  auto add_points = [&](const FileDigest& f, bool input) {
+    for (const auto& r : f.runs) {
+      Series& s = groups[{f.job, r.run, f.fingerprint, r.workload_fingerprint}];
+      s.job = f.job;
+      s.run = r.run;
       s.fingerprint = f.fingerprint;
-      s.workload_fingerprint = workload_fp;
-      TrendPoint p{created_utc(f), f.path, workload, r.step_time.median, r.bubble_measured_median,
-                   static_cast<double>(r.peak_mem_max_bytes), r.peak_mem_bytes, {}, r.throughput_samples_per_s,
-                   r.slowest_stage_median_s, r.backend == BackendKind::sim ? std::vector<double>{} : r.loss, {}, false, {}};
-      for (auto i : counted_steps(r)) p.counted_step_times.push_back(r.step_time_s[i]);
-      if (const auto sha = f.result.root_attrs.find("git_sha"); sha != f.result.root_attrs.end()) p.git_sha = sha->second;
-      p.input = input;
-      p.identity = point_identity(f, r);
+      s.workload_fingerprint = r.workload_fingerprint;
       // One measurement counts once: inputs come first, so an input keeps its point.
-      if (std::none_of(s.points.begin(), s.points.end(), [&](const TrendPoint& q) { return q.identity == p.identity; }))
-        s.points.push_back(std::move(p));
+      if (std::any_of(s.points.begin(), s.points.end(), [&](const TrendPoint& q) { return q.identity == r.point.identity; }))
+        continue;
+      s.points.push_back(r.point);
+      s.points.back().path = f.path;
+      s.points.back().input = input;
     }
   };
-  for (const auto& f : files) add_points(f, true);
+  for (const auto& f : files) add_points(digest_of(f), true);
   for (const auto& f : history) add_points(f, false);
   for (auto& [key, s] : groups)
     std::sort(s.points.begin(), s.points.end(), [](const TrendPoint& a, const TrendPoint& b) {

@@ -28,6 +28,12 @@ struct ReportOptions {
   RegressionRule rule;              // the nightly regression rule and its defaults (results/regression.hpp)
   std::vector<std::string> expected_jobs;  // job names that must have a file among the inputs (nightly)
   std::string references_path;             // references.toml (core/references.hpp); "" = none
+  // The history index (history_index.hpp): "" = the default, DIR/.pipebench-index.sqlite
+  // of the first --history folder (none when the history is only files); with
+  // `use_index` false no index is read or written.
+  std::string index_path;
+  bool use_index = true;
+  std::string index_writer;  // the pipebench reading it (its git sha): an index another one wrote is rebuilt
 };
 
 // One row of the seed's comparison table (metric | baseline | pipeline | Δ).
@@ -150,6 +156,25 @@ struct TrendPoint {
   std::string identity;
 };
 
+// What the trends read of one results file (report_trends.cpp, digest_of):
+// per ok run of a job file, its series key beyond the file's (run name,
+// workload fingerprint) and its point. The history index (history_index.hpp)
+// keeps these, so that an unchanged history file is not read again.
+struct TrendRun {
+  std::string run;
+  std::string workload_fingerprint;
+  TrendPoint point;  // point.path and point.input are set when the point joins a report
+};
+struct FileDigest {
+  std::string path;
+  std::string role;          // FileView::role; only "job" files have runs here
+  std::string job;           // the job's name
+  std::string fingerprint;   // hardware_fingerprint
+  std::string created_utc;   // root attribute ("" when absent)
+  std::string git_sha;       // of the pipebench that wrote it ("" when unrecorded)
+  std::vector<TrendRun> runs;
+};
+
 // A series: the files of one job and run on one hardware fingerprint with one
 // workload fingerprint (docs/reports.md, "Series"). A changed configuration
 // starts a new series; `changes` then says what changed from the series
@@ -206,6 +231,10 @@ struct ReportData {
   std::vector<Trend> trends;
   std::vector<SkippedFile> skipped;
   std::vector<std::string> missing_jobs;  // expected but without any readable input file
+  // What the history index did: its path, files taken from it and read, and
+  // any warning (an index rebuilt, busy or read-only); for stderr, not the pages.
+  std::vector<std::string> index_notes;
+  int history_from_index = 0, history_read = 0;
   // With --references: every ok run of every job file among the inputs
   // against its system's expected figures ("outside" counts as a regression).
   std::vector<ReferenceCheck> reference_checks;
