@@ -4,7 +4,8 @@
 # run installs nothing and rebuilds only what changed. With
 # PIPEBENCH_TEST_PACKAGES=1 (scripts/test.sh) it also installs what only the
 # tests need (Catch2, Google Benchmark, Chromium, Slurm, PyTorch, ...).
-# PIPEBENCH_BUILD_TARGETS="a b" builds only those targets.
+# PIPEBENCH_BUILD_TARGETS="a b" builds only those targets; PIPEBENCH_CUDA=AUTO|ON|OFF
+# configures the cuda backend so.
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then source "$(dirname "$0")/../scripts/lib-help.sh"; pipebench_help "$0" "$1"; fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,9 +50,17 @@ if ((${#missing[@]})); then
 fi
 
 # Configure once; again after packages were installed (the tests' Catch2
-# and Google Benchmark, found now, add their targets).
+# and Google Benchmark, found now, add their targets), and when PIPEBENCH_CUDA
+# (AUTO | ON | OFF: the cuda backend, docs/cuda-backend.md) asks for another
+# value than the build has.
+cuda_args=()
+if [[ -n ${PIPEBENCH_CUDA:-} ]]; then
+  cuda_args=(-DPIPEBENCH_CUDA="$PIPEBENCH_CUDA")
+  had=$(sed -n 's/^PIPEBENCH_CUDA:STRING=//p' build/CMakeCache.txt 2>/dev/null || true)
+  [[ $had == "$PIPEBENCH_CUDA" ]] || rm -f build/build.ninja
+fi
 if [[ ! -f build/build.ninja ]] || ((${#missing[@]})); then
-  cmake --preset default
+  cmake --preset default "${cuda_args[@]}"
 fi
 # PIPEBENCH_BUILD_TARGETS: only these (scripts/main-job.sh: pipebench alone,
 # not every test and micro-benchmark); else everything.

@@ -8,7 +8,12 @@
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then source "$(dirname "$0")/../scripts/lib-help.sh"; pipebench_help "$0" "$1"; fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PIPEBENCH_BUILD_TARGETS=pipebench bash scripts/bootstrap.sh   # the program alone: the tests build with scripts/test.sh
+# The program alone (the tests build with scripts/test.sh); a first build
+# compiles the cuda backend only where a GPU is (or PIPEBENCH_CUDA=ON asks).
+if [[ -z ${PIPEBENCH_CUDA:-} && ! -f build/build.ninja ]] && ! nvidia-smi -L > /dev/null 2>&1; then
+  export PIPEBENCH_CUDA=OFF
+fi
+PIPEBENCH_BUILD_TARGETS=pipebench bash scripts/bootstrap.sh
 echo
 build/bench/pipebench plan jobs/default.toml
 echo

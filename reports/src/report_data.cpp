@@ -525,8 +525,9 @@ void describe_read_file(FileView& f) {
 // file's digest is added to it when the file is the one stamped before the
 // read (a launch may checkpoint over it meanwhile): the next report that has
 // it in its history need not read it again.
+// With `digest`, the file's FileDigest is put there (computed once for both).
 std::optional<FileView> read_file_view(const std::string& path, std::vector<SkippedFile>& skipped, ReadEvents events,
-                                       FileIds& seen, bool hash, HistoryIndex* index) {
+                                       FileIds& seen, bool hash, HistoryIndex* index, FileDigest* digest = nullptr) {
   const auto stamp = index ? stamp_of(path) : std::nullopt;
   FileView f;
   f.path = path;
@@ -535,8 +536,9 @@ std::optional<FileView> read_file_view(const std::string& path, std::vector<Skip
     return std::nullopt;
   }
   describe_read_file(f);
+  if (digest) *digest = report_detail::digest_of(f);
   if (index && stamp && f.path == path && stamp_of(path) == stamp)
-    index->add(path, *stamp, f.sha256, root_attr(f, "results_id", ""), report_detail::digest_of(f));
+    index->add(path, *stamp, f.sha256, root_attr(f, "results_id", ""), digest ? *digest : report_detail::digest_of(f));
   return f;
 }
 
@@ -566,8 +568,9 @@ std::vector<FileDigest> load_history(const std::vector<std::string>& inputs, His
       }
     // History files are never cited (only their figures feed the trends):
     // hashed only for the index.
-    if (auto f = read_file_view(path, d.skipped, ReadEvents::skip, seen, false, index)) {
-      out.push_back(report_detail::digest_of(*f));
+    FileDigest digest;
+    if (read_file_view(path, d.skipped, ReadEvents::skip, seen, false, index, &digest)) {
+      out.push_back(std::move(digest));
       ++d.history_read;
     }
   }
