@@ -16,9 +16,9 @@ class NcclAllReduce final : public DeviceAllReduce {
  public:
   explicit NcclAllReduce(RunComm& comm) {
     ncclUniqueId id{};
-    if (comm.replica() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    if (comm.replica() == 0) nccl_check(nccl().get_unique_id(&id), "ncclGetUniqueId");
     PIPEBENCH_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm.data()));
-    nccl_check(ncclCommInitRank(&comm_, comm.replicas(), id, comm.replica()), "ncclCommInitRank (data-parallel group)");
+    nccl_check(nccl().comm_init_rank(&comm_, comm.replicas(), id, comm.replica()), "ncclCommInitRank (data-parallel group)");
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), kWho, "cudaStreamCreate");
     cuda_check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), kWho, "cudaEventCreate");
   }
@@ -28,7 +28,7 @@ class NcclAllReduce final : public DeviceAllReduce {
   // The gradients are final when posted: the backend's gradients() has
   // synchronised its stream after the chunk's last backward.
   void post(float* data, std::size_t count) override {
-    nccl_check(ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce");
+    nccl_check(nccl().all_reduce(data, data, count, ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce");
     cuda_check(cudaEventRecord(done_, stream_), kWho, "cudaEventRecord");
     posted_ = true;
   }
@@ -45,10 +45,10 @@ class NcclAllReduce final : public DeviceAllReduce {
  private:
   void release(bool abort) {
     if (comm_) {
-      if (abort) ncclCommAbort(comm_);
+      if (abort) nccl().comm_abort(comm_);
       else {
         cudaStreamSynchronize(stream_);
-        ncclCommDestroy(comm_);
+        nccl().comm_destroy(comm_);
       }
     }
     comm_ = nullptr;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
+#include "nccl_api.hpp"
 #include "pipebench/core/error.hpp"
 
 namespace pipebench {
@@ -14,7 +15,7 @@ namespace pipebench {
 // continues in the background.
 inline void nccl_check(ncclResult_t rc, const char* what) {
   if (rc != ncclSuccess && rc != ncclInProgress)
-    throw Error(fmt::format("NCCL {}: {} ({})", what, ncclGetErrorString(rc), static_cast<int>(rc)));
+    throw Error(fmt::format("NCCL {}: {} ({})", what, nccl().get_error_string(rc), static_cast<int>(rc)));
 }
 
 // Whether `done` (an event recorded after a communicator's operations) has
@@ -25,10 +26,10 @@ inline void nccl_check(ncclResult_t rc, const char* what) {
 inline bool nccl_event_passed(cudaEvent_t done, ncclComm_t comm, const char* what) {
   if (cudaEventQuery(done) != cudaErrorNotReady) return true;
   ncclResult_t state = ncclSuccess;
-  nccl_check(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError");
+  nccl_check(nccl().comm_get_async_error(comm, &state), "ncclCommGetAsyncError");
   if (state != ncclSuccess && state != ncclInProgress)
     throw Error(fmt::format("NCCL reported an asynchronous error while waiting for {}: {}", what,
-                            ncclGetErrorString(state)));
+                            nccl().get_error_string(state)));
   return false;
 }
 

@@ -20,9 +20,9 @@ class NcclTensorGroupImpl final : public NcclTensorGroup {
  public:
   explicit NcclTensorGroupImpl(RunComm& comm) : run_(comm) {
     ncclUniqueId id{};
-    if (comm.tensor_rank() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    if (comm.tensor_rank() == 0) nccl_check(nccl().get_unique_id(&id), "ncclGetUniqueId");
     PIPEBENCH_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm.tensor()));
-    nccl_check(ncclCommInitRank(&comm_, comm.tensor_size(), id, comm.tensor_rank()),
+    nccl_check(nccl().comm_init_rank(&comm_, comm.tensor_size(), id, comm.tensor_rank()),
                "ncclCommInitRank (tensor-parallel group)");
   }
 
@@ -33,14 +33,14 @@ class NcclTensorGroupImpl final : public NcclTensorGroup {
 
   void all_gather(const void* part, void* whole, std::int64_t bytes, void* stream) override {
     timed(stream, [&](cudaStream_t st) {
-      nccl_check(ncclAllGather(part, whole, static_cast<std::size_t>(bytes), ncclUint8, comm_, st),
+      nccl_check(nccl().all_gather(part, whole, static_cast<std::size_t>(bytes), ncclUint8, comm_, st),
                  "ncclAllGather (tensor-parallel group)");
     });
   }
 
   void reduce_scatter(const float* whole, float* part, std::int64_t n, void* stream) override {
     timed(stream, [&](cudaStream_t st) {
-      nccl_check(ncclReduceScatter(whole, part, static_cast<std::size_t>(n), ncclFloat32, ncclSum, comm_, st),
+      nccl_check(nccl().reduce_scatter(whole, part, static_cast<std::size_t>(n), ncclFloat32, ncclSum, comm_, st),
                  "ncclReduceScatter (tensor-parallel group)");
     });
   }
@@ -68,7 +68,7 @@ class NcclTensorGroupImpl final : public NcclTensorGroup {
  private:
   void reduce(float* data, std::int64_t n, ncclRedOp_t op, void* stream) {
     timed(stream, [&](cudaStream_t st) {
-      nccl_check(ncclAllReduce(data, data, static_cast<std::size_t>(n), ncclFloat32, op, comm_, st),
+      nccl_check(nccl().all_reduce(data, data, static_cast<std::size_t>(n), ncclFloat32, op, comm_, st),
                  "ncclAllReduce (tensor-parallel group)");
     });
   }
@@ -96,8 +96,8 @@ class NcclTensorGroupImpl final : public NcclTensorGroup {
 
   void release(bool abort) {
     if (comm_) {
-      if (abort) ncclCommAbort(comm_);
-      else ncclCommDestroy(comm_);
+      if (abort) nccl().comm_abort(comm_);
+      else nccl().comm_destroy(comm_);
     }
     comm_ = nullptr;
     if (!abort) {  // an aborted group's events may still be waited on by the backend's stream

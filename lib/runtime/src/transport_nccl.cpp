@@ -118,9 +118,9 @@ class NcclTransport final : public Transport {
   // both directions.
   void connect(const Schedule& sched, bool train) {
     ncclUniqueId id{};
-    if (comm_.rank() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    if (comm_.rank() == 0) nccl_check(nccl().get_unique_id(&id), "ncclGetUniqueId");
     PIPEBENCH_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm_.comm()));
-    nccl_check(ncclCommInitRank(&run_comm_, comm_.size(), id, comm_.rank()), "ncclCommInitRank");
+    nccl_check(nccl().comm_init_rank(&run_comm_, comm_.size(), id, comm_.rank()), "ncclCommInitRank");
 
     // One split per neighbour pair, in one order on every rank (collective
     // over the run; ranks outside a pair take no part).
@@ -129,7 +129,7 @@ class NcclTransport final : public Transport {
     for (const auto& [lo, hi] : pairs) {
       const bool mine = comm_.rank() == lo || comm_.rank() == hi;
       ncclComm_t c = nullptr;
-      nccl_check(ncclCommSplit(run_comm_, mine ? 0 : NCCL_SPLIT_NOCOLOR, comm_.rank() == lo ? 0 : 1, &c, nullptr),
+      nccl_check(nccl().comm_split(run_comm_, mine ? 0 : NCCL_SPLIT_NOCOLOR, comm_.rank() == lo ? 0 : 1, &c, nullptr),
                  "ncclCommSplit");
       if (!mine) continue;
       Pair pr;
@@ -151,10 +151,10 @@ class NcclTransport final : public Transport {
       if (comm_.rank() != lo && comm_.rank() != hi) continue;
       Pair& pr = pairs_.at(comm_.rank() == lo ? hi : lo);
       const int other = comm_.rank() == lo ? 1 : 0;  // the peer's rank in the pair's communicator
-      nccl_check(ncclGroupStart(), "ncclGroupStart");
-      nccl_check(ncclSend(bytes, 1, ncclUint8, other, pr.comm, pr.stream), "ncclSend");
-      nccl_check(ncclRecv(bytes + 1, 1, ncclUint8, other, pr.comm, pr.stream), "ncclRecv");
-      nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+      nccl_check(nccl().group_start(), "ncclGroupStart");
+      nccl_check(nccl().send(bytes, 1, ncclUint8, other, pr.comm, pr.stream), "ncclSend");
+      nccl_check(nccl().recv(bytes + 1, 1, ncclUint8, other, pr.comm, pr.stream), "ncclRecv");
+      nccl_check(nccl().group_end(), "ncclGroupEnd");
       cuda_check(cudaEventRecord(pr.done, pr.stream), kWho, "cudaEventRecord");
       const std::string what = fmt::format("connecting the NCCL pair with rank {}", comm_.rank() == lo ? hi : lo);
       comm_.wait_for([&] { return pair_done(pr, what.c_str()); }, what.c_str());
@@ -176,15 +176,15 @@ class NcclTransport final : public Transport {
       const P2pGroup& g = plan_.groups[static_cast<std::size_t>(posted_)];
       Pair& pr = pairs_.at(g.peer);
       const int peer_in_pair = g.peer < comm_.rank() ? 0 : 1;
-      nccl_check(ncclGroupStart(), "ncclGroupStart");
+      nccl_check(nccl().group_start(), "ncclGroupStart");
       for (int t : members_[static_cast<std::size_t>(posted_)]) {
         const Buffer& b = buffers_[static_cast<std::size_t>(t)];
         if (plan_.transfers[static_cast<std::size_t>(t)].send)
-          nccl_check(ncclSend(b.data, b.bytes, ncclUint8, peer_in_pair, pr.comm, pr.stream), "ncclSend");
+          nccl_check(nccl().send(b.data, b.bytes, ncclUint8, peer_in_pair, pr.comm, pr.stream), "ncclSend");
         else
-          nccl_check(ncclRecv(b.data, b.bytes, ncclUint8, peer_in_pair, pr.comm, pr.stream), "ncclRecv");
+          nccl_check(nccl().recv(b.data, b.bytes, ncclUint8, peer_in_pair, pr.comm, pr.stream), "ncclRecv");
       }
-      nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+      nccl_check(nccl().group_end(), "ncclGroupEnd");
       if (posted_ == mark) cuda_check(cudaEventRecord(pr.done, pr.stream), kWho, "cudaEventRecord");
     }
   }
@@ -196,14 +196,14 @@ class NcclTransport final : public Transport {
 
   void release(bool abort) {
     for (auto& [peer, pr] : pairs_) {
-      if (abort) ncclCommAbort(pr.comm);
-      else ncclCommDestroy(pr.comm);
+      if (abort) nccl().comm_abort(pr.comm);
+      else nccl().comm_destroy(pr.comm);
       if (!abort) cudaStreamSynchronize(pr.stream);
       cudaEventDestroy(pr.done);
       cudaStreamDestroy(pr.stream);
     }
     pairs_.clear();
-    if (run_comm_) abort ? ncclCommAbort(run_comm_) : ncclCommDestroy(run_comm_);
+    if (run_comm_) abort ? nccl().comm_abort(run_comm_) : nccl().comm_destroy(run_comm_);
     run_comm_ = nullptr;
     if (probe_bytes_) cudaFree(probe_bytes_);
     probe_bytes_ = nullptr;
@@ -229,8 +229,9 @@ std::unique_ptr<Transport> make_nccl_transport(RunComm& comm, const Schedule& sc
 }
 
 std::string nccl_version() {
+  if (const std::string why = nccl_load_error(); !why.empty()) return "not loaded: " + why;
   int v = 0;
-  if (ncclGetVersion(&v) != ncclSuccess) return "";
+  if (nccl().get_version(&v) != ncclSuccess) return "";
   // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
   return fmt::format("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100);
 }
