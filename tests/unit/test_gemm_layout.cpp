@@ -174,10 +174,21 @@ TEST_CASE("gemm layout: grouped-query attention per sequence, batched per group 
       run(at.dp(), dO + at.q_offset(first), seq + at.v_offset(g), dP.data() + first * ss);
       causal_softmax_backward(P + first * ss, dP.data() + first * ss, s, at.group);
       run(at.dq(), dP.data() + first * ss, seq + at.k_offset(g), dseq + at.q_offset(first));
+      // As backend_cuda_llama.cpp: summed over the group's heads into fp32
+      // [2, s, d] (gqa_grad_sums, row length d), then stored at the group's
+      // K/V columns (store_rows, row length ld).
+      std::vector<float> sums(2 * static_cast<std::size_t>(s) * at.d, 77.0f);
+      float* dv_sum = sums.data();
+      float* dk_sum = dv_sum + static_cast<std::size_t>(s) * at.d;
       for (int i = first; i < first + at.group; ++i) {
-        run(at.dv(i == first), P + i * ss, dO + at.q_offset(i), dseq + at.v_offset(g));
-        run(at.dk(i == first), dP.data() + i * ss, seq + at.q_offset(i), dseq + at.k_offset(g));
+        run(at.dv(i == first, true), P + i * ss, dO + at.q_offset(i), dv_sum);
+        run(at.dk(i == first, true), dP.data() + i * ss, seq + at.q_offset(i), dk_sum);
       }
+      for (int r = 0; r < s; ++r)
+        for (int c = 0; c < at.d; ++c) {
+          dseq[static_cast<std::size_t>(r) * ld + at.v_offset(g) + c] = dv_sum[r * at.d + c];
+          dseq[static_cast<std::size_t>(r) * ld + at.k_offset(g) + c] = dk_sum[r * at.d + c];
+        }
     }
   }
   require_close(dqkv, dqkv_cpu);  // every element overwritten (the 99s are gone) and equal

@@ -168,7 +168,8 @@ TEST_CASE("llama: the formulas, and the heavier first and last stages", "[llama]
 // tracker holds them to these bytes: mpi.cpu.equivalence_llama on cpu, the
 // GPU tests on cuda): the fp32 rotary table, and in training the block's
 // backward temporaries (du, dW1|dW3, dnorm, dx2, dattn, dqkv, two ping-pong
-// gradients) with one score matrix (cpu) or one per head (cuda).
+// gradients) with one score matrix (cpu) or one per head and the fp32 K/V
+// gradient sums of a group (cuda).
 TEST_CASE("llama: the cpu and cuda workspaces, rotary table included", "[llama]") {
   const Job job = parse_job(kLlama, "w.toml");
   const std::int64_t h = 64, kv = 16, f = 256, s = 16, heads = 8, d = h / heads, b = 2, T = b * s;
@@ -180,7 +181,9 @@ TEST_CASE("llama: the cpu and cuda workspaces, rotary table included", "[llama]"
     CHECK(m.cpu_workspace_bytes(2, true) == rope + e * (temps + s * s));
     const std::int64_t fixed = ModelDesc::kCudaNormSlotsBytes + 4 * T;
     CHECK(m.cuda_workspace_bytes(2, false) == rope + fixed);
-    CHECK(m.cuda_workspace_bytes(2, true) == rope + fixed + m.cuda_embedding_order_bytes(2) + e * (temps + heads * s * s));
+    // Groups of 4 query heads per K/V head: the fp32 dV and dK sums of one group, aligned.
+    const std::int64_t gqa = 8 * s * d + 16;
+    CHECK(m.cuda_workspace_bytes(2, true) == rope + fixed + m.cuda_embedding_order_bytes(2) + e * (temps + heads * s * s) + gqa);
   }
   // gpt has no rotary table and keeps its temporaries.
   const ModelDesc g(parse_job(as_gpt(), "w.toml").model, DType::fp32);
@@ -198,7 +201,8 @@ TEST_CASE("llama: the cpu and cuda workspaces, rotary table included", "[llama]"
     const std::int64_t fixed = ModelDesc::kCudaNormSlotsBytes + 4 * T;
     const ModelDesc m(job.model, dt, {2, false, false, true});
     CHECK(m.cuda_workspace_bytes(2, false) == rope + fixed + tensor);
-    const std::int64_t train = rope + fixed + tensor + m.cuda_embedding_order_bytes(2) + e * (temps + heads / t * s * s);
+    const std::int64_t train =
+        rope + fixed + tensor + m.cuda_embedding_order_bytes(2) + e * (temps + heads / t * s * s) + 8 * s * d + 16;
     CHECK(m.cuda_workspace_bytes(2, true) == train);
     const ModelDesc sel(job.model, dt, {2, false, true, true});
     CHECK(sel.cuda_workspace_bytes(2, true) == train + e * b * heads / t * s * s);

@@ -111,7 +111,9 @@ void CudaBackend::backward_llama(const Chunk& c, const Piece& p, int mb, const s
   linear_backward_input(w(p, 2), d_x2_all, d_attn, T, ht, h, false);
   // Attention backward per sequence and K/V group (gemm::GroupedAttention):
   // dP, dS through the softmax, dQ for the group at once; dV and dK summed
-  // over the group's query heads in head order.
+  // over the group's query heads in head order — in fp32 (gqa_grad_sums)
+  // when a group has several heads, rounded to the storage dtype once, as
+  // every other sum of the backend is (issue 72, item 8).
   if (selective()) attention_probs_again(A(a.qkv));
   const std::byte* all_probs = attention_probs(c, mb, p, a.probs);
   const gemm::GroupedAttention ga(s, ht, at_, kvheads_t_);
@@ -128,10 +130,19 @@ void CudaBackend::backward_llama(const Chunk& c, const Piece& p, int mb, const s
       gemm(ga.dp(), dO + ga.q_offset(first) * e_, q + ga.v_offset(grp) * e_, dS);
       gpu::causal_softmax_backward(dt_, P + first * ga.ss() * e_, dS, s, ga.group, stream_);
       gemm(ga.dq(), dS, q + ga.k_offset(grp) * e_, dq + ga.q_offset(first) * e_);
-      for (int i = first; i < first + ga.group; ++i) {
-        gemm(ga.dv(i == first), P + i * ga.ss() * e_, dO + ga.q_offset(i) * e_, dq + ga.v_offset(grp) * e_);
-        gemm(ga.dk(i == first), at(dP, i * ga.ss()), q + ga.q_offset(i) * e_, dq + ga.k_offset(grp) * e_);
+      if (ga.group == 1) {
+        gemm(ga.dv(true), P + first * ga.ss() * e_, dO + ga.q_offset(first) * e_, dq + ga.v_offset(grp) * e_);
+        gemm(ga.dk(true), at(dP, first * ga.ss()), q + ga.q_offset(first) * e_, dq + ga.k_offset(grp) * e_);
+        continue;
       }
+      float* dv_sum = gqa_grad_sums();
+      float* dk_sum = dv_sum + std::int64_t{s} * ga.d;
+      for (int i = first; i < first + ga.group; ++i) {
+        gemm(ga.dv(i == first, true), P + i * ga.ss() * e_, dO + ga.q_offset(i) * e_, dv_sum, true);
+        gemm(ga.dk(i == first, true), at(dP, i * ga.ss()), q + ga.q_offset(i) * e_, dk_sum, true);
+      }
+      gpu::store_rows(dt_, dv_sum, dq + ga.v_offset(grp) * e_, s, ga.d, ldq, stream_);
+      gpu::store_rows(dt_, dk_sum, dq + ga.k_offset(grp) * e_, s, ga.d, ldq, stream_);
     }
   }
   // RoPE's backward: the inverse rotation of the gradients at q and k.

@@ -175,6 +175,15 @@ class CudaBackend final : public Backend {
     return score_scratch() + std::int64_t{at_} * s * s * e_;
   }
   bool selective() const { return spec_.tensor.selective_recompute; }
+  // llama, groups of several query heads per K/V head: the fp32 sums of a
+  // group's dV and dK, [2, s, h/heads], after the score scratch (and the
+  // selective probabilities), 16-byte aligned (ModelDesc::cuda_workspace_bytes).
+  float* gqa_grad_sums() const {
+    const std::int64_t s = job_.model.seq_len;
+    const std::int64_t after = (selective() ? std::int64_t{spec_.micro_batch_size} * at_ * s * s * e_ : 0);
+    const auto end = reinterpret_cast<std::uintptr_t>(selective_probs() + after);
+    return reinterpret_cast<float*>((end + 15) & ~std::uintptr_t{15});
+  }
   // Where a block's probabilities are: at slab element `slab_offset`, or (selective) the workspace.
   std::byte* attention_probs(const Chunk& c, int mb, const Piece& p, std::int64_t slab_offset) const {
     return selective() ? selective_probs() : act(c, mb, p, slab_offset);

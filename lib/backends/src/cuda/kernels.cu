@@ -165,6 +165,13 @@ __global__ void gelu_backward_k(const T* in, const T* dout, T* din, std::int64_t
 }
 
 template <typename T>
+__global__ void store_rows_k(const float* src, T* dst, int rows, int cols, int ld) {
+  const std::int64_t n = std::int64_t{rows} * cols;
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x)
+    dst[(i / cols) * ld + i % cols] = from_f<T>(src[i]);
+}
+
+template <typename T>
 __global__ void add_bias_k(T* y, const T* b, int T_, int C) {
   const std::int64_t n = std::int64_t{T_} * C;
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n; i += std::int64_t{gridDim.x} * blockDim.x)
@@ -347,6 +354,15 @@ void gelu_backward(DType dt, const void* in, const void* dout, void* din, std::i
     gelu_backward_k<T><<<blocks_for(n), kThreads, 0, st>>>(as<T>(in), as<T>(dout), as<T>(din), n);
   });
   check_launch("gelu_backward");
+}
+
+void store_rows(DType dt, const float* src, void* dst, int rows, int cols, int ld_dst, cudaStream_t st) {
+  const std::int64_t n = std::int64_t{rows} * cols;
+  dispatch(dt, [&](auto t) {
+    using T = decltype(t);
+    store_rows_k<T><<<blocks_for(n), kThreads, 0, st>>>(src, as<T>(dst), rows, cols, ld_dst);
+  });
+  check_launch("store_rows");
 }
 
 void add_bias(DType dt, void* y, const void* b, int T_, int C, cudaStream_t st) {

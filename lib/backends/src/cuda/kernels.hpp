@@ -55,6 +55,9 @@ void layernorm_backward_weight(DType dt, const void* dout, const void* x, const 
 void gelu_forward(DType dt, const void* in, void* out, std::int64_t n, cudaStream_t stream);
 void gelu_backward(DType dt, const void* in, const void* dout, void* din, std::int64_t n, cudaStream_t stream);
 
+// dst[r·ld_dst + c] = src[r·cols + c] in the storage dtype (an fp32 sum written back once).
+void store_rows(DType dt, const float* src, void* dst, int rows, int cols, int ld_dst, cudaStream_t stream);
+
 // y[t, c] += b[c].
 void add_bias(DType dt, void* y, const void* b, int T, int C, cudaStream_t stream);
 // db[c] += Σ_t dy[t, c], t in order.

@@ -118,10 +118,15 @@ struct GroupedAttention {
   RowMajor dp() const { return {false, true, s, s, d, 1.0f, h, ld, 0.0f, s, group, d, 0, ss()}; }
   // Per group: dQ_i = scale·dS_i·K_g.
   RowMajor dq() const { return {false, false, s, d, s, scale(), s, ld, 0.0f, ld, group, ss(), 0, d}; }
-  // Per query head i of group g: dV_g (+)= P_iᵀ·dout_i, dK_g (+)= scale·dS_iᵀ·Q_i.
-  RowMajor dv(bool first_of_group) const { return {true, false, s, d, s, 1.0f, s, h, first_of_group ? 0.0f : 1.0f, ld}; }
-  RowMajor dk(bool first_of_group) const {
-    return {true, false, s, d, s, scale(), s, ld, first_of_group ? 0.0f : 1.0f, ld};
+  // Per query head i of group g: dV_g (+)= P_iᵀ·dout_i, dK_g (+)= scale·dS_iᵀ·Q_i,
+  // into the storage dtype at the group's K/V columns (row length ld) — or,
+  // summed over a group of several heads, into fp32 [s, d] (`fp32_sum`: row
+  // length d, the cuda backend's gqa_grad_sums), written back once.
+  RowMajor dv(bool first_of_group, bool fp32_sum = false) const {
+    return {true, false, s, d, s, 1.0f, s, h, first_of_group ? 0.0f : 1.0f, fp32_sum ? d : ld};
+  }
+  RowMajor dk(bool first_of_group, bool fp32_sum = false) const {
+    return {true, false, s, d, s, scale(), s, ld, first_of_group ? 0.0f : 1.0f, fp32_sum ? d : ld};
   }
 };
 
