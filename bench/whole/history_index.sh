@@ -21,23 +21,35 @@ mpirun -np 2 --oversubscribe "$pipebench" run "$here/tests/data/report/regressio
 template=$(find "$out/template" -name '*.h5' | head -1)
 echo "template: $template ($(stat -c %s "$template") bytes), $(nproc) cores"
 
-seconds() { local t0=$EPOCHREALTIME; "$@" > /dev/null 2>&1; awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; }
-best_of_3() { local best=999999 t; for _ in 1 2 3; do t=$(seconds "$@"); best=$(awk -v a="$t" -v b="$best" 'BEGIN { print (a < b ? a : b) }'); done; echo "$best"; }
+# "WALL CPU": wall seconds and CPU seconds (user + system, the crash-check
+# children included) of one command; CPU is the steadier figure on a shared machine.
+seconds() {
+  local t0=$EPOCHREALTIME cpu TIMEFORMAT='%U %S'
+  cpu=$( { time "$@" > /dev/null 2>&1; } 2>&1 | awk '{ printf "%.3f", $1 + $2 }')
+  awk -v a="$t0" -v b="$EPOCHREALTIME" -v c="$cpu" 'BEGIN { printf "%.3f %s", b - a, c }'
+}
+best_of_3() {
+  local best="999999 0" t
+  for _ in 1 2 3; do t=$(seconds "$@"); best=$(awk -v a="$t" -v b="$best" 'BEGIN { split(a, x, " "); split(b, y, " "); print (x[1] < y[1] ? a : b) }'); done
+  echo "$best"
+}
 
-printf '%7s %9s %9s %9s %12s\n' N none_s cold_s warm_s warm_ms/file
+printf '%7s %17s %17s %17s %12s\n' N "none s (cpu)" "cold s (cpu)" "warm s (cpu)" warm_ms/file
 xs=() ys=()
 for n in "${sizes[@]}"; do
   hist=$out/$n/history
   "$files" "$template" "$hist/nightly" "$n" 0
   "$files" "$template" "$out/$n/new" 1 "$n"
   "$files" "$template" "$out/$n/new2" 1 $((n + 1))
-  none=-
+  none="- -"
   ((n <= no_index_max)) && none=$(seconds "$pipebench" report "$out/$n/new" --history "$hist" --no-index -o "$out/$n/r0")
   rm -f "$hist/.pipebench-index.sqlite"*
   cold=$(seconds "$pipebench" report "$out/$n/new" --history "$hist" -o "$out/$n/r1")
   warm=$(best_of_3 "$pipebench" report "$out/$n/new2" --history "$hist" -o "$out/$n/r2")
-  printf '%7d %9s %9.3f %9.3f %12.4f\n' "$n" "$none" "$cold" "$warm" "$(awk -v w="$warm" -v n="$n" 'BEGIN { print 1000 * w / n }')"
-  xs+=("$n") ys+=("$warm")
+  cell() { awk -v v="$1" 'BEGIN { split(v, x, " "); printf "%8s (%6s)", x[1], x[2] }'; }
+  printf '%7d %17s %17s %17s %12.4f\n' "$n" "$(cell "$none")" "$(cell "$cold")" "$(cell "$warm")" \
+    "$(awk -v w="${warm%% *}" -v n="$n" 'BEGIN { print 1000 * w / n }')"
+  xs+=("$n") ys+=("${warm%% *}")
 done
 # Least-squares slope and intercept of warm over N.
 python3 - "${xs[*]}" "${ys[*]}" <<'PY'
