@@ -146,7 +146,7 @@ for s in "${scenarios[@]}"; do
       ;;
     sigstop_rank1 | sigstop_rank0)
       # A stopped rank never answers: the others time the step out
-      # (step_timeout_s = 10 s), wait kSettleTimeoutS = 10 s more, and end.
+      # (step_timeout_s = 5 s), wait kSettleTimeoutS = 10 s more, and end.
       start_second_run "$dir" && hit_rank STOP "${s#sigstop_rank}" || continue
       t0=$SECONDS
       finish
