@@ -50,8 +50,10 @@ def main():
     named = {a.split(")")[0] for a in grid if re.match(stage0 + " peaks at", a)}
     if len(named) != 1:
         problems.append(f"the grid run's memory advice names different ranks for one stage: {sorted(named)}")
-    if any(re.match(r"Stage \d", a) or "vs 0)" in a or "(stage 1," in a for a in grid):
-        problems.append("the grid run's advice takes ranks for stages, or names stage 1 (below 90%)")
+    # Stage 1 is below 90%: no memory advice names it. (Which rank is the
+    # slowest is the cpu run's timing: that advice may name any rank.)
+    if any(re.match(r"Stage \d", a) or "vs 0)" in a or ("(stage 1," in a and " peaks at " in a) for a in grid):
+        problems.append("the grid run's advice takes ranks for stages, or its memory advice names stage 1 (below 90%)")
     for p in problems:
         print("FAIL:", p)
     return 1 if problems else 0
