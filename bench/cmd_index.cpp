@@ -1,7 +1,6 @@
 // `pipebench index rebuild DIR [--index PATH]`: the history index
 // (reports/include/pipebench/report/history_index.hpp, docs/reports.md
 // "History index") made anew from every results file under DIR. No MPI.
-#include <filesystem>
 #include <memory>
 
 #include <fmt/format.h>
@@ -37,7 +36,7 @@ Handler add_index_command(CLI::App& app) {
     const std::size_t indexed = rebuild_history_index(o->dir, o->index, build_git_sha(), skipped, notes);
     for (const auto& n : notes) fmt::print(stderr, "pipebench index: {}\n", n);
     for (const auto& s : skipped) fmt::print(stderr, "pipebench index: skipped {}: {}\n", printable(s.path), s.reason);
-    const std::string path = o->index.empty() ? (std::filesystem::path(o->dir) / kIndexFileName).string() : o->index;
+    const std::string path = o->index.empty() ? default_index_path(o->dir) : o->index;
     fmt::print("index: {} file(s) in {}, {} skipped\n", indexed, path, skipped.size());
     return kOk;
   };

@@ -67,6 +67,8 @@ std::vector<T> vector_of(const void* data, int bytes) {
 
 }  // namespace
 
+std::string default_index_path(const std::string& dir) { return (std::filesystem::path(dir) / kIndexFileName).string(); }
+
 std::optional<FileStamp> stamp_of(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return std::nullopt;

@@ -583,7 +583,7 @@ std::unique_ptr<HistoryIndex> open_history_index(const ReportOptions& options) {
   std::string path = options.index_path;
   std::error_code ec;
   if (path.empty() && std::filesystem::is_directory(options.history.front(), ec))
-    path = (std::filesystem::path(options.history.front()) / kIndexFileName).string();
+    path = default_index_path(options.history.front());
   return path.empty() ? nullptr : std::make_unique<HistoryIndex>(path, options.index_writer);
 }
 
@@ -637,7 +637,7 @@ std::string report_trace_name(const ReportData& data, std::size_t file_index) {
 
 std::size_t rebuild_history_index(const std::string& dir, const std::string& index_path, const std::string& writer,
                                   std::vector<SkippedFile>& skipped, std::vector<std::string>& notes) {
-  const std::string path = index_path.empty() ? (std::filesystem::path(dir) / kIndexFileName).string() : index_path;
+  const std::string path = index_path.empty() ? default_index_path(dir) : index_path;
   if (!path.ends_with(".sqlite")) throw ConfigError(fmt::format("--index {}: the name must end in .sqlite", path));
   // Made anew: a cache holds nothing the files do not.
   std::error_code ec;  // a read-only folder: the index below says so

@@ -187,7 +187,7 @@ FileDigest digest_of(const FileView& f) {
   d.job = job_name(f);
   d.fingerprint = f.fingerprint;
   d.created_utc = created_utc(f);
-  if (const auto sha = f.result.root_attrs.find("git_sha"); sha != f.result.root_attrs.end()) d.git_sha = sha->second;
+  d.git_sha = attr(f.result.root_attrs, "git_sha");
   if (f.role != "job") return d;  // probe trials and summaries are never trended
   for (const auto& r : f.result.runs) {
     if (r.status != RunStatus::ok) continue;

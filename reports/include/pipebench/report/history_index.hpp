@@ -29,6 +29,8 @@
 namespace pipebench {
 
 inline constexpr const char* kIndexFileName = ".pipebench-index.sqlite";
+// The index a results folder keeps by default: DIR/.pipebench-index.sqlite.
+std::string default_index_path(const std::string& dir);
 // The layout of the tables and what a digest holds: an index with another
 // version is rebuilt (bump it with any change to FileDigest or digest_of).
 inline constexpr int kIndexSchemaVersion = 1;
