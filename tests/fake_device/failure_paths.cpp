@@ -3,14 +3,17 @@
 // and the fake NCCL (fake_nccl.cpp, through PIPEBENCH_NCCL_LIBRARY):
 //   - DeviceBuffer gives back its allocation and its reservation when the
 //     zeroing fails (item 5), and its reservation when cudaMalloc fails;
+//   - the pipeline's NCCL transport connects its neighbour pair both ways
+//     at set-up, a send and a receive in one group on both ranks (item 1:
+//     one direction left the other to step 0's blocking ncclGroupEnd);
 //   - a build that runs out of memory after the run's NCCL communicators
-//     exist (the data-parallel group's, the tensor group's) aborts them on
-//     every rank, never destroys them (item 2: ncclCommDestroy waits for
-//     peers that have gone).
+//     exist (the pipeline's and its pair's, the data-parallel group's, the
+//     tensor group's) aborts them on every rank, never destroys them (item 2:
+//     ncclCommDestroy waits for peers that have gone).
 // Usage: mpirun -np 2 fake_device_failure_paths FAKE_NCCL_LIBRARY
 #include <dlfcn.h>
 
-#include <array>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -29,6 +32,7 @@
 #include "pipebench/runtime/mpi_comm.hpp"
 #include "pipebench/runtime/tensor_group_mpi.hpp"
 #include "pipebench/runtime/transport_mpi.hpp"
+#include "pipebench/runtime/transport_nccl.hpp"
 
 using namespace pipebench;
 
@@ -45,15 +49,14 @@ std::string g_nccl_library;
     }                                                                         \
   } while (0)
 
-// The fake NCCL's counts: communicators made, aborted, destroyed, ended badly.
-std::array<int, 4> nccl_counts() {
-  std::array<int, 4> out{};
+// The fake NCCL's calls so far (fake_nccl.cpp: i init, x split, a abort, d
+// destroy, { } a group, s send, r receive, ! a communicator ended twice).
+std::string nccl_trace() {
   void* lib = dlopen(g_nccl_library.c_str(), RTLD_NOW | RTLD_NOLOAD);  // loaded by the runtime, or not yet
-  if (!lib) return out;
-  using Counts = const int* (*)();
-  const auto counts = reinterpret_cast<Counts>(dlsym(lib, "fake_nccl_counts"));
-  if (counts)
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = counts()[i];
+  if (!lib) return "";
+  using Trace = const char* (*)();
+  const auto trace = reinterpret_cast<Trace>(dlsym(lib, "fake_nccl_trace"));
+  std::string out = trace ? trace() : "(no fake_nccl_trace)";
   dlclose(lib);
   return out;
 }
@@ -92,7 +95,7 @@ void device_buffer_gives_back_what_it_took() {
   EXPECT(tracker.current_total() == 0);
 }
 
-// Two runs on both ranks, each holding an NCCL communicator before its
+// Three runs on both ranks, each holding NCCL communicators before its
 // build, which runs out of memory (the job's capacity holds no stage).
 constexpr const char* kJob = R"(schema = 1
 [job]
@@ -121,31 +124,53 @@ name = "tensor_group"
 tensor_parallel = 2
 micro_batch_size = 1
 num_microbatches = 2
+[[run]]
+name = "pipeline"
+pipeline_size = 2
+micro_batch_size = 1
+num_microbatches = 2
 )";
 
+// The calls each run makes before its build and then on the build's failure.
+struct Expected {
+  const char* set_up;
+  const char* ended;
+};
+Expected expected_nccl_calls(const RunSpec& run) {
+  if (run.pipeline_size > 1) return {"ix{sr}", "aa"};  // the pipeline's communicator, its pair's split, both ways
+  return {"i", "a"};                                    // the data group's, or the tensor group's
+}
+
 void out_of_memory_build_aborts_the_communicators(const Job& job, const RunPlan& rp) {
-  const std::array<int, 4> before = nccl_counts();
+  const std::size_t start = nccl_trace().size();
+  std::string set_up;
   RankRecord rec;
   {
     RunComm rc(MPI_COMM_WORLD, parallel::run_grid(rp.run, job.device));
     auto backend = make_backend(job, g_rank);
     MpiTensorGroup tensor_group(rc);
     if (rp.run.tensor_parallel > 1) backend->set_tensor_group(&tensor_group);
-    MpiTransport transport(rc, backend->clock(), rp.schedule.chunks_per_rank, rp.run.num_microbatches, LinkModel{});
     ExecOptions eo;
     eo.data_group_nccl = rp.run.data_parallel > 1;
     eo.tensor_group_nccl = rp.run.tensor_parallel > 1;
-    rec = execute_run(job, rp, rc, *backend, transport, eo);
+    eo.transport_uses_device_memory = rp.run.pipeline_size > 1;
+    std::unique_ptr<Transport> transport;
+    if (rp.run.pipeline_size > 1) {
+      transport = make_nccl_transport(rc, rp.schedule, rp.run.num_microbatches, true);
+      set_up = nccl_trace().substr(start);
+    } else {
+      transport = std::make_unique<MpiTransport>(rc, backend->clock(), rp.schedule.chunks_per_rank,
+                                                 rp.run.num_microbatches, LinkModel{});
+    }
+    rec = execute_run(job, rp, rc, *backend, *transport, eo);
   }
-  const std::array<int, 4> after = nccl_counts();
-  std::fprintf(stderr, "rank %d, run %s: %s (%s); nccl communicators made %d, aborted %d, destroyed %d\n", g_rank,
-               rp.run.name.c_str(), std::string(to_string(rec.failure)).c_str(), rec.failure_message.c_str(),
-               after[0] - before[0], after[1] - before[1], after[2] - before[2]);
+  const std::string calls = nccl_trace().substr(start);
+  std::fprintf(stderr, "rank %d, run %s: %s (%.60s...); nccl calls: %s\n", g_rank, rp.run.name.c_str(),
+               std::string(to_string(rec.failure)).c_str(), rec.failure_message.c_str(), calls.c_str());
+  const Expected want = expected_nccl_calls(rp.run);
   EXPECT(rec.failure == FailureKind::oom);
-  EXPECT(after[0] - before[0] == 1);  // the group's communicator was made before the build
-  EXPECT(after[1] - before[1] == 1);  // and aborted
-  EXPECT(after[2] - before[2] == 0);  // not destroyed
-  EXPECT(after[3] == before[3]);
+  if (rp.run.pipeline_size > 1) EXPECT(set_up == want.set_up);
+  EXPECT(calls == std::string(want.set_up) + want.ended);  // aborted, none destroyed, none ended twice
   EXPECT(fake_cuda::state().streams == 0);
   EXPECT(fake_cuda::state().events == 0);
 }
