@@ -11,6 +11,7 @@
 #include "commands.hpp"
 #include "pipebench/core/units.hpp"
 #include "pipebench/report/compare.hpp"
+#include "pipebench/runtime/provenance.hpp"
 
 namespace pipebench::cli {
 
@@ -18,7 +19,7 @@ namespace {
 struct CompareCmdOptions {
   CompareOptions compare;
   std::string out_dir, tolerance = "5%";
-  bool fail_on_difference = false;
+  bool fail_on_difference = false, no_index = false;
 };
 
 // "5%" or "0.05" -> 0.05. A bare number is a fraction and at most 1: "5"
@@ -79,6 +80,9 @@ Handler add_compare_command(CLI::App& app) {
   cmd->add_flag("--fail-on-difference", o->fail_on_difference, "exit 9 when any run is not reproduced");
   cmd->add_option("--references", o->compare.references_path, "references.toml: per-system expected figures (docs/reproduce.md)")
       ->check(CLI::ExistingFile);
+  add_index_options(cmd, o->compare.index_path, o->no_index,
+                    "the reference's folder's .pipebench-index.sqlite when there is one",
+                    "files it knows unchanged are read without the isolated pre-read and the hash");
   return [o]() -> int {
     std::string why;
     const auto tolerance = parse_tolerance(o->tolerance, why);
@@ -94,6 +98,8 @@ Handler add_compare_command(CLI::App& app) {
         return kUsageError;
       }
     if (!make_output_folder("compare", o->out_dir)) return kUsageError;
+    o->compare.index_writer = build_git_sha();
+    o->compare.use_index = !o->no_index;
     CompareData d;
     try {
       d = load_compare(o->compare);
@@ -101,6 +107,7 @@ Handler add_compare_command(CLI::App& app) {
       fmt::print(stderr, "pipebench: compare: cannot read the reference: {}\n", e.what());
       return kInternalError;
     }
+    for (const auto& n : d.index_notes) fmt::print(stderr, "pipebench compare: {}\n", n);
     for (const auto& s : d.skipped) fmt::print(stderr, "pipebench compare: skipped {}: {}\n", s.path, s.reason);
     std::vector<std::string> inputs = o->compare.candidates;
     inputs.push_back(o->compare.reference);

@@ -20,6 +20,13 @@ CLI::Validator index_path_validator() {
       "PATH.sqlite");
 }
 
+void add_index_options(CLI::App* cmd, std::string& index_path, bool& no_index, const std::string& where,
+                       const std::string& saves) {
+  cmd->add_option("--index", index_path, "the history index (SQLite; default: " + where + "); a cache: " + saves)
+      ->check(index_path_validator());
+  cmd->add_flag("--no-index", no_index, "no index is read or written");
+}
+
 Handler add_index_command(CLI::App& app) {
   struct Options {
     std::string dir, index;

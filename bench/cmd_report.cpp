@@ -117,11 +117,8 @@ Handler add_report_command(CLI::App& app) {
                 "exit 5 when any run of a job failed or an --expect job has no results (checked before regressions)");
   cmd->add_option("--expect", opts->report.expected_jobs,
                   "a job name that must have a results file among the inputs; listed as missing otherwise (repeatable)");
-  cmd->add_option("--index", opts->report.index_path,
-                  "the history index (SQLite; default: .pipebench-index.sqlite in the first --history folder); a cache: "
-                  "unchanged history files are not read again")
-      ->check(index_path_validator());
-  cmd->add_flag("--no-index", opts->no_index, "read every history file; no index is read or written");
+  add_index_options(cmd, opts->report.index_path, opts->no_index, ".pipebench-index.sqlite in the first --history folder",
+                    "unchanged history files are not read again");
   cmd->add_option("--references", opts->report.references_path,
                   "references.toml: judge every run against its system's expected figures (docs/reproduce.md); a "
                   "figure outside counts for --fail-on-regression")

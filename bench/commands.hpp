@@ -39,6 +39,10 @@ Handler add_index_command(CLI::App& app);
 
 // --index: a path whose name ends in .sqlite (the history index; never a results file).
 CLI::Validator index_path_validator();
+// --index PATH (checked as above) and --no-index on `cmd` (report, compare):
+// `where` says which index is used without --index, `saves` what it saves.
+void add_index_options(CLI::App* cmd, std::string& index_path, bool& no_index, const std::string& where,
+                       const std::string& saves);
 
 // --label: one folder name under results/<job>/ (never a path that leaves -o).
 CLI::Validator label_validator();

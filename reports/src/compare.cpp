@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
+#include <memory>
 #include <set>
 
 #include <fmt/format.h>
@@ -15,6 +17,7 @@
 #include "pipebench/core/units.hpp"
 #include "pipebench/core/workload_identity.hpp"
 #include "pipebench/plan/memory.hpp"
+#include "pipebench/report/history_index.hpp"
 #include "pipebench/results/metrics.hpp"
 #include "report_common.hpp"
 
@@ -454,10 +457,36 @@ ExactCheck compare_series(const std::string& what, const std::vector<double>& re
 }
 
 
+namespace {
+
+// The index compare consults (CompareOptions::index_path); null without one.
+std::unique_ptr<HistoryIndex> open_compare_index(const CompareOptions& o, std::vector<std::string>& notes) {
+  if (!o.use_index) return nullptr;
+  std::string path = o.index_path;
+  if (path.empty()) {
+    path = default_index_path(std::filesystem::path(o.reference).parent_path().string());
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return nullptr;  // compare makes none by default
+  }
+  auto index = std::make_unique<HistoryIndex>(path, o.index_writer);
+  if (index->usable()) return index;
+  notes = index->notes();
+  return nullptr;
+}
+
+}  // namespace
+
 CompareData load_compare(const CompareOptions& o) {
   CompareData d;
   d.options = o;
-  d.reference = read_results_file(o.reference);
+  std::unique_ptr<HistoryIndex> index = open_compare_index(o, d.index_notes);
+  int known = 0, read = 0;
+  const auto read_file = [&](const std::string& path) {
+    FileView f = read_results_file(path, index.get());
+    ++(f.known_to_index ? known : read);
+    return f;
+  };
+  d.reference = read_file(o.reference);
   std::optional<References> refs;
   if (!o.references_path.empty()) refs = load_references(o.references_path);
   if (refs)
@@ -469,7 +498,7 @@ CompareData load_compare(const CompareOptions& o) {
   std::vector<std::string> verdicts;
   for (const auto& path : o.candidates) {
     try {
-      d.candidates.push_back(compare_file(d.reference, read_results_file(path), o, refs ? &*refs : nullptr));
+      d.candidates.push_back(compare_file(d.reference, read_file(path), o, refs ? &*refs : nullptr));
       verdicts.push_back(d.candidates.back().verdict);
     } catch (const ResultsError& e) {
       d.skipped.push_back({path, e.what()});
@@ -477,6 +506,12 @@ CompareData load_compare(const CompareOptions& o) {
     }
   }
   d.verdict = worst_verdict(verdicts);
+  if (index) {
+    index->save();
+    d.index_notes = index->notes();
+    d.index_notes.push_back(fmt::format("history index {}: {} file(s) it knew unchanged, {} read and added",
+                                        index->path(), known, read));
+  }
   return d;
 }
 

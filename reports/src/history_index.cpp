@@ -275,38 +275,65 @@ void HistoryIndex::open_or_rebuild(const std::string& writer, bool may_replace) 
   }
 }
 
-std::optional<FileDigest> HistoryIndex::find(const std::string& path) {
-  if (!db_) return std::nullopt;
+struct HistoryIndex::Match {
+  std::string key;
+  FileStamp stamp;  // now
+  std::string sha256;
+  std::unique_ptr<Statement> row;  // on the file's row
+};
+
+std::optional<HistoryIndex::Match> HistoryIndex::match(const std::string& path, const std::string& columns) {
   const std::string key = key_of(path);
   const auto now = stamp_of(path);
   if (!now) return std::nullopt;
-  try {
-    Statement q(db_->db,
-                "SELECT size, inode, mtime_ns, ctime_ns, sha256, role, job, fingerprint, created_utc, git_sha FROM files "
-                "WHERE path = ?");
-    q.text(1, key);
-    if (!q.step()) return std::nullopt;
-    FileStamp had;
-    had.size = static_cast<std::uint64_t>(q.integer(0));
-    had.inode = static_cast<std::uint64_t>(q.integer(1));
-    had.mtime_ns = q.integer(2);
-    had.ctime_ns = q.integer(3);
-    if (!(had == *now)) {
-      // Moved, copied or touched, or new content: the bytes decide.
-      std::string why;
-      if (had.size != now->size || sha256_file(path, &why) != q.text(4)) {
-        stale_.insert(key);
-        return std::nullopt;
-      }
-      pending_.push_back({key, *now, true, "", "", {}});
+  const std::string sql =
+      "SELECT size, inode, mtime_ns, ctime_ns, sha256" + (columns.empty() ? "" : ", " + columns) + " FROM files WHERE path = ?";
+  auto q = std::make_unique<Statement>(db_->db, sql.c_str());
+  q->text(1, key);
+  if (!q->step()) return std::nullopt;
+  FileStamp had;
+  had.size = static_cast<std::uint64_t>(q->integer(0));
+  had.inode = static_cast<std::uint64_t>(q->integer(1));
+  had.mtime_ns = q->integer(2);
+  had.ctime_ns = q->integer(3);
+  if (!(had == *now)) {
+    // Moved, copied or touched, or new content: the bytes decide.
+    std::string why;
+    if (had.size != now->size || sha256_file(path, &why) != q->text(4)) {
+      stale_.insert(key);
+      return std::nullopt;
     }
+    pending_.push_back({key, *now, true, "", "", {}});
+  }
+  return Match{key, *now, q->text(4), std::move(q)};
+}
+
+std::optional<HistoryIndex::Known> HistoryIndex::known(const std::string& path) {
+  if (!db_) return std::nullopt;
+  try {
+    if (auto m = match(path, "")) return Known{m->stamp, m->sha256};
+  } catch (const IndexError& e) {
+    note(fmt::format("history index {} could not be read ({}): every file read", path_, e.what()));
+    db_.reset();
+  }
+  return std::nullopt;
+}
+
+std::optional<FileDigest> HistoryIndex::find(const std::string& path) {
+  if (!db_) return std::nullopt;
+  try {
+    auto m = match(path, "role, job, fingerprint, created_utc, git_sha");
+    if (!m) return std::nullopt;
+    const std::string& key = m->key;
+    Statement& q = *m->row;
+    constexpr int kFirst = 5;  // after the stamp and the sha256
     FileDigest d;
     d.path = path;
-    d.role = q.text(5);
-    d.job = q.text(6);
-    d.fingerprint = q.text(7);
-    d.created_utc = q.text(8);
-    d.git_sha = q.text(9);
+    d.role = q.text(kFirst);
+    d.job = q.text(kFirst + 1);
+    d.fingerprint = q.text(kFirst + 2);
+    d.created_utc = q.text(kFirst + 3);
+    d.git_sha = q.text(kFirst + 4);
     Statement r(db_->db,
                 "SELECT run, workload, workload_fingerprint, identity, step_time_median_s, bubble_measured, peak_mem_bytes, "
                 "throughput, slowest_stage_s, peak_mem_per_rank, counted_step_times, loss FROM runs WHERE path = ? "

@@ -468,8 +468,12 @@ constexpr const char* kReadElsewhere = "(read under another name)";
 // replaced while it was read (a launch's checkpoint renamed over it) is read
 // again, up to 5 times; a checkpoint published meanwhile is read under its
 // published name, unless that file is taken already (kReadElsewhere). With
-// `hash`, f.sha256 is the hash of that same version. "" when read, else why not.
-std::string read_one_version(FileView& f, ReadEvents events, FileIds& seen, bool hash) {
+// `hash`, f.sha256 is the hash of that same version. With `known` (the
+// history index's word that this file, with that stamp, was read whole and
+// cleanly before), a file that still has that stamp is read without the
+// crash check and its sha256 is the recorded one. "" when read, else why not.
+std::string read_one_version(FileView& f, ReadEvents events, FileIds& seen, bool hash,
+                             const HistoryIndex::Known* known = nullptr) {
   std::string why = "it kept changing while it was read (a launch checkpointing it)";
   for (int attempt = 0; attempt < 5; ++attempt) {
     const FileId before = file_id(f.path);
@@ -481,14 +485,15 @@ std::string read_one_version(FileView& f, ReadEvents events, FileIds& seen, bool
       f.path = published;
       continue;
     }
-    if (const std::string crashed = crash_check(f.path); !crashed.empty()) {
+    const bool trusted = known && stamp_of(f.path) == known->stamp;
+    if (const std::string crashed = trusted ? "" : crash_check(f.path); !crashed.empty()) {
       if (file_id(f.path) == before) return crashed;
       continue;  // a different file by now: read again
     }
     std::string unreadable;
     try {
       f.result = read_results(f.path, events);
-      if (hash) f.sha256 = sha256_file(f.path, &unreadable);
+      if (hash) f.sha256 = trusted ? known->sha256 : sha256_file(f.path, &unreadable);
     } catch (const std::exception& e) {
       if (file_id(f.path) == before) return e.what();
       continue;
@@ -521,21 +526,24 @@ void describe_read_file(FileView& f) {
 }
 
 // Reads the results file at `path` whole (read_one_version, then its job,
-// fingerprint and role); nullopt with `skipped` told why. With an index, the
-// file's digest is added to it when the file is the one stamped before the
-// read (a launch may checkpoint over it meanwhile): the next report that has
-// it in its history need not read it again.
+// fingerprint and role); nullopt with `skipped` told why. With an index, a
+// file it knows is read without the crash check (HistoryIndex::known), and
+// one it does not know has its digest added when the file is the one stamped
+// before the read (a launch may checkpoint over it meanwhile): the next
+// report that has it in its history need not read it again.
 // With `digest`, the file's FileDigest is put there (computed once for both).
 std::optional<FileView> read_file_view(const std::string& path, std::vector<SkippedFile>& skipped, ReadEvents events,
                                        FileIds& seen, bool hash, HistoryIndex* index, FileDigest* digest = nullptr) {
-  const auto stamp = index ? stamp_of(path) : std::nullopt;
+  const auto known = index ? index->known(path) : std::nullopt;
+  const auto stamp = index && !known ? stamp_of(path) : std::nullopt;
   FileView f;
   f.path = path;
-  if (const std::string why = read_one_version(f, events, seen, hash || index); !why.empty()) {
+  if (const std::string why = read_one_version(f, events, seen, hash || index, known ? &*known : nullptr); !why.empty()) {
     if (why != kReadElsewhere) skipped.push_back({path, why});
     return std::nullopt;
   }
   describe_read_file(f);
+  f.known_to_index = known.has_value();
   if (digest) *digest = report_detail::digest_of(f);
   if (index && stamp && f.path == path && stamp_of(path) == stamp)
     index->add(path, *stamp, f.sha256, root_attr(f, "results_id", ""), digest ? *digest : report_detail::digest_of(f));
@@ -611,14 +619,11 @@ std::map<std::string, double> reference_figures_of(const FileView& f, const RunR
   return m;
 }
 
-FileView read_results_file(const std::string& path) {
-  FileView f;
-  f.path = path;
+FileView read_results_file(const std::string& path, HistoryIndex* index) {
   FileIds seen;
-  if (const std::string why = read_one_version(f, ReadEvents::skip, seen, true); !why.empty())
-    throw ResultsError(fmt::format("{}: {}", path, why));
-  describe_read_file(f);
-  return f;
+  std::vector<SkippedFile> skipped;
+  if (auto f = read_file_view(path, skipped, ReadEvents::skip, seen, true, index)) return std::move(*f);
+  throw ResultsError(fmt::format("{}: {}", path, skipped.empty() ? std::string(kReadElsewhere) : skipped.front().reason));
 }
 
 std::string current_path(const FileView& f) {

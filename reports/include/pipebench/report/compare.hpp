@@ -35,6 +35,14 @@ struct CompareOptions {
   std::vector<std::string> candidates;
   double tolerance = 0.05;      // relative, on every performance ratio
   std::string references_path;  // references.toml; "" = none
+  // The history index (history_index.hpp): files it knows unchanged are read
+  // without the isolated pre-read and the hash (every figure is still read
+  // from the file: the numerics are compared step by step), files it does
+  // not know are added. "" = the index beside the reference
+  // (DIR/.pipebench-index.sqlite) when there is one; `use_index` false: none.
+  std::string index_path;
+  bool use_index = true;
+  std::string index_writer;  // the pipebench reading it (its git sha)
 };
 
 // One performance figure: medians, the candidate / reference ratio with its
@@ -114,6 +122,7 @@ struct CompareData {
   std::vector<CandidateComparison> candidates;
   std::vector<SkippedFile> skipped;     // candidates that could not be read
   std::string verdict;                  // overall
+  std::vector<std::string> index_notes;  // what the index did, for stderr (never on the pages)
   bool any_not_reproduced() const { return verdict == kNotReproduced; }
 };
 

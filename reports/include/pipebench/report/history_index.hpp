@@ -61,6 +61,16 @@ class HistoryIndex {
   // The digest recorded for the file at `path` when it is still that file
   // (see above); its path is `path`. nullopt: read the file.
   std::optional<FileDigest> find(const std::string& path);
+  // A file with a row was read whole and cleanly by this pipebench: while it
+  // is still that file its stamp now and the sha256 of its bytes, so that a
+  // reader that needs the whole file (compare, a report's RESULTS) may read
+  // it without the isolated pre-read and without hashing it again. nullopt:
+  // unknown or changed since.
+  struct Known {
+    FileStamp stamp;
+    std::string sha256;
+  };
+  std::optional<Known> known(const std::string& path);
   // Records `digest` of the file at `path` as `stamp` (taken before it was
   // read; the caller checks the file did not change meanwhile) and `sha256`
   // (of the bytes read). Kept in memory until save().
@@ -78,6 +88,11 @@ class HistoryIndex {
 
  private:
   struct Pending;
+  // The row of `path` while it is still that file (its stamp, or else its
+  // bytes; a changed file's row is marked stale), with `columns` of `files`
+  // after the stamp and the sha256 in `row`.
+  struct Match;
+  std::optional<Match> match(const std::string& path, const std::string& columns);
   void open_or_rebuild(const std::string& writer, bool may_replace);
   void note(std::string line) { notes_.push_back(std::move(line)); }
   std::string path_;

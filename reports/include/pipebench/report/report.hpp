@@ -110,6 +110,7 @@ struct FileView {
   std::string fingerprint;      // backend + hardware + world size (hardware_fingerprint)
   std::string sha256;           // of the bytes read: the file a report cites ("" for --history files, never cited)
   std::string role = "job";     // root attribute role: job | probe-trial | probe; only jobs are trended
+  bool known_to_index = false;  // read as the history index knew it (no crash check, the recorded sha256)
   std::vector<RunView> runs;    // in the file's order
 };
 
@@ -130,7 +131,10 @@ std::string hardware_fingerprint(const JobResult& jr);
 // tried in a child first, one version of a file being replaced, events
 // skipped), with its job parsed, fingerprint, role and sha256. ResultsError
 // "PATH: why" when it cannot be read. The runs' RunViews are left empty.
-FileView read_results_file(const std::string& path);
+// With `index` (history_index.hpp), a file it knows unchanged is read without
+// the child's read and the hash, and a file it does not know is added to it.
+class HistoryIndex;
+FileView read_results_file(const std::string& path, HistoryIndex* index = nullptr);
 
 // The name that reaches the file `f` read now: its path, or the published
 // name of a checkpoint published meanwhile; "" when neither does (replaced).
