@@ -47,7 +47,8 @@ def closed_form(name, planned):
     problems = []
     hidden = []
     for s, g in enumerate(planned):
-        red = g["reduce_grad"]
+        # grad_sync = "overlap": each reduce-grad action's buckets, launched inside its action.
+        red = [b for x in g["reduce_grad"] for b in x.get("buckets", [x])]
         end = max(red[k]["launch_s"] + sum(x["ring_s"] for x in red[k:]) for k in range(len(red)))
         if abs(end - g["end_s"]) > 1e-9 * max(1.0, g["end_s"]):
             problems.append(f"{name}: stage {s}: the chain ends at {g['end_s']}, the closed form at {end}")

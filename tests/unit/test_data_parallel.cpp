@@ -75,7 +75,14 @@ TEST_CASE("data parallel: the keys, the global batch and the implicit baseline",
              Catch::Contains("w.toml:23: run.pp2_dp2.grad_sync"));
   CHECK_THAT(error_of({"run.pp2_dp2.data_parallel=1048576"}), Catch::Contains("run.pp2_dp2.data_parallel"));
   CHECK_THAT(error_of({"run.pp2_dp2.optimizer_sharding=\"zero3\""}), Catch::Contains("(--set run.pp2_dp2.optimizer_sharding=\"zero3\"): run.pp2_dp2.optimizer_sharding: unknown value"));
-  CHECK_THAT(error_of({"run.pp2_dp2.grad_sync=\"eager\""}), Catch::Contains("run.pp2_dp2.grad_sync: unknown value \"eager\" (expected one of \"after_flush\", \"overlap\")"));
+  CHECK_THAT(error_of({"run.pp2_dp2.grad_sync=\"eager\""}), Catch::Contains("run.pp2_dp2.grad_sync: unknown value \"eager\" (expected one of \"after_flush\", \"after_chunk\", \"overlap\")"));
+  CHECK_THAT(error_of({"run.pp2_dp2.grad_bucket_bytes=0"}), Catch::Contains("run.pp2_dp2.grad_bucket_bytes: expected a positive size"));
+  CHECK_THAT(error_of({"run.pp2_dp2.grad_bucket_bytes=\"2GiB\""}), Catch::Contains("above the limit of 1 GiB"));
+  CHECK(parse_job(kJob, "w.toml", {"run.pp2_dp2.grad_bucket_bytes=\"40MiB\""}).runs[1].grad_bucket_bytes == 40 << 20);
+  // Only the bucketed overlap has buckets of that size: said, not silently kept.
+  const Job flush = parse_job(kJob, "w.toml", {"run.pp2_dp2.grad_sync=\"after_flush\"", "run.pp2_dp2.grad_bucket_bytes=1000"});
+  CHECK(std::any_of(flush.warnings.begin(), flush.warnings.end(),
+                    [](const std::string& w) { return w.find("grad_bucket_bytes: ignored") != std::string::npos; }));
   CHECK_THAT(error_of({"run.pp2_dp2.rank_order=\"pp-dp-tp\""}), Catch::Contains("run.pp2_dp2.rank_order"));
 
   // A different global batch is flagged with its formula.
@@ -177,11 +184,11 @@ double by_hand_all_reduce_s(const Job& job, std::int64_t bytes, int d) {
 TEST_CASE("data parallel: the planner's gradient all-reduce and the step with it", "[data_parallel]") {
   // After the flush every rank's all-reduce is exposed whole: its buckets one
   // after another from the rank's last action's end; the step ends with the
-  // last of them. Overlapped with two chunks per rank, the first finished
-  // chunk's all-reduce starts in the cool-down: less is exposed.
+  // last of them. After each chunk with two chunks per rank, the first
+  // finished chunk's all-reduce starts in the cool-down: less is exposed.
   const std::vector<std::string> big{"model.hidden=2048", "model.heads=16", "model.layers=8", "device.backend=\"sim\"",
                                      "run.pp2_dp2.optimizer_sharding=\"none\""};
-  for (const char* sync : {"after_flush", "overlap"}) {
+  for (const char* sync : {"after_flush", "after_chunk"}) {
     INFO(sync);
     std::vector<std::string> set = big;
     set.push_back(std::string("run.pp2_dp2.grad_sync=\"") + sync + "\"");
@@ -202,7 +209,7 @@ TEST_CASE("data parallel: the planner's gradient all-reduce and the step with it
     CHECK(plan.step_s > plan.simulated.makespan);
   }
   std::vector<std::string> set = big;
-  for (const char* s : {"run.pp2_dp2.grad_sync=\"overlap\"", "run.pp2_dp2.schedule=\"interleaved-1f1b\"",
+  for (const char* s : {"run.pp2_dp2.grad_sync=\"after_chunk\"", "run.pp2_dp2.schedule=\"interleaved-1f1b\"",
                         "run.pp2_dp2.virtual_stages_per_rank=2"})
     set.emplace_back(s);
   const Job job = parse_job(kJob, "w.toml", set);
@@ -331,4 +338,69 @@ TEST_CASE("data parallel: which backends execute replicas and ZeRO-1", "[data_pa
   run.optimizer_sharding = OptimizerSharding::none;
   CHECK(not_executed(run, BackendKind::cuda).empty());
   CHECK(not_executed(job.runs[0], BackendKind::cuda).empty());
+}
+
+TEST_CASE("grad buckets: Megatron-Core's default size, whole layers in backward order", "[data_parallel][grad_buckets]") {
+  using parallel::GradBucket;
+  using parallel::GradLayer;
+  // max(40M, 1M x d) parameters, at 4 bytes per gradient element.
+  CHECK(parallel::default_grad_bucket_bytes(8, 4) == 160'000'000ull);
+  CHECK(parallel::default_grad_bucket_bytes(40, 4) == 160'000'000ull);
+  CHECK(parallel::default_grad_bucket_bytes(64, 4) == 256'000'000ull);
+  CHECK(parallel::default_grad_bucket_bytes(64, 2) == 128'000'000ull);
+  // A head of 50, four blocks of 30, an embedding of 50 parameters (backward
+  // order), each block costing 2, the head 1, the embedding nothing; buckets
+  // of at least 60 elements × 4 bytes.
+  const std::vector<GradLayer> layers{{50, 1.0}, {30, 2.0}, {30, 2.0}, {30, 2.0}, {30, 2.0}, {50, 0.0}};
+  const std::vector<GradBucket> b = parallel::grad_buckets(layers, 240, 4);
+  REQUIRE(b.size() == 3);
+  CHECK((b[0].first == 0 && b[0].last == 1 && b[0].params == 80 && b[0].bytes == 320));  // head + the last block
+  CHECK((b[1].first == 2 && b[1].last == 3 && b[1].params == 60));
+  CHECK((b[2].first == 4 && b[2].last == 5 && b[2].params == 80));  // what is left: the first block and the embedding
+  CHECK(b[0].ready == Approx(3.0 / 9.0));
+  CHECK(b[1].ready == Approx(7.0 / 9.0));
+  CHECK(b[2].ready == 1.0);  // the last bucket at the action's end
+  std::int64_t total = 0;
+  for (const auto& k : b) total += k.params;
+  CHECK(total == 220);
+  // A lead (full recomputation's forward) delays every bucket but the last.
+  const std::vector<GradBucket> led = parallel::grad_buckets(layers, 240, 4, 9.0);
+  CHECK(led[0].ready == Approx(12.0 / 18.0));
+  CHECK(led[2].ready == 1.0);
+  // One bucket when it holds the whole chunk; none without parameters.
+  CHECK(parallel::grad_buckets(layers, 1ull << 30, 4).size() == 1);
+  CHECK(parallel::grad_buckets({{0, 1.0}}, 240, 4).empty());
+}
+
+TEST_CASE("grad_sync overlap: the planner launches buckets inside the last backward, earlier than after_chunk",
+          "[data_parallel][grad_buckets]") {
+  Job job = load_job(std::string(PIPEBENCH_SOURCE_DIR) + "/tests/data/parallel/dp_sim_virtual.toml");
+  RunSpec run = job.runs.at(0);
+  run.data_parallel = 4;
+  run.grad_bucket_bytes = 64 << 10;  // several buckets per chunk
+  run.grad_sync = GradSync::after_chunk;
+  const RunPlan after = plan_run(job, run);
+  run.grad_sync = GradSync::overlap;
+  const RunPlan inside = plan_run(job, run);
+  REQUIRE(inside.sync.inside);
+  for (std::size_t r = 0; r < inside.stages.size(); ++r) {
+    INFO("rank " << r);
+    const GradSyncPlan& a = after.stages[r].grad_sync;
+    const GradSyncPlan& g = inside.stages[r].grad_sync;
+    CHECK(g.bytes == a.bytes);
+    REQUIRE(g.buckets.size() == static_cast<std::size_t>(inside.schedule.chunks_per_rank));
+    std::int64_t params = 0;
+    for (const auto& chunk : g.buckets) {
+      CHECK(chunk.size() > 1);
+      for (const auto& k : chunk) params += k.params;
+    }
+    std::int64_t stage_params = 0;
+    for (int c = 0; c < inside.schedule.chunks_per_rank; ++c)
+      stage_params += inside.stage_costs[static_cast<std::size_t>(inside.schedule.virtual_stage(static_cast<int>(r), c))].params;
+    CHECK(params == stage_params);
+    CHECK(g.launch_s < a.launch_s);  // the first bucket inside the action, before its end
+    CHECK(g.end_s <= a.end_s + 1e-12);
+    CHECK(g.exposed_s <= a.exposed_s + 1e-12);
+  }
+  CHECK(inside.step_s <= after.step_s + 1e-12);
 }

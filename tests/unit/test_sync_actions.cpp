@@ -95,7 +95,7 @@ TEST_CASE("sync actions: the validator names a reduce-grad launched too early, m
   CHECK_NOTHROW(validate_sync_schedule(s, make_sync_schedule(s, true)));
 }
 
-TEST_CASE("sync actions: launch times are the ends of the actions they follow", "[sync_actions]") {
+TEST_CASE("sync actions: launch spans are the spans of the actions they follow", "[sync_actions]") {
   const Schedule s = make_interleaved_1f1b(2, 4, 2);
   const SimResult sim = simulate(s, SimCosts::unit(s), true);
   for (bool overlap : {false, true}) {
@@ -109,9 +109,33 @@ TEST_CASE("sync actions: launch times are the ends of the actions they follow", 
         const auto it = std::find_if(sim.timeline.begin(), sim.timeline.end(),
                                      [&](const TimedAction& t) { return t.rank == r && t.action == after; });
         REQUIRE(it != sim.timeline.end());
-        CHECK(times[static_cast<std::size_t>(r)][i] == std::pair(it->end, red[i].chunk));
+        const SyncLaunch& l = times[static_cast<std::size_t>(r)][i];
+        CHECK(l.chunk == red[i].chunk);
+        CHECK(l.action_start == it->start);
+        CHECK(l.action_end == it->end);
       }
-      if (!overlap) CHECK(times[static_cast<std::size_t>(r)].front().first == sim.last_end[static_cast<std::size_t>(r)]);
+      if (!overlap) CHECK(times[static_cast<std::size_t>(r)].front().action_end == sim.last_end[static_cast<std::size_t>(r)]);
     }
   }
+}
+
+TEST_CASE("sync actions: overlap launches each chunk's buckets inside its last gradient action", "[sync_actions]") {
+  for (const Schedule& s : {make_interleaved_1f1b(2, 4, 2), make_zb_h1(3, 6)}) {
+    INFO(s.name);
+    const SyncSchedule after = make_sync_schedule(s, true), inside = make_sync_schedule(s, true, true);
+    CHECK(!after.inside);
+    CHECK(inside.inside);
+    CHECK(inside.reduce == after.reduce);  // the same actions: inside them instead of after
+    CHECK_NOTHROW(validate_sync_schedule(s, inside));
+    CHECK(sync_actions_text(s, inside, 0).find("inside") != std::string::npos);
+    // Inside any other action than the chunk's last gradient action: refused.
+    SyncSchedule early = inside;
+    early.reduce[0][0].after = static_cast<int>(s.actions[0].size()) - 1;
+    if (early.reduce[0][0] != inside.reduce[0][0]) {
+      const auto bad = check_sync_schedule(s, early);
+      CHECK(std::any_of(bad.begin(), bad.end(), [](const std::string& b) { return b.find("inside") != std::string::npos; }));
+    }
+  }
+  // after_flush never launches inside.
+  CHECK(!make_sync_schedule(make_zb_h1(2, 4), false, true).inside);
 }

@@ -207,18 +207,7 @@ DeviceSpec read_device(TableReader& r) {
     if (!d.preset) r.fail_at(*v, "preset", fmt::format("expected one of {}, got {}", known, literal(*v)));
     apply_preset_defaults(d);
   }
-  if (const Value* v = r.find("memory_capacity")) {
-    std::optional<std::uint64_t> bytes;
-    if (v->is_string()) bytes = parse_bytes(v->as_string().str);
-    else if (v->is_integer() && integer_literal_fits(*v) && v->as_integer() > 0)
-      bytes = static_cast<std::uint64_t>(v->as_integer());
-    if (!bytes)
-      r.fail_at(*v, "memory_capacity",
-                fmt::format("expected a positive size such as \"4GiB\", \"512MB\" or a byte count, got {}", literal(*v)));
-    if (*bytes > kMaxMemoryCapacity)
-      r.fail_at(*v, "memory_capacity", fmt::format("{} is above the limit of 1 EiB", literal(*v)));
-    d.memory_capacity_bytes = *bytes;
-  }
+  if (const auto bytes = r.bytes("memory_capacity", kMaxMemoryCapacity, "1 EiB")) d.memory_capacity_bytes = *bytes;
   d.threads_per_rank = r.int_in_range("threads_per_rank", 1, kMaxThreadsPerRank, d.threads_per_rank);
   // The modelled speeds at least, and the latencies at most, what keeps every
   // duration they give (FLOPs or bytes over a rate, sums of latencies) a
@@ -384,8 +373,15 @@ void read_data_parallel(TableReader& r, RunSpec& run, std::vector<std::string>& 
                           run.data_parallel, kMaxRanks));
   run.optimizer_sharding = r.choice<OptimizerSharding>(
       "optimizer_sharding", OptimizerSharding::none, {{"none", OptimizerSharding::none}, {"zero1", OptimizerSharding::zero1}});
-  run.grad_sync = r.choice<GradSync>("grad_sync", GradSync::after_flush,
-                                     {{"after_flush", GradSync::after_flush}, {"overlap", GradSync::overlap}});
+  run.grad_sync = r.choice<GradSync>(
+      "grad_sync", GradSync::after_flush,
+      {{"after_flush", GradSync::after_flush}, {"after_chunk", GradSync::after_chunk}, {"overlap", GradSync::overlap}});
+  // 1 GiB: a bucket is one collective of 32-bit element counts.
+  if (const auto bytes = r.bytes("grad_bucket_bytes", std::uint64_t{1} << 30, "1 GiB"))
+    run.grad_bucket_bytes = static_cast<std::int64_t>(*bytes);
+  if (run.grad_bucket_bytes != 0 && run.grad_sync != GradSync::overlap && run.data_parallel > 1)
+    warnings.push_back(fmt::format("{}: ignored: only grad_sync = \"overlap\" launches buckets of that size",
+                                   r.dotted("grad_bucket_bytes")));
   run.rank_order = r.choice<RankOrder>("rank_order", RankOrder::tp_dp_pp,
                                        {{"tp-dp-pp", RankOrder::tp_dp_pp}, {"tp-pp-dp", RankOrder::tp_pp_dp}});
   // Keys that change nothing here are said to, not silently kept.
@@ -393,11 +389,12 @@ void read_data_parallel(TableReader& r, RunSpec& run, std::vector<std::string>& 
                     : run.data_parallel == 1       ? "data_parallel = 1: one replica has nothing to shard or synchronise"
                                                    : nullptr;
   if (why)
-    for (const char* key : {"optimizer_sharding", "grad_sync"})
+    for (const char* key : {"optimizer_sharding", "grad_sync", "grad_bucket_bytes"})
       if (r.find(key)) warnings.push_back(fmt::format("{}: ignored: {}", r.dotted(key), why));
   if (why) {
     run.optimizer_sharding = OptimizerSharding::none;
     run.grad_sync = GradSync::after_flush;
+    run.grad_bucket_bytes = 0;
   }
 }
 

@@ -139,7 +139,14 @@ std::string not_executed(const RunSpec& run, BackendKind backend, const ModelSpe
 }
 
 std::string_view to_string(OptimizerSharding v) { return v == OptimizerSharding::zero1 ? "zero1" : "none"; }
-std::string_view to_string(GradSync v) { return v == GradSync::overlap ? "overlap" : "after_flush"; }
+std::string_view to_string(GradSync v) {
+  switch (v) {
+    case GradSync::after_flush: return "after_flush";
+    case GradSync::after_chunk: return "after_chunk";
+    case GradSync::overlap: return "overlap";
+  }
+  return "?";
+}
 std::string_view to_string(RankOrder v) { return v == RankOrder::tp_pp_dp ? "tp-pp-dp" : "tp-dp-pp"; }
 
 std::string_view to_string(Remainder v) {

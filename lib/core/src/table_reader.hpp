@@ -119,6 +119,21 @@ class TableReader {
     return x;
   }
 
+  // A size: a string such as "4GiB" or "512MB", or a positive byte count, at
+  // most `max` (named in words by `max_text`); nullopt when absent.
+  std::optional<std::uint64_t> bytes(std::string_view key, std::uint64_t max, std::string_view max_text) {
+    const Value* v = find(key);
+    if (!v) return std::nullopt;
+    std::optional<std::uint64_t> out;
+    if (v->is_string()) out = parse_bytes(v->as_string().str);
+    else if (v->is_integer() && integer_literal_fits(*v) && v->as_integer() > 0)
+      out = static_cast<std::uint64_t>(v->as_integer());
+    if (!out || *out == 0)
+      fail_at(*v, key, fmt::format("expected a positive size such as \"4GiB\", \"512MB\" or a byte count, got {}", literal(*v)));
+    if (*out > max) fail_at(*v, key, fmt::format("{} is above the limit of {}", literal(*v), max_text));
+    return out;
+  }
+
   // A boolean; `fallback` when absent.
   bool boolean(std::string_view key, bool fallback) {
     const Value* v = find(key);

@@ -83,6 +83,9 @@ WorkloadKeys workload_keys(const Job& job, const RunSpec& run) {
     if (run.recompute != Recompute::none) k["run.recompute"] = to_string(run.recompute);
     if (run.optimizer_sharding != OptimizerSharding::none) k["run.optimizer_sharding"] = to_string(run.optimizer_sharding);
     if (run.grad_sync != GradSync::after_flush) k["run.grad_sync"] = to_string(run.grad_sync);
+    // Always with the bucketed overlap: its files' series start apart from the
+    // files whose "overlap" meant after_chunk (before grad_bucket_bytes existed).
+    if (run.grad_sync == GradSync::overlap) k["run.grad_bucket_bytes"] = fmt::format("{}", run.grad_bucket_bytes);
   }
   // Only when not the default, as above.
   if (run.data_parallel != 1) k["run.data_parallel"] = number(run.data_parallel);

@@ -1,23 +1,57 @@
 #include <algorithm>
 
 #include "pipebench/parallel/collectives.hpp"
+#include "pipebench/parallel/grad_buckets.hpp"
 #include "pipebench/parallel/rank_grid.hpp"
 #include "pipebench/plan/plan.hpp"
 
 namespace pipebench {
+
+namespace {
+
+// The layers of one chunk in the order its backward reaches them (the head,
+// the blocks from the last, the embedding), each with its gradient FLOPs.
+std::vector<parallel::GradLayer> backward_layers(const ModelDesc& model, int b, const StageRange& range) {
+  std::vector<parallel::GradLayer> out;
+  const auto add = [&](const Cost& c) { out.push_back({c.params, c.backward_flops + c.recompute_flops}); };
+  if (range.has_head) add(model.head(b));
+  for (int l = 0; l < range.num_layers; ++l) add(model.block(b));
+  if (range.has_embedding) add(model.embedding(b));
+  return out;
+}
+
+// The buckets of the chunk at virtual stage `range` for grad_sync = "overlap".
+// Full recomputation without a split backward runs the chunk's forward again
+// at the start of B: that share of the action comes before any gradient.
+std::vector<parallel::GradBucket> chunk_buckets(const Job& job, const RunPlan& plan, const StageRange& range,
+                                                std::uint64_t bucket_bytes, int grad_bytes) {
+  const ModelDesc model(job.model, plan.storage_dtype, tensor_split(plan.run));
+  const int b = plan.run.micro_batch_size;
+  const bool recompute_forward = plan.run.recompute == Recompute::full && !plan.schedule.split_backward();
+  const double lead =
+      recompute_forward ? model.stage(b, range.num_layers, range.has_embedding, range.has_head).forward_flops : 0.0;
+  return parallel::grad_buckets(backward_layers(model, b, range), bucket_bytes, grad_bytes, lead);
+}
+
+}  // namespace
 
 void plan_grad_sync(const Job& job, RunPlan& plan) {
   plan.step_s = plan.simulated.makespan;
   const int d = plan.run.data_parallel;
   if (d <= 1 || plan.run.mode != RunMode::train) return;
   const Schedule& sched = plan.schedule;
-  plan.sync = make_sync_schedule(sched, plan.run.grad_sync == GradSync::overlap);
+  plan.sync = make_sync_schedule(sched, plan.run.grad_sync != GradSync::after_flush, plan.run.grad_sync == GradSync::overlap);
   validate_sync_schedule(sched, plan.sync);
   // When each action ended: the cost-weighted simulation again, with its timeline.
   const SimResult sim = simulate_checked(sched, plan.costs, true);
   const auto launch_times = sync_launch_times(sched, sim, plan.sync);
   const StateBytes per = state_bytes_per_param(job.train.optimizer, plan.storage_dtype);
   const bool sharded = plan.run.optimizer_sharding == OptimizerSharding::zero1;
+  const auto kind = sharded ? parallel::Collective::reduce_scatter : parallel::Collective::all_reduce;
+  const std::uint64_t bucket_bytes = plan.run.grad_bucket_bytes > 0
+                                         ? static_cast<std::uint64_t>(plan.run.grad_bucket_bytes)
+                                         : parallel::default_grad_bucket_bytes(d, per.grads);
+  if (plan.sync.inside) plan.grad_bucket_bytes = bucket_bytes;
   const parallel::RankGrid grid = parallel::run_grid(plan.run, job.device);
   for (int r = 0; r < sched.num_ranks; ++r) {
     StagePlan& sp = plan.stages[static_cast<std::size_t>(r)];
@@ -25,15 +59,15 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
     const parallel::Link link = parallel::data_group_link(job.device, plan.run, grid.rank({r, 0, 0}));
     sp.grad_sync.inter_node = link.inter_node;
     const double last_end = sim.last_end[static_cast<std::size_t>(r)];
-    // The reduce-grad actions' launches, in the runtime's order.
-    const auto& launches = launch_times[static_cast<std::size_t>(r)];
-    // Buckets of `bytes` on the link after `launch`, each its ring time.
-    // Returns their ring time alone.
-    auto buckets = [&](parallel::LinkChain& chain, double launch, std::uint64_t bytes, parallel::Collective kind) {
+    const auto ring = [&](parallel::Collective c, std::uint64_t bytes) {
+      return parallel::ring_time_s(c, bytes, d, link.latency_s, link.gbps);
+    };
+    // kGradBucketBytes pieces of `bytes` on the link after `launch`, each its
+    // ring time. Returns their ring time alone.
+    auto pieces = [&](parallel::LinkChain& chain, double launch, std::uint64_t bytes, parallel::Collective c) {
       double alone = 0.0;
       for (std::uint64_t off = 0; off < bytes; off += parallel::kGradBucketBytes) {
-        const double t = parallel::ring_time_s(kind, std::min(parallel::kGradBucketBytes, bytes - off), d, link.latency_s,
-                                               link.gbps);
+        const double t = ring(c, std::min(parallel::kGradBucketBytes, bytes - off));
         chain.add(launch, t);
         alone += t;
       }
@@ -41,17 +75,38 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
     };
     parallel::LinkChain chain, gather;
     GradSyncPlan& g = sp.grad_sync;
-    g.launch_s = launches.empty() ? last_end : launches.front().first;
-    for (const auto& [launch, c] : launches) {
+    // The reduce-grad actions' launches, in the runtime's order.
+    const auto& launches = launch_times[static_cast<std::size_t>(r)];
+    if (plan.sync.inside) g.buckets.assign(static_cast<std::size_t>(sched.chunks_per_rank), {});
+    g.launch_s = last_end;
+    for (std::size_t i = 0; i < launches.size(); ++i) {
+      const SyncLaunch& l = launches[i];
       const auto params = static_cast<std::uint64_t>(
-          plan.stage_costs.at(static_cast<std::size_t>(sched.virtual_stage(r, c))).params);
+          plan.stage_costs.at(static_cast<std::size_t>(sched.virtual_stage(r, l.chunk))).params);
       const auto bytes = params * static_cast<std::uint64_t>(per.grads);
       g.bytes += static_cast<std::int64_t>(bytes);
-      const double ring =
-          buckets(chain, launch, bytes, sharded ? parallel::Collective::reduce_scatter : parallel::Collective::all_reduce);
-      g.reduce.push_back({c, launch, static_cast<std::int64_t>(bytes), ring, chain.end()});
+      GradSyncPlan::Reduce red{l.chunk, l.action_end, static_cast<std::int64_t>(bytes), 0.0, 0.0};
+      if (plan.sync.inside) {
+        const StageRange& range = plan.partition.stages.at(static_cast<std::size_t>(sched.virtual_stage(r, l.chunk)));
+        auto& buckets = g.buckets[static_cast<std::size_t>(l.chunk)];
+        buckets = chunk_buckets(job, plan, range, bucket_bytes, per.grads);
+        for (std::size_t k = 0; k < buckets.size(); ++k) {
+          const double launch = l.action_start + buckets[k].ready * (l.action_end - l.action_start);
+          if (k == 0) red.launch_s = launch;
+          const double t = ring(kind, buckets[k].bytes);
+          chain.add(launch, t);
+          red.ring_s += t;
+          red.bucket_launch_s.push_back(launch);
+          red.bucket_ring_s.push_back(t);
+        }
+      } else {
+        red.ring_s = pieces(chain, l.action_end, bytes, kind);
+      }
+      red.end_s = chain.end();
+      g.launch_s = i == 0 ? red.launch_s : std::min(g.launch_s, red.launch_s);
+      g.reduce.push_back(red);
       // ZeRO-1: the parameters all-gathered after the optimizer, chunk by chunk.
-      if (sharded) buckets(gather, 0.0, params * static_cast<std::uint64_t>(per.params), parallel::Collective::all_gather);
+      if (sharded) pieces(gather, 0.0, params * static_cast<std::uint64_t>(per.params), parallel::Collective::all_gather);
     }
     g.end_s = std::max(chain.end(), g.launch_s);
     g.gather_s = gather.end();

@@ -137,15 +137,28 @@ void tensor_parallel_json(JsonWriter& w, const Job& job, const RunPlan& rp) {
 }
 
 // The split rules side by side: layers per piece and the slowest piece.
+// "; buckets per chunk: 3, 4" for grad_sync = "overlap" ("" otherwise).
+std::string bucket_counts(const GradSyncPlan& g) {
+  if (g.buckets.empty()) return "";
+  std::vector<std::size_t> n;
+  for (const auto& chunk : g.buckets) n.push_back(chunk.size());
+  return fmt::format("; buckets per chunk: {}", fmt::join(n, ", "));
+}
+
 // Data parallelism: each stage's gradient all-reduce and the step with it (plan_grad_sync).
 std::string grad_sync_text(const Job& job, const RunPlan& rp) {
   const bool nodes = std::any_of(rp.stages.begin(), rp.stages.end(), [](const StagePlan& sp) { return sp.grad_sync.inter_node; });
-  std::string out = fmt::format("gradient synchronisation ({}, {} replicas, ring on the sim link{}, {} buckets):\n",
+  const std::string buckets =
+      rp.sync.inside ? fmt::format("buckets of at least {} launched inside each chunk's last gradient action{}",
+                                   format_bytes(static_cast<double>(rp.grad_bucket_bytes)),
+                                   rp.run.grad_bucket_bytes > 0 ? "" : " (Megatron-Core's default: max(40M, 1M x d) parameters)")
+                     : fmt::format("{} buckets", format_bytes(static_cast<double>(parallel::kGradBucketBytes)));
+  std::string out = fmt::format("gradient synchronisation ({}, {} replicas, ring on the sim link{}, {}):\n",
                                 to_string(rp.run.grad_sync), rp.run.data_parallel,
                                 nodes ? fmt::format(" within a node and the inter-node link across ({} ranks per node)",
                                                     job.device.ranks_per_node)
                                       : "",
-                                format_bytes(static_cast<double>(parallel::kGradBucketBytes)));
+                                buckets);
   for (const StagePlan& sp : rp.stages)
     out += fmt::format("  stage {}: {} in {}{}, {} exposed after its last action{}\n", sp.stage,
                        format_bytes(static_cast<double>(sp.grad_sync.bytes)), format_seconds(sp.grad_sync.sync_s()),
@@ -154,7 +167,7 @@ std::string grad_sync_text(const Job& job, const RunPlan& rp) {
                            ? fmt::format(" (ZeRO-1: reduce-scatter, then {} of parameter all-gather after the optimizer)",
                                          format_seconds(sp.grad_sync.gather_s))
                            : "") +
-           fmt::format("    actions: {}\n", sync_actions_text(rp.schedule, rp.sync, sp.stage));
+           fmt::format("    actions: {}{}\n", sync_actions_text(rp.schedule, rp.sync, sp.stage), bucket_counts(sp.grad_sync));
   out += fmt::format("  step without the optimizer: {} (makespan {} + the exposed all-reduce)\n", format_seconds(rp.step_s),
                      format_seconds(rp.simulated.makespan));
   return out;
@@ -337,8 +350,18 @@ void grad_sync_json(JsonWriter& w, const RunPlan& rp) {
     const auto& order = rp.sync.reduce[static_cast<std::size_t>(sp.stage)];
     for (std::size_t i = 0; i < order.size() && i < sp.grad_sync.reduce.size(); ++i) {
       const GradSyncPlan::Reduce& g = sp.grad_sync.reduce[i];
-      w.begin_object().field("chunk", g.chunk).field("after", to_string(actions[static_cast<std::size_t>(order[i].after)]));
-      w.field("launch_s", g.launch_s).field("bytes", g.bytes).field("ring_s", g.ring_s).field("end_s", g.end_s).end_object();
+      w.begin_object().field("chunk", g.chunk).field(rp.sync.inside ? "inside" : "after",
+                                                     to_string(actions[static_cast<std::size_t>(order[i].after)]));
+      w.field("launch_s", g.launch_s).field("bytes", g.bytes).field("ring_s", g.ring_s).field("end_s", g.end_s);
+      if (rp.sync.inside) {  // grad_sync = "overlap": its buckets, launched inside the action
+        w.key("buckets").begin_array();
+        const auto& bk = sp.grad_sync.buckets.at(static_cast<std::size_t>(g.chunk));
+        for (std::size_t k = 0; k < g.bucket_launch_s.size() && k < bk.size(); ++k)
+          w.begin_object().field("launch_s", g.bucket_launch_s[k]).field("bytes", bk[k].bytes)
+              .field("ring_s", g.bucket_ring_s[k]).field("ready", bk[k].ready).end_object();
+        w.end_array();
+      }
+      w.end_object();
     }
     w.end_array().end_object();
   }

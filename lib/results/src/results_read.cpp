@@ -404,7 +404,12 @@ void read_data_parallel_attrs(hid_t g, const std::string& name, RunSpec& spec) {
   if (spec.data_parallel < 1 || spec.data_parallel > kMaxDataParallel)
     throw ResultsError(fmt::format("run {}: data_parallel {} outside the workload limits", name, spec.data_parallel));
   spec.optimizer_sharding = parse_enum(read_attr_string(g, "optimizer_sharding"), {OptimizerSharding::none, OptimizerSharding::zero1});
-  spec.grad_sync = parse_enum(read_attr_string(g, "grad_sync"), {GradSync::after_flush, GradSync::overlap});
+  spec.grad_sync =
+      parse_enum(read_attr_string(g, "grad_sync"), {GradSync::after_flush, GradSync::after_chunk, GradSync::overlap});
+  // A file from before the bucketed overlap (it records no grad_bucket_bytes)
+  // meant by "overlap" what is now after_chunk.
+  if (spec.grad_sync == GradSync::overlap && !has_attr(g, "grad_bucket_bytes")) spec.grad_sync = GradSync::after_chunk;
+  if (has_attr(g, "grad_bucket_bytes")) spec.grad_bucket_bytes = read_attr_scalar<std::int64_t>(g, "grad_bucket_bytes");
   spec.rank_order = parse_enum(read_attr_string(g, "rank_order"), {RankOrder::tp_dp_pp, RankOrder::tp_pp_dp});
   if (has_attr(g, "tensor_parallel")) {
     spec.tensor_parallel = read_attr_int(g, "tensor_parallel");

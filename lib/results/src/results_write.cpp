@@ -336,6 +336,7 @@ void write_run(hid_t runs, const RunResult& r, const EventStore* store) {
   attr_scalar<std::int64_t>(g, "data_parallel", r.spec.data_parallel);
   attr_string(g, "optimizer_sharding", std::string(to_string(r.spec.optimizer_sharding)));
   attr_string(g, "grad_sync", std::string(to_string(r.spec.grad_sync)));
+  attr_scalar<std::int64_t>(g, "grad_bucket_bytes", r.spec.grad_bucket_bytes);  // 0: the default rule
   attr_string(g, "rank_order", std::string(to_string(r.spec.rank_order)));
   if (r.spec.tensor_parallel > 1) {  // absent: 1 (files from before tensor parallelism too)
     attr_scalar<std::int64_t>(g, "tensor_parallel", r.spec.tensor_parallel);

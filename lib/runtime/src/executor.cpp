@@ -66,6 +66,9 @@ struct SyncPlan {
   bool overlap = false;          // else every launch is after the last action (and the sends' completion)
   // Per action of the rank's list: the chunks whose reduce-grad launches after it, in order.
   std::vector<std::vector<int>> launches_after;
+  // grad_sync = "overlap": per chunk, its buckets, launched inside the action
+  // (GradSyncPlan::buckets); empty otherwise.
+  const std::vector<std::vector<parallel::GradBucket>>* buckets = nullptr;
 };
 
 SyncPlan plan_sync(const RunPlan& plan, int rank, GradientSync* sync) {
@@ -73,6 +76,7 @@ SyncPlan plan_sync(const RunPlan& plan, int rank, GradientSync* sync) {
   if (!sync) return sp;
   sp.sync = sync;
   sp.overlap = plan.sync.overlap;
+  if (plan.sync.inside) sp.buckets = &plan.stages.at(static_cast<std::size_t>(rank)).grad_sync.buckets;
   sp.launches_after.resize(plan.schedule.actions[static_cast<std::size_t>(rank)].size());
   for (const ReduceGrad& g : plan.sync.reduce.at(static_cast<std::size_t>(rank)))
     sp.launches_after.at(static_cast<std::size_t>(g.after)).push_back(g.chunk);
@@ -97,10 +101,14 @@ class StepRun {
     const auto& actions = sched_.actions[static_cast<std::size_t>(rank_)];
     for (std::size_t i = 0; i < actions.size();) {
       const std::size_t n = unit_size(actions, i);
+      const std::size_t first_event = rec.events.size();
       execute(actions, i, n, rec.events);
-      for (const std::size_t end = i + n; i < end; ++i)
+      for (std::size_t k = 0; k < n; ++k, ++i)
         if (sync_.overlap) {
-          for (int chunk : sync_.launches_after[i]) sync_.sync->launch(chunk);
+          const EventRecord& ev = rec.events[first_event + k];
+          for (int chunk : sync_.launches_after[i])
+            sync_.sync->launch(chunk, sync_.buckets ? &(*sync_.buckets)[static_cast<std::size_t>(chunk)] : nullptr,
+                               ev.start_s, ev.end_s);
           sync_.sync->progress();
         }
     }

@@ -52,44 +52,70 @@ double GradientSync::link_time(parallel::Collective c, std::uint64_t bytes) cons
   return sim_load_ * parallel::ring_time_s(c, bytes, comm_.replicas(), link_.latency_s, link_.gbps);
 }
 
-// Modelled buckets (sim): kGradBucketBytes of logical bytes each, a MAX of the replicas' launch times.
-void GradientSync::post_modelled(std::uint64_t logical_bytes, parallel::Collective kind) {
-  const double at = clock_.now() - t0_;
-  for (std::uint64_t off = 0; off < logical_bytes; off += parallel::kGradBucketBytes) {
-    Bucket& b = buckets_.emplace_back();
-    b.logical_bytes = std::min(parallel::kGradBucketBytes, logical_bytes - off);
-    b.kind = kind;
-    b.launch_at = at;
-    PIPEBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &b.launch_at, 1, MPI_DOUBLE, MPI_MAX, comm_.data(), &b.req));
-  }
+// One modelled bucket (sim) launched `at` into the step: a MAX of the replicas' launch times.
+void GradientSync::post_modelled_bucket(std::uint64_t logical_bytes, parallel::Collective kind, double at) {
+  Bucket& b = buckets_.emplace_back();
+  b.logical_bytes = logical_bytes;
+  b.kind = kind;
+  b.launch_at = at;
+  PIPEBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &b.launch_at, 1, MPI_DOUBLE, MPI_MAX, comm_.data(), &b.req));
 }
 
-void GradientSync::launch(int chunk) {
+// Modelled pieces (sim): kGradBucketBytes of logical bytes each, launched now.
+void GradientSync::post_modelled(std::uint64_t logical_bytes, parallel::Collective kind) {
+  const double at = clock_.now() - t0_;
+  for (std::uint64_t off = 0; off < logical_bytes; off += parallel::kGradBucketBytes)
+    post_modelled_bucket(std::min(parallel::kGradBucketBytes, logical_bytes - off), kind, at);
+}
+
+void GradientSync::post_real(int chunk, const FlatRegion& g, std::int64_t off, std::int64_t n, parallel::Collective kind) {
+  Bucket& b = buckets_.emplace_back();
+  b.kind = kind;
+  b.logical_bytes = static_cast<std::uint64_t>(n) * sizeof(float);
+  b.data = g.data + off;
+  if (device_) {
+    device_->post(b.data, static_cast<std::size_t>(n));
+    return;
+  }
+  if (!sharded_) {
+    PIPEBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, b.data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_.data(), &b.req));
+    return;
+  }
+  // In place: the input is the whole bucket, this replica's sum lands at
+  // its start (moved to its place in complete()).
+  split(chunk, off, off + n, b);
+  PIPEBENCH_MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, b.data, b.counts.data(), MPI_FLOAT, MPI_SUM, comm_.data(), &b.req));
+}
+
+void GradientSync::launch(int chunk, const std::vector<parallel::GradBucket>* buckets, double action_start_s,
+                          double action_end_s) {
   const FlatRegion g = backend_.gradients(chunk);
-  if (buckets_.empty()) first_launch_ = clock_.now() - t0_;
+  const double now = clock_.now() - t0_;
+  const auto at = [&](const parallel::GradBucket& k) { return action_start_s + k.ready * (action_end_s - action_start_s); };
+  if (buckets_.empty()) first_launch_ = buckets && modelled_ && !buckets->empty() ? at(buckets->front()) : now;
   bytes_ += g.logical_bytes;
   const auto kind = sharded_ ? parallel::Collective::reduce_scatter : parallel::Collective::all_reduce;
-  if (modelled_) return post_modelled(g.logical_bytes, kind);
-  const auto per_bucket = static_cast<std::int64_t>(parallel::kGradBucketBytes / sizeof(float));
-  const auto count = static_cast<std::int64_t>(g.count);
-  for (std::int64_t off = 0; off < count; off += per_bucket) {
-    Bucket& b = buckets_.emplace_back();
-    const std::int64_t n = std::min(per_bucket, count - off);
-    b.kind = kind;
-    b.logical_bytes = static_cast<std::uint64_t>(n) * sizeof(float);
-    b.data = g.data + off;
-    if (device_) {
-      device_->post(b.data, static_cast<std::size_t>(n));
-      continue;
-    }
-    if (!sharded_) {
-      PIPEBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, b.data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_.data(), &b.req));
-      continue;
-    }
-    // In place: the input is the whole bucket, this replica's sum lands at
-    // its start (moved to its place in complete()).
-    split(chunk, off, off + n, b);
-    PIPEBENCH_MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, b.data, b.counts.data(), MPI_FLOAT, MPI_SUM, comm_.data(), &b.req));
+  if (!buckets) {
+    if (modelled_) return post_modelled(g.logical_bytes, kind);
+    const auto per_bucket = static_cast<std::int64_t>(parallel::kGradBucketBytes / sizeof(float));
+    const auto count = static_cast<std::int64_t>(g.count);
+    for (std::int64_t off = 0; off < count; off += per_bucket) post_real(chunk, g, off, std::min(per_bucket, count - off), kind);
+    return;
+  }
+  if (modelled_) {
+    for (const parallel::GradBucket& k : *buckets) post_modelled_bucket(k.bytes, kind, at(k));
+    return;
+  }
+  // The layers in backward order sit at the end of the chunk's region first.
+  std::int64_t total = 0;
+  for (const parallel::GradBucket& k : *buckets) total += k.params;
+  if (total != static_cast<std::int64_t>(g.count))
+    throw Error(fmt::format("rank {}: chunk {}'s gradient buckets hold {} elements, its gradients {}: the plan and the "
+                            "backend disagree", comm_.rank(), chunk, total, g.count));
+  std::int64_t end = total;
+  for (const parallel::GradBucket& k : *buckets) {
+    post_real(chunk, g, end - k.params, k.params, kind);
+    end -= k.params;
   }
 }
 

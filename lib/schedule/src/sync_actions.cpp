@@ -28,13 +28,14 @@ std::vector<int> last_gradient_actions(const Schedule& s, int rank, ActionKind l
 
 }  // namespace
 
-SyncSchedule make_sync_schedule(const Schedule& s, bool overlap) {
+SyncSchedule make_sync_schedule(const Schedule& s, bool overlap, bool inside) {
   SyncSchedule sync;
   sync.overlap = overlap;
   if (!s.file_reduce_grad.empty()) {
     sync.reduce = s.file_reduce_grad;  // the file's REDUCE_GRAD cells (validate_sync_schedule judges them)
     return sync;
   }
+  sync.inside = overlap && inside;
   sync.reduce.resize(static_cast<std::size_t>(s.num_ranks));
   const ActionKind last_kind = last_gradient_kind(s);
   for (int r = 0; r < s.num_ranks; ++r) {
@@ -75,6 +76,10 @@ std::vector<std::string> check_sync_schedule(const Schedule& s, const SyncSchedu
         bad.push_back(fmt::format("{}: launched after {}, before the chunk's last gradient action {}", what,
                                   to_string(actions[static_cast<std::size_t>(g.after)]),
                                   to_string(actions[static_cast<std::size_t>(final_at)])));
+      if (sync.inside && g.after != final_at)
+        bad.push_back(fmt::format("{}: its buckets are launched inside {}, not inside the chunk's last gradient action {}",
+                                  what, to_string(actions[static_cast<std::size_t>(g.after)]),
+                                  to_string(actions[static_cast<std::size_t>(final_at)])));
       if (!sync.overlap && g.after != n - 1)
         bad.push_back(fmt::format("{}: after_flush launches after the rank's last action, not after {}", what,
                                   to_string(actions[static_cast<std::size_t>(g.after)])));
@@ -96,14 +101,15 @@ void validate_sync_schedule(const Schedule& s, const SyncSchedule& sync) {
   throw ScheduleError(msg);
 }
 
-std::vector<std::vector<std::pair<double, int>>> sync_launch_times(const Schedule& s, const SimResult& sim,
-                                                                    const SyncSchedule& sync) {
-  std::vector<std::vector<std::pair<double, int>>> out(static_cast<std::size_t>(s.num_ranks));
+std::vector<std::vector<SyncLaunch>> sync_launch_times(const Schedule& s, const SimResult& sim, const SyncSchedule& sync) {
+  std::vector<std::vector<SyncLaunch>> out(static_cast<std::size_t>(s.num_ranks));
   std::size_t at = 0;  // the timeline is rank-major, each rank's actions in order
   for (int r = 0; r < s.num_ranks; ++r) {
     const std::size_t n = s.actions[static_cast<std::size_t>(r)].size();
-    for (const ReduceGrad& g : sync.reduce[static_cast<std::size_t>(r)])
-      out[static_cast<std::size_t>(r)].emplace_back(sim.timeline.at(at + static_cast<std::size_t>(g.after)).end, g.chunk);
+    for (const ReduceGrad& g : sync.reduce[static_cast<std::size_t>(r)]) {
+      const TimedAction& a = sim.timeline.at(at + static_cast<std::size_t>(g.after));
+      out[static_cast<std::size_t>(r)].push_back({g.chunk, a.start, a.end});
+    }
     at += n;
   }
   return out;
@@ -113,7 +119,8 @@ std::string sync_actions_text(const Schedule& s, const SyncSchedule& sync, int r
   std::string out;
   const auto& actions = s.actions[static_cast<std::size_t>(rank)];
   for (const ReduceGrad& g : sync.reduce[static_cast<std::size_t>(rank)])
-    out += fmt::format("{}R{} after {}", out.empty() ? "" : ", ", g.chunk, to_string(actions[static_cast<std::size_t>(g.after)]));
+    out += fmt::format("{}R{} {} {}", out.empty() ? "" : ", ", g.chunk, sync.inside ? "inside" : "after",
+                       to_string(actions[static_cast<std::size_t>(g.after)]));
   return out + ", then O";
 }
 

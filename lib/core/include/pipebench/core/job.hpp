@@ -53,9 +53,11 @@ enum class BalanceBy { flops, params };
 // Data parallelism (docs/parallel.md): the optimizer state whole on every
 // replica, or sharded over the data-parallel group (ZeRO stage 1, Megatron-LM's
 // distributed optimizer); the gradient synchronisation after the pipeline's
-// flush or overlapped with the cool-down, bucket by bucket.
+// flush, each chunk's after its last gradient action (overlapped with the
+// cool-down), or bucket by bucket inside that action as its layers' gradients
+// become final (Megatron-LM's overlap_grad_reduce, PyTorch DDP).
 enum class OptimizerSharding { none, zero1 };
-enum class GradSync { after_flush, overlap };
+enum class GradSync { after_flush, after_chunk, overlap };
 // How a run's ranks map onto (pipeline, data, tensor) coordinates
 // (lib/parallel, rank_grid.hpp): Megatron-LM's default and its tp-pp-dp mapping.
 enum class RankOrder { tp_dp_pp, tp_pp_dp };
@@ -245,6 +247,9 @@ struct RunSpec {
   int data_parallel = 1;
   OptimizerSharding optimizer_sharding = OptimizerSharding::none;
   GradSync grad_sync = GradSync::after_flush;
+  // grad_sync = "overlap": the largest gradient bucket; 0 = Megatron-Core's
+  // default rule (parallel/grad_buckets.hpp default_grad_bucket_bytes).
+  std::int64_t grad_bucket_bytes = 0;
   RankOrder rank_order = RankOrder::tp_dp_pp;
   // Tensor parallelism (docs/tensor-parallel.md): each stage's layers split
   // over t ranks (Megatron-LM's column / row-parallel linears, attention

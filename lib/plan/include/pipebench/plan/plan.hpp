@@ -14,6 +14,7 @@
 #include "pipebench/model/model.hpp"
 #include "pipebench/model/time_model.hpp"
 #include "pipebench/parallel/collectives.hpp"
+#include "pipebench/parallel/grad_buckets.hpp"
 #include "pipebench/plan/partition.hpp"
 #include "pipebench/schedule/schedule.hpp"
 #include "pipebench/schedule/send_slots.hpp"
@@ -37,12 +38,17 @@ struct GradSyncPlan {
   // bytes, its buckets' ring time alone, and its end on the rank's link.
   struct Reduce {
     int chunk = 0;
-    double launch_s = 0.0;
+    double launch_s = 0.0;  // its first bucket's
     std::int64_t bytes = 0;
     double ring_s = 0.0;
     double end_s = 0.0;
+    // grad_sync = "overlap": each bucket's launch and ring time alone, in order.
+    std::vector<double> bucket_launch_s, bucket_ring_s;
   };
   std::vector<Reduce> reduce;  // in launch order
+  // grad_sync = "overlap": each chunk's buckets in launch order (the runtime
+  // launches these); empty otherwise.
+  std::vector<std::vector<parallel::GradBucket>> buckets;
   std::int64_t bytes = 0;  // the rank's gradients, reduced every step
   double launch_s = 0.0;   // the first bucket's launch
   double end_s = 0.0;      // the last bucket's end
@@ -96,6 +102,7 @@ struct RunPlan {
   Partition partition;                 // one range per virtual stage, model order
   std::vector<PartitionAlternative> partition_alternatives;
   std::vector<Cost> stage_costs;       // per virtual stage, per micro-batch
+  std::uint64_t grad_bucket_bytes = 0;  // grad_sync = "overlap": the bucket size used (0 otherwise)
   Schedule schedule;
   // With replicas (training): each rank's reduce-grad actions beside the
   // schedule (schedule/sync_actions.hpp), validated; the executor launches
@@ -171,10 +178,12 @@ double step_flops(const RunPlan& plan, bool hardware = false);
 // and the step (RunPlan::step_s), from the cost-weighted simulation: chunk
 // c's gradients launch at the rank's last action's end (grad_sync =
 // "after_flush") or at the end of c's last B (W with a split backward)
-// ("overlap"), cut into kGradBucketBytes buckets that follow one another on
-// the sim link, each ring_time_s (parallel/collectives.hpp) — the sim
-// backend's model exactly. Without replicas or for inference: step_s =
-// makespan, nothing else.
+// ("after_chunk"), cut into kGradBucketBytes buckets; or ("overlap") in the
+// buckets of parallel/grad_buckets.hpp, each launched inside that last B (W)
+// at the share of the action's FLOPs done when its layers' gradients are
+// final. The buckets follow one another on the sim link, each ring_time_s
+// (parallel/collectives.hpp) — the sim backend's model exactly. Without
+// replicas or for inference: step_s = makespan, nothing else.
 void plan_grad_sync(const Job& job, RunPlan& plan);
 
 // The bubble of `s` as a fraction of the step in closed form, with unit costs

@@ -41,6 +41,7 @@
 #include "pipebench/backends/backend.hpp"
 #include "pipebench/core/clock.hpp"
 #include "pipebench/parallel/collectives.hpp"
+#include "pipebench/parallel/grad_buckets.hpp"
 #include "pipebench/parallel/shards.hpp"
 #include "pipebench/runtime/data_group_nccl.hpp"
 #include "pipebench/runtime/mpi_comm.hpp"
@@ -59,8 +60,17 @@ class GradientSync {
 
   // Per step, before the first launch: the step's start on the run's clock.
   void begin_step(double t0);
-  // Posts chunk `chunk`'s buckets (once per step and chunk).
-  void launch(int chunk);
+  // Posts chunk `chunk`'s buckets (once per step and chunk): kGradBucketBytes
+  // pieces in order at once, or (grad_sync = "overlap") `buckets` (the plan's,
+  // parallel/grad_buckets.hpp) of the action that ran from `action_start_s`
+  // to `action_end_s` (into the step): the gradients from the end of the
+  // chunk's flat region backwards (the layers in backward order), a modelled
+  // bucket launched at action_start_s + ready × the action's time, as the
+  // planner times it. A real backend's buckets are posted now, at the
+  // action's end: its gradients are final then (the backends report no layer
+  // inside an action yet).
+  void launch(int chunk, const std::vector<parallel::GradBucket>* buckets = nullptr, double action_start_s = 0.0,
+              double action_end_s = 0.0);
   // Lets posted collectives progress without blocking (MPI progresses a
   // non-blocking collective only inside MPI calls).
   void progress();
@@ -94,6 +104,9 @@ class GradientSync {
   void split(int chunk, std::int64_t a, std::int64_t b, Bucket& out) const;
   double link_time(parallel::Collective c, std::uint64_t bytes) const;
   void post_modelled(std::uint64_t logical_bytes, parallel::Collective kind);
+  void post_modelled_bucket(std::uint64_t logical_bytes, parallel::Collective kind, double at);
+  // Elements [off, off + n) of chunk `chunk`'s gradients `g` as one bucket.
+  void post_real(int chunk, const FlatRegion& g, std::int64_t off, std::int64_t n, parallel::Collective kind);
   double wait_all(const char* what);
   RunComm& comm_;
   Backend& backend_;

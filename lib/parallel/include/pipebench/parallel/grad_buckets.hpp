@@ -1,0 +1,51 @@
+// The gradient buckets of grad_sync = "overlap" (docs/parallel.md, "Bucketed
+// overlap"): a chunk's gradients grouped, in the order its backward produces
+// them (the head's first, then the blocks from the last, the embedding's
+// last), into buckets of at least grad_bucket_bytes; each bucket's collective
+// is launched as soon as the chunk's last gradient action (the last
+// micro-batch's B, or W with a split backward) has passed the bucket's
+// earliest layer, and overlaps the rest of that action. Megatron-Core's
+// distributed data parallelism (overlap_grad_reduce) and PyTorch's DDP
+// bucket the same way. One layout for the planner and the runtime.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace pipebench::parallel {
+
+// Megatron-Core's default bucket (DistributedDataParallelConfig.bucket_size
+// unset): max(40,000,000, 1,000,000 × d) parameters, "larger DP sizes need
+// larger buckets to ensure collectives do not become latency-bound"
+// (docs.nvidia.com/megatron-core/developer-guide/latest/apidocs/core/
+// core.distributed.distributed_data_parallel_config.html), here in bytes at
+// `grad_bytes` per gradient element.
+std::uint64_t default_grad_bucket_bytes(int data_parallel, int grad_bytes);
+
+// One layer of a chunk, in backward order: its parameters and the cost of its
+// part of the gradient action (any unit: only ratios are used).
+struct GradLayer {
+  std::int64_t params = 0;
+  double cost = 0.0;
+};
+
+struct GradBucket {
+  int first = 0, last = 0;  // the layers it holds (indices into the backward-order list)
+  std::int64_t params = 0;  // gradient elements
+  std::uint64_t bytes = 0;  // params × grad_bytes
+  // How far into the gradient action its gradients are final: the cost
+  // before the action's layers (`lead`, e.g. full recomputation's forward)
+  // plus the layers' through `last`, over the action's whole cost.
+  double ready = 1.0;
+};
+
+// The buckets of one chunk in launch order: whole layers (a layer is never
+// split, as Megatron-Core never splits a parameter), a bucket closed once it
+// holds at least `bucket_bytes`, the last one with what is left. Layers with
+// no parameters join the next bucket. `lead`: the action's cost before its
+// first layer's gradients begin (same unit as the layers'). Empty when no
+// layer has parameters.
+std::vector<GradBucket> grad_buckets(const std::vector<GradLayer>& layers, std::uint64_t bucket_bytes, int grad_bytes,
+                                     double lead = 0.0);
+
+}  // namespace pipebench::parallel

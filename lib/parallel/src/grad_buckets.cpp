@@ -1,0 +1,36 @@
+#include "pipebench/parallel/grad_buckets.hpp"
+
+#include <algorithm>
+
+namespace pipebench::parallel {
+
+std::uint64_t default_grad_bucket_bytes(int data_parallel, int grad_bytes) {
+  const std::uint64_t params = std::max<std::uint64_t>(40'000'000, 1'000'000ull * static_cast<std::uint64_t>(std::max(1, data_parallel)));
+  return params * static_cast<std::uint64_t>(std::max(1, grad_bytes));
+}
+
+std::vector<GradBucket> grad_buckets(const std::vector<GradLayer>& layers, std::uint64_t bucket_bytes, int grad_bytes,
+                                     double lead) {
+  double total = lead;
+  for (const GradLayer& l : layers) total += l.cost;
+  std::vector<GradBucket> out;
+  GradBucket open;
+  double done = lead;
+  const auto per = static_cast<std::uint64_t>(std::max(1, grad_bytes));
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    if (open.params == 0) open.first = static_cast<int>(i);
+    open.params += layers[i].params;
+    done += layers[i].cost;
+    const bool last = i + 1 == layers.size();
+    if (open.params > 0 && (static_cast<std::uint64_t>(open.params) * per >= bucket_bytes || last)) {
+      open.last = static_cast<int>(i);
+      open.bytes = static_cast<std::uint64_t>(open.params) * per;
+      open.ready = last || total <= 0.0 ? 1.0 : std::min(1.0, done / total);
+      out.push_back(open);
+      open = GradBucket{};
+    }
+  }
+  return out;
+}
+
+}  // namespace pipebench::parallel
