@@ -5,7 +5,11 @@
 #                          until the node is idle; prints `export SLURM_CONF=...`
 #   cluster.sh stop DIR    stop them by their PID files (never by name), wait
 #                          until they are gone
-# Everything (keys, sockets, state, logs, PID files) lives in DIR.
+# Everything (state, logs, PID files) lives in DIR but munged's key, socket
+# and PID file: munged runs as the munge user, who may not enter DIR (a clone
+# under /root, mode 0700, failed with "Permission denied" on its log file),
+# so they live in a folder of their own under /tmp, named in DIR/munge.dir
+# and removed by stop.
 set -euo pipefail
 cmd=${1:?start|stop} dir=${2:?DIR}
 
@@ -24,7 +28,12 @@ stop_pidfile() {  # SIGTERM, wait up to 15 s, then SIGKILL
 if [[ $cmd == stop ]]; then
   stop_pidfile "$dir/slurmd.pid"
   stop_pidfile "$dir/slurmctld.pid"
-  stop_pidfile "$dir/munge/munged.pid"
+  if [[ -f $dir/munge.dir ]]; then
+    mdir=$(cat "$dir/munge.dir")
+    stop_pidfile "$mdir/munged.pid"
+    [[ $mdir == /tmp/pipebench-munge.* ]] && rm -rf "$mdir"
+    rm -f "$dir/munge.dir"
+  fi
   exit 0
 fi
 
@@ -38,16 +47,18 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-mkdir -p "$dir"/{munge,state,spool,logs}
+mkdir -p "$dir"/{state,spool,logs}
 dir=$(cd "$dir" && pwd)
+mdir=$(mktemp -d /tmp/pipebench-munge.XXXXXX)
+echo "$mdir" > "$dir/munge.dir"
 # munged is strict: its key and folders belong to the munge user, not world-writable.
-chown munge:munge "$dir/munge"
-chmod 0755 "$dir/munge"  # munged wants its socket folder reachable by all, writable by it only
-dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
-chown munge:munge "$dir/munge/munge.key"
-chmod 0400 "$dir/munge/munge.key"
-runuser -u munge -- /usr/sbin/munged --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.socket" \
-  --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" --seed-file="$dir/munge/munged.seed"
+chown munge:munge "$mdir"
+chmod 0755 "$mdir"  # munged wants its socket folder reachable by all, writable by it only
+dd if=/dev/urandom of="$mdir/munge.key" bs=1024 count=1 status=none
+chown munge:munge "$mdir/munge.key"
+chmod 0400 "$mdir/munge.key"
+runuser -u munge -- /usr/sbin/munged --key-file="$mdir/munge.key" --socket="$mdir/munge.socket" \
+  --pid-file="$mdir/munged.pid" --log-file="$mdir/munged.log" --seed-file="$mdir/munged.seed"
 
 read -r ctld_port slurmd_port < <(python3 -c '
 import socket
@@ -64,7 +75,7 @@ SlurmdPort=$slurmd_port
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$dir/munge/munge.socket
+AuthInfo=socket=$mdir/munge.socket
 CredType=cred/munge
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
