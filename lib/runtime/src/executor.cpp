@@ -102,7 +102,9 @@ class StepRun {
     for (std::size_t i = 0; i < actions.size();) {
       const std::size_t n = unit_size(actions, i);
       const std::size_t first_event = rec.events.size();
+      const int hooked = arm_gradient_hook(i, n);
       execute(actions, i, n, rec.events);
+      if (hooked >= 0) backend_.set_gradient_hook(hooked, {});
       for (std::size_t k = 0; k < n; ++k, ++i)
         if (sync_.overlap) {
           const EventRecord& ev = rec.events[first_event + k];
@@ -139,6 +141,23 @@ class StepRun {
                                          rank_, step_, job_.train.step_timeout_s, describe(what), elapsed));
   }
   static std::string describe(const Action& a) { return to_string(a); }
+
+  // grad_sync = "overlap": when the unit of actions [i, i + n) holds a
+  // chunk's last gradient action, the backend tells each layer's final
+  // gradients inside it and the chunk's buckets are posted then
+  // (GradientSync::launch_ready). Returns the chunk (-1: none).
+  int arm_gradient_hook(std::size_t i, std::size_t n) {
+    if (!sync_.buckets) return -1;
+    for (std::size_t k = i; k < i + n; ++k)
+      for (int chunk : sync_.launches_after[k]) {
+        const auto& buckets = (*sync_.buckets)[static_cast<std::size_t>(chunk)];
+        backend_.set_gradient_hook(chunk, [this, chunk, &buckets](int pieces) {
+          sync_.sync->launch_ready(chunk, buckets, pieces);
+        });
+        return chunk;
+      }
+    return -1;
+  }
   static std::string describe(const char* what) { return what; }
 
   bool sharded() const { return sync_.sync && plan_.run.optimizer_sharding == OptimizerSharding::zero1; }

@@ -32,6 +32,7 @@ void GradientSync::begin_step(double t0) {
   buckets_.clear();
   first_launch_ = last_end_ = 0.0;
   bytes_ = 0;
+  posted_.clear();
 }
 
 // Every replica's part of elements [a, b) of chunk `chunk`: counts and
@@ -106,16 +107,36 @@ void GradientSync::launch(int chunk, const std::vector<parallel::GradBucket>* bu
     for (const parallel::GradBucket& k : *buckets) post_modelled_bucket(k.bytes, kind, at(k));
     return;
   }
-  // The layers in backward order sit at the end of the chunk's region first.
-  std::int64_t total = 0;
-  for (const parallel::GradBucket& k : *buckets) total += k.params;
-  if (total != static_cast<std::int64_t>(g.count))
-    throw Error(fmt::format("rank {}: chunk {}'s gradient buckets hold {} elements, its gradients {}: the plan and the "
-                            "backend disagree", comm_.rank(), chunk, total, g.count));
-  std::int64_t end = total;
-  for (const parallel::GradBucket& k : *buckets) {
-    post_real(chunk, g, end - k.params, k.params, kind);
-    end -= k.params;
+  post_buckets(chunk, g, *buckets, buckets->size());
+}
+
+void GradientSync::launch_ready(int chunk, const std::vector<parallel::GradBucket>& buckets, int pieces) {
+  std::size_t ready = 0;
+  while (ready < buckets.size() && buckets[ready].last < pieces) ++ready;
+  if (buckets_.empty() && ready > 0) first_launch_ = clock_.now() - t0_;
+  post_buckets(chunk, backend_.gradients(chunk), buckets, ready);
+  progress();
+}
+
+// Posts chunk `chunk`'s buckets up to (not including) `upto` that are not
+// posted yet: the layers in backward order sit at the end of the region.
+void GradientSync::post_buckets(int chunk, const FlatRegion& g, const std::vector<parallel::GradBucket>& buckets,
+                                std::size_t upto) {
+  if (posted_.size() <= static_cast<std::size_t>(chunk)) posted_.resize(static_cast<std::size_t>(chunk) + 1);
+  Posted& done = posted_[static_cast<std::size_t>(chunk)];
+  if (done.end < 0) {
+    std::int64_t total = 0;
+    for (const parallel::GradBucket& k : buckets) total += k.params;
+    if (total != static_cast<std::int64_t>(g.count))
+      throw Error(fmt::format("rank {}: chunk {}'s gradient buckets hold {} elements, its gradients {}: the plan and the "
+                              "backend disagree", comm_.rank(), chunk, total, g.count));
+    done.end = total;
+  }
+  const auto kind = sharded_ ? parallel::Collective::reduce_scatter : parallel::Collective::all_reduce;
+  for (; done.buckets < upto; ++done.buckets) {
+    const parallel::GradBucket& k = buckets[done.buckets];
+    post_real(chunk, g, done.end - k.params, k.params, kind);
+    done.end -= k.params;
   }
 }
 

@@ -469,6 +469,7 @@ void CpuBackend::backward(int /*step*/, int mb, int chunk) {
       else dx = (dy == ping) ? pong : ping;
     }
     backward_piece(c, p, mb, dy, dx, pass, stash ? stash + offset : nullptr);
+    if (pass == Pass::full) piece_final(chunk, c, p, static_cast<int>(c.pieces.size() - k));
     dy = dx;
   }
   if (kept) memory_.release(MemCategory::activations, c.kept_bytes());
@@ -478,17 +479,21 @@ void CpuBackend::backward(int /*step*/, int mb, int chunk) {
   }
 }
 
-// W: every piece's weight gradients from the stash B left, then the
+// W: every piece's weight gradients from the stash B left, the pieces in
+// backward order as B took them (each piece's alone: the order changes no
+// value; the buckets of grad_sync = "overlap" fill in that order), then the
 // micro-batch's activations and stash are released.
 void CpuBackend::weight_grad(int /*step*/, int mb, int chunk) {
   Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
   float* stash = c.stash[static_cast<std::size_t>(mb)].get();
   if (!spec_.split_backward || !stash)
     throw Error(fmt::format("cpu backend: W of micro-batch {} (chunk {}) without its B", mb, chunk));
-  std::int64_t offset = 0;
-  for (const Piece& p : c.pieces) {
+  std::int64_t offset = c.stash_floats;
+  for (std::size_t k = c.pieces.size(); k-- > 0;) {
+    const Piece& p = c.pieces[k];
+    offset -= stash_floats(p);
     backward_piece(c, p, mb, nullptr, nullptr, Pass::weight, stash + offset);
-    offset += stash_floats(p);
+    piece_final(chunk, c, p, static_cast<int>(c.pieces.size() - k));
   }
   release_stash(c, mb);
   release_slab(c, mb);

@@ -4,6 +4,7 @@
 // cross-entropy and the gradient norm over the group. With t = 1 every
 // helper is the unsplit arithmetic (no collective, the same bits).
 #include <cstring>
+#include <utility>
 
 #include "pipebench/backends/backend_cpu.hpp"
 #include "pipebench/backends/cpu_kernels.hpp"
@@ -66,9 +67,22 @@ void CpuBackend::column_input_grad(const float* W, const float* d, float* dst, i
 
 void CpuBackend::backward_done(Chunk& c) {
   if (!sequence_parallel() || ++c.backwards_done < spec_.num_microbatches) return;
-  for (const Piece& p : c.pieces)
-    for (const TensorSlot& t : p.tensors)
-      if (t.sequence_partial) tensor_->sum(c.grads.data() + t.offset, t.size);
+  if (std::exchange(c.partials_summed, false)) return;  // piece by piece already (piece_final)
+  for (const Piece& p : c.pieces) sum_sequence_partials(c, p);
+}
+
+void CpuBackend::sum_sequence_partials(Chunk& c, const Piece& p) {
+  for (const TensorSlot& t : p.tensors)
+    if (t.sequence_partial) tensor_->sum(c.grads.data() + t.offset, t.size);
+}
+
+void CpuBackend::piece_final(int chunk, Chunk& c, const Piece& p, int done) {
+  if (!hook_ || chunk != hook_chunk_) return;
+  if (sequence_parallel()) {
+    sum_sequence_partials(c, p);
+    c.partials_summed = true;
+  }
+  hook_(done);
 }
 
 double CpuBackend::vocab_parallel_loss(float* logits, const std::int32_t* targets) {

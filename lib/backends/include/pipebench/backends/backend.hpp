@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -169,6 +170,15 @@ class Backend {
   virtual void forward(int step, int microbatch, int chunk) = 0;
   virtual void backward(int step, int microbatch, int chunk) = 0;
   virtual void weight_grad(int step, int microbatch, int chunk) = 0;
+  // grad_sync = "overlap" (parallel/grad_buckets.hpp): during the following
+  // gradient actions on chunk `chunk` (B, or W with a split backward),
+  // `on_final(pieces)` once each piece's gradients for the step are final,
+  // pieces counted in backward order (the head's first), so that the
+  // replicas' buckets launch inside the action. Set before the chunk's last
+  // gradient action, cleared (an empty function) after it. A backend that
+  // cannot tell inside an action (sim: modelled; cuda) never calls it, and
+  // the executor posts the buckets at the action's end.
+  virtual void set_gradient_hook(int /*chunk*/, std::function<void(int pieces)> /*on_final*/) {}
   // The rank holding the last virtual stage, after its forward(mb): that
   // micro-batch's loss.
   virtual double loss(int microbatch) const = 0;

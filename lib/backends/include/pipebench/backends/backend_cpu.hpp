@@ -41,6 +41,10 @@ class CpuBackend final : public Backend {
   bool computes_loss() const override { return true; }
   void build(const StageSpec& spec) override;
   void set_tensor_group(TensorGroup* group) override { tensor_ = group; }
+  void set_gradient_hook(int chunk, std::function<void(int pieces)> on_final) override {
+    hook_chunk_ = chunk;
+    hook_ = std::move(on_final);
+  }
   double take_tensor_comm_s() override { return tensor_ ? tensor_->take_seconds() : 0.0; }
   std::pair<int, int> built_layers() const override { return layers_; }
   std::int64_t built_params() const override;
@@ -104,6 +108,7 @@ class CpuBackend final : public Backend {
     std::vector<std::unique_ptr<std::byte[]>> kept;
     // The step's backwards finished so far (B, or W with a split backward).
     int backwards_done = 0;
+    bool partials_summed = false;  // this step's sequence-partial sums done piece by piece (gradient hook)
   };
   enum class Pass { full, input, weight };
   float* act(const Chunk& c, int mb, const Piece& p, std::int64_t float_offset) const;
@@ -152,6 +157,13 @@ class CpuBackend final : public Backend {
   }
   bool lead() const { return spec_.tensor_rank == 0; }
   bool sequence_parallel() const { return spec_.tensor.sequence_parallel; }
+  // After piece `p`'s gradients of chunk `chunk` are final in a hooked
+  // action: its sequence-partial tensors summed over the tensor group first
+  // (the replicas must reduce the sum), then the hook told `done` pieces.
+  void piece_final(int chunk, Chunk& c, const Piece& p, int done);
+  void sum_sequence_partials(Chunk& c, const Piece& p);
+  int hook_chunk_ = -1;
+  std::function<void(int)> hook_;
   float* sp_gathered() { return sp_buffers_.data(); }
   float* sp_partial() { return sp_buffers_.data() + tokens_ * job_.model.hidden; }
   // y = x on the lead rank, 0 elsewhere: the start of a row-parallel sum.

@@ -66,11 +66,15 @@ class GradientSync {
   // to `action_end_s` (into the step): the gradients from the end of the
   // chunk's flat region backwards (the layers in backward order), a modelled
   // bucket launched at action_start_s + ready × the action's time, as the
-  // planner times it. A real backend's buckets are posted now, at the
-  // action's end: its gradients are final then (the backends report no layer
-  // inside an action yet).
+  // planner times it. A real backend's buckets not posted inside the action
+  // already (launch_ready) are posted now, at its end.
   void launch(int chunk, const std::vector<parallel::GradBucket>* buckets = nullptr, double action_start_s = 0.0,
               double action_end_s = 0.0);
+  // Inside the chunk's last gradient action, once `pieces` of its layers (in
+  // backward order) have final gradients (Backend::set_gradient_hook): posts
+  // every bucket of `buckets` that holds none but those, then lets the posted
+  // collectives progress. Real backends only.
+  void launch_ready(int chunk, const std::vector<parallel::GradBucket>& buckets, int pieces);
   // Lets posted collectives progress without blocking (MPI progresses a
   // non-blocking collective only inside MPI calls).
   void progress();
@@ -107,6 +111,9 @@ class GradientSync {
   void post_modelled_bucket(std::uint64_t logical_bytes, parallel::Collective kind, double at);
   // Elements [off, off + n) of chunk `chunk`'s gradients `g` as one bucket.
   void post_real(int chunk, const FlatRegion& g, std::int64_t off, std::int64_t n, parallel::Collective kind);
+  // Chunk `chunk`'s buckets before index `upto` not posted yet, each as one
+  // bucket from the end of `g` backwards.
+  void post_buckets(int chunk, const FlatRegion& g, const std::vector<parallel::GradBucket>& buckets, std::size_t upto);
   double wait_all(const char* what);
   RunComm& comm_;
   Backend& backend_;
@@ -121,6 +128,13 @@ class GradientSync {
   // A deque: MPI holds a pointer to each modelled bucket's launch_at until
   // it completes, so the buckets must not move as more are posted.
   std::deque<Bucket> buckets_;
+  // grad_sync = "overlap", real: per chunk, its buckets posted so far this
+  // step and the end of the part of its region they left (from the end).
+  struct Posted {
+    std::size_t buckets = 0;
+    std::int64_t end = -1;  // -1: none posted yet
+  };
+  std::vector<Posted> posted_;
   double first_launch_ = 0.0, last_end_ = 0.0;
   std::uint64_t bytes_ = 0;
 };
