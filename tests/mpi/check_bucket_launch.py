@@ -7,6 +7,13 @@ W with a split backward) of the chunk the rank finishes first, not after it —
 on every rank (replica 0's; the events are theirs) and counted step the
 recorded grad_sync_start_s lies within that action. After the action, as
 after_chunk launches, is a failure.
+
+And the per-bucket records (grad_buckets/, results-format.md) agree with the
+per-step figures on every rank and counted step: the reductions' bytes sum to
+grad_sync_bytes, the first launch is grad_sync_start_s, the exposed parts sum
+to grad_sync_exposed_s (real clocks: within 0.2 ms, one poll), and a chunk
+holds several buckets (the runs named use small grad_bucket_bytes or are
+after_chunk ones, recorded as one per chunk: at least one).
 """
 import sys
 
@@ -14,6 +21,34 @@ import h5py
 import numpy as np
 
 KIND_B, KIND_W = 1, 2  # results-format.md: events.kind 0 F, 1 B, 2 W
+
+
+def check_records(name, r, counted):
+    problems = []
+    if "grad_buckets" not in r:
+        return [f"{name}: no grad_buckets"]
+    g = {k: np.asarray(r["grad_buckets"][k]) for k in r["grad_buckets"]}
+    start, exposed = np.asarray(r["grad_sync_start_s"]), np.asarray(r["grad_sync_exposed_s"])
+    nbytes = np.asarray(r["grad_sync_bytes"])
+    rows = 0
+    for step in counted:
+        for rank in range(start.shape[1]):
+            m = (g["step"] == step) & (g["rank"] == rank)
+            red = m & (g["kind"] != 2)  # 2: ZeRO-1's parameter all-gather
+            rows += int(m.sum())
+            where = f"{name}: step {step} rank {rank}"
+            if int(g["bytes"][red].sum()) != int(nbytes[rank]):
+                problems.append(f"{where}: buckets hold {int(g['bytes'][red].sum())} bytes, grad_sync_bytes {nbytes[rank]}")
+            if abs(g["launch_s"][red].min() - start[step, rank]) > 2e-4:
+                problems.append(f"{where}: first bucket at {g['launch_s'][red].min()}, grad_sync_start_s {start[step, rank]}")
+            if abs(g["exposed_s"][m].sum() - exposed[step, rank]) > 2e-4:
+                problems.append(f"{where}: exposed parts sum to {g['exposed_s'][m].sum()}, grad_sync_exposed_s "
+                                f"{exposed[step, rank]}")
+            if (g["end_s"][m] < g["launch_s"][m]).any():
+                problems.append(f"{where}: a bucket ends before its launch")
+    print(f"{name}: {rows} bucket records on the counted steps agree with the per-step figures"
+          if not problems else f"{name}: bucket records disagree")
+    return problems
 
 
 def main():
@@ -42,6 +77,7 @@ def main():
                                         f"finished chunk's last gradient action ran {last['start_s']:.6f}.."
                                         f"{last['end_s']:.6f} s")
             print(f"{name}: the first bucket launched inside the last gradient action on {inside} rank-steps")
+            problems += check_records(name, r, counted=np.nonzero(~warm)[0])
     for p in problems[:20]:
         print("FAIL:", p)
     return 1 if problems else 0

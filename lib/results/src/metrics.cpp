@@ -333,6 +333,8 @@ std::size_t add_step_figures(RunResult& r, const Job& job, const RunPlan& plan, 
     r.backward_s.push_back(bwd);
     r.optimizer_s.push_back(opt);
     if (replicas) {
+      if (k == 0)
+        for (const RankRecord& rank : ranks) r.grad_buckets.insert(r.grad_buckets.end(), rank.buckets.begin(), rank.buckets.end());
       r.grad_sync_start_s.push_back(sync_start);
       r.grad_sync_s.push_back(sync);
       r.grad_sync_exposed_s.push_back(exposed);

@@ -299,6 +299,25 @@ void check_shapes(const RunResult& r) {
     throw bad("microbatch_latency_s does not match the steps and micro-batches");
 }
 
+// grad_buckets/ (results_write.cpp): its columns, all of one length.
+std::vector<BucketRecord> read_grad_buckets(hid_t run, const std::string& name) {
+  Hid g(H5_CHECK(H5Gopen2(run, "grad_buckets", H5P_DEFAULT)), H5Gclose);
+  const auto rank = read_dataset<std::int32_t>(g, "rank"), step = read_dataset<std::int32_t>(g, "step"),
+             chunk = read_dataset<std::int32_t>(g, "chunk"), index = read_dataset<std::int32_t>(g, "index"),
+             kind = read_dataset<std::int32_t>(g, "kind");
+  const auto bytes = read_dataset<std::uint64_t>(g, "bytes");
+  const auto launch = read_dataset<double>(g, "launch_s"), end = read_dataset<double>(g, "end_s"),
+             exposed = read_dataset<double>(g, "exposed_s");
+  const std::size_t n = rank.size();
+  for (std::size_t len : {step.size(), chunk.size(), index.size(), kind.size(), bytes.size(), launch.size(), end.size(),
+                          exposed.size()})
+    if (len != n) throw ResultsError(fmt::format("run {}: grad_buckets' columns are not all {} long", name, n));
+  std::vector<BucketRecord> out(n);
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = {rank[i], step[i], chunk[i], index[i], kind[i], bytes[i], launch[i], end[i], exposed[i]};
+  return out;
+}
+
 // The run's ranks as (stage, replica) and its gradient synchronisation; a
 // run without replicas (or a file from before them) has rank i = stage i.
 void read_rank_grid(hid_t g, RunResult& r) {
@@ -322,6 +341,7 @@ void read_rank_grid(hid_t g, RunResult& r) {
     r.grad_sync_s = read_dataset_2d<double>(g, "grad_sync_s");
     r.grad_sync_exposed_s = read_dataset_2d<double>(g, "grad_sync_exposed_s");
   }
+  if (has("grad_buckets")) r.grad_buckets = read_grad_buckets(g, r.spec.name);
 }
 
 // Which rank ran each virtual stage; files from before chunked schedules

@@ -297,6 +297,27 @@ class EventStore {
 namespace {
 
 // docs/results-format.md: the rank grid (with replicas or tensor ranks), the
+// grad_buckets/: one column per BucketRecord field, a row per collective.
+void write_grad_buckets(hid_t run, const std::vector<BucketRecord>& rows) {
+  if (rows.empty()) return;
+  Hid g(H5_CHECK(H5Gcreate2(run, "grad_buckets", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+  const auto column = [&](const char* name, auto field) {
+    std::vector<std::remove_cvref_t<decltype(rows.front().*field)>> v;
+    v.reserve(rows.size());
+    for (const BucketRecord& b : rows) v.push_back(b.*field);
+    dataset_1d(g, name, v);
+  };
+  column("rank", &BucketRecord::rank);
+  column("step", &BucketRecord::step);
+  column("chunk", &BucketRecord::chunk);
+  column("index", &BucketRecord::index);
+  column("kind", &BucketRecord::kind);
+  column("bytes", &BucketRecord::bytes);
+  column("launch_s", &BucketRecord::launch_s);
+  column("end_s", &BucketRecord::end_s);
+  column("exposed_s", &BucketRecord::exposed_s);
+}
+
 // tensor ranks and their collectives, the gradient synchronisation.
 void write_rank_grid(hid_t g, const RunResult& r, std::size_t P) {
   if (r.spec.tensor_parallel > 1) {
@@ -319,6 +340,7 @@ void write_rank_grid(hid_t g, const RunResult& r, std::size_t P) {
   for (std::size_t k = 0; k < busbw.size(); ++k)
     for (std::size_t i = 0; i < r.grad_sync_s[k].size(); ++i) busbw[k].push_back(grad_sync_bus_bandwidth(r, k, i));
   dataset_2d(g, "grad_sync_bus_bandwidth", busbw, P);
+  write_grad_buckets(g, r.grad_buckets);
 }
 
 void write_run(hid_t runs, const RunResult& r, const EventStore* store) {

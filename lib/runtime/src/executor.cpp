@@ -120,6 +120,7 @@ class StepRun {
     sr_.loss = has_loss_here ? replicas_mean(loss_sum_ / sched_.num_microbatches) : std::numeric_limits<double>::quiet_NaN();
     sr_.grad_norm = std::numeric_limits<double>::quiet_NaN();
     if (plan_.run.mode == RunMode::train) clip_and_step();
+    if (sync_.sync) sync_.sync->take_records(step_, rec.buckets);
     sr_.busy_s = sr_.forward_s + sr_.backward_s + sr_.optimizer_s;
     sr_.tensor_comm_s = backend_.take_tensor_comm_s();
     sr_.end_s = clock_.now() - t0_;

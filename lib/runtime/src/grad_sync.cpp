@@ -33,6 +33,7 @@ void GradientSync::begin_step(double t0) {
   first_launch_ = last_end_ = 0.0;
   bytes_ = 0;
   posted_.clear();
+  records_.clear();
 }
 
 // Every replica's part of elements [a, b) of chunk `chunk`: counts and
@@ -54,38 +55,45 @@ double GradientSync::link_time(parallel::Collective c, std::uint64_t bytes) cons
 }
 
 // One modelled bucket (sim) launched `at` into the step: a MAX of the replicas' launch times.
-void GradientSync::post_modelled_bucket(std::uint64_t logical_bytes, parallel::Collective kind, double at) {
+GradientSync::Bucket& GradientSync::post_modelled_bucket(int chunk, std::uint64_t logical_bytes, parallel::Collective kind,
+                                                         double at) {
   Bucket& b = buckets_.emplace_back();
   b.logical_bytes = logical_bytes;
   b.kind = kind;
+  b.chunk = chunk;
   b.launch_at = at;
   PIPEBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &b.launch_at, 1, MPI_DOUBLE, MPI_MAX, comm_.data(), &b.req));
+  return b;
 }
 
 // Modelled pieces (sim): kGradBucketBytes of logical bytes each, launched now.
-void GradientSync::post_modelled(std::uint64_t logical_bytes, parallel::Collective kind) {
+void GradientSync::post_modelled(int chunk, std::uint64_t logical_bytes, parallel::Collective kind) {
   const double at = clock_.now() - t0_;
   for (std::uint64_t off = 0; off < logical_bytes; off += parallel::kGradBucketBytes)
-    post_modelled_bucket(std::min(parallel::kGradBucketBytes, logical_bytes - off), kind, at);
+    post_modelled_bucket(chunk, std::min(parallel::kGradBucketBytes, logical_bytes - off), kind, at).piece = true;
 }
 
-void GradientSync::post_real(int chunk, const FlatRegion& g, std::int64_t off, std::int64_t n, parallel::Collective kind) {
+GradientSync::Bucket& GradientSync::post_real(int chunk, const FlatRegion& g, std::int64_t off, std::int64_t n,
+                                              parallel::Collective kind) {
   Bucket& b = buckets_.emplace_back();
   b.kind = kind;
+  b.chunk = chunk;
+  b.launch_at = clock_.now() - t0_;
   b.logical_bytes = static_cast<std::uint64_t>(n) * sizeof(float);
   b.data = g.data + off;
   if (device_) {
     device_->post(b.data, static_cast<std::size_t>(n));
-    return;
+    return b;
   }
   if (!sharded_) {
     PIPEBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, b.data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_.data(), &b.req));
-    return;
+    return b;
   }
   // In place: the input is the whole bucket, this replica's sum lands at
   // its start (moved to its place in complete()).
   split(chunk, off, off + n, b);
   PIPEBENCH_MPI_CHECK(MPI_Ireduce_scatter(MPI_IN_PLACE, b.data, b.counts.data(), MPI_FLOAT, MPI_SUM, comm_.data(), &b.req));
+  return b;
 }
 
 void GradientSync::launch(int chunk, const std::vector<parallel::GradBucket>* buckets, double action_start_s,
@@ -97,14 +105,15 @@ void GradientSync::launch(int chunk, const std::vector<parallel::GradBucket>* bu
   bytes_ += g.logical_bytes;
   const auto kind = sharded_ ? parallel::Collective::reduce_scatter : parallel::Collective::all_reduce;
   if (!buckets) {
-    if (modelled_) return post_modelled(g.logical_bytes, kind);
+    if (modelled_) return post_modelled(chunk, g.logical_bytes, kind);
     const auto per_bucket = static_cast<std::int64_t>(parallel::kGradBucketBytes / sizeof(float));
     const auto count = static_cast<std::int64_t>(g.count);
-    for (std::int64_t off = 0; off < count; off += per_bucket) post_real(chunk, g, off, std::min(per_bucket, count - off), kind);
+    for (std::int64_t off = 0; off < count; off += per_bucket)
+      post_real(chunk, g, off, std::min(per_bucket, count - off), kind).piece = true;
     return;
   }
   if (modelled_) {
-    for (const parallel::GradBucket& k : *buckets) post_modelled_bucket(k.bytes, kind, at(k));
+    for (const parallel::GradBucket& k : *buckets) post_modelled_bucket(chunk, k.bytes, kind, at(k));
     return;
   }
   post_buckets(chunk, g, *buckets, buckets->size());
@@ -145,7 +154,41 @@ void GradientSync::progress() {
     if (b.req == MPI_REQUEST_NULL) continue;
     int done = 0;
     PIPEBENCH_MPI_CHECK(MPI_Test(&b.req, &done, MPI_STATUS_IGNORE));
+    if (done && !modelled_ && b.end_at < 0.0) b.end_at = clock_.now() - t0_;
   }
+}
+
+void GradientSync::record(double wait_at) {
+  double running = wait_at;
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    const Bucket& b = buckets_[i];
+    // A piece continues the record before it when that is the same action's.
+    const bool joins = b.piece && i > 0 && buckets_[i - 1].piece && buckets_[i - 1].chunk == b.chunk &&
+                       buckets_[i - 1].kind == b.kind && !records_.empty();
+    if (!joins) {
+      BucketRecord& r = records_.emplace_back();
+      r.rank = comm_.run_rank();
+      r.chunk = b.chunk;
+      r.kind = static_cast<std::int32_t>(b.kind);
+      r.launch_s = b.launch_at;
+      r.end_s = b.end_at;
+    }
+    BucketRecord& r = records_.back();
+    r.bytes += b.logical_bytes;
+    r.end_s = std::max(r.end_s, b.end_at);
+    const double exposed = std::max(0.0, b.end_at - running);
+    r.exposed_s += exposed;
+    running = std::max(running, b.end_at);
+  }
+}
+
+void GradientSync::take_records(int step, std::vector<BucketRecord>& out) {
+  for (std::size_t i = 0; i < records_.size(); ++i) {
+    records_[i].step = step;
+    records_[i].index = static_cast<std::int32_t>(i);
+    out.push_back(records_[i]);
+  }
+  records_.clear();
 }
 
 void GradientSync::abandon() {
@@ -171,18 +214,23 @@ double GradientSync::wait_all(const char* what) {
   const double start = clock_.now();
   parallel::LinkChain chain;  // modelled: the buckets one after another on the link, into the step
   const int q = comm_.replica();
-  if (device_ && !buckets_.empty()) comm_.wait_for([&] { return device_->done(); }, what);
+  if (device_ && !buckets_.empty()) {
+    comm_.wait_for([&] { return device_->done(); }, what);
+    for (Bucket& b : buckets_) b.end_at = clock_.now() - t0_;  // one event after them all
+  }
   for (Bucket& b : buckets_) {
     if (b.req != MPI_REQUEST_NULL) comm_.wait(b.req, what);
     if (modelled_) {
-      chain.add(b.launch_at, link_time(b.kind, b.logical_bytes));
+      b.end_at = chain.add(b.launch_at, link_time(b.kind, b.logical_bytes));
       continue;
     }
+    if (b.end_at < 0.0) b.end_at = clock_.now() - t0_;
     const auto qi = static_cast<std::size_t>(q);
     if (b.kind == parallel::Collective::reduce_scatter && b.counts[qi] > 0 && b.displs[qi] > 0)
       std::memmove(b.data + b.displs[qi], b.data, static_cast<std::size_t>(b.counts[qi]) * sizeof(float));
   }
   if (modelled_ && !buckets_.empty()) clock_.sleep_until(t0_ + chain.end());
+  record(start - t0_);
   buckets_.clear();
   return clock_.now() - start;
 }
@@ -199,7 +247,7 @@ double GradientSync::gather_parameters(int chunks) {
   for (int c = 0; c < chunks; ++c) {
     const FlatRegion p = backend_.parameters(c);
     if (modelled_) {
-      post_modelled(p.logical_bytes, parallel::Collective::all_gather);
+      post_modelled(c, p.logical_bytes, parallel::Collective::all_gather);
       continue;
     }
     const auto per_bucket = static_cast<std::int64_t>(parallel::kGradBucketBytes / sizeof(float));
@@ -208,6 +256,9 @@ double GradientSync::gather_parameters(int chunks) {
       Bucket& b = buckets_.emplace_back();
       const std::int64_t n = std::min(per_bucket, count - off);
       b.kind = parallel::Collective::all_gather;
+      b.chunk = c;
+      b.piece = true;
+      b.launch_at = clock_.now() - t0_;
       b.data = p.data + off;
       split(c, off, off + n, b);
       PIPEBENCH_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b.data, b.counts.data(), b.displs.data(),

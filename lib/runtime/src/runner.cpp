@@ -106,6 +106,7 @@ std::vector<char> pack(const RankRecord& r) {
   p.put(r.pid);
   p.put_vector(r.steps);
   p.put_vector(r.events);
+  p.put_vector(r.buckets);
   p.put(r.peak_mem_by_category);
   p.put(r.peak_mem_bytes);
   p.put(r.memory_capacity_bytes);
@@ -131,6 +132,7 @@ RankRecord unpack(const char* data, std::size_t size) {
   r.pid = u.get<std::int64_t>();
   r.steps = u.get_vector<StepRecord>();
   r.events = u.get_vector<EventRecord>();
+  r.buckets = u.get_vector<BucketRecord>();
   r.peak_mem_by_category = u.get<decltype(r.peak_mem_by_category)>();
   r.peak_mem_bytes = u.get<std::uint64_t>();
   r.memory_capacity_bytes = u.get<std::uint64_t>();

@@ -60,6 +60,27 @@ struct StepRecord {
   double tensor_comm_s = 0.0;
 };
 
+// One collective of a rank's data-parallel synchronisation in one step
+// (runtime/grad_sync.hpp): a bucket of grad_sync = "overlap", a chunk's
+// reduction with after_flush / after_chunk (its 25 MiB pieces as one), or a
+// chunk's ZeRO-1 parameter all-gather. Times from the step's start barrier.
+struct BucketRecord {
+  std::int32_t rank = 0;   // in the run
+  std::int32_t step = 0;
+  std::int32_t chunk = 0;
+  std::int32_t index = 0;  // its place in the rank's launches of the step
+  std::int32_t kind = 0;   // 0 all-reduce, 1 reduce-scatter, 2 all-gather (parallel::Collective)
+  std::uint64_t bytes = 0; // logical bytes
+  double launch_s = 0.0;   // posted (sim: the group's latest launch, as on the link)
+  // Found complete: a real backend's first test or wait that saw it done (the
+  // granularity of those polls), the sim backend's end on the modelled link.
+  double end_s = 0.0;
+  // The part of the rank's blocked wait it accounts for: its end past the
+  // later of the wait's start and the ends before it. Per rank and step they
+  // sum to grad_sync_exposed_s.
+  double exposed_s = 0.0;
+};
+
 enum class RunStatus { ok, failed, skipped };
 // interrupted: the launch ended during this run (a signal, a lost rank);
 // the run's figures are lost, the runs before it are kept.
@@ -82,6 +103,7 @@ struct RankRecord {
   std::int64_t pid = 0;
   std::vector<StepRecord> steps;       // only the steps that completed
   std::vector<EventRecord> events;
+  std::vector<BucketRecord> buckets;   // the completed steps' (data parallelism)
   std::array<std::uint64_t, kNumMemCategories> peak_mem_by_category{};
   std::uint64_t peak_mem_bytes = 0;
   std::uint64_t memory_capacity_bytes = 0;
@@ -143,6 +165,9 @@ struct RunResult {
   // files without replicas or tensor ranks, and in older files.
   std::vector<int> node;
   std::vector<std::uint64_t> grad_sync_bytes;  // [ranks] reduced per step by its group; empty without replicas
+  // Every rank's BucketRecords, rank by rank, step by step; empty without
+  // replicas and in files written before they were recorded.
+  std::vector<BucketRecord> grad_buckets;
   // The record of run rank (stage `stage`, replica 0, tensor rank 0); stage itself when absent.
   std::size_t rank_index(int stage) const;
   std::vector<std::uint64_t> peak_mem_bytes, memory_capacity_bytes;

@@ -44,6 +44,7 @@
 #include "pipebench/parallel/grad_buckets.hpp"
 #include "pipebench/parallel/shards.hpp"
 #include "pipebench/runtime/data_group_nccl.hpp"
+#include "pipebench/results/records.hpp"
 #include "pipebench/runtime/mpi_comm.hpp"
 
 namespace pipebench {
@@ -95,22 +96,31 @@ class GradientSync {
   double sync_s() const { return last_end_ - first_launch_; }
   double start_s() const { return first_launch_; }
   std::uint64_t bytes() const { return bytes_; }
+  // The collectives completed since the last call (results/records.hpp
+  // BucketRecord), stamped with `step`, appended to `out`.
+  void take_records(int step, std::vector<BucketRecord>& out);
 
  private:
   struct Bucket {
     MPI_Request req = MPI_REQUEST_NULL;
     parallel::Collective kind = parallel::Collective::all_reduce;
     std::uint64_t logical_bytes = 0;
-    double launch_at = 0.0;  // modelled: this rank's launch, into the step; then the group's latest
+    double launch_at = 0.0;  // into the step; modelled: this rank's launch, then the group's latest
+    double end_at = -1.0;    // into the step, once found complete
+    int chunk = 0;
+    bool piece = false;      // one of a reduce-grad action's (or gather's) kGradBucketBytes pieces: recorded as one
     float* data = nullptr;   // real: the bucket's first element
     std::vector<int> counts, displs;  // sharded: every replica's part of it
   };
+  // The records of buckets_ (all complete), from a wait that started `wait_at` into the step.
+  void record(double wait_at);
+  std::vector<BucketRecord> records_;
   void split(int chunk, std::int64_t a, std::int64_t b, Bucket& out) const;
   double link_time(parallel::Collective c, std::uint64_t bytes) const;
-  void post_modelled(std::uint64_t logical_bytes, parallel::Collective kind);
-  void post_modelled_bucket(std::uint64_t logical_bytes, parallel::Collective kind, double at);
+  void post_modelled(int chunk, std::uint64_t logical_bytes, parallel::Collective kind);
+  Bucket& post_modelled_bucket(int chunk, std::uint64_t logical_bytes, parallel::Collective kind, double at);
   // Elements [off, off + n) of chunk `chunk`'s gradients `g` as one bucket.
-  void post_real(int chunk, const FlatRegion& g, std::int64_t off, std::int64_t n, parallel::Collective kind);
+  Bucket& post_real(int chunk, const FlatRegion& g, std::int64_t off, std::int64_t n, parallel::Collective kind);
   // Chunk `chunk`'s buckets before index `upto` not posted yet, each as one
   // bucket from the end of `g` backwards.
   void post_buckets(int chunk, const FlatRegion& g, const std::vector<parallel::GradBucket>& buckets, std::size_t upto);
