@@ -139,3 +139,15 @@ TEST_CASE("sync actions: overlap launches each chunk's buckets inside its last g
   // after_flush never launches inside.
   CHECK(!make_sync_schedule(make_zb_h1(2, 4), false, true).inside);
 }
+
+TEST_CASE("sync actions: a file's REDUCE_GRAD cells are bucketed inside only where they follow the last gradient action",
+          "[sync_actions]") {
+  Schedule s = make_zb_h1(2, 4);
+  s.file_reduce_grad = make_sync_schedule(s, true).reduce;  // as an overlap run's export writes them
+  CHECK(make_sync_schedule(s, true, true).inside);
+  CHECK_NOTHROW(validate_sync_schedule(s, make_sync_schedule(s, true, true)));
+  CHECK(!make_sync_schedule(s, true, false).inside);
+  // A cell after a later action: launched after it, as the file says.
+  s.file_reduce_grad = make_sync_schedule(s, false).reduce;  // after the rank's last action
+  if (s.file_reduce_grad != make_sync_schedule(make_zb_h1(2, 4), true).reduce) CHECK(!make_sync_schedule(s, true, true).inside);
+}

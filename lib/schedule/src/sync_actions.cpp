@@ -31,13 +31,23 @@ std::vector<int> last_gradient_actions(const Schedule& s, int rank, ActionKind l
 SyncSchedule make_sync_schedule(const Schedule& s, bool overlap, bool inside) {
   SyncSchedule sync;
   sync.overlap = overlap;
+  const ActionKind last_kind = last_gradient_kind(s);
   if (!s.file_reduce_grad.empty()) {
     sync.reduce = s.file_reduce_grad;  // the file's REDUCE_GRAD cells (validate_sync_schedule judges them)
+    // Bucketed inside the actions the cells follow when every cell follows
+    // its chunk's last gradient action (as `plan --export-schedule
+    // csv-comms` writes an overlap run's); else after them, as the file says.
+    bool at_last = true;
+    for (int r = 0; r < s.num_ranks && r < static_cast<int>(sync.reduce.size()); ++r) {
+      const std::vector<int> last = last_gradient_actions(s, r, last_kind);
+      for (const ReduceGrad& g : sync.reduce[static_cast<std::size_t>(r)])
+        at_last = at_last && g.chunk >= 0 && g.chunk < s.chunks_per_rank && g.after == last[static_cast<std::size_t>(g.chunk)];
+    }
+    sync.inside = overlap && inside && at_last;
     return sync;
   }
   sync.inside = overlap && inside;
   sync.reduce.resize(static_cast<std::size_t>(s.num_ranks));
-  const ActionKind last_kind = last_gradient_kind(s);
   for (int r = 0; r < s.num_ranks; ++r) {
     const std::vector<int> last = last_gradient_actions(s, r, last_kind);
     const int end = static_cast<int>(s.actions[static_cast<std::size_t>(r)].size()) - 1;

@@ -43,7 +43,8 @@ struct SyncSchedule {
 // The reduce-grad actions of `s` (a training schedule) for grad_sync
 // after_flush (overlap = false), after_chunk (overlap) or overlap (overlap and
 // inside); a compute_comms file's own (s.file_reduce_grad, its REDUCE_GRAD
-// cells) where it has them, launched after their actions (not inside).
+// cells) where it has them — with `inside`, bucketed inside the actions they
+// follow when each follows its chunk's last gradient action, else after them.
 SyncSchedule make_sync_schedule(const Schedule& s, bool overlap, bool inside = false);
 
 // Every violation, one line each (empty: valid): per rank exactly one R per
