@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <optional>
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include "pipebench/core/error.hpp"
 #include "pipebench/core/json.hpp"
 #include "pipebench/core/units.hpp"
+#include "pipebench/parallel/collectives.hpp"
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/results/metrics.hpp"
 #include "pipebench/results/results.hpp"
@@ -29,6 +31,7 @@ constexpr int kRunStride = 2 * kMaxPipelineSize;
 constexpr int kComputeTid = 1;
 constexpr int kCommTid = 2;
 constexpr int kSyncTid = 3;  // data parallelism: the gradient synchronisation of the rank's replica-0 record
+constexpr int kBucketTid = 4;  // its collectives one by one, each while it holds the link (grad_buckets)
 
 double us(double seconds) { return seconds * 1e6; }
 
@@ -95,6 +98,44 @@ void between(TraceWriter& t, int pid, double base, int step, double t_prev, cons
     });
 }
 
+// Where each (run rank, step)'s rows of r.grad_buckets are (rank by rank,
+// step by step in the file): [first, end).
+using BucketRanges = std::map<std::pair<int, int>, std::pair<std::size_t, std::size_t>>;
+BucketRanges bucket_ranges(const RunResult& r) {
+  BucketRanges out;
+  for (std::size_t i = 0; i < r.grad_buckets.size(); ++i) {
+    auto [it, fresh] = out.try_emplace({r.grad_buckets[i].rank, r.grad_buckets[i].step}, i, i + 1);
+    if (!fresh) it->second.second = i + 1;
+  }
+  return out;
+}
+
+// The collectives of one rank's step on their own track: each from when it
+// holds the link (its launch, or the end of the one before it) to its end,
+// with its launch, bytes, exposed part and bus bandwidth (nccl-tests' busbw
+// over that time).
+void gradient_buckets(TraceWriter& t, const RunResult& r, const BucketRanges& ranges, int pid, double base, int step,
+                      std::size_t rank) {
+  const auto it = ranges.find({static_cast<int>(rank), step});
+  if (it == ranges.end()) return;
+  static constexpr const char* kKind[] = {"all-reduce", "reduce-scatter", "all-gather"};
+  double link_free = 0.0;
+  for (std::size_t i = it->second.first; i < it->second.second; ++i) {
+    const BucketRecord& b = r.grad_buckets[i];
+    const double from = std::max(b.launch_s, link_free);
+    link_free = std::max(link_free, b.end_s);
+    if (!(b.end_s > from) || b.kind < 0 || b.kind > 2) continue;
+    const auto kind = static_cast<parallel::Collective>(b.kind);
+    t.slice(pid, kBucketTid, fmt::format("{} {} (chunk {})", kKind[b.kind], b.index, b.chunk), "grad_bucket", base + from,
+            base + b.end_s, [&](JsonWriter& w) {
+              w.field("step", step + 1).field("chunk", b.chunk).field("index", b.index).field("bytes", b.bytes);
+              w.field("launch_s", b.launch_s).field("end_s", b.end_s).field("exposed_s", b.exposed_s);
+              w.field("bus_bandwidth_bytes_per_s",
+                      parallel::bus_bandwidth(kind, b.bytes, r.spec.data_parallel, b.end_s - from));
+            });
+  }
+}
+
 // Data parallelism: stage `stage`'s (replica 0's) gradient synchronisation
 // of `step`, from its first launch to its end, on its own track.
 void gradient_sync(TraceWriter& t, const RunResult& r, int pid, double base, int step, int stage) {
@@ -116,7 +157,8 @@ void gradient_sync(TraceWriter& t, const RunResult& r, int pid, double base, int
 
 // One (step, rank) group of measured events, in time order (pointers into
 // the piece being streamed), on process `pid`; then its "step end".
-void measured_group(TraceWriter& t, const RunResult& r, int pid, double base, std::vector<const EventRecord*>& group) {
+void measured_group(TraceWriter& t, const RunResult& r, const BucketRanges& buckets, int pid, double base,
+                    std::vector<const EventRecord*>& group) {
   std::stable_sort(group.begin(), group.end(),
                    [](const EventRecord* a, const EventRecord* b) { return a->start_s < b->start_s; });
   const int step = group.front()->step;
@@ -133,6 +175,7 @@ void measured_group(TraceWriter& t, const RunResult& r, int pid, double base, st
     t_prev = e.end_s;
   }
   gradient_sync(t, r, pid, base, step, group.front()->rank);
+  gradient_buckets(t, r, buckets, pid, base, step, r.rank_index(group.front()->rank));
   const double step_end =
       static_cast<std::size_t>(step) < r.step_time_s.size() ? r.step_time_s[static_cast<std::size_t>(step)] : t_prev;
   if (std::isfinite(step_end) && step_end > t_prev)
@@ -171,7 +214,10 @@ void measured(TraceWriter& t, const std::string& path, const RunResult& r, int p
       t.thread(pid, kSyncTid, r.spec.optimizer_sharding == OptimizerSharding::zero1
                                   ? "data parallel: gradient reduce-scatter, optimizer, parameter all-gather"
                                   : "data parallel: gradient all-reduce");
+    if (!r.grad_buckets.empty())
+      t.thread(pid, kBucketTid, "data parallel: each collective while it holds the link (buckets)");
   }
+  const BucketRanges buckets = bucket_ranges(r);
   // A failed run keeps the events of the step it failed in, one past its
   // recorded steps: that step starts where the last one ended.
   std::vector<double> offset(r.step_time_s.size() + 1, 0.0);
@@ -201,7 +247,7 @@ void measured(TraceWriter& t, const std::string& path, const RunResult& r, int p
       group.clear();
       for (; i < n && e[i].step == step && e[i].rank == rank; ++i)
         if (shown(e[i])) group.push_back(&e[i]);
-      if (!group.empty()) measured_group(t, r, pid_base + rank, offset[static_cast<std::size_t>(step)], group);
+      if (!group.empty()) measured_group(t, r, buckets, pid_base + rank, offset[static_cast<std::size_t>(step)], group);
     }
   });
 }
