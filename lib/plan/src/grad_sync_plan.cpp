@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <optional>
 
 #include "pipebench/parallel/collectives.hpp"
 #include "pipebench/parallel/grad_buckets.hpp"
@@ -23,9 +24,8 @@ std::vector<parallel::GradLayer> backward_layers(const ModelDesc& model, int b, 
 // The buckets of the chunk at virtual stage `range` for grad_sync = "overlap".
 // Full recomputation without a split backward runs the chunk's forward again
 // at the start of B: that share of the action comes before any gradient.
-std::vector<parallel::GradBucket> chunk_buckets(const Job& job, const RunPlan& plan, const StageRange& range,
+std::vector<parallel::GradBucket> chunk_buckets(const ModelDesc& model, const RunPlan& plan, const StageRange& range,
                                                 std::uint64_t bucket_bytes, int grad_bytes) {
-  const ModelDesc model(job.model, plan.storage_dtype, tensor_split(plan.run));
   const int b = plan.run.micro_batch_size;
   const bool recompute_forward = plan.run.recompute == Recompute::full && !plan.schedule.split_backward();
   const double lead =
@@ -52,6 +52,9 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
                                          ? static_cast<std::uint64_t>(plan.run.grad_bucket_bytes)
                                          : parallel::default_grad_bucket_bytes(d, per.grads);
   if (plan.sync.inside) plan.grad_bucket_bytes = bucket_bytes;
+  // The model's layer costs for the buckets (overlap only): made once, not per chunk (tune plans thousands of runs).
+  std::optional<ModelDesc> model;
+  if (plan.sync.inside) model.emplace(job.model, plan.storage_dtype, tensor_split(plan.run));
   const parallel::RankGrid grid = parallel::run_grid(plan.run, job.device);
   for (int r = 0; r < sched.num_ranks; ++r) {
     StagePlan& sp = plan.stages[static_cast<std::size_t>(r)];
@@ -78,18 +81,19 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
     // The reduce-grad actions' launches, in the runtime's order.
     const auto& launches = launch_times[static_cast<std::size_t>(r)];
     if (plan.sync.inside) g.buckets.assign(static_cast<std::size_t>(sched.chunks_per_rank), {});
-    g.launch_s = last_end;
-    for (std::size_t i = 0; i < launches.size(); ++i) {
-      const SyncLaunch& l = launches[i];
+    for (const SyncLaunch& l : launches) {
       const auto params = static_cast<std::uint64_t>(
           plan.stage_costs.at(static_cast<std::size_t>(sched.virtual_stage(r, l.chunk))).params);
       const auto bytes = params * static_cast<std::uint64_t>(per.grads);
       g.bytes += static_cast<std::int64_t>(bytes);
-      GradSyncPlan::Reduce red{l.chunk, l.action_end, static_cast<std::int64_t>(bytes), 0.0, 0.0};
+      GradSyncPlan::Reduce red;
+      red.chunk = l.chunk;
+      red.launch_s = l.action_end;
+      red.bytes = static_cast<std::int64_t>(bytes);
       if (plan.sync.inside) {
         const StageRange& range = plan.partition.stages.at(static_cast<std::size_t>(sched.virtual_stage(r, l.chunk)));
         auto& buckets = g.buckets[static_cast<std::size_t>(l.chunk)];
-        buckets = chunk_buckets(job, plan, range, bucket_bytes, per.grads);
+        buckets = chunk_buckets(*model, plan, range, bucket_bytes, per.grads);
         for (std::size_t k = 0; k < buckets.size(); ++k) {
           const double launch = l.action_start + buckets[k].ready * (l.action_end - l.action_start);
           if (k == 0) red.launch_s = launch;
@@ -103,11 +107,12 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
         red.ring_s = pieces(chain, l.action_end, bytes, kind);
       }
       red.end_s = chain.end();
-      g.launch_s = i == 0 ? red.launch_s : std::min(g.launch_s, red.launch_s);
       g.reduce.push_back(red);
       // ZeRO-1: the parameters all-gathered after the optimizer, chunk by chunk.
       if (sharded) pieces(gather, 0.0, params * static_cast<std::uint64_t>(per.params), parallel::Collective::all_gather);
     }
+    // The first launch: the reductions launch in their actions' order, each bucket at or after its action's start.
+    g.launch_s = g.reduce.empty() ? last_end : g.reduce.front().launch_s;
     g.end_s = std::max(chain.end(), g.launch_s);
     g.gather_s = gather.end();
     g.exposed_s = std::max(0.0, g.end_s - last_end);

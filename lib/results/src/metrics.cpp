@@ -333,8 +333,6 @@ std::size_t add_step_figures(RunResult& r, const Job& job, const RunPlan& plan, 
     r.backward_s.push_back(bwd);
     r.optimizer_s.push_back(opt);
     if (replicas) {
-      if (k == 0)
-        for (const RankRecord& rank : ranks) r.grad_buckets.insert(r.grad_buckets.end(), rank.buckets.begin(), rank.buckets.end());
       r.grad_sync_start_s.push_back(sync_start);
       r.grad_sync_s.push_back(sync);
       r.grad_sync_exposed_s.push_back(exposed);
@@ -347,6 +345,9 @@ std::size_t add_step_figures(RunResult& r, const Job& job, const RunPlan& plan, 
       counted_imbalance.push_back(imb);
     }
   }
+  // Every rank's collectives of its completed steps, rank by rank (grad_buckets).
+  if (replicas && steps > 0)
+    for (const RankRecord& rank : ranks) r.grad_buckets.insert(r.grad_buckets.end(), rank.buckets.begin(), rank.buckets.end());
   r.step_time = compute_stats(counted_time);
   r.slowest_stage_median_s = median_of(counted_slowest);
   r.bubble_measured_median = median_of(counted_bubble);
