@@ -284,6 +284,8 @@ struct HistoryIndex::Match {
 
 std::optional<HistoryIndex::Match> HistoryIndex::match(const std::string& path, const std::string& columns) {
   const std::string key = key_of(path);
+  // Found not to match already (find, then the read's known): not hashed again.
+  if (stale_.count(key)) return std::nullopt;
   const auto now = stamp_of(path);
   if (!now) return std::nullopt;
   const std::string sql =
