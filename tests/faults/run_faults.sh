@@ -21,9 +21,23 @@ scenarios=("$@")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 rm -rf "$out" && mkdir -p "$out"
 
+# The stopped-rank rows spend ~15 s each waiting out the step timeout and the
+# settle (wall-clock deadlines, not work): with all scenarios (no arguments)
+# each runs at once as its own invocation under OUT/concurrent/, beside the
+# others here, and its row joins the table at the end.
+concurrent=()
+if (($# == 0)); then
+  for s in sigstop_rank1 sigstop_rank0 dp_sigstop_in_sync tp_sigstop_peer; do
+    bash "$0" "$pipebench" "$mpiexec" "$out/concurrent/$s" "$s" > "$out/$s.table" 2>&1 &
+    concurrent+=("$s:$!")
+  done
+  mapfile -t scenarios < <(printf '%s\n' "${scenarios[@]}" | grep -vx -e sigstop_rank1 -e sigstop_rank0 -e dp_sigstop_in_sync -e tp_sigstop_peer)
+fi
+
 HANG_S=60  # a launch still alive this long after the fault counts as a hang
 launch_pid="" log="" rows=() failures=0 mounts=() stopped=""
 cleanup() {
+  for c in "${concurrent[@]}"; do kill "${c#*:}" 2>/dev/null; done
   [[ -n $stopped ]] && kill -KILL "$stopped" 2>/dev/null
   [[ -n $launch_pid ]] && kill -KILL "$launch_pid" 2>/dev/null
   for m in "${mounts[@]}"; do umount "$m" 2>/dev/null; done
@@ -226,6 +240,16 @@ for s in "${scenarios[@]}"; do
   esac
 done
 
+for c in "${concurrent[@]}"; do
+  s=${c%%:*}
+  wait "${c#*:}"; crc=$?
+  mapfile -t got < <(grep -E "^$s |^  " "$out/$s.table")
+  ((${#got[@]})) && rows+=("${got[@]}")
+  if ((crc != 0)) || ! ((${#got[@]})); then
+    failures=$((failures + 1))
+    ((${#got[@]})) || row "$s" FAIL "exit $crc, no row: $(tail -3 "$out/$s.table" | tr '\n' ' ')"
+  fi
+done
 printf '%-18s %-5s %s\n' scenario result detail
 printf '%s\n' "${rows[@]}"
 exit $((failures > 0))
