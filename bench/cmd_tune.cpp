@@ -1,6 +1,7 @@
 // `pipebench tune JOB.toml --ranks N [--global-batch B | --num-microbatches M]
 //   [--bubble-target X] [--schedule S]... [--partition RULE]... [--run NAME]
 //   [--data-parallel D]... [--tensor-parallel T]... [--optimizer-sharding none|zero1]...
+//   [--grad-sync after_flush|after_chunk|overlap]...
 //   [--set k=v]... [--top K] [-o OUT.toml] [--confirm] [--verify] [--steps S]
 //   [--launcher L] [--results DIR]`
 // Seed 000's procedure (docs/tune.md): the planner's answer for every
@@ -70,7 +71,7 @@ struct TuneCmdOptions {
   std::string job_path;
   std::vector<std::string> overrides;
   TuneOptions tune;
-  std::vector<std::string> schedules, partitions, shardings, recompute, sequence_parallel;
+  std::vector<std::string> schedules, partitions, shardings, grad_syncs, recompute, sequence_parallel;
   int gpus = 0, gpus_per_node = 0;
   int top = 15;
   std::string format = "text";
@@ -86,6 +87,7 @@ std::string schedule_text(const TuneCandidate& c) {
   std::string s(to_string(c.schedule));
   if (any_virtual_stages(c.schedule)) s += fmt::format(" v{}", c.virtual_stages_per_rank);
   if (c.data_parallel > 1 && c.sharding != OptimizerSharding::none) s += fmt::format(" {}", to_string(c.sharding));
+  if (c.data_parallel > 1 && c.grad_sync != GradSync::after_flush) s += fmt::format(" {}", to_string(c.grad_sync));
   if (c.recompute != Recompute::none) s += c.recompute == Recompute::full ? " rc-full" : " rc-sel";
   if (c.tensor_parallel > 1 && c.sequence_parallel) s += " sp";
   return s;
@@ -196,15 +198,15 @@ void print_terms(const TuneResult& r, int top) {
   if (std::none_of(r.candidates.begin(), r.candidates.end(), [](const TuneCandidate& c) { return c.fits && c.terms; }))
     return;  // nothing fits: no table under the heading
   fmt::print("\n  the busiest rank's step by term (time model; docs/time-model.md):\n");
-  fmt::print("  {:>3} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7}\n", "#", "step", "compute", "tp comm",
-             "dp exposed", "optimizer", "bubble+wait", "pp sends", "MFU");
+  fmt::print("  {:>3} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7}\n", "#", "step", "compute", "tp comm",
+             "dp exposed", "dp hidden", "optimizer", "bubble+wait", "pp sends", "MFU");
   int shown = 0;
   for (const auto& c : r.candidates) {
     if (!c.fits || !c.terms || shown == top) continue;
     const TuneCandidate::Terms& t = *c.terms;
-    fmt::print("  {:>3} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>6.1f}%\n", ++shown, format_seconds(c.step_time_s),
-               format_seconds(t.compute_s), format_seconds(t.tp_comm_s), format_seconds(t.dp_exposed_s),
-               format_seconds(t.optimizer_s), format_seconds(t.idle_s), format_seconds(t.pp_transfer_s), 100.0 * c.mfu);
+    fmt::print("  {:>3} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>6.1f}%\n", ++shown,
+               format_seconds(c.step_time_s), format_seconds(t.compute_s), format_seconds(t.tp_comm_s),
+               format_seconds(t.dp_exposed_s), format_seconds(t.dp_hidden_s), format_seconds(t.optimizer_s), format_seconds(t.idle_s), format_seconds(t.pp_transfer_s), 100.0 * c.mfu);
   }
 }
 
@@ -271,6 +273,13 @@ std::vector<ScheduleKind> parse_schedules(const std::vector<std::string>& names)
 std::vector<OptimizerSharding> parse_shardings(const std::vector<std::string>& names) {
   std::vector<OptimizerSharding> out;
   for (const auto& n : names) out.push_back(n == "zero1" ? OptimizerSharding::zero1 : OptimizerSharding::none);
+  return out;
+}
+
+std::vector<GradSync> parse_grad_syncs(const std::vector<std::string>& names) {
+  std::vector<GradSync> out;
+  for (const auto& n : names)
+    out.push_back(n == "overlap" ? GradSync::overlap : n == "after_chunk" ? GradSync::after_chunk : GradSync::after_flush);
   return out;
 }
 
@@ -393,6 +402,10 @@ void add_tune_options(CLI::App& app, TuneCmdOptions& o) {
       ->check(CLI::Range(1, kMaxTensorParallel));
   cmd->add_option("--optimizer-sharding", o.shardings, "optimizer sharding of layouts with replicas: none, zero1 (repeatable; default: the template run's)")
       ->check(CLI::IsMember({"none", "zero1"}));
+  cmd->add_option("--grad-sync", o.grad_syncs,
+                  "gradient synchronisations of layouts with replicas: after_flush, after_chunk, overlap (repeatable; "
+                  "default: the template run's and overlap)")
+      ->check(CLI::IsMember({"after_flush", "after_chunk", "overlap"}));
   cmd->add_option("--global-batch", o.tune.global_batch, "samples per step; num_microbatches = B / (d x micro_batch_size)")
       ->check(CLI::Range(1, INT_MAX));
   cmd->add_option("--num-microbatches", o.tune.num_microbatches, "micro-batches per step and replica, the same for every candidate")
@@ -428,6 +441,7 @@ int run_tune(TuneCmdOptions& o) {
   o.tune.schedules = parse_schedules(o.schedules);
   o.tune.partitions = parse_partitions(o.partitions);
   o.tune.shardings = parse_shardings(o.shardings);
+  o.tune.grad_syncs = parse_grad_syncs(o.grad_syncs);
   o.tune.recompute = parse_recompute(o.recompute);
   for (const auto& v : o.sequence_parallel) o.tune.sequence_parallel.push_back(v == "on");
   o.tune.progress = search_progress(started);

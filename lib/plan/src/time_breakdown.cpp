@@ -96,6 +96,7 @@ TimeBreakdown time_breakdown(const Job& job, const RunPlan& plan) {
     r.pp_transfer_s = m * sends * out.transfer_s;
     r.dp_sync_s = sp.grad_sync.sync_s();
     r.dp_exposed_s = sp.grad_sync.recorded_exposed_s();
+    r.dp_hidden_s = sp.grad_sync.hidden_s();
     r.optimizer_s = sp.optimizer_s;
     r.gather_s = sp.grad_sync.gather_s;
     r.busy_s = plan.simulated.busy.at(static_cast<std::size_t>(sp.stage));
@@ -171,7 +172,7 @@ void time_breakdown_json(JsonWriter& w, const TimeBreakdown& t) {
     pass_json(w, "weight_grad", r.weight_grad);
     pass_json(w, "recompute", r.recompute);
     w.field("tp_comm_s", r.tp_comm_s).field("pp_transfer_s", r.pp_transfer_s);
-    w.field("dp_sync_s", r.dp_sync_s).field("dp_exposed_s", r.dp_exposed_s);
+    w.field("dp_sync_s", r.dp_sync_s).field("dp_exposed_s", r.dp_exposed_s).field("dp_hidden_s", r.dp_hidden_s);
     w.field("optimizer_s", r.optimizer_s).field("gather_s", r.gather_s).field("busy_s", r.busy_s);
     w.end_object();
   }

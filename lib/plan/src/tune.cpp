@@ -28,6 +28,7 @@ RunSpec TuneCandidate::run(const RunSpec& like, std::string name) const {
   r.pipeline_size = pipeline_size;
   r.data_parallel = data_parallel;
   r.optimizer_sharding = data_parallel > 1 ? sharding : OptimizerSharding::none;
+  if (data_parallel > 1) r.grad_sync = grad_sync;
   r.tensor_parallel = tensor_parallel;
   r.sequence_parallel = tensor_parallel > 1 && sequence_parallel;
   r.recompute = recompute;
@@ -66,7 +67,8 @@ const TuneCandidate* TuneResult::smallest_fitting() const {
 namespace {
 
 // The template gives the schedule, partition rule, recomputation, mode,
-// grad_sync, rank_order and (unless --optimizer-sharding) the sharding; its
+// rank_order and (unless --optimizer-sharding, --grad-sync) the sharding and
+// the first gradient synchronisation tried; its
 // own pipeline_size and data_parallel are what tune searches.
 const RunSpec& pick_template(const Job& job, const std::string& name) {
   if (!name.empty()) {
@@ -374,6 +376,7 @@ class CandidateSearch {
     t.tp_comm_s = busiest->tp_comm_s;
     t.pp_transfer_s = busiest->pp_transfer_s;
     t.dp_exposed_s = busiest->dp_exposed_s;
+    t.dp_hidden_s = busiest->dp_hidden_s;
     t.optimizer_s = busiest->optimizer_s;
     t.idle_s = std::max(0.0, b.iteration_s - busiest->busy_s - t.dp_exposed_s - t.optimizer_s);
     c_.terms = t;
@@ -431,6 +434,7 @@ TuneCandidate evaluate(const Job& job, const RunSpec& like, const TuneOptions& o
     if (const auto it = unsharded_misses.find(key); it != unsharded_misses.end()) {
       TuneCandidate e = it->second;
       e.data_parallel = c.data_parallel;
+      e.grad_sync = c.grad_sync;
       return e;
     }
   TuneCandidate e = CandidateSearch(job, like, options, c, cache).evaluate();
@@ -506,6 +510,7 @@ TuneCandidate at_global_batch(const Job& job, const RunSpec& like, const TuneRes
   fresh.data_parallel = c.data_parallel;
   fresh.tensor_parallel = c.tensor_parallel;
   fresh.sharding = c.sharding;
+  fresh.grad_sync = c.grad_sync;
   fresh.schedule = c.schedule;
   fresh.virtual_stages_per_rank = c.virtual_stages_per_rank;
   fresh.partition = c.partition;
@@ -635,6 +640,11 @@ std::vector<TuneCandidate> search_space(const Job& job, const RunSpec& like, con
   }
   std::vector<OptimizerSharding> shardings = options.shardings;
   if (shardings.empty()) shardings.push_back(like.optimizer_sharding);
+  std::vector<GradSync> syncs = options.grad_syncs;
+  if (syncs.empty()) {
+    syncs.push_back(like.grad_sync);
+    if (like.grad_sync != GradSync::overlap) syncs.push_back(GradSync::overlap);
+  }
   const bool inference = like.mode == RunMode::inference;
   std::vector<Recompute> recomputes = options.recompute;
   if (recomputes.empty() || inference) recomputes = {inference ? Recompute::none : like.recompute};
@@ -650,6 +660,7 @@ std::vector<TuneCandidate> search_space(const Job& job, const RunSpec& like, con
     for (int p = 1; p <= std::min(options.max_ranks / t, job.model.layers); ++p)
       for (int d : replica_counts(options, p * t, inference))
         for (OptimizerSharding sharding : d > 1 ? shardings : std::vector<OptimizerSharding>{OptimizerSharding::none})
+          for (GradSync sync : d > 1 && !inference ? syncs : std::vector<GradSync>{like.grad_sync})
           for (ScheduleKind kind : inference ? std::vector<ScheduleKind>{like.schedule} : schedules)
             for (int v : chunks(kind))
               for (Remainder rule : partitions)
@@ -662,6 +673,7 @@ std::vector<TuneCandidate> search_space(const Job& job, const RunSpec& like, con
                     c.data_parallel = d;
                     c.tensor_parallel = t;
                     c.sharding = sharding;
+                    c.grad_sync = sync;
                     c.schedule = p == 1 && v > 1 ? ScheduleKind::one_f_one_b : kind;
                     c.virtual_stages_per_rank = p == 1 ? 1 : v;
                     c.partition = rule;

@@ -21,6 +21,7 @@ std::string candidate_label(const TuneCandidate& c) {
   if (c.virtual_stages_per_rank > 1 && any_virtual_stages(c.schedule))
     s += fmt::format(" (v = {})", c.virtual_stages_per_rank);
   if (c.data_parallel > 1 && c.sharding != OptimizerSharding::none) s += fmt::format(", {}", to_string(c.sharding));
+  if (c.data_parallel > 1 && c.grad_sync != GradSync::after_flush) s += fmt::format(", grad_sync {}", to_string(c.grad_sync));
   if (c.recompute != Recompute::none) s += fmt::format(", recompute {}", to_string(c.recompute));
   if (c.tensor_parallel > 1 && c.sequence_parallel) s += ", sequence parallel";
   return s;
@@ -55,6 +56,7 @@ std::string run_name(const char* role, const TuneCandidate& c) {
   if (c.data_parallel > 1) n += fmt::format("_dp{}", c.data_parallel);
   if (c.tensor_parallel > 1) n += fmt::format("_tp{}", c.tensor_parallel);
   if (c.data_parallel > 1 && c.sharding != OptimizerSharding::none) n += "_" + std::string(to_string(c.sharding));
+  if (c.data_parallel > 1 && c.grad_sync != GradSync::after_flush) n += "_" + std::string(to_string(c.grad_sync));
   if (c.pipeline_size > 1) n += "_" + std::string(to_string(c.schedule));
   return n;
 }
@@ -152,7 +154,8 @@ void candidate_json(JsonWriter& w, const TuneCandidate& c) {
   w.begin_object();
   w.field("pipeline_size", c.pipeline_size).field("data_parallel", c.data_parallel);
   w.field("tensor_parallel", c.tensor_parallel).field("ranks", c.ranks());
-  w.field("optimizer_sharding", to_string(c.sharding)).field("schedule", to_string(c.schedule));
+  w.field("optimizer_sharding", to_string(c.sharding)).field("grad_sync", to_string(c.grad_sync));
+  w.field("schedule", to_string(c.schedule));
   w.field("virtual_stages_per_rank", c.virtual_stages_per_rank).field("partition", to_string(c.partition));
   w.field("recompute", to_string(c.recompute)).field("sequence_parallel", c.tensor_parallel > 1 && c.sequence_parallel);
   w.field("fits", c.fits).field("memory_margin", c.margin).field("why_not", c.why_not);
@@ -168,6 +171,7 @@ void candidate_json(JsonWriter& w, const TuneCandidate& c) {
   if (c.terms) {
     w.begin_object().field("compute_s", c.terms->compute_s).field("tp_comm_s", c.terms->tp_comm_s);
     w.field("pp_transfer_s", c.terms->pp_transfer_s).field("dp_exposed_s", c.terms->dp_exposed_s);
+    w.field("dp_hidden_s", c.terms->dp_hidden_s);
     w.field("optimizer_s", c.terms->optimizer_s).field("idle_s", c.terms->idle_s).field("mfu", c.mfu).end_object();
   } else {
     w.null();

@@ -58,6 +58,13 @@ struct GradSyncPlan {
   // As the runtime records them (grad_sync_s, grad_sync_exposed_s).
   double sync_s() const { return end_s - launch_s + gather_s; }
   double recorded_exposed_s() const { return exposed_s + gather_s; }
+  // Of the reductions' ring time alone, what ran before the rank's last
+  // action ended: hidden behind its compute and the pipeline's waits.
+  double hidden_s() const {
+    double ring = 0.0;
+    for (const Reduce& r : reduce) ring += r.ring_s;
+    return std::max(0.0, ring - exposed_s);
+  }
 };
 
 // One rank's share of a run: its model chunks (one for most schedules; v for

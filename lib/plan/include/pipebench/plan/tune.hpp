@@ -42,6 +42,11 @@ struct TuneOptions {
   std::vector<int> data_parallel;
   // Tried for every layout with d > 1; empty: the template's.
   std::vector<OptimizerSharding> shardings;
+  // Gradient synchronisations tried for every layout with d > 1 (training);
+  // empty: the template's and, where it is another, "overlap" (issue 68:
+  // what Megatron, DDP and FSDP run; a layout with many replicas ranked on
+  // its synchronisation after the flush is ranked on time those hide).
+  std::vector<GradSync> grad_syncs;
   // The tensor-parallel degrees tried; empty: the template's, and with
   // device.ranks_per_node set every t up to it that the model allows
   // (tensor_degrees). The template's sequence_parallel goes with t > 1.
@@ -78,9 +83,10 @@ struct TuneOptions {
 
 struct TuneCandidate {
   int pipeline_size = 1;
-  int data_parallel = 1;                // replicas (the template's grad_sync, rank_order)
+  int data_parallel = 1;                // replicas (the template's rank_order)
   int tensor_parallel = 1;              // tensor ranks per stage (the template's sequence_parallel)
   OptimizerSharding sharding = OptimizerSharding::none;  // none where d = 1
+  GradSync grad_sync = GradSync::after_flush;           // d > 1: how the gradients are synchronised
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int virtual_stages_per_rank = 1;
   Remainder partition = Remainder::first;
@@ -125,6 +131,7 @@ struct TuneCandidate {
     double tp_comm_s = 0.0;      // tensor-parallel collectives
     double pp_transfer_s = 0.0;  // its pipeline sends (overlapped with others' work; for scale)
     double dp_exposed_s = 0.0;   // the exposed gradient synchronisation (ZeRO-1's all-gather too)
+    double dp_hidden_s = 0.0;    // the reductions' ring time hidden behind the rank's compute and waits
     double optimizer_s = 0.0;
     double idle_s = 0.0;         // the rest of the step: bubble and waits
   };
