@@ -1,6 +1,7 @@
 // The reproducibility comparison (report/compare.hpp): reads the files,
 // pairs runs by name and judges every check. Rendering is compare_render.cpp.
 #include "pipebench/report/compare.hpp"
+#include "pipebench/results/robust_stats.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -28,7 +29,6 @@ using report_detail::counted_steps;
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 

@@ -80,7 +80,9 @@ std::optional<FileStamp> stamp_of(const std::string& path) {
   return s;
 }
 
-namespace {
+// Named (not anonymous): HistoryIndex::Match holds a Statement, and a type
+// with external linkage may not hold one from an anonymous namespace.
+namespace index_sql {
 
 // The connection and the few statements it runs; every failure an
 // IndexError with SQLite's message.
@@ -148,7 +150,8 @@ class Statement {
   sqlite3_stmt* st_ = nullptr;
 };
 
-}  // namespace
+}  // namespace index_sql
+using namespace index_sql;
 
 struct HistoryIndex::Db {
   sqlite3* db = nullptr;

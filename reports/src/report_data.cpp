@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "pipebench/core/clock.hpp"
+#include "pipebench/results/robust_stats.hpp"
 #include "pipebench/core/config.hpp"
 #include "pipebench/core/posix.hpp"
 #include "pipebench/core/sha256.hpp"
@@ -40,7 +41,6 @@ using report_detail::job_name;
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // NAME.h5, and NAME.h5.partial: the checkpoint a killed launch leaves
 // (results.hpp, ResultsWriter), read as it is and shown as incomplete.

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "pipebench/core/units.hpp"
+#include "pipebench/results/robust_stats.hpp"
 #include "pipebench/core/workload_identity.hpp"
 #include "pipebench/report/report.hpp"
 #include "pipebench/results/metrics.hpp"
@@ -21,7 +22,6 @@ namespace pipebench::report_detail {
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // The judged (last) point against all earlier ones: Mann-Whitney U on the
 // counted step times, significant when p < alpha and the median moved by

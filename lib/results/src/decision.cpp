@@ -15,7 +15,6 @@
 namespace pipebench {
 
 namespace {
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 }  // namespace
 
 namespace {

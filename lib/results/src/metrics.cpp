@@ -17,7 +17,6 @@
 namespace pipebench {
 
 namespace {
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 double median_of(std::vector<double> v) {
   if (v.empty()) return kNaN;

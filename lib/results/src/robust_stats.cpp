@@ -12,7 +12,6 @@ namespace {
 
 constexpr double kZ95 = 1.959963984540054;
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 double median_sorted(const std::vector<double>& v) {
   const std::size_t n = v.size();

@@ -10,7 +10,7 @@ namespace pipebench {
 
 namespace {
 
-constexpr const char* kWho = "nccl data-parallel group";
+constexpr const char* kDataGroupWho = "nccl data-parallel group";
 
 class NcclAllReduce final : public DeviceAllReduce {
  public:
@@ -19,8 +19,8 @@ class NcclAllReduce final : public DeviceAllReduce {
     if (comm.replica() == 0) nccl_check(nccl().get_unique_id(&id), "ncclGetUniqueId");
     PIPEBENCH_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm.data()));
     nccl_check(nccl().comm_init_rank(&comm_, comm.replicas(), id, comm.replica()), "ncclCommInitRank (data-parallel group)");
-    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), kWho, "cudaStreamCreate");
-    cuda_check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), kWho, "cudaEventCreate");
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), kDataGroupWho, "cudaStreamCreate");
+    cuda_check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), kDataGroupWho, "cudaEventCreate");
   }
 
   ~NcclAllReduce() override { release(false); }
@@ -29,14 +29,14 @@ class NcclAllReduce final : public DeviceAllReduce {
   // synchronised its stream after the chunk's last backward.
   void post(float* data, std::size_t count) override {
     nccl_check(nccl().all_reduce(data, data, count, ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce");
-    cuda_check(cudaEventRecord(done_, stream_), kWho, "cudaEventRecord");
+    cuda_check(cudaEventRecord(done_, stream_), kDataGroupWho, "cudaEventRecord");
     posted_ = true;
   }
 
   bool done() override {
     if (!posted_) return true;
     if (!nccl_event_passed(done_, comm_, "the gradient all-reduce of the data-parallel group")) return false;
-    cuda_check(cudaEventQuery(done_), kWho, "a gradient all-reduce");
+    cuda_check(cudaEventQuery(done_), kDataGroupWho, "a gradient all-reduce");
     return true;
   }
 

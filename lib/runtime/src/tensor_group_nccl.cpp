@@ -14,7 +14,7 @@ namespace pipebench {
 
 namespace {
 
-constexpr const char* kWho = "nccl tensor-parallel group";
+constexpr const char* kTensorGroupWho = "nccl tensor-parallel group";
 
 class NcclTensorGroupImpl final : public NcclTensorGroup {
  public:
@@ -56,7 +56,7 @@ class NcclTensorGroupImpl final : public NcclTensorGroup {
     double s = 0.0;
     for (std::size_t i = 0; i < used_; ++i) {
       float ms = 0.0f;
-      cuda_check(cudaEventElapsedTime(&ms, timers_[i].first, timers_[i].second), kWho, "cudaEventElapsedTime");
+      cuda_check(cudaEventElapsedTime(&ms, timers_[i].first, timers_[i].second), kTensorGroupWho, "cudaEventElapsedTime");
       s += static_cast<double>(ms) * 1e-3;
     }
     used_ = 0;
@@ -79,16 +79,16 @@ class NcclTensorGroupImpl final : public NcclTensorGroup {
     if (!comm_) throw Error("the tensor-parallel group's NCCL communicator was abandoned after a failure");
     auto* st = static_cast<cudaStream_t>(stream);
     const std::pair<cudaEvent_t, cudaEvent_t>& timer = next_timer();
-    cuda_check(cudaEventRecord(timer.first, st), kWho, "cudaEventRecord");
+    cuda_check(cudaEventRecord(timer.first, st), kTensorGroupWho, "cudaEventRecord");
     call(st);
-    cuda_check(cudaEventRecord(timer.second, st), kWho, "cudaEventRecord");
+    cuda_check(cudaEventRecord(timer.second, st), kTensorGroupWho, "cudaEventRecord");
   }
 
   const std::pair<cudaEvent_t, cudaEvent_t>& next_timer() {
     if (used_ == timers_.size()) {
       std::pair<cudaEvent_t, cudaEvent_t> t{nullptr, nullptr};
-      cuda_check(cudaEventCreate(&t.first), kWho, "cudaEventCreate");
-      cuda_check(cudaEventCreate(&t.second), kWho, "cudaEventCreate");
+      cuda_check(cudaEventCreate(&t.first), kTensorGroupWho, "cudaEventCreate");
+      cuda_check(cudaEventCreate(&t.second), kTensorGroupWho, "cudaEventCreate");
       timers_.push_back(t);
     }
     return timers_[used_++];

@@ -5,9 +5,13 @@
 // single outlying step.
 #pragma once
 
+#include <limits>
 #include <vector>
 
 namespace pipebench {
+
+// An undefined figure (a statistic without enough samples, a missing value).
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // An estimate and its two-sided confidence interval (NaN when undefined;
 // -inf/+inf when the sample is too small to bound that side).
