@@ -169,7 +169,7 @@ TEST_CASE("tune: ZeRO-1 lets replicas fit; the layout uses every rank and is wri
   const RunSpec& chosen = written.runs.front();
   CHECK(chosen.data_parallel == r.best()->data_parallel);
   CHECK(chosen.optimizer_sharding == OptimizerSharding::zero1);
-  CHECK(chosen.name == fmt::format("tuned_pp{}_dp{}_zero1_1f1b", r.best()->pipeline_size, r.best()->data_parallel));
+  CHECK(chosen.name == fmt::format("tuned_pp{}_dp{}_zero1_overlap_1f1b", r.best()->pipeline_size, r.best()->data_parallel));
   CHECK(chosen.global_batch() == r.best()->data_parallel * r.best()->micro_batch_size * r.best()->num_microbatches);
   for (const auto& run : written.runs) CHECK(run.global_batch() == chosen.global_batch());
 }
@@ -752,4 +752,63 @@ num_microbatches = 4
     }
   }
   CHECK(checked > 20);
+}
+
+// Issue 68: layouts with replicas are tried with the template's grad_sync and
+// "overlap" beside it; each is its own candidate (not merged with the other),
+// overlap hides what the template's exposes (the terms say how much), and
+// --grad-sync narrows the search. 210M parameters: 5 of Megatron's
+// default buckets (40M parameters each), the first launched early in the
+// last backward.
+TEST_CASE("tune: layouts with replicas try grad_sync overlap beside the template's", "[tune]") {
+  const Job job = parse_job(R"(schema = 1
+[job]
+name = "t"
+[model]
+hidden = 1024
+layers = 16
+heads = 16
+seq_len = 512
+vocab = 8192
+[device]
+backend = "sim"
+preset = "h100-80gb"
+[[run]]
+name = "dp"
+pipeline_size = 1
+data_parallel = 4
+num_microbatches = 4
+)",
+                            "t.toml");
+  TuneOptions o;
+  o.max_ranks = 4;
+  o.data_parallel = {4};
+  o.global_batch = 64;
+  const TuneResult r = tune(job, o);
+  const auto with = [&](GradSync s) {
+    const TuneCandidate* found = nullptr;
+    for (const auto& c : r.candidates)
+      if (c.fits && c.pipeline_size == 1 && c.data_parallel == 4 && c.grad_sync == s) found = &c;
+    return found;
+  };
+  const TuneCandidate* flush = with(GradSync::after_flush);
+  const TuneCandidate* overlap = with(GradSync::overlap);
+  REQUIRE(flush);
+  REQUIRE(overlap);
+  REQUIRE(flush->terms);
+  REQUIRE(overlap->terms);
+  CHECK(flush->terms->dp_hidden_s < 1e-12);  // after the flush: nothing under the compute (but rounding)
+  CHECK(overlap->terms->dp_hidden_s > 0.0);
+  CHECK(overlap->grad_sync_exposed_s < flush->grad_sync_exposed_s);
+  CHECK(overlap->step_time_s < flush->step_time_s);
+  REQUIRE(r.best());
+  CHECK(r.best()->grad_sync == GradSync::overlap);
+  const TunedWorkload w = tuned_workload(job, r);
+  CHECK_THAT(w.toml, Catch::Contains("name = \"tuned_pp1_dp4_overlap\"") && Catch::Contains("grad_sync = \"overlap\""));
+  CHECK(parse_job(w.toml, "tuned.toml").find_run("tuned_pp1_dp4_overlap")->grad_sync == GradSync::overlap);
+  CHECK_THAT(format_tune_json(job, r, w, "tuned.toml"), Catch::Contains("\"grad_sync\": \"overlap\""));
+
+  o.grad_syncs = {GradSync::after_flush};
+  for (const auto& c : tune(job, o).candidates)
+    if (c.data_parallel > 1) CHECK(c.grad_sync == GradSync::after_flush);
 }

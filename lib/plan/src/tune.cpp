@@ -699,7 +699,7 @@ TuneResult tune(const Job& job, const TuneOptions& options) {
   FitCache cache;
   std::map<MissKey, TuneCandidate> unsharded_misses;
   // Two rules giving the same split are one candidate (the first rule's).
-  std::set<std::tuple<int, int, int, int, int, int, bool, int, int, std::vector<int>>> seen;
+  std::set<std::tuple<int, int, int, int, int, int, int, bool, int, int, std::vector<int>>> seen;
   const std::vector<TuneCandidate> space = search_space(job, like, options);
   result.searched = space.size();
   // Judged one schedule group (kind, p, v) at a time, each group's candidates
@@ -724,7 +724,7 @@ TuneResult tune(const Job& job, const TuneOptions& options) {
   for (TuneCandidate& e : judged_in_order) {
     if (!e.layers_per_stage.empty() &&
         !seen.emplace(e.pipeline_size, e.data_parallel, e.tensor_parallel, static_cast<int>(e.sharding),
-                      static_cast<int>(e.schedule), e.virtual_stages_per_rank, e.sequence_parallel,
+                      static_cast<int>(e.grad_sync), static_cast<int>(e.schedule), e.virtual_stages_per_rank, e.sequence_parallel,
                       static_cast<int>(e.recompute), e.num_microbatches, e.layers_per_stage)
              .second)
       continue;
