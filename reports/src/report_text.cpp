@@ -101,6 +101,7 @@ void grad_sync_record(JsonWriter& w, const RunResult& r) {
   }
   const GradSyncSummary g = grad_sync_summary(r);
   w.begin_object().field("sync_median_s", g.sync_s).field("exposed_median_s", g.exposed_s);
+  w.field("exposed_reduce_median_s", g.exposed_reduce_s).field("exposed_gather_median_s", g.exposed_gather_s);
   w.field("bus_bandwidth_bytes_per_s", g.bus_bandwidth).end_object();
 }
 

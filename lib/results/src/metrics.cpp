@@ -1,6 +1,7 @@
 #include "pipebench/results/metrics.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -100,9 +101,35 @@ double tensor_comm_median_s(const RunResult& r) {
   return most;
 }
 
+namespace {
+
+// Per rank, the largest median over counted steps of the exposed parts of its
+// reductions ([0]) and of its parameter all-gathers ([1]); NaN without records.
+std::array<double, 2> exposed_by_kind(const RunResult& r) {
+  if (r.grad_buckets.empty()) return {kNaN, kNaN};
+  const std::size_t ranks = r.peak_mem_bytes.size(), steps = r.is_warmup.size();
+  // [kind][step][rank]: the step's sum.
+  std::array<std::vector<std::vector<double>>, 2> sums;
+  for (auto& s : sums) s.assign(steps, std::vector<double>(ranks, 0.0));
+  for (const BucketRecord& b : r.grad_buckets) {
+    const auto step = static_cast<std::size_t>(b.step), rank = static_cast<std::size_t>(b.rank);
+    if (step >= steps || rank >= ranks) continue;
+    sums[b.kind == static_cast<int>(parallel::Collective::all_gather) ? 1 : 0][step][rank] += b.exposed_s;
+  }
+  std::array<double, 2> most{0.0, 0.0};
+  for (std::size_t k = 0; k < 2; ++k)
+    for (std::size_t i = 0; i < ranks; ++i) most[k] = std::max(most[k], counted_median(sums[k], r.is_warmup, i));
+  return most;
+}
+
+}  // namespace
+
 GradSyncSummary grad_sync_summary(const RunResult& r) {
-  GradSyncSummary g{kNaN, kNaN, kNaN};
+  GradSyncSummary g{kNaN, kNaN, kNaN, kNaN, kNaN};
   if (r.grad_sync_s.empty()) return g;
+  const auto by_kind = exposed_by_kind(r);
+  g.exposed_reduce_s = by_kind[0];
+  g.exposed_gather_s = by_kind[1];
   for (std::size_t i = 0; i < r.peak_mem_bytes.size(); ++i) {
     const double e = counted_median(r.grad_sync_exposed_s, r.is_warmup, i);
     if (!(g.exposed_s >= e)) g.exposed_s = e;

@@ -60,8 +60,14 @@ double counted_median(const std::vector<std::vector<double>>& rows, const std::v
 // the largest per-rank median over counted steps of grad_sync_s and of
 // grad_sync_exposed_s, and the bus bandwidth (nccl-tests' busbw, bytes/s) of
 // the rank with that largest time. All NaN without replicas.
+// The exposed part split by what the rank waited for (issue 68), from the
+// per-collective records (grad_buckets/: their exposed parts sum to
+// grad_sync_exposed_s): the largest per-rank median over counted steps of
+// the gradient reductions' part (all-reduce, reduce-scatter) and of ZeRO-1's
+// parameter all-gathers' part; NaN in files without those records.
 struct GradSyncSummary {
   double sync_s, exposed_s, bus_bandwidth;
+  double exposed_reduce_s, exposed_gather_s;
 };
 GradSyncSummary grad_sync_summary(const RunResult& r);
 // Tensor parallelism: the slowest rank's median time per step in its

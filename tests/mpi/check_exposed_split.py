@@ -1,0 +1,32 @@
+#!/usr/bin/env python3
+"""summary.json's exposed data-parallel synchronisation split by what the ranks
+waited for (issue 68): without ZeRO-1 all of it is the gradient reductions'
+(the all-gather part 0, the reduction part the whole exposed median, within
+0.2 ms: the records' parts and the step's figure are timed by separate polls,
+check_bucket_launch.py); with
+ZeRO-1 the parameter all-gathers after the optimizer are exposed (> 0).
+    check_exposed_split.py SUMMARY.json"""
+import json
+import math
+import sys
+
+runs = json.load(open(sys.argv[1]))["runs"]
+checked, failed = 0, []
+for r in runs:
+    g = r["metrics"].get("grad_sync") if r.get("metrics") else None
+    if not g or r.get("status") != "ok":
+        continue
+    red, gat, exp = g["exposed_reduce_median_s"], g["exposed_gather_median_s"], g["exposed_median_s"]
+    name = r["run"]
+    if red is None or gat is None:
+        failed.append(f"{name}: no split ({red}, {gat})")
+    elif "zero1" in name:
+        if not gat > 0:
+            failed.append(f"{name}: ZeRO-1's all-gather part {gat} (expected > 0)")
+    elif gat != 0 or not math.isclose(red, exp, rel_tol=0, abs_tol=2e-4):
+        failed.append(f"{name}: reduce {red} gather {gat}, exposed {exp}")
+    checked += 1
+print(f"{checked} run(s) with replicas checked")
+for f in failed:
+    print("FAIL", f)
+sys.exit(1 if failed or checked == 0 else 0)
