@@ -9,7 +9,12 @@
 //   - a build that runs out of memory after the run's NCCL communicators
 //     exist (the pipeline's and its pair's, the data-parallel group's, the
 //     tensor group's) aborts them on every rank, never destroys them (item 2:
-//     ncclCommDestroy waits for peers that have gone).
+//     ncclCommDestroy waits for peers that have gone);
+//   - the data group's gradient all-reduce follows the backend's stream on
+//     the device, not the host (issue 68: grad_sync = "overlap" posts a
+//     bucket while the rest of the backward is still enqueued): an event
+//     recorded on the producer stream and waited on by the NCCL stream
+//     before each ncclAllReduce, and none without a producer.
 // Usage: mpirun -np 2 fake_device_failure_paths FAKE_NCCL_LIBRARY
 #include <dlfcn.h>
 
@@ -28,6 +33,7 @@
 #include "pipebench/core/error.hpp"
 #include "pipebench/parallel/rank_grid.hpp"
 #include "pipebench/plan/plan.hpp"
+#include "pipebench/runtime/data_group_nccl.hpp"
 #include "pipebench/runtime/executor.hpp"
 #include "pipebench/runtime/mpi_comm.hpp"
 #include "pipebench/runtime/tensor_group_mpi.hpp"
@@ -93,6 +99,30 @@ void device_buffer_gives_back_what_it_took() {
   }
   EXPECT(threw);
   EXPECT(tracker.current_total() == 0);
+}
+
+// The data group's all-reduce after the producer's kernels, on the device.
+void all_reduce_follows_the_producer_stream() {
+  RunComm rc(MPI_COMM_WORLD, parallel::RankGrid({1, 2, 1}, RankOrder::tp_dp_pp, 2));  // 2 replicas of one stage
+  fake_cuda::State& cuda = fake_cuda::state();
+  const std::size_t start = nccl_trace().size();
+  {
+    const auto group = make_nccl_all_reduce(rc);
+    float grads[8] = {};
+    void* producer = &grads[7];  // a token: the fake runtime only compares it
+    cuda.waits.clear();
+    group->post(grads, 4, producer);
+    EXPECT(cuda.waits.size() == 1);
+    EXPECT(!cuda.waits.empty() && cuda.waits.back().second == producer && cuda.waits.back().first != producer);
+    group->post(grads + 4, 4, producer);  // the next bucket waits on the producer's work by then
+    EXPECT(cuda.waits.size() == 2);
+    group->post(grads, 8, nullptr);  // no producer: no wait
+    EXPECT(cuda.waits.size() == 2);
+    EXPECT(group->done());
+  }
+  EXPECT(nccl_trace().substr(start) == "iAAAd");  // made, three reductions, destroyed
+  EXPECT(cuda.streams == 0);
+  EXPECT(cuda.events == 0);
 }
 
 // Three runs on both ranks, each holding NCCL communicators before its
@@ -191,6 +221,7 @@ int main(int argc, char** argv) {
   setenv("PIPEBENCH_NCCL_LIBRARY", argv[1], 1);
   try {
     device_buffer_gives_back_what_it_took();
+    all_reduce_follows_the_producer_stream();
     const Job job = parse_job(kJob, "fake_device_failure_paths");
     const JobPlan plan = plan_job(job);
     for (const RunPlan& rp : plan.runs) out_of_memory_build_aborts_the_communicators(job, rp);

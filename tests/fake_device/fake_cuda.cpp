@@ -78,7 +78,14 @@ cudaError_t __wrap_cudaEventCreateWithFlags(cudaEvent_t* ev, unsigned int) {
   ++fake_cuda::state().events;
   return cudaSuccess;
 }
-cudaError_t __wrap_cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+cudaError_t __wrap_cudaEventRecord(cudaEvent_t ev, cudaStream_t st) {
+  fake_cuda::state().recorded_on[ev] = st;
+  return cudaSuccess;
+}
+cudaError_t __wrap_cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t ev, unsigned int) {
+  fake_cuda::state().waits.emplace_back(st, fake_cuda::state().recorded_on[ev]);
+  return cudaSuccess;
+}
 cudaError_t __wrap_cudaEventQuery(cudaEvent_t) { return cudaSuccess; }  // the work before it is done
 cudaError_t __wrap_cudaEventDestroy(cudaEvent_t ev) {
   drop(ev);

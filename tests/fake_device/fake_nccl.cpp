@@ -6,7 +6,7 @@
 //
 // fake_nccl_trace(): the calls so far, one letter each, in order: i
 // ncclCommInitRank, x ncclCommSplit, a ncclCommAbort, d ncclCommDestroy,
-// { ncclGroupStart, } ncclGroupEnd, s ncclSend, r ncclRecv, and ! for an
+// { ncclGroupStart, } ncclGroupEnd, s ncclSend, r ncclRecv, A ncclAllReduce, and ! for an
 // abort or destroy of a communicator already ended (or never made).
 #include <cstring>
 #include <string>
@@ -76,7 +76,7 @@ ncclResult_t ncclGroupEnd() { return call('}'); }
 ncclResult_t ncclSend(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) { return call('s'); }
 ncclResult_t ncclRecv(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) { return call('r'); }
 ncclResult_t ncclAllReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) {
-  return ncclSuccess;
+  return call('A');
 }
 ncclResult_t ncclAllGather(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) { return ncclSuccess; }
 ncclResult_t ncclReduceScatter(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) {

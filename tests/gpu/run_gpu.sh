@@ -15,7 +15,10 @@
 #   np4_nccl       4 ranks on 4 GPUs with NCCL, 1F1B and eager 1F1B on 4 stages: the grouped
 #                  transfers of the middle ranks (skipped with fewer than 4 GPUs)
 #   np2_nccl_dp    2 replicas of one stage on 2 GPUs: the gradients all-reduced over the data
-#                  group's NCCL communicator in device memory (skipped with fewer than 2 GPUs)
+#                  group's NCCL communicator in device memory, after the flush and (dp2_buckets)
+#                  bucket by bucket inside the last backward, bit for bit the same losses, the
+#                  first bucket launched inside that action (check_bucket_launch.py)
+#                  (skipped with fewer than 2 GPUs)
 #   np4_nccl_dp    2 stages x 2 replicas on 4 GPUs: each pipeline its own NCCL communicator, each
 #                  stage's data group its own, the reduction overlapped (skipped with fewer than 4 GPUs)
 #   np4_tp         tensor parallelism (issue 37) on GPU 0, the layers' sums host-staged over MPI:
@@ -74,8 +77,9 @@ case $mode in
       --run zb_h1 --run zb_v --run recompute -- RUNS=5 LOSS_REL=1e-4 ;;
   np2_nccl_dp)
     need_gpus 2 "2 replicas reducing over NCCL"
-    exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" "$outdir" 0 --run single --run dp2 -- \
-      RUNS=2 LOSS_REL=1e-4 ;;
+    exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" "$outdir" 0 --run single --run dp2 \
+      --run dp2_buckets -- RUNS=3 LOSS_REL=1e-4 SAME_LOSS=dp2_buckets:dp2 -- \
+      bash -c '/usr/bin/python3 "$1/check_bucket_launch.py" "$0" dp2_buckets' "$(dirname "$run_and_verify")" ;;
   np4_nccl_dp)
     need_gpus 4 "2 stages x 2 replicas over NCCL"
     exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 4 "$job" "$outdir" 0 --run single --run pp2_dp2_overlap -- \

@@ -21,13 +21,19 @@ class NcclAllReduce final : public DeviceAllReduce {
     nccl_check(nccl().comm_init_rank(&comm_, comm.replicas(), id, comm.replica()), "ncclCommInitRank (data-parallel group)");
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), kDataGroupWho, "cudaStreamCreate");
     cuda_check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), kDataGroupWho, "cudaEventCreate");
+    cuda_check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), kDataGroupWho, "cudaEventCreate");
   }
 
   ~NcclAllReduce() override { release(false); }
 
-  // The gradients are final when posted: the backend's gradients() has
-  // synchronised its stream after the chunk's last backward.
-  void post(float* data, std::size_t count) override {
+  // The gradients are final once the kernels enqueued on `after` so far
+  // have run: the group's stream waits for them there (an event recorded now
+  // and waited on at once, so one event serves every bucket), not the host.
+  void post(float* data, std::size_t count, void* after) override {
+    if (after) {
+      cuda_check(cudaEventRecord(ready_, static_cast<cudaStream_t>(after)), kDataGroupWho, "cudaEventRecord");
+      cuda_check(cudaStreamWaitEvent(stream_, ready_, 0), kDataGroupWho, "cudaStreamWaitEvent");
+    }
     nccl_check(nccl().all_reduce(data, data, count, ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce");
     cuda_check(cudaEventRecord(done_, stream_), kDataGroupWho, "cudaEventRecord");
     posted_ = true;
@@ -54,6 +60,8 @@ class NcclAllReduce final : public DeviceAllReduce {
     comm_ = nullptr;
     if (done_) cudaEventDestroy(done_);
     done_ = nullptr;
+    if (ready_) cudaEventDestroy(ready_);
+    ready_ = nullptr;
     if (stream_) cudaStreamDestroy(stream_);
     stream_ = nullptr;
     posted_ = false;
@@ -62,6 +70,7 @@ class NcclAllReduce final : public DeviceAllReduce {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;  // after the latest posted reduction (the stream runs them in order)
+  cudaEvent_t ready_ = nullptr;  // the producer stream's work at a post
   bool posted_ = false;
 };
 

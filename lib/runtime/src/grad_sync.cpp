@@ -82,7 +82,7 @@ GradientSync::Bucket& GradientSync::post_real(int chunk, const FlatRegion& g, st
   b.logical_bytes = static_cast<std::uint64_t>(n) * sizeof(float);
   b.data = g.data + off;
   if (device_) {
-    device_->post(b.data, static_cast<std::size_t>(n));
+    device_->post(b.data, static_cast<std::size_t>(n), backend_.device_stream());
     return b;
   }
   if (!sharded_) {

@@ -608,7 +608,9 @@ FlatRegion CudaBackend::gradients(int ci) {
   if (!sync_grads_) return Backend::gradients(ci);  // no replicas: throws
   const Chunk& c = chunk(ci);
   if (host_grads_.empty()) {
-    cuda_check(cudaStreamSynchronize(stream_), kWho, "the gradients for the data-parallel reduction");
+    // In device memory: NCCL's stream follows this one's kernels (DeviceAllReduce::post's
+    // `after`, device_stream()), so the host does not wait — a bucket may be posted inside the
+    // backward that writes the rest of these gradients.
     return {reinterpret_cast<float*>(grads_.data()) + c.grad_begin, static_cast<std::size_t>(c.grad_count),
             static_cast<std::uint64_t>(c.grad_count) * 4};
   }

@@ -60,6 +60,7 @@ void CudaBackend::backward_pieces(Chunk& c, int ci, int mb, Pass pass, std::byte
       else dx = (dy == ping) ? pong : ping;
     }
     backward_piece(c, p, mb, dy, dx, pass, stash ? stash + offset * e_ : nullptr);
+    if (pass == Pass::full) piece_final(ci, c, p, static_cast<int>(c.pieces.size() - k));
     dy = dx;
   }
 }
@@ -72,10 +73,16 @@ void CudaBackend::weight_grad(int /*step*/, int mb, int ci) {
   if (!stash) throw Error(fmt::format("cuda backend: W of micro-batch {} (chunk {}) without its B", mb, ci));
   if (c.embedding()) upload_embedding_order(mb);
   start_action();
+  // From the last piece, as B runs them, so that grad_sync = "overlap"'s
+  // buckets (the head's first) launch as their layers finish; each piece's
+  // weight gradients are its own, so the order changes no value.
   std::int64_t offset = 0;
-  for (const Piece& p : c.pieces) {
+  for (const Piece& p : c.pieces) offset += stash_elements(p);
+  for (std::size_t k = c.pieces.size(); k-- > 0;) {
+    const Piece& p = c.pieces[k];
+    offset -= stash_elements(p);
     backward_piece(c, p, mb, nullptr, nullptr, Pass::weight, stash + offset * e_);
-    offset += stash_elements(p);
+    piece_final(ci, c, p, static_cast<int>(c.pieces.size() - k));
   }
   backward_done(c);
   finish_action();

@@ -7,6 +7,8 @@
 // backend's backend_cpu_tensor.cpp is the reference; unlike it, the partial
 // products are summed in fp32 whatever the storage dtype (and only then
 // rounded), and at t = 1 every helper launches exactly the unsplit layers.
+#include <utility>
+
 #include <cstring>
 
 #include <cuda_runtime.h>
@@ -126,9 +128,22 @@ void CudaBackend::column_input_grad(const void* W, const void* d, void* dst, int
 // of the chunk is queued, their sums over the group.
 void CudaBackend::backward_done(Chunk& c) {
   if (!sequence_parallel() || ++c.backwards_done < spec_.num_microbatches) return;
-  for (const Piece& p : c.pieces)
-    for (std::size_t t = 0; t < p.tensors.size(); ++t)
-      if (p.tensors[t].sequence_partial) tp_sum(g(p, t), p.tensors[t].size);
+  if (std::exchange(c.partials_summed, false)) return;  // piece by piece already (piece_final)
+  for (const Piece& p : c.pieces) sum_sequence_partials(p);
+}
+
+void CudaBackend::sum_sequence_partials(const Piece& p) {
+  for (std::size_t t = 0; t < p.tensors.size(); ++t)
+    if (p.tensors[t].sequence_partial) tp_sum(g(p, t), p.tensors[t].size);
+}
+
+void CudaBackend::piece_final(int ci, Chunk& c, const Piece& p, int done) {
+  if (!hook_ || ci != hook_chunk_) return;
+  if (sequence_parallel()) {
+    sum_sequence_partials(p);
+    c.partials_summed = true;
+  }
+  hook_(done);
 }
 
 void CudaBackend::head_loss(void* logits, const std::int32_t* targets) {

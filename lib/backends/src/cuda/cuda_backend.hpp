@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,16 @@ class CudaBackend final : public Backend {
   std::int64_t built_params() const override { return num_params_; }
   void set_tensor_group(TensorGroup* group) override { tensor_ = group; }
   void set_device_tensor_group(DeviceTensorGroup* group) override { device_tensor_ = group; }
+  // grad_sync = "overlap" over NCCL (gradients in device memory): the hook
+  // is called after each piece's final gradient kernels are enqueued, and
+  // the buckets' all-reduces follow them on the NCCL stream (device_stream).
+  // Host-staged gradients (ranks sharing a GPU) are copied whole after the
+  // action: no hook there, the buckets are posted at the action's end.
+  void set_gradient_hook(int chunk, std::function<void(int pieces)> on_final) override {
+    hook_chunk_ = chunk;
+    hook_ = host_grads_.empty() ? std::move(on_final) : nullptr;
+  }
+  void* device_stream() override { return stream_; }
   double take_tensor_comm_s() override;
   void begin_step(int step, double /*deadline_s*/) override {
     step_ = step;
@@ -92,6 +103,7 @@ class CudaBackend final : public Backend {
     bool checkpointed = false;
     std::vector<std::uint64_t> kept_offsets;  // StageLayout::kept_offsets
     int backwards_done = 0;  // the step's backwards finished so far (B, or W with a split backward)
+    bool partials_summed = false;  // sequence parallelism: piece by piece already (piece_final)
     bool embedding() const { return pieces.front().kind == PieceKind::embedding; }
     bool head() const { return pieces.back().kind == PieceKind::head; }
   };
@@ -250,6 +262,13 @@ class CudaBackend final : public Backend {
   // After a chunk's backward of one micro-batch: at the step's last, with
   // sequence parallelism, the norms' token-partial gradients summed over the group.
   void backward_done(Chunk& c);
+  // grad_sync = "overlap": piece `p` of chunk `ci` has its final gradients
+  // enqueued (`done` pieces so far in backward order): its sequence-parallel
+  // partial sums first, then the hook (set_gradient_hook).
+  void piece_final(int ci, Chunk& c, const Piece& p, int done);
+  void sum_sequence_partials(const Piece& p);
+  std::function<void(int)> hook_;
+  int hook_chunk_ = -1;
   // The head's token losses (token_losses()) and probabilities in place of
   // the logits of the rank's vocabulary columns.
   void head_loss(void* logits, const std::int32_t* targets);

@@ -177,8 +177,13 @@ class Backend {
   // replicas' buckets launch inside the action. Set before the chunk's last
   // gradient action, cleared (an empty function) after it. A backend that
   // cannot tell inside an action (sim: modelled; cuda) never calls it, and
-  // the executor posts the buckets at the action's end.
+  // the executor posts the buckets at the action's end. (cuda: it calls it
+  // as each piece's kernels are enqueued, where the gradients are reduced in
+  // device memory; the reduction follows them on the device, device_stream.)
   virtual void set_gradient_hook(int /*chunk*/, std::function<void(int pieces)> /*on_final*/) {}
+  // The stream the backend's kernels run on (cuda: a cudaStream_t), which
+  // a collective on device memory must follow; null on host backends.
+  virtual void* device_stream() { return nullptr; }
   // The rank holding the last virtual stage, after its forward(mb): that
   // micro-batch's loss.
   virtual double loss(int microbatch) const = 0;

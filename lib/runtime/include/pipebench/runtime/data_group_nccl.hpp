@@ -23,8 +23,11 @@ class DeviceAllReduce {
  public:
   virtual ~DeviceAllReduce() = default;
   // Posts the sum of `count` floats at device address `data` over the
-  // group, in place, and returns at once.
-  virtual void post(float* data, std::size_t count) = 0;
+  // group, in place, and returns at once. `after` (a cudaStream_t; null:
+  // none): the reduction starts only after the work enqueued on it so far —
+  // the backend's kernels that produce those gradients (grad_sync =
+  // "overlap" posts a bucket while the rest of the backward is enqueued).
+  virtual void post(float* data, std::size_t count, void* after) = 0;
   // Whether every posted reduction has finished; an asynchronous NCCL error
   // (a peer gone) throws, so a wait on it ends as the run's error.
   virtual bool done() = 0;
