@@ -76,7 +76,11 @@ def main():
     r = subprocess.run([pipebench, "index", "rebuild", folder], capture_output=True, text=True)
     check("index rebuild", r.returncode == 0 and os.path.exists(index), r.stderr)
     _, got = same("rebuilt", "4 file(s) it knew unchanged, 0 read and added")
-    check("reproduced before the change", got["candidates"][0]["runs"][0]["verdict"] == "reproduced",
+    # Copies of one file: never judged different. "reproduced" where the fixture's steps are steady;
+    # "inconclusive" where the machine that made it was noisy (its per-step bubble's interval is then
+    # wider than ±5% even against itself: seen in CI on a loaded machine).
+    check("copies not 'not reproduced' before the change",
+          got["candidates"][0]["runs"][0]["verdict"] in ("reproduced", "inconclusive"),
           json.dumps(got["candidates"][0]["runs"][0])[:400])
 
     # Rewritten in place: the same inode and size, its mtime put back.
