@@ -100,8 +100,15 @@ NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 CONF
 export SLURM_CONF=$dir/slurm.conf
-/usr/sbin/slurmctld -f "$SLURM_CONF"
-/usr/sbin/slurmd -f "$SLURM_CONF" -N localhost
+# A daemon that cannot start (slurmd without a cgroup file system mounted at
+# /sys/fs/cgroup, a port taken) exits at once: say which, with its log.
+start_failed() {  # NAME LOG
+  echo "cluster.sh: $1 did not start; its log ($2):" >&2
+  tail -n 8 "$2" >&2 || true
+  exit 1
+}
+/usr/sbin/slurmctld -f "$SLURM_CONF" || start_failed slurmctld "$dir/logs/slurmctld.log"
+/usr/sbin/slurmd -f "$SLURM_CONF" -N localhost || start_failed slurmd "$dir/logs/slurmd.log"
 for _ in $(seq 300); do
   state=$(sinfo -h -n localhost -o %T 2>/dev/null || true)
   [[ $state == idle ]] && break

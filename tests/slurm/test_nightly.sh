@@ -12,7 +12,9 @@ rm -rf "$work"
 mkdir -p "$work"
 cleanup() { "$src/tests/slurm/cluster.sh" stop "$cluster" || true; }
 trap cleanup EXIT
-eval "$("$src/tests/slurm/cluster.sh" start "$cluster")"
+# Its exports (SLURM_CONF); a cluster that did not start fails here, with why, not at the first sbatch.
+exports=$("$src/tests/slurm/cluster.sh" start "$cluster") || { echo "FAIL: the test cluster did not start"; exit 1; }
+eval "$exports"
 export PIPEBENCH=$pipebench
 
 wait_for_jobs() {  # poll squeue (sbatch --wait polls slowly) until these jobs are gone
