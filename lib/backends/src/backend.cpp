@@ -27,8 +27,9 @@ StageSpec stage_spec(const RunPlan& plan, int rank, int replica, bool transport_
   spec.num_microbatches = plan.run.num_microbatches;
   spec.replica = replica;
   spec.replicas = plan.run.data_parallel;
-  spec.shard_optimizer = plan.run.mode == RunMode::train && plan.run.data_parallel > 1 &&
-                         plan.run.optimizer_sharding == OptimizerSharding::zero1;
+  spec.shard_optimizer = shards_optimizer(plan.run);
+  spec.sharding = spec.shard_optimizer ? plan.run.optimizer_sharding : OptimizerSharding::none;
+  spec.reshard_after_forward = reshard_after_forward(plan.run);
   spec.tensor = tensor_split(plan.run);
   spec.tensor_rank = tensor_rank;
   spec.mode = plan.run.mode;

@@ -372,7 +372,15 @@ void read_data_parallel(TableReader& r, RunSpec& run, std::vector<std::string>& 
     r.fail_key("data_parallel", fmt::format("pipeline_size x data_parallel = {} x {} ranks is above the limit of {}", run.pipeline_size,
                           run.data_parallel, kMaxRanks));
   run.optimizer_sharding = r.choice<OptimizerSharding>(
-      "optimizer_sharding", OptimizerSharding::none, {{"none", OptimizerSharding::none}, {"zero1", OptimizerSharding::zero1}});
+      "optimizer_sharding", OptimizerSharding::none,
+      {{"none", OptimizerSharding::none}, {"zero1", OptimizerSharding::zero1}, {"zero2", OptimizerSharding::zero2},
+       {"fsdp", OptimizerSharding::fsdp}});
+  if (r.find("fsdp_reshard_after_forward")) {
+    run.fsdp_reshard_after_forward = r.boolean("fsdp_reshard_after_forward", false);
+    if (run.optimizer_sharding != OptimizerSharding::fsdp && run.data_parallel > 1)
+      warnings.push_back(fmt::format("{}: ignored: only optimizer_sharding = \"fsdp\" gathers parameters per layer",
+                                     r.dotted("fsdp_reshard_after_forward")));
+  }
   run.grad_sync = r.choice<GradSync>(
       "grad_sync", GradSync::after_flush,
       {{"after_flush", GradSync::after_flush}, {"after_chunk", GradSync::after_chunk}, {"overlap", GradSync::overlap}});
@@ -389,10 +397,11 @@ void read_data_parallel(TableReader& r, RunSpec& run, std::vector<std::string>& 
                     : run.data_parallel == 1       ? "data_parallel = 1: one replica has nothing to shard or synchronise"
                                                    : nullptr;
   if (why)
-    for (const char* key : {"optimizer_sharding", "grad_sync", "grad_bucket_bytes"})
+    for (const char* key : {"optimizer_sharding", "grad_sync", "grad_bucket_bytes", "fsdp_reshard_after_forward"})
       if (r.find(key)) warnings.push_back(fmt::format("{}: ignored: {}", r.dotted(key), why));
   if (why) {
     run.optimizer_sharding = OptimizerSharding::none;
+    run.fsdp_reshard_after_forward.reset();
     run.grad_sync = GradSync::after_flush;
     run.grad_bucket_bytes = 0;
   }

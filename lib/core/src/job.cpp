@@ -131,14 +131,41 @@ std::string not_executed(const RunSpec& run, BackendKind backend, const ModelSpe
                        "model dropout's memory and time)",
                        model.dropout, to_string(backend));
   if (run.data_parallel <= 1) return "";
-  if (backend == BackendKind::cuda && run.optimizer_sharding == OptimizerSharding::zero1 && run.mode == RunMode::train)
-    return fmt::format("data_parallel = {} with optimizer_sharding = \"zero1\": the cuda backend does not shard its optimizer "
-                       "yet (plain data parallelism runs on it; ZeRO-1 on the cpu and sim backends)",
+  if (backend == BackendKind::cuda && shards_optimizer(run))
+    return fmt::format("data_parallel = {} with optimizer_sharding = \"{}\": the cuda backend does not shard its optimizer "
+                       "yet (plain data parallelism runs on it; sharding on the cpu and sim backends)",
+                       run.data_parallel, to_string(run.optimizer_sharding));
+  if (backend == BackendKind::cpu && run.optimizer_sharding == OptimizerSharding::fsdp && reshard_after_forward(run))
+    return fmt::format("data_parallel = {} with optimizer_sharding = \"fsdp\" and fsdp_reshard_after_forward = true: the cpu "
+                       "backend keeps a chunk's gathered parameters for the step (set it false; the sim backend and the "
+                       "planner model resharding)",
                        run.data_parallel);
   return "";
 }
 
-std::string_view to_string(OptimizerSharding v) { return v == OptimizerSharding::zero1 ? "zero1" : "none"; }
+bool shards_optimizer(const RunSpec& run) {
+  return run.optimizer_sharding != OptimizerSharding::none && run.data_parallel > 1 && run.mode == RunMode::train;
+}
+
+bool reshard_after_forward(const RunSpec& run) {
+  return run.fsdp_reshard_after_forward.value_or(run.pipeline_size == 1);
+}
+
+bool gathers_in_first_forward(const RunSpec& run) {
+  if (!shards_optimizer(run)) return false;
+  if (run.optimizer_sharding == OptimizerSharding::fsdp) return !reshard_after_forward(run);
+  return run.grad_sync == GradSync::overlap;
+}
+
+std::string_view to_string(OptimizerSharding v) {
+  switch (v) {
+    case OptimizerSharding::none: return "none";
+    case OptimizerSharding::zero1: return "zero1";
+    case OptimizerSharding::zero2: return "zero2";
+    case OptimizerSharding::fsdp: return "fsdp";
+  }
+  return "?";
+}
 std::string_view to_string(GradSync v) {
   switch (v) {
     case GradSync::after_flush: return "after_flush";

@@ -82,6 +82,8 @@ WorkloadKeys workload_keys(const Job& job, const RunSpec& run) {
     if (run.schedule == ScheduleKind::file) k["run.schedule_csv"] = "fnv1a64:" + fnv1a64(run.schedule_csv);
     if (run.recompute != Recompute::none) k["run.recompute"] = to_string(run.recompute);
     if (run.optimizer_sharding != OptimizerSharding::none) k["run.optimizer_sharding"] = to_string(run.optimizer_sharding);
+    if (run.optimizer_sharding == OptimizerSharding::fsdp)
+      k["run.fsdp_reshard_after_forward"] = reshard_after_forward(run) ? "true" : "false";
     if (run.grad_sync != GradSync::after_flush) k["run.grad_sync"] = to_string(run.grad_sync);
     // Always with the bucketed overlap: its files' series start apart from the
     // files whose "overlap" meant after_chunk (before grad_bucket_bytes existed).

@@ -61,8 +61,35 @@ StateBytes state_bytes_per_param(OptimizerKind opt, DType dtype) {
 }
 
 std::int64_t optimizer_shard_params(const RunSpec& run, std::int64_t params) {
-  if (run.optimizer_sharding != OptimizerSharding::zero1 || run.data_parallel <= 1) return params;
+  if (!shards_optimizer(run)) return params;
   return (params + run.data_parallel - 1) / run.data_parallel;
+}
+
+TrainingState training_state_bytes(OptimizerSharding sharding, int replicas, bool reshard, std::int64_t params,
+                                   StateBytes per, std::int64_t largest_unit) {
+  const CheckedInt P = params;
+  const CheckedInt S = sharding == OptimizerSharding::none ? params : (params + replicas - 1) / replicas;
+  TrainingState t{(P * per.params).value(), (P * per.grads).value(), (S * per.optimizer).value()};
+  switch (sharding) {
+    case OptimizerSharding::none:
+    case OptimizerSharding::zero1: break;
+    case OptimizerSharding::zero2: t.grads = (P * per.params + S * 4).value(); break;
+    case OptimizerSharding::fsdp: {
+      const CheckedInt unsharded = reshard ? CheckedInt(std::min(params, 2 * largest_unit)) : P;
+      t.params = (S * 4 + unsharded * per.params).value();
+      t.grads = (P * per.params + S * 4).value();
+      const int master = per.params == 4 ? 0 : 4;  // a 16-bit dtype's fp32 master copy is the shard itself
+      t.optimizer = (S * std::max(0, per.optimizer - master)).value();
+      break;
+    }
+  }
+  return t;
+}
+
+TrainingState training_state_bytes(const RunSpec& run, std::int64_t params, StateBytes per, std::int64_t largest_unit) {
+  if (run.mode != RunMode::train) return {(CheckedInt(params) * per.params).value(), 0, 0};
+  return training_state_bytes(shards_optimizer(run) ? run.optimizer_sharding : OptimizerSharding::none, run.data_parallel,
+                              reshard_after_forward(run), params, per, largest_unit);
 }
 
 ModelDesc::ModelDesc(const ModelSpec& spec, DType dtype, TensorSplit split) : spec_(spec), dtype_(dtype), split_(split) {
@@ -213,6 +240,13 @@ Cost ModelDesc::head(int b) const {
     c.tp_input_grad = all_reduce(t, full);
   }
   return c;
+}
+
+std::int64_t ModelDesc::largest_piece_params(int num_layers, bool has_embedding, bool has_head) const {
+  std::int64_t most = num_layers > 0 ? block(1).params : 0;
+  if (has_embedding) most = std::max(most, embedding(1).params);
+  if (has_head) most = std::max(most, head(1).params);
+  return most;
 }
 
 Cost ModelDesc::stage(int b, int num_layers, bool has_embedding, bool has_head) const {

@@ -33,4 +33,19 @@ std::vector<GradBucket> grad_buckets(const std::vector<GradLayer>& layers, std::
   return out;
 }
 
+std::vector<ParamGather> param_gathers(const std::vector<GradBucket>& buckets, const std::vector<double>& forward_costs) {
+  const auto n = static_cast<int>(forward_costs.size());
+  double total = 0.0;
+  for (double c : forward_costs) total += c;
+  std::vector<ParamGather> out;
+  for (std::size_t k = buckets.size(); k-- > 0;) {
+    // The bucket's earliest layer in the forward: its last in backward order.
+    const int first_forward = n - 1 - buckets[k].last;
+    double before = 0.0;
+    for (int l = 0; l < first_forward; ++l) before += forward_costs[static_cast<std::size_t>(l)];
+    out.push_back({static_cast<int>(k), total > 0.0 ? before / total : 0.0});
+  }
+  return out;
+}
+
 }  // namespace pipebench::parallel

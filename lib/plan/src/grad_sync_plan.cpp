@@ -33,7 +33,29 @@ std::vector<parallel::GradBucket> chunk_buckets(const ModelDesc& model, const Ru
   return parallel::grad_buckets(backward_layers(model, b, range), bucket_bytes, grad_bytes, lead);
 }
 
+// The forward's layers of one chunk in order (the embedding, the blocks, the
+// head): the forward FLOPs of each, in the backward-order list's reverse.
+std::vector<double> forward_layer_costs(const ModelDesc& model, int b, const StageRange& range) {
+  std::vector<double> out;
+  if (range.has_embedding) out.push_back(model.embedding(b).forward_flops);
+  for (int l = 0; l < range.num_layers; ++l) out.push_back(model.block(b).forward_flops);
+  if (range.has_head) out.push_back(model.head(b).forward_flops);
+  return out;
+}
+
 }  // namespace
+
+// Rank r's chunks in the order of their first forward in its list.
+std::vector<int> first_forward_order(const Schedule& sched, int r) {
+  std::vector<int> order;
+  std::vector<char> seen(static_cast<std::size_t>(sched.chunks_per_rank), 0);
+  for (const Action& a : sched.actions[static_cast<std::size_t>(r)])
+    if (a.kind == ActionKind::F && !seen[static_cast<std::size_t>(a.chunk)]) {
+      seen[static_cast<std::size_t>(a.chunk)] = 1;
+      order.push_back(a.chunk);
+    }
+  return order;
+}
 
 void plan_grad_sync(const Job& job, RunPlan& plan) {
   plan.step_s = plan.simulated.makespan;
@@ -42,25 +64,61 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
   const Schedule& sched = plan.schedule;
   plan.sync = make_sync_schedule(sched, plan.run.grad_sync != GradSync::after_flush, plan.run.grad_sync == GradSync::overlap);
   validate_sync_schedule(sched, plan.sync);
-  // When each action ended: the cost-weighted simulation again, with its timeline.
-  const SimResult sim = simulate_checked(sched, plan.costs, true);
-  const auto launch_times = sync_launch_times(sched, sim, plan.sync);
   const StateBytes per = state_bytes_per_param(job.train.optimizer, plan.storage_dtype);
-  const bool sharded = plan.run.optimizer_sharding == OptimizerSharding::zero1;
+  const bool sharded = shards_optimizer(plan.run);
+  const bool in_forward = gathers_in_first_forward(plan.run);
+  const bool bucketed = plan.sync.inside || in_forward;
   const auto kind = sharded ? parallel::Collective::reduce_scatter : parallel::Collective::all_reduce;
   const std::uint64_t bucket_bytes = plan.run.grad_bucket_bytes > 0
                                          ? static_cast<std::uint64_t>(plan.run.grad_bucket_bytes)
                                          : parallel::default_grad_bucket_bytes(d, per.grads);
-  if (plan.sync.inside) plan.grad_bucket_bytes = bucket_bytes;
-  // The model's layer costs for the buckets (overlap only): made once, not per chunk (tune plans thousands of runs).
+  if (bucketed) plan.grad_bucket_bytes = bucket_bytes;
+  // The model's layer costs for the buckets: made once, not per chunk (tune plans thousands of runs).
   std::optional<ModelDesc> model;
-  if (plan.sync.inside) model.emplace(job.model, plan.storage_dtype, tensor_split(plan.run));
+  if (bucketed) model.emplace(job.model, plan.storage_dtype, tensor_split(plan.run));
   const parallel::RankGrid grid = parallel::run_grid(plan.run, job.device);
+  const auto V = static_cast<std::size_t>(sched.num_virtual_stages());
+  std::vector<parallel::Link> links;
+  std::vector<parallel::LinkChain> chains(static_cast<std::size_t>(sched.num_ranks));
+  if (in_forward) plan.costs.first_forward_gates.assign(V, {});
   for (int r = 0; r < sched.num_ranks; ++r) {
     StagePlan& sp = plan.stages[static_cast<std::size_t>(r)];
     // Stage r's data group (every replica's stage r): within a node or across nodes.
-    const parallel::Link link = parallel::data_group_link(job.device, plan.run, grid.rank({r, 0, 0}));
-    sp.grad_sync.inter_node = link.inter_node;
+    links.push_back(parallel::data_group_link(job.device, plan.run, grid.rank({r, 0, 0})));
+    sp.grad_sync.inter_node = links.back().inter_node;
+    GradSyncPlan& g = sp.grad_sync;
+    if (!bucketed) continue;
+    g.buckets.assign(static_cast<std::size_t>(sched.chunks_per_rank), {});
+    for (int c = 0; c < sched.chunks_per_rank; ++c) {
+      const StageRange& range = plan.partition.stages.at(static_cast<std::size_t>(sched.virtual_stage(r, c)));
+      g.buckets[static_cast<std::size_t>(c)] = chunk_buckets(*model, plan, range, bucket_bytes, per.grads);
+    }
+    if (!in_forward) continue;
+    // The step's parameter all-gathers, launched at its start in the order
+    // the forwards need them; each first forward waits at its buckets' gates.
+    for (int c : first_forward_order(sched, r)) {
+      const auto v = static_cast<std::size_t>(sched.virtual_stage(r, c));
+      const auto& buckets = g.buckets[static_cast<std::size_t>(c)];
+      const auto forward = forward_layer_costs(*model, plan.run.micro_batch_size, plan.partition.stages.at(v));
+      for (const parallel::ParamGather& pg : parallel::param_gathers(buckets, forward)) {
+        GradSyncPlan::Gather ga{c, pg, static_cast<std::uint64_t>(buckets[static_cast<std::size_t>(pg.bucket)].params) *
+                                           static_cast<std::uint64_t>(per.params)};
+        ga.ring_s = parallel::ring_time_s(parallel::Collective::all_gather, ga.bytes, d, links.back().latency_s,
+                                          links.back().gbps);
+        ga.end_s = chains[static_cast<std::size_t>(r)].add(0.0, ga.ring_s);
+        plan.costs.first_forward_gates[v].push_back({pg.at, ga.end_s});
+        g.gather_ring_s += ga.ring_s;
+        g.gathers.push_back(ga);
+      }
+    }
+  }
+  // When each action ended: the cost-weighted simulation again (with the
+  // gathers' waits), with its timeline.
+  const SimResult sim = simulate_checked(sched, plan.costs, true);
+  const auto launch_times = sync_launch_times(sched, sim, plan.sync);
+  for (int r = 0; r < sched.num_ranks; ++r) {
+    StagePlan& sp = plan.stages[static_cast<std::size_t>(r)];
+    const parallel::Link& link = links[static_cast<std::size_t>(r)];
     const double last_end = sim.last_end[static_cast<std::size_t>(r)];
     const auto ring = [&](parallel::Collective c, std::uint64_t bytes) {
       return parallel::ring_time_s(c, bytes, d, link.latency_s, link.gbps);
@@ -76,12 +134,11 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
       }
       return alone;
     };
-    parallel::LinkChain chain, gather;
+    parallel::LinkChain& chain = chains[static_cast<std::size_t>(r)];
+    parallel::LinkChain gather;
     GradSyncPlan& g = sp.grad_sync;
     // The reduce-grad actions' launches, in the runtime's order.
-    const auto& launches = launch_times[static_cast<std::size_t>(r)];
-    if (plan.sync.inside) g.buckets.assign(static_cast<std::size_t>(sched.chunks_per_rank), {});
-    for (const SyncLaunch& l : launches) {
+    for (const SyncLaunch& l : launch_times[static_cast<std::size_t>(r)]) {
       const auto params = static_cast<std::uint64_t>(
           plan.stage_costs.at(static_cast<std::size_t>(sched.virtual_stage(r, l.chunk))).params);
       const auto bytes = params * static_cast<std::uint64_t>(per.grads);
@@ -91,9 +148,7 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
       red.launch_s = l.action_end;
       red.bytes = static_cast<std::int64_t>(bytes);
       if (plan.sync.inside) {
-        const StageRange& range = plan.partition.stages.at(static_cast<std::size_t>(sched.virtual_stage(r, l.chunk)));
-        auto& buckets = g.buckets[static_cast<std::size_t>(l.chunk)];
-        buckets = chunk_buckets(*model, plan, range, bucket_bytes, per.grads);
+        const auto& buckets = g.buckets[static_cast<std::size_t>(l.chunk)];
         for (std::size_t k = 0; k < buckets.size(); ++k) {
           const double launch = l.action_start + buckets[k].ready * (l.action_end - l.action_start);
           if (k == 0) red.launch_s = launch;
@@ -108,16 +163,26 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
       }
       red.end_s = chain.end();
       g.reduce.push_back(red);
-      // ZeRO-1: the parameters all-gathered after the optimizer, chunk by chunk.
-      if (sharded) pieces(gather, 0.0, params * static_cast<std::uint64_t>(per.params), parallel::Collective::all_gather);
+      // ZeRO-1 and -2 without gathers in the forward: the parameters all-gathered after the optimizer, chunk by chunk.
+      if (sharded && !in_forward)
+        pieces(gather, 0.0, params * static_cast<std::uint64_t>(per.params), parallel::Collective::all_gather);
     }
-    // The first launch: the reductions launch in their actions' order, each bucket at or after its action's start.
-    g.launch_s = g.reduce.empty() ? last_end : g.reduce.front().launch_s;
+    // The first launch: the step's first gather, or the reductions in their
+    // actions' order, each bucket at or after its action's start.
+    g.launch_s = in_forward ? 0.0 : g.reduce.empty() ? last_end : g.reduce.front().launch_s;
     g.end_s = std::max(chain.end(), g.launch_s);
     g.gather_s = gather.end();
     g.exposed_s = std::max(0.0, g.end_s - last_end);
     plan.step_s = std::max(plan.step_s, std::max(last_end, g.end_s));
   }
+  // What each rank's first forwards waited for their gathers.
+  if (in_forward)
+    for (const TimedAction& t : sim.timeline) {
+      const auto v = static_cast<std::size_t>(sched.virtual_stage(t.rank, t.action.chunk));
+      if (t.action.kind == ActionKind::F)
+        plan.stages[static_cast<std::size_t>(t.rank)].grad_sync.gather_wait_s +=
+            std::max(0.0, t.end - t.start - plan.costs.forward[v]);
+    }
 }
 
 }  // namespace pipebench

@@ -228,10 +228,13 @@ StageMemory plan_memory_unchecked(const Job& job, const RunSpec& run, const Sche
       comm = comm + model.comm_bytes(b, slots.b_pool[static_cast<std::size_t>(c)], slots.f_pool[static_cast<std::size_t>(c)],
                                      v > 0, v + 1 < V, train);
     }
-    const CheckedInt params = sp.cost.params;
-    sp.params_bytes = (params * per_param.params).value();
-    sp.grads_bytes = train ? (params * per_param.grads).value() : 0;
-    sp.optimizer_bytes = train ? (CheckedInt(optimizer_shard_params(run, sp.cost.params)) * per_param.optimizer).value() : 0;
+    std::int64_t largest = 0;
+    for (const StageRange& c : sp.chunks)
+      largest = std::max(largest, model.largest_piece_params(c.num_layers, c.has_embedding, c.has_head));
+    const TrainingState state = training_state_bytes(run, sp.cost.params, per_param, largest);
+    sp.params_bytes = state.params;
+    sp.grads_bytes = state.grads;
+    sp.optimizer_bytes = state.optimizer;
     sp.activation_bytes_per_microbatch = sp.cost.activation_bytes;
     sp.peak_live_activations = peak_live[s];
     sp.activations_peak_bytes = train ? peak_bytes[s] : sp.activation_bytes_per_microbatch;

@@ -164,8 +164,13 @@ std::string grad_sync_text(const Job& job, const RunPlan& rp) {
                        format_bytes(static_cast<double>(sp.grad_sync.bytes)), format_seconds(sp.grad_sync.sync_s()),
                        sp.grad_sync.inter_node ? " across nodes" : "", format_seconds(sp.grad_sync.recorded_exposed_s()),
                        sp.grad_sync.gather_s > 0.0
-                           ? fmt::format(" (ZeRO-1: reduce-scatter, then {} of parameter all-gather after the optimizer)",
+                           ? fmt::format(" (sharded: reduce-scatter, then {} of parameter all-gather after the optimizer)",
                                          format_seconds(sp.grad_sync.gather_s))
+                       : !sp.grad_sync.gathers.empty()
+                           ? fmt::format(" (sharded: {} parameter all-gathers of {} from the step's start, the first "
+                                         "forwards waiting {} for them)",
+                                         sp.grad_sync.gathers.size(), format_seconds(sp.grad_sync.gather_ring_s),
+                                         format_seconds(sp.grad_sync.gather_wait_s))
                            : "") +
            fmt::format("    actions: {}{}\n", sync_actions_text(rp.schedule, rp.sync, sp.stage), bucket_counts(sp.grad_sync));
   out += fmt::format("  step without the optimizer: {} (makespan {} + the exposed all-reduce)\n", format_seconds(rp.step_s),
@@ -344,7 +349,13 @@ void grad_sync_json(JsonWriter& w, const RunPlan& rp) {
     w.begin_object().field("bytes", sp.grad_sync.bytes).field("launch_s", sp.grad_sync.launch_s)
         .field("end_s", sp.grad_sync.end_s).field("sync_s", sp.grad_sync.sync_s())
         .field("exposed_s", sp.grad_sync.recorded_exposed_s()).field("gather_s", sp.grad_sync.gather_s)
-        .field("inter_node", sp.grad_sync.inter_node);
+        .field("gather_wait_s", sp.grad_sync.gather_wait_s).field("inter_node", sp.grad_sync.inter_node);
+    // The parameter all-gathers inside the first forwards, in launch order (all at the step's start).
+    w.key("param_gathers").begin_array();
+    for (const GradSyncPlan::Gather& ga : sp.grad_sync.gathers)
+      w.begin_object().field("chunk", ga.chunk).field("bucket", ga.bucket.bucket).field("at", ga.bucket.at)
+          .field("bytes", ga.bytes).field("ring_s", ga.ring_s).field("end_s", ga.end_s).end_object();
+    w.end_array();
     w.key("reduce_grad").begin_array();
     const auto& actions = rp.schedule.actions[static_cast<std::size_t>(sp.stage)];
     const auto& order = rp.sync.reduce[static_cast<std::size_t>(sp.stage)];

@@ -423,7 +423,11 @@ void read_data_parallel_attrs(hid_t g, const std::string& name, RunSpec& spec) {
   spec.data_parallel = read_attr_int(g, "data_parallel");
   if (spec.data_parallel < 1 || spec.data_parallel > kMaxDataParallel)
     throw ResultsError(fmt::format("run {}: data_parallel {} outside the workload limits", name, spec.data_parallel));
-  spec.optimizer_sharding = parse_enum(read_attr_string(g, "optimizer_sharding"), {OptimizerSharding::none, OptimizerSharding::zero1});
+  spec.optimizer_sharding = parse_enum(read_attr_string(g, "optimizer_sharding"),
+                                       {OptimizerSharding::none, OptimizerSharding::zero1, OptimizerSharding::zero2,
+                                        OptimizerSharding::fsdp});
+  if (has_attr(g, "fsdp_reshard_after_forward"))
+    spec.fsdp_reshard_after_forward = read_attr_scalar<std::int64_t>(g, "fsdp_reshard_after_forward") != 0;
   spec.grad_sync =
       parse_enum(read_attr_string(g, "grad_sync"), {GradSync::after_flush, GradSync::after_chunk, GradSync::overlap});
   // A file from before the bucketed overlap (it records no grad_bucket_bytes)

@@ -357,6 +357,8 @@ void write_run(hid_t runs, const RunResult& r, const EventStore* store) {
   attr_scalar<std::int64_t>(g, "virtual_stages_per_rank", r.spec.virtual_stages_per_rank);
   attr_scalar<std::int64_t>(g, "data_parallel", r.spec.data_parallel);
   attr_string(g, "optimizer_sharding", std::string(to_string(r.spec.optimizer_sharding)));
+  if (r.spec.optimizer_sharding == OptimizerSharding::fsdp)  // resolved: 1 reshards after the forward
+    attr_scalar<std::int64_t>(g, "fsdp_reshard_after_forward", reshard_after_forward(r.spec) ? 1 : 0);
   attr_string(g, "grad_sync", std::string(to_string(r.spec.grad_sync)));
   attr_scalar<std::int64_t>(g, "grad_bucket_bytes", r.spec.grad_bucket_bytes);  // 0: the default rule
   attr_string(g, "rank_order", std::string(to_string(r.spec.rank_order)));

@@ -76,7 +76,7 @@ char letter(ActionKind k) { return k == ActionKind::F ? 'F' : k == ActionKind::B
 
 SimCosts SimCosts::unit(const Schedule& s) {
   const auto V = static_cast<std::size_t>(s.num_virtual_stages());
-  return SimCosts{std::vector<double>(V, 1.0), std::vector<double>(V, 1.0), std::vector<double>(V, 1.0), 0.0};
+  return SimCosts{std::vector<double>(V, 1.0), std::vector<double>(V, 1.0), std::vector<double>(V, 1.0), 0.0, {}};
 }
 
 std::vector<std::int64_t> peak_live_activation_bytes(const Schedule& s, const std::vector<std::int64_t>& bytes,
@@ -155,6 +155,9 @@ void check_inputs(const Schedule& s, const SimCosts& costs, bool ranges_checked)
   if (costs.forward.size() != Vs || costs.backward.size() != Vs || costs.weight.size() != Vs)
     throw ScheduleError(fmt::format("simulate: costs given for {} virtual stages, schedule has {}",
                                     costs.forward.size(), V));
+  if (!costs.first_forward_gates.empty() && costs.first_forward_gates.size() != Vs)
+    throw ScheduleError(fmt::format("simulate: gates given for {} virtual stages, schedule has {}",
+                                    costs.first_forward_gates.size(), V));
   for (std::size_t r = 0; r < s.actions.size() && !ranges_checked; ++r)
     for (const auto& a : s.actions[r])
       if (a.microbatch < 0 || a.microbatch >= s.num_microbatches || a.chunk < 0 || a.chunk >= s.chunks_per_rank)
@@ -197,6 +200,24 @@ template <bool Checked, int Lanes>
       return Checked || need(ActionKind::B, v, false);
   }
   return false;
+}
+
+// The index in rank r's list of each chunk's first forward (r * chunks + c;
+// -1: none), where some lane gates first forwards; else empty.
+template <int Lanes>
+std::vector<std::int64_t> first_forwards(const Schedule& s, const SimCosts* const (&costs)[Lanes]) {
+  bool gated = false;
+  for (const SimCosts* c : costs) gated = gated || !c->first_forward_gates.empty();
+  if (!gated) return {};
+  const auto C = static_cast<std::size_t>(s.chunks_per_rank);
+  std::vector<std::int64_t> first(s.actions.size() * C, -1);
+  for (std::size_t r = 0; r < s.actions.size(); ++r)
+    for (std::size_t i = 0; i < s.actions[r].size(); ++i) {
+      const Action& a = s.actions[r][i];
+      auto& f = first[r * C + static_cast<std::size_t>(a.chunk)];
+      if (a.kind == ActionKind::F && f < 0) f = static_cast<std::int64_t>(i);
+    }
+  return first;
 }
 
 inline double cost_of(const SimCosts& k, ActionKind kind, std::size_t v) {
@@ -298,6 +319,16 @@ std::array<SimResult, Lanes> simulate_impl(const Schedule& s, const SimCosts* co
   // The timeline is rank-major: rank r's actions at [first[r], first[r+1]).
   std::vector<std::size_t> first(static_cast<std::size_t>(p) + 1, 0);
   for (std::size_t r = 0; r < static_cast<std::size_t>(p); ++r) first[r + 1] = first[r] + ranks[r].size;
+  const std::vector<std::int64_t> first_f = first_forwards(s, costs);
+  const auto C = static_cast<std::size_t>(s.chunks_per_rank);
+  // When action `i` of rank r (virtual stage `v`) ends in lane l, started at `start` for `cost`.
+  auto end_of = [&](int l, std::size_t r, std::size_t i, const Action& a, std::size_t v, double start, double cost) {
+    if (first_f.empty()) [[likely]] return start + cost;
+    const auto& gates = costs[l]->first_forward_gates;
+    if (gates.empty() || first_f[r * C + static_cast<std::size_t>(a.chunk)] != static_cast<std::int64_t>(i))
+      return start + cost;
+    return gated_end(start, cost, gates[v]);
+  };
   const std::size_t total = first.back();
   std::vector<TimedAction>& timeline = res[0].timeline;
   if (keep_timeline) timeline.resize(total);
@@ -339,10 +370,10 @@ std::array<SimResult, Lanes> simulate_impl(const Schedule& s, const SimCosts* co
       const auto Vi = static_cast<std::size_t>(s.virtual_stage(r, a.chunk));
       for (int l = 0; l < Lanes; ++l) {
         const double start = c.free_at[l], cost = cost_of(*costs[l], a.kind, Vi);
-        c.free_at[l] = start + cost;
+        c.free_at[l] = end_of(l, R, c.next + k, a, Vi, start, cost);
         c.busy[l] += cost;
         if (c.next + k == 0) res[static_cast<std::size_t>(l)].first_start[R] = start;
-        if (l == 0 && keep_timeline) timeline[first[R] + c.next + k] = {r, a, start, start + cost};
+        if (l == 0 && keep_timeline) timeline[first[R] + c.next + k] = {r, a, start, c.free_at[l]};
       }
     }
     for (std::size_t k = 0; k < 2; ++k) {
@@ -382,7 +413,7 @@ std::array<SimResult, Lanes> simulate_impl(const Schedule& s, const SimCosts* co
       for (int l = 0; l < Lanes; ++l) {
         const double cost = cost_of(*costs[l], a.kind, Vi);
         const double start = std::max(c.free_at[l], ready[l]);
-        const double end = start + cost;
+        const double end = end_of(l, R, c.next, a, Vi, start, cost);
         ended[l] = end;
         c.free_at[l] = end;
         c.busy[l] += cost;
@@ -401,6 +432,15 @@ std::array<SimResult, Lanes> simulate_impl(const Schedule& s, const SimCosts* co
 }
 
 }  // namespace
+
+double gated_end(double start, double cost, const std::vector<Gate>& gates) {
+  double t = start, done = 0.0;
+  for (const Gate& g : gates) {
+    t = std::max(t + (g.at - done) * cost, g.ready);
+    done = g.at;
+  }
+  return t + (1.0 - done) * cost;
+}
 
 SimResult simulate(const Schedule& s, const SimCosts& costs, bool keep_timeline) {
   const SimCosts* const lanes[1] = {&costs};

@@ -50,12 +50,16 @@ void SimBackend::build(const StageSpec& spec) {
   const std::int64_t stepped = spec.shard_optimizer ? parallel::shard_size(cost_.params, spec.replicas) : cost_.params;
   optimizer_s_ = optimizer_seconds(job_, spec.dtype, stepped);
 
-  const auto params = static_cast<std::uint64_t>(cost_.params);
-  memory_.reserve(MemCategory::params, params * static_cast<std::uint64_t>(per.params), "parameters");
+  std::int64_t largest = 0;
+  for (const StageRange& r : spec.chunks)
+    largest = std::max(largest, model.largest_piece_params(r.num_layers, r.has_embedding, r.has_head));
+  const TrainingState state =
+      train ? training_state_bytes(spec.sharding, spec.replicas, spec.reshard_after_forward, cost_.params, per, largest)
+            : TrainingState{cost_.params * per.params, 0, 0};
+  memory_.reserve(MemCategory::params, static_cast<std::uint64_t>(state.params), "parameters");
   if (train) {
-    memory_.reserve(MemCategory::grads, params * static_cast<std::uint64_t>(per.grads), "gradients");
-    memory_.reserve(MemCategory::optimizer, static_cast<std::uint64_t>(stepped) * static_cast<std::uint64_t>(per.optimizer),
-                    "optimizer state");
+    memory_.reserve(MemCategory::grads, static_cast<std::uint64_t>(state.grads), "gradients");
+    memory_.reserve(MemCategory::optimizer, static_cast<std::uint64_t>(state.optimizer), "optimizer state");
   }
   if (comm > 0) memory_.reserve(MemCategory::comm, comm, "boundary send/receive buffers");
 }

@@ -58,9 +58,14 @@ struct StageSpec {
   // same d·m micro-batches.
   int replica = 0;
   int replicas = 1;
-  // optimizer_sharding = "zero1" with replicas (training): the optimizer
-  // state and step cover this replica's shard only (parallel/shards.hpp).
+  // optimizer_sharding other than "none" with replicas (training): the
+  // optimizer state and step cover this replica's shard only (parallel/shards.hpp).
   bool shard_optimizer = false;
+  // Its mode (none unless shard_optimizer) and, for fsdp, whether a layer's
+  // gathered parameters are freed after its forward (model.hpp
+  // training_state_bytes: what the rank holds of each).
+  OptimizerSharding sharding = OptimizerSharding::none;
+  bool reshard_after_forward = false;
   // Tensor parallelism (docs/tensor-parallel.md): this rank's place in its
   // tensor group of `tensor.degree`, and the link the group's collectives
   // ride (parallel::tensor_group_link; the sim backend times them on it).

@@ -51,12 +51,14 @@ enum class Recompute { none, selective, full };
 enum class Remainder { first, last, balanced };
 enum class BalanceBy { flops, params };
 // Data parallelism (docs/parallel.md): the optimizer state whole on every
-// replica, or sharded over the data-parallel group (ZeRO stage 1, Megatron-LM's
-// distributed optimizer); the gradient synchronisation after the pipeline's
+// replica, or sharded over the data-parallel group: ZeRO stage 1
+// (Megatron-LM's distributed optimizer), stage 2 (the reduced gradients kept
+// as the shard too) or stage 3 / FSDP (the parameters sharded as well,
+// gathered for the layers' use); the gradient synchronisation after the pipeline's
 // flush, each chunk's after its last gradient action (overlapped with the
 // cool-down), or bucket by bucket inside that action as its layers' gradients
 // become final (Megatron-LM's overlap_grad_reduce, PyTorch DDP).
-enum class OptimizerSharding { none, zero1 };
+enum class OptimizerSharding { none, zero1, zero2, fsdp };
 enum class GradSync { after_flush, after_chunk, overlap };
 // How a run's ranks map onto (pipeline, data, tensor) coordinates
 // (lib/parallel, rank_grid.hpp): Megatron-LM's default and its tp-pp-dp mapping.
@@ -247,6 +249,12 @@ struct RunSpec {
   int data_parallel = 1;
   OptimizerSharding optimizer_sharding = OptimizerSharding::none;
   GradSync grad_sync = GradSync::after_flush;
+  // optimizer_sharding = "fsdp": whether a layer's gathered parameters are
+  // freed after its forward and gathered again for its backward (true), or
+  // kept from the step's first forward to its end (false); unset:
+  // torchtitan's default, true without pipeline parallelism and false with
+  // it (reshard_after_forward(), below).
+  std::optional<bool> fsdp_reshard_after_forward;
   // grad_sync = "overlap": the largest gradient bucket; 0 = Megatron-Core's
   // default rule (parallel/grad_buckets.hpp default_grad_bucket_bytes).
   std::int64_t grad_bucket_bytes = 0;
@@ -266,6 +274,20 @@ struct RunSpec {
   // Model chunks the layers are cut into: one per virtual stage.
   int model_stages() const { return pipeline_size * virtual_stages_per_rank; }
 };
+
+// Whether the optimizer state is sharded over the replicas (every mode but
+// "none", with replicas, in training): the gradients are then
+// reduce-scattered and the updated parameters all-gathered.
+bool shards_optimizer(const RunSpec& run);
+// optimizer_sharding = "fsdp": fsdp_reshard_after_forward as set, or its default.
+bool reshard_after_forward(const RunSpec& run);
+// Where the sharded parameters are all-gathered (docs/parallel.md,
+// "Parameter gathers"): bucket by bucket inside the step's first forward of
+// each chunk, each forward waiting only for its own layers' buckets
+// (Megatron-LM's overlap_param_gather with grad_sync = "overlap"; FSDP without
+// resharding after the forward), rather than whole after the optimizer
+// (zero1, zero2) or in every forward and backward (FSDP resharding).
+bool gathers_in_first_forward(const RunSpec& run);
 
 // Why `t` tensor ranks cannot split `model` ("" when they can): t must
 // divide heads (gpt, llama), kv_heads (llama) and ffn_hidden, and with

@@ -101,6 +101,33 @@ StateBytes state_bytes_per_param(OptimizerKind opt, DType dtype);
 // last padded (docs/parallel.md, "Memory").
 std::int64_t optimizer_shard_params(const RunSpec& run, std::int64_t params);
 
+// The training state one rank holds at its step's peak for its chunks'
+// `params` parameters (P), by category, as the systems each mode follows
+// document it (docs/parallel.md, "Memory"); S = optimizer_shard_params,
+// p, g, k = state_bytes_per_param's params, grads, optimizer:
+//   none   P·p, P·g, P·k
+//   zero1  P·p, P·g, S·k   (Megatron-LM's distributed optimizer: the fp32
+//                           gradient buffer whole, reduce-scattered in place)
+//   zero2  P·p, P·p + S·4, S·k
+//   fsdp   S·4 + U·p, P·p + S·4, S·(k − m)
+// zero2 and fsdp follow PyTorch FSDP2 with torch.distributed.pipelining:
+// the unsharded gradients accumulate over the step's micro-batches in the
+// parameters' dtype (requires_gradient_sync only for the last backward) and
+// are reduce-scattered in fp32 (reduce_dtype) into the rank's shard. fsdp's
+// parameters are the fp32 shard (which is also the master copy: m = 4 bytes
+// of k with a 16-bit dtype, else 0) and the unsharded copy U of the
+// parameters in use: all P without resharding after the forward, else the
+// `largest_unit` (the largest layer's parameters) twice — the one running
+// and the one gathered ahead.
+struct TrainingState {
+  std::int64_t params = 0, grads = 0, optimizer = 0;
+};
+// `sharding`: the run's mode where it shards (shards_optimizer), else none.
+TrainingState training_state_bytes(OptimizerSharding sharding, int replicas, bool reshard_after_forward,
+                                   std::int64_t params, StateBytes per, std::int64_t largest_unit);
+// The same for a run (inference: the parameters alone).
+TrainingState training_state_bytes(const RunSpec& run, std::int64_t params, StateBytes per, std::int64_t largest_unit);
+
 // The vocabulary rows the embedding and the LM head hold over a tensor
 // group of t: `vocab`, and with t > 1 padded up to a multiple of 128·t
 // (Megatron-LM's --make-vocab-size-divisible-by 128, times t) so that every
@@ -132,6 +159,8 @@ class ModelDesc {
   // Sum of the pieces a stage holds: blocks [first, first+count), plus the
   // embedding and/or head.
   Cost stage(int micro_batch, int num_layers, bool has_embedding, bool has_head) const;
+  // The most parameters one of those pieces holds (FSDP's gather unit).
+  std::int64_t largest_piece_params(int num_layers, bool has_embedding, bool has_head) const;
 
   // One stage-boundary tensor (activation forward, its gradient backward):
   // micro_batch x seq_len x hidden elements (with sequence parallelism the

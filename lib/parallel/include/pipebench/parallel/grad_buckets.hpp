@@ -48,4 +48,16 @@ struct GradBucket {
 std::vector<GradBucket> grad_buckets(const std::vector<GradLayer>& layers, std::uint64_t bucket_bytes, int grad_bytes,
                                      double lead = 0.0);
 
+// ZeRO's parameter all-gathers inside the step's first forward of a chunk
+// (docs/parallel.md, "Parameter gathers"): the gradient buckets again, now in
+// forward order (the last bucket, which holds the chunk's first layers,
+// first), each gathered before the forward reaches its earliest layer.
+struct ParamGather {
+  int bucket = 0;   // index into the chunk's buckets (grad_buckets)
+  double at = 0.0;  // the share of the forward's cost before the bucket's earliest layer
+};
+// `forward_costs`: the chunk's layers in forward order (the reverse of the
+// buckets' backward-order list), any unit. In gather order, `at` ascending.
+std::vector<ParamGather> param_gathers(const std::vector<GradBucket>& buckets, const std::vector<double>& forward_costs);
+
 }  // namespace pipebench::parallel

@@ -30,9 +30,10 @@ inline constexpr double kMemoryWarnFraction = 0.90;
 // Data parallelism (docs/parallel.md): one rank's gradient all-reduce over
 // its replicas, as plan_grad_sync models it. Times are into the step, on the
 // cost-weighted simulation's clock.
-// ZeRO-1: the gradients are reduce-scattered ((d−1)/d · bytes each bucket)
-// and, after the optimizer, the parameters all-gathered (gather_s, exposed
-// whole, outside step_s as the optimizer is).
+// Sharded (zero1, zero2, fsdp): the gradients are reduce-scattered
+// ((d−1)/d · bytes each bucket) and the parameters all-gathered: after the
+// optimizer (gather_s, exposed whole, outside step_s as the optimizer is),
+// or inside the next step's first forwards (`gathers`, gather_wait_s).
 struct GradSyncPlan {
   // One reduce-grad action (RunPlan::sync) as planned: its chunk, launch,
   // bytes, its buckets' ring time alone, and its end on the rank's link.
@@ -49,15 +50,29 @@ struct GradSyncPlan {
   // grad_sync = "overlap": each chunk's buckets in launch order (the runtime
   // launches these); empty otherwise.
   std::vector<std::vector<parallel::GradBucket>> buckets;
+  // The parameter all-gathers inside the step's first forwards
+  // (gathers_in_first_forward), in launch order: the chunks in the order of
+  // their first forward, each chunk's buckets in gather order
+  // (parallel::param_gathers), all launched at the step's start one after
+  // another on the link, before the reductions; empty otherwise.
+  struct Gather {
+    int chunk = 0;
+    parallel::ParamGather bucket;  // which of the chunk's buckets, and where its forward waits for it
+    std::uint64_t bytes = 0;       // the parameters it gathers
+    double ring_s = 0.0, end_s = 0.0;
+  };
+  std::vector<Gather> gathers;
+  double gather_ring_s = 0.0;  // their ring time alone
+  double gather_wait_s = 0.0;  // what the rank's first forwards waited for them
   std::int64_t bytes = 0;  // the rank's gradients, reduced every step
-  double launch_s = 0.0;   // the first bucket's launch
+  double launch_s = 0.0;   // the first bucket's launch (with gathers in the forward: the step's start)
   double end_s = 0.0;      // the last bucket's end
-  double gather_s = 0.0;   // ZeRO-1's parameter all-gather (0 without)
+  double gather_s = 0.0;   // the parameter all-gather after the optimizer (sharded, no gathers in the forward; else 0)
   double exposed_s = 0.0;  // of the reduction, past the rank's last action (after_flush: all of it)
   bool inter_node = false; // its data group spans nodes: the inter-node link (device.ranks_per_node)
   // As the runtime records them (grad_sync_s, grad_sync_exposed_s).
   double sync_s() const { return end_s - launch_s + gather_s; }
-  double recorded_exposed_s() const { return exposed_s + gather_s; }
+  double recorded_exposed_s() const { return exposed_s + gather_s + gather_wait_s; }
   // Of the reductions' ring time alone, what ran before the rank's last
   // action ended: hidden behind its compute and the pipeline's waits.
   double hidden_s() const {

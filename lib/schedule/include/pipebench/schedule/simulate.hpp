@@ -15,6 +15,21 @@
 
 namespace pipebench {
 
+// A wait inside an action for data that a collective beside the compute
+// delivers (ZeRO's parameter all-gathers, docs/parallel.md "Parameter
+// gathers inside the forward"): the part of the action after fraction `at`
+// of its compute cannot run before `ready` (the collective's end, in the
+// simulation's unit from the step's start).
+struct Gate {
+  double at = 0.0;
+  double ready = 0.0;
+};
+
+// When an action that may start at `start` and computes for `cost` ends,
+// waiting at each of `gates` (ascending `at`) for its data. The planner's
+// simulation and the sim backend time a gated action with this one function.
+double gated_end(double start, double cost, const std::vector<Gate>& gates);
+
 // Durations per virtual stage (index v = chunk * num_ranks + rank), in any
 // time unit (the result uses the same one); finite and >= 0 (the simulator
 // tells an action that has run by its end time).
@@ -23,6 +38,10 @@ struct SimCosts {
   std::vector<double> backward;
   std::vector<double> weight;   // W actions; unused when the schedule has none
   double transfer = 0.0;        // one boundary tensor between two ranks
+  // Per virtual stage, the gates of its first forward in its rank's list
+  // (the step's first use of the chunk's parameters); empty: no gates. A
+  // gated action's busy time stays its cost: the wait is not compute.
+  std::vector<std::vector<Gate>> first_forward_gates;
 
   // F = B = W = 1, transfers free: seed 004's unit-step model.
   static SimCosts unit(const Schedule& s);
