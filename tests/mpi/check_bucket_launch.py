@@ -5,12 +5,13 @@ grad_sync = "overlap" on a backend that reports its layers (cpu): each named
 run's first gradient bucket is launched inside the last gradient action (B, or
 W with a split backward) of the chunk the rank finishes first, not after it —
 on every rank (replica 0's; the events are theirs) and counted step the
-recorded grad_sync_start_s lies within that action. After the action, as
+first reduction's recorded launch (grad_buckets/) lies within that action. After the action, as
 after_chunk launches, is a failure.
 
 And the per-bucket records (grad_buckets/, results-format.md) agree with the
 per-step figures on every rank and counted step: the reductions' bytes sum to
-grad_sync_bytes, the first launch is grad_sync_start_s, the exposed parts sum
+grad_sync_bytes, the first launch (a sharded run's parameter gathers' where
+they run inside the forwards) is grad_sync_start_s, the exposed parts sum
 to grad_sync_exposed_s (real clocks: within 0.2 ms, one poll), and a chunk
 holds several buckets (the runs named use small grad_bucket_bytes or are
 after_chunk ones, recorded as one per chunk: at least one).
@@ -34,13 +35,14 @@ def check_records(name, r, counted):
     for step in counted:
         for rank in range(start.shape[1]):
             m = (g["step"] == step) & (g["rank"] == rank)
-            red = m & (g["kind"] != 2)  # 2: ZeRO-1's parameter all-gather
+            red = m & (g["kind"] != 2)  # 2: a sharded run's parameter all-gather
             rows += int(m.sum())
             where = f"{name}: step {step} rank {rank}"
             if int(g["bytes"][red].sum()) != int(nbytes[rank]):
                 problems.append(f"{where}: buckets hold {int(g['bytes'][red].sum())} bytes, grad_sync_bytes {nbytes[rank]}")
-            if abs(g["launch_s"][red].min() - start[step, rank]) > 2e-4:
-                problems.append(f"{where}: first bucket at {g['launch_s'][red].min()}, grad_sync_start_s {start[step, rank]}")
+            # The first launch: the step's parameter gathers' where they run inside the forwards.
+            if abs(g["launch_s"][m].min() - start[step, rank]) > 2e-4:
+                problems.append(f"{where}: first bucket at {g['launch_s'][m].min()}, grad_sync_start_s {start[step, rank]}")
             if abs(g["exposed_s"][m].sum() - exposed[step, rank]) > 2e-4:
                 problems.append(f"{where}: exposed parts sum to {g['exposed_s'][m].sum()}, grad_sync_exposed_s "
                                 f"{exposed[step, rank]}")
@@ -58,7 +60,7 @@ def main():
         for name in runs:
             r = f["runs"][name]
             ev = r["events"][()]  # replica 0's, `rank` its stage
-            start = np.asarray(r["grad_sync_start_s"])  # [step, run rank]
+            g = {k: np.asarray(r["grad_buckets"][k]) for k in ("step", "rank", "kind", "launch_s")}
             stage, replica = np.asarray(r["pipeline_rank"]), np.asarray(r["data_rank"])
             warm = np.asarray(r["is_warmup"]).astype(bool)
             kinds = {KIND_W} if (ev["kind"] == KIND_W).any() else {KIND_B}
@@ -69,7 +71,8 @@ def main():
                     # Each chunk's last gradient action; the one that ends first.
                     lasts = [c[np.argmax(c["end_s"])] for c in (mine[mine["chunk"] == k] for k in np.unique(mine["chunk"]))]
                     last = min(lasts, key=lambda e: e["end_s"])
-                    t = start[step, rank]
+                    # The first gradient bucket (not a parameter all-gather: kind 2).
+                    t = g["launch_s"][(g["step"] == step) & (g["rank"] == rank) & (g["kind"] != 2)].min()
                     if last["start_s"] <= t < last["end_s"]:
                         inside += 1
                     else:

@@ -18,8 +18,9 @@ overrides), the planner's cost-weighted simulation:
   * the recorded bubble_simulated (the verdict's reference) within 0.001 of
     the planned bubble, with replicas over the step with the synchronisation;
   * with data-parallel replicas, the step is the plan's `step_s` (the
-    makespan and the exposed gradient all-reduce; with ZeRO-1 the parameter
-    all-gather after the optimizer too) instead of the makespan,
+    makespan and the exposed gradient all-reduce; sharded, the parameter
+    all-gather after the optimizer too, or the first forwards' waits for
+    the gathers inside them) instead of the makespan,
     every rank (stage s, replica r) has stage s's busy time, and each rank's
     all-reduce time and its exposed part equal the plan's for its stage
     (relative 1e-3), and the plan's reductions end where the closed form
@@ -48,11 +49,18 @@ def closed_form(name, planned):
     hidden = []
     for s, g in enumerate(planned):
         # grad_sync = "overlap": each reduce-grad action's buckets, launched inside its action.
-        red = [b for x in g["reduce_grad"] for b in x.get("buckets", [x])]
+        # Sharded parameters gathered inside the first forwards: launched at the step's start, first on the link.
+        gathers = [dict(x, launch_s=0.0) for x in g.get("param_gathers", [])]
+        red = gathers + [b for x in g["reduce_grad"] for b in x.get("buckets", [x])]
         end = max(red[k]["launch_s"] + sum(x["ring_s"] for x in red[k:]) for k in range(len(red)))
         if abs(end - g["end_s"]) > 1e-9 * max(1.0, g["end_s"]):
             problems.append(f"{name}: stage {s}: the chain ends at {g['end_s']}, the closed form at {end}")
-        hidden.append(sum(x["ring_s"] for x in red) - (g["exposed_s"] - g["gather_s"]))
+        for k, x in enumerate(gathers):
+            want = sum(y["ring_s"] for y in gathers[:k + 1])
+            if abs(x["end_s"] - want) > 1e-9 * max(1.0, want):
+                problems.append(f"{name}: stage {s}: gather {k} ends at {x['end_s']}, its chain at {want}")
+        reduced = red[len(gathers):]
+        hidden.append(sum(x["ring_s"] for x in reduced) - (g["exposed_s"] - g["gather_s"] - g.get("gather_wait_s", 0.0)))
     print(f"{name:16s} closed form: the reductions end as max_k(t_k + sum s_j); hidden in the cool-down "
           f"{min(hidden):.6f}..{max(hidden):.6f} s per rank")
     return problems

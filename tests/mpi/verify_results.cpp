@@ -157,8 +157,19 @@ void check_ok_run(const Job& job, const RunPlan& plan, const RunResult& r) {
     const std::string who =
         fmt::format("{}: rank {} (stage {}, replica {}, tensor rank {})", run, rank, S, r.data_rank.at(R), r.tensor_rank.at(R));
     auto cat = [&](MemCategory c) { return r.peak_mem_by_category[static_cast<std::size_t>(c)].at(R); };
-    expect_eq(cat(MemCategory::params), params * static_cast<std::uint64_t>(per.params), who + " peak params bytes");
-    expect_eq(cat(MemCategory::grads), train ? params * static_cast<std::uint64_t>(per.grads) : 0u, who + " peak grads bytes");
+    // zero2 and fsdp keep the rank's shard of the reduced gradients (fp32)
+    // beside the unsharded accumulation; fsdp also its shard of the
+    // parameters (fp32) beside the gathered ones (docs/parallel.md, "Memory").
+    const OptimizerSharding mode = shards_optimizer(plan.run) ? plan.run.optimizer_sharding : OptimizerSharding::none;
+    const auto d = static_cast<std::uint64_t>(plan.run.data_parallel);
+    const std::uint64_t shard = (params + d - 1) / d * 4;
+    const bool grad_shard = mode == OptimizerSharding::zero2 || mode == OptimizerSharding::fsdp;
+    expect_eq(cat(MemCategory::params),
+              params * static_cast<std::uint64_t>(per.params) + (mode == OptimizerSharding::fsdp ? shard : 0u),
+              who + " peak params bytes");
+    expect_eq(cat(MemCategory::grads),
+              train ? params * static_cast<std::uint64_t>(per.grads) + (grad_shard ? shard : 0u) : 0u,
+              who + " peak grads bytes");
     expect_eq(cat(MemCategory::optimizer), static_cast<std::uint64_t>(sp.optimizer_bytes), who + " peak optimizer bytes");
     // The plan's: the whole state, or ZeRO-1's shard of ceil(n / d) (model.hpp).
     const auto state_params = static_cast<std::uint64_t>(optimizer_shard_params(plan.run, sp.cost.params));

@@ -50,6 +50,19 @@ FlatRegion Backend::gradients(int /*chunk*/) {
   throw ConfigError(fmt::format("the {} backend does not synchronise gradients across data-parallel replicas", name()));
 }
 
+void Backend::set_forward_hook(int /*chunk*/, std::function<void(int)> before) {
+  if (before) throw ConfigError(fmt::format("the {} backend does not gather sharded parameters inside its forward", name()));
+}
+
+void Backend::set_forward_gates(int /*chunk*/, std::vector<Gate> gates) {
+  if (!gates.empty()) throw ConfigError(fmt::format("the {} backend does not model parameter gathers", name()));
+}
+
+const std::vector<double>& Backend::gate_waits() const {
+  static const std::vector<double> none;
+  return none;
+}
+
 FlatRegion Backend::parameters(int /*chunk*/) {
   throw ConfigError(fmt::format("the {} backend does not shard its optimizer across data-parallel replicas", name()));
 }

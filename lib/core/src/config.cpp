@@ -387,8 +387,10 @@ void read_data_parallel(TableReader& r, RunSpec& run, std::vector<std::string>& 
   // 1 GiB: a bucket is one collective of 32-bit element counts.
   if (const auto bytes = r.bytes("grad_bucket_bytes", std::uint64_t{1} << 30, "1 GiB"))
     run.grad_bucket_bytes = static_cast<std::int64_t>(*bytes);
-  if (run.grad_bucket_bytes != 0 && run.grad_sync != GradSync::overlap && run.data_parallel > 1)
-    warnings.push_back(fmt::format("{}: ignored: only grad_sync = \"overlap\" launches buckets of that size",
+  if (run.grad_bucket_bytes != 0 && run.grad_sync != GradSync::overlap && !gathers_in_first_forward(run) &&
+      run.data_parallel > 1)
+    warnings.push_back(fmt::format("{}: ignored: only grad_sync = \"overlap\" (and parameter gathers inside the "
+                                   "forward) launch buckets of that size",
                                    r.dotted("grad_bucket_bytes")));
   run.rank_order = r.choice<RankOrder>("rank_order", RankOrder::tp_dp_pp,
                                        {{"tp-dp-pp", RankOrder::tp_dp_pp}, {"tp-pp-dp", RankOrder::tp_pp_dp}});

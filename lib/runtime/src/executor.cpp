@@ -69,6 +69,12 @@ struct SyncPlan {
   // grad_sync = "overlap": per chunk, its buckets, launched inside the action
   // (GradSyncPlan::buckets); empty otherwise.
   const std::vector<std::vector<parallel::GradBucket>>* buckets = nullptr;
+  // Sharded parameters gathered inside the step's first forwards
+  // (GradSyncPlan::gathers), in posting order; empty otherwise. Per chunk,
+  // the index of its first forward in the rank's list (-1: none).
+  std::vector<GradientSync::ForwardGather> gathers;
+  const std::vector<std::vector<parallel::GradBucket>>* gather_buckets = nullptr;  // the chunks' buckets they gather
+  std::vector<std::ptrdiff_t> first_forward;
 };
 
 SyncPlan plan_sync(const RunPlan& plan, int rank, GradientSync* sync) {
@@ -77,9 +83,23 @@ SyncPlan plan_sync(const RunPlan& plan, int rank, GradientSync* sync) {
   sp.sync = sync;
   sp.overlap = plan.sync.overlap;
   if (plan.sync.inside) sp.buckets = &plan.stages.at(static_cast<std::size_t>(rank)).grad_sync.buckets;
-  sp.launches_after.resize(plan.schedule.actions[static_cast<std::size_t>(rank)].size());
+  const auto& actions = plan.schedule.actions[static_cast<std::size_t>(rank)];
+  sp.launches_after.resize(actions.size());
   for (const ReduceGrad& g : plan.sync.reduce.at(static_cast<std::size_t>(rank)))
     sp.launches_after.at(static_cast<std::size_t>(g.after)).push_back(g.chunk);
+  const GradSyncPlan& g = plan.stages.at(static_cast<std::size_t>(rank)).grad_sync;
+  if (!g.gathers.empty()) sp.gather_buckets = &g.buckets;
+  for (const GradSyncPlan::Gather& ga : g.gathers) {
+    const auto& buckets = g.buckets.at(static_cast<std::size_t>(ga.chunk));
+    const int pieces = buckets.back().last + 1;  // the chunk's layers (the last bucket ends with the first layer)
+    sp.gathers.push_back({ga.chunk, ga.bucket.bucket, ga.bucket.at,
+                          pieces - 1 - buckets.at(static_cast<std::size_t>(ga.bucket.bucket)).last, ga.bytes});
+  }
+  sp.first_forward.assign(static_cast<std::size_t>(plan.schedule.chunks_per_rank), -1);
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    auto& f = sp.first_forward[static_cast<std::size_t>(actions[i].chunk)];
+    if (actions[i].kind == ActionKind::F && f < 0) f = static_cast<std::ptrdiff_t>(i);
+  }
   return sp;
 }
 
@@ -161,7 +181,36 @@ class StepRun {
   }
   static std::string describe(const char* what) { return what; }
 
-  bool sharded() const { return sync_.sync && plan_.run.optimizer_sharding == OptimizerSharding::zero1; }
+  bool sharded() const { return sync_.sync && shards_optimizer(plan_.run); }
+
+  // Whether forward `a` (action `index`) is its chunk's first of the step
+  // with parameter gathers to wait for; if so the backend waits at them in it.
+  bool gathers_before(const Action& a, std::size_t index) {
+    if (sync_.gathers.empty() || sync_.first_forward[static_cast<std::size_t>(a.chunk)] != static_cast<std::ptrdiff_t>(index))
+      return false;
+    if (sync_.sync->modelled()) {
+      backend_.set_forward_gates(a.chunk, sync_.sync->gates(a.chunk));
+    } else {
+      gate_wait_s_ = 0.0;
+      backend_.set_forward_hook(a.chunk, [this, chunk = a.chunk](int piece) {
+        gate_wait_s_ += sync_.sync->wait_gathers(chunk, piece);
+      });
+    }
+    return true;
+  }
+  // After that forward: its seconds waiting for the gathers (added to the step's exposed synchronisation).
+  double gathered(int chunk) {
+    double waited = 0.0;
+    if (sync_.sync->modelled()) {
+      waited = backend_.take_gate_wait_s();
+      sync_.sync->gated(chunk, backend_.gate_waits());
+    } else {
+      backend_.set_forward_hook(chunk, {});
+      waited = std::exchange(gate_wait_s_, 0.0);
+    }
+    gathers_waited_s_ += waited;
+    return waited;
+  }
 
   // The replicas' gradients summed: launched after the flush unless
   // overlapped, then waited for (the exposed part).
@@ -171,7 +220,7 @@ class StepRun {
                               comm_.run_rank(), step_));
     if (!sync_.overlap && !sync_.launches_after.empty())
       for (int chunk : sync_.launches_after.back()) sync_.sync->launch(chunk);
-    sr_.grad_sync_exposed_s = sync_.sync->complete();
+    sr_.grad_sync_exposed_s = sync_.sync->complete() + gathers_waited_s_;
     backend_.gradients_synchronised();
     sr_.grad_sync_s = sync_.sync->sync_s();
     sr_.grad_sync_start_s = sync_.sync->start_s();
@@ -200,6 +249,7 @@ class StepRun {
     comm_.set_deadline(wall_t0_ + timeout);
     transport_.begin_step(t0_);
     if (sync_.sync) sync_.sync->begin_step(t0_);
+    if (!sync_.gathers.empty()) sync_.sync->post_gathers(sync_.gathers, *sync_.gather_buckets);
     backend_.begin_step(step_, wall_t0_ + timeout);
   }
 
@@ -234,7 +284,7 @@ class StepRun {
     }
     for (const SendRelease& r : send_slots_.releases[at])
       if (r.peer >= 0) transport_.complete_send(r.peer, {r.kind, step_, r.microbatch, r.chunk});
-    for (std::size_t k = 0; k < n; ++k) compute(unit[k], events[first + k]);
+    for (std::size_t k = 0; k < n; ++k) compute(unit[k], events[first + k], at + k);
     for (std::size_t k = 0; k < n; ++k) {
       const Action& a = unit[k];
       const int v = sched_.virtual_stage(rank_, a.chunk);
@@ -243,13 +293,20 @@ class StepRun {
     }
   }
 
-  void compute(const Action& a, EventRecord& ev) {
+  // Action `index` of the rank's list.
+  void compute(const Action& a, EventRecord& ev, std::size_t index) {
     if (a.kind == ActionKind::F && opt_.fault.fires(FaultInjection::Kind::error, plan_.run.name, comm_.run_rank(), step_))
       throw Error(fmt::format("injected error (PIPEBENCH_FAULT) on rank {} at step {}", comm_.run_rank(), step_));
     ev.start_s = clock_.now() - t0_;
     switch (a.kind) {
       case ActionKind::F:
-        backend_.forward(step_, a.microbatch, a.chunk);
+        if (gathers_before(a, index)) {
+          // The wait for its parameters is not compute: the event starts after it.
+          backend_.forward(step_, a.microbatch, a.chunk);
+          ev.start_s += gathered(a.chunk);
+        } else {
+          backend_.forward(step_, a.microbatch, a.chunk);
+        }
         sr_.forward_s += finish(ev, a);
         if (sched_.virtual_stage(rank_, a.chunk) == V_ - 1) add_loss(a.microbatch);
         break;
@@ -333,8 +390,8 @@ class StepRun {
     backend_.optimizer_step(step_, scale);
     sr_.optimizer_s = clock_.now() - s0;
     check_deadline("the optimizer step");
-    if (!sharded()) return;
-    // ZeRO-1: every replica's parameters from their shards' owners, exposed whole.
+    if (!sharded() || !sync_.gathers.empty()) return;
+    // Sharded, gathered after the optimizer: every replica's parameters from their shards' owners, exposed whole.
     const double gathered = sync_.sync->gather_parameters(sched_.chunks_per_rank);
     sr_.grad_sync_s += gathered;
     sr_.grad_sync_exposed_s += gathered;
@@ -399,6 +456,8 @@ class StepRun {
   const int step_, rank_, V_;
   double t0_ = 0.0;       // the step's start on the run's clock: records are relative to it
   double wall_t0_ = 0.0;  // the same on the wall clock: the step timeout counts from it
+  double gate_wait_s_ = 0.0;       // the running forward's wait for its parameter gathers (real backends)
+  double gathers_waited_s_ = 0.0;  // the step's forwards' waits for them
   double loss_sum_ = 0.0;
   StepRecord sr_;
 };

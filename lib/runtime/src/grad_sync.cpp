@@ -34,6 +34,8 @@ void GradientSync::begin_step(double t0) {
   bytes_ = 0;
   posted_.clear();
   records_.clear();
+  gathers_.clear();
+  gathers_end_ = 0.0;
 }
 
 // Every replica's part of elements [a, b) of chunk `chunk`: counts and
@@ -48,6 +50,25 @@ void GradientSync::split(int chunk, std::int64_t a, std::int64_t b, Bucket& out)
     out.displs.push_back(displ);
     displ += n;
   }
+}
+
+std::int64_t GradientSync::owned_begin(int chunk) const {
+  const std::int64_t base = chunk_base_[static_cast<std::size_t>(chunk)];
+  return std::max<std::int64_t>(0, parallel::shard_of(total_, comm_.replicas(), comm_.replica()).begin - base);
+}
+
+void GradientSync::post_all_gather(int chunk, Bucket& b, std::int64_t n) {
+  split(chunk, b.offset, b.offset + n, b);
+  const FlatRegion shard = backend_.parameter_shard(chunk);
+  const auto q = static_cast<std::size_t>(comm_.replica());
+  if (!shard.data) {
+    PIPEBENCH_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b.data, b.counts.data(), b.displs.data(),
+                                        MPI_FLOAT, comm_.data(), &b.req));
+    return;
+  }
+  const float* mine = shard.data + (b.offset + b.displs[q] - owned_begin(chunk));
+  PIPEBENCH_MPI_CHECK(MPI_Iallgatherv(mine, b.counts[q], MPI_FLOAT, b.data, b.counts.data(), b.displs.data(), MPI_FLOAT,
+                                      comm_.data(), &b.req));
 }
 
 double GradientSync::link_time(parallel::Collective c, std::uint64_t bytes) const {
@@ -81,6 +102,7 @@ GradientSync::Bucket& GradientSync::post_real(int chunk, const FlatRegion& g, st
   b.launch_at = clock_.now() - t0_;
   b.logical_bytes = static_cast<std::uint64_t>(n) * sizeof(float);
   b.data = g.data + off;
+  b.offset = off;
   if (device_) {
     device_->post(b.data, static_cast<std::size_t>(n), backend_.device_stream());
     return b;
@@ -101,7 +123,8 @@ void GradientSync::launch(int chunk, const std::vector<parallel::GradBucket>* bu
   const FlatRegion g = backend_.gradients(chunk);
   const double now = clock_.now() - t0_;
   const auto at = [&](const parallel::GradBucket& k) { return action_start_s + k.ready * (action_end_s - action_start_s); };
-  if (buckets_.empty()) first_launch_ = buckets && modelled_ && !buckets->empty() ? at(buckets->front()) : now;
+  if (buckets_.empty() && gathers_.empty())
+    first_launch_ = buckets && modelled_ && !buckets->empty() ? at(buckets->front()) : now;
   bytes_ += g.logical_bytes;
   const auto kind = sharded_ ? parallel::Collective::reduce_scatter : parallel::Collective::all_reduce;
   if (!buckets) {
@@ -122,7 +145,7 @@ void GradientSync::launch(int chunk, const std::vector<parallel::GradBucket>* bu
 void GradientSync::launch_ready(int chunk, const std::vector<parallel::GradBucket>& buckets, int pieces) {
   std::size_t ready = 0;
   while (ready < buckets.size() && buckets[ready].last < pieces) ++ready;
-  if (buckets_.empty() && ready > 0) first_launch_ = clock_.now() - t0_;
+  if (buckets_.empty() && gathers_.empty() && ready > 0) first_launch_ = clock_.now() - t0_;
   post_buckets(chunk, backend_.gradients(chunk), buckets, ready);
   progress();
 }
@@ -150,6 +173,12 @@ void GradientSync::post_buckets(int chunk, const FlatRegion& g, const std::vecto
 }
 
 void GradientSync::progress() {
+  for (Gathering& g : gathers_) {
+    if (g.b.req == MPI_REQUEST_NULL) continue;
+    int done = 0;
+    PIPEBENCH_MPI_CHECK(MPI_Test(&g.b.req, &done, MPI_STATUS_IGNORE));
+    if (done && g.b.end_at < 0.0) g.b.end_at = clock_.now() - t0_;
+  }
   for (Bucket& b : buckets_) {
     if (b.req == MPI_REQUEST_NULL) continue;
     int done = 0;
@@ -182,7 +211,84 @@ void GradientSync::record(double wait_at) {
   }
 }
 
+void GradientSync::post_gathers(const std::vector<ForwardGather>& gathers,
+                                const std::vector<std::vector<parallel::GradBucket>>& buckets) {
+  if (!gathers.empty()) first_launch_ = 0.0;
+  parallel::LinkChain chain;
+  for (const ForwardGather& fg : gathers) {
+    const auto& chunk = buckets.at(static_cast<std::size_t>(fg.chunk));
+    const parallel::GradBucket& k = chunk.at(static_cast<std::size_t>(fg.bucket));
+    Gathering& g = gathers_.emplace_back();
+    g.g = fg;
+    g.b.kind = parallel::Collective::all_gather;
+    g.b.chunk = fg.chunk;
+    g.b.launch_at = 0.0;
+    if (modelled_) {
+      g.b.logical_bytes = fg.bytes;
+      g.b.end_at = chain.add(0.0, link_time(g.b.kind, g.b.logical_bytes));
+      continue;
+    }
+    // The bucket's elements: the chunk's layers in backward order from the end of its region.
+    const FlatRegion p = backend_.parameters(fg.chunk);
+    std::int64_t end = static_cast<std::int64_t>(p.count);
+    for (int j = 0; j < fg.bucket; ++j) end -= chunk[static_cast<std::size_t>(j)].params;
+    const std::int64_t off = end - k.params;
+    g.b.logical_bytes = static_cast<std::uint64_t>(k.params) * sizeof(float);
+    g.b.launch_at = clock_.now() - t0_;
+    g.b.data = p.data + off;
+    g.b.offset = off;
+    post_all_gather(fg.chunk, g.b, k.params);
+  }
+  gathers_end_ = chain.end();
+}
+
+double GradientSync::wait_gathers(int chunk, int piece) {
+  double blocked = 0.0;
+  for (Gathering& g : gathers_) {
+    if (g.done || g.g.chunk != chunk || g.g.first_piece > piece) continue;
+    const double at = clock_.now();
+    if (g.b.req != MPI_REQUEST_NULL) comm_.wait(g.b.req, "the parameter all-gather of the data-parallel group");
+    g.waited = clock_.now() - at;
+    if (g.b.end_at < 0.0) g.b.end_at = clock_.now() - t0_;
+    g.done = true;
+    blocked += g.waited;
+  }
+  progress();
+  return blocked;
+}
+
+std::vector<Gate> GradientSync::gates(int chunk) const {
+  std::vector<Gate> out;
+  for (const Gathering& g : gathers_)
+    if (g.g.chunk == chunk) out.push_back({g.g.at, t0_ + g.b.end_at});
+  return out;
+}
+
+void GradientSync::gated(int chunk, const std::vector<double>& waits) {
+  std::size_t i = 0;
+  for (Gathering& g : gathers_)
+    if (g.g.chunk == chunk) {
+      g.waited = i < waits.size() ? waits[i] : 0.0;
+      g.done = true;
+      ++i;
+    }
+}
+
 void GradientSync::take_records(int step, std::vector<BucketRecord>& out) {
+  // The gathers first: they were launched first.
+  std::vector<BucketRecord> gathered;
+  for (const Gathering& g : gathers_) {
+    BucketRecord& r = gathered.emplace_back();
+    r.rank = comm_.run_rank();
+    r.chunk = g.b.chunk;
+    r.kind = static_cast<std::int32_t>(g.b.kind);
+    r.launch_s = g.b.launch_at;
+    r.end_s = g.b.end_at;
+    r.bytes = g.b.logical_bytes;
+    r.exposed_s = g.waited;
+  }
+  gathers_.clear();
+  records_.insert(records_.begin(), gathered.begin(), gathered.end());
   for (std::size_t i = 0; i < records_.size(); ++i) {
     records_[i].step = step;
     records_[i].index = static_cast<std::int32_t>(i);
@@ -198,21 +304,26 @@ void GradientSync::abandon() {
     return;
   }
   bool pending = false;
-  for (Bucket& b : buckets_) {
-    if (b.req == MPI_REQUEST_NULL) continue;
+  auto test = [&](MPI_Request& req) {
+    if (req == MPI_REQUEST_NULL) return;
     int done = 0;
-    MPI_Test(&b.req, &done, MPI_STATUS_IGNORE);  // not checked: the run has failed already
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);  // not checked: the run has failed already
     pending = pending || !done;
-  }
+  };
+  for (Bucket& b : buckets_) test(b.req);
+  for (Gathering& g : gathers_) test(g.b.req);
   if (!pending) return;
   new std::deque<Bucket>(std::move(buckets_));  // deliberately never destroyed; the elements do not move
+  new std::deque<Gathering>(std::move(gathers_));
   buckets_.clear();
+  gathers_.clear();
   if (!modelled_) backend_.abandon_gradients();
 }
 
 double GradientSync::wait_all(const char* what) {
   const double start = clock_.now();
   parallel::LinkChain chain;  // modelled: the buckets one after another on the link, into the step
+  chain.add(gathers_end_, 0.0);  // after the step's gathers
   const int q = comm_.replica();
   if (device_ && !buckets_.empty()) {
     comm_.wait_for([&] { return device_->done(); }, what);
@@ -226,8 +337,13 @@ double GradientSync::wait_all(const char* what) {
     }
     if (b.end_at < 0.0) b.end_at = clock_.now() - t0_;
     const auto qi = static_cast<std::size_t>(q);
-    if (b.kind == parallel::Collective::reduce_scatter && b.counts[qi] > 0 && b.displs[qi] > 0)
-      std::memmove(b.data + b.displs[qi], b.data, static_cast<std::size_t>(b.counts[qi]) * sizeof(float));
+    if (b.kind != parallel::Collective::reduce_scatter || b.counts[qi] == 0) continue;
+    // This replica's sum, at the bucket's start: to its place in the
+    // gradients, or in the backend's shard of them (zero2, fsdp).
+    const FlatRegion shard = backend_.gradient_shard(b.chunk);
+    const auto bytes = static_cast<std::size_t>(b.counts[qi]) * sizeof(float);
+    if (shard.data) std::memcpy(shard.data + (b.offset + b.displs[qi] - owned_begin(b.chunk)), b.data, bytes);
+    else if (b.displs[qi] > 0) std::memmove(b.data + b.displs[qi], b.data, bytes);
   }
   if (modelled_ && !buckets_.empty()) clock_.sleep_until(t0_ + chain.end());
   record(start - t0_);
@@ -260,9 +376,8 @@ double GradientSync::gather_parameters(int chunks) {
       b.piece = true;
       b.launch_at = clock_.now() - t0_;
       b.data = p.data + off;
-      split(c, off, off + n, b);
-      PIPEBENCH_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b.data, b.counts.data(), b.displs.data(),
-                                          MPI_FLOAT, comm_.data(), &b.req));
+      b.offset = off;
+      post_all_gather(c, b, n);
     }
   }
   return wait_all("the parameter all-gather of the data-parallel group");

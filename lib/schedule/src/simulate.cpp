@@ -433,10 +433,13 @@ std::array<SimResult, Lanes> simulate_impl(const Schedule& s, const SimCosts* co
 
 }  // namespace
 
-double gated_end(double start, double cost, const std::vector<Gate>& gates) {
+double gated_end(double start, double cost, const std::vector<Gate>& gates, std::vector<double>* waits) {
   double t = start, done = 0.0;
+  if (waits) waits->clear();
   for (const Gate& g : gates) {
-    t = std::max(t + (g.at - done) * cost, g.ready);
+    const double reached = t + (g.at - done) * cost;
+    t = std::max(reached, g.ready);
+    if (waits) waits->push_back(t - reached);
     done = g.at;
   }
   return t + (1.0 - done) * cost;

@@ -84,6 +84,7 @@ void CpuBackend::build(const StageSpec& spec) {
     for (const Piece& p : c.pieces)
       for (std::size_t t = 0; t < p.tensors.size(); ++t) initial_values(ms, p, t, c.params.data() + p.tensors[t].offset);
   }
+  if (train) keep_shards_apart();
   std::int64_t rope_floats = 0;
   if (ms.kind == ModelKind::llama) {
     rope_floats = static_cast<std::int64_t>(ms.seq_len) * (ms.hidden / ms.heads);
@@ -231,6 +232,7 @@ void CpuBackend::release_slab(Chunk& c, int mb) {
 void CpuBackend::forward_pieces(Chunk& c, int mb, const float* in, float* last_out) {
   for (std::size_t i = 0; i < c.pieces.size(); ++i) {
     float* out = i + 1 < c.pieces.size() ? piece_input(c, mb, i + 1) : last_out;
+    if (c.before_piece) c.before_piece(static_cast<int>(i));
     forward_piece(c, c.pieces[i], mb, in, out);
     in = out;
   }
@@ -243,6 +245,7 @@ void CpuBackend::forward_checkpointed(Chunk& c, int mb, const float* in, float* 
   for (std::size_t i = 0; i < c.pieces.size(); ++i) {
     const Piece& p = c.pieces[i];
     float* out = i + 1 < c.pieces.size() ? workspace_ping() : last_out;
+    if (c.before_piece) c.before_piece(static_cast<int>(i));
     forward_piece(c, p, mb, in, out);
     // Its input, at the start of its activations (the embedding: the token ids).
     std::memcpy(kept + c.kept_offsets[i], act(c, mb, p, 0), c.kept_offsets[i + 1] - c.kept_offsets[i]);
@@ -527,6 +530,48 @@ void CpuBackend::own_shards(const std::vector<StageLayout>& layouts) {
   shard_padding_ = spec_.shard_optimizer ? parallel::shard_size(total, spec_.replicas) - shard.size() : 0;
 }
 
+// zero2 and fsdp: the shard buffers (after the chunks' parameters are
+// initialised: fsdp's shard starts as their copy).
+void CpuBackend::keep_shards_apart() {
+  const bool grads = spec_.sharding == OptimizerSharding::zero2 || spec_.sharding == OptimizerSharding::fsdp;
+  const bool params = spec_.sharding == OptimizerSharding::fsdp;
+  if (!grads) return;
+  std::int64_t owned = 0;
+  for (const Chunk& c : chunks_) owned += c.owned.size();
+  const auto n = static_cast<std::size_t>(owned + shard_padding_);
+  shard_grads_ = TrackedArray<float>(memory_, MemCategory::grads, n, "reduced gradient shard");
+  if (params) shard_params_ = TrackedArray<float>(memory_, MemCategory::params, n, "parameter shard");
+  std::int64_t at = 0;
+  for (Chunk& c : chunks_) {
+    c.shard_grads = shard_grads_.data() + at;
+    if (params) {
+      c.shard_params = shard_params_.data() + at;
+      std::memcpy(c.shard_params, c.params.data() + c.owned.begin, static_cast<std::size_t>(c.owned.size()) * sizeof(float));
+    }
+    at += c.owned.size();
+  }
+}
+
+const float* CpuBackend::owned_grads(const Chunk& c, parallel::Span part) {
+  return c.shard_grads ? c.shard_grads + (part.begin - c.owned.begin) : c.grads.data() + part.begin;
+}
+
+float* CpuBackend::owned_params(Chunk& c, parallel::Span part) {
+  return c.shard_params ? c.shard_params + (part.begin - c.owned.begin) : c.params.data() + part.begin;
+}
+
+FlatRegion CpuBackend::gradient_shard(int chunk) {
+  const Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
+  const auto n = static_cast<std::size_t>(c.owned.size());
+  return c.shard_grads ? FlatRegion{c.shard_grads, n, n * sizeof(float)} : FlatRegion{};
+}
+
+FlatRegion CpuBackend::parameter_shard(int chunk) {
+  const Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
+  const auto n = static_cast<std::size_t>(c.owned.size());
+  return c.shard_params ? FlatRegion{c.shard_params, n, n * sizeof(float)} : FlatRegion{};
+}
+
 // The part of tensor `t` of chunk `c` this rank steps (empty, or within c.owned).
 parallel::Span CpuBackend::owned_part(const Chunk& c, const TensorSlot& t) {
   const auto off = static_cast<std::int64_t>(t.offset);
@@ -543,8 +588,8 @@ void CpuBackend::optimizer_step(int /*step*/, double grad_scale) {
         const parallel::Span part = owned_part(c, t);
         if (part.size() == 0) continue;
         const std::int64_t n = part.size();
-        float* w = c.params.data() + part.begin;
-        const float* g = c.grads.data() + part.begin;
+        float* w = owned_params(c, part);
+        const float* g = owned_grads(c, part);
         const std::int64_t state = part.begin - c.owned.begin;  // in adam_m/v
         if (job_.train.optimizer == OptimizerKind::adamw)
           cpu::adamw_update(w, g, c.adam_m.data() + state, c.adam_v.data() + state, n, lr, kAdamBeta1, kAdamBeta2,
@@ -567,7 +612,11 @@ FlatRegion CpuBackend::gradients(int chunk) {
 }
 
 void CpuBackend::abandon_gradients() {
-  for (Chunk& c : chunks_) new TrackedArray<float>(std::move(c.grads));  // deliberately never destroyed
+  for (Chunk& c : chunks_) {  // deliberately never destroyed
+    new TrackedArray<float>(std::move(c.grads));
+    new TrackedArray<float>(std::move(c.params));
+  }
+  new TrackedArray<float>(std::move(shard_params_));  // an all-gather's send buffer
 }
 
 Buffer CpuBackend::recv_buffer(ActionKind kind, int /*mb*/, int chunk) {

@@ -105,7 +105,7 @@ void CpuBackend::grad_sq_norm_by_piece(std::vector<double>& per_piece) const {
       double sum = 0.0;
       for (const TensorSlot& t : p.tensors) {
         const parallel::Span part = owned_part(c, t);
-        if (part.size() > 0 && (!t.shared || lead())) sum += cpu::sum_squares(c.grads.data() + part.begin, part.size());
+        if (part.size() > 0 && (!t.shared || lead())) sum += cpu::sum_squares(owned_grads(c, part), part.size());
       }
       mine.at(static_cast<std::size_t>(p.id)) += sum;
     }

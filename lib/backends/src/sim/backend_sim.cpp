@@ -76,8 +76,14 @@ double sim_machine_factor(const DeviceSpec& d, int rank, int step, int microbatc
   return d.sim_load * std::exp(sigma * z - 0.5 * sigma * sigma);  // mean 1: noise, not a slowdown
 }
 
-void SimBackend::busy_for(double seconds, const char* what, int microbatch, int action) {
+void SimBackend::busy_for(double seconds, const char* what, int microbatch, int action, const std::vector<Gate>* gates) {
   seconds *= sim_machine_factor(job_.device, rank_, step_, microbatch, action);
+  if (gates && !gates->empty()) {
+    const double at = clock_.now();
+    const double until = gated_end(at, seconds, *gates, &gate_waits_);
+    gate_wait_s_ = until - at - seconds;
+    seconds = until - at;
+  }
   if (clock_.is_virtual()) {  // modelled time passes at once; the step timeout bounds real time only
     clock_.sleep_until(clock_.now() + seconds);
     return;
@@ -89,6 +95,11 @@ void SimBackend::busy_for(double seconds, const char* what, int microbatch, int 
     throw StepTimeoutError(fmt::format("{} modelled at {:.3f} s ran past the step timeout", what, seconds));
   }
   sleep_until_s(end);
+}
+
+void SimBackend::set_forward_gates(int chunk, std::vector<Gate> gates) {
+  if (gates_.size() <= static_cast<std::size_t>(chunk)) gates_.resize(static_cast<std::size_t>(chunk) + 1);
+  gates_[static_cast<std::size_t>(chunk)] = std::move(gates);
 }
 
 void SimBackend::begin_step(int step, double deadline_s) {
@@ -111,7 +122,10 @@ void SimBackend::forward(int /*step*/, int microbatch, int chunk) {
   });
   ++live_;
   peak_live_ = std::max(peak_live_, live_);
-  busy_for(c.seconds.forward, "forward", microbatch, action_id(0, chunk));
+  std::vector<Gate> gates;
+  if (static_cast<std::size_t>(chunk) < gates_.size()) gates = std::exchange(gates_[static_cast<std::size_t>(chunk)], {});
+  gate_waits_.clear();
+  busy_for(c.seconds.forward, "forward", microbatch, action_id(0, chunk), &gates);
   count_tensor_comm(c.seconds.forward_comm);
   // Kept: the pieces' inputs only.
   if (spec_.recompute) memory_.release(MemCategory::activations, c.held_bytes(true));

@@ -28,6 +28,7 @@
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/schedule/schedule.hpp"
 #include "pipebench/schedule/send_slots.hpp"
+#include "pipebench/schedule/simulate.hpp"
 
 namespace pipebench {
 
@@ -186,6 +187,21 @@ class Backend {
   // as each piece's kernels are enqueued, where the gradients are reduced in
   // device memory; the reduction follows them on the device, device_stream.)
   virtual void set_gradient_hook(int /*chunk*/, std::function<void(int pieces)> /*on_final*/) {}
+  // Sharded parameters gathered inside the step's first forwards
+  // (docs/parallel.md, "Parameter gathers"), for the next forward of chunk
+  // `chunk` only. A backend that computes (cpu) calls `before(piece)` before
+  // each piece's forward (pieces in forward order, the embedding's first),
+  // which returns once the piece's parameters are there; cleared with an
+  // empty function. A modelled one (sim) is given the gates instead
+  // (schedule/simulate.hpp: `ready` on the run's clock) and waits at them as
+  // the planner's simulation does (gated_end). Either way the action's time
+  // in them is the backend's take_gate_wait_s() after it, per gate in
+  // gate_waits(). The default refuses: the backend cannot gather.
+  virtual void set_forward_hook(int chunk, std::function<void(int piece)> before);
+  virtual void set_forward_gates(int chunk, std::vector<Gate> gates);
+  // The last forward's seconds waiting at its gates (modelled), each gate's; 0 and none after.
+  virtual double take_gate_wait_s() { return 0.0; }
+  virtual const std::vector<double>& gate_waits() const;
   // The stream the backend's kernels run on (cuda: a cudaStream_t), which
   // a collective on device memory must follow; null on host backends.
   virtual void* device_stream() { return nullptr; }
@@ -202,17 +218,26 @@ class Backend {
   // (runtime/grad_sync.hpp) between the last backward and the gradient norm.
   // The default throws ConfigError: the backend cannot synchronise.
   virtual FlatRegion gradients(int chunk);
-  // After a failure with an all-reduce still pending on them (MPI cannot
-  // cancel a collective; a peer may still complete it): the gradient memory
-  // must outlive the backend, so it is never freed (one set per failed run).
+  // After a failure with a collective still pending on them (MPI cannot
+  // cancel a collective; a peer may still complete it): the gradient and
+  // parameter memory (a sharded run's all-gathers write the parameters) must
+  // outlive the backend, so it is never freed (one set per failed run).
   virtual void abandon_gradients() {}
   // After the synchronisation completed (every region gradients() returned
   // this step now holds the replicas' sum): a backend that handed out host
   // copies of its gradients (cuda: pinned host staging) takes the sums back.
   virtual void gradients_synchronised() {}
-  // ZeRO-1: chunk `chunk`'s parameters, for the replicas to all-gather after
+  // Sharded: chunk `chunk`'s parameters, for the replicas to all-gather after
   // their sharded optimizer steps (the same fields as gradients()).
   virtual FlatRegion parameters(int chunk);
+  // zero2 and fsdp (model.hpp training_state_bytes): where the rank keeps
+  // its shard of chunk `chunk`'s reduced gradients (zero2, fsdp) and of its
+  // parameters, the copy its optimizer steps (fsdp) — element i of the
+  // chunk's shard part at data[i], `count` of them. Null data: the shard
+  // lives in place, in gradients() / parameters() (zero1; every backend
+  // that does not keep them apart).
+  virtual FlatRegion gradient_shard(int /*chunk*/) { return {}; }
+  virtual FlatRegion parameter_shard(int /*chunk*/) { return {}; }
   // Applies the step's update with gradients multiplied by `grad_scale`
   // (clipping), then clears the gradients.
   virtual void optimizer_step(int step, double grad_scale) = 0;

@@ -45,6 +45,9 @@ class CpuBackend final : public Backend {
     hook_chunk_ = chunk;
     hook_ = std::move(on_final);
   }
+  void set_forward_hook(int chunk, std::function<void(int piece)> before) override {
+    chunks_.at(static_cast<std::size_t>(chunk)).before_piece = std::move(before);
+  }
   double take_tensor_comm_s() override { return tensor_ ? tensor_->take_seconds() : 0.0; }
   std::pair<int, int> built_layers() const override { return layers_; }
   std::int64_t built_params() const override;
@@ -58,6 +61,8 @@ class CpuBackend final : public Backend {
   FlatRegion gradients(int chunk) override;
   void abandon_gradients() override;
   FlatRegion parameters(int chunk) override;
+  FlatRegion gradient_shard(int chunk) override;
+  FlatRegion parameter_shard(int chunk) override;
   Buffer recv_buffer(ActionKind kind, int microbatch, int chunk) override;
   Buffer send_buffer(ActionKind kind, int microbatch, int chunk) override;
   const MemoryTracker& memory() const override { return memory_; }
@@ -89,6 +94,13 @@ class CpuBackend final : public Backend {
     // The elements of params this rank steps: all of them, or with a
     // sharded optimizer its shard's part (adam_m/v hold just those).
     parallel::Span owned;
+    // zero2, fsdp: the owned elements' reduced gradients and (fsdp) the
+    // parameters the optimizer steps, in the rank's shard buffers (null: in
+    // grads / params, at their place).
+    float* shard_grads = nullptr;
+    float* shard_params = nullptr;
+    // Its next forward waits here before each piece (set_forward_hook).
+    std::function<void(int piece)> before_piece;
     TrackedArray<float> recv_prev, recv_next;
     std::vector<TrackedArray<float>> send_prev, send_next;  // per micro-batch
     std::uint64_t slab_bytes = 0;
@@ -211,7 +223,11 @@ class CpuBackend final : public Backend {
   float* piece_input(const Chunk& c, int mb, std::size_t piece_index) const;
   // Which elements of each chunk this rank's optimizer steps (Chunk::owned).
   void own_shards(const std::vector<StageLayout>& layouts);
+  void keep_shards_apart();
   static parallel::Span owned_part(const Chunk& c, const TensorSlot& t);
+  // The gradients and parameters of `part` (within c.owned) the optimizer uses.
+  static const float* owned_grads(const Chunk& c, parallel::Span part);
+  static float* owned_params(Chunk& c, parallel::Span part);
   void acquire_slab(Chunk& c, int mb);
   void release_slab(Chunk& c, int mb);
 
@@ -225,6 +241,9 @@ class CpuBackend final : public Backend {
   TrackedArray<float> rope_;       // llama: the rotary table (cpu::rope_table)
   std::size_t slabs_allocated_ = 0;
   std::int64_t shard_padding_ = 0;  // the last shard's padding to ceil(n / d), held with chunk 0's state
+  // zero2, fsdp: the rank's shard of the reduced gradients, and (fsdp) of the
+  // parameters, padded to ceil(n / d) (model.hpp training_state_bytes).
+  TrackedArray<float> shard_grads_, shard_params_;
   std::vector<double> loss_;
   bool keep_probs_ = false;
   std::vector<std::vector<float>> kept_probs_;  // untracked: tests only

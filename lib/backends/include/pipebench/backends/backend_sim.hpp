@@ -52,11 +52,15 @@ class SimBackend final : public Backend {
   Buffer send_buffer(ActionKind kind, int microbatch, int chunk) override;
   const MemoryTracker& memory() const override { return memory_; }
   int peak_live_activations() const override { return peak_live_; }
+  void set_forward_gates(int chunk, std::vector<Gate> gates) override;
+  double take_gate_wait_s() override { return std::exchange(gate_wait_s_, 0.0); }
+  const std::vector<double>& gate_waits() const override { return gate_waits_; }
 
  private:
   // Takes `seconds` x sim_machine_factor on the clock: sleeps (the deadline
-  // permitting) or advances the virtual clock.
-  void busy_for(double seconds, const char* what, int microbatch, int action);
+  // permitting) or advances the virtual clock; with `gates` (on the run's
+  // clock) waiting at them inside it (gated_end: gate_wait_s_, gate_waits_).
+  void busy_for(double seconds, const char* what, int microbatch, int action, const std::vector<Gate>* gates = nullptr);
   void release_activation(int chunk);
 
   struct Chunk {
@@ -85,6 +89,9 @@ class SimBackend final : public Backend {
   std::uint64_t boundary_bytes_ = 0;
   double optimizer_s_ = 0.0;
   double deadline_s_ = 0.0;
+  std::vector<std::vector<Gate>> gates_;  // per chunk, for its next forward
+  double gate_wait_s_ = 0.0;
+  std::vector<double> gate_waits_;
   int rank_ = 0, step_ = 0;
   int live_ = 0, peak_live_ = 0;
 };

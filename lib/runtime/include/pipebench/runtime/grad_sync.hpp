@@ -46,6 +46,7 @@
 #include "pipebench/runtime/data_group_nccl.hpp"
 #include "pipebench/results/records.hpp"
 #include "pipebench/runtime/mpi_comm.hpp"
+#include "pipebench/schedule/simulate.hpp"
 
 namespace pipebench {
 
@@ -81,9 +82,31 @@ class GradientSync {
   void progress();
   // Waits for every posted bucket. Returns the seconds this rank was blocked.
   double complete();
-  // ZeRO-1, after the sharded optimizer step: every replica's parameters
+  // Sharded, after the sharded optimizer step: every replica's parameters
   // from their shards' owners. Returns the seconds it took.
   double gather_parameters(int chunks);
+  // Sharded with the gathers inside the step's first forwards
+  // (GradSyncPlan::gathers, docs/parallel.md "Parameter gathers"): right
+  // after begin_step, every gather in order — bucket `bucket` of chunk
+  // `chunk`'s `buckets` (the plan's), the parameters from their shards'
+  // owners (MPI_Iallgatherv in place) or, modelled, one after another on
+  // the link from the step's start (every replica launches them there, so
+  // no message is needed), before the step's reductions on the same link.
+  struct ForwardGather {
+    int chunk = 0, bucket = 0;
+    double at = 0.0;      // where the chunk's forward waits for it (ParamGather::at)
+    int first_piece = 0;  // the forward's first piece that needs it (the embedding's is 0)
+    std::uint64_t bytes = 0;  // the parameters' (modelled: what the link moves)
+  };
+  void post_gathers(const std::vector<ForwardGather>& gathers,
+                    const std::vector<std::vector<parallel::GradBucket>>& buckets);
+  // Real: waits for chunk `chunk`'s gathers whose first piece is at or
+  // before `piece`. Returns the seconds blocked (each gather's in its record).
+  double wait_gathers(int chunk, int piece);
+  // Modelled: chunk `chunk`'s gates for its first forward, `ready` on the run's clock.
+  std::vector<Gate> gates(int chunk) const;
+  // Modelled, after that forward: what it waited at each gate (Backend::gate_waits).
+  void gated(int chunk, const std::vector<double>& waits);
   // After a failure: collectives still pending cannot be cancelled and may
   // yet write into their buffers, so those buffers are never freed: the
   // buckets (a modelled one's launch time) and the backend's gradients
@@ -95,6 +118,7 @@ class GradientSync {
   // gradient bytes the group reduced.
   double sync_s() const { return last_end_ - first_launch_; }
   double start_s() const { return first_launch_; }
+  bool modelled() const { return modelled_; }
   std::uint64_t bytes() const { return bytes_; }
   // The collectives completed since the last call (results/records.hpp
   // BucketRecord), stamped with `step`, appended to `out`.
@@ -110,12 +134,20 @@ class GradientSync {
     int chunk = 0;
     bool piece = false;      // one of a reduce-grad action's (or gather's) kGradBucketBytes pieces: recorded as one
     float* data = nullptr;   // real: the bucket's first element
+    std::int64_t offset = 0; // real: its index in the chunk's region
     std::vector<int> counts, displs;  // sharded: every replica's part of it
   };
   // The records of buckets_ (all complete), from a wait that started `wait_at` into the step.
   void record(double wait_at);
   std::vector<BucketRecord> records_;
   void split(int chunk, std::int64_t a, std::int64_t b, Bucket& out) const;
+  // Where this replica's shard of chunk `chunk` starts in the chunk (zero2,
+  // fsdp: element 0 of the backend's gradient_shard / parameter_shard).
+  std::int64_t owned_begin(int chunk) const;
+  // Real: posts `b` (elements [b.offset, +n) of chunk `chunk`'s parameters)
+  // as the all-gather of every replica's part: in place, or from the
+  // backend's parameter shard.
+  void post_all_gather(int chunk, Bucket& b, std::int64_t n);
   double link_time(parallel::Collective c, std::uint64_t bytes) const;
   void post_modelled(int chunk, std::uint64_t logical_bytes, parallel::Collective kind);
   Bucket& post_modelled_bucket(int chunk, std::uint64_t logical_bytes, parallel::Collective kind, double at);
@@ -145,6 +177,16 @@ class GradientSync {
     std::int64_t end = -1;  // -1: none posted yet
   };
   std::vector<Posted> posted_;
+  // The step's gathers inside the forwards, in posting order, and where
+  // their chain on the link ends (modelled; the reductions follow it).
+  struct Gathering {
+    ForwardGather g;
+    Bucket b;
+    double waited = 0.0;
+    bool done = false;
+  };
+  std::deque<Gathering> gathers_;
+  double gathers_end_ = 0.0;
   double first_launch_ = 0.0, last_end_ = 0.0;
   std::uint64_t bytes_ = 0;
 };

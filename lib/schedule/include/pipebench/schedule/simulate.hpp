@@ -28,7 +28,8 @@ struct Gate {
 // When an action that may start at `start` and computes for `cost` ends,
 // waiting at each of `gates` (ascending `at`) for its data. The planner's
 // simulation and the sim backend time a gated action with this one function.
-double gated_end(double start, double cost, const std::vector<Gate>& gates);
+// `waits` (optional): what it waited at each gate.
+double gated_end(double start, double cost, const std::vector<Gate>& gates, std::vector<double>* waits = nullptr);
 
 // Durations per virtual stage (index v = chunk * num_ranks + rank), in any
 // time unit (the result uses the same one); finite and >= 0 (the simulator
