@@ -157,24 +157,34 @@ void check_ok_run(const Job& job, const RunPlan& plan, const RunResult& r) {
     const std::string who =
         fmt::format("{}: rank {} (stage {}, replica {}, tensor rank {})", run, rank, S, r.data_rank.at(R), r.tensor_rank.at(R));
     auto cat = [&](MemCategory c) { return r.peak_mem_by_category[static_cast<std::size_t>(c)].at(R); };
-    // zero2 and fsdp keep the rank's shard of the reduced gradients (fp32)
-    // beside the unsharded accumulation; fsdp also its shard of the
-    // parameters (fp32) beside the gathered ones (docs/parallel.md, "Memory").
+    // zero2 and fsdp (docs/parallel.md, "Memory"): the unsharded gradients
+    // accumulate in the parameters' dtype beside the rank's fp32 shard of the
+    // reduced ones; fsdp's parameters are the fp32 shard (the master copy
+    // too) beside the gathered ones (all, or resharding the largest layer twice).
     const OptimizerSharding mode = shards_optimizer(plan.run) ? plan.run.optimizer_sharding : OptimizerSharding::none;
     const auto d = static_cast<std::uint64_t>(plan.run.data_parallel);
     const std::uint64_t shard = (params + d - 1) / d * 4;
-    const bool grad_shard = mode == OptimizerSharding::zero2 || mode == OptimizerSharding::fsdp;
-    expect_eq(cat(MemCategory::params),
-              params * static_cast<std::uint64_t>(per.params) + (mode == OptimizerSharding::fsdp ? shard : 0u),
-              who + " peak params bytes");
+    const auto p_bytes = static_cast<std::uint64_t>(per.params);
+    const bool fsdp = mode == OptimizerSharding::fsdp;
+    std::uint64_t gathered = params;
+    if (fsdp && reshard_after_forward(plan.run)) {
+      std::uint64_t largest = 0;
+      for (const StageRange& c : sp.chunks)
+        largest = std::max(largest, static_cast<std::uint64_t>(
+                                        model.largest_piece_params(c.num_layers, c.has_embedding, c.has_head)));
+      gathered = std::min(params, 2 * largest);
+    }
+    expect_eq(cat(MemCategory::params), fsdp ? shard + gathered * p_bytes : params * p_bytes, who + " peak params bytes");
+    const bool grad_shard = mode == OptimizerSharding::zero2 || fsdp;
     expect_eq(cat(MemCategory::grads),
-              train ? params * static_cast<std::uint64_t>(per.grads) + (grad_shard ? shard : 0u) : 0u,
+              !train ? 0u : grad_shard ? params * p_bytes + shard : params * static_cast<std::uint64_t>(per.grads),
               who + " peak grads bytes");
-    expect_eq(cat(MemCategory::optimizer), static_cast<std::uint64_t>(sp.optimizer_bytes), who + " peak optimizer bytes");
     // The plan's: the whole state, or ZeRO-1's shard of ceil(n / d) (model.hpp).
     const auto state_params = static_cast<std::uint64_t>(optimizer_shard_params(plan.run, sp.cost.params));
-    expect_eq(static_cast<std::uint64_t>(sp.optimizer_bytes),
-              train ? state_params * static_cast<std::uint64_t>(per.optimizer) : 0u, who + " planned optimizer bytes");
+    // fsdp: less the fp32 master copy a 16-bit dtype's optimizer keeps, which is the parameter shard.
+    const std::uint64_t optimizer_per = static_cast<std::uint64_t>(per.optimizer) - (fsdp && p_bytes != 4 ? 4u : 0u);
+    expect_eq(static_cast<std::uint64_t>(sp.optimizer_bytes), train ? state_params * optimizer_per : 0u,
+              who + " planned optimizer bytes");
     const int live = plan.unit.peak_live_activations[S];
     const auto act = static_cast<std::uint64_t>(sp.activation_bytes_per_microbatch);
     expect_eq(cat(MemCategory::activations), train ? static_cast<std::uint64_t>(sp.activations_peak_bytes) : act,

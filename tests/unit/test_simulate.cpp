@@ -16,7 +16,7 @@ using namespace pipebench;
 namespace {
 SimCosts uniform(const Schedule& s, double f, double b, double transfer = 0.0) {
   const auto V = static_cast<std::size_t>(s.num_virtual_stages());
-  return {std::vector<double>(V, f), std::vector<double>(V, b), std::vector<double>(V, 0.0), transfer, {}};
+  return {std::vector<double>(V, f), std::vector<double>(V, b), std::vector<double>(V, 0.0), transfer, {}, {}, {}};
 }
 }  // namespace
 

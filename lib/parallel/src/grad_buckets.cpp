@@ -48,4 +48,19 @@ std::vector<ParamGather> param_gathers(const std::vector<GradBucket>& buckets, c
   return out;
 }
 
+double prefetched_gather_wait(const std::vector<double>& compute_s, const std::vector<double>& gather_s) {
+  double computed = 0.0;  // when the previous layer's compute ended
+  double link = 0.0;      // when the previous gather ended
+  double issue = 0.0;     // when the next gather may be issued
+  double work = 0.0;
+  for (std::size_t l = 0; l < compute_s.size(); ++l) {
+    link = std::max(link, issue) + (l < gather_s.size() ? gather_s[l] : 0.0);
+    const double start = std::max(computed, link);
+    issue = start;  // the next layer's gather, one ahead
+    computed = start + compute_s[l];
+    work += compute_s[l];
+  }
+  return std::max(0.0, computed - work);
+}
+
 }  // namespace pipebench::parallel

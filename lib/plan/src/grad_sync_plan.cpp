@@ -45,6 +45,31 @@ std::vector<double> forward_layer_costs(const ModelDesc& model, int b, const Sta
 
 }  // namespace
 
+ReshardWaits reshard_gather_waits(const ModelDesc& model, int micro_batch, const StageRange& range, double forward_s,
+                                  double backward_s, int replicas, int param_bytes, const parallel::Link& link) {
+  const std::vector<parallel::GradLayer> back = backward_layers(model, micro_batch, range);  // backward order
+  std::vector<double> gather, forward_cost = forward_layer_costs(model, micro_batch, range);
+  double forward_total = 0.0, backward_total = 0.0;
+  for (double c : forward_cost) forward_total += c;
+  for (const parallel::GradLayer& l : back) {
+    backward_total += l.cost;
+    gather.push_back(parallel::ring_time_s(parallel::Collective::all_gather,
+                                           static_cast<std::uint64_t>(l.params) * static_cast<std::uint64_t>(param_bytes),
+                                           replicas, link.latency_s, link.gbps));
+  }
+  ReshardWaits w;
+  for (double g : gather) w.gathers_s += g;
+  std::vector<double> compute;
+  for (double c : forward_cost) compute.push_back(forward_total > 0.0 ? forward_s * c / forward_total : 0.0);
+  w.forward_s = parallel::prefetched_gather_wait(compute, {gather.rbegin(), gather.rend()});  // forward order
+  compute.clear();
+  for (const parallel::GradLayer& l : back) compute.push_back(backward_total > 0.0 ? backward_s * l.cost / backward_total : 0.0);
+  w.backward_s = parallel::prefetched_gather_wait(compute, gather);
+  return w;
+}
+
+namespace {
+
 // Rank r's chunks in the order of their first forward in its list.
 std::vector<int> first_forward_order(const Schedule& sched, int r) {
   std::vector<int> order;
@@ -56,6 +81,8 @@ std::vector<int> first_forward_order(const Schedule& sched, int r) {
     }
   return order;
 }
+
+}  // namespace
 
 void plan_grad_sync(const Job& job, RunPlan& plan) {
   plan.step_s = plan.simulated.makespan;
@@ -81,12 +108,30 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
   std::vector<parallel::Link> links;
   std::vector<parallel::LinkChain> chains(static_cast<std::size_t>(sched.num_ranks));
   if (in_forward) plan.costs.first_forward_gates.assign(V, {});
+  const bool resharding = sharded && plan.run.optimizer_sharding == OptimizerSharding::fsdp && reshard_after_forward(plan.run);
+  std::optional<ModelDesc> reshard_model;
+  if (resharding) {
+    plan.costs.forward_wait.assign(V, 0.0);
+    plan.costs.backward_wait.assign(V, 0.0);
+    reshard_model.emplace(job.model, plan.storage_dtype, tensor_split(plan.run));
+  }
   for (int r = 0; r < sched.num_ranks; ++r) {
     StagePlan& sp = plan.stages[static_cast<std::size_t>(r)];
     // Stage r's data group (every replica's stage r): within a node or across nodes.
     links.push_back(parallel::data_group_link(job.device, plan.run, grid.rank({r, 0, 0})));
     sp.grad_sync.inter_node = links.back().inter_node;
     GradSyncPlan& g = sp.grad_sync;
+    // FSDP resharding: every forward and backward gathers its layers again.
+    for (int c = 0; c < sched.chunks_per_rank && resharding; ++c) {
+      const auto v = static_cast<std::size_t>(sched.virtual_stage(r, c));
+      const ReshardWaits w = reshard_gather_waits(*reshard_model, plan.run.micro_batch_size, plan.partition.stages.at(v),
+                                                  plan.costs.forward[v], plan.costs.backward[v], d, per.params, links.back());
+      plan.costs.forward_wait[v] = w.forward_s;
+      plan.costs.backward_wait[v] = w.backward_s;
+      const double m = plan.run.num_microbatches;
+      g.gather_wait_s += m * (w.forward_s + w.backward_s);
+      g.gather_ring_s += 2.0 * m * w.gathers_s;
+    }
     if (!bucketed) continue;
     g.buckets.assign(static_cast<std::size_t>(sched.chunks_per_rank), {});
     for (int c = 0; c < sched.chunks_per_rank; ++c) {
@@ -149,8 +194,13 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
       red.bytes = static_cast<std::int64_t>(bytes);
       if (plan.sync.inside) {
         const auto& buckets = g.buckets[static_cast<std::size_t>(l.chunk)];
+        // A B's compute starts after its wait for FSDP's gathers (none before a W).
+        const double computes = l.action_start + (resharding && !sched.split_backward()
+                                                      ? plan.costs.backward_wait[static_cast<std::size_t>(
+                                                            sched.virtual_stage(r, l.chunk))]
+                                                      : 0.0);
         for (std::size_t k = 0; k < buckets.size(); ++k) {
-          const double launch = l.action_start + buckets[k].ready * (l.action_end - l.action_start);
+          const double launch = computes + buckets[k].ready * (l.action_end - computes);
           if (k == 0) red.launch_s = launch;
           const double t = ring(kind, buckets[k].bytes);
           chain.add(launch, t);
@@ -164,12 +214,12 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
       red.end_s = chain.end();
       g.reduce.push_back(red);
       // ZeRO-1 and -2 without gathers in the forward: the parameters all-gathered after the optimizer, chunk by chunk.
-      if (sharded && !in_forward)
+      if (sharded && !in_forward && !resharding)
         pieces(gather, 0.0, params * static_cast<std::uint64_t>(per.params), parallel::Collective::all_gather);
     }
     // The first launch: the step's first gather, or the reductions in their
     // actions' order, each bucket at or after its action's start.
-    g.launch_s = in_forward ? 0.0 : g.reduce.empty() ? last_end : g.reduce.front().launch_s;
+    g.launch_s = in_forward || resharding ? 0.0 : g.reduce.empty() ? last_end : g.reduce.front().launch_s;
     g.end_s = std::max(chain.end(), g.launch_s);
     g.gather_s = gather.end();
     g.exposed_s = std::max(0.0, g.end_s - last_end);

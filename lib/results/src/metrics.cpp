@@ -401,13 +401,17 @@ double counted_median(const RunResult& r, const std::vector<std::vector<double>>
 // ends at the latest of every rank's last action's end (its stage's,
 // simulated) plus its median counted exposed time; then every rank's median optimizer step, busy, after the step's
 // work (the global gradient norm waits for every rank).
-double simulated_step_bubble(const RunResult& r, const SimResult& sim) {
+// Sharded parameters gathered inside the forwards (`plan`'s gates and
+// per-action waits, which the simulation takes): their waits are inside the
+// simulated actions' times already, so they leave the exposed time added here.
+double simulated_step_bubble(const RunResult& r, const RunPlan& plan, const SimResult& sim) {
   const std::size_t n = r.pipeline_rank.empty() ? sim.busy.size() : r.pipeline_rank.size();
   double step = sim.makespan, busy = 0.0, optimizer = 0.0;
   for (std::size_t i = 0; i < n; ++i) {
     const auto stage = r.pipeline_rank.empty() ? i : static_cast<std::size_t>(r.pipeline_rank[i]);
     if (stage >= sim.busy.size()) return sim.bubble;
-    const double exposed = counted_median(r, r.grad_sync_exposed_s, i);
+    const double waited = stage < plan.stages.size() ? plan.stages[stage].grad_sync.gather_wait_s : 0.0;
+    const double exposed = std::max(0.0, counted_median(r, r.grad_sync_exposed_s, i) - waited);
     if (std::isfinite(exposed)) step = std::max(step, sim.last_end[stage] + exposed);
     const double opt = counted_median(r, r.optimizer_s, i);
     if (std::isfinite(opt)) {
@@ -468,8 +472,12 @@ RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<Ra
   if (any_counted) {
     SimCosts costs = digest.costs(job.train.warmup);
     if (job.device.backend == BackendKind::sim) costs.transfer = job.device.sim_load * plan.costs.transfer;
+    // The modelled waits for parameter gathers inside the actions (the events leave them out).
+    costs.first_forward_gates = plan.costs.first_forward_gates;
+    costs.forward_wait = plan.costs.forward_wait;
+    costs.backward_wait = plan.costs.backward_wait;
     const SimResult sim = simulate_checked(plan.schedule, costs, false);  // a plan's schedule is validated
-    if (sim.completed && sim.makespan > 0.0) r.bubble_simulated = simulated_step_bubble(r, sim);
+    if (sim.completed && sim.makespan > 0.0) r.bubble_simulated = simulated_step_bubble(r, plan, sim);
   }
   return r;
 }

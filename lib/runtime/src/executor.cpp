@@ -198,6 +198,14 @@ class StepRun {
     }
     return true;
   }
+  // FSDP resharding (modelled): what the forward or backward just run waited
+  // for its layers' gathers. The wait for parameters is not compute: the
+  // event starts after it, and it counts as exposed synchronisation.
+  double resharded() {
+    const double waited = backend_.take_gate_wait_s();
+    gathers_waited_s_ += waited;
+    return waited;
+  }
   // After that forward: its seconds waiting for the gathers (added to the step's exposed synchronisation).
   double gathered(int chunk) {
     double waited = 0.0;
@@ -248,7 +256,8 @@ class StepRun {
     t0_ = clock_.now();
     comm_.set_deadline(wall_t0_ + timeout);
     transport_.begin_step(t0_);
-    if (sync_.sync) sync_.sync->begin_step(t0_);
+    const bool resharding = plan_.run.optimizer_sharding == OptimizerSharding::fsdp && reshard_after_forward(plan_.run);
+    if (sync_.sync) sync_.sync->begin_step(t0_, resharding || !sync_.gathers.empty());
     if (!sync_.gathers.empty()) sync_.sync->post_gathers(sync_.gathers, *sync_.gather_buckets);
     backend_.begin_step(step_, wall_t0_ + timeout);
   }
@@ -301,17 +310,18 @@ class StepRun {
     switch (a.kind) {
       case ActionKind::F:
         if (gathers_before(a, index)) {
-          // The wait for its parameters is not compute: the event starts after it.
           backend_.forward(step_, a.microbatch, a.chunk);
           ev.start_s += gathered(a.chunk);
         } else {
           backend_.forward(step_, a.microbatch, a.chunk);
+          ev.start_s += resharded();
         }
         sr_.forward_s += finish(ev, a);
         if (sched_.virtual_stage(rank_, a.chunk) == V_ - 1) add_loss(a.microbatch);
         break;
       case ActionKind::B:
         backend_.backward(step_, a.microbatch, a.chunk);
+        ev.start_s += resharded();
         sr_.backward_s += finish(ev, a);
         break;
       case ActionKind::W:
@@ -390,7 +400,9 @@ class StepRun {
     backend_.optimizer_step(step_, scale);
     sr_.optimizer_s = clock_.now() - s0;
     check_deadline("the optimizer step");
-    if (!sharded() || !sync_.gathers.empty()) return;
+    // FSDP resharding gathers inside every forward and backward (modelled), the others inside the first forwards.
+    const bool resharding = plan_.run.optimizer_sharding == OptimizerSharding::fsdp && reshard_after_forward(plan_.run);
+    if (!sharded() || !sync_.gathers.empty() || resharding) return;
     // Sharded, gathered after the optimizer: every replica's parameters from their shards' owners, exposed whole.
     const double gathered = sync_.sync->gather_parameters(sched_.chunks_per_rank);
     sr_.grad_sync_s += gathered;
@@ -512,6 +524,7 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
   try {
     StageSpec spec = stage_spec(plan, comm.rank(), comm.replica(), opt.transport_uses_device_memory, comm.tensor_rank());
     spec.tensor_link = parallel::tensor_group_link(job.device, plan.run, comm.run_rank());
+    spec.data_link = parallel::data_group_link(job.device, plan.run, comm.run_rank());
     const bool replicated = comm.replicas() > 1 && plan.run.mode == RunMode::train;
     spec.gradients_in_device_memory = replicated && opt.data_group_nccl;
     // Before the build, which may fail on one rank (out of memory) while its

@@ -27,8 +27,9 @@ GradientSync::GradientSync(RunComm& comm, Backend& backend, RunClock& clock, con
   total_ = base;
 }
 
-void GradientSync::begin_step(double t0) {
+void GradientSync::begin_step(double t0, bool gathers_from_start) {
   t0_ = t0;
+  from_start_ = gathers_from_start;
   buckets_.clear();
   first_launch_ = last_end_ = 0.0;
   bytes_ = 0;
@@ -123,7 +124,7 @@ void GradientSync::launch(int chunk, const std::vector<parallel::GradBucket>* bu
   const FlatRegion g = backend_.gradients(chunk);
   const double now = clock_.now() - t0_;
   const auto at = [&](const parallel::GradBucket& k) { return action_start_s + k.ready * (action_end_s - action_start_s); };
-  if (buckets_.empty() && gathers_.empty())
+  if (buckets_.empty() && gathers_.empty() && !from_start_)
     first_launch_ = buckets && modelled_ && !buckets->empty() ? at(buckets->front()) : now;
   bytes_ += g.logical_bytes;
   const auto kind = sharded_ ? parallel::Collective::reduce_scatter : parallel::Collective::all_reduce;
@@ -145,7 +146,7 @@ void GradientSync::launch(int chunk, const std::vector<parallel::GradBucket>* bu
 void GradientSync::launch_ready(int chunk, const std::vector<parallel::GradBucket>& buckets, int pieces) {
   std::size_t ready = 0;
   while (ready < buckets.size() && buckets[ready].last < pieces) ++ready;
-  if (buckets_.empty() && gathers_.empty() && ready > 0) first_launch_ = clock_.now() - t0_;
+  if (buckets_.empty() && gathers_.empty() && !from_start_ && ready > 0) first_launch_ = clock_.now() - t0_;
   post_buckets(chunk, backend_.gradients(chunk), buckets, ready);
   progress();
 }
@@ -355,7 +356,7 @@ double GradientSync::complete() {
   const double blocked = wait_all(sharded_ ? "the gradient reduce-scatter of the data-parallel group"
                                            : "the gradient all-reduce of the data-parallel group");
   last_end_ = clock_.now() - t0_;
-  if (bytes_ == 0) first_launch_ = last_end_;
+  if (bytes_ == 0 && !from_start_) first_launch_ = last_end_;
   return blocked;
 }
 

@@ -76,7 +76,7 @@ char letter(ActionKind k) { return k == ActionKind::F ? 'F' : k == ActionKind::B
 
 SimCosts SimCosts::unit(const Schedule& s) {
   const auto V = static_cast<std::size_t>(s.num_virtual_stages());
-  return SimCosts{std::vector<double>(V, 1.0), std::vector<double>(V, 1.0), std::vector<double>(V, 1.0), 0.0, {}};
+  return SimCosts{std::vector<double>(V, 1.0), std::vector<double>(V, 1.0), std::vector<double>(V, 1.0), 0.0, {}, {}, {}};
 }
 
 std::vector<std::int64_t> peak_live_activation_bytes(const Schedule& s, const std::vector<std::int64_t>& bytes,
@@ -155,6 +155,8 @@ void check_inputs(const Schedule& s, const SimCosts& costs, bool ranges_checked)
   if (costs.forward.size() != Vs || costs.backward.size() != Vs || costs.weight.size() != Vs)
     throw ScheduleError(fmt::format("simulate: costs given for {} virtual stages, schedule has {}",
                                     costs.forward.size(), V));
+  if (!costs.forward_wait.empty() && (costs.forward_wait.size() != Vs || costs.backward_wait.size() != Vs))
+    throw ScheduleError(fmt::format("simulate: waits given for {} virtual stages, schedule has {}", costs.forward_wait.size(), V));
   if (!costs.first_forward_gates.empty() && costs.first_forward_gates.size() != Vs)
     throw ScheduleError(fmt::format("simulate: gates given for {} virtual stages, schedule has {}",
                                     costs.first_forward_gates.size(), V));
@@ -323,6 +325,11 @@ std::array<SimResult, Lanes> simulate_impl(const Schedule& s, const SimCosts* co
   const auto C = static_cast<std::size_t>(s.chunks_per_rank);
   // When action `i` of rank r (virtual stage `v`) ends in lane l, started at `start` for `cost`.
   auto end_of = [&](int l, std::size_t r, std::size_t i, const Action& a, std::size_t v, double start, double cost) {
+    const SimCosts& k = *costs[l];
+    if (!k.forward_wait.empty()) [[unlikely]] {
+      if (a.kind == ActionKind::F) start += k.forward_wait[v];
+      if (a.kind == ActionKind::B) start += k.backward_wait[v];
+    }
     if (first_f.empty()) [[likely]] return start + cost;
     const auto& gates = costs[l]->first_forward_gates;
     if (gates.empty() || first_f[r * C + static_cast<std::size_t>(a.chunk)] != static_cast<std::int64_t>(i))

@@ -39,11 +39,18 @@ void SimBackend::build(const StageSpec& spec) {
                        static_cast<std::uint64_t>(
                            model.recompute_piece_bytes(spec.micro_batch_size, r.num_layers, r.has_embedding, r.has_head)),
                        static_cast<std::uint64_t>(cost.params) * static_cast<std::uint64_t>(per.grads),
-                       static_cast<std::uint64_t>(cost.params) * static_cast<std::uint64_t>(per.params)});
+                       static_cast<std::uint64_t>(cost.params) * static_cast<std::uint64_t>(per.params), ReshardWaits{}});
     comm += static_cast<std::uint64_t>(
         model.comm_bytes(spec.micro_batch_size, spec.send_pool(ActionKind::B, c), spec.send_pool(ActionKind::F, c),
                          spec.receives(c), spec.sends(c), train));
   }
+  if (spec.sharding == OptimizerSharding::fsdp && spec.reshard_after_forward)
+    for (int c = 0; c < spec.num_chunks(); ++c) {
+      Chunk& k = chunks_[static_cast<std::size_t>(c)];
+      const double backward = spec.recompute ? k.seconds.forward + k.seconds.backward : k.seconds.backward;
+      k.reshard = reshard_gather_waits(model, spec.micro_batch_size, spec.chunks[static_cast<std::size_t>(c)],
+                                       k.seconds.forward, backward, spec.replicas, per.params, spec.data_link);
+    }
   layers_ = {spec.chunks.front().first_layer, spec.chunks.back().last_layer()};
   boundary_bytes_ = static_cast<std::uint64_t>(model.boundary_bytes(spec.micro_batch_size));
   // ZeRO-1: the optimizer state and step of this replica's shard (parallel/shards.hpp), padded.
@@ -76,8 +83,13 @@ double sim_machine_factor(const DeviceSpec& d, int rank, int step, int microbatc
   return d.sim_load * std::exp(sigma * z - 0.5 * sigma * sigma);  // mean 1: noise, not a slowdown
 }
 
-void SimBackend::busy_for(double seconds, const char* what, int microbatch, int action, const std::vector<Gate>* gates) {
+void SimBackend::busy_for(double seconds, const char* what, int microbatch, int action, const std::vector<Gate>* gates,
+                          double wait) {
   seconds *= sim_machine_factor(job_.device, rank_, step_, microbatch, action);
+  if (wait > 0.0) {
+    gate_wait_s_ = wait * job_.device.sim_load;
+    seconds += gate_wait_s_;
+  }
   if (gates && !gates->empty()) {
     const double at = clock_.now();
     const double until = gated_end(at, seconds, *gates, &gate_waits_);
@@ -125,7 +137,7 @@ void SimBackend::forward(int /*step*/, int microbatch, int chunk) {
   std::vector<Gate> gates;
   if (static_cast<std::size_t>(chunk) < gates_.size()) gates = std::exchange(gates_[static_cast<std::size_t>(chunk)], {});
   gate_waits_.clear();
-  busy_for(c.seconds.forward, "forward", microbatch, action_id(0, chunk), &gates);
+  busy_for(c.seconds.forward, "forward", microbatch, action_id(0, chunk), &gates, c.reshard.forward_s);
   count_tensor_comm(c.seconds.forward_comm);
   // Kept: the pieces' inputs only.
   if (spec_.recompute) memory_.release(MemCategory::activations, c.held_bytes(true));
@@ -143,20 +155,21 @@ void SimBackend::backward(int /*step*/, int microbatch, int chunk) {
     memory_.reserve(MemCategory::activations, c.stash_bytes, [&] {
       return fmt::format("output gradients of micro-batch {} kept for its weight gradient", microbatch);
     });
-    busy_for(c.seconds.backward, "backward (input gradient)", microbatch, action_id(1, chunk));
+    busy_for(c.seconds.backward, "backward (input gradient)", microbatch, action_id(1, chunk), nullptr, c.reshard.backward_s);
     count_tensor_comm(c.seconds.backward_comm);
     return;
   }
   if (spec_.recompute) {
     memory_.reserve(MemCategory::activations, c.held_bytes(true),
                     [&] { return fmt::format("recomputed activations of micro-batch {}", microbatch); });
-    busy_for(c.seconds.forward + c.seconds.backward, "backward (with recomputation)", microbatch, action_id(1, chunk));
+    busy_for(c.seconds.forward + c.seconds.backward, "backward (with recomputation)", microbatch, action_id(1, chunk), nullptr,
+             c.reshard.backward_s);
     count_tensor_comm(c.seconds.forward_comm + c.seconds.backward_comm);
     memory_.release(MemCategory::activations, c.kept_bytes);
     release_activation(chunk);
     return;
   }
-  busy_for(c.seconds.backward, "backward", microbatch, action_id(1, chunk));
+  busy_for(c.seconds.backward, "backward", microbatch, action_id(1, chunk), nullptr, c.reshard.backward_s);
   count_tensor_comm(c.seconds.backward_comm);
   release_activation(chunk);
 }

@@ -73,6 +73,10 @@ struct StageSpec {
   TensorSplit tensor;
   int tensor_rank = 0;
   parallel::Link tensor_link;
+  // Data parallelism: the link the data group's collectives ride
+  // (parallel::data_group_link; the sim backend times FSDP's per-layer
+  // gathers on it, sharding fsdp with reshard_after_forward).
+  parallel::Link data_link;
   RunMode mode = RunMode::train;
   DType dtype = DType::fp32;    // storage dtype
   bool split_backward = false;  // the schedule has W actions: B is input-grad only

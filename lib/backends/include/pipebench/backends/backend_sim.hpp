@@ -60,7 +60,9 @@ class SimBackend final : public Backend {
   // Takes `seconds` x sim_machine_factor on the clock: sleeps (the deadline
   // permitting) or advances the virtual clock; with `gates` (on the run's
   // clock) waiting at them inside it (gated_end: gate_wait_s_, gate_waits_).
-  void busy_for(double seconds, const char* what, int microbatch, int action, const std::vector<Gate>* gates = nullptr);
+  // `wait`: modelled seconds inside it waiting for FSDP's per-layer gathers (× sim_load; gate_wait_s_).
+  void busy_for(double seconds, const char* what, int microbatch, int action, const std::vector<Gate>* gates = nullptr,
+                double wait = 0.0);
   void release_activation(int chunk);
 
   struct Chunk {
@@ -74,6 +76,7 @@ class SimBackend final : public Backend {
     std::uint64_t piece_bytes = 0;  // recomputation: the largest piece's activations
     std::uint64_t grad_bytes = 0;   // the chunk's gradients (training)
     std::uint64_t param_bytes = 0;  // its parameters (ZeRO-1's all-gather)
+    ReshardWaits reshard;           // fsdp resharding after the forward: each F's and B's gather waits
     // The activations a running micro-batch holds: one piece's with recomputation.
     std::uint64_t held_bytes(bool recompute) const { return recompute ? piece_bytes : activation_bytes; }
   };

@@ -60,4 +60,16 @@ struct ParamGather {
 // buckets' backward-order list), any unit. In gather order, `at` ascending.
 std::vector<ParamGather> param_gathers(const std::vector<GradBucket>& buckets, const std::vector<double>& forward_costs);
 
+// FSDP resharding after the forward (optimizer_sharding = "fsdp",
+// fsdp_reshard_after_forward = true): every forward and backward gathers
+// its layers' parameters again, one layer (FSDP unit: torchtitan wraps each
+// transformer block) at a time. One action over its layers in the order it
+// runs them: each layer's compute seconds and its all-gather's ring time.
+// Layer 0's gather is issued at the action's start, each next one when the
+// layer before it starts computing (FSDP2's one-ahead prefetch), after the
+// previous gather on the link; a layer computes once its gather has ended.
+// Returns the seconds the compute waits for the gathers in all (the link
+// taken as free for them: the gradient reductions in flight are not counted).
+double prefetched_gather_wait(const std::vector<double>& compute_s, const std::vector<double>& gather_s);
+
 }  // namespace pipebench::parallel

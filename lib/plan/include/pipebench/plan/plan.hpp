@@ -208,6 +208,19 @@ double step_flops(const RunPlan& plan, bool hardware = false);
 // replicas or for inference: step_s = makespan, nothing else.
 void plan_grad_sync(const Job& job, RunPlan& plan);
 
+// FSDP resharding after the forward (docs/parallel.md, "Parameter
+// gathers"): what each forward and each backward (B) of the chunk at `range`
+// waits for its layers' parameter all-gathers (parallel::
+// prefetched_gather_wait), its compute `forward_s` / `backward_s` shared
+// among its layers by their FLOPs, each layer's parameters (`param_bytes`
+// each) gathered over `replicas` on `link`; and the gathers' ring time of
+// one action. The planner and the sim backend time them with this one function.
+struct ReshardWaits {
+  double forward_s = 0.0, backward_s = 0.0, gathers_s = 0.0;
+};
+ReshardWaits reshard_gather_waits(const ModelDesc& model, int micro_batch, const StageRange& range, double forward_s,
+                                  double backward_s, int replicas, int param_bytes, const parallel::Link& link);
+
 // The bubble of `s` as a fraction of the step in closed form, with unit costs
 // per chunk (F = B (= W) = 1/v): (p-1)/(m+p-1) for gpipe, 1f1b and
 // eager-1f1b; (p-1)/(v m + p-1) for interleaved 1F1B (Narayanan et al. 2021);

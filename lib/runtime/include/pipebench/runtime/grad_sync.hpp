@@ -61,7 +61,10 @@ class GradientSync {
                bool modelled, bool sharded = false, int chunks = 1, DeviceAllReduce* on_device = nullptr);
 
   // Per step, before the first launch: the step's start on the run's clock.
-  void begin_step(double t0);
+  // `gathers_from_start`: the step's synchronisation starts with it
+  // (parameters gathered inside the forwards: FSDP resharding, or
+  // post_gathers), not at its first reduction.
+  void begin_step(double t0, bool gathers_from_start = false);
   // Posts chunk `chunk`'s buckets (once per step and chunk): kGradBucketBytes
   // pieces in order at once, or (grad_sync = "overlap") `buckets` (the plan's,
   // parallel/grad_buckets.hpp) of the action that ran from `action_start_s`
@@ -187,6 +190,7 @@ class GradientSync {
   };
   std::deque<Gathering> gathers_;
   double gathers_end_ = 0.0;
+  bool from_start_ = false;
   double first_launch_ = 0.0, last_end_ = 0.0;
   std::uint64_t bytes_ = 0;
 };

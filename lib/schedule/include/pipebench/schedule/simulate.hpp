@@ -43,6 +43,10 @@ struct SimCosts {
   // (the step's first use of the chunk's parameters); empty: no gates. A
   // gated action's busy time stays its cost: the wait is not compute.
   std::vector<std::vector<Gate>> first_forward_gates;
+  // Per virtual stage, what every forward / backward (B) of it waits inside
+  // for data beside the compute (FSDP's per-layer parameter gathers); empty:
+  // none. Added to the action's time, not its busy time.
+  std::vector<double> forward_wait, backward_wait;
 
   // F = B = W = 1, transfers free: seed 004's unit-step model.
   static SimCosts unit(const Schedule& s);
