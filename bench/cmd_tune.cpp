@@ -1,6 +1,6 @@
 // `pipebench tune JOB.toml --ranks N [--global-batch B | --num-microbatches M]
 //   [--bubble-target X] [--schedule S]... [--partition RULE]... [--run NAME]
-//   [--data-parallel D]... [--tensor-parallel T]... [--optimizer-sharding none|zero1]...
+//   [--data-parallel D]... [--tensor-parallel T]... [--optimizer-sharding none|zero1|zero2|fsdp]...
 //   [--grad-sync after_flush|after_chunk|overlap]...
 //   [--set k=v]... [--top K] [-o OUT.toml] [--confirm] [--verify] [--steps S]
 //   [--launcher L] [--results DIR]`
@@ -242,7 +242,6 @@ void layout_question_defaults(TuneCmdOptions& o) {
   o.tune.all_ranks = true;
   if (o.recompute.empty()) o.recompute = {"none", "selective", "full"};
   if (o.sequence_parallel.empty()) o.sequence_parallel = {"on", "off"};
-  if (o.shardings.empty()) o.shardings = {"none", "zero1"};
   if (o.schedules.empty()) o.schedules = {"1f1b", "interleaved-1f1b"};
   if (o.tune.virtual_stages.empty()) o.tune.virtual_stages = {2, 3, 4};
 }
@@ -270,9 +269,17 @@ std::vector<ScheduleKind> parse_schedules(const std::vector<std::string>& names)
   return out;
 }
 
+std::vector<std::string> sharding_names() {
+  std::vector<std::string> names;
+  for (OptimizerSharding s : kOptimizerShardings) names.emplace_back(to_string(s));
+  return names;
+}
+
 std::vector<OptimizerSharding> parse_shardings(const std::vector<std::string>& names) {
   std::vector<OptimizerSharding> out;
-  for (const auto& n : names) out.push_back(n == "zero1" ? OptimizerSharding::zero1 : OptimizerSharding::none);
+  for (const auto& n : names)
+    for (OptimizerSharding s : kOptimizerShardings)
+      if (n == to_string(s)) out.push_back(s);
   return out;
 }
 
@@ -400,8 +407,10 @@ void add_tune_options(CLI::App& app, TuneCmdOptions& o) {
                   "tensor-parallel degrees to try (repeatable; default: the template's, and with device.ranks_per_node "
                   "= G every t <= G the model allows)")
       ->check(CLI::Range(1, kMaxTensorParallel));
-  cmd->add_option("--optimizer-sharding", o.shardings, "optimizer sharding of layouts with replicas: none, zero1 (repeatable; default: the template run's)")
-      ->check(CLI::IsMember({"none", "zero1"}));
+  cmd->add_option("--optimizer-sharding", o.shardings,
+                  "optimizer sharding of layouts with replicas: none, zero1, zero2, fsdp (repeatable; default: every "
+                  "one the job's backend executes)")
+      ->check(CLI::IsMember(sharding_names()));
   cmd->add_option("--grad-sync", o.grad_syncs,
                   "gradient synchronisations of layouts with replicas: after_flush, after_chunk, overlap (repeatable; "
                   "default: the template run's and overlap)")

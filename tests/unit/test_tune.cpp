@@ -2,6 +2,7 @@
 // the micro-batch and micro-batch count it picks, the ranking, and the
 // workload it writes. Against real trials: tests/tune/check_tune.py.
 #include <algorithm>
+#include <set>
 #include <cmath>
 
 #include <catch2/catch.hpp>
@@ -71,6 +72,7 @@ TEST_CASE("tune: the 70B GPT fits from 32 stages; the margin from 48; the answer
   TuneOptions o;
   o.max_ranks = 64;
   o.partitions = {Remainder::first};
+  o.shardings = {OptimizerSharding::none};  // the replicas' state whole, as these figures are
   const TuneResult r = tune(job, o);
   CHECK(r.smallest_fitting_p == 32);
   for (int p = 1; p < 48; ++p) {
@@ -268,7 +270,9 @@ TEST_CASE("tune: the largest micro-batch is the planner's limit at the candidate
   for (const auto& c : r.candidates) {
     REQUIRE(c.fits);
     CHECK(c.num_microbatches == 4);
-    CHECK(c.replica_max_micro_batch == c.max_micro_batch);  // unsharded: memory does not depend on d
+    // Unsharded, memory does not depend on d; sharded, one replica (its state whole) fits no more.
+    if (c.sharding == OptimizerSharding::none) CHECK(c.replica_max_micro_batch == c.max_micro_batch);
+    else CHECK(c.replica_max_micro_batch <= c.max_micro_batch);
     CHECK(c.micro_batch_size == recommended_micro_batch(c.max_micro_batch));
     auto worst = [&](int b) {
       RunSpec run = c.run(job.runs.front(), "x");
@@ -328,6 +332,7 @@ TEST_CASE("tune: without one rank that fits, the smallest fitting pipeline is th
   TuneOptions o;
   o.max_ranks = 56;
   o.partitions = {Remainder::balanced};
+  o.shardings = {OptimizerSharding::none};  // sharded, replicas fit far fewer stages
   const TuneResult r = tune(job, o);
   REQUIRE(r.best());
   // Balanced: 32 stages fit at 95.9%, 48 are the first within the 90%
@@ -443,7 +448,7 @@ TEST_CASE("balanced-cost split: the slowest stage costs no more than under the r
 
 // A data-parallel template gives its sharding and grad_sync to the layouts
 // with replicas; its own p and d are what tune searches.
-TEST_CASE("tune: a data-parallel template's sharding and grad_sync are the candidates'", "[tune]") {
+TEST_CASE("tune: layouts with replicas search every sharding unless asked, the template's grad_sync among them", "[tune]") {
   const Job job = parse_job(R"(schema = 1
 [job]
 name = "t"
@@ -468,15 +473,24 @@ num_microbatches = 4
   o.max_ranks = 8;
   const TuneResult r = tune(job, o);
   CHECK(r.template_run.name == "dp");
-  bool replicas = false;
+  std::set<OptimizerSharding> seen;
   for (const auto& c : r.candidates) {
-    CHECK(c.sharding == (c.data_parallel > 1 ? OptimizerSharding::zero1 : OptimizerSharding::none));
-    replicas = replicas || c.data_parallel > 1;
+    if (c.data_parallel == 1) CHECK(c.sharding == OptimizerSharding::none);
+    else seen.insert(c.sharding);
   }
-  CHECK(replicas);
+  CHECK(seen == std::set<OptimizerSharding>(std::begin(kOptimizerShardings), std::end(kOptimizerShardings)));
   const Job written = parse_job(tuned_workload(job, r).toml, "tuned.toml");
   for (const auto& run : written.runs)
     if (run.data_parallel > 1) CHECK(run.grad_sync == GradSync::overlap);
+  // Asked: only those.
+  o.shardings = {OptimizerSharding::zero1};
+  for (const auto& c : tune(job, o).candidates)
+    CHECK(c.sharding == (c.data_parallel > 1 ? OptimizerSharding::zero1 : OptimizerSharding::none));
+  // A backend that does not execute a mode is not offered it: cuda shards nothing yet.
+  Job cuda = job;
+  cuda.device.backend = BackendKind::cuda;
+  o.shardings.clear();
+  for (const auto& c : tune(cuda, o).candidates) CHECK(c.sharding == OptimizerSharding::none);
 }
 
 // The idle-ranks line tells the truth: "slower" only when every fitting
@@ -784,6 +798,7 @@ num_microbatches = 4
   o.max_ranks = 4;
   o.data_parallel = {4};
   o.global_batch = 64;
+  o.shardings = {OptimizerSharding::none};  // plain replicas: the reductions alone
   const TuneResult r = tune(job, o);
   const auto with = [&](GradSync s) {
     const TuneCandidate* found = nullptr;

@@ -87,12 +87,15 @@ const RunSpec& pick_template(const Job& job, const std::string& name) {
 // layouts differing only in d share their answers unless sharded.
 class FitCache {
  public:
-  using Key = std::tuple<int, int, int, int, int, int, bool, int, int, int, double>;
+  using Key = std::tuple<int, int, int, int, int, int, bool, int, int, int, int, double>;
   static Key key(const RunSpec& r, double fraction) {
-    const int d = r.optimizer_sharding == OptimizerSharding::zero1 ? r.data_parallel : 1;
+    // Sharded, every mode's memory depends on d and differs from the others'.
+    const bool sharded = shards_optimizer(r);
+    const int d = sharded ? r.data_parallel : 1;
+    const int mode = sharded ? static_cast<int>(r.optimizer_sharding) : 0;
     return {r.pipeline_size, r.virtual_stages_per_rank, static_cast<int>(r.schedule), static_cast<int>(r.remainder), d,
             r.tensor_parallel, r.sequence_parallel, r.micro_batch_size, r.num_microbatches, static_cast<int>(r.recompute),
-            fraction};
+            mode, fraction};
   }
   std::map<Key, bool> answers;
   BalancedSplits splits;  // `balanced` partitions, probed again at each size and d
@@ -611,20 +614,30 @@ std::string idle_note(const Job& job, const TuneResult& result) {
     why = fmt::format("the layouts on more ranks are predicted slower (the best of them, {} on {} ranks, {:.4g} samples/s "
                       "vs {:.4g})",
                       more->layout(), more->ranks(), more->samples_per_s, best.samples_per_s);
-  // Memory stopped the larger layouts and ZeRO-1 was not tried: say so.
   const bool memory = measured && (!more || (best.margin && !more->margin));
-  const auto& tried_shardings = result.options.shardings;
-  const bool zero1_tried = std::find(tried_shardings.begin(), tried_shardings.end(), OptimizerSharding::zero1) !=
-                               tried_shardings.end() ||
-                           (tried_shardings.empty() && result.template_run.optimizer_sharding == OptimizerSharding::zero1);
-  if (memory && !zero1_tried && state_bytes_per_param(job.train.optimizer, storage_dtype(job)).optimizer > 0)
-    why += "; --optimizer-sharding zero1 shards the optimizer state over the replicas and may fit more";
+  // Memory stopped the larger layouts and a sharding was left out: say so.
+  const auto& asked = result.options.shardings;
+  const auto tried_mode = [&](OptimizerSharding s) {
+    return asked.empty() || std::find(asked.begin(), asked.end(), s) != asked.end();
+  };
+  if (memory && !tried_mode(OptimizerSharding::fsdp))
+    why += fmt::format("; --optimizer-sharding {} shards the {} over the replicas and may fit more",
+                       tried_mode(OptimizerSharding::zero1) ? "fsdp" : "zero1",
+                       tried_mode(OptimizerSharding::zero1) ? "parameters and gradients too" : "optimizer state");
   return fmt::format("{} of {} ranks idle: {}", idle, result.options.max_ranks, why);
 }
 
 }  // namespace
 
 namespace {
+
+// Whether the job's backend executes candidate `c`'s sharding (job.hpp
+// not_executed, with it against without it).
+bool sharding_executed(const Job& job, const RunSpec& like, TuneCandidate c) {
+  const std::string with = not_executed(c.run(like, ""), job.device.backend, job.model);
+  c.sharding = OptimizerSharding::none;
+  return with == not_executed(c.run(like, ""), job.device.backend, job.model);
+}
 
 // Every candidate a search judges, before evaluation (docs/tune.md): each
 // tensor degree, pipeline size, replica count, sharding (d > 1), schedule
@@ -638,8 +651,10 @@ std::vector<TuneCandidate> search_space(const Job& job, const RunSpec& like, con
     partitions.push_back(like.remainder);
     if (like.remainder != Remainder::balanced) partitions.push_back(Remainder::balanced);
   }
+  // Unasked: every mode (the issue-68 default), each where the job's backend executes it.
+  const bool every_sharding = options.shardings.empty();
   std::vector<OptimizerSharding> shardings = options.shardings;
-  if (shardings.empty()) shardings.push_back(like.optimizer_sharding);
+  if (every_sharding) shardings.assign(std::begin(kOptimizerShardings), std::end(kOptimizerShardings));
   std::vector<GradSync> syncs = options.grad_syncs;
   if (syncs.empty()) {
     syncs.push_back(like.grad_sync);
@@ -661,26 +676,27 @@ std::vector<TuneCandidate> search_space(const Job& job, const RunSpec& like, con
       for (int d : replica_counts(options, p * t, inference))
         for (OptimizerSharding sharding : d > 1 ? shardings : std::vector<OptimizerSharding>{OptimizerSharding::none})
           for (GradSync sync : d > 1 && !inference ? syncs : std::vector<GradSync>{like.grad_sync})
-          for (ScheduleKind kind : inference ? std::vector<ScheduleKind>{like.schedule} : schedules)
-            for (int v : chunks(kind))
-              for (Remainder rule : partitions)
-                for (Recompute recompute : recomputes)
-                  for (bool sp : t > 1 ? sps : std::vector<bool>{false}) {
-                    // One stage: one candidate per rule, a plain schedule.
-                    if (p == 1 && (kind != schedules.front() || v != chunks(kind).front())) continue;
-                    TuneCandidate c;
-                    c.pipeline_size = p;
-                    c.data_parallel = d;
-                    c.tensor_parallel = t;
-                    c.sharding = sharding;
-                    c.grad_sync = sync;
-                    c.schedule = p == 1 && v > 1 ? ScheduleKind::one_f_one_b : kind;
-                    c.virtual_stages_per_rank = p == 1 ? 1 : v;
-                    c.partition = rule;
-                    c.recompute = recompute;
-                    c.sequence_parallel = sp;
-                    out.push_back(c);
-                  }
+            for (ScheduleKind kind : inference ? std::vector<ScheduleKind>{like.schedule} : schedules)
+              for (int v : chunks(kind))
+                for (Remainder rule : partitions)
+                  for (Recompute recompute : recomputes)
+                    for (bool sp : t > 1 ? sps : std::vector<bool>{false}) {
+                      // One stage: one candidate per rule, a plain schedule.
+                      if (p == 1 && (kind != schedules.front() || v != chunks(kind).front())) continue;
+                      TuneCandidate c;
+                      c.pipeline_size = p;
+                      c.data_parallel = d;
+                      c.tensor_parallel = t;
+                      c.sharding = sharding;
+                      c.grad_sync = sync;
+                      c.schedule = p == 1 && v > 1 ? ScheduleKind::one_f_one_b : kind;
+                      c.virtual_stages_per_rank = p == 1 ? 1 : v;
+                      c.partition = rule;
+                      c.recompute = recompute;
+                      c.sequence_parallel = sp;
+                      if (every_sharding && sharding != OptimizerSharding::none && !sharding_executed(job, like, c)) continue;
+                      out.push_back(c);
+                    }
   return out;
 }
 

@@ -59,6 +59,9 @@ enum class BalanceBy { flops, params };
 // cool-down), or bucket by bucket inside that action as its layers' gradients
 // become final (Megatron-LM's overlap_grad_reduce, PyTorch DDP).
 enum class OptimizerSharding { none, zero1, zero2, fsdp };
+// Every mode, in the order the docs and `tune` list them; their names are to_string's.
+inline constexpr OptimizerSharding kOptimizerShardings[] = {OptimizerSharding::none, OptimizerSharding::zero1,
+                                                            OptimizerSharding::zero2, OptimizerSharding::fsdp};
 enum class GradSync { after_flush, after_chunk, overlap };
 // How a run's ranks map onto (pipeline, data, tensor) coordinates
 // (lib/parallel, rank_grid.hpp): Megatron-LM's default and its tp-pp-dp mapping.
