@@ -73,12 +73,14 @@ struct GradSyncPlan {
   // As the runtime records them (grad_sync_s, grad_sync_exposed_s).
   double sync_s() const { return end_s - launch_s + gather_s; }
   double recorded_exposed_s() const { return exposed_s + gather_s + gather_wait_s; }
-  // Of the reductions' ring time alone, what ran before the rank's last
-  // action ended: hidden behind its compute and the pipeline's waits.
+  // Of the synchronisation's ring time alone, what was hidden behind the
+  // rank's compute and the pipeline's waits: the reductions' before its last
+  // action ended, and the parameter gathers' inside the forwards that no
+  // forward waited for.
   double hidden_s() const {
     double ring = 0.0;
     for (const Reduce& r : reduce) ring += r.ring_s;
-    return std::max(0.0, ring - exposed_s);
+    return std::max(0.0, ring - exposed_s) + std::max(0.0, gather_ring_s - gather_wait_s);
   }
 };
 

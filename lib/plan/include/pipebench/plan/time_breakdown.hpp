@@ -23,7 +23,7 @@ struct RankStepTime {
   double tp_comm_s = 0.0;
   double pp_transfer_s = 0.0;
   double dp_sync_s = 0.0, dp_exposed_s = 0.0;
-  double dp_hidden_s = 0.0;  // the reductions' ring time under the rank's compute (GradSyncPlan::hidden_s)
+  double dp_hidden_s = 0.0;  // the synchronisation's ring time under the rank's compute (GradSyncPlan::hidden_s)
   double optimizer_s = 0.0, gather_s = 0.0;
   double busy_s = 0.0;  // the schedule simulation's busy time (compute + tensor collectives)
 };

@@ -131,7 +131,7 @@ struct TuneCandidate {
     double tp_comm_s = 0.0;      // tensor-parallel collectives
     double pp_transfer_s = 0.0;  // its pipeline sends (overlapped with others' work; for scale)
     double dp_exposed_s = 0.0;   // the exposed gradient synchronisation (ZeRO-1's all-gather too)
-    double dp_hidden_s = 0.0;    // the reductions' ring time hidden behind the rank's compute and waits
+    double dp_hidden_s = 0.0;    // the synchronisation's ring time hidden behind the rank's compute and waits (reductions, parameter gathers)
     double optimizer_s = 0.0;
     double idle_s = 0.0;         // the rest of the step: bubble and waits
   };
