@@ -176,8 +176,10 @@ void check_ok_run(const Job& job, const RunPlan& plan, const RunResult& r) {
     }
     expect_eq(cat(MemCategory::params), fsdp ? shard + gathered * p_bytes : params * p_bytes, who + " peak params bytes");
     const bool grad_shard = mode == OptimizerSharding::zero2 || fsdp;
+    // (Resharding FSDP reduce-scatters each layer's gradients as they come: the gathered layers' worth.)
     expect_eq(cat(MemCategory::grads),
-              !train ? 0u : grad_shard ? params * p_bytes + shard : params * static_cast<std::uint64_t>(per.grads),
+              !train ? 0u : grad_shard ? (fsdp ? gathered : params) * p_bytes + shard
+                                       : params * static_cast<std::uint64_t>(per.grads),
               who + " peak grads bytes");
     // The plan's: the whole state, or ZeRO-1's shard of ceil(n / d) (model.hpp).
     const auto state_params = static_cast<std::uint64_t>(optimizer_shard_params(plan.run, sp.cost.params));

@@ -98,6 +98,7 @@ TEST_CASE("sharding: each mode's training state per category", "[sharding]") {
   CHECK((t.params == S * 4 + P * 2 && t.grads == P * 2 + S * 4 && t.optimizer == S * 8));
   t = state(OptimizerSharding::fsdp, bf16_adamw, true);
   CHECK(t.params == S * 4 + 2 * largest * 2);
+  CHECK(t.grads == 2 * largest * 2 + S * 4);  // each layer's gradients reduce-scattered as they come
   CHECK(state(OptimizerSharding::fsdp, fp32_adamw, false).optimizer == S * 8);  // fp32: no master copy to drop
   CHECK(state(OptimizerSharding::fsdp, bf16_sgd, false).optimizer == 0);       // SGD's only state is the master
   // The run's overload: inference holds the parameters alone; one replica shards nothing.

@@ -511,6 +511,7 @@ TEST_CASE("tune: the idle-ranks line never calls a faster layout slower", "[tune
   job.device.sim_inter_node_latency_us = job.device.sim_inter_node_gbps = -1.0;
   TuneOptions o;
   o.max_ranks = 64;
+  o.shardings = {OptimizerSharding::none};  // the case as found: replicas with their state whole
   const TuneResult r = tune(job, o);
   REQUIRE(r.best());
   const TuneCandidate& best = *r.best();

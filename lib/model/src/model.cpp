@@ -77,7 +77,7 @@ TrainingState training_state_bytes(OptimizerSharding sharding, int replicas, boo
     case OptimizerSharding::fsdp: {
       const CheckedInt unsharded = reshard ? CheckedInt(std::min(params, 2 * largest_unit)) : P;
       t.params = (S * 4 + unsharded * per.params).value();
-      t.grads = (P * per.params + S * 4).value();
+      t.grads = (unsharded * per.params + S * 4).value();
       const int master = per.params == 4 ? 0 : 4;  // a 16-bit dtype's fp32 master copy is the shard itself
       t.optimizer = (S * std::max(0, per.optimizer - master)).value();
       break;

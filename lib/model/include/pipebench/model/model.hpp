@@ -109,11 +109,13 @@ std::int64_t optimizer_shard_params(const RunSpec& run, std::int64_t params);
 //   zero1  P·p, P·g, S·k   (Megatron-LM's distributed optimizer: the fp32
 //                           gradient buffer whole, reduce-scattered in place)
 //   zero2  P·p, P·p + S·4, S·k
-//   fsdp   S·4 + U·p, P·p + S·4, S·(k − m)
+//   fsdp   S·4 + U·p, U·p + S·4, S·(k − m)
 // zero2 and fsdp follow PyTorch FSDP2 with torch.distributed.pipelining:
 // the unsharded gradients accumulate over the step's micro-batches in the
 // parameters' dtype (requires_gradient_sync only for the last backward) and
-// are reduce-scattered in fp32 (reduce_dtype) into the rank's shard. fsdp's
+// are reduce-scattered in fp32 (reduce_dtype) into the rank's shard; fsdp
+// resharding after the forward (FSDP2 without pipelining) reduce-scatters
+// each layer's as its backward produces them, so only U·p are held. fsdp's
 // parameters are the fp32 shard (which is also the master copy: m = 4 bytes
 // of k with a 16-bit dtype, else 0) and the unsharded copy U of the
 // parameters in use: all P without resharding after the forward, else the
