@@ -63,7 +63,7 @@ case $mode in
       --run interleaved_zb --run dualpipev --run recompute --run interleaved_recompute --set device.transport=mpi -- RUNS=10 LOSS_REL=1e-4 ;;
   np2_dp)
     CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" \
-      "$outdir" 0 --run single --run dp2 --set device.transport=mpi -- RUNS=2 LOSS_REL=1e-4 ;;
+      "$outdir" 0 --run single --run dp2 --run dp2_zero1 --set device.transport=mpi -- RUNS=3 LOSS_REL=1e-4 ;;
   np4_dp)
     CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 4 "$job" \
       "$outdir" 0 --run single --run pp2_dp2_overlap --set device.transport=mpi -- RUNS=2 LOSS_REL=1e-4 ;;
@@ -78,7 +78,7 @@ case $mode in
   np2_nccl_dp)
     need_gpus 2 "2 replicas reducing over NCCL"
     exec "$run_and_verify" "$mpiexec" "$pipebench" "$verify" 2 "$job" "$outdir" 0 --run single --run dp2 \
-      --run dp2_buckets -- RUNS=3 LOSS_REL=1e-4 SAME_LOSS=dp2_buckets:dp2 -- \
+      --run dp2_buckets --run dp2_zero1 -- RUNS=4 LOSS_REL=1e-4 SAME_LOSS=dp2_buckets:dp2 -- \
       bash -c '/usr/bin/python3 "$1/check_bucket_launch.py" "$0" dp2_buckets' "$(dirname "$run_and_verify")" ;;
   np4_nccl_dp)
     need_gpus 4 "2 stages x 2 replicas over NCCL"

@@ -329,12 +329,24 @@ TEST_CASE("data parallel: a data group across nodes reduces over the inter-node 
 
 // The cuda backend runs plain replicas (gradients host-staged over MPI); its
 // optimizer is not sharded yet, so a ZeRO-1 run there is skipped with the reason.
-TEST_CASE("data parallel: which backends execute replicas and ZeRO-1", "[data_parallel]") {
+TEST_CASE("data parallel: which backends execute replicas and each sharding", "[data_parallel]") {
   const Job job = parse_job(kJob, "w.toml");
-  RunSpec run = job.runs[1];  // 2 x 2, zero1
-  CHECK_THAT(not_executed(run, BackendKind::cuda), Catch::Contains("the cuda backend does not shard its optimizer"));
+  RunSpec run = job.runs[1];  // 2 x 2, zero1, grad_sync overlap: the parameters gathered inside the forward
+  CHECK_THAT(not_executed(run, BackendKind::cuda), Catch::Contains("not inside the forward"));
   CHECK(not_executed(run, BackendKind::cpu).empty());
   CHECK(not_executed(run, BackendKind::sim).empty());
+  run.grad_sync = GradSync::after_chunk;  // gathered after the optimizer: cuda runs it
+  CHECK(not_executed(run, BackendKind::cuda).empty());
+  for (OptimizerSharding s : {OptimizerSharding::zero2, OptimizerSharding::fsdp}) {
+    run.optimizer_sharding = s;
+    CHECK_THAT(not_executed(run, BackendKind::cuda), Catch::Contains("shards only its optimizer"));
+    CHECK(not_executed(run, BackendKind::sim).empty());
+  }
+  // The cpu backend keeps a chunk's gathered parameters: FSDP resharding is modelled only.
+  run.fsdp_reshard_after_forward = true;
+  CHECK_THAT(not_executed(run, BackendKind::cpu), Catch::Contains("fsdp_reshard_after_forward"));
+  run.fsdp_reshard_after_forward = false;
+  CHECK(not_executed(run, BackendKind::cpu).empty());
   run.optimizer_sharding = OptimizerSharding::none;
   CHECK(not_executed(run, BackendKind::cuda).empty());
   CHECK(not_executed(job.runs[0], BackendKind::cuda).empty());

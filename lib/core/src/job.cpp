@@ -131,10 +131,15 @@ std::string not_executed(const RunSpec& run, BackendKind backend, const ModelSpe
                        "model dropout's memory and time)",
                        model.dropout, to_string(backend));
   if (run.data_parallel <= 1) return "";
-  if (backend == BackendKind::cuda && shards_optimizer(run))
-    return fmt::format("data_parallel = {} with optimizer_sharding = \"{}\": the cuda backend does not shard its optimizer "
-                       "yet (plain data parallelism runs on it; sharding on the cpu and sim backends)",
+  if (backend == BackendKind::cuda && shards_optimizer(run) && run.optimizer_sharding != OptimizerSharding::zero1)
+    return fmt::format("data_parallel = {} with optimizer_sharding = \"{}\": the cuda backend shards only its optimizer "
+                       "state yet (zero1; zero2 and fsdp on the cpu and sim backends)",
                        run.data_parallel, to_string(run.optimizer_sharding));
+  if (backend == BackendKind::cuda && gathers_in_first_forward(run))
+    return fmt::format("data_parallel = {} with optimizer_sharding = \"zero1\" and grad_sync = \"overlap\": the cuda "
+                       "backend gathers the parameters after the optimizer, not inside the forward, yet (grad_sync = "
+                       "\"after_chunk\" runs; the cpu and sim backends gather inside the forward)",
+                       run.data_parallel);
   if (backend == BackendKind::cpu && run.optimizer_sharding == OptimizerSharding::fsdp && reshard_after_forward(run))
     return fmt::format("data_parallel = {} with optimizer_sharding = \"fsdp\" and fsdp_reshard_after_forward = true: the cpu "
                        "backend keeps a chunk's gathered parameters for the step (set it false; the sim backend and the "

@@ -526,7 +526,8 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
     spec.tensor_link = parallel::tensor_group_link(job.device, plan.run, comm.run_rank());
     spec.data_link = parallel::data_group_link(job.device, plan.run, comm.run_rank());
     const bool replicated = comm.replicas() > 1 && plan.run.mode == RunMode::train;
-    spec.gradients_in_device_memory = replicated && opt.data_group_nccl;
+    // Sharded gradients are reduce-scattered over MPI (host-staged on cuda): NCCL reduces plain replicas only.
+    spec.gradients_in_device_memory = replicated && opt.data_group_nccl && !shards_optimizer(plan.run);
     // Before the build, which may fail on one rank (out of memory) while its
     // replicas would wait in NCCL's initialisation, which polls nothing.
     if (spec.gradients_in_device_memory) data_group_nccl = make_nccl_all_reduce(comm);

@@ -381,7 +381,9 @@ double GradientSync::gather_parameters(int chunks) {
       post_all_gather(c, b, n);
     }
   }
-  return wait_all("the parameter all-gather of the data-parallel group");
+  const double took = wait_all("the parameter all-gather of the data-parallel group");
+  if (!modelled_) backend_.parameters_gathered();
+  return took;
 }
 
 }  // namespace pipebench

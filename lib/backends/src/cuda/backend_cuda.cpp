@@ -166,22 +166,29 @@ void CudaBackend::build(const StageSpec& spec) {
 
   const auto n = static_cast<std::uint64_t>(num_params_);
   const StateBytes per_param = state_bytes_per_param(job_.train.optimizer, dt_);
+  if (spec.shard_optimizer && (spec.sharding != OptimizerSharding::zero1 || spec.gradients_in_device_memory))
+    throw ConfigError("cuda backend: only optimizer_sharding = \"zero1\" is executed, its gradients host-staged "
+                      "(docs/cuda-backend.md)");
+  owned_ = spec.shard_optimizer ? parallel::shard_of(num_params_, spec.replicas, spec.replica)
+                                : parallel::Span{0, num_params_};
+  // The optimizer state: every element, or the shard padded to ceil(n / d) (the planner's bytes).
+  const auto state = static_cast<std::uint64_t>(spec.shard_optimizer ? parallel::shard_size(num_params_, spec.replicas)
+                                                                     : num_params_);
   params_ = DeviceBuffer(memory_, MemCategory::params, n * static_cast<std::uint64_t>(per_param.params), "parameters");
   if (train) {
     grads_ = DeviceBuffer(memory_, MemCategory::grads, n * static_cast<std::uint64_t>(per_param.grads), "gradients");
-    if (dt_ != DType::fp32) master_ = DeviceBuffer(memory_, MemCategory::optimizer, n * 4, "fp32 master weights");
+    if (dt_ != DType::fp32) master_ = DeviceBuffer(memory_, MemCategory::optimizer, state * 4, "fp32 master weights");
     if (job_.train.optimizer == OptimizerKind::adamw) {
-      adam_m_ = DeviceBuffer(memory_, MemCategory::optimizer, n * 4, "AdamW first moments");
-      adam_v_ = DeviceBuffer(memory_, MemCategory::optimizer, n * 4, "AdamW second moments");
+      adam_m_ = DeviceBuffer(memory_, MemCategory::optimizer, state * 4, "AdamW first moments");
+      adam_v_ = DeviceBuffer(memory_, MemCategory::optimizer, state * 4, "AdamW second moments");
     }
   }
   if (train && spec.replicas > 1) {
-    if (spec.shard_optimizer)
-      throw ConfigError("cuda backend: optimizer_sharding = \"zero1\" is not executed on the cuda backend yet "
-                        "(docs/cuda-backend.md); plain data parallelism is");
     sync_grads_ = true;
     if (!spec.gradients_in_device_memory)
       for (const Chunk& c : chunks_) host_grads_.emplace_back(static_cast<std::size_t>(c.grad_count) * 4);
+    if (spec.shard_optimizer)
+      for (const Chunk& c : chunks_) host_params_.emplace_back(static_cast<std::size_t>(c.grad_count) * 4);
   }
   const int m = spec.num_microbatches;
   for (int ci = 0; ci < spec.num_chunks(); ++ci) {
@@ -232,8 +239,11 @@ void CudaBackend::upload_initial_weights() {
         rounded.resize(host.size() * static_cast<std::size_t>(e_));
         round_on_host(dt_, host.data(), rounded.data(), host.size());
         cuda_check(cudaMemcpy(w(p, t), rounded.data(), rounded.size(), cudaMemcpyHostToDevice), kWho, "uploading weights");
-        if (master_.bytes())
-          cuda_check(cudaMemcpy(master_.data() + tt.offset * 4, host.data(), host.size() * 4, cudaMemcpyHostToDevice),
+        // The master: the tensor's part of the shard this replica steps (all of it unsharded).
+        const parallel::Span part = parallel::intersect(owned_, {tt.offset, tt.offset + tt.size});
+        if (master_.bytes() && part.size() > 0)
+          cuda_check(cudaMemcpy(master_.data() + (part.begin - owned_.begin) * 4, host.data() + (part.begin - tt.offset),
+                                static_cast<std::size_t>(part.size()) * 4, cudaMemcpyHostToDevice),
                      kWho, "uploading master weights");
       }
 }
@@ -560,9 +570,14 @@ void CudaBackend::grad_sq_norm_by_piece(std::vector<double>& per_piece) const {
   for (const Chunk& c : chunks_)
     for (const Piece& p : c.pieces) {
       cuda_check(cudaMemsetAsync(partials, 0, sizeof(double) * host.size(), stream_), kWho, "memset");
-      for (std::size_t t = 0; t < p.tensors.size(); ++t)
-        if (!p.tensors[t].shared || spec_.tensor_rank == 0)
-          gpu::sum_squares_accumulate(g(p, t), p.tensors[t].size, partials, stream_);
+      for (std::size_t t = 0; t < p.tensors.size(); ++t) {
+        // ZeRO-1: the part of the shard this replica's sums cover (the runtime sums them over the replicas).
+        const TensorSlot& tt = p.tensors[t];
+        const parallel::Span part = parallel::intersect(owned_, {tt.offset, tt.offset + tt.size});
+        if (part.size() > 0 && (!tt.shared || spec_.tensor_rank == 0))
+          gpu::sum_squares_accumulate(reinterpret_cast<const float*>(grads_.data()) + part.begin, part.size(), partials,
+                                      stream_);
+      }
       cuda_check(cudaMemcpyAsync(host.data(), partials, sizeof(double) * host.size(), cudaMemcpyDeviceToHost, stream_),
                  kWho, "reading gradient norms");
       cuda_check(cudaStreamSynchronize(stream_), kWho, "reading gradient norms");
@@ -588,13 +603,19 @@ void CudaBackend::optimizer_step(int /*step*/, double grad_scale) {
     for (const Piece& p : c.pieces)
       for (std::size_t t = 0; t < p.tensors.size(); ++t) {
         const TensorSlot& tt = p.tensors[t];
-        float* master = master_.bytes() ? reinterpret_cast<float*>(master_.data()) + tt.offset : nullptr;
+        // The tensor's part of the shard this replica steps (ZeRO-1; all of it unsharded).
+        const parallel::Span part = parallel::intersect(owned_, {tt.offset, tt.offset + tt.size});
+        if (part.size() == 0) continue;
+        const std::int64_t state = part.begin - owned_.begin;
+        void* weights = elem(params_, part.begin);
+        const float* grad = reinterpret_cast<const float*>(grads_.data()) + part.begin;
+        float* master = master_.bytes() ? reinterpret_cast<float*>(master_.data()) + state : nullptr;
         if (job_.train.optimizer == OptimizerKind::adamw)
-          gpu::adamw_update(dt_, w(p, t), g(p, t), master, reinterpret_cast<float*>(adam_m_.data()) + tt.offset,
-                            reinterpret_cast<float*>(adam_v_.data()) + tt.offset, tt.size, lr, kAdamBeta1, kAdamBeta2,
+          gpu::adamw_update(dt_, weights, grad, master, reinterpret_cast<float*>(adam_m_.data()) + state,
+                            reinterpret_cast<float*>(adam_v_.data()) + state, part.size(), lr, kAdamBeta1, kAdamBeta2,
                             kAdamEps, tt.matrix ? kAdamWeightDecay : 0.0f, optimizer_steps_, scale, stream_);
         else
-          gpu::sgd_update(dt_, w(p, t), g(p, t), master, tt.size, lr, scale, stream_);
+          gpu::sgd_update(dt_, weights, grad, master, part.size(), lr, scale, stream_);
       }
   cuda_check(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), stream_), kWho, "clearing gradients");
   cuda_check(cudaStreamSynchronize(stream_), kWho, "the optimizer step");
@@ -635,8 +656,39 @@ void CudaBackend::gradients_synchronised() {
   staged_grads_.clear();
 }
 
+FlatRegion CudaBackend::parameters(int ci) {
+  if (host_params_.empty()) return Backend::parameters(ci);  // not sharded: throws
+  const Chunk& c = chunk(ci);
+  HostBuffer& h = host_params_.at(static_cast<std::size_t>(ci));
+  // This replica's part of the chunk, in fp32: the master of a 16-bit dtype, else the parameters.
+  const parallel::Span part = parallel::intersect(owned_, {c.grad_begin, c.grad_begin + c.grad_count});
+  if (part.size() > 0) {
+    const std::byte* from = master_.bytes() ? master_.data() + (part.begin - owned_.begin) * 4 : elem(params_, part.begin);
+    cuda_check(cudaMemcpyAsync(static_cast<float*>(h.data()) + (part.begin - c.grad_begin), from,
+                               static_cast<std::size_t>(part.size()) * 4, cudaMemcpyDeviceToHost, stream_),
+               kWho, "staging the parameter shard for the all-gather");
+  }
+  cuda_check(cudaStreamSynchronize(stream_), kWho, "staging the parameter shard for the all-gather");
+  return {static_cast<float*>(h.data()), static_cast<std::size_t>(c.grad_count), h.bytes()};
+}
+
+void CudaBackend::parameters_gathered() {
+  std::vector<std::byte> rounded;
+  for (std::size_t ci = 0; ci < host_params_.size(); ++ci) {
+    const Chunk& c = chunk(static_cast<int>(ci));
+    const HostBuffer& h = host_params_[ci];
+    const auto count = static_cast<std::size_t>(c.grad_count);
+    rounded.resize(count * static_cast<std::size_t>(e_));
+    round_on_host(dt_, static_cast<const float*>(h.data()), rounded.data(), count);
+    cuda_check(cudaMemcpy(elem(params_, c.grad_begin), rounded.data(), rounded.size(), cudaMemcpyHostToDevice), kWho,
+               "uploading the gathered parameters");
+  }
+}
+
 // A collective may still write the staging after a failure: never freed.
 void CudaBackend::abandon_gradients() {
+  new std::vector<HostBuffer>(std::move(host_params_));  // an all-gather's: deliberately never destroyed
+  host_params_.clear();
   new std::vector<HostBuffer>(std::move(host_grads_));  // deliberately never destroyed
   host_grads_.clear();
   staged_grads_.clear();

@@ -20,6 +20,7 @@
 #include "pipebench/backends/gemm_layout.hpp"
 #include "pipebench/backends/stage_layout.hpp"
 #include "pipebench/model/model.hpp"
+#include "pipebench/parallel/shards.hpp"
 
 namespace pipebench::gpu {
 
@@ -64,6 +65,17 @@ class CudaBackend final : public Backend {
   FlatRegion gradients(int chunk) override;
   void gradients_synchronised() override;
   void abandon_gradients() override;
+  // ZeRO-1 (optimizer_sharding = "zero1", host-staged over MPI): the
+  // optimizer state (AdamW m and v, the fp32 master of a 16-bit dtype)
+  // covers this replica's shard of the rank's parameters (`owned_`,
+  // parallel/shards.hpp), padded to ceil(n / d); the update runs on it, and
+  // the parameters are all-gathered in fp32 through pinned host staging —
+  // parameters() copies the shard's fp32 values (the master, or fp32 the
+  // parameters) into the chunk's staging, parameters_gathered() uploads every
+  // replica's, rounded to the storage dtype on the host as the initial
+  // weights are, so every replica holds the same bits.
+  FlatRegion parameters(int chunk) override;
+  void parameters_gathered() override;
   Buffer recv_buffer(ActionKind kind, int microbatch, int chunk) override;
   Buffer send_buffer(ActionKind kind, int microbatch, int chunk) override;
   void hand_over(ActionKind kind, int microbatch, int from_chunk, int to_chunk) override;
@@ -306,6 +318,11 @@ class CudaBackend final : public Backend {
   bool sync_grads_ = false;
   std::vector<HostBuffer> host_grads_;
   std::vector<int> staged_grads_;
+  // ZeRO-1: the elements of the flat buffers this replica's optimizer steps
+  // ([0, n) unsharded; the state buffers index them from owned_.begin), and
+  // each chunk's fp32 parameter staging for the all-gather (pinned host).
+  parallel::Span owned_;
+  std::vector<HostBuffer> host_params_;
   std::vector<double> loss_;
   std::vector<float> host_losses_;
   // The embedding backward's token order (workspace, train only): its bytes

@@ -234,6 +234,10 @@ class Backend {
   // Sharded: chunk `chunk`'s parameters, for the replicas to all-gather after
   // their sharded optimizer steps (the same fields as gradients()).
   virtual FlatRegion parameters(int chunk);
+  // After that all-gather (every region parameters() returned this step now
+  // holds every replica's part): a backend that handed out host copies
+  // (cuda: fp32 staging) takes them back.
+  virtual void parameters_gathered() {}
   // zero2 and fsdp (model.hpp training_state_bytes): where the rank keeps
   // its shard of chunk `chunk`'s reduced gradients (zero2, fsdp) and of its
   // parameters, the copy its optimizer steps (fsdp) — element i of the
