@@ -48,7 +48,7 @@ num_microbatches = 4
 // terms are then FLOPs / peak exactly.
 constexpr std::array<GemmEfficiencyPoint, 2> kIdeal{{{1, 1.0}, {1 << 20, 1.0}}};
 const DevicePreset kIdealDevice{"ideal", "", 1ull << 40, 8, 1e15, 1e15, 1, 1e30, 1.0, 0.0, kIdeal, 0.0,
-                                LinkPreset{1e11, 1e-5}, LinkPreset{1e10, 2e-5}};
+                                LinkPreset{1e11, 1e-5}, LinkPreset{1e10, 2e-5}, 1.0};
 
 ModelSpec spec(ModelKind kind) {
   ModelSpec m;

@@ -122,6 +122,14 @@ ModelSpec read_model(TableReader& r, std::vector<std::string>& warnings) {
     r.fail_key("dropout", fmt::format("only kind = \"gpt\" has dropout (Megatron-LM's attention and hidden dropout); kind = \"{}\" "
                           "trains without",
                           to_string(m.kind)));
+  if (const Value* a = r.find("attention")) {
+    if (m.kind == ModelKind::mlp) r.fail_key("attention", "kind = \"mlp\" has no attention");
+    if (a->is_string() && a->as_string() == "mla")
+      r.fail_key("attention", "\"mla\" (multi-head latent attention, DeepSeek-V3) is not modelled yet; \"flash\" or "
+                              "\"materialized\"");
+  }
+  m.attention = r.choice<Attention>("attention", Attention::materialized,
+                                    {{"materialized", Attention::materialized}, {"flash", Attention::flash}});
   r.reject_unknown_keys();
   return m;
 }

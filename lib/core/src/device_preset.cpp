@@ -29,17 +29,28 @@ constexpr std::array<GemmEfficiencyPoint, 7> kGemmEfficiencyHopper = scaled(kGem
 
 constexpr std::uint64_t MiB(std::uint64_t n) { return n << 20; }
 
+// Flash attention's share of the matrix peak, forward and backward
+// (FlashAttention-2, what PyTorch's scaled_dot_product_attention and
+// Megatron-LM run on these GPUs). A100: "50-73% of the theoretical maximum
+// FLOPs/s" (Dao 2023, arXiv 2307.08691, abstract), its lower end taken — the
+// training figure includes the backward, its slower pass. H100 and H200:
+// "FlashAttention-2 achieves only 35% utilization on the H100 GPU" (Shah et
+// al. 2024, FlashAttention-3, arXiv 2407.08608, abstract); FlashAttention-3
+// reaches 75% there, where a stack runs it.
+constexpr double kFlashA100 = 0.50;
+constexpr double kFlashHopper = 0.35;
+
 // Figures and sources: docs/time-model.md, "Presets".
 const std::array<DevicePreset, 3> kPresets{{
     {"a100-80gb", "NVIDIA A100-SXM4-80GB, DGX A100 node (8 GPUs, NVLink 3 via NVSwitch, 8x HDR 200 Gb/s)",
      MiB(81920), 8, 312e12, 19.5e12, 108, 2039e9, 0.85, 5e-6, kGemmEfficiencyA100, 1.0,
-     LinkPreset{200e9, 10e-6}, LinkPreset{23e9, 20e-6}},
+     LinkPreset{200e9, 10e-6}, LinkPreset{23e9, 20e-6}, kFlashA100},
     {"h100-80gb", "NVIDIA H100-SXM5-80GB, DGX H100 node (8 GPUs, NVLink 4 via NVSwitch, 8x NDR 400 Gb/s)",
      MiB(81559), 8, 989.4e12, 66.9e12, 132, 3350e9, 0.85, 5e-6, kGemmEfficiencyHopper, 0.0,
-     LinkPreset{370e9, 10e-6}, LinkPreset{46e9, 20e-6}},
+     LinkPreset{370e9, 10e-6}, LinkPreset{46e9, 20e-6}, kFlashHopper},
     {"h200-141gb", "NVIDIA H200-SXM-141GB, HGX H200 node (8 GPUs, NVLink 4 via NVSwitch, 8x NDR 400 Gb/s)",
      MiB(143771), 8, 989.4e12, 66.9e12, 132, 4800e9, 0.85, 5e-6, kGemmEfficiencyHopper, 0.0,
-     LinkPreset{370e9, 10e-6}, LinkPreset{46e9, 20e-6}},
+     LinkPreset{370e9, 10e-6}, LinkPreset{46e9, 20e-6}, kFlashHopper},
 }};
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 namespace pipebench {
 
+std::string_view to_string(Attention v) { return v == Attention::flash ? "flash" : "materialized"; }
+
 std::string_view to_string(ModelKind v) {
   return v == ModelKind::gpt ? "gpt" : v == ModelKind::llama ? "llama" : "mlp";
 }
@@ -126,6 +128,10 @@ std::string tensor_parallel_problem(const ModelSpec& m, int t, bool sequence_par
 }
 
 std::string not_executed(const RunSpec& run, BackendKind backend, const ModelSpec& model) {
+  if (model.attention == Attention::flash && backend != BackendKind::sim)
+    return fmt::format("model.attention = \"flash\": the {} backend computes the materialized attention yet (the sim "
+                       "backend and the planner model flash attention)",
+                       to_string(backend));
   if (model.dropout > 0.0 && run.mode == RunMode::train && backend != BackendKind::sim)
     return fmt::format("model.dropout = {:g}: the {} backend has no dropout kernels yet (the sim backend and the planner "
                        "model dropout's memory and time)",

@@ -45,6 +45,7 @@ WorkloadKeys workload_keys(const Job& job, const RunSpec& run) {
     k["model.norm_eps"] = number(m.norm_eps);
     k["model.tie_embeddings"] = m.tie_embeddings ? "true" : "false";
   }
+  if (m.attention == Attention::flash) k["model.attention"] = "flash";  // only when set: older series keep theirs
   k["train.optimizer"] = to_string(t.optimizer);
   k["train.learning_rate"] = number(t.learning_rate);
   k["train.grad_clip"] = number(t.grad_clip);

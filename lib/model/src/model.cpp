@@ -11,6 +11,7 @@ using I = CheckedInt;
 constexpr std::int64_t kTokenIdBytes = 4;  // int32 token ids / targets
 constexpr std::int64_t kLnStatsBytes = 8;  // one LayerNorm's fp32 mean and 1/std, per token
 constexpr std::int64_t kRmsStatsBytes = 4; // one RMSNorm's fp32 1/rms, per token
+constexpr std::int64_t kLseBytes = 4;      // flash attention's fp32 log-sum-exp, per row of each head
 
 // One tensor-parallel collective of a `bytes` buffer over t ranks (none at t = 1).
 TensorComm all_reduce(int t, const I& bytes) { return t > 1 ? TensorComm{1, (I(2) * bytes).value()} : TensorComm{}; }
@@ -145,7 +146,11 @@ Cost ModelDesc::block(int b) const {
   const double td = static_cast<double>(tokens.value()), hd = static_cast<double>(spec_.hidden);
   const double fd = static_cast<double>(spec_.ffn_hidden), sd = static_cast<double>(spec_.seq_len), tt = t;
   const I full = e * tokens * h;  // one [T, h] tensor, what a collective moves
-  const I probs = split_.selective_recompute ? I(0) : e * I(b) * at * s * s;
+  // The attention's own activation: the probabilities of the rank's a/t heads
+  // (materialized; none when selective recomputation drops them), or flash's
+  // fp32 log-sum-exp per row (FlashAttention-2's L; nothing of s x s).
+  const bool flash = spec_.attention == Attention::flash;
+  const I probs = flash ? I(b) * at * s * kLseBytes : split_.selective_recompute ? I(0) : e * I(b) * at * s * s;
   // QKᵀ and softmax(QKᵀ)V over all s x s pairs, of the rank's heads.
   const double attention_core = 4.0 * static_cast<double>(b) * sd * sd * hd / tt;
   Cost c;
@@ -180,9 +185,10 @@ Cost ModelDesc::block(int b) const {
     // masks (Ts rows) and, where the probabilities are kept, the attention
     // dropout's mask (1 byte each) and its output (the dropped probabilities).
     if (dropout()) {
+      // Flash draws the attention dropout's mask again in the backward from the saved RNG state.
       const I scores = I(b) * at * s * s;
       c.activation_bytes = (I(c.activation_bytes) + I(2) * Ts * h +
-                            (split_.selective_recompute ? I(0) : scores + e * scores))
+                            (split_.selective_recompute || flash ? I(0) : scores + e * scores))
                                .value();
     }
   } else {
@@ -196,7 +202,8 @@ Cost ModelDesc::block(int b) const {
   }
   // gpt and llama: attention and MLP; the mlp model: its MLP alone.
   const bool attention = spec_.kind != ModelKind::mlp;
-  c.recompute_flops = attention && split_.selective_recompute ? attention_core : 0.0;
+  // Selective recomputation recomputes the attention core in B; flash keeps nothing of it to recompute.
+  c.recompute_flops = attention && split_.selective_recompute && !flash ? attention_core : 0.0;
   block_comm(c, attention ? 2 : 1, t, sp, full);
   c.backward_flops = 2.0 * c.forward_flops;
   return c;

@@ -134,6 +134,25 @@ void TimeModel::add_attention(PassTime& p, double m, double n, double k, double 
   ++p.kernels;
 }
 
+double flash_tile_fraction(double seq) {
+  const double tiles = std::ceil(seq / kFlashTile);
+  return (tiles + 1.0) / (2.0 * tiles);
+}
+
+void TimeModel::add_flash_attention(PieceTime& t, double seq, double dh, double batch) const {
+  // QKᵀ and P·V over the tiles a causal mask leaves: 4·s²·dh FLOPs a head, times the tiles' share.
+  const double forward = 4.0 * seq * seq * dh * batch * flash_tile_fraction(seq);
+  const double rate = peak_flops() * preset_.flash_attention_efficiency;
+  t.forward.attention_s += forward / rate;
+  t.forward.launch_s += preset_.kernel_launch_s;
+  ++t.forward.kernels;
+  // The backward's five products per tile (S again, dP, dV, dQ, dK): 2.5x the forward's, in two kernels
+  // (the row sums D = rowsum(dO ∘ O), then the tiles).
+  t.input_grad.attention_s += 2.5 * forward / rate;
+  t.input_grad.launch_s += 2.0 * preset_.kernel_launch_s;
+  t.input_grad.kernels += 2;
+}
+
 void TimeModel::add_stream(PassTime& p, Stream what, double bytes, int kernels) const {
   const double seconds = stream_s(bytes);
   p.elementwise_s += seconds;
@@ -193,14 +212,19 @@ PieceTime TimeModel::block(const ModelDesc& model, int b) const {
     lin(h, ft);  // fc1
   }
   lin(ft, h);  // fc2 / W2
-  // The attention core: QKᵀ and P·V forward; dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q backward.
   const double batch = d(b) * heads;
-  add_attention(t.forward, seq, seq, dh, batch);
-  add_attention(t.forward, seq, dh, seq, batch);
-  add_attention(t.input_grad, seq, seq, dh, batch);
-  add_attention(t.input_grad, seq, dh, seq, batch);
-  add_attention(t.input_grad, seq, dh, seq, batch);
-  add_attention(t.input_grad, seq, dh, seq, batch);
+  const bool flash = s.attention == Attention::flash;
+  if (flash) {
+    add_flash_attention(t, seq, dh, batch);
+  } else {
+    // The attention core: QKᵀ and P·V forward; dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q backward.
+    add_attention(t.forward, seq, seq, dh, batch);
+    add_attention(t.forward, seq, dh, seq, batch);
+    add_attention(t.input_grad, seq, seq, dh, batch);
+    add_attention(t.input_grad, seq, dh, seq, batch);
+    add_attention(t.input_grad, seq, dh, seq, batch);
+    add_attention(t.input_grad, seq, dh, seq, batch);
+  }
   // Forward: two norms (read, write), two residual adds (read 2, write 1),
   // the softmax (read the scores, write the probabilities), the activation
   // (gpt GELU: read, write; llama SwiGLU: read 2, write 1), llama's RoPE on q
@@ -208,11 +232,11 @@ PieceTime TimeModel::block(const ModelDesc& model, int b) const {
   // output gradient, the input gradient), 5 for SwiGLU, 3 per residual.
   add_stream(t.forward, Stream::norms, e * 2.0 * 2.0 * Ts * h, 2);
   add_stream(t.forward, Stream::residual, e * 2.0 * 3.0 * Ts * h, 2);
-  add_stream(t.forward, Stream::softmax, e * 2.0 * scores, 1);
+  if (!flash) add_stream(t.forward, Stream::softmax, e * 2.0 * scores, 1);  // fused into flash's tiles
   add_stream(t.forward, Stream::activation, e * (llama ? 3.0 : 2.0) * T * ft, 1);
   add_stream(t.input_grad, Stream::norms, e * 2.0 * 3.0 * Ts * h, 2);
   add_stream(t.input_grad, Stream::residual, e * 2.0 * 3.0 * Ts * h, 2);
-  add_stream(t.input_grad, Stream::softmax, e * 3.0 * scores, 1);
+  if (!flash) add_stream(t.input_grad, Stream::softmax, e * 3.0 * scores, 1);
   add_stream(t.input_grad, Stream::activation, e * (llama ? 5.0 : 3.0) * T * ft, 1);
   if (llama) {
     const double rope = e * 2.0 * T * (ht + kvt);
@@ -225,12 +249,13 @@ PieceTime TimeModel::block(const ModelDesc& model, int b) const {
   // bytes per score each way; the hidden dropouts ride the residual adds,
   // their masks written forward and read backward (1 byte per element).
   const bool dropout = model.dropout() && !llama;
-  const double attention_dropout = dropout ? (2.0 * e + 1.0) * scores : 0.0;
+  // Flash applies the attention dropout inside its tiles (the mask drawn again in the backward).
+  const double attention_dropout = dropout && !flash ? (2.0 * e + 1.0) * scores : 0.0;
   if (dropout) {
     add_stream(t.forward, Stream::dropout, attention_dropout + 2.0 * Ts * h, 1);
     add_stream(t.input_grad, Stream::dropout, attention_dropout + 2.0 * Ts * h, 1);
   }
-  if (model.split().selective_recompute) {
+  if (model.split().selective_recompute && !flash) {  // flash keeps nothing of the core to recompute
     add_attention(t.recompute, seq, seq, dh, batch);
     add_attention(t.recompute, seq, dh, seq, batch);
     add_stream(t.recompute, Stream::softmax, e * 2.0 * scores, 1);

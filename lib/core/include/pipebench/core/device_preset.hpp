@@ -46,6 +46,11 @@ struct DevicePreset {
   double gemm_accumulate_serial;
   LinkPreset intra_node;         // NVLink / NVSwitch
   LinkPreset inter_node;         // one InfiniBand rail per GPU
+  // The share of the matrix peak a fused flash attention (forward and
+  // backward) reaches on this GPU (docs/time-model.md, "Flash attention";
+  // FlashAttention-2's own figures: its paper on A100, FlashAttention-3's
+  // paper on H100).
+  double flash_attention_efficiency;
 };
 
 // All presets, in a fixed order.

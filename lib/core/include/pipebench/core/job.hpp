@@ -48,6 +48,7 @@ int fixed_virtual_stages(ScheduleKind k);
 std::string schedule_microbatch_problem(ScheduleKind k, int p, int m);
 enum class RunMode { train, inference };
 enum class Recompute { none, selective, full };
+enum class Attention { materialized, flash };
 enum class Remainder { first, last, balanced };
 enum class BalanceBy { flops, params };
 // Data parallelism (docs/parallel.md): the optimizer state whole on every
@@ -76,6 +77,7 @@ std::string_view to_string(SimClock v);
 std::string_view to_string(ScheduleKind v);
 std::string_view to_string(RunMode v);
 std::string_view to_string(Recompute v);
+std::string_view to_string(Attention v);
 std::string_view to_string(Remainder v);
 std::string_view to_string(BalanceBy v);
 std::string_view to_string(OptimizerSharding v);
@@ -113,6 +115,14 @@ struct ModelSpec {
   // backend; the cpu and cuda backends have no dropout kernels yet and
   // record such runs as skipped (not_executed).
   double dropout = 0.0;
+  // gpt and llama (docs/model.md, "Attention"): the s x s scores and
+  // probabilities materialized and kept (Megatron-LM's of 2022), or a fused,
+  // tiled attention (FlashAttention-2, Dao 2023, arXiv 2307.08691): no s²
+  // activation, each row's log-sum-exp kept for the backward, which
+  // recomputes the probabilities tile by tile. flash is modelled by the
+  // planner and the sim backend; the cpu and cuda backends compute the
+  // materialized attention and record flash runs as skipped (not_executed).
+  Attention attention = Attention::materialized;
 };
 
 struct TrainSpec {

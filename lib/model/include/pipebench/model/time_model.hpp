@@ -56,6 +56,12 @@ struct PieceTime {
   PieceTime& operator+=(const PieceTime& o);
 };
 
+// Flash attention's tile edge (FlashAttention-2's 128-row blocks) and the
+// share of a causal attention's s x s tiles it computes: n(n+1)/2 of n², n =
+// ceil(seq / 128) — the tiles above the diagonal skipped, those on it whole.
+inline constexpr double kFlashTile = 128.0;
+double flash_tile_fraction(double seq);
+
 class TimeModel {
  public:
   // `dtype`: what the GEMMs compute in (fp16/bf16 on tensor cores, fp32 without TF32).
@@ -130,6 +136,10 @@ class TimeModel {
   double gemm_bytes(double m, double n, double k, double batch, Output output) const;
   void add_gemm(PassTime& p, double m, double n, double k, Output output = Output::written) const;
   void add_attention(PassTime& p, double m, double n, double k, double batch) const;
+  // model.attention = "flash": the fused core of `batch` heads of `seq`
+  // tokens (head width `dh`), forward and backward, at the preset's
+  // flash_attention_efficiency of the matrix peak over the causal mask's tiles.
+  void add_flash_attention(PieceTime& t, double seq, double dh, double batch) const;
   void add_stream(PassTime& p, Stream what, double bytes, int kernels) const;
   void add_linear(PieceTime& t, double rows, double in, double out) const;
 };
