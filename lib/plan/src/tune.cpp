@@ -555,9 +555,13 @@ void choose_companions(const Job& job, const RunSpec& like, TuneResult& result, 
                                          result.baseline->margin ? " with the 90% memory margin" : "",
                                          result.baseline->pipeline_size);
     if (!result.baseline)
-      result.baseline_note = fmt::format("the model fits on no single rank, nor on a pipeline of up to {} stages without "
-                                         "replicas or tensor ranks: the runners-up take the chosen run as their baseline",
-                                         best.pipeline_size);
+      result.baseline_note =
+          best.pipeline_size > 1
+              ? fmt::format("the model fits on no single rank, nor on a pipeline of up to {} stages without replicas or "
+                            "tensor ranks: the runners-up take the chosen run as their baseline",
+                            best.pipeline_size)
+              : std::string("the model fits on no single rank without replicas or tensor ranks: the runners-up take the "
+                            "chosen run as their baseline");
   }
   const TuneCandidate& base = result.baseline ? *result.baseline : best;
   for (std::size_t i = 1; i < result.candidates.size() && static_cast<int>(result.runners_up.size()) < n; ++i) {
