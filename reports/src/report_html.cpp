@@ -59,8 +59,9 @@ std::vector<std::pair<std::string, std::string>> action_legend(RunMode mode, boo
 }
 
 std::string sync_name(const RunResult& r) {
-  return r.spec.optimizer_sharding == OptimizerSharding::zero1 ? "reduce-scatter, optimizer, all-gather"
-                                                               : "gradient all-reduce";
+  if (!shards_optimizer(r.spec)) return "gradient all-reduce";
+  return gathers_in_first_forward(r.spec) ? "all-gathers in the forward, reduce-scatter"
+                                          : "reduce-scatter, optimizer, all-gather";
 }
 
 // Data parallelism: a row under the ranks for each stage's (replica 0's)

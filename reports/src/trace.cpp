@@ -145,8 +145,10 @@ void gradient_sync(TraceWriter& t, const RunResult& r, int pid, double base, int
   if (i >= r.grad_sync_s[k].size()) return;
   const double start = r.grad_sync_start_s[k][i], took = r.grad_sync_s[k][i];
   if (!(took > 0.0)) return;
-  const bool zero1 = r.spec.optimizer_sharding == OptimizerSharding::zero1;
-  t.slice(pid, kSyncTid, zero1 ? "reduce-scatter ... all-gather" : "gradient all-reduce", "grad_sync", base + start,
+  const char* name = !shards_optimizer(r.spec)           ? "gradient all-reduce"
+                     : gathers_in_first_forward(r.spec) ? "all-gather ... reduce-scatter"
+                                                        : "reduce-scatter ... all-gather";
+  t.slice(pid, kSyncTid, name, "grad_sync", base + start,
           base + start + took, [&](JsonWriter& w) {
             w.field("step", step + 1).field("replicas", r.spec.data_parallel).field("grad_sync", to_string(r.spec.grad_sync));
             w.field("sync_s", took).field("exposed_s", r.grad_sync_exposed_s[k][i]);
