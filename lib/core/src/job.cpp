@@ -146,7 +146,7 @@ std::string not_executed(const RunSpec& run, BackendKind backend, const ModelSpe
                        "backend gathers the parameters after the optimizer, not inside the forward, yet (grad_sync = "
                        "\"after_chunk\" runs; the cpu and sim backends gather inside the forward)",
                        run.data_parallel);
-  if (backend == BackendKind::cpu && run.optimizer_sharding == OptimizerSharding::fsdp && reshard_after_forward(run))
+  if (backend == BackendKind::cpu && reshards_every_action(run))
     return fmt::format("data_parallel = {} with optimizer_sharding = \"fsdp\" and fsdp_reshard_after_forward = true: the cpu "
                        "backend keeps a chunk's gathered parameters for the step (set it false; the sim backend and the "
                        "planner model resharding)",
@@ -160,6 +160,10 @@ bool shards_optimizer(const RunSpec& run) {
 
 bool reshard_after_forward(const RunSpec& run) {
   return run.fsdp_reshard_after_forward.value_or(run.pipeline_size == 1);
+}
+
+bool reshards_every_action(const RunSpec& run) {
+  return shards_optimizer(run) && run.optimizer_sharding == OptimizerSharding::fsdp && reshard_after_forward(run);
 }
 
 bool gathers_in_first_forward(const RunSpec& run) {

@@ -72,13 +72,12 @@ namespace {
 
 // Rank r's chunks in the order of their first forward in its list.
 std::vector<int> first_forward_order(const Schedule& sched, int r) {
+  const std::vector<std::ptrdiff_t> first = first_forward_indices(sched, r);
   std::vector<int> order;
-  std::vector<char> seen(static_cast<std::size_t>(sched.chunks_per_rank), 0);
-  for (const Action& a : sched.actions[static_cast<std::size_t>(r)])
-    if (a.kind == ActionKind::F && !seen[static_cast<std::size_t>(a.chunk)]) {
-      seen[static_cast<std::size_t>(a.chunk)] = 1;
-      order.push_back(a.chunk);
-    }
+  for (int c = 0; c < sched.chunks_per_rank; ++c)
+    if (first[static_cast<std::size_t>(c)] >= 0) order.push_back(c);
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return first[static_cast<std::size_t>(a)] < first[static_cast<std::size_t>(b)]; });
   return order;
 }
 
@@ -232,7 +231,7 @@ void plan_grad_sync(const Job& job, RunPlan& plan) {
   x.sharded = shards_optimizer(plan.run);
   x.in_forward = gathers_in_first_forward(plan.run);
   x.bucketed = plan.sync.inside || x.in_forward;
-  x.resharding = x.sharded && plan.run.optimizer_sharding == OptimizerSharding::fsdp && reshard_after_forward(plan.run);
+  x.resharding = reshards_every_action(plan.run);
   x.kind = x.sharded ? parallel::Collective::reduce_scatter : parallel::Collective::all_reduce;
   x.bucket_bytes = plan.run.grad_bucket_bytes > 0 ? static_cast<std::uint64_t>(plan.run.grad_bucket_bytes)
                                                   : parallel::default_grad_bucket_bytes(d, x.per.grads);

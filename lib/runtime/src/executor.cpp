@@ -95,11 +95,7 @@ SyncPlan plan_sync(const RunPlan& plan, int rank, GradientSync* sync) {
     sp.gathers.push_back({ga.chunk, ga.bucket.bucket, ga.bucket.at,
                           pieces - 1 - buckets.at(static_cast<std::size_t>(ga.bucket.bucket)).last, ga.bytes});
   }
-  sp.first_forward.assign(static_cast<std::size_t>(plan.schedule.chunks_per_rank), -1);
-  for (std::size_t i = 0; i < actions.size(); ++i) {
-    auto& f = sp.first_forward[static_cast<std::size_t>(actions[i].chunk)];
-    if (actions[i].kind == ActionKind::F && f < 0) f = static_cast<std::ptrdiff_t>(i);
-  }
+  sp.first_forward = first_forward_indices(plan.schedule, rank);
   return sp;
 }
 
@@ -256,8 +252,7 @@ class StepRun {
     t0_ = clock_.now();
     comm_.set_deadline(wall_t0_ + timeout);
     transport_.begin_step(t0_);
-    const bool resharding = plan_.run.optimizer_sharding == OptimizerSharding::fsdp && reshard_after_forward(plan_.run);
-    if (sync_.sync) sync_.sync->begin_step(t0_, resharding || !sync_.gathers.empty());
+    if (sync_.sync) sync_.sync->begin_step(t0_, reshards_every_action(plan_.run) || !sync_.gathers.empty());
     if (!sync_.gathers.empty()) sync_.sync->post_gathers(sync_.gathers, *sync_.gather_buckets);
     backend_.begin_step(step_, wall_t0_ + timeout);
   }
@@ -308,17 +303,14 @@ class StepRun {
       throw Error(fmt::format("injected error (PIPEBENCH_FAULT) on rank {} at step {}", comm_.run_rank(), step_));
     ev.start_s = clock_.now() - t0_;
     switch (a.kind) {
-      case ActionKind::F:
-        if (gathers_before(a, index)) {
-          backend_.forward(step_, a.microbatch, a.chunk);
-          ev.start_s += gathered(a.chunk);
-        } else {
-          backend_.forward(step_, a.microbatch, a.chunk);
-          ev.start_s += resharded();
-        }
+      case ActionKind::F: {
+        const bool gated = gathers_before(a, index);
+        backend_.forward(step_, a.microbatch, a.chunk);
+        ev.start_s += gated ? gathered(a.chunk) : resharded();
         sr_.forward_s += finish(ev, a);
         if (sched_.virtual_stage(rank_, a.chunk) == V_ - 1) add_loss(a.microbatch);
         break;
+      }
       case ActionKind::B:
         backend_.backward(step_, a.microbatch, a.chunk);
         ev.start_s += resharded();
@@ -401,8 +393,7 @@ class StepRun {
     sr_.optimizer_s = clock_.now() - s0;
     check_deadline("the optimizer step");
     // FSDP resharding gathers inside every forward and backward (modelled), the others inside the first forwards.
-    const bool resharding = plan_.run.optimizer_sharding == OptimizerSharding::fsdp && reshard_after_forward(plan_.run);
-    if (!sharded() || !sync_.gathers.empty() || resharding) return;
+    if (!sharded() || !sync_.gathers.empty() || reshards_every_action(plan_.run)) return;
     // Sharded, gathered after the optimizer: every replica's parameters from their shards' owners, exposed whole.
     const double gathered = sync_.sync->gather_parameters(sched_.chunks_per_rank);
     sr_.grad_sync_s += gathered;

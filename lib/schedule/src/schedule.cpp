@@ -442,4 +442,14 @@ std::vector<BoundaryLink> boundary_links(const Schedule& s, bool train) {
   return links;
 }
 
+std::vector<std::ptrdiff_t> first_forward_indices(const Schedule& s, int r) {
+  std::vector<std::ptrdiff_t> first(static_cast<std::size_t>(s.chunks_per_rank), -1);
+  const auto& list = s.actions.at(static_cast<std::size_t>(r));
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    auto& f = first.at(static_cast<std::size_t>(list[i].chunk));
+    if (list[i].kind == ActionKind::F && f < 0) f = static_cast<std::ptrdiff_t>(i);
+  }
+  return first;
+}
+
 }  // namespace pipebench

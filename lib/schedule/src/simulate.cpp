@@ -205,20 +205,17 @@ template <bool Checked, int Lanes>
 }
 
 // The index in rank r's list of each chunk's first forward (r * chunks + c;
-// -1: none), where some lane gates first forwards; else empty.
+// -1: none; first_forward_indices), where some lane gates first forwards; else empty.
 template <int Lanes>
-std::vector<std::int64_t> first_forwards(const Schedule& s, const SimCosts* const (&costs)[Lanes]) {
+std::vector<std::ptrdiff_t> first_forwards(const Schedule& s, const SimCosts* const (&costs)[Lanes]) {
   bool gated = false;
   for (const SimCosts* c : costs) gated = gated || !c->first_forward_gates.empty();
   if (!gated) return {};
-  const auto C = static_cast<std::size_t>(s.chunks_per_rank);
-  std::vector<std::int64_t> first(s.actions.size() * C, -1);
-  for (std::size_t r = 0; r < s.actions.size(); ++r)
-    for (std::size_t i = 0; i < s.actions[r].size(); ++i) {
-      const Action& a = s.actions[r][i];
-      auto& f = first[r * C + static_cast<std::size_t>(a.chunk)];
-      if (a.kind == ActionKind::F && f < 0) f = static_cast<std::int64_t>(i);
-    }
+  std::vector<std::ptrdiff_t> first;
+  for (int r = 0; r < s.num_ranks; ++r) {
+    const auto rank = first_forward_indices(s, r);
+    first.insert(first.end(), rank.begin(), rank.end());
+  }
   return first;
 }
 
@@ -321,7 +318,7 @@ std::array<SimResult, Lanes> simulate_impl(const Schedule& s, const SimCosts* co
   // The timeline is rank-major: rank r's actions at [first[r], first[r+1]).
   std::vector<std::size_t> first(static_cast<std::size_t>(p) + 1, 0);
   for (std::size_t r = 0; r < static_cast<std::size_t>(p); ++r) first[r + 1] = first[r] + ranks[r].size;
-  const std::vector<std::int64_t> first_f = first_forwards(s, costs);
+  const std::vector<std::ptrdiff_t> first_f = first_forwards(s, costs);
   const auto C = static_cast<std::size_t>(s.chunks_per_rank);
   // When action `i` of rank r (virtual stage `v`) ends in lane l, started at `start` for `cost`.
   auto end_of = [&](int l, std::size_t r, std::size_t i, const Action& a, std::size_t v, double start, double cost) {
@@ -332,7 +329,7 @@ std::array<SimResult, Lanes> simulate_impl(const Schedule& s, const SimCosts* co
     }
     if (first_f.empty()) [[likely]] return start + cost;
     const auto& gates = costs[l]->first_forward_gates;
-    if (gates.empty() || first_f[r * C + static_cast<std::size_t>(a.chunk)] != static_cast<std::int64_t>(i))
+    if (gates.empty() || first_f[r * C + static_cast<std::size_t>(a.chunk)] != static_cast<std::ptrdiff_t>(i))
       return start + cost;
     return gated_end(start, cost, gates[v]);
   };

@@ -294,6 +294,8 @@ struct RunSpec {
 bool shards_optimizer(const RunSpec& run);
 // optimizer_sharding = "fsdp": fsdp_reshard_after_forward as set, or its default.
 bool reshard_after_forward(const RunSpec& run);
+// A sharded fsdp run that reshards: every forward and backward gathers its layers.
+bool reshards_every_action(const RunSpec& run);
 // Where the sharded parameters are all-gathered (docs/parallel.md,
 // "Parameter gathers"): bucket by bucket inside the step's first forward of
 // each chunk, each forward waiting only for its own layers' buckets

@@ -33,6 +33,7 @@
 // it (the same compute, order and memory as one B computing both).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -227,6 +228,11 @@ Schedule make_dualpipev(int p, int m);
 // The schedule a run uses: forward-only for inference, else the run's
 // `schedule` with its virtual_stages_per_rank. A `file:` schedule is read
 // by load_schedule_csv (schedule_csv.hpp), not here.
+// Per chunk of rank r, the index in its list of the chunk's first forward
+// (-1: none): where the step first uses the chunk's parameters (the sharded
+// parameter gathers' gates, docs/parallel.md).
+std::vector<std::ptrdiff_t> first_forward_indices(const Schedule& s, int r);
+
 Schedule make_schedule(const RunSpec& run);
 Schedule make_schedule(ScheduleKind kind, RunMode mode, int p, int m, int v = 1);
 
