@@ -11,6 +11,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "../support/gradient_check.hpp"
+
 #include "pipebench/backends/backend_cpu.hpp"
 #include "pipebench/backends/cpu_kernels.hpp"
 #include "pipebench/backends/cpu_simd.hpp"
@@ -20,45 +22,9 @@
 
 using namespace pipebench;
 
-namespace {
-
-std::vector<float> randn(std::size_t n, unsigned seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-double dot(const std::vector<float>& a, const std::vector<float>& b) {
-  double s = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
-  return s;
-}
-
-// Central differences of `loss` w.r.t. every element of `x` (changed in place
-// and restored), compared with `analytic`.
-void check_gradient(std::vector<float>& x, const std::vector<float>& analytic, const std::function<double()>& loss,
-                    const char* what, float eps = 1e-2f, double tol = 2e-2) {
-  REQUIRE(x.size() == analytic.size());
-  double worst = 0.0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const float keep = x[i];
-    x[i] = keep + eps;
-    const double up = loss();
-    x[i] = keep - eps;
-    const double down = loss();
-    x[i] = keep;
-    const double numeric = (up - down) / (2.0 * eps);
-    const double err = std::fabs(numeric - analytic[i]) / std::max(1.0, std::fabs(numeric));
-    worst = std::max(worst, err);
-    if (err > tol) FAIL_CHECK(what << "[" << i << "]: analytic " << analytic[i] << ", numeric " << numeric);
-  }
-  INFO(what << ": worst relative error " << worst);
-  CHECK(worst <= tol);
-}
-
-}  // namespace
+using testing::check_gradient;
+using testing::dot;
+using testing::randn;
 
 TEST_CASE("linear: dx, dW, db", "[cpu][gradcheck]") {
   const int T = 5, in = 4, out = 3;

@@ -60,7 +60,7 @@ TEST_CASE("flash attention: the key, its fingerprint, the backends that compute 
   CHECK_THAT(testing::error_of(kJob, {"model.attention=\"mla\""}), Catch::Contains("not modelled yet"));
   CHECK_THAT(testing::error_of(kJob, {"model.attention=\"sparse\""}), Catch::Contains("flash"));
   CHECK(not_executed(flash.runs[0], BackendKind::sim, flash.model).empty());
-  CHECK_THAT(not_executed(flash.runs[0], BackendKind::cpu, flash.model), Catch::Contains("materialized attention yet"));
+  CHECK(not_executed(flash.runs[0], BackendKind::cpu, flash.model).empty());
   CHECK_THAT(not_executed(flash.runs[0], BackendKind::cuda, flash.model), Catch::Contains("materialized attention yet"));
 }
 

@@ -316,11 +316,16 @@ std::int64_t ModelDesc::cpu_workspace_bytes(int b, bool train) const {
   // Sequence parallelism: two [T, h] buffers, a region's gathered input and
   // its partial output before the reduce-scatter (also in inference).
   if (split_.sequence_parallel) bytes = bytes + I(2) * e * tokens * spec_.hidden;
+  // Flash attention: its fp32 tiles (cpu_flash_attention.hpp), also in inference.
+  const bool flash = spec_.attention == Attention::flash;
+  if (cpu_flash_tiles(spec_)) bytes = bytes + I(4) * kCpuFlashScratchFloats;
   if (!train) return bytes.value();
-  // ... the temporaries, one s x s score scratch and, with selective
-  // recomputation, the attention probabilities of the rank's heads (made at
-  // F and again at B, never kept).
-  bytes = bytes + e * (tokens * backward_temporaries_per_token(spec_, t) + s * s);
+  // ... the temporaries and, materialized, one s x s score scratch and with
+  // selective recomputation the attention probabilities of the rank's heads
+  // (made at F and again at B, never kept).
+  bytes = bytes + e * tokens * backward_temporaries_per_token(spec_, t);
+  if (flash) return bytes.value();
+  bytes = bytes + e * s * s;
   if (split_.selective_recompute) bytes = bytes + e * I(b) * (spec_.heads / t) * s * s;
   return bytes.value();
 }

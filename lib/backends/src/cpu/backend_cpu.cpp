@@ -91,6 +91,9 @@ void CpuBackend::build(const StageSpec& spec) {
     rope_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(rope_floats), "rotary table");
     cpu::rope_table(rope_.data(), ms.seq_len, ms.hidden / ms.heads, ms.rope_theta);
   }
+  if (cpu_flash_tiles(ms))
+    flash_tiles_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(kCpuFlashScratchFloats),
+                                       "flash attention tiles");
   if (tp_ > 1)
     tp_stats_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(3 * tokens_),
                                     "tensor-parallel cross-entropy statistics");
@@ -101,8 +104,9 @@ void CpuBackend::build(const StageSpec& spec) {
     // Backward temporaries, shared by the chunks: dgelu [T,f], dh [T,h],
     // dx2 [T,h], dqkv [T,3h], two ping-pong gradients [T,h], one s x s
     // attention scratch and with selective recomputation the probabilities
-    // (llama, tensor-parallel widths: ModelDesc::cpu_workspace_bytes).
-    const auto held = static_cast<std::int64_t>(rope_.size() + tp_stats_.size() + sp_buffers_.size());
+    // (llama, tensor-parallel widths, flash: ModelDesc::cpu_workspace_bytes).
+    const auto held =
+        static_cast<std::int64_t>(rope_.size() + flash_tiles_.size() + tp_stats_.size() + sp_buffers_.size());
     const std::int64_t ws = model.cpu_workspace_bytes(b, true) / static_cast<std::int64_t>(sizeof(float)) - held;
     workspace_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(ws), "backward workspace");
   } else if (spec.tensor.selective_recompute) {
@@ -166,7 +170,7 @@ void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const flo
       float* x = act(mb, p, a.x);
       cpu::layernorm_forward(x, w(0), w(1), act(mb, p, a.ln1), act(mb, p, a.mean1), act(mb, p, a.rstd1), Ts, h);
       cpu::linear_forward(gathered(act(mb, p, a.ln1)), w(2), w(3), act(mb, p, a.qkv), T, h, 3 * ht);
-      cpu::attention_forward(act(mb, p, a.qkv), attention_probs(c, mb, p, a.probs), act(mb, p, a.attn), B, s, ht, at_);
+      attention_core_forward(c, mb, p, a.probs, act(mb, p, a.qkv), act(mb, p, a.attn), at_);
       float* x2 = act(mb, p, a.x2);
       row_parallel_out(act(mb, p, a.attn), w(4), w(5), x, x2, ht);
       cpu::layernorm_forward(x2, w(6), w(7), act(mb, p, a.ln2), act(mb, p, a.mean2), act(mb, p, a.rstd2), Ts, h);
@@ -375,11 +379,7 @@ void CpuBackend::backward_gpt(Chunk& c, const Piece& p, int mb, const float* dy,
   if (d_proj_all != d_proj) gather_into(d_proj, d_proj_all);
   if (full) cpu::linear_backward_weight(A(a.attn), d_proj_all, g(4), g(5), T, ht, h);
   cpu::linear_backward_input(w(4), d_proj_all, d_attn, T, ht, h);
-  const float* probs = attention_probs(c, mb, p, a.probs);
-  if (spec_.tensor.selective_recompute)  // the probabilities again (attn is rewritten with the same bits)
-    cpu::attention_forward(A(a.qkv), selective_probs(), A(a.attn), spec_.micro_batch_size, job_.model.seq_len, ht, at_);
-  cpu::attention_backward(d_attn, A(a.qkv), probs, d_qkv, score_scratch(), spec_.micro_batch_size, job_.model.seq_len,
-                          ht, at_);
+  attention_core_backward(c, mb, p, a.probs, A(a.qkv), A(a.attn), d_attn, d_qkv, at_);
   if (full) cpu::linear_backward_weight(gathered(A(a.ln1)), d_qkv, g(2), g(3), T, h, 3 * ht);
   column_input_grad(w(2), d_qkv, d_ln1, 3 * ht);
   std::memcpy(dx, d_proj, sizeof(float) * static_cast<std::size_t>(Tsh));

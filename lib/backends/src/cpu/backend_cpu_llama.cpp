@@ -19,7 +19,7 @@ void CpuBackend::forward_llama(const Chunk& c, const Piece& p, int mb, float* ou
   const ModelSpec& ms = job_.model;
   const int T = static_cast<int>(tokens_), Ts = static_cast<int>(ts_), h = ms.hidden, f = static_cast<int>(ft_);
   const int s = ms.seq_len, d = h / ms.heads;
-  const int ht = static_cast<int>(ht_), kv = static_cast<int>(kv_width()), ldq = ht + 2 * kv, B = spec_.micro_batch_size;
+  const int ht = static_cast<int>(ht_), kv = static_cast<int>(kv_width()), ldq = ht + 2 * kv;
   const float eps = static_cast<float>(ms.norm_eps);
   const LlamaActs a(T, h, kv, f, 4, ht, Ts);
   auto A = [&](std::int64_t off) { return act(c, mb, p, off); };
@@ -30,7 +30,7 @@ void CpuBackend::forward_llama(const Chunk& c, const Piece& p, int mb, float* ou
   cpu::linear_forward(gathered(A(a.n1)), w(1), nullptr, qkv, T, h, ldq);
   cpu::rope_apply(qkv, rope_.data(), T, s, at_, d, ldq, false);
   cpu::rope_apply(qkv + ht, rope_.data(), T, s, kvheads_t_, d, ldq, false);
-  cpu::attention_forward(qkv, attention_probs(c, mb, p, a.probs), A(a.attn), B, s, ht, at_, kvheads_t_);
+  attention_core_forward(c, mb, p, a.probs, qkv, A(a.attn), kvheads_t_);
   float* x2 = A(a.x2);
   row_parallel_out(A(a.attn), w(2), nullptr, x, x2, ht);
   cpu::rmsnorm_forward(x2, w(3), A(a.n2), A(a.rrms2), Ts, h, eps);
@@ -91,10 +91,7 @@ void CpuBackend::backward_llama(Chunk& c, const Piece& p, int mb, const float* d
   if (d_x2_all != d_x2) gather_into(d_x2, d_x2_all);
   if (full) cpu::linear_backward_weight(A(a.attn), d_x2_all, g(2), nullptr, T, ht, h);
   cpu::linear_backward_input(w(2), d_x2_all, d_attn, T, ht, h);
-  const float* probs = attention_probs(c, mb, p, a.probs);
-  if (spec_.tensor.selective_recompute)  // the probabilities again (attn is rewritten with the same bits)
-    cpu::attention_forward(A(a.qkv), selective_probs(), A(a.attn), spec_.micro_batch_size, s, ht, at_, kvheads_t_);
-  cpu::attention_backward(d_attn, A(a.qkv), probs, d_qkv, score_scratch(), spec_.micro_batch_size, s, ht, at_, kvheads_t_);
+  attention_core_backward(c, mb, p, a.probs, A(a.qkv), A(a.attn), d_attn, d_qkv, kvheads_t_);
   // RoPE's backward: the inverse rotation of the gradients at q and k.
   cpu::rope_apply(d_qkv, rope_.data(), T, s, at_, d, ldq, true);
   cpu::rope_apply(d_qkv + ht, rope_.data(), T, s, kvheads_t_, d, ldq, true);

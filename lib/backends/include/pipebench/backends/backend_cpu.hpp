@@ -147,10 +147,18 @@ class CpuBackend final : public Backend {
     const std::int64_t s = job_.model.seq_len;
     return score_scratch() + s * s;
   }
-  // Where a block's attention probabilities are: in its slab, or (selective) the workspace.
-  float* attention_probs(const Chunk& c, int mb, const Piece& p, std::int64_t slab_offset) {
-    return spec_.tensor.selective_recompute ? selective_probs() : act(c, mb, p, slab_offset);
-  }
+  // A block's attention core (model.attention; backend_cpu_attention.cpp)
+  // from its q|k|v rows to `attn`, `kept` its slab's offset for what the
+  // backward keeps: materialized, the probabilities (selective
+  // recomputation: none, they are made again in the backward in the
+  // workspace); flash, each row's log-sum-exp. kv_heads: the rank's K/V
+  // heads (gpt: at_).
+  void attention_core_forward(const Chunk& c, int mb, const Piece& p, std::int64_t kept, const float* qkv, float* attn,
+                              int kv_heads);
+  // d_qkv (overwritten) from d_attn; `attn` is the forward's output.
+  void attention_core_backward(const Chunk& c, int mb, const Piece& p, std::int64_t kept, const float* qkv, float* attn,
+                               const float* d_attn, float* d_qkv, int kv_heads);
+  bool flash() const { return job_.model.attention == Attention::flash; }
   // The rank's K/V width, kv_heads/t · h/heads (the whole kv at t = 1).
   std::int64_t kv_width() const { return kvt_; }
 
@@ -239,6 +247,7 @@ class CpuBackend final : public Backend {
   std::int64_t tokens_ = 0;  // T = micro_batch_size * seq_len
   TrackedArray<float> workspace_;  // shared by the chunks
   TrackedArray<float> rope_;       // llama: the rotary table (cpu::rope_table)
+  TrackedArray<float> flash_tiles_;  // flash attention's tiles (cpu::kFlashScratchFloats)
   std::size_t slabs_allocated_ = 0;
   std::int64_t shard_padding_ = 0;  // the last shard's padding to ceil(n / d), held with chunk 0's state
   // zero2, fsdp: the rank's shard of the reduced gradients, and (fsdp) of the

@@ -119,9 +119,10 @@ struct ModelSpec {
   // probabilities materialized and kept (Megatron-LM's of 2022), or a fused,
   // tiled attention (FlashAttention-2, Dao 2023, arXiv 2307.08691): no s²
   // activation, each row's log-sum-exp kept for the backward, which
-  // recomputes the probabilities tile by tile. flash is modelled by the
-  // planner and the sim backend; the cpu and cuda backends compute the
-  // materialized attention and record flash runs as skipped (not_executed).
+  // recomputes the probabilities tile by tile. The planner and the sim
+  // backend model both, the cpu backend computes both; the cuda backend
+  // computes the materialized attention and records flash runs as skipped
+  // (not_executed).
   Attention attention = Attention::materialized;
 };
 

@@ -33,6 +33,15 @@ struct TensorSplit {
 // A run's split (selective recomputation in training only).
 TensorSplit tensor_split(const RunSpec& run);
 
+// The cpu backend's flash attention tiles (cpu_flash_attention.hpp): 64
+// query rows x 64 keys, 16 KiB of fp32 scores each, so a tile, its q, k and
+// v rows (d = 64) and the probabilities stay in a core's L2.
+inline constexpr int kCpuFlashTile = 64;
+// Its scratch: two tiles and two rows of statistics (the model's attention
+// blocks only: gpt and llama).
+inline constexpr std::int64_t kCpuFlashScratchFloats = 2 * kCpuFlashTile * kCpuFlashTile + 2 * kCpuFlashTile;
+inline bool cpu_flash_tiles(const ModelSpec& m) { return m.attention == Attention::flash && m.kind != ModelKind::mlp; }
+
 // The collectives of one tensor-parallel group for one piece and one
 // micro-batch, in one pass: how many, and their summed ring traffic in
 // units of the buffer (an all-reduce of B bytes counts 2B, an all-gather or
