@@ -614,6 +614,10 @@ TEST_CASE("cpu kernels: the vector builds agree with the portable one, full vect
       fast->softmax_backward_row(p.data(), a.data(), n);
       ref.softmax_backward_row(p.data(), b.data(), n);
       check_close(a, b, 1e-4f, 1e-6f, "softmax'");
+      a = x, b = x;
+      const float sum_fast = fast->exp_shifted_row(a.data(), n, 1.5f), sum_ref = ref.exp_shifted_row(b.data(), n, 1.5f);
+      check_close(a, b, 1e-5f, 1e-7f, "exp_shifted");
+      CHECK(sum_fast == Approx(sum_ref).epsilon(1e-5));
       float m1 = 0, r1 = 0, m2 = 0, r2 = 0;
       fast->layernorm_row(x.data(), gamma.data(), beta.data(), a.data(), n, m1, r1);
       ref.layernorm_row(x.data(), gamma.data(), beta.data(), b.data(), n, m2, r2);

@@ -7,6 +7,8 @@
 
 #include <cblas.h>
 
+#include "pipebench/backends/cpu_simd.hpp"
+
 namespace pipebench::cpu {
 
 namespace {
@@ -33,6 +35,7 @@ int key_tiles_end(QueryRows q, KeyRows kv, int i1) {
 }  // namespace
 
 void flash_forward_block(QueryRows q, KeyRows kv, int d, float scale, float* out, int ldo, float* lse, float* scratch) {
+  const SimdKernels& kernels = simd_kernels();
   float* S = scratch;  // scores, then the tile's unnormalised probabilities
   float* m = scratch + 2 * kTile * kTile;
   float* l = m + kTile;
@@ -54,11 +57,7 @@ void flash_forward_block(QueryRows q, KeyRows kv, int d, float scale, float* out
         }
         float mx = m[r];
         for (int j = 0; j < seen; ++j) mx = std::max(mx, srow[j]);
-        float sum = 0.0f;
-        for (int j = 0; j < seen; ++j) {
-          srow[j] = std::exp(srow[j] - mx);
-          sum += srow[j];
-        }
+        const float sum = kernels.exp_shifted_row(srow, seen, mx);
         std::fill(srow + seen, srow + cols, 0.0f);
         // The row's earlier tiles were summed against the old maximum: rescale them.
         const float alpha = std::exp(m[r] - mx);  // m = −inf before the first key: 0
@@ -88,6 +87,7 @@ void flash_forward_block(QueryRows q, KeyRows kv, int d, float scale, float* out
 
 void flash_backward_block(QueryRows q, KeyRows kv, int d, float scale, const float* out, const float* dout, int ldo,
                           const float* lse, float* dq, int ldq, float* dk, float* dv, int ldkv, float* scratch) {
+  const SimdKernels& kernels = simd_kernels();
   float* P = scratch;
   float* dS = scratch + kTile * kTile;
   float* delta = dS + kTile * kTile;
@@ -110,7 +110,7 @@ void flash_backward_block(QueryRows q, KeyRows kv, int d, float scale, const flo
         float* prow = P + static_cast<std::int64_t>(r) * kTile;
         const float L = lse[i0 + r];
         const int seen = L == kNoKey ? 0 : visible_keys(q.pos0 + i0 + r, kv.pos0 + j0, cols);
-        for (int j = 0; j < seen; ++j) prow[j] = std::exp(prow[j] - L);
+        kernels.exp_shifted_row(prow, seen, L);
         std::fill(prow + seen, prow + cols, 0.0f);
       }
       const std::int64_t ko = static_cast<std::int64_t>(j0) * ldkv;

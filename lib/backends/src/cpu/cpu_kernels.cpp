@@ -81,6 +81,15 @@ void softmax_backward_row(const float* p, float* d, int n) {
   for (int j = 0; j < n; ++j) d[j] = p[j] * (d[j] - dot);
 }
 
+float exp_shifted_row(float* row, int n, float shift) {
+  float sum = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    row[j] = std::exp(row[j] - shift);
+    sum += row[j];
+  }
+  return sum;
+}
+
 void layernorm_row(const float* x, const float* gamma, const float* beta, float* out, int C, float& mean, float& rstd) {
   constexpr float eps = 1e-5f;
   float m = 0.0f;
@@ -159,7 +168,7 @@ namespace {
 #define PIPEBENCH_SIMD_TABLE(ns)                                                                                       \
   SimdKernels {                                                                                                        \
     SimdPath::ns, #ns, ns::gelu_forward, ns::gelu_backward, ns::softmax_row, ns::softmax_backward_row,                  \
-        ns::layernorm_row, ns::layernorm_backward_input_row, ns::layernorm_backward_weight_row, ns::add_bias_rows,      \
+        ns::exp_shifted_row, ns::layernorm_row, ns::layernorm_backward_input_row, ns::layernorm_backward_weight_row, ns::add_bias_rows,      \
         ns::bias_gelu_rows, ns::sum_rows, ns::adamw                                                                    \
   }
 constexpr SimdKernels kScalar = PIPEBENCH_SIMD_TABLE(scalar);

@@ -18,6 +18,7 @@ namespace pipebench::cpu {
   void gelu_backward(const float* in, const float* dout, float* din, std::int64_t n);                                  \
   void softmax_row(float* row, int n);                                                                                 \
   void softmax_backward_row(const float* p, float* d, int n);                                                          \
+  float exp_shifted_row(float* row, int n, float shift);                                                               \
   void layernorm_row(const float* x, const float* gamma, const float* beta, float* out, int C, float& mean, float& rstd); \
   void layernorm_backward_input_row(const float* d, const float* x, const float* gamma, float mean, float rstd,         \
                                     float* dx, int C);                                                                 \

@@ -84,6 +84,17 @@ struct Kernels {
     for_lanes(n, [&](std::int64_t i, const Lanes& l) { I::store(row + i, l, I::mul(I::load(row + i, l), inv)); });
   }
 
+  static float exp_shifted_row(float* row, int n, float shift) {
+    const V m = I::set1(shift);
+    V sum = I::zero();
+    for_lanes(n, [&](std::int64_t i, const Lanes& l) {
+      const V e = I::inside(l, I::exp(I::sub(I::load(row + i, l), m)));
+      I::store(row + i, l, e);
+      sum = I::add(sum, e);
+    });
+    return I::hsum(sum);
+  }
+
   static void softmax_backward_row(const float* p, float* d, int n) {
     V dot = I::zero();
     for_lanes(n, [&](std::int64_t i, const Lanes& l) { dot = I::fmadd(I::load(p + i, l), I::load(d + i, l), dot); });
@@ -206,6 +217,7 @@ struct Kernels {
   }                                                                                                                 \
   void softmax_row(float* row, int n) { vector::Kernels<I>::softmax_row(row, n); }                                  \
   void softmax_backward_row(const float* p, float* d, int n) { vector::Kernels<I>::softmax_backward_row(p, d, n); } \
+  float exp_shifted_row(float* row, int n, float shift) { return vector::Kernels<I>::exp_shifted_row(row, n, shift); } \
   void layernorm_row(const float* x, const float* gamma, const float* beta, float* out, int C, float& mean,         \
                      float& rstd) {                                                                                 \
     vector::Kernels<I>::layernorm_row(x, gamma, beta, out, C, mean, rstd);                                          \

@@ -28,6 +28,9 @@ struct SimdKernels {
   void (*softmax_row)(float* row, int n);
   // d[j] = p[j] * (d[j] - sum_k p[k] d[k]) for j < n: one row of the softmax backward.
   void (*softmax_backward_row)(const float* p, float* d, int n);
+  // row[j] = exp(row[j] - shift) for j < n; returns their sum (flash
+  // attention's tiles: a row's unnormalised probabilities).
+  float (*exp_shifted_row)(float* row, int n, float shift);
   // One LayerNorm row: out = (x - mean) * rstd * gamma + beta; gives mean and rstd.
   void (*layernorm_row)(const float* x, const float* gamma, const float* beta, float* out, int C, float& mean,
                         float& rstd);
