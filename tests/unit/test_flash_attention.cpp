@@ -52,11 +52,18 @@ ModelSpec model_with(Attention a, ModelKind kind = ModelKind::llama) {
 }  // namespace
 
 TEST_CASE("flash attention: the key, its fingerprint, the backends that compute it", "[flash]") {
-  CHECK(parse_job(kJob, "w.toml").model.attention == Attention::materialized);  // the default until the kernels exist
-  const Job flash = parse_job(kJob, "w.toml", {"model.attention=\"flash\""});
-  CHECK(flash.model.attention == Attention::flash);
+  const Job flash = parse_job(kJob, "w.toml");
+  CHECK(flash.model.attention == Attention::flash);  // the default since the cpu backend computes it
+  const Job plain = parse_job(kJob, "w.toml", {"model.attention=\"materialized\""});
+  CHECK(plain.model.attention == Attention::materialized);
+  // A workload that says materialized keeps the fingerprint it had before
+  // the key existed (its series goes on); flash starts a series of its own.
   CHECK(workload_keys(flash, flash.runs[0]).at("model.attention") == "flash");
-  CHECK(workload_keys(parse_job(kJob, "w.toml"), flash.runs[0]).count("model.attention") == 0);  // older series keep theirs
+  CHECK(workload_keys(plain, plain.runs[0]).count("model.attention") == 0);
+  // mlp has no attention: the key is refused, and its default is inert.
+  const std::string mlp = testing::replaced(testing::replaced(kJob, "kind = \"llama\"", "kind = \"mlp\""), "kv_heads = 4\n", "");
+  CHECK(parse_job(mlp, "w.toml").model.attention == Attention::materialized);
+  CHECK_THAT(testing::error_of(mlp, {"model.attention=\"flash\""}), Catch::Contains("no attention"));
   CHECK_THAT(testing::error_of(kJob, {"model.attention=\"mla\""}), Catch::Contains("not modelled yet"));
   CHECK_THAT(testing::error_of(kJob, {"model.attention=\"sparse\""}), Catch::Contains("flash"));
   CHECK(not_executed(flash.runs[0], BackendKind::sim, flash.model).empty());
@@ -107,8 +114,8 @@ TEST_CASE("flash attention: the fused core over the causal tiles at the preset's
 }
 
 TEST_CASE("flash attention: the plan's memory and step", "[flash]") {
-  const Job plain = parse_job(kJob, "w.toml");
-  const Job flash = parse_job(kJob, "w.toml", {"model.attention=\"flash\""});
+  const Job plain = parse_job(kJob, "w.toml", {"model.attention=\"materialized\""});
+  const Job flash = parse_job(kJob, "w.toml");
   const RunPlan p = plan_run(plain, plain.runs[0]), f = plan_run(flash, flash.runs[0]);
   CHECK(f.stages[0].activations_peak_bytes < p.stages[0].activations_peak_bytes);
   CHECK(f.iteration_s < p.iteration_s);

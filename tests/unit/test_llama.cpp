@@ -30,6 +30,7 @@ heads = 8
 kv_heads = 2
 seq_len = 16
 vocab = 128
+attention = "materialized"
 [device]
 backend = "sim"
 [[run]]

@@ -19,6 +19,7 @@ const std::string kJob = R"(schema = 1
 [job]
 name = "p"
 [model]
+attention = "materialized"  # the cpu workspace's s x s scratch below
 hidden = 64
 layers = 8
 heads = 4

@@ -328,7 +328,8 @@ TEST_CASE("the block as run: forward and backward with their collectives and the
           "[time_model]") {
   // Korthikanti et al.'s Table 4 measure (docs/fidelity.md): one layer's
   // forward, and its backward with whatever the run recomputes.
-  const std::string tp = testing::replaced(kJob, "pipeline_size = 2", "pipeline_size = 2\ntensor_parallel = 2");
+  const std::string tp = testing::replaced(testing::replaced(kJob, "[model]\n", "[model]\nattention = \"materialized\"\n"),
+                                           "pipeline_size = 2", "pipeline_size = 2\ntensor_parallel = 2");
   const auto breakdown = [&](const std::string& recompute) {
     const Job job = parse_job(recompute.empty() ? tp : tp + "recompute = \"" + recompute + "\"\n", "w.toml");
     return time_breakdown(job, plan_run(job, job.runs[0]));

@@ -489,6 +489,7 @@ num_microbatches = 4
   // A backend that does not execute a mode is not offered it: cuda shards nothing yet.
   Job cuda = job;
   cuda.device.backend = BackendKind::cuda;
+  cuda.model.attention = Attention::materialized;  // what the cuda backend computes
   o.shardings.clear();
   for (const auto& c : tune(cuda, o).candidates) CHECK(c.sharding == OptimizerSharding::none);
 }

@@ -128,7 +128,8 @@ ModelSpec read_model(TableReader& r, std::vector<std::string>& warnings) {
       r.fail_key("attention", "\"mla\" (multi-head latent attention, DeepSeek-V3) is not modelled yet; \"flash\" or "
                               "\"materialized\"");
   }
-  m.attention = r.choice<Attention>("attention", Attention::materialized,
+  // flash unless a workload says otherwise (since issue 69; mlp has none).
+  m.attention = r.choice<Attention>("attention", m.kind == ModelKind::mlp ? Attention::materialized : Attention::flash,
                                     {{"materialized", Attention::materialized}, {"flash", Attention::flash}});
   r.reject_unknown_keys();
   return m;
