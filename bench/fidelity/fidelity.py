@@ -2,8 +2,8 @@
 """fidelity.py PIPEBENCH [--write docs/fidelity.md | --check docs/fidelity.md]
 
 The planner's predictions beside published measurements (docs/fidelity.md):
-Korthikanti et al. 2022, Narayanan et al. 2021 (A100) and torchtitan's FSDP
-runs (H100);
+Korthikanti et al. 2022, Narayanan et al. 2021 (A100), torchtitan's FSDP
+runs and Llama 3's 405B pre-training (H100);
 `pipebench plan JOB --format json` for each published setup, nothing fitted
 to the rows. Time rows: the plan's iteration (`simulated.iteration_s`: the
 schedule simulated with the hardware time model of the job's device preset,
@@ -220,9 +220,38 @@ MEMORY_ROWS_TT = [
 ]
 
 
-def all_time_rows():
+# Llama-3.1-405B's pre-training on H100s (Dubey et al. 2024, "The Llama 3 Herd
+# of Models", arXiv 2407.21783, Table 4; the same figures on Balaji's SC'24
+# slide, glennklockwood.com/garden/llama-3.1): published as TFLOP/s per GPU.
+# The paper does not give its FLOP count: the published step here is
+# pipebench's model FLOPs of the step over (GPUs x the published rate), so the
+# error is the MFU's. Their schedule was interleaved with a degree not given;
+# the jobs run 1F1B (jobs/llama3_405b_sim.toml says why), so the rows with a
+# large 1F1B bubble (m 16 on p 16) read slow. Flash attention; the 128K row
+# with context parallelism 16, K/V all-gathered (§3.3.2).
+LLAMA3 = "Dubey et al. 2024 (Llama 3), Table 4"
+TIME_ROWS_LLAMA3 = [
+    ("Llama 3.1 405B, 8K tokens, t 8 x p 16 x d 64 on 8,192 H100s", "jobs/llama3_405b_sim.toml",
+     "pretrain_8k_8192gpus", 430, "430 TFLOP/s per GPU"),
+    ("Llama 3.1 405B, 8K tokens, t 8 x p 16 x d 128 on 16,384 H100s", "jobs/llama3_405b_sim.toml",
+     "pretrain_8k_16384gpus", 400, "400 TFLOP/s per GPU"),
+    ("Llama 3.1 405B, 128K tokens, t 8 x c 16 x p 16 x d 8 on 16,384 H100s", "jobs/llama3_405b_128k_sim.toml",
+     "pretrain_128k_16384gpus", 380, "380 TFLOP/s per GPU"),
+]
+
+
+def llama3_time_rows(pipebench):
+    """Table 4's rates as time rows: pipebench's model FLOPs / (GPUs x the published rate)."""
+    rows = []
+    for label, job, name, tflops, where in TIME_ROWS_LLAMA3:
+        run = plan(pipebench, job)[name]
+        rows.append((label, job, name, run["time_model"]["model_flops"] / (run["ranks"] * tflops * 1e12), where, LLAMA3))
+    return rows
+
+
+def all_time_rows(pipebench):
     return ([r + (PAPER,) for r in TIME_ROWS] + [r + (KORTHIKANTI_DP,) for r in TIME_ROWS_DP] + table1_time_rows() +
-            [r + (TORCHTITAN,) for r in TIME_ROWS_TT])
+            [r + (TORCHTITAN,) for r in TIME_ROWS_TT] + llama3_time_rows(pipebench))
 
 
 def mean(errors):
@@ -241,8 +270,8 @@ def memory_gib(run, quantity):
 
 def table(pipebench):
     lines = ["| row | source | published | predicted | error |", "|---|---|---:|---:|---:|"]
-    time_errors, memory_errors = {PAPER: [], KORTHIKANTI_DP: [], NARAYANAN: [], TORCHTITAN: []}, {PAPER: [], TORCHTITAN: []}
-    for label, job, name, published, where, paper in all_time_rows():
+    time_errors, memory_errors = {PAPER: [], KORTHIKANTI_DP: [], NARAYANAN: [], TORCHTITAN: [], LLAMA3: []}, {PAPER: [], TORCHTITAN: []}
+    for label, job, name, published, where, paper in all_time_rows(pipebench):
         run = plan(pipebench, job)[name]
         predicted = run["simulated"]["iteration_s"]
         err = (predicted - published) / published
@@ -265,6 +294,7 @@ def table(pipebench):
                  f"{mean(time_errors[KORTHIKANTI_DP]):.1f}% on its row with data parallelism), "
                  f"{mean(time_errors[NARAYANAN]):.1f}% over Narayanan et al.'s {len(time_errors[NARAYANAN])}, "
                  f"{mean(time_errors[TORCHTITAN]):.1f}% over torchtitan's {len(time_errors[TORCHTITAN])} (H100, FSDP), "
+                 f"{mean(time_errors[LLAMA3]):.1f}% over Llama 3's {len(time_errors[LLAMA3])} (H100, 8K and 128K), "
                  f"{mean(every):.1f}% over all {len(every)}; memory {mean(memory_errors[PAPER]):.1f}% "
                  f"(Korthikanti et al.'s {len(memory_errors[PAPER])} rows), {mean(memory_errors[TORCHTITAN]):.1f}% "
                  f"(torchtitan's {len(memory_errors[TORCHTITAN])}, against PyTorch's peak reserved memory).")
@@ -295,7 +325,7 @@ def layer_table(pipebench):
 def sensitivity(pipebench):
     """Every time row's error with each figure 10% less favourable in turn."""
     columns, rows, errors = None, [], {}
-    for label, job, name, published, _, paper in all_time_rows():
+    for label, job, name, published, _, paper in all_time_rows(pipebench):
         run = plan(pipebench, job)[name]
         variants = sensitivity_variants(run["time_model"]["device"])
         columns = columns or [c for c, _ in variants]
@@ -309,7 +339,8 @@ def sensitivity(pipebench):
         rows.append(f"| {label} | " + " | ".join(f"{100 * e:+.1f}%" for e in cells) + " |")
     head = "| time row | as predicted | " + " | ".join(columns) + " |"
     lines = [head, "|---|" + "---:|" * (len(columns) + 1)] + rows
-    for paper, who in ((PAPER, "Korthikanti et al."), (NARAYANAN, "Narayanan et al."), (TORCHTITAN, "torchtitan")):
+    for paper, who in ((PAPER, "Korthikanti et al."), (NARAYANAN, "Narayanan et al."), (TORCHTITAN, "torchtitan"),
+                       (LLAMA3, "Llama 3")):
         means = [mean(errors[(paper, i)]) for i in range(len(columns) + 1)]
         lines.append(f"| average absolute error, {who} | " + " | ".join(f"{m:.1f}%" for m in means) + " |")
     return "\n".join(lines) + "\n"

@@ -353,9 +353,10 @@ void read_schedule(TableReader& r, RunSpec& run, std::vector<std::string>& warni
 void read_tensor_parallel(TableReader& r, RunSpec& run, const ModelSpec& model, std::vector<std::string>& warnings) {
   run.tensor_parallel = r.int_in_range("tensor_parallel", 1, kMaxTensorParallel, 1);
   const int t = run.tensor_parallel;
-  if (std::int64_t{run.pipeline_size} * run.data_parallel * t > kMaxRanks)
-    r.fail_key("tensor_parallel", fmt::format("pipeline_size x data_parallel x tensor_parallel = {} x {} x {} ranks is above the limit of {}",
-                          run.pipeline_size, run.data_parallel, t, kMaxRanks));
+  if (std::int64_t{run.pipeline_size} * run.data_parallel * run.context_parallel * t > kMaxRanks)
+    r.fail_key("tensor_parallel", fmt::format("pipeline_size x data_parallel x context_parallel x tensor_parallel = {} x {} x "
+                                              "{} x {} ranks is above the limit of {}",
+                                              run.pipeline_size, run.data_parallel, run.context_parallel, t, kMaxRanks));
   if (const std::string why = tensor_parallel_problem(model, t, false); !why.empty())
     r.fail_key("tensor_parallel", why);
   run.sequence_parallel = r.boolean("sequence_parallel", false);
@@ -365,6 +366,10 @@ void read_tensor_parallel(TableReader& r, RunSpec& run, const ModelSpec& model, 
   }
   if (const std::string why = tensor_parallel_problem(model, t, run.sequence_parallel); !why.empty())
     r.fail_key("sequence_parallel", why);
+  if (run.sequence_parallel && run.context_parallel > 1 && model.seq_len % (2 * run.context_parallel * t) != 0)
+    r.fail_key("sequence_parallel", fmt::format("2 x context_parallel x tensor_parallel = {} does not divide model.seq_len "
+                                                "= {} (each chunk is split over the tensor group)",
+                                                2 * run.context_parallel * t, model.seq_len));
   if (run.recompute == Recompute::selective && model.kind == ModelKind::mlp) {
     warnings.push_back(fmt::format("{}: \"selective\" recomputes attention; an mlp model has none, so nothing is recomputed",
                                    r.dotted("recompute")));
@@ -373,20 +378,48 @@ void read_tensor_parallel(TableReader& r, RunSpec& run, const ModelSpec& model, 
 }
 
 // `steps` = warmup + max_repeats (bounds the events a run records).
+// `context_parallel` and `cp_comm` (docs/context-parallel.md): c splits
+// each sequence into 2c chunks, two a rank, and merges attention blocks by
+// their log-sum-exp, so it needs flash attention and 2c dividing seq_len
+// (2c·t with sequence parallelism: read_tensor_parallel).
+void read_context_parallel(TableReader& r, RunSpec& run, const ModelSpec& model, std::vector<std::string>& warnings) {
+  run.context_parallel = r.int_in_range("context_parallel", 1, kMaxContextParallel, 1);
+  run.cp_comm = r.choice<CpComm>("cp_comm", CpComm::ring, {{"ring", CpComm::ring}, {"allgather", CpComm::allgather}});
+  const int c = run.context_parallel;
+  if (c == 1) {
+    if (r.find("cp_comm"))
+      warnings.push_back(fmt::format("{}: ignored: context_parallel = 1 exchanges nothing", r.dotted("cp_comm")));
+    return;
+  }
+  if (model.kind == ModelKind::mlp)
+    r.fail_key("context_parallel", "kind = \"mlp\" has no attention: its tokens need nothing of each other's");
+  if (model.attention != Attention::flash)
+    r.fail_key("context_parallel", "context parallelism merges the attention's blocks by their log-sum-exp: it needs "
+                                   "model.attention = \"flash\"");
+  if (model.seq_len % (2 * c) != 0)
+    r.fail_key("context_parallel", fmt::format("2 x context_parallel = {} does not divide model.seq_len = {} (each "
+                                               "sequence is cut into 2c equal chunks)",
+                                               2 * c, model.seq_len));
+  if (std::int64_t{run.pipeline_size} * c > kMaxRanks)
+    r.fail_key("context_parallel", fmt::format("pipeline_size x context_parallel = {} x {} ranks is above the limit of {}",
+                                               run.pipeline_size, c, kMaxRanks));
+}
+
 // `data_parallel` and its companions (docs/parallel.md): the replicas, the
 // optimizer's sharding, where the gradients are synchronised, the rank order.
 void read_data_parallel(TableReader& r, RunSpec& run, std::vector<std::string>& warnings) {
   run.data_parallel = r.int_in_range("data_parallel", 1, kMaxDataParallel, 1);
-  if (std::int64_t{run.pipeline_size} * run.data_parallel > kMaxRanks)
-    r.fail_key("data_parallel", fmt::format("pipeline_size x data_parallel = {} x {} ranks is above the limit of {}", run.pipeline_size,
-                          run.data_parallel, kMaxRanks));
+  if (std::int64_t{run.pipeline_size} * run.context_parallel * run.data_parallel > kMaxRanks)
+    r.fail_key("data_parallel", fmt::format("pipeline_size x context_parallel x data_parallel = {} x {} x {} ranks is "
+                                            "above the limit of {}",
+                                            run.pipeline_size, run.context_parallel, run.data_parallel, kMaxRanks));
   run.optimizer_sharding = r.choice<OptimizerSharding>(
       "optimizer_sharding", OptimizerSharding::none,
       {{"none", OptimizerSharding::none}, {"zero1", OptimizerSharding::zero1}, {"zero2", OptimizerSharding::zero2},
        {"fsdp", OptimizerSharding::fsdp}});
   if (r.find("fsdp_reshard_after_forward")) {
     run.fsdp_reshard_after_forward = r.boolean("fsdp_reshard_after_forward", false);
-    if (run.optimizer_sharding != OptimizerSharding::fsdp && run.data_parallel > 1)
+    if (run.optimizer_sharding != OptimizerSharding::fsdp && run.grad_group() > 1)
       warnings.push_back(fmt::format("{}: ignored: only optimizer_sharding = \"fsdp\" gathers parameters per layer",
                                      r.dotted("fsdp_reshard_after_forward")));
   }
@@ -397,7 +430,7 @@ void read_data_parallel(TableReader& r, RunSpec& run, std::vector<std::string>& 
   if (const auto bytes = r.bytes("grad_bucket_bytes", std::uint64_t{1} << 30, "1 GiB"))
     run.grad_bucket_bytes = static_cast<std::int64_t>(*bytes);
   if (run.grad_bucket_bytes != 0 && run.grad_sync != GradSync::overlap && !gathers_in_first_forward(run) &&
-      run.data_parallel > 1)
+      run.grad_group() > 1)
     warnings.push_back(fmt::format("{}: ignored: only grad_sync = \"overlap\" (and parameter gathers inside the "
                                    "forward) launch buckets of that size",
                                    r.dotted("grad_bucket_bytes")));
@@ -405,7 +438,7 @@ void read_data_parallel(TableReader& r, RunSpec& run, std::vector<std::string>& 
                                        {{"tp-dp-pp", RankOrder::tp_dp_pp}, {"tp-pp-dp", RankOrder::tp_pp_dp}});
   // Keys that change nothing here are said to, not silently kept.
   const char* why = run.mode == RunMode::inference ? "inference has no gradients or optimizer"
-                    : run.data_parallel == 1       ? "data_parallel = 1: one replica has nothing to shard or synchronise"
+                    : run.grad_group() == 1        ? "data_parallel = 1: one replica has nothing to shard or synchronise"
                                                    : nullptr;
   if (why)
     for (const char* key : {"optimizer_sharding", "grad_sync", "grad_bucket_bytes", "fsdp_reshard_after_forward"})
@@ -434,6 +467,7 @@ RunSpec read_run(TableReader& r, const ModelSpec& model, int steps, std::vector<
                           run.pipeline_size, run.num_microbatches, kMaxStageMicrobatches));
   run.mode = r.choice<RunMode>("mode", RunMode::train, {{"train", RunMode::train}, {"inference", RunMode::inference}});
   read_schedule(r, run, warnings);
+  read_context_parallel(r, run, model, warnings);
   read_data_parallel(r, run, warnings);
   read_tensor_parallel(r, run, model, warnings);
   if (std::int64_t{run.model_stages()} * run.num_microbatches > kMaxStageMicrobatches)

@@ -128,6 +128,9 @@ std::string tensor_parallel_problem(const ModelSpec& m, int t, bool sequence_par
 }
 
 std::string not_executed(const RunSpec& run, BackendKind backend, const ModelSpec& model) {
+  if (run.context_parallel > 1)
+    return fmt::format("context_parallel = {}: planned (plan, tune) but not executed by the {} backend yet",
+                       run.context_parallel, to_string(backend));
   if (model.attention == Attention::flash && backend == BackendKind::cuda)
     return "model.attention = \"flash\": the cuda backend computes the materialized attention yet (the cpu backend "
            "computes flash attention; the sim backend and the planner model it)";
@@ -154,7 +157,7 @@ std::string not_executed(const RunSpec& run, BackendKind backend, const ModelSpe
 }
 
 bool shards_optimizer(const RunSpec& run) {
-  return run.optimizer_sharding != OptimizerSharding::none && run.data_parallel > 1 && run.mode == RunMode::train;
+  return run.optimizer_sharding != OptimizerSharding::none && run.grad_group() > 1 && run.mode == RunMode::train;
 }
 
 bool reshard_after_forward(const RunSpec& run) {
@@ -180,6 +183,8 @@ std::string_view to_string(OptimizerSharding v) {
   }
   return "?";
 }
+std::string_view to_string(CpComm v) { return v == CpComm::allgather ? "allgather" : "ring"; }
+
 std::string_view to_string(GradSync v) {
   switch (v) {
     case GradSync::after_flush: return "after_flush";

@@ -96,6 +96,10 @@ WorkloadKeys workload_keys(const Job& job, const RunSpec& run) {
     k["run.tensor_parallel"] = number(run.tensor_parallel);
     if (run.sequence_parallel) k["run.sequence_parallel"] = "true";
   }
+  if (run.context_parallel != 1) {
+    k["run.context_parallel"] = number(run.context_parallel);
+    k["run.cp_comm"] = to_string(run.cp_comm);
+  }
   if (run.data_parallel != 1 || run.tensor_parallel != 1) k["run.rank_order"] = to_string(run.rank_order);
   if (!run.layers_per_stage.empty()) {
     k["run.layers_per_stage"] = fmt::format("[{}]", fmt::join(run.layers_per_stage, ", "));

@@ -43,7 +43,8 @@ void block_comm(Cost& c, int regions, int t, bool sp, const I& boundary_full) {
 
 TensorSplit tensor_split(const RunSpec& run) {
   return {run.tensor_parallel, run.sequence_parallel,
-          run.mode == RunMode::train && run.recompute == Recompute::selective, run.mode == RunMode::train};
+          run.mode == RunMode::train && run.recompute == Recompute::selective, run.mode == RunMode::train,
+          run.context_parallel};
 }
 
 std::int64_t padded_vocab(const ModelSpec& spec, int t) {
@@ -63,7 +64,7 @@ StateBytes state_bytes_per_param(OptimizerKind opt, DType dtype) {
 
 std::int64_t optimizer_shard_params(const RunSpec& run, std::int64_t params) {
   if (!shards_optimizer(run)) return params;
-  return (params + run.data_parallel - 1) / run.data_parallel;
+  return (params + run.grad_group() - 1) / run.grad_group();
 }
 
 TrainingState training_state_bytes(OptimizerSharding sharding, int replicas, bool reshard, std::int64_t params,
@@ -89,17 +90,32 @@ TrainingState training_state_bytes(OptimizerSharding sharding, int replicas, boo
 
 TrainingState training_state_bytes(const RunSpec& run, std::int64_t params, StateBytes per, std::int64_t largest_unit) {
   if (run.mode != RunMode::train) return {(CheckedInt(params) * per.params).value(), 0, 0};
-  return training_state_bytes(shards_optimizer(run) ? run.optimizer_sharding : OptimizerSharding::none, run.data_parallel,
+  return training_state_bytes(shards_optimizer(run) ? run.optimizer_sharding : OptimizerSharding::none, run.grad_group(),
                               reshard_after_forward(run), params, per, largest_unit);
 }
 
 ModelDesc::ModelDesc(const ModelSpec& spec, DType dtype, TensorSplit split) : spec_(spec), dtype_(dtype), split_(split) {
   if (split_.degree < 1) split_.degree = 1;
+  if (split_.context < 1) split_.context = 1;
 }
 
+std::int64_t ModelDesc::tokens(int b) const { return (I(b) * (spec_.seq_len / split_.context)).value(); }
+
 std::int64_t ModelDesc::region_tokens(int b) const {
-  const I tokens = I(b) * spec_.seq_len;
-  return split_.sequence_parallel ? tokens.value() / split_.degree : tokens.value();
+  return split_.sequence_parallel ? tokens(b) / split_.degree : tokens(b);
+}
+
+double ModelDesc::attention_core_flops(int b) const {
+  if (spec_.kind == ModelKind::mlp) return 0.0;
+  const double s = spec_.seq_len;
+  return 4.0 * b * s * s * spec_.hidden / split_.degree / split_.context;
+}
+
+std::int64_t ModelDesc::context_kv_bytes(int b) const {
+  if (spec_.kind == ModelKind::mlp) return 0;
+  const I h = spec_.hidden, t = split_.degree;
+  const I kv = spec_.kind == ModelKind::llama ? I(spec_.kv_heads) * (spec_.hidden / spec_.heads) : h;
+  return (I(dtype_bytes(dtype_)) * tokens(b) * I(2) * (kv.value() / t.value())).value();
 }
 
 // Token embedding [vocab, h] + position embedding [seq_len, h]. A gather
@@ -112,7 +128,7 @@ std::int64_t ModelDesc::region_tokens(int b) const {
 Cost ModelDesc::embedding(int b) const {
   const int t = split_.degree;
   const I h = spec_.hidden, s = spec_.seq_len, v = padded_vocab(spec_, t) / t;
-  const I tokens = I(b) * s;
+  const I tokens = this->tokens(b);
   const I e = dtype_bytes(dtype_);
   Cost c;
   c.params = spec_.kind == ModelKind::llama ? (v * h).value() : (v * h + s * h).value();
@@ -140,19 +156,19 @@ Cost ModelDesc::block(int b) const {
   const int t = split_.degree;
   const bool sp = split_.sequence_parallel;
   const I h = spec_.hidden, f = spec_.ffn_hidden, s = spec_.seq_len, a = spec_.heads;
-  const I tokens = I(b) * s, Ts = region_tokens(b);
+  const I tokens = this->tokens(b), Ts = region_tokens(b);
+  const I sq = s.value() / split_.context;  // the rank's queries of each sequence (context parallelism: s/c)
   const I e = dtype_bytes(dtype_);
   const I ht = h.value() / t, ft = f.value() / t, at = a.value() / t;
   const double td = static_cast<double>(tokens.value()), hd = static_cast<double>(spec_.hidden);
-  const double fd = static_cast<double>(spec_.ffn_hidden), sd = static_cast<double>(spec_.seq_len), tt = t;
+  const double fd = static_cast<double>(spec_.ffn_hidden), tt = t;
   const I full = e * tokens * h;  // one [T, h] tensor, what a collective moves
   // The attention's own activation: the probabilities of the rank's a/t heads
   // (materialized; none when selective recomputation drops them), or flash's
   // fp32 log-sum-exp per row (FlashAttention-2's L; nothing of s x s).
   const bool flash = spec_.attention == Attention::flash;
-  const I probs = flash ? I(b) * at * s * kLseBytes : split_.selective_recompute ? I(0) : e * I(b) * at * s * s;
-  // QKᵀ and softmax(QKᵀ)V over all s x s pairs, of the rank's heads.
-  const double attention_core = 4.0 * static_cast<double>(b) * sd * sd * hd / tt;
+  const I probs = flash ? I(b) * at * sq * kLseBytes : split_.selective_recompute ? I(0) : e * I(b) * at * sq * s;
+  const double attention_core = attention_core_flops(b);
   Cost c;
   if (spec_.kind == ModelKind::llama) {
     const I kvt = I(spec_.kv_heads / t) * (spec_.hidden / spec_.heads);
@@ -186,7 +202,7 @@ Cost ModelDesc::block(int b) const {
     // dropout's mask (1 byte each) and its output (the dropped probabilities).
     if (dropout()) {
       // Flash draws the attention dropout's mask again in the backward from the saved RNG state.
-      const I scores = I(b) * at * s * s;
+      const I scores = I(b) * at * sq * s;
       c.activation_bytes = (I(c.activation_bytes) + I(2) * Ts * h +
                             (split_.selective_recompute || flash ? I(0) : scores + e * scores))
                                .value();
@@ -218,8 +234,8 @@ Cost ModelDesc::block(int b) const {
 // gradient), its input gradient reduce-scattered.
 Cost ModelDesc::head(int b) const {
   const int t = split_.degree;
-  const I h = spec_.hidden, s = spec_.seq_len, v = padded_vocab(spec_, t) / t;
-  const I tokens = I(b) * s, Ts = region_tokens(b);
+  const I h = spec_.hidden, v = padded_vocab(spec_, t) / t;
+  const I tokens = this->tokens(b), Ts = region_tokens(b);
   const I e = dtype_bytes(dtype_);
   const bool llama = spec_.kind == ModelKind::llama;
   Cost c;
@@ -267,7 +283,7 @@ Cost ModelDesc::stage(int b, int num_layers, bool has_embedding, bool has_head) 
 
 std::int64_t ModelDesc::recompute_kept_bytes(int b, int num_layers, bool has_embedding, bool has_head) const {
   I kept = I(num_layers + (has_head ? 1 : 0)) * boundary_bytes(b);
-  if (has_embedding) kept = kept + I(b) * spec_.seq_len * kTokenIdBytes;
+  if (has_embedding) kept = kept + I(tokens(b)) * kTokenIdBytes;
   return kept.value();
 }
 

@@ -165,7 +165,7 @@ void TimeModel::add_stream(PassTime& p, Stream what, double bytes, int kernels) 
 // scatter-add of the output gradient into the rows.
 PieceTime TimeModel::embedding(const ModelDesc& model, int b) const {
   const ModelSpec& s = model.spec();
-  const double e = dtype_bytes(model.dtype()), T = d(std::int64_t{b} * s.seq_len), h = s.hidden;
+  const double e = dtype_bytes(model.dtype()), T = d(model.tokens(b)), h = s.hidden;
   PieceTime t;
   add_stream(t.forward, Stream::embedding, e * (s.kind == ModelKind::llama ? 2.0 : 3.0) * T * h, 1);
   add_stream(t.weight_grad, Stream::embedding, e * 3.0 * T * h, 1);
@@ -187,7 +187,7 @@ PieceTime TimeModel::block(const ModelDesc& model, int b) const {
   const ModelSpec& s = model.spec();
   const int tp = model.split().degree;
   const double e = dtype_bytes(model.dtype());
-  const double T = d(std::int64_t{b} * s.seq_len), Ts = d(model.region_tokens(b)), h = s.hidden;
+  const double T = d(model.tokens(b)), Ts = d(model.region_tokens(b)), h = s.hidden;
   const double ht = h / tp, ft = d(s.ffn_hidden) / tp, seq = s.seq_len;
   const double heads = d(s.heads) / tp, dh = h / s.heads, scores = d(b) * heads * seq * seq;
   PieceTime t;
@@ -215,7 +215,7 @@ PieceTime TimeModel::block(const ModelDesc& model, int b) const {
   const double batch = d(b) * heads;
   const bool flash = s.attention == Attention::flash;
   if (flash) {
-    add_flash_attention(t, seq, dh, batch);
+    add_flash_attention(t, seq, dh, batch / model.split().context);  // context parallelism: 1/c of the tiles a rank
   } else {
     // The attention core: QKᵀ and P·V forward; dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q backward.
     add_attention(t.forward, seq, seq, dh, batch);
@@ -272,7 +272,7 @@ PieceTime TimeModel::head(const ModelDesc& model, int b) const {
   const ModelSpec& s = model.spec();
   const int tp = model.split().degree;
   const double e = dtype_bytes(model.dtype());
-  const double T = d(std::int64_t{b} * s.seq_len), Ts = d(model.region_tokens(b)), h = s.hidden;
+  const double T = d(model.tokens(b)), Ts = d(model.region_tokens(b)), h = s.hidden;
   const double v = d(padded_vocab(s, tp) / tp);
   PieceTime t;
   add_linear(t, T, h, v);

@@ -41,7 +41,7 @@ Link link_of(const DeviceSpec& device, const RankGrid& grid, const std::vector<i
 
 Link data_group_link(const DeviceSpec& device, const RunSpec& run, int rank) {
   const RankGrid grid = run_grid(run, device);
-  return link_of(device, grid, grid.data_group(rank));
+  return link_of(device, grid, grid.gradient_group(rank));
 }
 
 Link tensor_group_link(const DeviceSpec& device, const RunSpec& run, int rank) {
@@ -55,6 +55,14 @@ Link stage_tensor_link(const DeviceSpec& device, const RunSpec& run, int pipelin
     const std::vector<int> group = grid.tensor_group(grid.rank({pipeline_rank, d, 0}));
     if (!grid.within_one_node(group)) return inter_node_link(device);
   }
+  return intra_node_link(device);
+}
+
+Link stage_context_link(const DeviceSpec& device, const RunSpec& run, int pipeline_rank) {
+  const RankGrid grid = run_grid(run, device);
+  for (int d = 0; d < grid.shape().data; ++d)
+    for (int t = 0; t < grid.shape().tensor; ++t)
+      if (!grid.within_one_node(grid.context_group(grid.rank({pipeline_rank, d, t, 0})))) return inter_node_link(device);
   return intra_node_link(device);
 }
 

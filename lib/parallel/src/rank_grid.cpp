@@ -10,14 +10,14 @@ namespace pipebench::parallel {
 
 RankGrid::RankGrid(GridShape shape, RankOrder order, int ranks_per_node)
     : shape_(shape), order_(order), ranks_per_node_(ranks_per_node) {
-  if (shape.pipeline < 1 || shape.data < 1 || shape.tensor < 1)
-    throw Error(fmt::format("rank grid: degrees must be at least 1 (pipeline {}, data {}, tensor {})", shape.pipeline,
-                            shape.data, shape.tensor));
+  if (shape.pipeline < 1 || shape.data < 1 || shape.tensor < 1 || shape.context < 1)
+    throw Error(fmt::format("rank grid: degrees must be at least 1 (pipeline {}, data {}, tensor {}, context {})",
+                            shape.pipeline, shape.data, shape.tensor, shape.context));
   if (ranks_per_node < 1) throw Error(fmt::format("rank grid: ranks per node must be at least 1, got {}", ranks_per_node));
 }
 
 RankGrid run_grid(const RunSpec& run, const DeviceSpec& device) {
-  return RankGrid({run.pipeline_size, run.data_parallel, run.tensor_parallel}, run.rank_order,
+  return RankGrid({run.pipeline_size, run.data_parallel, run.tensor_parallel, run.context_parallel}, run.rank_order,
                   device.ranks_per_node > 0 ? device.ranks_per_node : run.ranks());
 }
 
@@ -25,7 +25,8 @@ Coord RankGrid::coord(int rank) const {
   if (rank < 0 || rank >= size()) throw Error(fmt::format("rank grid: rank {} outside [0, {})", rank, size()));
   Coord c;
   c.tensor = rank % shape_.tensor;
-  const int rest = rank / shape_.tensor;
+  c.context = rank / shape_.tensor % shape_.context;
+  const int rest = rank / shape_.tensor / shape_.context;
   if (order_ == RankOrder::tp_dp_pp) {
     c.data = rest % shape_.data;
     c.pipeline = rest / shape_.data;
@@ -38,11 +39,12 @@ Coord RankGrid::coord(int rank) const {
 
 int RankGrid::rank(const Coord& c) const {
   if (c.pipeline < 0 || c.pipeline >= shape_.pipeline || c.data < 0 || c.data >= shape_.data || c.tensor < 0 ||
-      c.tensor >= shape_.tensor)
-    throw Error(fmt::format("rank grid: coordinates (pipeline {}, data {}, tensor {}) outside ({}, {}, {})", c.pipeline,
-                            c.data, c.tensor, shape_.pipeline, shape_.data, shape_.tensor));
+      c.tensor >= shape_.tensor || c.context < 0 || c.context >= shape_.context)
+    throw Error(fmt::format("rank grid: coordinates (pipeline {}, data {}, tensor {}, context {}) outside ({}, {}, {}, {})",
+                            c.pipeline, c.data, c.tensor, c.context, shape_.pipeline, shape_.data, shape_.tensor,
+                            shape_.context));
   const int outer = order_ == RankOrder::tp_dp_pp ? c.data + shape_.data * c.pipeline : c.pipeline + shape_.pipeline * c.data;
-  return c.tensor + shape_.tensor * outer;
+  return c.tensor + shape_.tensor * (c.context + shape_.context * outer);
 }
 
 std::vector<int> RankGrid::group(int r, int Coord::*axis, int extent) const {
@@ -59,6 +61,16 @@ std::vector<int> RankGrid::group(int r, int Coord::*axis, int extent) const {
 std::vector<int> RankGrid::pipeline_group(int r) const { return group(r, &Coord::pipeline, shape_.pipeline); }
 std::vector<int> RankGrid::data_group(int r) const { return group(r, &Coord::data, shape_.data); }
 std::vector<int> RankGrid::tensor_group(int r) const { return group(r, &Coord::tensor, shape_.tensor); }
+std::vector<int> RankGrid::context_group(int r) const { return group(r, &Coord::context, shape_.context); }
+
+std::vector<int> RankGrid::gradient_group(int r) const {
+  std::vector<int> out;
+  for (int replica : data_group(r)) {
+    const std::vector<int> ranks = context_group(replica);
+    out.insert(out.end(), ranks.begin(), ranks.end());
+  }
+  return out;
+}
 
 bool RankGrid::within_one_node(const std::vector<int>& g) const {
   for (int r : g)

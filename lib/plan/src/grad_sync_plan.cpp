@@ -220,7 +220,7 @@ void plan_rank_reductions(SyncContext& x, int r, const SimResult& sim, const std
 
 void plan_grad_sync(const Job& job, RunPlan& plan) {
   plan.step_s = plan.simulated.makespan;
-  const int d = plan.run.data_parallel;
+  const int d = plan.run.grad_group();  // the replicas, times the context ranks
   if (d <= 1 || plan.run.mode != RunMode::train) return;
   const Schedule& sched = plan.schedule;
   plan.sync = make_sync_schedule(sched, plan.run.grad_sync != GradSync::after_flush, plan.run.grad_sync == GradSync::overlap);

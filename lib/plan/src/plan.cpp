@@ -45,16 +45,41 @@ ActionSeconds action_seconds(const Job& job, const Cost& cost, int t, const para
                           0.5 * cost.backward_flops / speed, cost, t, link, split);
 }
 
+namespace {
+// The context group's exposed K/V exchange added to F and B: each of the
+// range's blocks waits for its own, behind its attention core (the time
+// model's, or its FLOPs at sim_flops_per_s).
+ActionSeconds with_context(ActionSeconds a, const Job& job, const ModelDesc& model, int b, const StageRange& range,
+                           const parallel::ContextGroup& context) {
+  if (context.degree <= 1 || range.num_layers == 0) return a;
+  double forward = model.attention_core_flops(b) / job.device.sim_flops_per_s, backward = 2.0 * forward;
+  if (job.device.preset) {
+    const PieceTime block = TimeModel(device_model(job.device), model.dtype()).block(model, b);
+    forward = block.forward.attention_s;
+    backward = block.input_grad.attention_s;
+  }
+  const parallel::ContextExchange x =
+      parallel::context_exchange(context, static_cast<std::uint64_t>(model.context_kv_bytes(b)), forward, backward);
+  a.forward_context = range.num_layers * x.forward_s;
+  a.backward_context = range.num_layers * x.backward_s;
+  a.forward += a.forward_context;
+  a.backward += a.backward_context;
+  return a;
+}
+}  // namespace
+
 ActionSeconds action_seconds(const Job& job, const ModelDesc& model, int b, const StageRange& range,
-                             const parallel::Link& link, bool split) {
+                             const parallel::Link& link, bool split, const parallel::ContextGroup& context) {
   const Cost cost = model.stage(b, range.num_layers, range.has_embedding, range.has_head);
   const int t = model.split().degree;
-  if (!job.device.preset) return action_seconds(job, cost, t, link, split);
+  if (!job.device.preset) return with_context(action_seconds(job, cost, t, link, split), job, model, b, range, context);
   ActionSeconds a;
   a.terms = TimeModel(device_model(job.device), model.dtype()).stage(model, b, range.num_layers, range.has_embedding,
                                                                range.has_head);
-  return with_collectives(a, a.terms.forward.total(), a.terms.input_grad.total() + a.terms.recompute.total(),
-                          a.terms.weight_grad.total(), cost, t, link, split);
+  return with_context(with_collectives(a, a.terms.forward.total(),
+                                       a.terms.input_grad.total() + a.terms.recompute.total(),
+                                       a.terms.weight_grad.total(), cost, t, link, split),
+                      job, model, b, range, context);
 }
 
 double optimizer_seconds(const Job& job, DType dtype, std::int64_t params) {
@@ -70,7 +95,8 @@ double step_flops(const RunPlan& rp, bool hardware) {
   for (const StagePlan& sp : rp.stages)
     per_microbatch += sp.cost.forward_flops * (twice ? 2.0 : 1.0) + (train ? sp.cost.backward_flops : 0.0) +
                       (hardware ? sp.cost.recompute_flops : 0.0);
-  return per_microbatch * rp.run.num_microbatches * rp.run.data_parallel * rp.run.tensor_parallel;
+  return per_microbatch * rp.run.num_microbatches * rp.run.data_parallel * rp.run.tensor_parallel *
+         rp.run.context_parallel;
 }
 
 SimCosts model_costs(const Job& job, const RunSpec& run, const ModelDesc& model, const Partition& partition,
@@ -78,9 +104,10 @@ SimCosts model_costs(const Job& job, const RunSpec& run, const ModelDesc& model,
   SimCosts c;
   for (std::size_t v = 0; v < partition.stages.size(); ++v) {
     const StageRange& st = partition.stages[v];
-    const parallel::Link link =
-        parallel::stage_tensor_link(job.device, run, placed_rank(placement, run.pipeline_size, static_cast<int>(v)));
-    const ActionSeconds a = action_seconds(job, model, run.micro_batch_size, st, link, split_backward);
+    const int stage = placed_rank(placement, run.pipeline_size, static_cast<int>(v));
+    const parallel::Link link = parallel::stage_tensor_link(job.device, run, stage);
+    const ActionSeconds a = action_seconds(job, model, run.micro_batch_size, st, link, split_backward,
+                                           parallel::stage_context_group(job.device, run, stage));
     c.forward.push_back(a.forward);
     c.backward.push_back(a.backward);
     c.weight.push_back(a.weight);

@@ -136,6 +136,54 @@ void tensor_parallel_json(JsonWriter& w, const Job& job, const RunPlan& rp) {
   w.end_array();
 }
 
+// Context parallelism: per stage (its first chunk's blocks, one micro-batch)
+// the K/V exchange's exposed seconds on F and B and the link it rides.
+struct StageContext {
+  parallel::ContextGroup group;
+  double forward_s = 0.0, backward_s = 0.0;
+};
+StageContext stage_context(const Job& job, const RunPlan& rp, int s) {
+  StageContext out{parallel::stage_context_group(job.device, rp.run, s)};
+  const StageRange& range = rp.partition.stages.at(static_cast<std::size_t>(rp.schedule.virtual_stage(s, 0)));
+  const ModelDesc model(job.model, rp.storage_dtype, tensor_split(rp.run));
+  const ActionSeconds a = action_seconds(job, model, rp.run.micro_batch_size, range,
+                                         parallel::stage_tensor_link(job.device, rp.run, s), false, out.group);
+  out.forward_s = a.forward_context;
+  out.backward_s = a.backward_context;
+  return out;
+}
+
+std::string context_parallel_text(const Job& job, const RunPlan& rp) {
+  const RunSpec& r = rp.run;
+  const ModelDesc model(job.model, rp.storage_dtype, tensor_split(r));
+  std::string out = fmt::format(
+      "context parallel: {} ranks per sequence ({} chunks of {} tokens, rank i holds chunks i and {}-i), cp_comm {}; "
+      "K/V {} per block and micro-batch a rank; exposed exchange per micro-batch of each stage's first chunk:\n",
+      r.context_parallel, 2 * r.context_parallel, job.model.seq_len / (2 * r.context_parallel),
+      2 * r.context_parallel - 1, to_string(r.cp_comm),
+      format_bytes(static_cast<double>(model.context_kv_bytes(r.micro_batch_size))));
+  for (int s = 0; s < r.pipeline_size; ++s) {
+    const StageContext c = stage_context(job, rp, s);
+    out += fmt::format("  stage {}: forward {}, backward {} ({})\n", s, format_seconds(c.forward_s),
+                       format_seconds(c.backward_s), c.group.link.inter_node ? "inter-node" : "intra-node");
+  }
+  return out;
+}
+
+// The run's context_parallel; with c > 1 its cp_comm and context_comm.
+void context_parallel_json(JsonWriter& w, const Job& job, const RunPlan& rp) {
+  w.field("context_parallel", rp.run.context_parallel);
+  if (rp.run.context_parallel <= 1) return;
+  w.field("cp_comm", to_string(rp.run.cp_comm));
+  w.key("context_comm").begin_array();
+  for (int s = 0; s < rp.run.pipeline_size; ++s) {
+    const StageContext c = stage_context(job, rp, s);
+    w.begin_object().field("stage", s).field("inter_node", c.group.link.inter_node);
+    w.field("forward_s", c.forward_s).field("backward_s", c.backward_s).end_object();
+  }
+  w.end_array();
+}
+
 // The split rules side by side: layers per piece and the slowest piece.
 // "; buckets per chunk: 3, 4" for grad_sync = "overlap" ("" otherwise).
 std::string bucket_counts(const GradSyncPlan& g) {
@@ -153,8 +201,11 @@ std::string grad_sync_text(const Job& job, const RunPlan& rp) {
                                    format_bytes(static_cast<double>(rp.grad_bucket_bytes)),
                                    rp.run.grad_bucket_bytes > 0 ? "" : " (Megatron-Core's default: max(40M, 1M x d) parameters)")
                      : fmt::format("{} buckets", format_bytes(static_cast<double>(parallel::kGradBucketBytes)));
-  std::string out = fmt::format("gradient synchronisation ({}, {} replicas, ring on the sim link{}, {}):\n",
-                                to_string(rp.run.grad_sync), rp.run.data_parallel,
+  std::string out = fmt::format("gradient synchronisation ({}, {}, ring on the sim link{}, {}):\n",
+                                to_string(rp.run.grad_sync),
+                                rp.run.context_parallel > 1
+                                    ? fmt::format("{} replicas x {} context ranks", rp.run.data_parallel, rp.run.context_parallel)
+                                    : fmt::format("{} replicas", rp.run.data_parallel),
                                 nodes ? fmt::format(" within a node and the inter-node link across ({} ranks per node)",
                                                     job.device.ranks_per_node)
                                       : "",
@@ -304,6 +355,7 @@ std::string format_plan_text(const JobPlan& plan) {
                                            to_string(r.grad_sync))
                              : "");
     if (r.tensor_parallel > 1) out += tensor_parallel_text(job, rp);
+    if (r.context_parallel > 1) out += context_parallel_text(job, rp);
     out += fmt::format("partition ({}):\n",
                        rp.partition.explicit_split ? "explicit layers_per_stage"
                                                    : fmt::format("remainder = \"{}\"{}", to_string(r.remainder),
@@ -323,7 +375,7 @@ std::string format_plan_text(const JobPlan& plan) {
                        "cost-weighted simulated = {:.4f}, makespan {}\n",
                        analytic_bubble_text(rp), rp.unit.bubble, rp.unit.makespan, rp.simulated.bubble,
                        format_seconds(rp.simulated.makespan));
-    if (r.data_parallel > 1 && r.mode == RunMode::train) out += grad_sync_text(job, rp);
+    if (r.grad_group() > 1 && r.mode == RunMode::train) out += grad_sync_text(job, rp);
     if (job.device.preset) out += time_breakdown_text(time_breakdown(job, rp));
     out += fmt::format("peak live activations per stage: {}\n", join_ints(rp.unit.peak_live_activations));
     if (p <= kGridMaxRanks && rp.unit.makespan <= kGridMaxSteps) {
@@ -403,6 +455,7 @@ void emit_plan_json(const JobPlan& plan, JsonWriter& w) {
     w.field("rank_order", to_string(r.rank_order));
     w.field("tensor_parallel", r.tensor_parallel).field("sequence_parallel", r.sequence_parallel);
     if (r.tensor_parallel > 1) tensor_parallel_json(w, job, rp);
+    context_parallel_json(w, job, rp);
     w.field("schedule", rp.schedule.name).field("baseline", r.baseline);
     w.field("storage_dtype", to_string(rp.storage_dtype));
     w.field("virtual_stages_per_rank", rp.schedule.chunks_per_rank).field("recompute", to_string(r.recompute));
@@ -449,7 +502,7 @@ void emit_plan_json(const JobPlan& plan, JsonWriter& w) {
     std::vector<double> optimizer_s;
     for (const StagePlan& sp : rp.stages) optimizer_s.push_back(sp.optimizer_s);
     w.array("optimizer_s", optimizer_s);
-    if (r.data_parallel > 1 && r.mode == RunMode::train) grad_sync_json(w, rp);
+    if (r.grad_group() > 1 && r.mode == RunMode::train) grad_sync_json(w, rp);
     w.end_object();
     if (job.device.preset) time_breakdown_json(w, time_breakdown(job, rp));
     w.key("memory").begin_array();

@@ -1,5 +1,6 @@
 #include "pipebench/plan/time_breakdown.hpp"
 
+#include <algorithm>
 #include <array>
 
 #include <fmt/format.h>
@@ -81,10 +82,13 @@ TimeBreakdown time_breakdown(const Job& job, const RunPlan& plan) {
     r.stage = sp.stage;
     int sends = 0;
     const parallel::Link stage_link = parallel::stage_tensor_link(job.device, run, sp.stage);
+    const parallel::ContextGroup context = parallel::stage_context_group(job.device, run, sp.stage);
     for (const StageRange& range : sp.chunks) {
-      const ActionSeconds a = action_seconds(job, model, b, range, stage_link, false);
+      const ActionSeconds a = action_seconds(job, model, b, range, stage_link, false, context);
       r.forward += scaled(a.terms.forward, m);
       r.tp_comm_s += m * (a.forward_comm + (train ? a.backward_comm : 0.0) + (full ? a.forward_comm : 0.0));
+      r.cp_exposed_s +=
+          m * (a.forward_context + (train ? a.backward_context : 0.0) + (full ? a.forward_context : 0.0));
       if (train) {
         r.input_grad += scaled(a.terms.input_grad, m);
         r.weight_grad += scaled(a.terms.weight_grad, m);
@@ -126,6 +130,11 @@ std::string time_breakdown_text(const TimeBreakdown& t) {
                        format_seconds(r.weight_grad.total()), format_seconds(r.recompute.total()),
                        format_seconds(r.tp_comm_s), format_seconds(r.pp_transfer_s), format_seconds(r.dp_exposed_s),
                        format_seconds(r.optimizer_s));
+  if (std::any_of(t.ranks.begin(), t.ranks.end(), [](const RankStepTime& r) { return r.cp_exposed_s > 0.0; })) {
+    out += "  context-parallel K/V exchange exposed, beside the columns above:";
+    for (const RankStepTime& r : t.ranks) out += fmt::format(" rank {} {}", r.stage, format_seconds(r.cp_exposed_s));
+    out += "\n";
+  }
   out += fmt::format("  iteration {} (bubble {:.4f}); {:.4g} model TFLOP per step; MFU {:.1f}%\n",
                      format_seconds(t.iteration_s), t.bubble, t.model_flops / 1e12, 100.0 * t.mfu);
   return out;
@@ -171,7 +180,7 @@ void time_breakdown_json(JsonWriter& w, const TimeBreakdown& t) {
     pass_json(w, "input_grad", r.input_grad);
     pass_json(w, "weight_grad", r.weight_grad);
     pass_json(w, "recompute", r.recompute);
-    w.field("tp_comm_s", r.tp_comm_s).field("pp_transfer_s", r.pp_transfer_s);
+    w.field("tp_comm_s", r.tp_comm_s).field("cp_exposed_s", r.cp_exposed_s).field("pp_transfer_s", r.pp_transfer_s);
     w.field("dp_sync_s", r.dp_sync_s).field("dp_exposed_s", r.dp_exposed_s).field("dp_hidden_s", r.dp_hidden_s);
     w.field("optimizer_s", r.optimizer_s).field("gather_s", r.gather_s).field("busy_s", r.busy_s);
     w.end_object();

@@ -64,6 +64,9 @@ enum class OptimizerSharding { none, zero1, zero2, fsdp };
 inline constexpr OptimizerSharding kOptimizerShardings[] = {OptimizerSharding::none, OptimizerSharding::zero1,
                                                             OptimizerSharding::zero2, OptimizerSharding::fsdp};
 enum class GradSync { after_flush, after_chunk, overlap };
+// How context parallelism exchanges K/V (docs/context-parallel.md): passed
+// around the ring (Megatron-LM / Transformer Engine) or all-gathered (Llama 3).
+enum class CpComm { ring, allgather };
 // How a run's ranks map onto (pipeline, data, tensor) coordinates
 // (lib/parallel, rank_grid.hpp): Megatron-LM's default and its tp-pp-dp mapping.
 enum class RankOrder { tp_dp_pp, tp_pp_dp };
@@ -82,6 +85,7 @@ std::string_view to_string(Remainder v);
 std::string_view to_string(BalanceBy v);
 std::string_view to_string(OptimizerSharding v);
 std::string_view to_string(GradSync v);
+std::string_view to_string(CpComm v);
 std::string_view to_string(RankOrder v);
 
 // Llama's SwiGLU width (Meta's reference model.py): 2/3 of 4·hidden, scaled
@@ -208,6 +212,7 @@ inline constexpr int kMaxPipelineSize = 1024;
 inline constexpr int kMaxDataParallel = 65536;
 inline constexpr int kMaxRanks = 1 << 20;  // pipeline_size x data_parallel x tensor_parallel
 inline constexpr int kMaxTensorParallel = 1024;
+inline constexpr int kMaxContextParallel = 1024;
 inline constexpr int kMaxMicrobatches = 65536;
 inline constexpr std::int64_t kMaxStageMicrobatches = std::int64_t{1} << 22;  // pipeline_size x num_microbatches
 // Events a run records: steps x (2 train, 1 inference) x pipeline_size x
@@ -279,12 +284,21 @@ struct RunSpec {
   // regions are split along the sequence too.
   int tensor_parallel = 1;
   bool sequence_parallel = false;
+  // Context parallelism (docs/context-parallel.md): each sequence split over
+  // c ranks in 2c chunks (rank i holds chunks i and 2c−1−i), the attention's
+  // K/V exchanged as cp_comm says; c ranks hold the same parameters, so the
+  // gradients are reduced over data_parallel x context_parallel ranks.
+  int context_parallel = 1;
+  CpComm cp_comm = CpComm::ring;
 
   // Samples per optimizer step, over every replica.
   int global_batch() const { return micro_batch_size * num_microbatches * data_parallel; }
   // Ranks the run needs: its pipeline stages times its replicas times its
-  // tensor-parallel degree.
-  int ranks() const { return pipeline_size * data_parallel * tensor_parallel; }
+  // tensor- and context-parallel degrees.
+  int ranks() const { return pipeline_size * data_parallel * tensor_parallel * context_parallel; }
+  // The ranks holding the same parameters, over which a stage's gradients
+  // are reduced (and its optimizer state sharded): replicas x context ranks.
+  int grad_group() const { return data_parallel * context_parallel; }
   // Model chunks the layers are cut into: one per virtual stage.
   int model_stages() const { return pipeline_size * virtual_stages_per_rank; }
 };
@@ -292,7 +306,7 @@ struct RunSpec {
 // Whether the optimizer state is sharded over the replicas (every mode but
 // "none", with replicas, in training): the gradients are then
 // reduce-scattered and the updated parameters all-gathered.
-bool shards_optimizer(const RunSpec& run);
+bool shards_optimizer(const RunSpec& run);  // over run.grad_group() ranks
 // optimizer_sharding = "fsdp": fsdp_reshard_after_forward as set, or its default.
 bool reshard_after_forward(const RunSpec& run);
 // A sharded fsdp run that reshards: every forward and backward gathers its layers.

@@ -29,6 +29,9 @@ struct TensorSplit {
   bool selective_recompute = false;
   // A training run: the model's dropout (model.dropout, gpt) applies.
   bool training = false;
+  // Context parallelism (docs/context-parallel.md): each sequence's tokens
+  // split over `context` ranks, a rank's queries attending every key.
+  int context = 1;
 };
 // A run's split (selective recomputation in training only).
 TensorSplit tensor_split(const RunSpec& run);
@@ -105,7 +108,7 @@ StateBytes state_bytes_per_param(OptimizerKind opt, DType dtype);
 
 // Of a stage's `params` parameters, how many a rank keeps optimizer state
 // (AdamW m, v and the fp32 master copy) for: all of them, or with
-// optimizer_sharding = "zero1" over d = data_parallel replicas its shard,
+// optimizer_sharding = "zero1" over d = grad_group() ranks (the replicas, times the context ranks) its shard,
 // ceil(params / d) — the stage's flat buffer cut into d equal shards, the
 // last padded (docs/parallel.md, "Memory").
 std::int64_t optimizer_shard_params(const RunSpec& run, std::int64_t params);
@@ -162,6 +165,17 @@ class ModelDesc {
   // Tokens of one micro-batch a rank holds in the norms' regions: T, or T/t
   // with sequence parallelism.
   std::int64_t region_tokens(int micro_batch) const;
+  // The tokens of a micro-batch this rank computes: b·s, or b·s/c with
+  // context parallelism (the rows of every per-token activation but the
+  // sequence-parallel regions', region_tokens).
+  std::int64_t tokens(int micro_batch) const;
+  // Context parallelism: the K/V one block of this rank holds for a
+  // micro-batch, e·tokens·2kv/t bytes (gpt: kv = h) — what the ring passes
+  // on at each step, and the rank's part of an all-gather.
+  std::int64_t context_kv_bytes(int micro_batch) const;
+  // The attention core's model FLOPs of one block (QKᵀ and P·V over all
+  // s x s pairs of the rank's heads; 1/c of them with context parallelism).
+  double attention_core_flops(int micro_batch) const;
 
   Cost embedding(int micro_batch) const;
   Cost block(int micro_batch) const;   // all blocks of a model are identical

@@ -63,8 +63,8 @@ struct Link {
 Link intra_node_link(const DeviceSpec& device);
 Link inter_node_link(const DeviceSpec& device);
 
-// The link the data-parallel group of run rank `rank` reduces over on the
-// modelled machine (run_grid: device.ranks_per_node): the sim link when the
+// The link the gradient group of run rank `rank` (its replicas and context
+// ranks, RankGrid::gradient_group) reduces over on the modelled machine (run_grid: device.ranks_per_node): the sim link when the
 // group is on one node, the inter-node link (device.sim_inter_node_*, each
 // the sim link's where unset) when it spans nodes. One rule for the planner
 // and the sim backend.
@@ -73,6 +73,9 @@ Link data_group_link(const DeviceSpec& device, const RunSpec& run, int rank);
 // unless ranks_per_node is below tensor_parallel, or a group straddles a node
 // boundary: t 4 at 6 ranks per node puts replica 1's group on nodes 0 and 1).
 Link tensor_group_link(const DeviceSpec& device, const RunSpec& run, int rank);
+// The same for the context-parallel group of pipeline stage `pipeline_rank`
+// (its K/V exchange), the slowest over its replicas and tensor ranks.
+Link stage_context_link(const DeviceSpec& device, const RunSpec& run, int pipeline_rank);
 // The slowest link any tensor group of pipeline stage `pipeline_rank` rides,
 // over every replica: the inter-node link when one of them spans nodes. The
 // planner prices a stage's tensor collectives on it (the replicas meet at the

@@ -14,6 +14,7 @@
 #include "pipebench/model/model.hpp"
 #include "pipebench/model/time_model.hpp"
 #include "pipebench/parallel/collectives.hpp"
+#include "pipebench/parallel/context_exchange.hpp"
 #include "pipebench/parallel/grad_buckets.hpp"
 #include "pipebench/plan/partition.hpp"
 #include "pipebench/schedule/schedule.hpp"
@@ -180,10 +181,14 @@ struct ActionSeconds {
   double forward = 0.0, backward = 0.0, weight = 0.0;
   // Of each, the tensor-parallel collectives' part.
   double forward_comm = 0.0, backward_comm = 0.0, weight_comm = 0.0;
+  // Of forward and backward, the context-parallel K/V exchange's exposed part
+  // (parallel/context_exchange.hpp; B carries the backward's).
+  double forward_context = 0.0, backward_context = 0.0;
   PieceTime terms;  // with a device preset: the compute by term (zeros without)
 };
+// `context`: the stage's context group (degree 1: none).
 ActionSeconds action_seconds(const Job& job, const ModelDesc& model, int micro_batch, const StageRange& range,
-                             const parallel::Link& link, bool split);
+                             const parallel::Link& link, bool split, const parallel::ContextGroup& context = {});
 // The FLOP-rate rule alone, for a Cost (no preset).
 ActionSeconds action_seconds(const Job& job, const Cost& cost, int tensor_parallel, const parallel::Link& link, bool split);
 

@@ -21,6 +21,7 @@ struct RankStepTime {
   int stage = 0;
   PassTime forward, input_grad, weight_grad, recompute;
   double tp_comm_s = 0.0;
+  double cp_exposed_s = 0.0;  // context parallelism: the K/V exchange's exposed part (ActionSeconds)
   double pp_transfer_s = 0.0;
   double dp_sync_s = 0.0, dp_exposed_s = 0.0;
   double dp_hidden_s = 0.0;  // the synchronisation's ring time under the rank's compute (GradSyncPlan::hidden_s)
