@@ -115,7 +115,8 @@ def main():
     plan = json.loads(subprocess.run([pipebench, "plan", job, "--format", "json", *overrides], check=True,
                                      capture_output=True, text=True).stdout)
     planned = {r["name"]: r["simulated"] for r in plan["runs"]}
-    replicas = {r["name"]: r.get("data_parallel", 1) for r in plan["runs"]}
+    # The ranks a stage's gradients are reduced over: its replicas' context ranks.
+    replicas = {r["name"]: r.get("data_parallel", 1) * r.get("context_parallel", 1) for r in plan["runs"]}
     tensor = {r["name"]: r for r in plan["runs"] if r.get("tensor_parallel", 1) > 1}
     problems = []
     with h5py.File(path, "r") as f:

@@ -50,14 +50,16 @@ void expect_eq(const A& got, const B& want, const std::string& what) {
 // step, and its exposed synchronisation is a part of the whole.
 void check_replicas(const Job& job, const RunPlan& plan, const RunResult& r, int steps) {
   const std::string run = r.spec.name;
-  const int p = plan.run.pipeline_size, d = plan.run.data_parallel, t = plan.run.tensor_parallel;
-  const parallel::RankGrid grid({p, d, t}, plan.run.rank_order, plan.run.ranks());
-  expect_eq(r.pipeline_rank.size(), static_cast<std::size_t>(p * d * t), run + ": pipeline_rank entries");
+  const int p = plan.run.pipeline_size, t = plan.run.tensor_parallel, cp = plan.run.context_parallel;
+  const int d = plan.run.grad_group();  // the ranks a stage's gradients are reduced over: d x c
+  const parallel::RankGrid grid({p, plan.run.data_parallel, t, cp}, plan.run.rank_order, plan.run.ranks());
+  expect_eq(r.pipeline_rank.size(), static_cast<std::size_t>(plan.run.ranks()), run + ": pipeline_rank entries");
   for (std::size_t i = 0; i < r.pipeline_rank.size() && i < r.data_rank.size() && i < r.tensor_rank.size(); ++i) {
     const parallel::Coord c = grid.coord(static_cast<int>(i));
     expect_eq(r.pipeline_rank[i], c.pipeline, fmt::format("{}: rank {} stage", run, i));
     expect_eq(r.data_rank[i], c.data, fmt::format("{}: rank {} replica", run, i));
     expect_eq(r.tensor_rank[i], c.tensor, fmt::format("{}: rank {} tensor rank", run, i));
+    expect_eq(r.context_rank.at(i), c.context, fmt::format("{}: rank {} context rank", run, i));
   }
   // Tensor parallelism: every rank spent time in its group's collectives each step.
   expect_eq(r.tensor_comm_s.size(), t > 1 ? static_cast<std::size_t>(steps) : std::size_t{0}, run + ": tensor_comm_s rows");
@@ -162,7 +164,7 @@ void check_ok_run(const Job& job, const RunPlan& plan, const RunResult& r) {
     // reduced ones; fsdp's parameters are the fp32 shard (the master copy
     // too) beside the gathered ones (all, or resharding the largest layer twice).
     const OptimizerSharding mode = shards_optimizer(plan.run) ? plan.run.optimizer_sharding : OptimizerSharding::none;
-    const auto d = static_cast<std::uint64_t>(plan.run.data_parallel);
+    const auto d = static_cast<std::uint64_t>(plan.run.grad_group());  // sharded over the replicas' context ranks
     const std::uint64_t shard = (params + d - 1) / d * 4;
     const auto p_bytes = static_cast<std::uint64_t>(per.params);
     const bool fsdp = mode == OptimizerSharding::fsdp;

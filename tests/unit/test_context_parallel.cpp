@@ -70,8 +70,9 @@ TEST_CASE("context parallelism: the keys, their refusals, the fingerprint, the b
   CHECK(zero.runs[0].optimizer_sharding == OptimizerSharding::zero1);
   CHECK(shards_optimizer(zero.runs[0]));
   CHECK(optimizer_shard_params(zero.runs[0], 1001) == 251);
-  for (const BackendKind b : {BackendKind::sim, BackendKind::cpu, BackendKind::cuda})
-    CHECK_THAT(not_executed(r, b, job.model), Catch::Contains("not executed"));
+  CHECK(not_executed(r, BackendKind::sim, job.model).empty());
+  for (const BackendKind b : {BackendKind::cpu, BackendKind::cuda})
+    CHECK_THAT(not_executed(r, b, job.model), Catch::Contains("does not exchange K/V"));
 }
 
 TEST_CASE("context parallelism: the grid puts the context rank next to the tensor rank", "[context]") {

@@ -12,7 +12,8 @@
 
 namespace pipebench {
 
-StageSpec stage_spec(const RunPlan& plan, int rank, int replica, bool transport_uses_device_memory, int tensor_rank) {
+StageSpec stage_spec(const RunPlan& plan, int rank, int replica, bool transport_uses_device_memory, int tensor_rank,
+                     int context_rank) {
   StageSpec spec;
   spec.rank = rank;
   spec.num_stages = plan.run.pipeline_size;
@@ -27,6 +28,8 @@ StageSpec stage_spec(const RunPlan& plan, int rank, int replica, bool transport_
   spec.num_microbatches = plan.run.num_microbatches;
   spec.replica = replica;
   spec.replicas = plan.run.data_parallel;
+  spec.context_rank = context_rank;
+  spec.context = plan.run.context_parallel;
   spec.shard_optimizer = shards_optimizer(plan.run);
   spec.sharding = spec.shard_optimizer ? plan.run.optimizer_sharding : OptimizerSharding::none;
   spec.reshard_after_forward = reshard_after_forward(plan.run);

@@ -128,8 +128,9 @@ std::string tensor_parallel_problem(const ModelSpec& m, int t, bool sequence_par
 }
 
 std::string not_executed(const RunSpec& run, BackendKind backend, const ModelSpec& model) {
-  if (run.context_parallel > 1)
-    return fmt::format("context_parallel = {}: planned (plan, tune) but not executed by the {} backend yet",
+  if (run.context_parallel > 1 && backend != BackendKind::sim)
+    return fmt::format("context_parallel = {}: the {} backend does not exchange K/V between ranks yet (the planner and "
+                       "the sim backend model it)",
                        run.context_parallel, to_string(backend));
   if (model.attention == Attention::flash && backend == BackendKind::cuda)
     return "model.attention = \"flash\": the cuda backend computes the materialized attention yet (the cpu backend "

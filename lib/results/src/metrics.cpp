@@ -137,7 +137,7 @@ GradSyncSummary grad_sync_summary(const RunResult& r) {
     if (g.sync_s >= s) continue;
     g.sync_s = s;
     g.bus_bandwidth = i < r.grad_sync_bytes.size() ? parallel::bus_bandwidth(parallel::Collective::all_reduce,
-                                                                             r.grad_sync_bytes[i], r.spec.data_parallel, s)
+                                                                             r.grad_sync_bytes[i], r.spec.grad_group(), s)
                                                    : kNaN;
   }
   return g;
@@ -145,7 +145,7 @@ GradSyncSummary grad_sync_summary(const RunResult& r) {
 
 double grad_sync_bus_bandwidth(const RunResult& r, std::size_t step, std::size_t rank) {
   if (step >= r.grad_sync_s.size() || rank >= r.grad_sync_s[step].size() || rank >= r.grad_sync_bytes.size()) return 0.0;
-  return parallel::bus_bandwidth(parallel::Collective::all_reduce, r.grad_sync_bytes[rank], r.spec.data_parallel,
+  return parallel::bus_bandwidth(parallel::Collective::all_reduce, r.grad_sync_bytes[rank], r.spec.grad_group(),
                                  r.grad_sync_s[step][rank]);
 }
 
@@ -299,6 +299,7 @@ void add_rank_figures(RunResult& r, const std::vector<RankRecord>& ranks) {
     r.pipeline_rank.push_back(rk.pipeline_rank);
     r.data_rank.push_back(rk.data_rank);
     r.tensor_rank.push_back(rk.tensor_rank);
+    r.context_rank.push_back(rk.context_rank);
     r.hostnames.push_back(rk.hostname);
     r.pids.push_back(rk.pid);
   }
@@ -316,7 +317,7 @@ std::size_t add_step_figures(RunResult& r, const Job& job, const RunPlan& plan, 
   // replica 0's (the replicas' mean); the gradient norm is every rank's.
   const int V = plan.schedule.num_virtual_stages();
   const std::size_t last = ranks.empty() ? 0 : r.rank_index(plan.schedule.rank_of(V - 1));
-  const bool replicas = plan.run.data_parallel > 1 && plan.run.mode == RunMode::train;
+  const bool replicas = plan.run.grad_group() > 1 && plan.run.mode == RunMode::train;  // gradients reduced
   const bool tensor = plan.run.tensor_parallel > 1;
   std::vector<double> counted_time, counted_slowest, counted_bubble, counted_imbalance;
   for (std::size_t k = 0; k < steps; ++k) {
@@ -456,7 +457,7 @@ RunResult assemble_run(const Job& job, const RunPlan& plan, const std::vector<Ra
   RunResult r = base_result(job, plan);
   add_failure(r, ranks);
   add_rank_figures(r, ranks);
-  if (plan.run.data_parallel > 1 || plan.run.tensor_parallel > 1) r.node = rank_nodes(job, plan, r.hostnames);
+  if (plan.run.grad_group() > 1 || plan.run.tensor_parallel > 1) r.node = rank_nodes(job, plan, r.hostnames);
   r.events = std::move(events);
   const std::size_t steps = add_step_figures(r, job, plan, ranks);
   const auto counted_steps = static_cast<int>(std::count(r.is_warmup.begin(), r.is_warmup.end(), 0));
@@ -490,9 +491,10 @@ std::size_t RunResult::rank_index(int stage) const {
 
 std::string rank_label(const RunResult& r, std::size_t i) {
   const auto at = [i](const std::vector<int>& v) { return i < v.size() ? v[i] : 0; };
-  if (r.spec.data_parallel <= 1 && r.spec.tensor_parallel <= 1) return fmt::format("stage {}", i);
+  if (r.spec.grad_group() <= 1 && r.spec.tensor_parallel <= 1) return fmt::format("stage {}", i);
   std::string s = fmt::format("rank {} (stage {}", i, at(r.pipeline_rank));
   if (r.spec.data_parallel > 1) s += fmt::format(", replica {}", at(r.data_rank));
+  if (r.spec.context_parallel > 1) s += fmt::format(", context rank {}", at(r.context_rank));
   if (r.spec.tensor_parallel > 1) s += fmt::format(", tensor rank {}", at(r.tensor_rank));
   return s + ")";
 }

@@ -266,11 +266,12 @@ void check_shapes(const RunResult& r) {
     if (n != steps) throw bad(fmt::format("a per-step dataset has {} entries, step_time_s {}", n, steps));
   const std::size_t ranks = r.peak_mem_bytes.size();
   if (ranks != 0 && ranks != static_cast<std::size_t>(r.spec.ranks()))
-    throw bad(fmt::format("peak_mem_bytes has {} entries for {} stages x {} replicas x {} tensor ranks", ranks, p,
-                          r.spec.data_parallel, r.spec.tensor_parallel));
+    throw bad(fmt::format("peak_mem_bytes has {} entries for {} stages x {} replicas x {} context ranks x {} tensor ranks",
+                          ranks, p, r.spec.data_parallel, r.spec.context_parallel, r.spec.tensor_parallel));
   std::vector<std::size_t> per_rank{r.memory_capacity_bytes.size(), r.stage_params.size(),
                                     r.peak_live_activations.size(), r.stage_layers.size(),
-                                    r.pipeline_rank.size(), r.data_rank.size(), r.tensor_rank.size()};
+                                    r.pipeline_rank.size(), r.data_rank.size(), r.tensor_rank.size(),
+                                    r.context_rank.size()};
   if (!r.grad_sync_bytes.empty()) per_rank.push_back(r.grad_sync_bytes.size());
   if (!r.node.empty()) per_rank.push_back(r.node.size());
   for (std::size_t i = 0; i < r.node.size(); ++i)
@@ -280,6 +281,10 @@ void check_shapes(const RunResult& r) {
     if (r.pipeline_rank[i] < 0 || r.pipeline_rank[i] >= p || r.data_rank[i] < 0 || r.data_rank[i] >= r.spec.data_parallel)
       throw bad(fmt::format("rank {} is stage {} of replica {}, outside {} stages x {} replicas", i, r.pipeline_rank[i],
                             r.data_rank[i], p, r.spec.data_parallel));
+  for (std::size_t i = 0; i < r.context_rank.size(); ++i)
+    if (r.context_rank[i] < 0 || r.context_rank[i] >= r.spec.context_parallel)
+      throw bad(fmt::format("rank {} is context rank {}, outside context_parallel {}", i, r.context_rank[i],
+                            r.spec.context_parallel));
   for (std::size_t i = 0; i < r.tensor_rank.size(); ++i)
     if (r.tensor_rank[i] < 0 || r.tensor_rank[i] >= r.spec.tensor_parallel)
       throw bad(fmt::format("rank {} is tensor rank {}, outside tensor_parallel {}", i, r.tensor_rank[i], r.spec.tensor_parallel));
@@ -334,6 +339,8 @@ void read_rank_grid(hid_t g, RunResult& r) {
   if (has("node")) r.node = read_dataset<int>(g, "node");
   if (has("tensor_rank")) r.tensor_rank = read_dataset<int>(g, "tensor_rank");
   else r.tensor_rank.assign(r.pipeline_rank.size(), 0);
+  if (has("context_rank")) r.context_rank = read_dataset<int>(g, "context_rank");
+  else r.context_rank.assign(r.pipeline_rank.size(), 0);
   if (has("tensor_comm_s")) r.tensor_comm_s = read_dataset_2d<double>(g, "tensor_comm_s");
   if (has("grad_sync_bytes")) r.grad_sync_bytes = read_dataset<std::uint64_t>(g, "grad_sync_bytes");
   if (has("grad_sync_s")) {
@@ -419,6 +426,12 @@ void read_steps_attrs(hid_t g, RunResult& r) {
 }
 
 void read_data_parallel_attrs(hid_t g, const std::string& name, RunSpec& spec) {
+  if (has_attr(g, "context_parallel")) {
+    spec.context_parallel = read_attr_int(g, "context_parallel");
+    if (spec.context_parallel < 1 || spec.context_parallel > kMaxContextParallel)
+      throw ResultsError(fmt::format("run {}: context_parallel {} outside the workload limits", name, spec.context_parallel));
+    spec.cp_comm = parse_enum(read_attr_string(g, "cp_comm"), {CpComm::ring, CpComm::allgather});
+  }
   if (!has_attr(g, "data_parallel")) return;
   spec.data_parallel = read_attr_int(g, "data_parallel");
   if (spec.data_parallel < 1 || spec.data_parallel > kMaxDataParallel)

@@ -324,12 +324,13 @@ void write_rank_grid(hid_t g, const RunResult& r, std::size_t P) {
     dataset_1d(g, "tensor_rank", r.tensor_rank);
     if (!r.tensor_comm_s.empty()) dataset_2d(g, "tensor_comm_s", r.tensor_comm_s, P);
   }
-  if (r.spec.data_parallel > 1 || r.spec.tensor_parallel > 1) {
+  if (r.spec.context_parallel > 1) dataset_1d(g, "context_rank", r.context_rank);
+  if (r.spec.grad_group() > 1 || r.spec.tensor_parallel > 1) {
     dataset_1d(g, "pipeline_rank", r.pipeline_rank);
     dataset_1d(g, "data_rank", r.data_rank);
     if (!r.node.empty()) dataset_1d(g, "node", r.node);
   }
-  if (r.spec.data_parallel <= 1) return;
+  if (r.spec.grad_group() <= 1) return;
   if (!r.grad_sync_bytes.empty()) dataset_1d(g, "grad_sync_bytes", r.grad_sync_bytes);
   if (r.grad_sync_s.empty()) return;
   dataset_2d(g, "grad_sync_start_s", r.grad_sync_start_s, P);
@@ -356,6 +357,10 @@ void write_run(hid_t runs, const RunResult& r, const EventStore* store) {
   attr_string(g, "schedule", r.schedule_name);
   attr_scalar<std::int64_t>(g, "virtual_stages_per_rank", r.spec.virtual_stages_per_rank);
   attr_scalar<std::int64_t>(g, "data_parallel", r.spec.data_parallel);
+  if (r.spec.context_parallel > 1) {  // absent: 1 (files before context parallelism too)
+    attr_scalar<std::int64_t>(g, "context_parallel", r.spec.context_parallel);
+    attr_string(g, "cp_comm", std::string(to_string(r.spec.cp_comm)));
+  }
   attr_string(g, "optimizer_sharding", std::string(to_string(r.spec.optimizer_sharding)));
   if (r.spec.optimizer_sharding == OptimizerSharding::fsdp)  // resolved: 1 reshards after the forward
     attr_scalar<std::int64_t>(g, "fsdp_reshard_after_forward", reshard_after_forward(r.spec) ? 1 : 0);

@@ -16,9 +16,9 @@ class NcclAllReduce final : public DeviceAllReduce {
  public:
   explicit NcclAllReduce(RunComm& comm) {
     ncclUniqueId id{};
-    if (comm.replica() == 0) nccl_check(nccl().get_unique_id(&id), "ncclGetUniqueId");
+    if (comm.grad_rank() == 0) nccl_check(nccl().get_unique_id(&id), "ncclGetUniqueId");
     PIPEBENCH_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm.data()));
-    nccl_check(nccl().comm_init_rank(&comm_, comm.replicas(), id, comm.replica()), "ncclCommInitRank (data-parallel group)");
+    nccl_check(nccl().comm_init_rank(&comm_, comm.grad_size(), id, comm.grad_rank()), "ncclCommInitRank (data-parallel group)");
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), kDataGroupWho, "cudaStreamCreate");
     cuda_check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), kDataGroupWho, "cudaEventCreate");
     cuda_check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), kDataGroupWho, "cudaEventCreate");

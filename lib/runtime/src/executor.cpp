@@ -232,13 +232,13 @@ class StepRun {
     check_deadline("the gradient all-reduce");
   }
 
-  // The step's loss over every replica: the mean of the replicas' means (one
-  // replica: `mine`).
+  // The step's loss over every replica and context rank: the mean of their
+  // means, each over as many tokens (one: `mine`).
   double replicas_mean(double mine) {
-    if (comm_.replicas() == 1) return mine;
+    if (comm_.grad_size() == 1) return mine;
     std::vector<double> sum{mine};
     comm_.allreduce(sum, MPI_SUM, RunComm::Group::data);
-    return sum[0] / comm_.replicas();
+    return sum[0] / comm_.grad_size();
   }
 
   // Every step starts together (a barrier; on a virtual clock, every rank's
@@ -496,6 +496,7 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
   rec.pipeline_rank = comm.rank();
   rec.data_rank = comm.replica();
   rec.tensor_rank = comm.tensor_rank();
+  rec.context_rank = comm.context_rank();
   rec.hostname = host_name();
   rec.pid = static_cast<std::int64_t>(getpid());
   rec.memory_capacity_bytes = backend.memory().capacity();  // cuda: min(memory_capacity, the device)
@@ -513,10 +514,12 @@ RankRecord execute_run(const Job& job, const RunPlan& plan, RunComm& comm, Backe
     if (tensor_group_nccl) tensor_group_nccl->abandon();
   };
   try {
-    StageSpec spec = stage_spec(plan, comm.rank(), comm.replica(), opt.transport_uses_device_memory, comm.tensor_rank());
+    StageSpec spec = stage_spec(plan, comm.rank(), comm.replica(), opt.transport_uses_device_memory, comm.tensor_rank(),
+                                comm.context_rank());
     spec.tensor_link = parallel::tensor_group_link(job.device, plan.run, comm.run_rank());
     spec.data_link = parallel::data_group_link(job.device, plan.run, comm.run_rank());
-    const bool replicated = comm.replicas() > 1 && plan.run.mode == RunMode::train;
+    spec.context_group = parallel::stage_context_group(job.device, plan.run, comm.rank());
+    const bool replicated = comm.grad_size() > 1 && plan.run.mode == RunMode::train;
     // Sharded gradients are reduce-scattered over MPI (host-staged on cuda): NCCL reduces plain replicas only.
     spec.gradients_in_device_memory = replicated && opt.data_group_nccl && !shards_optimizer(plan.run);
     // Before the build, which may fail on one rank (out of memory) while its

@@ -44,8 +44,8 @@ void GradientSync::begin_step(double t0, bool gathers_from_start) {
 void GradientSync::split(int chunk, std::int64_t a, std::int64_t b, Bucket& out) const {
   const std::int64_t base = chunk_base_[static_cast<std::size_t>(chunk)];
   int displ = 0;
-  for (int q = 0; q < comm_.replicas(); ++q) {
-    const parallel::Span s = parallel::shard_of(total_, comm_.replicas(), q);
+  for (int q = 0; q < comm_.grad_size(); ++q) {
+    const parallel::Span s = parallel::shard_of(total_, comm_.grad_size(), q);
     const auto n = static_cast<int>(parallel::intersect({s.begin - base, s.end - base}, {a, b}).size());
     out.counts.push_back(n);
     out.displs.push_back(displ);
@@ -55,13 +55,13 @@ void GradientSync::split(int chunk, std::int64_t a, std::int64_t b, Bucket& out)
 
 std::int64_t GradientSync::owned_begin(int chunk) const {
   const std::int64_t base = chunk_base_[static_cast<std::size_t>(chunk)];
-  return std::max<std::int64_t>(0, parallel::shard_of(total_, comm_.replicas(), comm_.replica()).begin - base);
+  return std::max<std::int64_t>(0, parallel::shard_of(total_, comm_.grad_size(), comm_.grad_rank()).begin - base);
 }
 
 void GradientSync::post_all_gather(int chunk, Bucket& b, std::int64_t n) {
   split(chunk, b.offset, b.offset + n, b);
   const FlatRegion shard = backend_.parameter_shard(chunk);
-  const auto q = static_cast<std::size_t>(comm_.replica());
+  const auto q = static_cast<std::size_t>(comm_.grad_rank());
   if (!shard.data) {
     PIPEBENCH_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b.data, b.counts.data(), b.displs.data(),
                                         MPI_FLOAT, comm_.data(), &b.req));
@@ -73,7 +73,7 @@ void GradientSync::post_all_gather(int chunk, Bucket& b, std::int64_t n) {
 }
 
 double GradientSync::link_time(parallel::Collective c, std::uint64_t bytes) const {
-  return sim_load_ * parallel::ring_time_s(c, bytes, comm_.replicas(), link_.latency_s, link_.gbps);
+  return sim_load_ * parallel::ring_time_s(c, bytes, comm_.grad_size(), link_.latency_s, link_.gbps);
 }
 
 // One modelled bucket (sim) launched `at` into the step: a MAX of the replicas' launch times.
@@ -325,7 +325,7 @@ double GradientSync::wait_all(const char* what) {
   const double start = clock_.now();
   parallel::LinkChain chain;  // modelled: the buckets one after another on the link, into the step
   chain.add(gathers_end_, 0.0);  // after the step's gathers
-  const int q = comm_.replica();
+  const int q = comm_.grad_rank();
   if (device_ && !buckets_.empty()) {
     comm_.wait_for([&] { return device_->done(); }, what);
     for (Bucket& b : buckets_) b.end_at = clock_.now() - t0_;  // one event after them all

@@ -79,18 +79,25 @@ void RunComm::init(MPI_Comm run, const parallel::RankGrid* grid) {
   PIPEBENCH_MPI_CHECK(MPI_Comm_size(run_, &run_size_));
   if (grid && grid->size() != run_size_)
     throw Error(fmt::format("the run's rank grid has {} ranks, its communicator {}", grid->size(), run_size_));
-  const parallel::Coord at = grid ? grid->coord(run_rank_) : parallel::Coord{run_rank_, 0, 0};
-  const int D = grid ? grid->shape().data : 1, T = grid ? grid->shape().tensor : 1;
-  // The pipeline: the ranks of this replica and tensor rank, by stage; the
-  // data group: this stage's and tensor rank's replicas, by replica; the
-  // tensor group: this stage's and replica's tensor ranks, by tensor rank.
-  PIPEBENCH_MPI_CHECK(MPI_Comm_split(run_, at.data * T + at.tensor, at.pipeline, &comm_));
-  PIPEBENCH_MPI_CHECK(MPI_Comm_split(run_, at.pipeline * T + at.tensor, at.data, &data_));
-  PIPEBENCH_MPI_CHECK(MPI_Comm_split(run_, at.pipeline * D + at.data, at.tensor, &tensor_));
+  const parallel::Coord at = grid ? grid->coord(run_rank_) : parallel::Coord{run_rank_, 0, 0, 0};
+  const int D = grid ? grid->shape().data : 1, T = grid ? grid->shape().tensor : 1, C = grid ? grid->shape().context : 1;
+  // The pipeline: the ranks of this replica, context and tensor rank, by
+  // stage; the gradient group: this stage's and tensor rank's replicas and
+  // context ranks, replica-major; the tensor group: this stage's, replica's
+  // and context rank's tensor ranks; the context group: this stage's,
+  // replica's and tensor rank's context ranks.
+  PIPEBENCH_MPI_CHECK(MPI_Comm_split(run_, (at.data * C + at.context) * T + at.tensor, at.pipeline, &comm_));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_split(run_, at.pipeline * T + at.tensor, at.data * C + at.context, &data_));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_split(run_, (at.pipeline * D + at.data) * C + at.context, at.tensor, &tensor_));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_split(run_, (at.pipeline * D + at.data) * T + at.tensor, at.context, &context_));
   PIPEBENCH_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   PIPEBENCH_MPI_CHECK(MPI_Comm_size(comm_, &size_));
-  PIPEBENCH_MPI_CHECK(MPI_Comm_rank(data_, &replica_));
-  PIPEBENCH_MPI_CHECK(MPI_Comm_size(data_, &replicas_));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_rank(data_, &grad_rank_));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_size(data_, &grad_size_));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_rank(context_, &context_rank_));
+  PIPEBENCH_MPI_CHECK(MPI_Comm_size(context_, &context_size_));
+  replica_ = at.data;
+  replicas_ = D;
   PIPEBENCH_MPI_CHECK(MPI_Comm_rank(tensor_, &tensor_rank_));
   PIPEBENCH_MPI_CHECK(MPI_Comm_size(tensor_, &tensor_size_));
   PIPEBENCH_MPI_CHECK(MPI_Comm_dup(run_, &control_));
@@ -115,7 +122,7 @@ void RunComm::init(MPI_Comm run, const parallel::RankGrid* grid) {
     return same;
   };
   same_node_ = on_this_node(comm_, rank_, size_);
-  const std::vector<char> data_same = on_this_node(data_, replica_, replicas_);
+  const std::vector<char> data_same = on_this_node(data_, grad_rank_, grad_size_);
   data_on_one_node_ = std::all_of(data_same.begin(), data_same.end(), [](char c) { return c != 0; });
 }
 
@@ -125,6 +132,7 @@ RunComm::~RunComm() {
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   if (data_ != MPI_COMM_NULL) MPI_Comm_free(&data_);
   if (tensor_ != MPI_COMM_NULL) MPI_Comm_free(&tensor_);
+  if (context_ != MPI_COMM_NULL) MPI_Comm_free(&context_);
 }
 
 void RunComm::wait(MPI_Request& req, const char* what) {

@@ -102,6 +102,7 @@ std::vector<char> pack(const RankRecord& r) {
   p.put(r.pipeline_rank);
   p.put(r.data_rank);
   p.put(r.tensor_rank);
+  p.put(r.context_rank);
   p.put_string(r.hostname);
   p.put(r.pid);
   p.put_vector(r.steps);
@@ -128,6 +129,7 @@ RankRecord unpack(const char* data, std::size_t size) {
   r.pipeline_rank = u.get<int>();
   r.data_rank = u.get<int>();
   r.tensor_rank = u.get<int>();
+  r.context_rank = u.get<int>();
   r.hostname = u.get_string();
   r.pid = u.get<std::int64_t>();
   r.steps = u.get_vector<StepRecord>();
@@ -522,7 +524,7 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
   const std::unique_ptr<Transport> transport = make_transport(job, rp, rc, backend->clock(), nccl_transport);
   ExecOptions eo;
   eo.transport_uses_device_memory = nccl_transport;
-  eo.data_group_nccl = nccl && rp.run.data_parallel > 1 && rp.run.mode == RunMode::train;
+  eo.data_group_nccl = nccl && rp.run.grad_group() > 1 && rp.run.mode == RunMode::train;
   eo.tensor_group_nccl = nccl && rp.run.tensor_parallel > 1;
   eo.dry_run = ctx.options.dry_run;
   eo.fault = ctx.fault;
@@ -567,7 +569,7 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
     if (ctx.writer) ctx.writer->append_events(rp.run.name, events, n);
   };
   eo.on_step_events = [&](int, const EventRecord* events, std::size_t n) {
-    if (rc.replica() == 0 && rc.tensor_rank() == 0) take_events(events, n);
+    if (rc.replica() == 0 && rc.tensor_rank() == 0 && rc.context_rank() == 0) take_events(events, n);
   };
   const RankRecord rec = execute_run(job, rp, rc, *backend, *transport, eo);
   // A tensor collective a failure left pending may still write into the

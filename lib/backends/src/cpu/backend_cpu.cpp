@@ -519,7 +519,7 @@ void CpuBackend::release_stash(Chunk& c, int /*mb*/) {
 void CpuBackend::own_shards(const std::vector<StageLayout>& layouts) {
   std::int64_t total = 0;
   for (const StageLayout& l : layouts) total += l.params;
-  const parallel::Span shard = spec_.shard_optimizer ? parallel::shard_of(total, spec_.replicas, spec_.replica)
+  const parallel::Span shard = spec_.shard_optimizer ? parallel::shard_of(total, spec_.grad_group(), spec_.grad_rank())
                                                      : parallel::Span{0, total};
   std::int64_t base = 0;
   for (std::size_t c = 0; c < layouts.size(); ++c) {
@@ -527,7 +527,7 @@ void CpuBackend::own_shards(const std::vector<StageLayout>& layouts) {
     chunks_[c].owned = in.size() > 0 ? parallel::Span{in.begin - base, in.end - base} : parallel::Span{};
     base += layouts[c].params;
   }
-  shard_padding_ = spec_.shard_optimizer ? parallel::shard_size(total, spec_.replicas) - shard.size() : 0;
+  shard_padding_ = spec_.shard_optimizer ? parallel::shard_size(total, spec_.grad_group()) - shard.size() : 0;
 }
 
 // zero2 and fsdp: the shard buffers (after the chunks' parameters are

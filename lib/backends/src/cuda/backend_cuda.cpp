@@ -169,10 +169,10 @@ void CudaBackend::build(const StageSpec& spec) {
   if (spec.shard_optimizer && (spec.sharding != OptimizerSharding::zero1 || spec.gradients_in_device_memory))
     throw ConfigError("cuda backend: only optimizer_sharding = \"zero1\" is executed, its gradients host-staged "
                       "(docs/cuda-backend.md)");
-  owned_ = spec.shard_optimizer ? parallel::shard_of(num_params_, spec.replicas, spec.replica)
+  owned_ = spec.shard_optimizer ? parallel::shard_of(num_params_, spec.grad_group(), spec.grad_rank())
                                 : parallel::Span{0, num_params_};
   // The optimizer state: every element, or the shard padded to ceil(n / d) (the planner's bytes).
-  const auto state = static_cast<std::uint64_t>(spec.shard_optimizer ? parallel::shard_size(num_params_, spec.replicas)
+  const auto state = static_cast<std::uint64_t>(spec.shard_optimizer ? parallel::shard_size(num_params_, spec.grad_group())
                                                                      : num_params_);
   params_ = DeviceBuffer(memory_, MemCategory::params, n * static_cast<std::uint64_t>(per_param.params), "parameters");
   if (train) {
@@ -183,7 +183,7 @@ void CudaBackend::build(const StageSpec& spec) {
       adam_v_ = DeviceBuffer(memory_, MemCategory::optimizer, state * 4, "AdamW second moments");
     }
   }
-  if (train && spec.replicas > 1) {
+  if (train && spec.grad_group() > 1) {
     sync_grads_ = true;
     if (!spec.gradients_in_device_memory)
       for (const Chunk& c : chunks_) host_grads_.emplace_back(static_cast<std::size_t>(c.grad_count) * 4);

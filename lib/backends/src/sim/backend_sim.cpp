@@ -31,7 +31,8 @@ void SimBackend::build(const StageSpec& spec) {
     const StageRange& r = spec.chunks[static_cast<std::size_t>(c)];
     const Cost cost = model.stage(spec.micro_batch_size, r.num_layers, r.has_embedding, r.has_head);
     cost_ += cost;
-    chunks_.push_back({action_seconds(job_, model, spec.micro_batch_size, r, spec.tensor_link, spec.split_backward),
+    chunks_.push_back({action_seconds(job_, model, spec.micro_batch_size, r, spec.tensor_link, spec.split_backward,
+                                     spec.context_group),
                        static_cast<std::uint64_t>(cost.activation_bytes),
                        static_cast<std::uint64_t>(cost.split_stash_bytes),
                        static_cast<std::uint64_t>(
@@ -49,19 +50,19 @@ void SimBackend::build(const StageSpec& spec) {
       Chunk& k = chunks_[static_cast<std::size_t>(c)];
       const double backward = spec.recompute ? k.seconds.forward + k.seconds.backward : k.seconds.backward;
       k.reshard = reshard_gather_waits(model, spec.micro_batch_size, spec.chunks[static_cast<std::size_t>(c)],
-                                       k.seconds.forward, backward, spec.replicas, per.params, spec.data_link);
+                                       k.seconds.forward, backward, spec.grad_group(), per.params, spec.data_link);
     }
   layers_ = {spec.chunks.front().first_layer, spec.chunks.back().last_layer()};
   boundary_bytes_ = static_cast<std::uint64_t>(model.boundary_bytes(spec.micro_batch_size));
   // ZeRO-1: the optimizer state and step of this replica's shard (parallel/shards.hpp), padded.
-  const std::int64_t stepped = spec.shard_optimizer ? parallel::shard_size(cost_.params, spec.replicas) : cost_.params;
+  const std::int64_t stepped = spec.shard_optimizer ? parallel::shard_size(cost_.params, spec.grad_group()) : cost_.params;
   optimizer_s_ = optimizer_seconds(job_, spec.dtype, stepped);
 
   std::int64_t largest = 0;
   for (const StageRange& r : spec.chunks)
     largest = std::max(largest, model.largest_piece_params(r.num_layers, r.has_embedding, r.has_head));
   const TrainingState state =
-      train ? training_state_bytes(spec.sharding, spec.replicas, spec.reshard_after_forward, cost_.params, per, largest)
+      train ? training_state_bytes(spec.sharding, spec.grad_group(), spec.reshard_after_forward, cost_.params, per, largest)
             : TrainingState{cost_.params * per.params, 0, 0};
   memory_.reserve(MemCategory::params, static_cast<std::uint64_t>(state.params), "parameters");
   if (train) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "pipebench/backends/tensor_group.hpp"
+#include "pipebench/parallel/context_exchange.hpp"
 #include "pipebench/core/clock.hpp"
 #include "pipebench/core/job.hpp"
 #include "pipebench/model/model.hpp"
@@ -59,6 +60,14 @@ struct StageSpec {
   // same d·m micro-batches.
   int replica = 0;
   int replicas = 1;
+  // Context parallelism (docs/context-parallel.md): this rank's place in its
+  // context group of `context` ranks, and the group's exchange. The
+  // gradients are reduced, and the optimizer state sharded, over the
+  // replicas' context ranks: grad_rank() of grad_group().
+  int context_rank = 0, context = 1;
+  parallel::ContextGroup context_group;
+  int grad_rank() const { return replica * context + context_rank; }
+  int grad_group() const { return replicas * context; }
   // optimizer_sharding other than "none" with replicas (training): the
   // optimizer state and step cover this replica's shard only (parallel/shards.hpp).
   bool shard_optimizer = false;
@@ -146,7 +155,8 @@ struct FlatRegion {
 // of `plan` builds: its chunks of the partition, the run's micro-batching,
 // mode and storage dtype, split backward when the schedule has W, its tensor
 // split (the link is the caller's to set).
-StageSpec stage_spec(const RunPlan& plan, int rank, int replica, bool transport_uses_device_memory, int tensor_rank = 0);
+StageSpec stage_spec(const RunPlan& plan, int rank, int replica, bool transport_uses_device_memory, int tensor_rank = 0,
+                     int context_rank = 0);
 
 class Backend {
  public:

@@ -99,6 +99,7 @@ struct RankRecord {
   int pipeline_rank = 0;         // its stage (the schedule's rank)
   int data_rank = 0;             // its replica
   int tensor_rank = 0;           // its place in its tensor-parallel group
+  int context_rank = 0;          // its place in its context-parallel group
   std::string hostname;
   std::int64_t pid = 0;
   std::vector<StepRecord> steps;       // only the steps that completed
@@ -157,10 +158,10 @@ struct RunResult {
   std::vector<std::vector<double>> grad_sync_start_s, grad_sync_s, grad_sync_exposed_s;
   // [steps][ranks], tensor parallelism (StepRecord::tensor_comm_s); empty with t = 1.
   std::vector<std::vector<double>> tensor_comm_s;
-  // [ranks]: ranks in run order (0 .. p·d·t-1), each one's stage, replica
-  // and tensor rank (parallel/rank_grid.hpp); files without replicas or
-  // tensor ranks: i, 0 and 0.
-  std::vector<int> pipeline_rank, data_rank, tensor_rank;
+  // [ranks]: ranks in run order (0 .. p·d·c·t-1), each one's stage, replica,
+  // tensor and context rank (parallel/rank_grid.hpp); files without replicas,
+  // context or tensor ranks: i, 0, 0 and 0.
+  std::vector<int> pipeline_rank, data_rank, tensor_rank, context_rank;
   // [ranks]: the node each rank ran on (rank_nodes in metrics.hpp); empty in
   // files without replicas or tensor ranks, and in older files.
   std::vector<int> node;

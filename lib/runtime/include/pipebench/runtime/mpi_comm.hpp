@@ -29,14 +29,18 @@ void prefer_ring_iallreduce();
 void mpi_check(int rc, const char* call, const char* file, int line);
 #define PIPEBENCH_MPI_CHECK(call) ::pipebench::mpi_check((call), #call, __FILE__, __LINE__)
 
-// The run's communicators. A run of p stages × d replicas × t tensor ranks
-// has p·d·t ranks (the run communicator, `run()`), split by its rank grid
-// (parallel/rank_grid.hpp) into d·t pipelines of p ranks (`comm()`: the
-// transport's, the step's reductions), p·t data-parallel groups of d ranks
-// (`data()`: the gradient synchronisation) and p·d tensor groups of t ranks
-// (`tensor()`: the layers' collectives). rank()/size() are the rank's place
-// in its pipeline; replica()/replicas() in its data group;
-// tensor_rank()/tensor_size() in its tensor group.
+// The run's communicators. A run of p stages × d replicas × c context ranks
+// × t tensor ranks has p·d·c·t ranks (the run communicator, `run()`), split
+// by its rank grid (parallel/rank_grid.hpp) into d·c·t pipelines of p ranks
+// (`comm()`: the transport's, the step's reductions), p·t gradient groups of
+// d·c ranks (`data()`: the gradient synchronisation over the replicas and
+// the context ranks, replica-major; just the replicas without context
+// parallelism), p·d·c tensor groups of t ranks (`tensor()`: the layers'
+// collectives) and p·d·t context groups of c ranks (`context()`: the
+// attention's K/V exchange). rank()/size() are the rank's place in its
+// pipeline; grad_rank()/grad_size() in its gradient group; replica()/
+// replicas() its replica coordinate and their count (d);
+// context_rank()/context_size() and tensor_rank()/tensor_size() likewise.
 //
 // Every wait polls for an abort notice from any rank of the run and for the
 // step deadline. Collectives cannot be cancelled: after a failure some ranks
@@ -58,11 +62,16 @@ class RunComm {
   MPI_Comm comm() const { return comm_; }
   MPI_Comm data() const { return data_; }
   MPI_Comm tensor() const { return tensor_; }
+  MPI_Comm context() const { return context_; }
   MPI_Comm control() const { return control_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
   int replica() const { return replica_; }
   int replicas() const { return replicas_; }
+  int grad_rank() const { return grad_rank_; }
+  int grad_size() const { return grad_size_; }
+  int context_rank() const { return context_rank_; }
+  int context_size() const { return context_size_; }
   int tensor_rank() const { return tensor_rank_; }
   int tensor_size() const { return tensor_size_; }
   int run_rank() const { return run_rank_; }
@@ -110,10 +119,11 @@ class RunComm {
   void wait_until(const std::function<bool()>& done, const char* what, bool done_yields);
 
   MPI_Comm run_ = MPI_COMM_NULL;
-  MPI_Comm comm_ = MPI_COMM_NULL, data_ = MPI_COMM_NULL, tensor_ = MPI_COMM_NULL;  // owned (split from run_)
+  MPI_Comm comm_ = MPI_COMM_NULL, data_ = MPI_COMM_NULL, tensor_ = MPI_COMM_NULL, context_ = MPI_COMM_NULL;  // owned (split from run_)
   MPI_Comm control_ = MPI_COMM_NULL;
   bool free_groups_ = true;
   int rank_ = 0, size_ = 1, replica_ = 0, replicas_ = 1, tensor_rank_ = 0, tensor_size_ = 1, run_rank_ = 0, run_size_ = 1;
+  int grad_rank_ = 0, grad_size_ = 1, context_rank_ = 0, context_size_ = 1;
   double deadline_s_ = 0.0;
   bool aborted_ = false;
   std::vector<char> same_node_;  // per pipeline rank
