@@ -159,7 +159,7 @@ StageLayout stage_layout(const ModelSpec& ms, DType dtype, const StageRange& ran
   for (const PieceLayout& p : out.pieces) {
     out.largest_piece_bytes = std::max(out.largest_piece_bytes, p.act_bytes);
     out.kept_offsets.push_back(out.kept_offsets.back() +
-                               (p.kind == PieceKind::embedding ? std::int64_t{b} * s * 4 : model.boundary_bytes(b)));
+                               (p.kind == PieceKind::embedding ? model.tokens(b) * 4 : model.boundary_bytes(b)));
   }
   const std::int64_t piece = model.recompute_piece_bytes(b, range.num_layers, range.has_embedding, range.has_head);
   const std::int64_t kept = model.recompute_kept_bytes(b, range.num_layers, range.has_embedding, range.has_head);

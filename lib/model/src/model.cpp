@@ -305,7 +305,8 @@ std::int64_t ModelDesc::total_params() const {
 
 std::int64_t ModelDesc::rope_table_bytes() const {
   if (spec_.kind != ModelKind::llama) return 0;
-  return (I(4) * spec_.seq_len * (spec_.hidden / spec_.heads)).value();  // fp32 cos and sin, s x d/2 each
+  // fp32 cos and sin, s x d/2 each (context parallelism: the rank's s/c positions').
+  return (I(4) * (spec_.seq_len / split_.context) * (spec_.hidden / spec_.heads)).value();
 }
 
 // Per token, the backward's temporaries both real backends allocate: gpt
@@ -324,7 +325,7 @@ static I backward_temporaries_per_token(const ModelSpec& m, int t) {
 std::int64_t ModelDesc::cpu_workspace_bytes(int b, bool train) const {
   const int t = split_.degree;
   const I s = spec_.seq_len;
-  const I tokens = I(b) * s;
+  const I tokens = this->tokens(b);
   const I e = dtype_bytes(dtype_);
   I bytes = rope_table_bytes();  // also in inference
   // Tensor-parallel cross-entropy: each token's maximum, sum and target (fp32), also in inference.
@@ -335,6 +336,11 @@ std::int64_t ModelDesc::cpu_workspace_bytes(int b, bool train) const {
   // Flash attention: its fp32 tiles (cpu_flash_attention.hpp), also in inference.
   const bool flash = spec_.attention == Attention::flash;
   if (cpu_flash_tiles(spec_)) bytes = bytes + I(4) * kCpuFlashScratchFloats;
+  // Context parallelism's K/V (also in inference): the rank's packed, every
+  // rank's gathered, in sequence order, and the gradients in sequence order
+  // (docs/context-parallel.md, "cpu backend").
+  if (split_.context > 1) bytes = bytes + I(kCpuContextBuffers) * split_.context * I(context_kv_bytes(b)) +
+                                  I(context_kv_bytes(b));
   if (!train) return bytes.value();
   // ... the temporaries and, materialized, one s x s score scratch and with
   // selective recomputation the attention probabilities of the rank's heads

@@ -518,8 +518,9 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
   const parallel::RankGrid grid = parallel::run_grid(rp.run, job.device);
   RunComm rc(comm, grid);
   auto backend = make_backend(job, ctx.world_rank);
-  MpiTensorGroup tensor_group(rc);
+  MpiTensorGroup tensor_group(rc), context_group(rc, MpiTensorGroup::Over::context);
   if (rp.run.tensor_parallel > 1) backend->set_tensor_group(&tensor_group);
+  if (rp.run.context_parallel > 1) backend->set_context_group(&context_group);
   const bool nccl = run_uses_nccl(rp.run, ctx.transport_kind), nccl_transport = nccl && p > 1;
   const std::unique_ptr<Transport> transport = make_transport(job, rp, rc, backend->clock(), nccl_transport);
   ExecOptions eo;
@@ -574,7 +575,7 @@ bool execute_on_ranks(const JobContext& ctx, const RunPlan& rp, MPI_Comm comm, W
   const RankRecord rec = execute_run(job, rp, rc, *backend, *transport, eo);
   // A tensor collective a failure left pending may still write into the
   // backend's buffers: that backend is never freed (one per such run).
-  if (tensor_group.pending()) (void)backend.release();
+  if (tensor_group.pending() || context_group.pending()) (void)backend.release();
   watchdog.arm(0.0, "");
   auto records = gather_records(rc.control(), rec);
   if (ctx.world_rank == 0) {

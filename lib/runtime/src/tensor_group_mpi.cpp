@@ -20,8 +20,8 @@ void MpiTensorGroup::reduce(void* data, std::int64_t n, MPI_Datatype type, MPI_O
     const double start = now_s();
     const int count = static_cast<int>(std::min<std::int64_t>(n - done, INT_MAX));
     MPI_Request req = MPI_REQUEST_NULL;
-    PIPEBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, bytes + done * size, count, type, op, comm_.tensor(), &req));
-    finish(req, start, "a tensor-parallel all-reduce");
+    PIPEBENCH_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, bytes + done * size, count, type, op, group(), &req));
+    finish(req, start, over_ == Over::tensor ? "a tensor-parallel all-reduce" : "a context-parallel all-reduce");
     done += count;
   }
 }
@@ -35,7 +35,7 @@ void MpiTensorGroup::finish(MPI_Request& req, double start, const char* what) {
 
 namespace {
 int mpi_count(std::int64_t n) {
-  if (n > INT_MAX) throw Error("a sequence-parallel part of more than 2^31 elements (MPI counts are ints)");
+  if (n > INT_MAX) throw Error("a sequence- or context-parallel part of more than 2^31 elements (MPI counts are ints)");
   return static_cast<int>(n);
 }
 }  // namespace
@@ -43,8 +43,8 @@ int mpi_count(std::int64_t n) {
 void MpiTensorGroup::gather(const void* part, void* whole, std::int64_t n, MPI_Datatype type) {
   const double start = now_s();
   MPI_Request req = MPI_REQUEST_NULL;
-  PIPEBENCH_MPI_CHECK(MPI_Iallgather(part, mpi_count(n), type, whole, mpi_count(n), type, comm_.tensor(), &req));
-  finish(req, start, "a sequence-parallel all-gather");
+  PIPEBENCH_MPI_CHECK(MPI_Iallgather(part, mpi_count(n), type, whole, mpi_count(n), type, group(), &req));
+  finish(req, start, over_ == Over::tensor ? "a sequence-parallel all-gather" : "a context-parallel K/V all-gather");
 }
 
 void MpiTensorGroup::all_gather(const float* part, float* whole, std::int64_t n) { gather(part, whole, n, MPI_FLOAT); }
@@ -56,8 +56,8 @@ void MpiTensorGroup::all_gather_bytes(const void* part, void* whole, std::int64_
 void MpiTensorGroup::reduce_scatter(const float* whole, float* part, std::int64_t n) {
   const double start = now_s();
   MPI_Request req = MPI_REQUEST_NULL;
-  PIPEBENCH_MPI_CHECK(MPI_Ireduce_scatter_block(whole, part, mpi_count(n), MPI_FLOAT, MPI_SUM, comm_.tensor(), &req));
-  finish(req, start, "a sequence-parallel reduce-scatter");
+  PIPEBENCH_MPI_CHECK(MPI_Ireduce_scatter_block(whole, part, mpi_count(n), MPI_FLOAT, MPI_SUM, group(), &req));
+  finish(req, start, over_ == Over::tensor ? "a sequence-parallel reduce-scatter" : "a context-parallel dK/dV reduce-scatter");
 }
 
 }  // namespace pipebench

@@ -22,7 +22,8 @@ void CpuBackend::build(const StageSpec& spec) {
   const ModelDesc model(ms, DType::fp32, spec.tensor);
   const std::int64_t h = ms.hidden;
   const int b = spec.micro_batch_size;
-  tokens_ = static_cast<std::int64_t>(b) * ms.seq_len;
+  tokens_ = model.tokens(b);
+  setup_context(spec);
   tp_ = spec.tensor.degree;
   if (tp_ > 1 && (!tensor_ || tensor_->size() != tp_ || tensor_->rank() != spec.tensor_rank))
     throw Error(fmt::format("cpu backend: tensor_parallel = {} needs its tensor group (set_tensor_group) before build", tp_));
@@ -85,11 +86,28 @@ void CpuBackend::build(const StageSpec& spec) {
       for (std::size_t t = 0; t < p.tensors.size(); ++t) initial_values(ms, p, t, c.params.data() + p.tensors[t].offset);
   }
   if (train) keep_shards_apart();
-  std::int64_t rope_floats = 0;
+  build_workspace(model, train);
+  loss_.assign(m, 0.0);
+}
+
+// The stage's workspace (ModelDesc::cpu_workspace_bytes): the rotary table,
+// the context-parallel K/V buffers, the flash tiles, the tensor-parallel
+// statistics and sequence-parallel buffers, and in training the backward's
+// temporaries, shared by the chunks.
+void CpuBackend::build_workspace(const ModelDesc& model, bool train) {
+  const ModelSpec& ms = job_.model;
+  const int b = spec_.micro_batch_size;
+  const std::int64_t h = ms.hidden;
   if (ms.kind == ModelKind::llama) {
-    rope_floats = static_cast<std::int64_t>(ms.seq_len) * (ms.hidden / ms.heads);
+    const std::int64_t rope_floats = static_cast<std::int64_t>(seq_local_) * (ms.hidden / ms.heads);
     rope_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(rope_floats), "rotary table");
-    cpu::rope_table(rope_.data(), ms.seq_len, ms.hidden / ms.heads, ms.rope_theta);
+    cpu::rope_table(rope_.data(), seq_local_, ms.hidden / ms.heads, ms.rope_theta, positions_.data());
+  }
+  if (cp_ > 1) {
+    const std::int64_t kv = model.context_kv_bytes(b) / static_cast<std::int64_t>(sizeof(float));
+    cp_buffers_ = TrackedArray<float>(memory_, MemCategory::workspace,
+                                      static_cast<std::size_t>((kCpuContextBuffers * cp_ + 1) * kv),
+                                      "context-parallel K/V buffers");
   }
   if (cpu_flash_tiles(ms))
     flash_tiles_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(kCpuFlashScratchFloats),
@@ -105,14 +123,13 @@ void CpuBackend::build(const StageSpec& spec) {
     // dx2 [T,h], dqkv [T,3h], two ping-pong gradients [T,h], one s x s
     // attention scratch and with selective recomputation the probabilities
     // (llama, tensor-parallel widths, flash: ModelDesc::cpu_workspace_bytes).
-    const auto held =
-        static_cast<std::int64_t>(rope_.size() + flash_tiles_.size() + tp_stats_.size() + sp_buffers_.size());
+    const auto held = static_cast<std::int64_t>(rope_.size() + flash_tiles_.size() + cp_buffers_.size() +
+                                                tp_stats_.size() + sp_buffers_.size());
     const std::int64_t ws = model.cpu_workspace_bytes(b, true) / static_cast<std::int64_t>(sizeof(float)) - held;
     workspace_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(ws), "backward workspace");
-  } else if (spec.tensor.selective_recompute) {
+  } else if (spec_.tensor.selective_recompute) {
     throw Error("cpu backend: selective recomputation in inference");  // tensor_split() never asks for it
   }
-  loss_.assign(m, 0.0);
 }
 
 std::int64_t CpuBackend::built_params() const {
@@ -143,7 +160,7 @@ float* CpuBackend::piece_input(const Chunk& c, int mb, std::size_t i) const {
 // (row_parallel_out, backend_cpu_tensor.cpp).
 void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const float* in, float* out) {
   const ModelSpec& ms = job_.model;
-  const int T = static_cast<int>(tokens_), Ts = static_cast<int>(ts_), h = ms.hidden, s = ms.seq_len, V = ms.vocab;
+  const int T = static_cast<int>(tokens_), Ts = static_cast<int>(ts_), h = ms.hidden, V = ms.vocab;
   const int B = spec_.micro_batch_size;
   const float* W = c.params.data();
   auto act = [&](int m, const Piece& q, std::int64_t off) { return this->act(c, m, q, off); };
@@ -157,10 +174,14 @@ void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const flo
       auto* tokens = reinterpret_cast<std::int32_t*>(act(mb, p, 0));
       std::vector<std::int32_t> tok, tgt;
       synthetic_batch(ms, step_, spec_.first_sample(mb), B, tok, tgt);
-      std::copy(tok.begin(), tok.end(), tokens);
+      select_rows(tok, tokens);
       // Tensor-parallel: the rank's vocabulary rows; the position table added by the lead rank.
       float* whole = sequence_parallel() ? sp_partial() : out;
-      cpu::embedding_forward(tokens, w(0), p.tensors.size() > 1 && lead() ? w(1) : nullptr, whole, B, s, h, vocab_part_);
+      const float* wpe = p.tensors.size() > 1 && lead() ? w(1) : nullptr;
+      for_each_run([&](std::int64_t row0, int n, int len, int pos0) {
+        cpu::embedding_forward(tokens + row0, w(0), wpe ? wpe + static_cast<std::int64_t>(pos0) * h : nullptr,
+                               whole + row0 * h, n, len, h, vocab_part_);
+      });
       sum_over_group(whole, out);
       break;
     }
@@ -200,7 +221,7 @@ void CpuBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const flo
       auto* targets = reinterpret_cast<std::int32_t*>(act(mb, p, a.targets));
       std::vector<std::int32_t> tok, tgt;
       synthetic_batch(ms, step_, spec_.first_sample(mb), B, tok, tgt);
-      std::copy(tgt.begin(), tgt.end(), targets);
+      select_rows(tgt, targets);
       loss_[static_cast<std::size_t>(mb)] = tp_ == 1 ? cpu::softmax_crossentropy_forward(probs, targets, T, V)
                                                      : vocab_parallel_loss(probs, targets);
       break;
@@ -314,11 +335,17 @@ void CpuBackend::backward_piece(Chunk& c, const Piece& p, int mb, const float* d
   switch (p.kind) {
     case PieceKind::embedding: {
       const auto* tokens = reinterpret_cast<const std::int32_t*>(act(c, mb, p, 0));
-      const int B = spec_.micro_batch_size, s = job_.model.seq_len, h = job_.model.hidden;
-      if (pass == Pass::input) std::memcpy(st, dy, sizeof(float) * static_cast<std::size_t>(ts_ * h));
-      else  // sequence-parallel: the whole output gradient, gathered
-        cpu::embedding_backward(tokens, gathered(pass == Pass::weight ? st : dy), grad(c, p, 0),
-                                p.tensors.size() > 1 ? grad(c, p, 1) : nullptr, B, s, h, vocab_part_);
+      const int h = job_.model.hidden;
+      if (pass == Pass::input) {
+        std::memcpy(st, dy, sizeof(float) * static_cast<std::size_t>(ts_ * h));
+        break;
+      }
+      const float* dout = gathered(pass == Pass::weight ? st : dy);  // sequence-parallel: the whole, gathered
+      float* dwpe = p.tensors.size() > 1 ? grad(c, p, 1) : nullptr;
+      for_each_run([&](std::int64_t row0, int n, int len, int pos0) {
+        cpu::embedding_backward(tokens + row0, dout + row0 * h, grad(c, p, 0),
+                                dwpe ? dwpe + static_cast<std::int64_t>(pos0) * h : nullptr, n, len, h, vocab_part_);
+      });
       break;
     }
     case PieceKind::gpt: backward_gpt(c, p, mb, dy, dx, pass, st); break;

@@ -11,6 +11,10 @@ namespace pipebench {
 void CpuBackend::attention_core_forward(const Chunk& c, int mb, const Piece& p, std::int64_t kept, const float* qkv,
                                         float* attn, int kv_heads) {
   const int B = spec_.micro_batch_size, s = job_.model.seq_len, ht = static_cast<int>(ht_);
+  if (cp_ > 1) {
+    context_attention_forward(qkv, attn, act(c, mb, p, kept), kv_heads);
+    return;
+  }
   if (flash()) {
     cpu::flash_attention_forward(qkv, attn, act(c, mb, p, kept), flash_tiles_.data(), B, s, ht, at_, kv_heads);
     return;
@@ -22,6 +26,10 @@ void CpuBackend::attention_core_forward(const Chunk& c, int mb, const Piece& p, 
 void CpuBackend::attention_core_backward(const Chunk& c, int mb, const Piece& p, std::int64_t kept, const float* qkv,
                                          float* attn, const float* d_attn, float* d_qkv, int kv_heads) {
   const int B = spec_.micro_batch_size, s = job_.model.seq_len, ht = static_cast<int>(ht_);
+  if (cp_ > 1) {
+    context_attention_backward(qkv, attn, act(c, mb, p, kept), d_attn, d_qkv, kv_heads);
+    return;
+  }
   if (flash()) {  // nothing of it recomputed: selective recomputation keeps the log-sum-exp as flash does
     cpu::flash_attention_backward(d_attn, qkv, attn, act(c, mb, p, kept), d_qkv, flash_tiles_.data(), B, s, ht, at_,
                                   kv_heads);

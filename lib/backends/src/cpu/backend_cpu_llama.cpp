@@ -18,7 +18,7 @@ namespace pipebench {
 void CpuBackend::forward_llama(const Chunk& c, const Piece& p, int mb, float* out) {
   const ModelSpec& ms = job_.model;
   const int T = static_cast<int>(tokens_), Ts = static_cast<int>(ts_), h = ms.hidden, f = static_cast<int>(ft_);
-  const int s = ms.seq_len, d = h / ms.heads;
+  const int s = seq_local_, d = h / ms.heads;  // RoPE's rows: the rank's positions (rope_)
   const int ht = static_cast<int>(ht_), kv = static_cast<int>(kv_width()), ldq = ht + 2 * kv;
   const float eps = static_cast<float>(ms.norm_eps);
   const LlamaActs a(T, h, kv, f, 4, ht, Ts);
@@ -46,7 +46,7 @@ void CpuBackend::forward_llama(const Chunk& c, const Piece& p, int mb, float* ou
 void CpuBackend::backward_llama(Chunk& c, const Piece& p, int mb, const float* dy, float* dx, Pass pass, float* st) {
   const ModelSpec& ms = job_.model;
   const int T = static_cast<int>(tokens_), Ts = static_cast<int>(ts_), h = ms.hidden, f = static_cast<int>(ft_);
-  const int s = ms.seq_len, d = h / ms.heads;
+  const int s = seq_local_, d = h / ms.heads;  // RoPE's rows: the rank's positions (rope_)
   const int ht = static_cast<int>(ht_), kv = static_cast<int>(kv_width()), ldq = ht + 2 * kv;
   const std::int64_t Th = static_cast<std::int64_t>(T) * h, Tf = static_cast<std::int64_t>(T) * f;
   const std::int64_t Tq = static_cast<std::int64_t>(T) * ldq, Tht = static_cast<std::int64_t>(T) * ht;

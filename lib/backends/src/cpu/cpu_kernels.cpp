@@ -405,11 +405,11 @@ void rmsnorm_backward_input(const float* dout, const float* x, const float* gamm
   }
 }
 
-void rope_table(float* table, int s, int d, double theta) {
+void rope_table(float* table, int s, int d, double theta, const int* positions) {
   const int half = d / 2;
   for (int pos = 0; pos < s; ++pos)
     for (int i = 0; i < half; ++i) {
-      const double angle = pos * std::pow(theta, -2.0 * i / d);
+      const double angle = (positions ? positions[pos] : pos) * std::pow(theta, -2.0 * i / d);
       table[static_cast<std::int64_t>(pos) * half + i] = static_cast<float>(std::cos(angle));
       table[static_cast<std::int64_t>(s) * half + static_cast<std::int64_t>(pos) * half + i] = static_cast<float>(std::sin(angle));
     }

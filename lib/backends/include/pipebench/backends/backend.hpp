@@ -115,7 +115,9 @@ struct StageSpec {
     return static_cast<std::int64_t>(data_microbatch(mb)) * micro_batch_size;
   }
   // Micro-batches per optimizer step over every replica: the loss's divisor.
-  int step_microbatches() const { return num_microbatches * replicas; }
+  // With context parallelism each rank holds 1/c of every micro-batch's
+  // tokens: its loss is scaled by 1/(d·m·c·T) too, T its own tokens.
+  int step_microbatches() const { return num_microbatches * replicas * context; }
   // One chunk per rank (tests, benchmarks): `range` is virtual stage `rank`
   // of `num_stages`; set rank and num_stages first.
   void one_chunk(const StageRange& range) {
@@ -173,6 +175,10 @@ class Backend {
   // parallelism keeps it (not owned); the others model the collectives
   // (sim) or refuse the run (runner.cpp's not_executed).
   virtual void set_tensor_group(TensorGroup* /*group*/) {}
+  // Context parallelism (spec.context > 1), before build: the group over
+  // which the attention's K/V are all-gathered and their gradients
+  // reduce-scattered (the same collectives as a tensor group's).
+  virtual void set_context_group(TensorGroup* /*group*/) {}
   // The cuda backend with NCCL: the same group on device memory, before
   // build (null: its layers reduce host-staged copies over the group above).
   virtual void set_device_tensor_group(DeviceTensorGroup* /*group*/) {}

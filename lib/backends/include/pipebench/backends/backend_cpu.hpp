@@ -41,6 +41,7 @@ class CpuBackend final : public Backend {
   bool computes_loss() const override { return true; }
   void build(const StageSpec& spec) override;
   void set_tensor_group(TensorGroup* group) override { tensor_ = group; }
+  void set_context_group(TensorGroup* group) override { context_ = group; }
   void set_gradient_hook(int chunk, std::function<void(int pieces)> on_final) override {
     hook_chunk_ = chunk;
     hook_ = std::move(on_final);
@@ -159,6 +160,41 @@ class CpuBackend final : public Backend {
   void attention_core_backward(const Chunk& c, int mb, const Piece& p, std::int64_t kept, const float* qkv, float* attn,
                                const float* d_attn, float* d_qkv, int kv_heads);
   bool flash() const { return job_.model.attention == Attention::flash; }
+  // Context parallelism: flash attention of the rank's query rows against
+  // every rank's K/V, all-gathered into sequence order; the backward's
+  // dK/dV reduce-scattered back to their ranks (backend_cpu_attention.cpp).
+  void context_attention_forward(const float* qkv, float* attn, float* lse, int kv_heads);
+  void context_attention_backward(const float* qkv, const float* attn, const float* lse, const float* d_attn,
+                                  float* d_qkv, int kv_heads);
+  // Every context rank's K/V of `qkv` in sequence order, into cp_seq().
+  void gather_sequence_kv(const float* qkv, int kv_heads);
+  std::int64_t cp_kv_width(int kv_heads) const { return 2 * static_cast<std::int64_t>(kv_heads) * (ht_ / at_); }
+  float* cp_packed() { return cp_buffers_.data(); }
+  float* cp_gathered(int kv_heads) { return cp_packed() + tokens_ * cp_kv_width(kv_heads); }
+  float* cp_seq(int kv_heads) { return cp_gathered(kv_heads) + cp_ * tokens_ * cp_kv_width(kv_heads); }
+  float* cp_dseq(int kv_heads) { return cp_seq(kv_heads) + cp_ * tokens_ * cp_kv_width(kv_heads); }
+  // Sequence position of row j of context rank r's rows of a sequence.
+  int cp_position(int r, int j) const;
+  // The context group's degree, rank, positions (c = 1: the whole sequence).
+  void setup_context(const StageSpec& spec);
+  void build_workspace(const ModelDesc& model, bool train);
+  // The micro-batch's rows as runs of consecutive positions: f(first row,
+  // sequences, rows each, first position) — one call for the b sequences
+  // of s rows, or with context parallelism one per chunk of each sequence.
+  template <class F>
+  void for_each_run(F&& f) const {
+    const int b = spec_.micro_batch_size;
+    if (cp_ == 1) {
+      f(std::int64_t{0}, b, seq_local_, 0);
+      return;
+    }
+    const int L = seq_local_ / 2;
+    for (int bb = 0; bb < b; ++bb)
+      for (int k = 0; k < 2; ++k) f(static_cast<std::int64_t>(bb) * seq_local_ + k * L, 1, L, positions_[k * L]);
+  }
+  // The rank's rows of each of the micro-batch's b sequences of `whole`
+  // (b·s token ids) into `mine` (b·seq_local_).
+  void select_rows(const std::vector<std::int32_t>& whole, std::int32_t* mine) const;
   // The rank's K/V width, kv_heads/t · h/heads (the whole kv at t = 1).
   std::int64_t kv_width() const { return kvt_; }
 
@@ -244,10 +280,19 @@ class CpuBackend final : public Backend {
   StageSpec spec_;
   std::vector<Chunk> chunks_;
   std::pair<int, int> layers_{-1, -1};
-  std::int64_t tokens_ = 0;  // T = micro_batch_size * seq_len
+  std::int64_t tokens_ = 0;  // T = micro_batch_size * seq_len (/ c with context parallelism)
   TrackedArray<float> workspace_;  // shared by the chunks
   TrackedArray<float> rope_;       // llama: the rotary table (cpu::rope_table)
   TrackedArray<float> flash_tiles_;  // flash attention's tiles (cpu::kFlashScratchFloats)
+  // Context parallelism (docs/context-parallel.md, "cpu backend"): the
+  // group, the rank's place in it, each sequence's rows this rank holds
+  // (`positions_`, seq_local_ of them: chunks cp_rank and 2c−1−cp_rank), and
+  // the K/V buffers: packed [T, 2kv], gathered [c, T, 2kv] (rank-major), in
+  // sequence order [b, s, 2kv] and their gradients likewise.
+  TensorGroup* context_ = nullptr;
+  int cp_ = 1, cp_rank_ = 0, seq_local_ = 0;
+  std::vector<int> positions_;
+  TrackedArray<float> cp_buffers_;
   std::size_t slabs_allocated_ = 0;
   std::int64_t shard_padding_ = 0;  // the last shard's padding to ceil(n / d), held with chunk 0's state
   // zero2, fsdp: the rank's shard of the reduced gradients, and (fsdp) of the

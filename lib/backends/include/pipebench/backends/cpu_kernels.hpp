@@ -85,7 +85,9 @@ void rmsnorm_backward_input(const float* dout, const float* x, const float* gamm
 // double. rope_apply rotates, in place, the first `heads` heads of d columns
 // of every row of x (row stride ld; the row's position is its index mod s);
 // inverse: the transpose (the backward of a rotation).
-void rope_table(float* table, int s, int d, double theta);
+// With `positions`, row i of the table is position positions[i] (context
+// parallelism: a rank's rows are two chunks of the sequence).
+void rope_table(float* table, int s, int d, double theta, const int* positions = nullptr);
 void rope_apply(float* x, const float* table, int T, int s, int heads, int d, int ld, bool inverse);
 
 // SwiGLU (llama): pre[T, 2f] holds W1·x | W3·x per row; u[T, f] = silu(W1·x) ⊙ W3·x.

@@ -43,6 +43,10 @@ inline constexpr int kCpuFlashTile = 64;
 // Its scratch: two tiles and two rows of statistics (the model's attention
 // blocks only: gpt and llama).
 inline constexpr std::int64_t kCpuFlashScratchFloats = 2 * kCpuFlashTile * kCpuFlashTile + 2 * kCpuFlashTile;
+// Context parallelism on the cpu backend: three buffers of every context
+// rank's K/V (gathered, in sequence order, their gradients) beside the
+// rank's own packed K/V (ModelDesc::cpu_workspace_bytes).
+inline constexpr int kCpuContextBuffers = 3;
 inline bool cpu_flash_tiles(const ModelSpec& m) { return m.attention == Attention::flash && m.kind != ModelKind::mlp; }
 
 // The collectives of one tensor-parallel group for one piece and one

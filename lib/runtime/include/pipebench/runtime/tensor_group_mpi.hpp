@@ -18,9 +18,13 @@ namespace pipebench {
 
 class MpiTensorGroup final : public TensorGroup {
  public:
-  explicit MpiTensorGroup(RunComm& comm) : comm_(comm) {}
-  int size() const override { return comm_.tensor_size(); }
-  int rank() const override { return comm_.tensor_rank(); }
+  // Which of the rank's groups: its tensor group, or its context group
+  // (context parallelism's K/V all-gathers and dK/dV reduce-scatters,
+  // docs/context-parallel.md), the same collectives on RunComm::context().
+  enum class Over { tensor, context };
+  explicit MpiTensorGroup(RunComm& comm, Over over = Over::tensor) : comm_(comm), over_(over) {}
+  int size() const override { return over_ == Over::tensor ? comm_.tensor_size() : comm_.context_size(); }
+  int rank() const override { return over_ == Over::tensor ? comm_.tensor_rank() : comm_.context_rank(); }
   void sum(float* data, std::int64_t n) override { reduce(data, n, MPI_FLOAT, MPI_SUM); }
   void sum(double* data, std::int64_t n) override { reduce(data, n, MPI_DOUBLE, MPI_SUM); }
   void max(float* data, std::int64_t n) override { reduce(data, n, MPI_FLOAT, MPI_MAX); }
@@ -36,7 +40,9 @@ class MpiTensorGroup final : public TensorGroup {
   void gather(const void* part, void* whole, std::int64_t n, MPI_Datatype type);
   // Waits for `req` (posted on the tensor communicator), counting its time from `start`.
   void finish(MPI_Request& req, double start, const char* what);
+  MPI_Comm group() const { return over_ == Over::tensor ? comm_.tensor() : comm_.context(); }
   RunComm& comm_;
+  Over over_;
   double seconds_ = 0.0;
   bool pending_ = false;
 };
