@@ -132,10 +132,6 @@ std::string not_executed(const RunSpec& run, BackendKind backend, const ModelSpe
     return fmt::format("context_parallel = {}: the cuda backend does not exchange K/V between ranks yet (the cpu "
                        "backend does; the planner and the sim backend model it)",
                        run.context_parallel);
-  if (run.context_parallel > 1 && backend == BackendKind::cpu && run.cp_comm == CpComm::ring)
-    return fmt::format("context_parallel = {} with cp_comm = \"ring\": the cpu backend all-gathers K/V only yet "
-                       "(cp_comm = \"allgather\" runs; the planner and the sim backend model the ring)",
-                       run.context_parallel);
   if (model.attention == Attention::flash && backend == BackendKind::cuda)
     return "model.attention = \"flash\": the cuda backend computes the materialized attention yet (the cpu backend "
            "computes flash attention; the sim backend and the planner model it)";

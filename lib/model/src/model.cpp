@@ -44,7 +44,7 @@ void block_comm(Cost& c, int regions, int t, bool sp, const I& boundary_full) {
 TensorSplit tensor_split(const RunSpec& run) {
   return {run.tensor_parallel, run.sequence_parallel,
           run.mode == RunMode::train && run.recompute == Recompute::selective, run.mode == RunMode::train,
-          run.context_parallel};
+          run.context_parallel, run.cp_comm};
 }
 
 std::int64_t padded_vocab(const ModelSpec& spec, int t) {
@@ -339,8 +339,11 @@ std::int64_t ModelDesc::cpu_workspace_bytes(int b, bool train) const {
   // Context parallelism's K/V (also in inference): the rank's packed, every
   // rank's gathered, in sequence order, and the gradients in sequence order
   // (docs/context-parallel.md, "cpu backend").
-  if (split_.context > 1) bytes = bytes + I(kCpuContextBuffers) * split_.context * I(context_kv_bytes(b)) +
-                                  I(context_kv_bytes(b));
+  if (split_.context > 1 && split_.context_comm == CpComm::allgather)
+    bytes = bytes + I(kCpuContextBuffers) * split_.context * I(context_kv_bytes(b)) + I(context_kv_bytes(b));
+  if (split_.context > 1 && split_.context_comm == CpComm::ring)
+    bytes = bytes + I(kCpuRingBuffers) * I(context_kv_bytes(b)) +
+            I(4) * (spec_.seq_len / (2 * split_.context)) * (spec_.hidden / spec_.heads + 1);
   if (!train) return bytes.value();
   // ... the temporaries and, materialized, one s x s score scratch and with
   // selective recomputation the attention probabilities of the rank's heads

@@ -60,4 +60,18 @@ void MpiTensorGroup::reduce_scatter(const float* whole, float* part, std::int64_
   finish(req, start, over_ == Over::tensor ? "a sequence-parallel reduce-scatter" : "a context-parallel dK/dV reduce-scatter");
 }
 
+void MpiTensorGroup::ring_start(const float* send, float* recv, std::int64_t n) {
+  const int size = this->size(), me = rank();
+  constexpr int kRingTag = 69;
+  pending_ = true;  // until ring_wait: MPI may still write into `recv`
+  PIPEBENCH_MPI_CHECK(MPI_Irecv(recv, mpi_count(n), MPI_FLOAT, (me + size - 1) % size, kRingTag, group(), &ring_[0]));
+  PIPEBENCH_MPI_CHECK(MPI_Isend(send, mpi_count(n), MPI_FLOAT, (me + 1) % size, kRingTag, group(), &ring_[1]));
+}
+
+void MpiTensorGroup::ring_wait() {
+  const double start = now_s();  // what the compute in between did not hide
+  finish(ring_[0], start, "a context-parallel ring receive");
+  finish(ring_[1], now_s(), "a context-parallel ring send");
+}
+
 }  // namespace pipebench

@@ -105,8 +105,10 @@ void CpuBackend::build_workspace(const ModelDesc& model, bool train) {
   }
   if (cp_ > 1) {
     const std::int64_t kv = model.context_kv_bytes(b) / static_cast<std::int64_t>(sizeof(float));
-    cp_buffers_ = TrackedArray<float>(memory_, MemCategory::workspace,
-                                      static_cast<std::size_t>((kCpuContextBuffers * cp_ + 1) * kv),
+    const std::int64_t floats = spec_.tensor.context_comm == CpComm::ring
+                                    ? kCpuRingBuffers * kv + (seq_local_ / 2) * (ms.hidden / ms.heads + 1)
+                                    : (kCpuContextBuffers * cp_ + 1) * kv;
+    cp_buffers_ = TrackedArray<float>(memory_, MemCategory::workspace, static_cast<std::size_t>(floats),
                                       "context-parallel K/V buffers");
   }
   if (cpu_flash_tiles(ms))

@@ -12,7 +12,8 @@ void CpuBackend::attention_core_forward(const Chunk& c, int mb, const Piece& p, 
                                         float* attn, int kv_heads) {
   const int B = spec_.micro_batch_size, s = job_.model.seq_len, ht = static_cast<int>(ht_);
   if (cp_ > 1) {
-    context_attention_forward(qkv, attn, act(c, mb, p, kept), kv_heads);
+    if (spec_.tensor.context_comm == CpComm::ring) ring_attention_forward(qkv, attn, act(c, mb, p, kept), kv_heads);
+    else context_attention_forward(qkv, attn, act(c, mb, p, kept), kv_heads);
     return;
   }
   if (flash()) {
@@ -27,7 +28,10 @@ void CpuBackend::attention_core_backward(const Chunk& c, int mb, const Piece& p,
                                          float* attn, const float* d_attn, float* d_qkv, int kv_heads) {
   const int B = spec_.micro_batch_size, s = job_.model.seq_len, ht = static_cast<int>(ht_);
   if (cp_ > 1) {
-    context_attention_backward(qkv, attn, act(c, mb, p, kept), d_attn, d_qkv, kv_heads);
+    if (spec_.tensor.context_comm == CpComm::ring)
+      ring_attention_backward(qkv, attn, act(c, mb, p, kept), d_attn, d_qkv, kv_heads);
+    else
+      context_attention_backward(qkv, attn, act(c, mb, p, kept), d_attn, d_qkv, kv_heads);
     return;
   }
   if (flash()) {  // nothing of it recomputed: selective recomputation keeps the log-sum-exp as flash does

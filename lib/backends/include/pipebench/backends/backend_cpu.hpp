@@ -168,11 +168,36 @@ class CpuBackend final : public Backend {
                                   float* d_qkv, int kv_heads);
   // Every context rank's K/V of `qkv` in sequence order, into cp_seq().
   void gather_sequence_kv(const float* qkv, int kv_heads);
+  // cp_comm = "ring": the K/V (and in the backward their gradients) passed
+  // around the group, each step's transfer behind the attention of the
+  // block held, the partial outputs merged by their log-sum-exp.
+  void ring_attention_forward(const float* qkv, float* attn, float* lse, int kv_heads);
+  void ring_attention_backward(const float* qkv, const float* attn, const float* lse, const float* d_attn, float* d_qkv,
+                               int kv_heads);
+  // The rank's K|V columns of `qkv` packed into `out` [T, 2kv].
+  void pack_kv(const float* qkv, int kv_heads, float* out) const;
+  // Runs f(row0 of a query chunk, its first position, row0 of a K/V chunk in
+  // the buffer of rank r, that chunk's first position) for every pair of the
+  // micro-batch where some key precedes some query (the rest is masked).
+  template <class F>
+  void for_each_visible_pair(int r, F&& f) const {
+    const int L = seq_local_ / 2;
+    for (std::int64_t bb = 0; bb < spec_.micro_batch_size; ++bb)
+      for (int qk = 0; qk < 2; ++qk)
+        for (int kc = 0; kc < 2; ++kc) {
+          const int qpos = positions_[static_cast<std::size_t>(qk * L)], kpos = cp_position(r, kc * L);
+          if (kpos > qpos + L - 1) continue;
+          f(bb * seq_local_ + qk * L, qpos, bb * seq_local_ + kc * L, kpos);
+        }
+  }
   std::int64_t cp_kv_width(int kv_heads) const { return 2 * static_cast<std::int64_t>(kv_heads) * (ht_ / at_); }
   float* cp_packed() { return cp_buffers_.data(); }
   float* cp_gathered(int kv_heads) { return cp_packed() + tokens_ * cp_kv_width(kv_heads); }
   float* cp_seq(int kv_heads) { return cp_gathered(kv_heads) + cp_ * tokens_ * cp_kv_width(kv_heads); }
   float* cp_dseq(int kv_heads) { return cp_seq(kv_heads) + cp_ * tokens_ * cp_kv_width(kv_heads); }
+  // The ring's: the K/V held (cp_packed), arriving, their gradients held and
+  // arriving, then one chunk's partial output [L, d] and log-sum-exp [L].
+  float* ring_buffer(int kv_heads, int i) { return cp_packed() + i * tokens_ * cp_kv_width(kv_heads); }
   // Sequence position of row j of context rank r's rows of a sequence.
   int cp_position(int r, int j) const;
   // The context group's degree, rank, positions (c = 1: the whole sequence).

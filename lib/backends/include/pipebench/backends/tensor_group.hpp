@@ -29,6 +29,12 @@ class TensorGroup {
   // The same gather of `bytes` bytes a rank (the cuda backend's storage
   // dtype, host-staged).
   virtual void all_gather_bytes(const void* part, void* whole, std::int64_t bytes) = 0;
+  // A context group's ring (docs/context-parallel.md): starts sending
+  // `send` [n] to the next rank (rank() + 1 mod size()) and receiving the
+  // previous rank's n into `recv`; ring_wait() finishes both (the caller
+  // computes in between; one ring transfer at a time).
+  virtual void ring_start(const float* send, float* recv, std::int64_t n) = 0;
+  virtual void ring_wait() = 0;
   // Seconds spent in the group's collectives since the last call (a
   // step's figure: the executor takes it at the end of each step).
   virtual double take_seconds() = 0;

@@ -30,8 +30,10 @@ struct TensorSplit {
   // A training run: the model's dropout (model.dropout, gpt) applies.
   bool training = false;
   // Context parallelism (docs/context-parallel.md): each sequence's tokens
-  // split over `context` ranks, a rank's queries attending every key.
+  // split over `context` ranks, a rank's queries attending every key, the
+  // K/V exchanged as `context_comm` says.
   int context = 1;
+  CpComm context_comm = CpComm::ring;
 };
 // A run's split (selective recomputation in training only).
 TensorSplit tensor_split(const RunSpec& run);
@@ -43,10 +45,13 @@ inline constexpr int kCpuFlashTile = 64;
 // Its scratch: two tiles and two rows of statistics (the model's attention
 // blocks only: gpt and llama).
 inline constexpr std::int64_t kCpuFlashScratchFloats = 2 * kCpuFlashTile * kCpuFlashTile + 2 * kCpuFlashTile;
-// Context parallelism on the cpu backend: three buffers of every context
-// rank's K/V (gathered, in sequence order, their gradients) beside the
-// rank's own packed K/V (ModelDesc::cpu_workspace_bytes).
+// Context parallelism on the cpu backend (ModelDesc::cpu_workspace_bytes):
+// all-gathered, three buffers of every context rank's K/V (gathered, in
+// sequence order, their gradients) beside the rank's own packed K/V; on the
+// ring, four of one rank's (the K/V held and arriving, their gradients
+// likewise) and one chunk's partial output and log-sum-exp of a head.
 inline constexpr int kCpuContextBuffers = 3;
+inline constexpr int kCpuRingBuffers = 4;
 inline bool cpu_flash_tiles(const ModelSpec& m) { return m.attention == Attention::flash && m.kind != ModelKind::mlp; }
 
 // The collectives of one tensor-parallel group for one piece and one

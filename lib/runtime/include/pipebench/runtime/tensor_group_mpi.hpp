@@ -31,6 +31,8 @@ class MpiTensorGroup final : public TensorGroup {
   void all_gather(const float* part, float* whole, std::int64_t n) override;
   void reduce_scatter(const float* whole, float* part, std::int64_t n) override;
   void all_gather_bytes(const void* part, void* whole, std::int64_t bytes) override;
+  void ring_start(const float* send, float* recv, std::int64_t n) override;
+  void ring_wait() override;
   double take_seconds() override;
   // Whether a collective was left unfinished by a failure.
   bool pending() const { return pending_; }
@@ -43,6 +45,7 @@ class MpiTensorGroup final : public TensorGroup {
   MPI_Comm group() const { return over_ == Over::tensor ? comm_.tensor() : comm_.context(); }
   RunComm& comm_;
   Over over_;
+  MPI_Request ring_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // receive, send
   double seconds_ = 0.0;
   bool pending_ = false;
 };
