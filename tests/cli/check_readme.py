@@ -22,6 +22,7 @@ SKIP = [
     (r"bench/whole/cpu_vs_torch.sh", "a whole-run benchmark, minutes; needs python3-torch, which set-up does not install"),
     (r"--confirm --verify", "4 minutes of cpu trials and runs (tests/tune covers --confirm and --verify)"),
     (r"pipebench probe jobs/default.toml", "a minute of cpu trials (tests/probe covers the probe)"),
+    (r"run jobs/llama_long_cpu.toml", "20 s of 4K-token runs: ctest mpi.cpu.llama_long_job runs it and checks the losses"),
 ]
 
 commands = []
