@@ -95,6 +95,8 @@ std::string schedule_text(const TuneCandidate& c) {
 
 // "32x2" (p x d), "8x1x8" (p x d x t); "48" alone.
 std::string layout_text(const TuneCandidate& c) {
+  if (c.context_parallel > 1)
+    return fmt::format("{}x{}x{}x{}", c.pipeline_size, c.data_parallel, c.context_parallel, c.tensor_parallel);
   if (c.tensor_parallel > 1) return fmt::format("{}x{}x{}", c.pipeline_size, c.data_parallel, c.tensor_parallel);
   return c.data_parallel > 1 ? fmt::format("{}x{}", c.pipeline_size, c.data_parallel) : std::to_string(c.pipeline_size);
 }
@@ -208,6 +210,13 @@ void print_terms(const TuneResult& r, int top) {
                format_seconds(c.step_time_s), format_seconds(t.compute_s), format_seconds(t.tp_comm_s),
                format_seconds(t.dp_exposed_s), format_seconds(t.dp_hidden_s), format_seconds(t.optimizer_s), format_seconds(t.idle_s), format_seconds(t.pp_transfer_s), 100.0 * c.mfu);
   }
+  // Context parallelism's exposed K/V exchange: part of the step beside the columns (the table keeps its shape).
+  std::string cp;
+  shown = 0;
+  for (const auto& c : r.candidates)
+    if (c.fits && c.terms && shown++ < top && c.terms->cp_exposed_s > 0.0)
+      cp += fmt::format(" #{} {}", shown, format_seconds(c.terms->cp_exposed_s));
+  if (!cp.empty()) fmt::print("  context-parallel K/V exchange exposed, beside the columns above:{}\n", cp);
 }
 
 void print_answer(const TuneCmdOptions& o, const Job& job, const TuneResult& result, double search_s) {
@@ -305,7 +314,7 @@ int confirm(std::FILE* log, const TuneCmdOptions& o, const Job& tuned, const std
   ProbeOptions p;
   p.job_path = path;
   p.run_name = run_name;
-  p.ranks = best.pipeline_size * best.tensor_parallel;  // one replica's
+  p.ranks = best.pipeline_size * best.tensor_parallel * best.context_parallel;  // one replica's
   const int predicted = best.replica_max_micro_batch;
   if (best.data_parallel > 1) {
     p.overrides.push_back(fmt::format("run.{}.data_parallel=1", run_name));
@@ -407,6 +416,10 @@ void add_tune_options(CLI::App& app, TuneCmdOptions& o) {
                   "tensor-parallel degrees to try (repeatable; default: the template's, and with device.ranks_per_node "
                   "= G every t <= G the model allows)")
       ->check(CLI::Range(1, kMaxTensorParallel));
+  cmd->add_option("--context-parallel", o.tune.context_parallel,
+                  "context-parallel degrees to try (repeatable; default: the template's, and for a sequence longer "
+                  "than 8192 tokens with flash attention every c with c x t <= device.ranks_per_node it allows)")
+      ->check(CLI::Range(1, kMaxContextParallel));
   cmd->add_option("--optimizer-sharding", o.shardings,
                   "optimizer sharding of layouts with replicas: none, zero1, zero2, fsdp (repeatable; default: every "
                   "one the job's backend executes)")

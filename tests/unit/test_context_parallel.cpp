@@ -15,6 +15,7 @@
 #include "pipebench/parallel/rank_grid.hpp"
 #include "pipebench/plan/plan.hpp"
 #include "pipebench/plan/plan_format.hpp"
+#include "pipebench/plan/tune.hpp"
 
 using namespace pipebench;
 
@@ -162,4 +163,37 @@ TEST_CASE("context parallelism: Llama-3.1-405B's 128K layout fits and is priced"
     for (const StagePlan& sp : p.stages) CHECK(static_cast<std::uint64_t>(sp.total_bytes) < job.device.memory_capacity_bytes);
     CHECK(p.iteration_s > 0.0);
   }
+}
+
+TEST_CASE("context parallelism: tune tries c for a long sequence, within a node, and writes it", "[context][tune]") {
+  // 32K tokens on nodes of 8: every c with c x t <= 8 whose 2c divides 32768.
+  const Job job = parse_job(kJob, "w.toml",
+                            {"model.seq_len=32768", "device.ranks_per_node=8", "run.r.context_parallel=1"});
+  TuneOptions o;
+  o.max_ranks = 16;
+  o.tensor_parallel = {1, 2};
+  CHECK(context_degrees(job, job.runs[0], o, 1) == std::vector<int>{1, 2, 4, 8});
+  CHECK(context_degrees(job, job.runs[0], o, 2) == std::vector<int>{1, 2, 4});
+  const TuneResult r = tune(job, o);
+  bool any = false;
+  for (const TuneCandidate& c : r.candidates) {
+    CHECK(c.context_parallel * c.tensor_parallel <= 8);
+    CHECK(c.ranks() <= 16);
+    any = any || c.context_parallel > 1;
+  }
+  CHECK(any);
+  // The written workload carries c and cp_comm, and runs as it says.
+  const std::string toml = tuned_workload(job, r).toml;
+  const Job written = parse_job(toml, "tuned.toml");
+  for (const RunSpec& run : written.runs)
+    if (run.context_parallel > 1) CHECK(run.cp_comm == job.runs[0].cp_comm);
+  // A sequence of 8K or less, or the materialized attention: c stays the template's.
+  const Job short_seq = parse_job(kJob, "w.toml", {"device.ranks_per_node=8"});
+  CHECK(context_degrees(short_seq, short_seq.runs[0], o, 1) == std::vector<int>{4});
+  const Job plain = parse_job(kJob, "w.toml", {"model.seq_len=32768", "device.ranks_per_node=8", "run.r.context_parallel=1",
+                                               "model.attention=\"materialized\""});
+  CHECK(context_degrees(plain, plain.runs[0], o, 1) == std::vector<int>{1});
+  // Asked for: the ones the sequence allows.
+  o.context_parallel = {3, 4, 5};
+  CHECK(context_degrees(job, job.runs[0], o, 1) == std::vector<int>{4});
 }

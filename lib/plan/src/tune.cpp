@@ -31,6 +31,7 @@ RunSpec TuneCandidate::run(const RunSpec& like, std::string name) const {
   if (data_parallel > 1) r.grad_sync = grad_sync;
   r.tensor_parallel = tensor_parallel;
   r.sequence_parallel = tensor_parallel > 1 && sequence_parallel;
+  r.context_parallel = context_parallel;
   r.recompute = recompute;
   r.schedule = schedule;
   r.virtual_stages_per_rank = virtual_stages_per_rank;
@@ -45,6 +46,7 @@ RunSpec TuneCandidate::run(const RunSpec& like, std::string name) const {
 std::string TuneCandidate::layout() const {
   std::string s = fmt::format("p {}", pipeline_size);
   if (data_parallel > 1) s += fmt::format(" x d {}", data_parallel);
+  if (context_parallel > 1) s += fmt::format(" x c {}", context_parallel);
   if (tensor_parallel > 1) s += fmt::format(" x t {}", tensor_parallel);
   return s;
 }
@@ -56,7 +58,7 @@ const TuneCandidate* TuneResult::best() const {
 const TuneCandidate* TuneResult::smallest_fitting() const {
   // The fewest stages; among those the fewest replicas (unsharded first).
   const auto key = [](const TuneCandidate& c) {
-    return std::tuple(c.pipeline_size, c.tensor_parallel, c.data_parallel, c.sharding);
+    return std::tuple(c.pipeline_size, c.tensor_parallel, c.context_parallel, c.data_parallel, c.sharding);
   };
   const TuneCandidate* s = nullptr;
   for (const auto& c : candidates)
@@ -87,15 +89,15 @@ const RunSpec& pick_template(const Job& job, const std::string& name) {
 // layouts differing only in d share their answers unless sharded.
 class FitCache {
  public:
-  using Key = std::tuple<int, int, int, int, int, int, bool, int, int, int, int, double>;
+  using Key = std::tuple<int, int, int, int, int, int, int, bool, int, int, int, int, double>;
   static Key key(const RunSpec& r, double fraction) {
-    // Sharded, every mode's memory depends on d and differs from the others'.
+    // Sharded, every mode's memory depends on d (x c) and differs from the others'.
     const bool sharded = shards_optimizer(r);
-    const int d = sharded ? r.data_parallel : 1;
+    const int d = sharded ? r.grad_group() : 1;
     const int mode = sharded ? static_cast<int>(r.optimizer_sharding) : 0;
     return {r.pipeline_size, r.virtual_stages_per_rank, static_cast<int>(r.schedule), static_cast<int>(r.remainder), d,
-            r.tensor_parallel, r.sequence_parallel, r.micro_batch_size, r.num_microbatches, static_cast<int>(r.recompute),
-            mode, fraction};
+            r.tensor_parallel, r.context_parallel, r.sequence_parallel, r.micro_batch_size, r.num_microbatches,
+            static_cast<int>(r.recompute), mode, fraction};
   }
   std::map<Key, bool> answers;
   BalancedSplits splits;  // `balanced` partitions, probed again at each size and d
@@ -377,6 +379,7 @@ class CandidateSearch {
     t.compute_s = busiest->forward.total() + busiest->input_grad.total() + busiest->weight_grad.total() +
                   busiest->recompute.total();
     t.tp_comm_s = busiest->tp_comm_s;
+    t.cp_exposed_s = busiest->cp_exposed_s;
     t.pp_transfer_s = busiest->pp_transfer_s;
     t.dp_exposed_s = busiest->dp_exposed_s;
     t.dp_hidden_s = busiest->dp_hidden_s;
@@ -411,8 +414,8 @@ void rank_candidates(std::vector<TuneCandidate>& cands) {
   std::stable_sort(cands.begin(), cands.end(), [&](const TuneCandidate& a, const TuneCandidate& b) {
     if (a.fits != b.fits) return a.fits;
     if (!a.fits)
-      return std::tuple(a.pipeline_size, a.tensor_parallel, a.data_parallel) <
-             std::tuple(b.pipeline_size, b.tensor_parallel, b.data_parallel);
+      return std::tuple(a.pipeline_size, a.tensor_parallel, a.context_parallel, a.data_parallel) <
+             std::tuple(b.pipeline_size, b.tensor_parallel, b.context_parallel, b.data_parallel);
     if (a.margin != b.margin) return a.margin;
     if (near_top(a) != near_top(b)) return near_top(a);
     if (near_top(a) && a.ranks() != b.ranks()) return a.ranks() < b.ranks();
@@ -427,12 +430,12 @@ void rank_candidates(std::vector<TuneCandidate>& cands) {
 // micro-batch 1 with one replica does not fit with d either, so its d = 1
 // verdict is reused (the search then costs a plan per fitting layout only:
 // 70B GPT at 256 ranks, 1813 candidates, from 3.8 s to 0.9 s here).
-using MissKey = std::tuple<int, int, int, int, int, int, bool>;
+using MissKey = std::tuple<int, int, int, int, int, int, int, bool>;
 TuneCandidate evaluate(const Job& job, const RunSpec& like, const TuneOptions& options, const TuneCandidate& c,
                        FitCache& cache, std::map<MissKey, TuneCandidate>& unsharded_misses) {
   const bool reusable = options.global_batch == 0 && c.sharding == OptimizerSharding::none;
   const MissKey key{c.pipeline_size, static_cast<int>(c.schedule), c.virtual_stages_per_rank, static_cast<int>(c.partition),
-                    c.tensor_parallel, static_cast<int>(c.recompute), c.sequence_parallel};
+                    c.tensor_parallel, c.context_parallel, static_cast<int>(c.recompute), c.sequence_parallel};
   if (reusable && c.data_parallel > 1)
     if (const auto it = unsharded_misses.find(key); it != unsharded_misses.end()) {
       TuneCandidate e = it->second;
@@ -476,6 +479,26 @@ std::vector<int> tensor_degrees(const Job& job, const RunSpec& like, const TuneO
   return out;
 }
 
+std::vector<int> context_degrees(const Job& job, const RunSpec& like, const TuneOptions& options, int t) {
+  const ModelSpec& m = job.model;
+  const auto allowed = [&](int c) {
+    const int unit = 2 * c * (like.sequence_parallel && t > 1 ? t : 1);
+    return c == 1 || (m.kind != ModelKind::mlp && m.attention == Attention::flash && m.seq_len % unit == 0);
+  };
+  std::vector<int> out;
+  if (!options.context_parallel.empty()) {
+    for (int c : options.context_parallel)
+      if (allowed(c)) out.push_back(c);
+    return out;
+  }
+  out.push_back(like.context_parallel);
+  if (m.seq_len > kTuneLongSequence)
+    for (int c = 2; c * t <= job.device.ranks_per_node; ++c)
+      if (c != like.context_parallel && allowed(c)) out.push_back(c);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 namespace {
 
 void check_options(const TuneOptions& o) {
@@ -489,6 +512,9 @@ void check_options(const TuneOptions& o) {
   for (int t : o.tensor_parallel)
     if (t < 1 || t > o.max_ranks)
       throw ConfigError(fmt::format("tune: --tensor-parallel {} is outside [1, --ranks {}]", t, o.max_ranks));
+  for (int c : o.context_parallel)
+    if (c < 1 || c > o.max_ranks)
+      throw ConfigError(fmt::format("tune: --context-parallel {} is outside [1, --ranks {}]", c, o.max_ranks));
   if (o.global_batch > 0 && o.num_microbatches > 0)
     throw ConfigError("tune: give --global-batch or --num-microbatches, not both");
   if (o.global_batch < 0) throw ConfigError(fmt::format("tune: --global-batch must be positive (got {})", o.global_batch));
@@ -512,6 +538,7 @@ TuneCandidate at_global_batch(const Job& job, const RunSpec& like, const TuneRes
   fresh.pipeline_size = c.pipeline_size;
   fresh.data_parallel = c.data_parallel;
   fresh.tensor_parallel = c.tensor_parallel;
+  fresh.context_parallel = c.context_parallel;
   fresh.sharding = c.sharding;
   fresh.grad_sync = c.grad_sync;
   fresh.schedule = c.schedule;
@@ -536,6 +563,7 @@ void choose_companions(const Job& job, const RunSpec& like, TuneResult& result, 
       c.pipeline_size = p;
       c.data_parallel = 1;
       c.tensor_parallel = 1;
+      c.context_parallel = 1;
       c.sharding = OptimizerSharding::none;
       if (p == 1) c.schedule = best.virtual_stages_per_rank > 1 ? ScheduleKind::one_f_one_b : best.schedule;
       if (p == 1) c.virtual_stages_per_rank = 1;
@@ -676,31 +704,33 @@ std::vector<TuneCandidate> search_space(const Job& job, const RunSpec& like, con
   };
   std::vector<TuneCandidate> out;
   for (int t : tensor_degrees(job, like, options))
-    for (int p = 1; p <= std::min(options.max_ranks / t, job.model.layers); ++p)
-      for (int d : replica_counts(options, p * t, inference))
-        for (OptimizerSharding sharding : d > 1 ? shardings : std::vector<OptimizerSharding>{OptimizerSharding::none})
-          for (GradSync sync : d > 1 && !inference ? syncs : std::vector<GradSync>{like.grad_sync})
-            for (ScheduleKind kind : inference ? std::vector<ScheduleKind>{like.schedule} : schedules)
-              for (int v : chunks(kind))
-                for (Remainder rule : partitions)
-                  for (Recompute recompute : recomputes)
-                    for (bool sp : t > 1 ? sps : std::vector<bool>{false}) {
-                      // One stage: one candidate per rule, a plain schedule.
-                      if (p == 1 && (kind != schedules.front() || v != chunks(kind).front())) continue;
-                      TuneCandidate c;
-                      c.pipeline_size = p;
-                      c.data_parallel = d;
-                      c.tensor_parallel = t;
-                      c.sharding = sharding;
-                      c.grad_sync = sync;
-                      c.schedule = p == 1 && v > 1 ? ScheduleKind::one_f_one_b : kind;
-                      c.virtual_stages_per_rank = p == 1 ? 1 : v;
-                      c.partition = rule;
-                      c.recompute = recompute;
-                      c.sequence_parallel = sp;
-                      if (every_sharding && sharding != OptimizerSharding::none && !sharding_executed(job, like, c)) continue;
-                      out.push_back(c);
-                    }
+    for (int cp : context_degrees(job, like, options, t))
+      for (int p = 1; p <= std::min(options.max_ranks / (t * cp), job.model.layers); ++p)
+        for (int d : replica_counts(options, p * t * cp, inference))
+          for (OptimizerSharding sharding : d > 1 ? shardings : std::vector<OptimizerSharding>{OptimizerSharding::none})
+            for (GradSync sync : d > 1 && !inference ? syncs : std::vector<GradSync>{like.grad_sync})
+              for (ScheduleKind kind : inference ? std::vector<ScheduleKind>{like.schedule} : schedules)
+                for (int v : chunks(kind))
+                  for (Remainder rule : partitions)
+                    for (Recompute recompute : recomputes)
+                      for (bool sp : t > 1 ? sps : std::vector<bool>{false}) {
+                        // One stage: one candidate per rule, a plain schedule.
+                        if (p == 1 && (kind != schedules.front() || v != chunks(kind).front())) continue;
+                        TuneCandidate c;
+                        c.pipeline_size = p;
+                        c.data_parallel = d;
+                        c.tensor_parallel = t;
+                        c.context_parallel = cp;
+                        c.sharding = sharding;
+                        c.grad_sync = sync;
+                        c.schedule = p == 1 && v > 1 ? ScheduleKind::one_f_one_b : kind;
+                        c.virtual_stages_per_rank = p == 1 ? 1 : v;
+                        c.partition = rule;
+                        c.recompute = recompute;
+                        c.sequence_parallel = sp;
+                        if (every_sharding && sharding != OptimizerSharding::none && !sharding_executed(job, like, c)) continue;
+                        out.push_back(c);
+                      }
   return out;
 }
 
@@ -719,7 +749,7 @@ TuneResult tune(const Job& job, const TuneOptions& options) {
   FitCache cache;
   std::map<MissKey, TuneCandidate> unsharded_misses;
   // Two rules giving the same split are one candidate (the first rule's).
-  std::set<std::tuple<int, int, int, int, int, int, int, bool, int, int, std::vector<int>>> seen;
+  std::set<std::tuple<int, int, int, int, int, int, int, int, bool, int, int, std::vector<int>>> seen;
   const std::vector<TuneCandidate> space = search_space(job, like, options);
   result.searched = space.size();
   // Judged one schedule group (kind, p, v) at a time, each group's candidates
@@ -743,7 +773,7 @@ TuneResult tune(const Job& job, const TuneOptions& options) {
   }
   for (TuneCandidate& e : judged_in_order) {
     if (!e.layers_per_stage.empty() &&
-        !seen.emplace(e.pipeline_size, e.data_parallel, e.tensor_parallel, static_cast<int>(e.sharding),
+        !seen.emplace(e.pipeline_size, e.data_parallel, e.tensor_parallel, e.context_parallel, static_cast<int>(e.sharding),
                       static_cast<int>(e.grad_sync), static_cast<int>(e.schedule), e.virtual_stages_per_rank, e.sequence_parallel,
                       static_cast<int>(e.recompute), e.num_microbatches, e.layers_per_stage)
              .second)

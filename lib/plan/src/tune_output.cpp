@@ -24,6 +24,7 @@ std::string candidate_label(const TuneCandidate& c) {
   if (c.data_parallel > 1 && c.grad_sync != GradSync::after_flush) s += fmt::format(", grad_sync {}", to_string(c.grad_sync));
   if (c.recompute != Recompute::none) s += fmt::format(", recompute {}", to_string(c.recompute));
   if (c.tensor_parallel > 1 && c.sequence_parallel) s += ", sequence parallel";
+  if (c.context_parallel > 1) s += fmt::format(", context parallel {}", c.context_parallel);
   return s;
 }
 
@@ -43,6 +44,8 @@ std::string run_table(const RunSpec& r, const std::string& comment) {
   if (r.tensor_parallel > 1)
     t += fmt::format("tensor_parallel = {}\n{}{}", r.tensor_parallel, r.sequence_parallel ? "sequence_parallel = true\n" : "",
                      r.data_parallel > 1 ? "" : fmt::format("rank_order = \"{}\"\n", to_string(r.rank_order)));
+  if (r.context_parallel > 1)
+    t += fmt::format("context_parallel = {}\ncp_comm = \"{}\"\n", r.context_parallel, to_string(r.cp_comm));
   if (r.recompute != Recompute::none) t += fmt::format("recompute = \"{}\"\n", to_string(r.recompute));
   t += fmt::format("remainder = \"{}\"\n", to_string(r.remainder));
   if (r.remainder == Remainder::balanced && r.balance_by != BalanceBy::flops)
@@ -55,6 +58,7 @@ std::string run_name(const char* role, const TuneCandidate& c) {
   std::string n = fmt::format("{}_pp{}", role, c.pipeline_size);
   if (c.data_parallel > 1) n += fmt::format("_dp{}", c.data_parallel);
   if (c.tensor_parallel > 1) n += fmt::format("_tp{}", c.tensor_parallel);
+  if (c.context_parallel > 1) n += fmt::format("_cp{}", c.context_parallel);
   if (c.data_parallel > 1 && c.sharding != OptimizerSharding::none) n += "_" + std::string(to_string(c.sharding));
   if (c.data_parallel > 1 && c.grad_sync != GradSync::after_flush) n += "_" + std::string(to_string(c.grad_sync));
   if (c.pipeline_size > 1) n += "_" + std::string(to_string(c.schedule));
@@ -170,6 +174,7 @@ void candidate_json(JsonWriter& w, const TuneCandidate& c) {
   w.key("terms");
   if (c.terms) {
     w.begin_object().field("compute_s", c.terms->compute_s).field("tp_comm_s", c.terms->tp_comm_s);
+    w.field("cp_exposed_s", c.terms->cp_exposed_s);
     w.field("pp_transfer_s", c.terms->pp_transfer_s).field("dp_exposed_s", c.terms->dp_exposed_s);
     w.field("dp_hidden_s", c.terms->dp_hidden_s);
     w.field("optimizer_s", c.terms->optimizer_s).field("idle_s", c.terms->idle_s).field("mfu", c.mfu).end_object();

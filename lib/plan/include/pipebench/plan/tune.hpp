@@ -36,6 +36,11 @@ inline constexpr int kTuneMaxMicroBatch = 1 << 16;
 // ranking: the layout on the fewest ranks among them is chosen.
 inline constexpr double kTuneThroughputTie = 0.01;
 
+// Sequences longer than this are "long": tune then tries context
+// parallelism unasked. Llama 3 pre-trained at 8K tokens without it and
+// used it beyond (Dubey et al. 2024, §3.3.2 and Table 4).
+inline constexpr int kTuneLongSequence = 8192;
+
 struct TuneOptions {
   int max_ranks = 1;             // N: layouts p x d <= N, p <= model.layers
   // The replica counts tried; empty: every d with p·d <= N.
@@ -51,6 +56,11 @@ struct TuneOptions {
   // device.ranks_per_node set every t up to it that the model allows
   // (tensor_degrees). The template's sequence_parallel goes with t > 1.
   std::vector<int> tensor_parallel;
+  // The context-parallel degrees tried; empty: the template's and, for a
+  // long sequence (seq_len above kTuneLongSequence, flash attention), every
+  // c with c·t <= device.ranks_per_node the sequence allows
+  // (context_degrees). The template's cp_comm goes with c > 1.
+  std::vector<int> context_parallel;
   int global_batch = 0;          // > 0: m = global_batch / (d·mbs) (d·mbs a divisor of it)
   int num_microbatches = 0;      // > 0: m (per replica) fixed
   double bubble_target = 0.10;   // else: the smallest m whose closed-form bubble is at most this
@@ -85,6 +95,7 @@ struct TuneCandidate {
   int pipeline_size = 1;
   int data_parallel = 1;                // replicas (the template's rank_order)
   int tensor_parallel = 1;              // tensor ranks per stage (the template's sequence_parallel)
+  int context_parallel = 1;             // context ranks per sequence (the template's cp_comm)
   OptimizerSharding sharding = OptimizerSharding::none;  // none where d = 1
   GradSync grad_sync = GradSync::after_flush;           // d > 1: how the gradients are synchronised
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
@@ -129,6 +140,7 @@ struct TuneCandidate {
   struct Terms {
     double compute_s = 0.0;      // forward, backward, recomputation
     double tp_comm_s = 0.0;      // tensor-parallel collectives
+    double cp_exposed_s = 0.0;   // context parallelism: the K/V exchange's exposed part
     double pp_transfer_s = 0.0;  // its pipeline sends (overlapped with others' work; for scale)
     double dp_exposed_s = 0.0;   // the exposed gradient synchronisation (ZeRO-1's all-gather too)
     double dp_hidden_s = 0.0;    // the synchronisation's ring time hidden behind the rank's compute and waits (reductions, parameter gathers)
@@ -138,11 +150,12 @@ struct TuneCandidate {
   std::optional<Terms> terms;
   double mfu = 0.0;
 
-  int ranks() const { return pipeline_size * data_parallel * tensor_parallel; }
+  int ranks() const { return pipeline_size * data_parallel * tensor_parallel * context_parallel; }
   int global_batch() const { return data_parallel * micro_batch_size * num_microbatches; }
   // The same p, d and t (the schedule and the rest may differ).
   bool same_layout(const TuneCandidate& o) const {
-    return pipeline_size == o.pipeline_size && data_parallel == o.data_parallel && tensor_parallel == o.tensor_parallel;
+    return pipeline_size == o.pipeline_size && data_parallel == o.data_parallel && tensor_parallel == o.tensor_parallel &&
+           context_parallel == o.context_parallel;
   }
   // "p 32 x d 2 x t 2" ("p 48" without replicas or tensor ranks).
   std::string layout() const;
@@ -184,6 +197,12 @@ struct TuneResult {
 // t <= G dividing the model's heads, kv_heads and ffn_hidden (and seq_len
 // with sequence parallelism): a tensor group stays inside a node.
 std::vector<int> tensor_degrees(const Job& job, const RunSpec& like, const TuneOptions& options);
+// The context degrees a search tries with t tensor ranks
+// (TuneOptions::context_parallel): those given (the ones the sequence
+// allows), else the template's and, for a long sequence with flash
+// attention, every c > 1 with c·t <= device.ranks_per_node whose 2c (2c·t
+// with sequence parallelism) divides seq_len.
+std::vector<int> context_degrees(const Job& job, const RunSpec& like, const TuneOptions& options, int t);
 
 // Evaluates every candidate. Throws ConfigError for options that cannot be
 // met (no such template run, a global batch with no usable divisor, ...).
