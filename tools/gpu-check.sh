@@ -37,6 +37,8 @@
 #                 calibrated from, beside the time model (docs/time-model.md, "Calibrating the GEMM table")
 #   gemm-accumulate  bf16 GEMMs into fp32 written and accumulated (beta = 1) at weight-gradient
 #                 shapes (K = the tokens of a micro-batch): the preset's gemm_accumulate_serial measured
+#   flash         the cuda flash attention kernels (bench_cuda_flash), bf16 forward and backward
+#   torch-sdpa    PyTorch's scaled_dot_product_attention at the same shapes: the reference
 # Writes OUT/summary.json (steps with verdict and seconds; GEMM TFLOP/s beside
 # torch's; step times beside torch's; cross-check and sanitizer lines) and one
 # log per step (each at most 16 MiB), all in OUT itself.
@@ -66,7 +68,8 @@ if [[ $part == first ]]; then
   plan=(load:20 memcheck-run:60 initcheck:45 racecheck:45 memcheck-schedules:60 gpu-tests:90 sticky-error:15
         schedules-2ranks-1gpu:50 llama-2ranks-1gpu:40 dp-4ranks-1gpu:40 tp-4ranks-1gpu:60)
 else
-  plan=(gemm:40 torch-gemm:60 baseline-1gpu:120 torch-gpt:90 pipeline-2ranks-1gpu:120 gemm-k-sweep:40 gemm-accumulate:40)
+  plan=(gemm:40 torch-gemm:60 baseline-1gpu:120 torch-gpt:90 pipeline-2ranks-1gpu:120 gemm-k-sweep:40 gemm-accumulate:40
+        flash:15 torch-sdpa:15)
 fi
 planned=0
 for p in "${plan[@]}"; do planned=$((planned + ${p#*:})); done
@@ -182,6 +185,10 @@ else
     -x PIPEBENCH_SOURCE_DIR pipebench run "$job" --run pp2 --set device.transport=mpi -o "$out/results"
   step gemm-k-sweep bench_cuda_gemm $(for k in 32 64 128 256 512 1024 2048 4096 8192; do echo 8192 8192 $k; done)
   step gemm-accumulate bench_cuda_gemm --accumulate 8192 8192 2048 8192 28672 4096 20480 10240 2048 8192 8192 8192
+  # Flash attention at a Llama-8B head shape (32 query heads over 8 K/V heads of 128) and a short gpt one.
+  attention=(bf16 1 8192 32 8 128 bf16 8 1024 16 16 64)
+  step flash bench_cuda_flash "${attention[@]}"
+  step torch-sdpa env -u LD_LIBRARY_PATH python3 tools/torch_reference.py sdpa "${attention[@]}"
 fi
 if compgen -G "$out/results/*/*.h5" >/dev/null; then
   pipebench report "$out"/results/*/*.h5 -o "$out/report" > "$out/report.log" 2>&1 || true

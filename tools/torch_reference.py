@@ -14,6 +14,11 @@ same GPU in the same call as pipebench's figures:
       micro-batches of B sequences accumulated, then AdamW (beta 0.9/0.95,
       eps 1e-8, weight decay 0.01 on matrices): the median step time.
       Attention is F.scaled_dot_product_attention (what a PyTorch user runs).
+  torch_reference.py sdpa DTYPE B S HEADS KV_HEADS D [...]
+      causal F.scaled_dot_product_attention (grouped-query where KV_HEADS <
+      HEADS) forward and backward at bench_cuda_flash's shapes and protocol:
+      median of 20 CUDA-event-timed calls after 2 warm-ups, and TFLOP/s by
+      the same causal model FLOPs (forward 2·B·heads·s²·d, backward 2.5x)
 
 Prints a table and, last, one JSON line with the figures."""
 import argparse
@@ -38,6 +43,28 @@ def cuda_times(fn, reps, warmup):
         if i >= warmup:
             times.append(start.elapsed_time(end) / 1e3)
     return times
+
+
+def sdpa(groups):
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    out = []
+    for name, b, s, heads, kv_heads, d in groups:
+        dt = dtypes[name]
+        q = (torch.rand(b, heads, s, d, device="cuda", dtype=dt) * 2 - 1).requires_grad_()
+        k = (torch.rand(b, kv_heads, s, d, device="cuda", dtype=dt) * 2 - 1).requires_grad_()
+        v = (torch.rand(b, kv_heads, s, d, device="cuda", dtype=dt) * 2 - 1).requires_grad_()
+        gqa = {"enable_gqa": True} if kv_heads != heads else {}
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
+        grad = torch.rand_like(o)
+        forward = cuda_times(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa), 20, 2)
+        backward = cuda_times(lambda: torch.autograd.grad(o, (q, k, v), grad, retain_graph=True), 20, 2)
+        flops = 2.0 * b * heads * s * s * d
+        f, g = statistics.median(forward), statistics.median(backward)
+        print(f"sdpa {name} B {b} s {s} heads {heads} kv_heads {kv_heads} d {d}: forward {1e3 * f:.3f} ms "
+              f"({flops / f / 1e12:.1f} TFLOP/s), backward {1e3 * g:.3f} ms ({2.5 * flops / g / 1e12:.1f} TFLOP/s)")
+        out.append({"dtype": name, "B": b, "s": s, "heads": heads, "kv_heads": kv_heads, "d": d,
+                    "forward_s": f, "backward_s": g})
+    return {"sdpa": out}
 
 
 def gemm(shapes):
@@ -146,7 +173,7 @@ def gpt(a):
 
 
 def main():
-    if len(sys.argv) < 2 or sys.argv[1] not in ("gemm", "gpt"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("gemm", "gpt", "sdpa"):
         print(__doc__)
         return 2
     if not torch.cuda.is_available():
@@ -158,6 +185,12 @@ def main():
             print("torch_reference gemm: give M N K triples", file=sys.stderr)
             return 2
         out = gemm([dims[i:i + 3] for i in range(0, len(dims), 3)])
+    elif sys.argv[1] == "sdpa":
+        a = sys.argv[2:] or ["bf16", "1", "8192", "32", "8", "128"]
+        if len(a) % 6:
+            print("torch_reference sdpa: give DTYPE B S HEADS KV_HEADS D groups", file=sys.stderr)
+            return 2
+        out = sdpa([(a[i], *map(int, a[i + 1:i + 6])) for i in range(0, len(a), 6)])
     else:
         p = argparse.ArgumentParser(prog="torch_reference.py gpt")
         for k in ("hidden", "layers", "heads", "ffn", "seq", "vocab", "mbs", "m"):

@@ -132,9 +132,11 @@ std::string not_executed(const RunSpec& run, BackendKind backend, const ModelSpe
     return fmt::format("context_parallel = {}: the cuda backend does not exchange K/V between ranks yet (the cpu "
                        "backend does; the planner and the sim backend model it)",
                        run.context_parallel);
-  if (model.attention == Attention::flash && backend == BackendKind::cuda)
-    return "model.attention = \"flash\": the cuda backend computes the materialized attention yet (the cpu backend "
-           "computes flash attention; the sim backend and the planner model it)";
+  if (model.attention == Attention::flash && backend == BackendKind::cuda && model.kind != ModelKind::mlp &&
+      model.hidden / model.heads > kCudaFlashMaxHeadDim)
+    return fmt::format("model.attention = \"flash\" with heads of width {}: the cuda backend's flash kernels take at "
+                       "most {} (the cpu backend computes it; the sim backend and the planner model it)",
+                       model.hidden / model.heads, kCudaFlashMaxHeadDim);
   if (model.dropout > 0.0 && run.mode == RunMode::train && backend != BackendKind::sim)
     return fmt::format("model.dropout = {:g}: the {} backend has no dropout kernels yet (the sim backend and the planner "
                        "model dropout's memory and time)",

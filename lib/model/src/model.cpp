@@ -366,13 +366,16 @@ std::int64_t ModelDesc::cuda_workspace_bytes(int b, bool train) const {
   const I s = spec_.seq_len, at = spec_.heads / t;
   const I tokens = I(b) * s;
   const I e = dtype_bytes(dtype_);
-  // ... the temporaries with one s x s score matrix per head of the rank and,
-  // with selective recomputation, the probabilities of the micro-batch's.
-  I temporaries = train ? e * (tokens * backward_temporaries_per_token(spec_, t) + at * s * s) : I(0);
-  if (train && split_.selective_recompute) temporaries = temporaries + e * I(b) * at * s * s;
-  // llama with groups of several query heads: fp32 dV and dK sums of one
-  // group, [2, s, h/heads], 16-byte aligned (CudaBackend::gqa_grad_sums).
-  if (train && spec_.kind == ModelKind::llama && spec_.kv_heads < spec_.heads)
+  // ... the temporaries with, materialized, one s x s score matrix per head
+  // of the rank and, with selective recomputation, the probabilities of the
+  // micro-batch's (flash attention: none of them, kernels_flash.cu).
+  const bool materialized = spec_.attention != Attention::flash;
+  I temporaries = train ? e * (tokens * backward_temporaries_per_token(spec_, t) + (materialized ? at * s * s : I(0)))
+                        : I(0);
+  if (train && materialized && split_.selective_recompute) temporaries = temporaries + e * I(b) * at * s * s;
+  // llama with groups of several query heads, materialized: fp32 dV and dK
+  // sums of one group, [2, s, h/heads], 16-byte aligned (CudaBackend::gqa_grad_sums).
+  if (train && materialized && spec_.kind == ModelKind::llama && spec_.kv_heads < spec_.heads)
     temporaries = temporaries + I(8) * s * (spec_.hidden / spec_.heads) + I(16);
   I tensor = t > 1 ? I(4) * tokens * spec_.hidden + I(12) * tokens : I(0);
   if (split_.sequence_parallel) tensor = tensor + e * tokens * spec_.hidden;  // a gathered [T, h] of the storage dtype

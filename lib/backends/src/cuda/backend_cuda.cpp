@@ -443,17 +443,21 @@ void CudaBackend::forward_piece(const Chunk& c, const Piece& p, int mb, const st
       std::byte* x = A(a.x);
       gpu::layernorm_forward(dt_, x, w(p, 0), w(p, 1), A(a.ln1), S(a.mean1), S(a.rstd1), Ts, h, stream_);
       linear_forward(gathered(A(a.ln1)), w(p, 2), w(p, 3), A(a.qkv), T, h, 3 * ht, false);
-      // Attention, per sequence: scores = Q·Kᵀ/√d for all the rank's heads at once, causal softmax, out = P·V.
-      const gemm::Attention at(s, ht, at_);
-      std::byte* probs = attention_probs(c, mb, p, a.probs);
-      for (int bi = 0; bi < B; ++bi) {
-        const std::byte* q = A(a.qkv + std::int64_t{bi} * s * 3 * ht);
-        gemm(at.scores(), q, q + ht * e_, probs + bi * at.heads * at.ss() * e_);
-      }
-      gpu::causal_softmax(dt_, probs, s, std::int64_t{B} * at.heads, stream_);
-      for (int bi = 0; bi < B; ++bi) {
-        const std::byte* q = A(a.qkv + std::int64_t{bi} * s * 3 * ht);
-        gemm(at.values(), probs + bi * at.heads * at.ss() * e_, q + 2 * ht * e_, A(a.attn + std::int64_t{bi} * s * ht));
+      if (flash()) {
+        gpu::flash_attention_forward(dt_, A(a.qkv), A(a.attn), flash_lse(c, mb, p, a.probs), B, s, ht, at_, at_, stream_);
+      } else {
+        // Attention, per sequence: scores = Q·Kᵀ/√d for all the rank's heads at once, causal softmax, out = P·V.
+        const gemm::Attention at(s, ht, at_);
+        std::byte* probs = attention_probs(c, mb, p, a.probs);
+        for (int bi = 0; bi < B; ++bi) {
+          const std::byte* q = A(a.qkv + std::int64_t{bi} * s * 3 * ht);
+          gemm(at.scores(), q, q + ht * e_, probs + bi * at.heads * at.ss() * e_);
+        }
+        gpu::causal_softmax(dt_, probs, s, std::int64_t{B} * at.heads, stream_);
+        for (int bi = 0; bi < B; ++bi) {
+          const std::byte* q = A(a.qkv + std::int64_t{bi} * s * 3 * ht);
+          gemm(at.values(), probs + bi * at.heads * at.ss() * e_, q + 2 * ht * e_, A(a.attn + std::int64_t{bi} * s * ht));
+        }
       }
       std::byte* x2 = A(a.x2);
       row_parallel_out(A(a.attn), w(p, 4), w(p, 5), x, x2, ht);

@@ -166,11 +166,15 @@ void CudaBackend::backward_gpt(const Chunk& c, const Piece& p, int mb, const std
   if (d_proj_all != d_proj) gather_into(d_proj, d_proj_all);
   if (full) linear_backward_weight(A(a.attn), d_proj_all, g(p, 4), g(p, 5), T, ht, h);
   linear_backward_input(w(p, 4), d_proj_all, d_attn, T, ht, h, false);
-  // Attention backward per sequence, all the rank's heads at once (cpu_kernels attention_backward).
-  if (selective()) attention_probs_again(A(a.qkv));
+  // Attention backward per sequence, all the rank's heads at once (cpu_kernels
+  // attention_backward); flash: the kernels' (nothing recomputed first).
+  if (flash())
+    gpu::flash_attention_backward(dt_, A(a.qkv), A(a.attn), d_attn, flash_lse(c, mb, p, a.probs), d_qkv,
+                                  spec_.micro_batch_size, s, ht, at_, at_, stream_);
+  if (!flash() && selective()) attention_probs_again(A(a.qkv));
   const std::byte* probs = attention_probs(c, mb, p, a.probs);
   const gemm::Attention att(s, ht, at_);
-  for (int bi = 0; bi < spec_.micro_batch_size; ++bi) {
+  for (int bi = 0; bi < spec_.micro_batch_size && !flash(); ++bi) {
     const std::int64_t base = std::int64_t{bi} * s * 3 * ht;
     const std::byte* q = A(a.qkv + base);
     const std::byte* k = q + ht * e_;

@@ -33,21 +33,25 @@ void CudaBackend::forward_llama(const Chunk& c, const Piece& p, int mb, std::byt
   linear_forward(gathered(A(a.n1)), w(p, 1), nullptr, qkv, T, h, ldq, false);
   gpu::rope_apply(dt_, qkv, rope, T, s, at_, d, ldq, false, stream_);
   gpu::rope_apply(dt_, qkv + ht * e_, rope, T, s, kvheads_t_, d, ldq, false, stream_);
-  // Per sequence and K/V group: the group's scores, then one causal softmax
-  // over every head, then the group's P·V.
-  const gemm::GroupedAttention at(s, ht, at_, kvheads_t_);
-  std::byte* all_probs = attention_probs(c, mb, p, a.probs);
-  auto seq = [&](int bi) { return A(a.qkv + std::int64_t{bi} * s * ldq); };
-  auto probs = [&](int bi, int head) { return all_probs + (std::int64_t{bi} * at_ + head) * at.ss() * e_; };
-  for (int bi = 0; bi < B; ++bi)
-    for (int grp = 0; grp < kvheads_t_; ++grp)
-      gemm(at.scores(), seq(bi) + at.q_offset(grp * at.group) * e_, seq(bi) + at.k_offset(grp) * e_,
-           probs(bi, grp * at.group));
-  gpu::causal_softmax(dt_, all_probs, s, std::int64_t{B} * at_, stream_);
-  for (int bi = 0; bi < B; ++bi)
-    for (int grp = 0; grp < kvheads_t_; ++grp)
-      gemm(at.values(), probs(bi, grp * at.group), seq(bi) + at.v_offset(grp) * e_,
-           A(a.attn + std::int64_t{bi} * s * ht + at.q_offset(grp * at.group)));
+  if (flash()) {
+    gpu::flash_attention_forward(dt_, qkv, A(a.attn), flash_lse(c, mb, p, a.probs), B, s, ht, at_, kvheads_t_, stream_);
+  } else {
+    // Per sequence and K/V group: the group's scores, then one causal softmax
+    // over every head, then the group's P·V.
+    const gemm::GroupedAttention at(s, ht, at_, kvheads_t_);
+    std::byte* all_probs = attention_probs(c, mb, p, a.probs);
+    auto seq = [&](int bi) { return A(a.qkv + std::int64_t{bi} * s * ldq); };
+    auto probs = [&](int bi, int head) { return all_probs + (std::int64_t{bi} * at_ + head) * at.ss() * e_; };
+    for (int bi = 0; bi < B; ++bi)
+      for (int grp = 0; grp < kvheads_t_; ++grp)
+        gemm(at.scores(), seq(bi) + at.q_offset(grp * at.group) * e_, seq(bi) + at.k_offset(grp) * e_,
+             probs(bi, grp * at.group));
+    gpu::causal_softmax(dt_, all_probs, s, std::int64_t{B} * at_, stream_);
+    for (int bi = 0; bi < B; ++bi)
+      for (int grp = 0; grp < kvheads_t_; ++grp)
+        gemm(at.values(), probs(bi, grp * at.group), seq(bi) + at.v_offset(grp) * e_,
+             A(a.attn + std::int64_t{bi} * s * ht + at.q_offset(grp * at.group)));
+  }
   std::byte* x2 = A(a.x2);
   row_parallel_out(A(a.attn), w(p, 2), nullptr, x, x2, ht);
   gpu::rmsnorm_forward(dt_, x2, w(p, 3), A(a.n2), S(a.rrms2), Ts, h, eps, stream_);
@@ -114,11 +118,15 @@ void CudaBackend::backward_llama(const Chunk& c, const Piece& p, int mb, const s
   // over the group's query heads in head order — in fp32 (gqa_grad_sums)
   // when a group has several heads, rounded to the storage dtype once, as
   // every other sum of the backend is (issue 72, item 8).
-  if (selective()) attention_probs_again(A(a.qkv));
+  // Flash: the kernels' (nothing recomputed first; dK and dV summed in fp32 inside them).
+  if (flash())
+    gpu::flash_attention_backward(dt_, A(a.qkv), A(a.attn), d_attn, flash_lse(c, mb, p, a.probs), d_qkv,
+                                  spec_.micro_batch_size, s, ht, at_, kvheads_t_, stream_);
+  if (!flash() && selective()) attention_probs_again(A(a.qkv));
   const std::byte* all_probs = attention_probs(c, mb, p, a.probs);
   const gemm::GroupedAttention ga(s, ht, at_, kvheads_t_);
   std::byte* dP = score_scratch();
-  for (int bi = 0; bi < spec_.micro_batch_size; ++bi) {
+  for (int bi = 0; bi < spec_.micro_batch_size && !flash(); ++bi) {
     const std::int64_t base = std::int64_t{bi} * s * ldq;
     const std::byte* q = A(a.qkv + base);
     std::byte* dq = at(d_qkv, base);

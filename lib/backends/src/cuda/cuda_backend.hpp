@@ -19,6 +19,7 @@
 #include "pipebench/backends/backend.hpp"
 #include "pipebench/backends/gemm_layout.hpp"
 #include "pipebench/backends/stage_layout.hpp"
+#include "pipebench/core/error.hpp"
 #include "pipebench/model/model.hpp"
 #include "pipebench/parallel/shards.hpp"
 
@@ -199,6 +200,16 @@ class CudaBackend final : public Backend {
     return score_scratch() + std::int64_t{at_} * s * s * e_;
   }
   bool selective() const { return spec_.tensor.selective_recompute; }
+  bool flash() const { return job_.model.attention == Attention::flash; }
+  // model.attention = "flash" (kernels_flash.cu): a block's fp32 log-sum-exp
+  // per row of each of its heads, at slab element `slab_offset` (where the
+  // materialized attention keeps its probabilities).
+  float* flash_lse(const Chunk& c, int mb, const Piece& p, std::int64_t slab_offset) const {
+    std::byte* at = act(c, mb, p, slab_offset);
+    if (reinterpret_cast<std::uintptr_t>(at) % alignof(float) != 0)
+      throw Error("cuda backend: a block's flash attention log-sum-exp is not 4-byte aligned in its slab (a layout bug)");
+    return reinterpret_cast<float*>(at);
+  }
   // llama, groups of several query heads per K/V head: the fp32 sums of a
   // group's dV and dK, [2, s, h/heads], after the score scratch (and the
   // selective probabilities), 16-byte aligned (ModelDesc::cuda_workspace_bytes).

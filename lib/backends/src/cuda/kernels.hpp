@@ -69,6 +69,17 @@ void causal_softmax(DType dt, void* scores, int s, std::int64_t matrices, cudaSt
 // dP becomes dS = P ⊙ (dP − rowsum(P ⊙ dP)), zero above the diagonal.
 void causal_softmax_backward(DType dt, const void* probs, void* dp, int s, std::int64_t matrices, cudaStream_t stream);
 
+// Flash attention (model.attention = "flash"; kernels_flash.cu): causal
+// attention of qkv [B·s, C + 2·kv_heads·d] (q | k | v per row, query head i
+// reading K/V head i / (heads / kv_heads)) into out [B·s, C], each row's
+// fp32 log-sum-exp into lse [B, heads, s]; d = C / heads at most
+// kCudaFlashMaxHeadDim (job.hpp).
+void flash_attention_forward(DType dt, const void* qkv, void* out, float* lse, int B, int s, int C, int heads,
+                             int kv_heads, cudaStream_t stream);
+// dqkv (overwritten, qkv's shape) from dout [B·s, C], the forward's out and lse.
+void flash_attention_backward(DType dt, const void* qkv, const void* out, const void* dout, const float* lse, void* dqkv,
+                              int B, int s, int C, int heads, int kv_heads, cudaStream_t stream);
+
 // logits[T, V] become softmax probabilities in place; losses[t] (fp32) gets
 // −log p[target] computed from the fp32 softmax.
 void softmax_crossentropy_forward(DType dt, void* logits, const std::int32_t* targets, float* losses, int T, int V,

@@ -23,5 +23,6 @@ void cuda_break_context_for_test() { not_built(); }
 std::string cuda_driver_version() { return ""; }
 std::string cuda_runtime_version() { return ""; }
 std::unique_ptr<Backend> make_cuda_backend(const Job&, int) { not_built(); }
+FlashTiming time_flash_attention(DType, int, int, int, int, int, int) { not_built(); }
 
 }  // namespace pipebench

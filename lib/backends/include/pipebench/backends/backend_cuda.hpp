@@ -30,4 +30,14 @@ namespace pipebench {
 // DeviceUnavailableError when no device can be used.
 std::unique_ptr<Backend> make_cuda_backend(const Job& job, int rank);
 
+// The cuda backend's flash attention kernels (model.attention = "flash") on
+// the selected GPU, for tools/gpu-check.sh's comparison with PyTorch's
+// scaled_dot_product_attention: B sequences of s tokens, `heads` query heads
+// over `kv_heads` K/V heads of width d, random inputs; the median of `reps`
+// CUDA-event-timed forwards and of as many backwards, after 2 warm-ups.
+struct FlashTiming {
+  double forward_s = 0.0, backward_s = 0.0;
+};
+FlashTiming time_flash_attention(DType dtype, int B, int s, int heads, int kv_heads, int d, int reps);
+
 }  // namespace pipebench

@@ -49,6 +49,10 @@ std::string schedule_microbatch_problem(ScheduleKind k, int p, int m);
 enum class RunMode { train, inference };
 enum class Recompute { none, selective, full };
 enum class Attention { materialized, flash };
+// The widest head (hidden / heads) the cuda backend's flash attention
+// kernels take (lib/backends/src/cuda/kernels_flash.cu); wider: skipped
+// with the reason (not_executed).
+inline constexpr int kCudaFlashMaxHeadDim = 128;
 enum class Remainder { first, last, balanced };
 enum class BalanceBy { flops, params };
 // Data parallelism (docs/parallel.md): the optimizer state whole on every
