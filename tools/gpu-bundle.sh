@@ -2,7 +2,7 @@
 # Makes the device bundle: one folder with everything the GPU checks need that
 # the bare GPU machine lacks (it has CUDA 13 with cuBLAS, nvcc, CMake, ninja and
 # a Python with PyTorch, but no Open MPI, HDF5, OpenBLAS or apt):
-#   bin/      pipebench, the GPU test programs, bench_cuda_gemm, bench_cuda_flash, and Open MPI's
+#   bin/      pipebench, the GPU test programs, bench_cuda_gemm, and Open MPI's
 #             mpirun (orterun) and orted
 #   lib/      every shared library they and Open MPI's plugins load, except
 #             glibc's, the C++ runtime's and CUDA's (the machine's own are newer
@@ -41,7 +41,7 @@ if [[ -z $build ]]; then
   echo "== building $build (Release, CUDA sm_$arch)"
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPIPEBENCH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
         -DPIPEBENCH_BUILD_MICROBENCH=OFF >/dev/null
-  cmake --build "$build" --target pipebench gpu_tests gpu_sticky_error verify_results bench_cuda_gemm bench_cuda_flash
+  cmake --build "$build" --target pipebench gpu_tests gpu_sticky_error verify_results bench_cuda_gemm
 fi
 [[ -x $build/bench/pipebench ]] || { echo "gpu-bundle: no $build/bench/pipebench" >&2; exit 2; }
 
@@ -51,7 +51,7 @@ dir=$(cd "$dir" && pwd)
 
 # The programs: pipebench and whichever GPU programs the build has.
 programs=("$build/bench/pipebench")
-for p in tests/gpu/gpu_tests tests/gpu/gpu_sticky_error tests/mpi/verify_results bench/bench_cuda_gemm bench/bench_cuda_flash; do
+for p in tests/gpu/gpu_tests tests/gpu/gpu_sticky_error tests/mpi/verify_results bench/bench_cuda_gemm; do
   [[ -x $build/$p ]] && programs+=("$build/$p")
 done
 cp "${programs[@]}" "$dir/bin/"

@@ -37,7 +37,7 @@
 #                 calibrated from, beside the time model (docs/time-model.md, "Calibrating the GEMM table")
 #   gemm-accumulate  bf16 GEMMs into fp32 written and accumulated (beta = 1) at weight-gradient
 #                 shapes (K = the tokens of a micro-batch): the preset's gemm_accumulate_serial measured
-#   flash         the cuda flash attention kernels (bench_cuda_flash), bf16 forward and backward
+#   flash         the cuda flash attention kernels (gpu_tests "[.flash_timing]"), bf16 forward and backward
 #   torch-sdpa    PyTorch's scaled_dot_product_attention at the same shapes: the reference
 # Writes OUT/summary.json (steps with verdict and seconds; GEMM TFLOP/s beside
 # torch's; step times beside torch's; cross-check and sanitizer lines) and one
@@ -187,7 +187,7 @@ else
   step gemm-accumulate bench_cuda_gemm --accumulate 8192 8192 2048 8192 28672 4096 20480 10240 2048 8192 8192 8192
   # Flash attention at a Llama-8B head shape (32 query heads over 8 K/V heads of 128) and a short gpt one.
   attention=(bf16 1 8192 32 8 128 bf16 8 1024 16 16 64)
-  step flash bench_cuda_flash "${attention[@]}"
+  step flash env PIPEBENCH_FLASH_SHAPES="${attention[*]}" gpu_tests "[.flash_timing]"
   step torch-sdpa env -u LD_LIBRARY_PATH python3 tools/torch_reference.py sdpa "${attention[@]}"
 fi
 if compgen -G "$out/results/*/*.h5" >/dev/null; then

@@ -16,7 +16,7 @@ same GPU in the same call as pipebench's figures:
       Attention is F.scaled_dot_product_attention (what a PyTorch user runs).
   torch_reference.py sdpa DTYPE B S HEADS KV_HEADS D [...]
       causal F.scaled_dot_product_attention (grouped-query where KV_HEADS <
-      HEADS) forward and backward at bench_cuda_flash's shapes and protocol:
+      HEADS) forward and backward at gpu_tests "[.flash_timing]"'s shapes and protocol:
       median of 20 CUDA-event-timed calls after 2 warm-ups, and TFLOP/s by
       the same causal model FLOPs (forward 2·B·heads·s²·d, backward 2.5x)
 

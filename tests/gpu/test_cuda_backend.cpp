@@ -18,6 +18,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -276,17 +277,6 @@ TEST_CASE("cuda: a stage beyond the capacity is an out-of-memory error", "[gpu]"
   REQUIRE_THROWS_WITH(b->build(stage_spec(plan.runs[0], 0, 0, false)), Catch::Contains("out of memory"));
 }
 
-int main(int argc, char** argv) {
-  try {
-    const int n = cuda_device_count();
-    std::printf("pipebench gpu tests: %d device(s); device 0: %s\n", n, cuda_device_info(0).name.c_str());
-  } catch (const std::exception& e) {
-    std::printf("SKIP: no usable GPU: %s\n", e.what());
-    return 77;
-  }
-  return Catch::Session().run(argc, argv);
-}
-
 // Flash attention (model.attention = "flash", kernels_flash.cu) against the
 // cpu backend's flash attention: gpt and llama (grouped-query), every
 // schedule kind, fp32 within 1e-4, memory = plan (no s x s scratch); bf16
@@ -305,4 +295,37 @@ TEST_CASE("cuda flash attention matches the cpu backend's, gpt and llama", "[gpu
     CHECK(a.loss == b.loss);
     CHECK(a.memory == "");
   }
+}
+
+// Not a test (hidden tag): the flash kernels' times for tools/gpu-check.sh
+// --timings (step `flash`, beside `torch-sdpa`), at the shapes of
+// PIPEBENCH_FLASH_SHAPES ("DTYPE B S HEADS KV_HEADS D ...", default a
+// Llama-8B head shape), median of 20 calls after 2 warm-ups, with TFLOP/s by
+// the causal attention's model FLOPs (forward 2·B·heads·s²·d, backward 2.5x).
+//   gpu_tests "[.flash_timing]"
+TEST_CASE("flash attention kernels' times", "[.flash_timing]") {
+  const char* env = std::getenv("PIPEBENCH_FLASH_SHAPES");
+  std::istringstream in(env && *env ? env : "bf16 1 8192 32 8 128");
+  std::string dtype;
+  int B = 0, s = 0, heads = 0, kv = 0, d = 0;
+  while (in >> dtype >> B >> s >> heads >> kv >> d) {
+    const DType dt = dtype == "fp32" ? DType::fp32 : dtype == "fp16" ? DType::fp16 : DType::bf16;
+    const FlashTiming t = time_flash_attention(dt, B, s, heads, kv, d, 20);
+    const double flops = 2.0 * B * heads * static_cast<double>(s) * s * d;
+    std::printf("flash %s B %d s %d heads %d kv_heads %d d %d: forward %.3f ms (%.1f TFLOP/s), backward %.3f ms "
+                "(%.1f TFLOP/s)\n",
+                dtype.c_str(), B, s, heads, kv, d, 1e3 * t.forward_s, flops / t.forward_s / 1e12, 1e3 * t.backward_s,
+                2.5 * flops / t.backward_s / 1e12);
+  }
+}
+
+int main(int argc, char** argv) {
+  try {
+    const int n = cuda_device_count();
+    std::printf("pipebench gpu tests: %d device(s); device 0: %s\n", n, cuda_device_info(0).name.c_str());
+  } catch (const std::exception& e) {
+    std::printf("SKIP: no usable GPU: %s\n", e.what());
+    return 77;
+  }
+  return Catch::Session().run(argc, argv);
 }

@@ -46,18 +46,24 @@ void CpuBackend::pack_kv(const float* qkv, int kv_heads, float* out) const {
   for (std::int64_t r = 0; r < tokens_; ++r) std::memcpy(out + r * w, qkv + r * ld + ht_, sizeof(float) * static_cast<std::size_t>(w));
 }
 
+void CpuBackend::reorder_rows(float* ranks, float* seq, int kv_heads, bool to_sequence) const {
+  const std::int64_t w = cp_kv_width(kv_heads), s = job_.model.seq_len, b = spec_.micro_batch_size;
+  const auto bytes = sizeof(float) * static_cast<std::size_t>(w);
+  for (int r = 0; r < cp_; ++r)
+    for (std::int64_t bb = 0; bb < b; ++bb)
+      for (int j = 0; j < seq_local_; ++j) {
+        float* in_seq = seq + (bb * s + cp_position(r, j)) * w;
+        float* in_ranks = ranks + ((r * b + bb) * seq_local_ + j) * w;
+        if (to_sequence) std::memcpy(in_seq, in_ranks, bytes);
+        else std::memcpy(in_ranks, in_seq, bytes);
+      }
+}
+
 void CpuBackend::gather_sequence_kv(const float* qkv, int kv_heads) {
-  const std::int64_t w = cp_kv_width(kv_heads), T = tokens_, s = job_.model.seq_len;
   float* packed = cp_packed();
   pack_kv(qkv, kv_heads, packed);
-  float* gathered = cp_gathered(kv_heads);
-  context_->all_gather(packed, gathered, T * w);
-  float* seq = cp_seq(kv_heads);
-  for (int r = 0; r < cp_; ++r)
-    for (std::int64_t bb = 0; bb < spec_.micro_batch_size; ++bb)
-      for (int j = 0; j < seq_local_; ++j)
-        std::memcpy(seq + (bb * s + cp_position(r, j)) * w, gathered + ((r * spec_.micro_batch_size + bb) * seq_local_ + j) * w,
-                    sizeof(float) * static_cast<std::size_t>(w));
+  context_->all_gather(packed, cp_gathered(kv_heads), tokens_ * cp_kv_width(kv_heads));
+  reorder_rows(cp_gathered(kv_heads), cp_seq(kv_heads), kv_heads, true);
 }
 
 void CpuBackend::context_attention_forward(const float* qkv, float* attn, float* lse, int kv_heads) {
@@ -66,17 +72,17 @@ void CpuBackend::context_attention_forward(const float* qkv, float* attn, float*
   const std::int64_t w = cp_kv_width(kv_heads), ld = C + w, s = job_.model.seq_len;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const float* seq = cp_seq(kv_heads);
-  for (std::int64_t bb = 0; bb < spec_.micro_batch_size; ++bb)
+  // Each query chunk of each sequence (its rows row0.., positions pos0..) against its sequence's K/V, head by head.
+  for_each_run([&](std::int64_t row0, int, int len, int pos0) {
+    const std::int64_t bb = row0 / seq_local_;
     for (int hd = 0; hd < heads; ++hd) {
+      const std::int64_t col = static_cast<std::int64_t>(hd) * d;
       const float* k = seq + bb * s * w + static_cast<std::int64_t>(hd / group) * d;
-      const cpu::KeyRows keys{k, k + w / 2, static_cast<int>(w), static_cast<int>(s), 0};
-      for_each_run([&](std::int64_t row0, int, int len, int pos0) {
-        if (row0 / seq_local_ != bb) return;
-        const cpu::QueryRows q{qkv + row0 * ld + static_cast<std::int64_t>(hd) * d, static_cast<int>(ld), len, pos0};
-        cpu::flash_forward_block(q, keys, d, scale, attn + row0 * C + static_cast<std::int64_t>(hd) * d, C,
-                                 lse + (bb * heads + hd) * seq_local_ + (row0 - bb * seq_local_), flash_tiles_.data());
-      });
+      cpu::flash_forward_block({qkv + row0 * ld + col, static_cast<int>(ld), len, pos0},
+                               {k, k + w / 2, static_cast<int>(w), static_cast<int>(s), 0}, d, scale, attn + row0 * C + col,
+                               C, lse + (bb * heads + hd) * seq_local_ + (row0 - bb * seq_local_), flash_tiles_.data());
     }
+  });
 }
 
 void CpuBackend::context_attention_backward(const float* qkv, const float* attn, const float* lse, const float* d_attn,
@@ -89,29 +95,22 @@ void CpuBackend::context_attention_backward(const float* qkv, const float* attn,
   float* dseq = cp_dseq(kv_heads);
   std::memset(dseq, 0, sizeof(float) * static_cast<std::size_t>(cp_ * T * w));
   std::memset(d_qkv, 0, sizeof(float) * static_cast<std::size_t>(T * ld));
-  for (std::int64_t bb = 0; bb < spec_.micro_batch_size; ++bb)
+  for_each_run([&](std::int64_t row0, int, int len, int pos0) {
+    const std::int64_t bb = row0 / seq_local_;
     for (int hd = 0; hd < heads; ++hd) {
-      const std::int64_t kv_col = bb * s * w + static_cast<std::int64_t>(hd / group) * d;
-      const cpu::KeyRows keys{seq + kv_col, seq + kv_col + w / 2, static_cast<int>(w), static_cast<int>(s), 0};
-      for_each_run([&](std::int64_t row0, int, int len, int pos0) {
-        if (row0 / seq_local_ != bb) return;
-        const std::int64_t col = static_cast<std::int64_t>(hd) * d;
-        const cpu::QueryRows q{qkv + row0 * ld + col, static_cast<int>(ld), len, pos0};
-        cpu::flash_backward_block(q, keys, d, scale, attn + row0 * C + col, d_attn + row0 * C + col, C,
-                                  lse + (bb * heads + hd) * seq_local_ + (row0 - bb * seq_local_), d_qkv + row0 * ld + col,
-                                  static_cast<int>(ld), dseq + kv_col, dseq + kv_col + w / 2, static_cast<int>(w),
-                                  flash_tiles_.data());
-      });
+      const std::int64_t col = static_cast<std::int64_t>(hd) * d, kv_col = bb * s * w + static_cast<std::int64_t>(hd / group) * d;
+      cpu::flash_backward_block({qkv + row0 * ld + col, static_cast<int>(ld), len, pos0},
+                                {seq + kv_col, seq + kv_col + w / 2, static_cast<int>(w), static_cast<int>(s), 0}, d, scale,
+                                attn + row0 * C + col, d_attn + row0 * C + col, C,
+                                lse + (bb * heads + hd) * seq_local_ + (row0 - bb * seq_local_), d_qkv + row0 * ld + col,
+                                static_cast<int>(ld), dseq + kv_col, dseq + kv_col + w / 2, static_cast<int>(w),
+                                flash_tiles_.data());
     }
+  });
   // The K/V gradients back in rank-major order, summed over the group onto the ranks that hold those rows.
-  float* gathered = cp_gathered(kv_heads);
-  for (int r = 0; r < cp_; ++r)
-    for (std::int64_t bb = 0; bb < spec_.micro_batch_size; ++bb)
-      for (int j = 0; j < seq_local_; ++j)
-        std::memcpy(gathered + ((r * spec_.micro_batch_size + bb) * seq_local_ + j) * w, dseq + (bb * s + cp_position(r, j)) * w,
-                    sizeof(float) * static_cast<std::size_t>(w));
+  reorder_rows(cp_gathered(kv_heads), dseq, kv_heads, false);
   float* packed = cp_packed();
-  context_->reduce_scatter(gathered, packed, T * w);
+  context_->reduce_scatter(cp_gathered(kv_heads), packed, T * w);
   for (std::int64_t r = 0; r < T; ++r)
     std::memcpy(d_qkv + r * ld + C, packed + r * w, sizeof(float) * static_cast<std::size_t>(w));
 }

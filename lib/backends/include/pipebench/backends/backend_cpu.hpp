@@ -168,6 +168,8 @@ class CpuBackend final : public Backend {
                                   float* d_qkv, int kv_heads);
   // Every context rank's K/V of `qkv` in sequence order, into cp_seq().
   void gather_sequence_kv(const float* qkv, int kv_heads);
+  // K/V rows between rank-major order [c, b, s/c, 2kv] and sequence order [b, s, 2kv].
+  void reorder_rows(float* ranks, float* seq, int kv_heads, bool to_sequence) const;
   // cp_comm = "ring": the K/V (and in the backward their gradients) passed
   // around the group, each step's transfer behind the attention of the
   // block held, the partial outputs merged by their log-sum-exp.
